@@ -1,0 +1,74 @@
+"""``datum bucket create|delete|list``: desired state of the buckets example reconciler."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from datum.cli.common import config_option, json_option, wire
+
+
+@click.group()
+def bucket() -> None:
+    """Ask for buckets to exist or to be deleted; the reconciler does the rest."""
+
+
+@bucket.command()
+@click.argument("name")
+@config_option
+@json_option
+def create(name: str, config: str | None, as_json: bool) -> None:
+    """Ask for bucket NAME to exist."""
+    from datum.reconcilers import buckets
+
+    status = buckets.create(wire(config).store, name)
+    click.echo(json.dumps({"name": name, "status": status}) if as_json else f"bucket {name}: {status}")
+
+
+@bucket.command()
+@click.argument("name")
+@config_option
+@json_option
+def delete(name: str, config: str | None, as_json: bool) -> None:
+    """Ask for bucket NAME to be deleted once it is empty."""
+    from datum.reconcilers import buckets
+
+    status = buckets.delete(wire(config).store, name)
+    click.echo(json.dumps({"name": name, "status": status}) if as_json else f"bucket {name}: {status}")
+
+
+@bucket.command(name="list")
+@config_option
+@json_option
+def list_(config: str | None, as_json: bool) -> None:
+    """List every bucket and its status."""
+    from datum.reconcilers import buckets
+
+    rows = buckets.rows(wire(config).store)
+    if as_json:
+        click.echo(
+            json.dumps(
+                [
+                    {
+                        "name": r["name"],
+                        "status": r["status"],
+                        "createdAt": r["created_at"].isoformat(),
+                        "updatedAt": r["updated_at"].isoformat(),
+                    }
+                    for r in rows
+                ],
+                indent=2,
+            )
+        )
+        return
+    from rich.table import Table
+
+    from datum.cli.render import console
+
+    table = Table()
+    for col in ("name", "status", "created", "updated"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(r["name"], r["status"], f"{r['created_at']:%Y-%m-%d %H:%M:%S}", f"{r['updated_at']:%Y-%m-%d %H:%M:%S}")
+    console().print(table)

@@ -1,0 +1,48 @@
+"""What the reconciler commands share: the ``--config`` option and opening what it names."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import click
+
+from datum.config import Settings, load_settings
+from datum.reconcile.registry import Registry
+from datum.store import Store, open_store
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def config_option(fn: F) -> F:
+    return click.option(
+        "--config",
+        "config",
+        type=click.Path(dir_okay=False),
+        default=None,
+        help="TOML configuration file (default: $DATUM_CONFIG, else built-in defaults).",
+    )(fn)
+
+
+def json_option(fn: F) -> F:
+    return click.option("--json", "as_json", is_flag=True, help="Print JSON for machines.")(fn)
+
+
+@dataclass
+class Wired:
+    """The configuration, the registry and the store, opened once for a command."""
+
+    settings: Settings
+    registry: Registry
+    store: Store
+
+
+def wire(config: str | None) -> Wired:
+    """Load and validate the configuration, then open its store."""
+    from datum.reconcilers import builtin_registry
+
+    settings = load_settings(config)
+    registry = builtin_registry()
+    registry.validate(settings)
+    return Wired(settings, registry, open_store(settings.store_url))

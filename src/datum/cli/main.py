@@ -1,0 +1,100 @@
+"""The ``datum`` entry point: a lazy command group, and one way to report an error.
+
+Subcommands are imported only when they run, so ``datum apply`` never pays
+for the HTTP server stack.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+from typing import Any
+
+import click
+
+from datum.core.findings import Finding, Problem
+
+# command name -> (module, attribute, one-line help)
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "reconcile": ("datum.cli.reconcile", "reconcile", "Run N passes of one reconciler now."),
+    "drift": ("datum.cli.reconcile", "drift", "Show a reconciler's drift report."),
+    "reconcilers": ("datum.cli.reconcile", "reconcilers", "List the reconcilers and their health."),
+    "bucket": ("datum.cli.buckets", "bucket", "Desired state of the buckets example reconciler."),
+}
+
+EXIT_USAGE = 64
+EXIT_INVALID = 65
+EXIT_UNAVAILABLE = 69
+EXIT_SOFTWARE = 70
+
+_EXIT_BY_CODE = {
+    "USAGE": EXIT_USAGE,
+    "NOT_FOUND": EXIT_USAGE,
+    "INVALID_INPUT": EXIT_INVALID,
+    "CONFLICT": EXIT_INVALID,
+    "UNAVAILABLE": EXIT_UNAVAILABLE,
+}
+
+
+class LazyGroup(click.Group):
+    """A group whose subcommands are imported on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        spec = COMMANDS.get(cmd_name)
+        if spec is None:
+            return None
+        module, attr, _help = spec
+        command: click.Command = getattr(importlib.import_module(module), attr)
+        return command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(name, COMMANDS[name][2]) for name in self.list_commands(ctx)]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="datum")
+def cli() -> None:
+    """Datum converges hosts and control-plane resources to their desired state, and says where they stand."""
+
+
+def report_problem(problem: Problem, as_json: bool) -> int:
+    """Print ``problem`` in the contract's error shape (JSON) or readably; return the exit code."""
+    if as_json:
+        click.echo(json.dumps(problem.to_json(), indent=2))
+    else:
+        for finding in problem.findings:
+            click.echo(f"error: {finding.message}", err=True)
+            for f in finding.fields:
+                where = f.field or "(document)"
+                click.echo(f"  {where}: {f.message}", err=True)
+    return _EXIT_BY_CODE.get(problem.code, EXIT_SOFTWARE)
+
+
+def main(argv: list[str] | None = None) -> Any:
+    """Run the CLI and turn every error into the contract's shape and exit code."""
+    args = sys.argv[1:] if argv is None else argv
+    as_json = "--json" in args
+    try:
+        rc = cli.main(args=args, prog_name="datum", standalone_mode=False)
+    except Problem as problem:
+        sys.exit(report_problem(problem, as_json))
+    except click.exceptions.NoArgsIsHelpError as exc:
+        click.echo(exc.ctx.get_help() if exc.ctx else str(exc))
+        sys.exit(EXIT_USAGE)
+    except click.UsageError as exc:
+        hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx else ""
+        sys.exit(report_problem(Problem([Finding("USAGE", exc.format_message() + hint)]), as_json))
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(130)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.ClickException as exc:
+        sys.exit(report_problem(Problem([Finding("INVALID_INPUT", exc.format_message())]), as_json))
+    sys.exit(rc if isinstance(rc, int) else 0)

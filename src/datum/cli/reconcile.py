@@ -1,0 +1,85 @@
+"""``datum reconcile``, ``datum drift`` and ``datum reconcilers``."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from datum.cli.common import config_option, json_option, wire
+
+
+@click.command()
+@click.argument("name")
+@click.option("--passes", type=click.IntRange(min=1), default=1, show_default=True, help="How many passes to run.")
+@config_option
+@json_option
+def reconcile(name: str, passes: int, config: str | None, as_json: bool) -> None:
+    """Run PASSES passes of reconciler NAME now, one after the other."""
+    from datum.reconcile.runner import Runner
+
+    w = wire(config)
+    w.registry.entry(name)
+    runner = Runner(w.registry, w.settings, w.store)
+    ticks = [runner.tick(name) for _ in range(passes)]
+    if as_json:
+        click.echo(
+            json.dumps(
+                [
+                    {
+                        "pass": n,
+                        "outcome": t.outcome.value,
+                        **({"health": t.health.value} if t.health else {}),
+                        "drift": t.drift,
+                        "blocked": t.blocked,
+                        "reasons": t.reasons or {},
+                        **({"error": t.error} if t.error else {}),
+                    }
+                    for n, t in enumerate(ticks, 1)
+                ],
+                indent=2,
+            )
+        )
+        return
+    for n, t in enumerate(ticks, 1):
+        if t.health is None:
+            click.echo(f"pass {n}: {t.outcome.value}")
+            continue
+        reasons = ", ".join(f"{k} {v}" for k, v in sorted((t.reasons or {}).items()))
+        line = f"pass {n}: health {t.health.value}, drift {t.drift}, blocked {t.blocked}"
+        click.echo(line + (f" ({reasons})" if reasons else "") + (f"; error: {t.error}" if t.error else ""))
+
+
+@click.command()
+@click.argument("name")
+@config_option
+@json_option
+def drift(name: str, config: str | None, as_json: bool) -> None:
+    """Show reconciler NAME's drift report: which items diverged and why."""
+    from datum.cli import render
+    from datum.reconcile.report import drift_report
+    from datum.reconcile.runner import utcnow
+
+    w = wire(config)
+    report = drift_report(w.registry, w.settings, w.store, name, utcnow())
+    if as_json:
+        click.echo(json.dumps(report.dump(), indent=2))
+    else:
+        render.drift(report, render.console())
+
+
+@click.command()
+@config_option
+@json_option
+def reconcilers(config: str | None, as_json: bool) -> None:
+    """List the registered reconcilers with health, drift, blocked and stranded coverage rows."""
+    from datum.cli import render
+    from datum.reconcile.report import summaries
+    from datum.reconcile.runner import utcnow
+
+    w = wire(config)
+    rows = summaries(w.registry, w.settings, w.store, utcnow())
+    if as_json:
+        click.echo(json.dumps([r.dump() for r in rows], indent=2))
+    else:
+        render.summaries(rows, render.console())

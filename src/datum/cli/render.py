@@ -1,0 +1,111 @@
+"""Readable terminal output for reports: rich tables, imported only when a human is reading."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from datum.reconcile.report import DriftReport, ReconcilerSummary
+
+_HEALTH_STYLE = {"ok": "green", "degraded": "yellow", "failing": "bold red", "unknown": "dim"}
+_REASON_STYLE = {
+    "apply_failed": "bold red",
+    "backoff": "red",
+    "circuit_breaker": "magenta",
+    "suppressed_unconfigured": "yellow",
+    "blocked_on_owner": "cyan",
+    "acting": "green",
+    "awaiting_confirmation": "dim",
+}
+
+
+def console() -> Console:
+    from rich.console import Console
+
+    return Console(highlight=False)
+
+
+def _when(value: datetime | None) -> str:
+    return value.strftime("%Y-%m-%d %H:%M:%S UTC") if value else "never"
+
+
+def _age(seconds: float) -> str:
+    s = int(seconds)
+    if s >= 86400:
+        return f"{s // 86400}d{(s % 86400) // 3600}h"
+    if s >= 3600:
+        return f"{s // 3600}h{(s % 3600) // 60}m"
+    if s >= 60:
+        return f"{s // 60}m{s % 60}s"
+    return f"{s}s"
+
+
+def drift(report: DriftReport, out: Console) -> None:
+    """The drift report as a header, an item table and a coverage table."""
+    from rich.table import Table
+
+    style = _HEALTH_STYLE.get(report.health.value, "")
+    out.print(
+        f"[bold]{report.reconciler}[/]  health [{style}]{report.health.value}[/]  "
+        f"drift {report.drift}  blocked {report.blocked}  "
+        f"as of {_when(report.as_of)}  last ran {_when(report.last_ran_at)}"
+    )
+    if report.error:
+        out.print(f"[bold red]last pass could not complete:[/] {report.error}")
+    if not report.items_reported:
+        out.print("[dim]this reconciler does not report items: an empty list means nothing[/]")
+    elif report.items:
+        table = Table(title="diverged items", title_justify="left")
+        for col in ("direction", "id", "reason", "streak", "failures", "retry in", "last error", "desired", "actual"):
+            table.add_column(col, overflow="fold")
+        for i in report.items:
+            table.add_row(
+                i.direction.value,
+                i.id,
+                f"[{_REASON_STYLE.get(i.reason.value, '')}]{i.reason.value}[/]",
+                f"{i.streak}/{i.confirmations_needed}",
+                "" if i.failures is None else str(i.failures),
+                "" if i.retry_after_passes is None else f"{i.retry_after_passes} passes",
+                i.last_err or "",
+                i.desired or "",
+                i.actual or "",
+            )
+        out.print(table)
+    else:
+        out.print("no diverged items on the last executed pass" if report.last_ran_at else "no pass has executed yet")
+    if report.dropped:
+        out.print(f"[yellow]{report.dropped} more items past driftCap {report.drift_cap} not shown[/]")
+    if report.coverage_error:
+        out.print(f"[bold red]coverage query failed:[/] {report.coverage_error}")
+    elif report.coverage_reported:
+        table = Table(title="work-query coverage", title_justify="left")
+        for col in ("kind", "status", "count", "selected", "terminal", "owned by", "oldest", "stranded"):
+            table.add_column(col)
+        for c in report.coverage:
+            table.add_row(
+                c.kind,
+                c.status,
+                str(c.count),
+                "yes" if c.selected else "no",
+                "yes" if c.terminal else "no",
+                c.owned_by or "",
+                _age(c.oldest_age_seconds) if c.count else "",
+                "[bold red]STRANDED[/]" if c.stranded else "",
+                style="on dark_red" if c.stranded else None,
+            )
+        out.print(table)
+
+
+def summaries(rows: list[ReconcilerSummary], out: Console) -> None:
+    from rich.table import Table
+
+    table = Table()
+    for col in ("reconciler", "health", "drift", "blocked", "stranded", "last ran"):
+        table.add_column(col)
+    for r in rows:
+        style = _HEALTH_STYLE.get(r.health.value, "")
+        table.add_row(r.name, f"[{style}]{r.health.value}[/]", str(r.drift), str(r.blocked), str(r.stranded), _when(r.last_ran_at))
+    out.print(table)

@@ -1,0 +1,179 @@
+"""Datum's configuration: TOML from ``--config`` or ``DATUM_CONFIG``, defaults for everything.
+
+The base directory for the default store and bucket root is ``DATUM_HOME``,
+else ``/var/lib/datum`` for root and ``$XDG_STATE_HOME/datum`` for others.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from datetime import timedelta
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+
+from datum.core.breaker import Threshold
+from datum.core.converge import ConvergeConfig
+from datum.core.findings import FieldError, Finding, Problem, invalid
+from datum.core.memory import BackoffPolicy
+from datum.core.vocab import ConvergeMode, Direction
+from datum.validation import field_errors
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}
+
+
+def parse_duration(value: Any) -> timedelta:
+    """``"30s"``, ``"5m"``, ``"1h"``, ``"250ms"`` or a number of seconds."""
+    if isinstance(value, timedelta):
+        return value
+    if isinstance(value, bool):
+        raise ValueError("a duration such as '30s' or '5m'")
+    if isinstance(value, int | float):
+        seconds = float(value)
+    else:
+        match = _DURATION.match(str(value))
+        if not match:
+            raise ValueError("a duration such as '30s' or '5m'")
+        seconds = float(match.group(1)) * _UNITS[match.group(2)]
+    if seconds <= 0:
+        raise ValueError("a duration must be positive")
+    return timedelta(seconds=seconds)
+
+
+Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
+
+
+def default_home() -> Path:
+    """Where Datum keeps its state when the configuration does not say."""
+    if home := os.environ.get("DATUM_HOME"):
+        return Path(home).expanduser()
+    if os.geteuid() == 0:
+        return Path("/var/lib/datum")
+    state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(state) / "datum"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ThresholdSettings(_Strict):
+    """A breaker threshold given as a table: a count, a fraction of desired, or both."""
+
+    count: int | None = Field(default=None, ge=0)
+    fraction: float | None = Field(default=None, ge=0, le=1)
+
+
+def _threshold(value: Any) -> Any:
+    return {"count": value} if isinstance(value, int) and not isinstance(value, bool) else value
+
+
+Limit = Annotated[ThresholdSettings | None, BeforeValidator(_threshold)]
+
+
+class BreakerSettings(_Strict):
+    """Per-direction breaker thresholds; a bare number is a count."""
+
+    restore: Limit = ThresholdSettings(count=100)
+    reap: Limit = ThresholdSettings(count=10)
+    align: Limit = ThresholdSettings(count=100)
+
+
+class BackoffSettings(_Strict):
+    base_passes: int = Field(default=1, ge=1)
+    cap_passes: int = Field(default=64, ge=1)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> BackoffSettings:
+        if self.cap_passes < self.base_passes:
+            raise ValueError("cap_passes must be >= base_passes")
+        return self
+
+
+class ReconcilerSettings(_Strict):
+    """The settings every reconciler has. A reconciler may extend this with its own."""
+
+    interval: Duration = timedelta(seconds=30)
+    confirmation_ticks: int = Field(default=2, ge=1)
+    drift_cap: int = Field(default=500, ge=0)
+    breaker: BreakerSettings = BreakerSettings()
+    backoff: BackoffSettings = BackoffSettings()
+    mode: ConvergeMode = ConvergeMode.ENFORCE
+    no_reap: bool = False
+    enabled: bool = True
+    lock_ttl: Duration = timedelta(minutes=10)
+
+    def converge_config(self) -> ConvergeConfig:
+        """The pure core's view of these settings."""
+        breaker = {}
+        for direction in Direction:
+            t = getattr(self.breaker, direction.value)
+            if t is not None:
+                breaker[direction] = Threshold(count=t.count, fraction=t.fraction)
+        return ConvergeConfig(
+            confirmation_ticks=self.confirmation_ticks,
+            drift_cap=self.drift_cap,
+            breaker=breaker,
+            backoff=BackoffPolicy(self.backoff.base_passes, self.backoff.cap_passes),
+            mode=self.mode,
+            no_reap=self.no_reap,
+        )
+
+
+class Settings(_Strict):
+    """The whole configuration file."""
+
+    home: Path = Field(default_factory=default_home)
+    store: str | None = None
+    reconcilers: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    host: dict[str, Any] = Field(default_factory=dict)
+    server: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def store_url(self) -> str:
+        return self.store or f"sqlite:///{self.home / 'datum.db'}"
+
+    def reconciler(self, name: str, model: type[ReconcilerSettings]) -> ReconcilerSettings:
+        """One reconciler's section validated against its own settings model."""
+        raw = dict(self.reconcilers.get(name, {}))
+        try:
+            return model.model_validate({**_defaults_for(model, self), **raw})
+        except ValidationError as exc:
+            raise invalid(field_errors(exc, f"reconcilers.{name}"), "configuration is not valid") from exc
+
+
+def _defaults_for(model: type[ReconcilerSettings], settings: Settings) -> dict[str, Any]:
+    hook = getattr(model, "defaults", None)
+    return dict(hook(settings.home)) if callable(hook) else {}
+
+
+def config_path(path: str | os.PathLike[str] | None) -> Path | None:
+    """The configuration file to read: the flag, else ``DATUM_CONFIG``, else none."""
+    chosen = path or os.environ.get("DATUM_CONFIG")
+    return Path(chosen) if chosen else None
+
+
+def load_settings(path: str | os.PathLike[str] | None = None) -> Settings:
+    """Read and validate the configuration; every finding at once."""
+    file = config_path(path)
+    raw: dict[str, Any] = {}
+    if file is not None:
+        try:
+            raw = tomllib.loads(file.read_text(encoding="utf-8"))
+        except FileNotFoundError as exc:
+            raise Problem.one("INVALID_INPUT", f"configuration file {file} does not exist") from exc
+        except tomllib.TOMLDecodeError as exc:
+            raise Problem(
+                [Finding("INVALID_INPUT", f"configuration file {file} is not valid TOML: {exc}",
+                         fields=(FieldError("", str(exc)),))]
+            ) from exc
+        except OSError as exc:
+            raise Problem.one("INVALID_INPUT", f"cannot read {file}: {exc.strerror}") from exc
+    try:
+        return Settings.model_validate(raw)
+    except ValidationError as exc:
+        raise invalid(field_errors(exc), f"configuration file {file} is not valid") from exc

@@ -1,0 +1,1 @@
+"""The pure core: vocabulary, diffing, item memory, breaker, Converge and rollups. No I/O here."""

@@ -1,0 +1,79 @@
+"""Per-item memory across passes: confirmation streak, consecutive failures, backoff.
+
+Values are frozen; every transition returns a new value. Backoff is counted in
+passes, not seconds, so it is deterministic and unaffected by a late tick.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from datum.core.vocab import Direction
+
+
+@dataclass(frozen=True, slots=True)
+class BackoffPolicy:
+    """Exponential backoff in passes: ``base * 2**(failures-1)``, capped at ``cap``."""
+
+    base_passes: int = 1
+    cap_passes: int = 64
+
+    def __post_init__(self) -> None:
+        if self.base_passes < 1 or self.cap_passes < self.base_passes:
+            raise ValueError("backoff needs 1 <= base_passes <= cap_passes")
+
+    def window(self, failures: int) -> int:
+        """How many passes an item sits out after its ``failures``-th consecutive failure."""
+        if failures <= 0:
+            return 0
+        exponent = min(failures - 1, 62)
+        return int(min(self.cap_passes, self.base_passes * (2**exponent)))
+
+
+@dataclass(frozen=True, slots=True)
+class ItemMemory:
+    """What the framework remembers about one diverged item between passes."""
+
+    direction: Direction
+    streak: int = 1
+    failures: int = 0
+    last_err: str | None = None
+    retry_after_passes: int = 0
+
+    @staticmethod
+    def first(direction: Direction) -> ItemMemory:
+        """An item seen diverged for the first time."""
+        return ItemMemory(direction=direction)
+
+    def seen_again(self, direction: Direction) -> ItemMemory:
+        """The item is diverged on another executed pass.
+
+        Same direction: the streak grows. Another direction: a new problem, so
+        the streak and the failure history start over.
+        """
+        if direction is not self.direction:
+            return ItemMemory.first(direction)
+        return replace(self, streak=self.streak + 1)
+
+    @property
+    def in_backoff(self) -> bool:
+        """Whether the item must sit out this pass."""
+        return self.retry_after_passes > 0
+
+    def waited(self) -> ItemMemory:
+        """One executed pass of the backoff window has gone by."""
+        return replace(self, retry_after_passes=max(0, self.retry_after_passes - 1))
+
+    def failed(self, error: str, policy: BackoffPolicy) -> ItemMemory:
+        """An apply failed: count it and open the next backoff window."""
+        failures = self.failures + 1
+        return replace(
+            self,
+            failures=failures,
+            last_err=error,
+            retry_after_passes=policy.window(failures),
+        )
+
+    def succeeded(self) -> ItemMemory:
+        """An apply succeeded: failures and backoff are cleared."""
+        return replace(self, failures=0, last_err=None, retry_after_passes=0)

@@ -1,0 +1,189 @@
+"""The contract's vocabularies as enums, and the closed registry of drift reasons.
+
+Every string an operator reads in a report comes from here. A reconciler may
+only emit a reason that is registered in this module (see ``REASONS``).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class ResourceState(StrEnum):
+    """The state a host resource reached within one pass."""
+
+    PENDING = "pending"
+    APPLYING = "applying"
+    CONVERGED = "converged"
+    DRIFTED = "drifted"
+    FAILED = "failed"
+    BLOCKED = "blocked"
+    SKIPPED = "skipped"
+
+
+class Action(StrEnum):
+    """What the plan intends for a resource."""
+
+    NONE = "none"
+    CREATE = "create"
+    UPDATE = "update"
+    DELETE = "delete"
+    RESTART = "restart"
+
+    @property
+    def past(self) -> str:
+        """The past tense used in pass lines (``created``, ``updated``, ...)."""
+        return _PAST[self]
+
+
+_PAST = {
+    Action.NONE: "none",
+    Action.CREATE: "created",
+    Action.UPDATE: "updated",
+    Action.DELETE: "deleted",
+    Action.RESTART: "restarted",
+}
+
+
+class HostState(StrEnum):
+    """A host's state across passes."""
+
+    CONVERGED = "converged"
+    DRIFTED = "drifted"
+    FAILED = "failed"
+    DEGRADED = "degraded"
+    AWAITING_REBOOT = "awaiting-reboot"
+    UNKNOWN = "unknown"
+
+
+class Mode(StrEnum):
+    """Host reconciliation mode: host configuration, never desired state."""
+
+    ENFORCE = "enforce"
+    OBSERVE = "observe"
+
+
+class RebootPolicy(StrEnum):
+    """Whether and when a host may restart itself."""
+
+    NEVER = "never"
+    MANUAL = "manual"
+    MAINTENANCE = "maintenance"
+    AUTOMATIC = "automatic"
+
+
+class Direction(StrEnum):
+    """Which half of the set-diff produced an item."""
+
+    RESTORE = "restore"
+    REAP = "reap"
+    ALIGN = "align"
+
+
+class Health(StrEnum):
+    """A reconciler's health rollup."""
+
+    OK = "ok"
+    DEGRADED = "degraded"
+    FAILING = "failing"
+    UNKNOWN = "unknown"
+
+
+class ConvergeMode(StrEnum):
+    """How a reconciler acts on confirmed items."""
+
+    ENFORCE = "enforce"
+    DRY_RUN = "dry_run"
+    RESTORE = "restore"
+
+
+class Reason(StrEnum):
+    """Why an item did not converge on a pass: the closed registry.
+
+    The framework's reasons come first; the reconciler-specific ones follow.
+    Adding a reason means adding it here, with a line in ``DESCRIPTIONS``.
+    """
+
+    # framework
+    AWAITING_CONFIRMATION = "awaiting_confirmation"
+    BACKOFF = "backoff"
+    CIRCUIT_BREAKER = "circuit_breaker"
+    DRY_RUN = "dry_run"
+    SUPPRESSED_RESTORE_MODE = "suppressed_restore_mode"
+    SUPPRESSED_NO_REAP = "suppressed_no_reap"
+    SUPPRESSED_UNCONFIGURED = "suppressed_unconfigured"
+    APPLY_FAILED = "apply_failed"
+    BLOCKED_ON_OWNER = "blocked_on_owner"
+    ACTING = "acting"
+    # reconciler-specific
+    COOLDOWN = "cooldown"
+    PROCESS_SUSPENDED = "process_suspended"
+    REFRESH_STALLED = "refresh_stalled"
+    REBALANCE_STALLED = "rebalance_stalled"
+    LB_HEALTH_SUSPECT = "lb_health_suspect"
+    REPLACE_BUDGET = "replace_budget"
+    UNEXPECTED_STATE = "unexpected_state"
+    UNEXPECTED_KIND = "unexpected_kind"
+    UNEXPECTED_VALUE = "unexpected_value"
+    IMAGE_MODE = "image_mode"
+
+
+FRAMEWORK_REASONS: frozenset[Reason] = frozenset(
+    {
+        Reason.AWAITING_CONFIRMATION,
+        Reason.BACKOFF,
+        Reason.CIRCUIT_BREAKER,
+        Reason.DRY_RUN,
+        Reason.SUPPRESSED_RESTORE_MODE,
+        Reason.SUPPRESSED_NO_REAP,
+        Reason.SUPPRESSED_UNCONFIGURED,
+        Reason.APPLY_FAILED,
+        Reason.BLOCKED_ON_OWNER,
+        Reason.ACTING,
+    }
+)
+
+SPECIFIC_REASONS: frozenset[Reason] = frozenset(set(Reason) - FRAMEWORK_REASONS)
+
+REASONS: frozenset[str] = frozenset(r.value for r in Reason)
+
+DESCRIPTIONS: dict[Reason, str] = {
+    Reason.AWAITING_CONFIRMATION: "streak has not reached confirmationsNeeded yet",
+    Reason.BACKOFF: "a previous apply failed; waiting out an exponential window",
+    Reason.CIRCUIT_BREAKER: "too many candidates in this direction; acted on none",
+    Reason.DRY_RUN: "confirmed and would have been acted on; nothing committed",
+    Reason.SUPPRESSED_RESTORE_MODE: "reap not performed: the reconciler is in restore mode",
+    Reason.SUPPRESSED_NO_REAP: "reap not performed: reaping is switched off",
+    Reason.SUPPRESSED_UNCONFIGURED: "cannot act: a prerequisite is not configured",
+    Reason.APPLY_FAILED: "acted this pass and the apply errored",
+    Reason.BLOCKED_ON_OWNER: "waits on its owner; the platform has done all it can",
+    Reason.ACTING: "confirmed and applied successfully on this pass",
+    Reason.COOLDOWN: "waits out the group's cooldown",
+    Reason.PROCESS_SUSPENDED: "the process that would act is suspended",
+    Reason.REFRESH_STALLED: "an instance refresh cannot advance",
+    Reason.REBALANCE_STALLED: "a rebalance cannot move a member without exceeding maxSize",
+    Reason.LB_HEALTH_SUSPECT: "every member reads unhealthy from one vantage; replacement held",
+    Reason.REPLACE_BUDGET: "more members unhealthy than may be replaced at once",
+    Reason.UNEXPECTED_STATE: "read a state it does not know; reported instead of acted on",
+    Reason.UNEXPECTED_KIND: "read a kind it does not know; reported instead of acted on",
+    Reason.UNEXPECTED_VALUE: "read a value it does not know; reported instead of acted on",
+    Reason.IMAGE_MODE: "the node runs image mode; changes only with a new image",
+}
+
+# Reasons that put a reconciler's health at `degraded`.
+DEGRADING_REASONS: frozenset[Reason] = frozenset(
+    {
+        Reason.BACKOFF,
+        Reason.APPLY_FAILED,
+        Reason.CIRCUIT_BREAKER,
+        Reason.SUPPRESSED_UNCONFIGURED,
+    }
+)
+
+
+def registered(reason: str) -> Reason:
+    """Return the registered reason for ``reason``, or raise ``ValueError``."""
+    try:
+        return Reason(reason)
+    except ValueError:
+        raise ValueError(f"reason {reason!r} is not in the registry") from None

@@ -1,0 +1,1 @@
+"""The host agent: manifests, the pass executor, host state and reboots."""

@@ -1,0 +1,70 @@
+"""The pass report of one host: what each resource did and the state the host reached.
+
+The same model is printed by ``datum apply --json``, persisted in the store,
+posted by an agent to ``POST /v1/hosts/{host}/passes`` and served by
+``GET /v1/hosts/{host}``. Fields that do not apply are absent, never null.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from datum.core.vocab import Action, HostState, Mode, RebootPolicy, ResourceState
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(populate_by_name=True, extra="forbid")
+
+    def dump(self) -> dict[str, Any]:
+        """The JSON form: camelCase, absent fields absent."""
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+class ResourceReport(_Model):
+    """One resource on one pass."""
+
+    id: str = Field(description="The resource's identity, Type[name].", max_length=1000)
+    type: str = Field(max_length=100)
+    name: str = Field(max_length=900)
+    action: Action = Field(description="What the plan intended.")
+    state: ResourceState = Field(description="What the resource reached.")
+    changed: bool = False
+    reason: str | None = Field(default=None, description="Why it is failed, blocked, skipped or drifted.")
+    error: str | None = None
+    blocked_by: list[str] | None = Field(default=None, alias="blockedBy")
+    diff: str | None = Field(default=None, description="What differs (observe mode, plan).")
+    reboot_required: str | None = Field(
+        default=None, alias="rebootRequired", description="Why this change needs a reboot."
+    )
+    duration_seconds: float = Field(default=0.0, alias="durationSeconds", ge=0)
+
+
+class RebootStatus(_Model):
+    """A reboot the host needs: why, and what the policy makes of it."""
+
+    required: bool
+    reason: str | None = None
+    policy: RebootPolicy
+    boot_id: str | None = Field(default=None, alias="bootId", description="The boot the need was found in.")
+    action: str | None = Field(default=None, description="What the agent did or will do about it.")
+
+
+class PassReport(_Model):
+    """One completed pass of the host agent."""
+
+    host: str = Field(min_length=1, max_length=253)
+    mode: Mode
+    state: HostState
+    reason: str | None = None
+    started_at: datetime = Field(alias="startedAt")
+    finished_at: datetime = Field(alias="finishedAt")
+    duration_seconds: float = Field(alias="durationSeconds", ge=0)
+    boot_id: str | None = Field(default=None, alias="bootId")
+    manifest: str | None = None
+    exit_code: int = Field(alias="exitCode", ge=0, le=255)
+    counts: dict[ResourceState, int] = Field(default_factory=dict)
+    reboot: RebootStatus | None = None
+    resources: list[ResourceReport] = Field(default_factory=list)

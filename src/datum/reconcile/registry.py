@@ -1,0 +1,98 @@
+"""The registry of named reconcilers and the protocol a reconciler implements."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+from datum.config import ReconcilerSettings, Settings
+from datum.core.findings import FieldError, Finding, Problem
+
+if TYPE_CHECKING:
+    from datum.reconcile.context import PassContext
+    from datum.reconcile.coverage import CoverageSpec
+    from datum.store import Store
+
+
+class Reconciler(Protocol):
+    """What the runner needs of a reconciler.
+
+    ``items_reported``: whether it reports per-item drift (it calls
+    ``ctx.converge``); ``coverage``: its work-query coverage declarations, or
+    None when it does not report coverage.
+    """
+
+    name: str
+    items_reported: bool
+    coverage: Sequence[CoverageSpec] | None
+
+    def run(self, ctx: PassContext) -> None:
+        """One pass: read desired and actual state and converge them."""
+
+
+Factory = Callable[[ReconcilerSettings, "Store"], Reconciler]
+
+
+@dataclass(frozen=True)
+class Entry:
+    name: str
+    settings_model: type[ReconcilerSettings]
+    factory: Factory
+
+
+class Registry:
+    """Named reconcilers; the CLI and the server each wire one."""
+
+    def __init__(self) -> None:
+        self._entries: dict[str, Entry] = {}
+
+    def register(
+        self, name: str, factory: Factory, settings_model: type[ReconcilerSettings] = ReconcilerSettings
+    ) -> None:
+        if name in self._entries:
+            raise ValueError(f"reconciler {name!r} is registered twice")
+        self._entries[name] = Entry(name, settings_model, factory)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(sorted(self._entries))
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._entries
+
+    def entry(self, name: str) -> Entry:
+        try:
+            return self._entries[name]
+        except KeyError:
+            known = ", ".join(sorted(self._entries)) or "none"
+            raise Problem.one(
+                "NOT_FOUND", f"no reconciler named {name!r} (registered: {known})"
+            ) from None
+
+    def settings(self, settings: Settings, name: str) -> ReconcilerSettings:
+        """One reconciler's validated settings."""
+        return settings.reconciler(name, self.entry(name).settings_model)
+
+    def build(self, settings: Settings, name: str, store: Store) -> tuple[Reconciler, ReconcilerSettings]:
+        own = self.settings(settings, name)
+        return self._entries[name].factory(own, store), own
+
+    def validate(self, settings: Settings) -> None:
+        """Check every reconciler section of the configuration; report every finding at once."""
+        findings: list[Finding] = []
+        for name in settings.reconcilers:
+            if name not in self._entries:
+                findings.append(
+                    Finding(
+                        "INVALID_INPUT",
+                        f"configuration names reconciler {name!r}, which is not registered",
+                        fields=(FieldError(f"reconcilers.{name}", "no such reconciler"),),
+                    )
+                )
+                continue
+            try:
+                self.settings(settings, name)
+            except Problem as problem:
+                findings.extend(problem.findings)
+        if findings:
+            raise Problem(findings)

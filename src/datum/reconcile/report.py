@@ -1,0 +1,171 @@
+"""The drift report of contract section 5, and the list surface, as pydantic models.
+
+The same models serve ``datum drift --json`` and the HTTP API: fields that do
+not apply are absent, never null.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from datum.config import Settings
+from datum.core.vocab import Direction, Health, Reason
+from datum.reconcile.coverage import measure
+from datum.reconcile.registry import Registry
+from datum.store import Store
+from datum.store.runs import load_run
+
+
+class _Out(BaseModel):
+    model_config = ConfigDict(populate_by_name=True, frozen=True)
+
+    def dump(self) -> dict[str, Any]:
+        """The JSON form: camelCase, absent fields absent."""
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+class DriftItem(_Out):
+    """One diverged item and why it is not converging."""
+
+    kind: str
+    direction: Direction
+    id: str
+    streak: int
+    confirmations_needed: int = Field(alias="confirmationsNeeded")
+    reason: Reason
+    last_err: str | None = Field(default=None, alias="lastErr")
+    desired: str | None = None
+    actual: str | None = None
+    failures: int | None = None
+    retry_after_passes: int | None = Field(default=None, alias="retryAfterPasses")
+    retry_after: datetime | None = Field(default=None, alias="retryAfter")
+
+
+class CoverageEntry(_Out):
+    """How many desired-state rows sit in one status, and whether the work query selects it."""
+
+    kind: str
+    status: str
+    count: int
+    selected: bool
+    terminal: bool
+    owned_by: str | None = Field(default=None, alias="ownedBy")
+    oldest_age_seconds: float = Field(alias="oldestAgeSeconds")
+    stranded: bool
+
+
+class DriftReport(_Out):
+    """Per-reconciler drift-diff dump."""
+
+    reconciler: str
+    as_of: datetime | None = Field(default=None, alias="asOf")
+    last_ran_at: datetime | None = Field(default=None, alias="lastRanAt")
+    health: Health
+    error: str | None = None
+    drift: int
+    blocked: int
+    items_reported: bool = Field(alias="itemsReported")
+    items: list[DriftItem]
+    dropped: int
+    drift_cap: int = Field(alias="driftCap")
+    coverage_reported: bool = Field(alias="coverageReported")
+    coverage: list[CoverageEntry]
+    coverage_error: str | None = Field(default=None, alias="coverageError")
+
+
+class ReconcilerSummary(_Out):
+    """One reconciler on the list surface."""
+
+    name: str
+    health: Health
+    drift: int
+    blocked: int
+    as_of: datetime | None = Field(default=None, alias="asOf")
+    last_ran_at: datetime | None = Field(default=None, alias="lastRanAt")
+    items_reported: bool = Field(alias="itemsReported")
+    coverage_reported: bool = Field(alias="coverageReported")
+    stranded: int
+    error: str | None = None
+
+
+def _retry_after(passes: int | None, anchor: datetime | None, interval: timedelta | None) -> datetime | None:
+    if passes is None or anchor is None or interval is None:
+        return None
+    return anchor + passes * interval
+
+
+def drift_report(
+    registry: Registry, settings: Settings, store: Store, name: str, now: datetime
+) -> DriftReport:
+    """Assemble the drift report of ``name`` from the stored last pass and a live coverage query."""
+    reconciler, own = registry.build(settings, name, store)
+    with store.connect() as conn:
+        run = load_run(conn, name)
+    run = run or {}
+    as_of = run.get("as_of")
+    executed = bool(run.get("last_ran_at"))
+    items = []
+    for raw in run.get("items") or []:
+        retry = _retry_after(raw.get("retry_after_passes"), as_of, own.interval)
+        items.append(DriftItem.model_validate({**raw, "retry_after": retry}))
+    coverage: list[CoverageEntry] = []
+    coverage_error = None
+    specs = reconciler.coverage
+    if specs is not None:
+        try:
+            coverage = [
+                CoverageEntry(
+                    kind=row.kind,
+                    status=row.status,
+                    count=row.count,
+                    selected=row.selected,
+                    terminal=row.terminal,
+                    owned_by=row.owned_by,
+                    oldest_age_seconds=round(row.oldest_age_seconds, 3),
+                    stranded=row.stranded,
+                )
+                for row in measure(store, specs, now)
+            ]
+        except Exception as exc:  # noqa: BLE001 - best effort, surfaced as coverageError
+            coverage_error = f"{type(exc).__name__}: {exc}".splitlines()[0]
+    return DriftReport(
+        reconciler=name,
+        as_of=as_of,
+        last_ran_at=run.get("last_ran_at"),
+        health=Health(run["health"]) if executed else Health.UNKNOWN,
+        error=run.get("error"),
+        drift=run.get("drift", 0) if executed else 0,
+        blocked=run.get("blocked", 0) if executed else 0,
+        items_reported=reconciler.items_reported,
+        items=items,
+        dropped=run.get("dropped", 0) if executed else 0,
+        drift_cap=own.drift_cap,
+        coverage_reported=specs is not None,
+        coverage=coverage,
+        coverage_error=coverage_error,
+    )
+
+
+def summaries(registry: Registry, settings: Settings, store: Store, now: datetime) -> list[ReconcilerSummary]:
+    """The list surface: one line per registered reconciler."""
+    out = []
+    for name in registry:
+        r = drift_report(registry, settings, store, name, now)
+        out.append(
+            ReconcilerSummary(
+                name=name,
+                health=r.health,
+                drift=r.drift,
+                blocked=r.blocked,
+                as_of=r.as_of,
+                last_ran_at=r.last_ran_at,
+                items_reported=r.items_reported,
+                coverage_reported=r.coverage_reported,
+                stranded=sum(1 for c in r.coverage if c.stranded),
+                error=r.error,
+            )
+        )
+    return out

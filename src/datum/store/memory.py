@@ -1,0 +1,53 @@
+"""Loading and saving per-item memory: rows exist only for items that diverged."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from datum.core.memory import ItemMemory
+from datum.core.vocab import Direction
+from datum.store.schema import item_memory as t
+
+
+def load_memory(conn: Connection, reconciler: str, kind: str) -> dict[str, ItemMemory]:
+    """The memory the last executed pass left for one reconciler's kind."""
+    rows = conn.execute(
+        sa.select(t).where(t.c.reconciler == reconciler, t.c.kind == kind)
+    ).mappings()
+    return {
+        r["item_id"]: ItemMemory(
+            direction=Direction(r["direction"]),
+            streak=r["streak"],
+            failures=r["failures"],
+            last_err=r["last_err"],
+            retry_after_passes=r["retry_after_passes"],
+        )
+        for r in rows
+    }
+
+
+def save_memory(
+    conn: Connection, reconciler: str, kind: str, memory: Mapping[str, ItemMemory]
+) -> None:
+    """Replace one kind's memory with ``memory``: converged items are forgotten."""
+    conn.execute(sa.delete(t).where(t.c.reconciler == reconciler, t.c.kind == kind))
+    if memory:
+        conn.execute(
+            sa.insert(t),
+            [
+                {
+                    "reconciler": reconciler,
+                    "kind": kind,
+                    "item_id": key,
+                    "direction": m.direction.value,
+                    "streak": m.streak,
+                    "failures": m.failures,
+                    "last_err": m.last_err,
+                    "retry_after_passes": m.retry_after_passes,
+                }
+                for key, m in memory.items()
+            ],
+        )

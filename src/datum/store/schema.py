@@ -1,0 +1,52 @@
+"""The framework's own tables: item memory, reconciler run state and pass locks."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+from datum.store.types import UTCDateTime
+
+metadata = sa.MetaData()
+
+# Per-item memory of the last executed pass: only diverged items have a row.
+item_memory = sa.Table(
+    "item_memory",
+    metadata,
+    sa.Column("reconciler", sa.String(100), primary_key=True),
+    sa.Column("kind", sa.String(100), primary_key=True),
+    sa.Column("item_id", sa.String(500), primary_key=True),
+    sa.Column("direction", sa.String(16), nullable=False),
+    sa.Column("streak", sa.Integer, nullable=False),
+    sa.Column("failures", sa.Integer, nullable=False, default=0),
+    sa.Column("last_err", sa.Text),
+    sa.Column("retry_after_passes", sa.Integer, nullable=False, default=0),
+)
+
+# One row per reconciler: its latest tick, its last executed pass and what that pass found.
+reconciler_runs = sa.Table(
+    "reconciler_runs",
+    metadata,
+    sa.Column("reconciler", sa.String(100), primary_key=True),
+    sa.Column("as_of", UTCDateTime, nullable=False),
+    sa.Column("last_ran_at", UTCDateTime),
+    sa.Column("completed", sa.Boolean, nullable=False, default=False),
+    sa.Column("error", sa.Text),
+    sa.Column("health", sa.String(16), nullable=False),
+    sa.Column("drift", sa.Integer, nullable=False, default=0),
+    sa.Column("blocked", sa.Integer, nullable=False, default=0),
+    sa.Column("dropped", sa.Integer, nullable=False, default=0),
+    sa.Column("reasons", sa.JSON, nullable=False, default=dict),
+    sa.Column("items", sa.JSON, nullable=False, default=list),
+    sa.Column("duration_seconds", sa.Float),
+    sa.Column("executed_passes", sa.Integer, nullable=False, default=0),
+    sa.Column("skipped_passes", sa.Integer, nullable=False, default=0),
+)
+
+# Leases that keep one pass of a reconciler (or one host pass) running at a time.
+locks = sa.Table(
+    "locks",
+    metadata,
+    sa.Column("name", sa.String(200), primary_key=True),
+    sa.Column("holder", sa.String(200)),
+    sa.Column("expires_at", UTCDateTime),
+)
