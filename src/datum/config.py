@@ -13,7 +13,15 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from datum.core.breaker import Threshold
 from datum.core.converge import ConvergeConfig
@@ -124,6 +132,42 @@ class ReconcilerSettings(_Strict):
         )
 
 
+class ServerSettings(_Strict):
+    """The ``[server]`` section: where ``datum serve`` listens and who may do what.
+
+    ``tokens`` maps a principal to the SHA-256 hashes (``sha256:<hex>``) of its
+    bearer tokens; ``datum token create`` stores hashes in the store instead.
+    ``policy`` replaces the shipped Cedar policy file.
+    """
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=8080, ge=0, le=65535)
+    policy: Path | None = None
+    tokens: dict[str, list[str]] = Field(default_factory=dict)
+    scheduler: bool = True
+    refresh: Duration = timedelta(seconds=10)
+    access_log: bool = True
+
+    @field_validator("tokens", mode="before")
+    @classmethod
+    def _one_or_many(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: [v] if isinstance(v, str) else v for k, v in value.items()}
+        return value
+
+    @field_validator("tokens")
+    @classmethod
+    def _hashes(cls, value: dict[str, list[str]]) -> dict[str, list[str]]:
+        for hashes in value.values():
+            for h in hashes:
+                if not _TOKEN_HASH.match(h):
+                    raise ValueError("token hashes are 'sha256:' and 64 hex digits")
+        return value
+
+
+_TOKEN_HASH = re.compile(r"^sha256:[0-9a-f]{64}$")
+
+
 class Settings(_Strict):
     """The whole configuration file."""
 
@@ -131,7 +175,7 @@ class Settings(_Strict):
     store: str | None = None
     reconcilers: dict[str, dict[str, Any]] = Field(default_factory=dict)
     host: dict[str, Any] = Field(default_factory=dict)
-    server: dict[str, Any] = Field(default_factory=dict)
+    server: ServerSettings = ServerSettings()
 
     @property
     def store_url(self) -> str:

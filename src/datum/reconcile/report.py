@@ -149,23 +149,22 @@ def drift_report(
     )
 
 
+def summary(report: DriftReport) -> ReconcilerSummary:
+    """One reconciler's line on the list surface, from its drift report."""
+    return ReconcilerSummary(
+        name=report.reconciler,
+        health=report.health,
+        drift=report.drift,
+        blocked=report.blocked,
+        as_of=report.as_of,
+        last_ran_at=report.last_ran_at,
+        items_reported=report.items_reported,
+        coverage_reported=report.coverage_reported,
+        stranded=sum(1 for c in report.coverage if c.stranded),
+        error=report.error,
+    )
+
+
 def summaries(registry: Registry, settings: Settings, store: Store, now: datetime) -> list[ReconcilerSummary]:
     """The list surface: one line per registered reconciler."""
-    out = []
-    for name in registry:
-        r = drift_report(registry, settings, store, name, now)
-        out.append(
-            ReconcilerSummary(
-                name=name,
-                health=r.health,
-                drift=r.drift,
-                blocked=r.blocked,
-                as_of=r.as_of,
-                last_ran_at=r.last_ran_at,
-                items_reported=r.items_reported,
-                coverage_reported=r.coverage_reported,
-                stranded=sum(1 for c in r.coverage if c.stranded),
-                error=r.error,
-            )
-        )
-    return out
+    return [summary(drift_report(registry, settings, store, name, now)) for name in registry]

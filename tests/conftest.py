@@ -1,0 +1,57 @@
+"""Shared fixtures: real stores (SQLite in a temporary directory, PostgreSQL on 127.0.0.1)."""
+
+from __future__ import annotations
+
+import os
+import uuid
+
+import pytest
+import sqlalchemy as sa
+
+PG_ADMIN_URL = os.environ.get("DATUM_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
+
+
+@pytest.fixture(autouse=True)
+def _isolated_home(tmp_path, monkeypatch):
+    """No test reads the machine's configuration or writes to its state directory."""
+    monkeypatch.setenv("DATUM_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("DATUM_CONFIG", raising=False)
+
+
+def _pg_database():
+    """A fresh PostgreSQL database; dropped afterwards."""
+    name = f"datum_test_{uuid.uuid4().hex[:12]}"
+    admin = sa.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    url = sa.engine.make_url(PG_ADMIN_URL).set(database=name)
+    try:
+        yield url.render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as conn:
+            conn.execute(
+                sa.text(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = :n"
+                ),
+                {"n": name},
+            )
+            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}"'))
+        admin.dispose()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def store_url(request, tmp_path):
+    """The URL of an empty store, once on SQLite and once on PostgreSQL."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'datum.db'}"
+    else:
+        yield from _pg_database()
+
+
+@pytest.fixture
+def store(store_url):
+    from datum.store import open_store
+
+    s = open_store(store_url)
+    yield s
+    s.dispose()
