@@ -204,3 +204,23 @@ def test_the_installed_command_runs(tmp_path):
     assert body["itemsReported"] is True and body["coverageReported"] is True
     bad = subprocess.run([str(exe), "frobnicate"], env=env, capture_output=True, text=True, timeout=60)
     assert bad.returncode == 64 and "frobnicate" in bad.stderr
+
+
+def test_a_work_query_that_forgets_a_status_strands_rows_and_coverage_says_so(capsys, env, tmp_path):
+    """The seed's failure: delete_blocked missing from the work query. Drift stays 0; coverage sees it."""
+    root, cfg = env
+    datum(capsys, "bucket", "create", "logs", "--config", cfg)
+    datum(capsys, "reconcile", "buckets", "--passes", "2", "--config", cfg)
+    (root / "logs" / "a.log").write_text("x")
+    datum(capsys, "bucket", "delete", "logs", "--config", cfg)
+    datum(capsys, "reconcile", "buckets", "--passes", "2", "--config", cfg)
+    forgetful = tmp_path / "forgetful.toml"
+    forgetful.write_text(
+        Path(cfg).read_text() + 'work_query = ["creating", "active", "deleting"]\n'
+    )
+    datum(capsys, "reconcile", "buckets", "--passes", "3", "--config", str(forgetful))
+    r = drift(capsys, str(forgetful))
+    assert (r["drift"], r["blocked"], r["items"]) == (0, 0, [])
+    stranded = [c for c in r["coverage"] if c["stranded"]]
+    assert [(c["status"], c["count"]) for c in stranded] == [("delete_blocked", 1)]
+    assert (root / "logs" / "a.log").exists()  # a known bucket is never reaped as a stray

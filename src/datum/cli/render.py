@@ -25,7 +25,10 @@ _REASON_STYLE = {
 def console() -> Console:
     from rich.console import Console
 
-    return Console(highlight=False)
+    import sys
+
+    # Off a terminal (a pipe, CI) rich would wrap at 80 columns; tables need more.
+    return Console(highlight=False, width=None if sys.stdout.isatty() else 160)
 
 
 def _when(value: datetime | None) -> str:
@@ -58,21 +61,28 @@ def drift(report: DriftReport, out: Console) -> None:
     if not report.items_reported:
         out.print("[dim]this reconciler does not report items: an empty list means nothing[/]")
     elif report.items:
-        table = Table(title="diverged items", title_justify="left")
-        for col in ("direction", "id", "reason", "streak", "failures", "retry in", "last error", "desired", "actual"):
-            table.add_column(col, overflow="fold")
-        for i in report.items:
-            table.add_row(
+        columns = ("direction", "id", "reason", "streak", "failures", "retry in", "last error", "desired", "actual")
+        rows = [
+            (
                 i.direction.value,
                 i.id,
                 f"[{_REASON_STYLE.get(i.reason.value, '')}]{i.reason.value}[/]",
                 f"{i.streak}/{i.confirmations_needed}",
                 "" if i.failures is None else str(i.failures),
-                "" if i.retry_after_passes is None else f"{i.retry_after_passes} passes",
+                "" if i.retry_after_passes is None else f"{i.retry_after_passes} pass{'' if i.retry_after_passes == 1 else 'es'}",
                 i.last_err or "",
                 i.desired or "",
                 i.actual or "",
             )
+            for i in report.items
+        ]
+        # Show only the columns some item has something to say in.
+        keep = [n for n in range(len(columns)) if n < 4 or any(row[n] for row in rows)]
+        table = Table(title="diverged items", title_justify="left")
+        for n in keep:
+            table.add_column(columns[n], overflow="fold")
+        for row in rows:
+            table.add_row(*(row[n] for n in keep))
         out.print(table)
     else:
         out.print("no diverged items on the last executed pass" if report.last_ran_at else "no pass has executed yet")

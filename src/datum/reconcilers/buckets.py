@@ -16,7 +16,7 @@ import shutil
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import sqlalchemy as sa
 
@@ -52,19 +52,18 @@ buckets = sa.Table(
     sa.Column("updated_at", UTCDateTime, nullable=False),
 )
 
-COVERAGE = CoverageDecl(
-    kind=KIND,
-    selected=frozenset(WORK_QUERY),
-    terminal=frozenset({DELETED}),
-)
-
 _SAFE_NAME = re.compile(r"^[a-z0-9](?:[a-z0-9-]{1,61})[a-z0-9]$")
 
 
 class BucketSettings(ReconcilerSettings):
-    """The ``[reconcilers.buckets]`` section: the common settings plus the bucket root."""
+    """The ``[reconcilers.buckets]`` section: the common settings, the bucket root and the work query.
+
+    ``work_query`` exists so the failure the coverage report was made for can
+    be reproduced: leave ``delete_blocked`` out and those rows are stranded.
+    """
 
     root: Path
+    work_query: tuple[Literal["creating", "active", "deleting", "delete_blocked", "deleted"], ...] = WORK_QUERY
 
     @staticmethod
     def defaults(home: Path) -> dict[str, Any]:
@@ -194,7 +193,13 @@ class BucketsReconciler:
         self.settings = settings
         self.store = store
         self.root = Path(settings.root)
-        self.coverage = [CoverageSpec(COVERAGE, buckets)]
+        self.work_query = tuple(settings.work_query)
+        decl = CoverageDecl(
+            kind=KIND,
+            selected=frozenset(self.work_query),
+            terminal=frozenset({DELETED}) - frozenset(self.work_query),
+        )
+        self.coverage = [CoverageSpec(decl, buckets)]
         store.ensure(metadata)
 
     def run(self, ctx: PassContext) -> None:
@@ -204,10 +209,20 @@ class BucketsReconciler:
             desired = {
                 r["name"]: dict(r)
                 for r in conn.execute(
-                    sa.select(buckets).where(buckets.c.status.in_(WORK_QUERY))
+                    sa.select(buckets).where(buckets.c.status.in_(self.work_query))
                 ).mappings()
             }
-        actual = observe(self.root)
+            # A directory whose row sits in a status this work query does not
+            # select belongs to a known bucket, not a stray: never reap it.
+            # Coverage is what reports such rows as stranded.
+            unselected = set(
+                conn.execute(
+                    sa.select(buckets.c.name).where(
+                        buckets.c.status.not_in(self.work_query), buckets.c.status != DELETED
+                    )
+                ).scalars()
+            )
+        actual = {k: v for k, v in observe(self.root).items() if k not in unselected}
         ctx.converge(
             KIND,
             desired,
