@@ -137,7 +137,9 @@ class ServerSettings(_Strict):
 
     ``tokens`` maps a principal to the SHA-256 hashes (``sha256:<hex>``) of its
     bearer tokens; ``datum token create`` stores hashes in the store instead.
-    ``policy`` replaces the shipped Cedar policy file.
+    ``policy`` replaces the shipped Cedar policy file. ``refresh`` is how
+    often the page reloads its data; ``report_ttl`` how long the server reuses
+    a computed drift report.
     """
 
     host: str = "127.0.0.1"
@@ -146,6 +148,7 @@ class ServerSettings(_Strict):
     tokens: dict[str, list[str]] = Field(default_factory=dict)
     scheduler: bool = True
     refresh: Duration = timedelta(seconds=10)
+    report_ttl: Duration = timedelta(seconds=1)
     access_log: bool = True
 
     @field_validator("tokens", mode="before")

@@ -21,6 +21,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "drift": ("datum.cli.reconcile", "drift", "Show a reconciler's drift report."),
     "reconcilers": ("datum.cli.reconcile", "reconcilers", "List the reconcilers and their health."),
     "bucket": ("datum.cli.buckets", "bucket", "Desired state of the buckets example reconciler."),
+    "serve": ("datum.cli.serve", "serve", "Serve the HTTP API and the web page, ticking the reconcilers."),
+    "token": ("datum.cli.token", "token", "Mint bearer tokens for the HTTP API."),
 }
 
 EXIT_USAGE = 64

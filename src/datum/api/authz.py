@@ -1,0 +1,120 @@
+"""Cedar authorization: the actions of the contract, decided by ``cedarpy``, deny by default.
+
+The policies, the schema and the (static) entities are parsed once into
+cedarpy's handles and reused for every decision. Entities are parsed *with*
+the schema, which is what makes action groups (``action in Action::"read"``)
+work. A decision other than ``Allow`` (``Deny``, or ``NoDecision`` when the
+request does not fit the schema) is a deny. Decisions depend only on
+(principal, action, resource) here, so they are memoised.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from importlib import resources
+from pathlib import Path
+
+import cedarpy
+
+from datum.core.findings import FieldError, Finding, Problem
+
+
+class Action(StrEnum):
+    """The Cedar actions a request can need."""
+
+    READ_SUBSTRATE = "observability:ReadSubstrate"
+    READ_HOST = "fleet:ReadHost"
+    REPORT_PASS = "fleet:ReportPass"
+    BUCKETS_READ = "buckets:Read"
+    BUCKETS_WRITE = "buckets:Write"
+
+
+Resource = tuple[str, str]
+SERVER: Resource = ("Server", "datum")
+
+
+def reconciler(name: str) -> Resource:
+    return ("Reconciler", name)
+
+
+def host(name: str) -> Resource:
+    return ("Host", name)
+
+
+def bucket(name: str) -> Resource:
+    return ("Bucket", name)
+
+
+def shipped(name: str) -> str:
+    """A file shipped in ``datum/api/policies``."""
+    return resources.files("datum.api").joinpath("policies", name).read_text(encoding="utf-8")
+
+
+def shipped_schema() -> str:
+    return shipped("datum.cedarschema")
+
+
+def shipped_policies() -> str:
+    return shipped("default.cedar")
+
+
+def check_policies(policies: str, schema: cedarpy.Schema, origin: str) -> None:
+    """Refuse policies that do not parse or do not validate against the schema; every error at once."""
+    try:
+        result = cedarpy.validate_policies(policies, schema)
+    except ValueError as exc:
+        raise Problem.one("INVALID_INPUT", f"Cedar policies in {origin} do not parse: {exc}") from exc
+    if not result.validation_passed:
+        raise Problem(
+            [
+                Finding(
+                    "INVALID_INPUT",
+                    f"Cedar policies in {origin} do not validate against Datum's schema",
+                    fields=tuple(FieldError(e.policy_id, e.error) for e in result.errors),
+                )
+            ]
+        )
+
+
+class Authorizer:
+    """Decides whether a principal may take an action on a resource."""
+
+    def __init__(self, policies: str, schema: str, origin: str = "the policy file") -> None:
+        self.schema = cedarpy.Schema.from_str(schema)
+        check_policies(policies, self.schema, origin)
+        self.policies = cedarpy.PolicySet.from_str(policies)
+        self.entities = cedarpy.Entities.from_json_str("[]", self.schema)
+        self._memo: dict[tuple[str, str, str, str], bool] = {}
+
+    @classmethod
+    def from_settings(cls, policy: Path | None) -> Authorizer:
+        """The shipped schema with the configured policy file, else the shipped default policies."""
+        if policy is None:
+            return cls(shipped_policies(), shipped_schema(), "the shipped default policies")
+        try:
+            text = Path(policy).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise Problem.one("INVALID_INPUT", f"cannot read the policy file {policy}: {exc.strerror}") from exc
+        return cls(text, shipped_schema(), str(policy))
+
+    def allowed(self, principal: str, action: Action, resource: Resource) -> bool:
+        key = (principal, action.value, *resource)
+        known = self._memo.get(key)
+        if known is not None:
+            return known
+        result = cedarpy.is_authorized(
+            {
+                "principal": {"type": "Principal", "id": principal},
+                "action": {"type": "Action", "id": action.value},
+                "resource": {"type": resource[0], "id": resource[1]},
+                "context": {},
+            },
+            self.policies,
+            self.entities,
+            self.schema,
+        )
+        decision = result.decision == cedarpy.Decision.Allow
+        if len(self._memo) > 10_000:  # resource ids come from requests: keep the memo bounded
+            self._memo.clear()
+        self._memo[key] = decision
+        return decision

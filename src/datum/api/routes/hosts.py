@@ -1,0 +1,83 @@
+"""``/v1/hosts``: every host's persisted state, one host's last pass, and agents reporting passes."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Body, Depends, Path, Request
+
+from datum.api.authz import Action
+from datum.api.errors import error_responses
+from datum.api.models import HostDetail, HostStatus, host_status
+from datum.api.security import needs, path_resource
+from datum.api.state import state_of
+from datum.core.findings import FieldError, Problem, invalid
+from datum.host.report import PassReport
+from datum.store.hosts import get_host, list_hosts, record_pass
+
+router = APIRouter(prefix="/v1/hosts", tags=["fleet"])
+
+HostParam = Path(description="The host's name, as its agent reports it.", min_length=1, max_length=253)
+_OUT = {"response_model_by_alias": True, "response_model_exclude_none": True}
+
+
+@router.get(
+    "",
+    response_model=list[HostStatus],
+    summary="Every host the store knows, with its state and the resources behind it.",
+    description="Cedar action `fleet:ReadHost` on `Server::\"datum\"`.",
+    responses=error_responses(401, 403, 503),
+    **_OUT,
+)
+def hosts(request: Request, _p: str = Depends(needs(Action.READ_HOST))) -> list[HostStatus]:
+    _registry, store = state_of(request).wired()
+    return [host_status(row) for row in list_hosts(store)]
+
+
+@router.get(
+    "/{host}",
+    response_model=HostDetail,
+    summary="One host's state, reason and last pass report.",
+    description="Cedar action `fleet:ReadHost` on `Host::\"{host}\"`. 404 for a host the store never heard of.",
+    responses=error_responses(401, 403, 404, 422, 503),
+    **_OUT,
+)
+def host(
+    request: Request,
+    host: str = HostParam,
+    _p: str = Depends(needs(Action.READ_HOST, path_resource("Host", "host"))),
+) -> HostStatus:
+    _registry, store = state_of(request).wired()
+    row = get_host(store, host)
+    if row is None:
+        raise Problem.one("NOT_FOUND", f"no host named {host!r} has reported a pass")
+    return host_status(row, detail=True)
+
+
+@router.post(
+    "/{host}/passes",
+    status_code=201,
+    response_model=HostStatus,
+    summary="An agent reports a completed pass (datum apply --report-to URL).",
+    description=(
+        "Cedar action `fleet:ReportPass` on `Host::\"{host}\"`. The body is the pass report of "
+        "`datum apply --json`; its `host` must be the host of the path. Stored as the host's latest pass."
+    ),
+    responses=error_responses(401, 403, 422, 503),
+    **_OUT,
+)
+def report_pass(
+    request: Request,
+    report: PassReport = Body(),
+    host: str = HostParam,
+    _p: str = Depends(needs(Action.REPORT_PASS, path_resource("Host", "host"))),
+) -> HostStatus:
+    _registry, store = state_of(request).wired()
+    if report.host != host:
+        raise invalid(
+            [FieldError("host", f"the report is for host {report.host!r}, the path names {host!r}")],
+            "a pass can only be reported for the host it ran on",
+        )
+    record_pass(store, host, report.dump())
+    row = get_host(store, host)
+    if row is None:  # pragma: no cover - just written
+        raise Problem.one("INTERNAL", "the pass was not stored")
+    return host_status(row)

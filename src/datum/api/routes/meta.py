@@ -1,0 +1,48 @@
+"""Probes and metrics: ``/healthz`` (the process lives), ``/readyz`` (it can serve), ``/metrics``."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from fastapi import APIRouter, Depends, Request, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from datum.api.authz import Action
+from datum.api.errors import error_responses
+from datum.api.models import Status
+from datum.api.security import needs
+from datum.api.state import state_of
+from datum.core.findings import Problem
+
+router = APIRouter(tags=["meta"])
+
+
+@router.get("/healthz", response_model=Status, summary="The process is alive. No token needed.")
+async def healthz() -> Status:
+    return Status(status="ok")
+
+
+@router.get(
+    "/readyz",
+    response_model=Status,
+    summary="The registry is wired and the store answers. No token needed.",
+    responses=error_responses(503),
+)
+def readyz(request: Request) -> Status:
+    _registry, store = state_of(request).wired()
+    try:
+        with store.connect() as conn:
+            conn.execute(sa.text("SELECT 1"))
+    except sa.exc.SQLAlchemyError as exc:
+        raise Problem.one("UNAVAILABLE", "the store does not answer") from exc
+    return Status(status="ready")
+
+
+@router.get(
+    "/metrics",
+    response_class=Response,
+    summary="Prometheus metrics, read from the store at scrape time.",
+    description="Cedar action `observability:ReadSubstrate` on `Server::\"datum\"`.",
+    responses={200: {"content": {CONTENT_TYPE_LATEST: {}}, "description": "Prometheus text format."}, **error_responses(401, 403)},
+)
+def metrics(request: Request, _p: str = Depends(needs(Action.READ_SUBSTRATE))) -> Response:
+    return Response(generate_latest(request.app.state.metrics), media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,77 @@
+"""Authenticating a request's bearer token and authorizing its action: 401, then 403.
+
+Routes declare what they need with ``Depends(needs(action, resource))``; the
+resource may depend on the path (``Reconciler::"buckets"``, ``Host::"web1"``).
+The token itself is never logged and never echoed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from datum.api.authz import SERVER, Action, Resource
+from datum.api.state import state_of
+from datum.core.findings import Problem
+
+bearer = HTTPBearer(auto_error=False, description="A token from `datum token create --principal NAME`.")
+
+ResourceOf = Callable[[Request], Resource]
+
+
+def _server(_request: Request) -> Resource:
+    return SERVER
+
+
+def path_resource(kind: str, param: str) -> ResourceOf:
+    """The resource ``kind::"<path parameter param>"``."""
+
+    def resource(request: Request) -> Resource:
+        return (kind, str(request.path_params.get(param, "")))
+
+    return resource
+
+
+def principal_of(request: Request, credentials: HTTPAuthorizationCredentials | None) -> str:
+    """The principal behind the request's bearer token, or ``401 UNAUTHENTICATED``."""
+    if credentials is None or credentials.scheme.lower() != "bearer":
+        raise Problem.one("UNAUTHENTICATED", "this request needs an 'Authorization: Bearer <token>' header")
+    principal = state_of(request).tokens.principal(credentials.credentials)
+    if principal is None:
+        raise Problem.one("UNAUTHENTICATED", "the bearer token is not known to this server")
+    request.state.principal = principal
+    return principal
+
+
+def decide(request: Request, principal: str, action: Action, resource: Resource) -> None:
+    """``403 FORBIDDEN`` naming ``action`` unless the policies permit it."""
+    if not state_of(request).authorizer.allowed(principal, action, resource):
+        raise Problem.one(
+            "FORBIDDEN",
+            f"principal {principal!r} may not {action.value} on {resource[0]}::{resource[1]!r}",
+            action=action.value,
+        )
+
+
+def needs(action: Action, resource: ResourceOf = _server) -> Callable[..., str]:
+    """A dependency that authenticates the request and authorizes ``action``; returns the principal.
+
+    It is ``async`` so a cached read never pays a thread hop: the decision is
+    memoised and a known token is an in-memory lookup.
+    """
+
+    async def dependency(
+        request: Request, credentials: HTTPAuthorizationCredentials | None = Depends(bearer)
+    ) -> str:
+        principal = principal_of(request, credentials)
+        decide(request, principal, action, resource(request))
+        return principal
+
+    return dependency
+
+
+def may(request: Request, principal: str, action: Action, resource: Resource = SERVER) -> bool:
+    """Whether ``principal`` may take ``action``: for parts of a page, which leave out what is refused."""
+    return state_of(request).authorizer.allowed(principal, action, resource)

@@ -1,0 +1,57 @@
+"""Running the app: uvicorn on the configured address, with the scheduler ticking the reconcilers.
+
+Startup order makes ``503 UNAVAILABLE`` real: the socket is open and
+``/healthz`` answers before the registry is wired; the registry and the store
+are wired, then the scheduler starts, once uvicorn has started the app.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+
+import uvicorn
+from fastapi import FastAPI
+
+from datum.api.app import create_app
+from datum.config import Settings
+from datum.reconcile.registry import Registry
+from datum.reconcile.runner import Runner, Tick
+from datum.reconcile.scheduler import Scheduler
+from datum.store import Store
+
+log = logging.getLogger("datum.server")
+
+
+def serving_app(settings: Settings, wire: Callable[[], tuple[Registry, Store]]) -> FastAPI:
+    """The app with a lifespan that wires ``wire()``'s registry and store, and ticks the reconcilers."""
+    app = create_app(settings)
+    state = app.state.datum
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        registry, store = wire()
+        state.wire(registry, store)
+        scheduler = None
+        if settings.server.scheduler:
+
+            def ticked(tick: Tick) -> None:
+                state.reports.invalidate(tick.reconciler)
+
+            scheduler = Scheduler(Runner(registry, settings, store), on_tick=ticked)
+            scheduler.start()
+        try:
+            yield
+        finally:
+            if scheduler is not None:
+                scheduler.stop()
+            store.dispose()
+
+    app.router.lifespan_context = lifespan
+    return app
+
+
+def run(app: FastAPI, host: str, port: int, access_log: bool = True) -> None:
+    """Serve ``app`` until interrupted. Access log lines carry method, path and status: never headers."""
+    uvicorn.run(app, host=host, port=port, access_log=access_log, log_level="info", server_header=False)

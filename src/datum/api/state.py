@@ -1,0 +1,68 @@
+"""What the app serves from: settings, the authorizer, tokens, and (once wired) the registry and store."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from fastapi import Request
+
+from datum.api.authz import Authorizer
+from datum.api.reports import ReportCache
+from datum.api.tokens import TokenBook
+from datum.config import Settings
+from datum.core.findings import Problem
+from datum.reconcile.registry import Registry
+from datum.reconcile.report import DriftReport, drift_report
+from datum.store import Store
+
+Clock = Callable[[], datetime]
+
+
+@dataclass
+class ServerState:
+    """The one object the routes read; ``registry`` and ``store`` are None until wired."""
+
+    settings: Settings
+    authorizer: Authorizer
+    tokens: TokenBook
+    clock: Clock
+    store: Store | None = None
+    registry: Registry | None = None
+    reports: ReportCache = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.reports = ReportCache(self._report, ttl=self.settings.server.report_ttl.total_seconds())
+
+    def wire(self, registry: Registry, store: Store) -> None:
+        """Make the observability endpoints answer: until now they are 503 UNAVAILABLE."""
+        self.tokens.attach(store)
+        self.store = store
+        self.registry = registry
+        self.reports.invalidate()
+
+    @property
+    def ready(self) -> bool:
+        return self.registry is not None and self.store is not None
+
+    def wired(self) -> tuple[Registry, Store]:
+        """The registry and the store, or ``503 UNAVAILABLE`` before they are wired."""
+        if self.registry is None or self.store is None:
+            raise Problem.one("UNAVAILABLE", "the server is starting: the reconciler registry is not wired yet")
+        return self.registry, self.store
+
+    def known(self, name: str) -> Registry:
+        """The registry, once ``name`` is known to be a registered reconciler (else 404)."""
+        registry, _store = self.wired()
+        registry.entry(name)  # raises NOT_FOUND naming the registered ones
+        return registry
+
+    def _report(self, name: str) -> DriftReport:
+        registry, store = self.wired()
+        return drift_report(registry, self.settings, store, name, self.clock())
+
+
+def state_of(request: Request) -> ServerState:
+    state: ServerState = request.app.state.datum
+    return state

@@ -1,0 +1,118 @@
+"""Bearer tokens: minted once, stored only as SHA-256 hashes, resolved to a principal.
+
+A token is 32 random bytes (URL-safe base64 with a ``datum_`` prefix), so a
+plain SHA-256 is a sound hash for it: there is nothing to brute-force. A
+request's token is hashed and looked up by hash, which compares no secret
+byte by byte; the configured hashes are checked with ``hmac.compare_digest``.
+Tokens come from two places: ``[server.tokens]`` in the configuration and the
+``tokens`` table that ``datum token create`` writes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+import secrets
+import time
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+
+import sqlalchemy as sa
+
+from datum.core.findings import FieldError, invalid
+from datum.store import Store
+from datum.store.types import UTCDateTime
+
+PREFIX = "datum_"
+
+metadata = sa.MetaData()
+tokens = sa.Table(
+    "tokens",
+    metadata,
+    sa.Column("sha256", sa.String(64), primary_key=True),
+    sa.Column("principal", sa.String(100), nullable=False, index=True),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+)
+
+_PRINCIPAL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,99}$")
+
+
+def check_principal(name: str) -> str:
+    """A principal name: 1-100 of letters, digits and ``_.@-``, starting with a letter or digit."""
+    if not _PRINCIPAL.match(name):
+        raise invalid(
+            [FieldError("principal", "1-100 of letters, digits and '_.@-', starting with a letter or digit")],
+            f"principal {name!r} is not a valid name",
+        )
+    return name
+
+
+def digest(token: str) -> str:
+    """The stored form of a token: its SHA-256, hex."""
+    return hashlib.sha256(token.encode("utf-8", "surrogateescape")).hexdigest()
+
+
+def create(store: Store, principal: str) -> str:
+    """Mint a token for ``principal``, store its hash, and return the token (shown once)."""
+    check_principal(principal)
+    token = PREFIX + secrets.token_urlsafe(32)
+    store.ensure(metadata)
+    with store.begin() as conn:
+        conn.execute(
+            sa.insert(tokens).values(sha256=digest(token), principal=principal, created_at=datetime.now(UTC))
+        )
+    return token
+
+
+class TokenBook:
+    """Resolves a presented token to its principal.
+
+    Store hits are remembered for ``ttl`` seconds so a busy endpoint does not
+    query the store on every request; a miss always asks the store, so a
+    token minted a moment ago works at once.
+    """
+
+    def __init__(
+        self, configured: Mapping[str, Sequence[str]], store: Store | None, ttl: float = 30.0
+    ) -> None:
+        self._configured = [
+            (h.removeprefix("sha256:"), principal) for principal, hashes in configured.items() for h in hashes
+        ]
+        self._store: Store | None = None
+        self._ttl = ttl
+        self._cache: dict[str, tuple[str, float]] = {}
+        if store is not None:
+            self.attach(store)
+
+    def attach(self, store: Store) -> None:
+        """Read the ``tokens`` table of ``store`` from now on."""
+        store.ensure(metadata)
+        self._store = store
+        self._cache.clear()
+
+    def principal(self, token: str) -> str | None:
+        """The principal ``token`` belongs to, or None."""
+        if not token or len(token) > 200:
+            return None
+        h = digest(token)
+        for known, principal in self._configured:
+            if hmac.compare_digest(known, h):
+                return principal
+        hit = self._cache.get(h)
+        now = time.monotonic()
+        if hit is not None and hit[1] > now:
+            return hit[0]
+        found = self._lookup(h)
+        if found is not None:
+            if len(self._cache) > 10_000:
+                self._cache.clear()
+            self._cache[h] = (found, now + self._ttl)
+        return found
+
+    def _lookup(self, h: str) -> str | None:
+        if self._store is None:
+            return None
+        with self._store.connect() as conn:
+            row = conn.execute(sa.select(tokens.c.principal).where(tokens.c.sha256 == h)).first()
+        return None if row is None else str(row.principal)

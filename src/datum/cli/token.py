@@ -1,0 +1,27 @@
+"""``datum token create``: mint a bearer token for a principal; only its hash is stored."""
+
+from __future__ import annotations
+
+import click
+
+from datum.cli.common import config_option
+
+
+@click.group()
+def token() -> None:
+    """Bearer tokens for the HTTP API and the web page."""
+
+
+@token.command()
+@click.option("--principal", required=True, help="Who the token speaks for (the Cedar principal), e.g. operator or agent.")
+@config_option
+def create(principal: str, config: str | None) -> None:
+    """Mint a token for PRINCIPAL and print it once, alone on the last line."""
+    from datum.api.tokens import create as create_token
+    from datum.config import load_settings
+    from datum.store import open_store
+
+    settings = load_settings(config)
+    secret = create_token(open_store(settings.store_url), principal)
+    click.echo(f"token for principal {principal} (stored as a SHA-256 hash; it is not shown again):", err=True)
+    click.echo(secret)
