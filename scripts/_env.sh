@@ -17,7 +17,8 @@ fi
 if [ ! -f "$STAMP" ] || [ "$ROOT/pyproject.toml" -nt "$STAMP" ] || [ "$ROOT/constraints.txt" -nt "$STAMP" ]; then
   "$VENV/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip >/dev/null
   "$VENV/bin/python" -m pip install -q --disable-pip-version-check \
-    -c "$ROOT/constraints.txt" -e "$ROOT${EXTRA:+[$EXTRA]}"
+    -c "$ROOT/constraints.txt" -e "$ROOT${EXTRA:+[$EXTRA]}" \
+    2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
   touch "$STAMP"
 fi
 export PATH="$VENV/bin:$PATH"

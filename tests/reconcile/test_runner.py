@@ -258,3 +258,30 @@ def test_breaker_and_drift_cap_reach_the_report(store_url):
     assert {i["reason"] for i in r["items"]} == {Reason.CIRCUIT_BREAKER.value}
     assert (len(r["items"]), r["dropped"], r["drift"], r["driftCap"]) == (2, 1, 3, 2)
     assert World.actual == {"x": 1, "y": 1, "z": 1}
+
+
+def test_a_tick_whose_predecessor_is_still_running_is_skipped(store_url):
+    import threading
+
+    clock = Clock()
+    registry, settings, store, runner = make(store_url, clock)
+    started, release = threading.Event(), threading.Event()
+
+    class Slow(Silent):
+        def run(self, ctx):
+            started.set()
+            release.wait(10)
+
+    registry.register("slow", Slow, ReconcilerSettings)
+    first = threading.Thread(target=runner.tick, args=("slow",))
+    first.start()
+    assert started.wait(10)
+    clock.advance()
+    try:
+        assert runner.tick("slow").outcome is TickOutcome.SKIPPED
+    finally:
+        release.set()
+        first.join()
+    r = report(registry, settings, store, clock, "slow")
+    assert r["asOf"] != r["lastRanAt"]
+    assert r["lastRanAt"] == T0.isoformat().replace("+00:00", "Z")

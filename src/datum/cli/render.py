@@ -23,9 +23,9 @@ _REASON_STYLE = {
 
 
 def console() -> Console:
-    from rich.console import Console
-
     import sys
+
+    from rich.console import Console
 
     # Off a terminal (a pipe, CI) rich would wrap at 80 columns; tables need more.
     return Console(highlight=False, width=None if sys.stdout.isatty() else 160)

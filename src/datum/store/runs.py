@@ -11,6 +11,7 @@ from sqlalchemy.engine import Connection
 
 from datum.core.vocab import Health
 from datum.store.schema import reconciler_runs as t
+from datum.store.types import UTCDateTime
 
 
 def load_run(conn: Connection, reconciler: str) -> dict[str, Any] | None:
@@ -48,10 +49,17 @@ def record_skipped(conn: Connection, reconciler: str, now: datetime) -> None:
 
 def record_executed(conn: Connection, reconciler: str, values: Mapping[str, Any]) -> None:
     """An executed tick: replace the pass outcome and move both ``asOf`` and ``lastRanAt``."""
+    fields = dict(values)
+    as_of = fields.pop("as_of")
     updated = conn.execute(
         sa.update(t)
         .where(t.c.reconciler == reconciler)
-        .values(executed_passes=t.c.executed_passes + 1, **values)
+        .values(
+            executed_passes=t.c.executed_passes + 1,
+            # A tick skipped while this pass ran is newer: asOf never moves back.
+            as_of=sa.case((t.c.as_of > as_of, t.c.as_of), else_=sa.literal(as_of, UTCDateTime)),
+            **fields,
+        )
     )
     if updated.rowcount == 0:
         conn.execute(
