@@ -20,12 +20,12 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
 
-from datum.config import Settings
+from datum.config import ReconcilerSettings, Settings
 from datum.core.converge import ItemReport, PassResult, retain
 from datum.core.rollup import reconciler_health
 from datum.core.vocab import Health
 from datum.reconcile.context import PassContext
-from datum.reconcile.registry import Registry
+from datum.reconcile.registry import Reconciler, Registry
 from datum.store import Store
 from datum.store.locks import release, try_acquire
 from datum.store.memory import save_memory
@@ -108,7 +108,9 @@ class Runner:
         log.info("tick of %s skipped: a pass is still running", name)
         return Tick(name, TickOutcome.SKIPPED)
 
-    def _execute(self, name: str, reconciler, own, now: datetime) -> Tick:  # type: ignore[no-untyped-def]
+    def _execute(
+        self, name: str, reconciler: Reconciler, own: ReconcilerSettings, now: datetime
+    ) -> Tick:
         with self.store.connect() as conn:
             previous = load_run(conn, name)
         first = previous is None or not previous.get("last_ran_at")
@@ -118,7 +120,7 @@ class Runner:
         try:
             reconciler.run(ctx)
         except Exception as exc:  # noqa: BLE001 - a pass that cannot complete is `failing`
-            error = f"{type(exc).__name__}: {exc}" if not str(exc) else str(exc)
+            error = str(exc) or type(exc).__name__
             log.warning("pass of %s could not complete: %s", name, error)
         duration = time.perf_counter() - started
         results: list[PassResult] = ctx.results
@@ -136,11 +138,14 @@ class Runner:
             "health": health.value,
             "duration_seconds": duration,
         }
+        drift = sum(r.drift for r in results)
+        blocked = sum(r.blocked for r in results)
         if completed:
+            # A pass that could not complete keeps the last complete answer's items.
             kept, over = retain([i for r in results for i in r.items], own.drift_cap)
             values.update(
-                drift=sum(r.drift for r in results),
-                blocked=sum(r.blocked for r in results),
+                drift=drift,
+                blocked=blocked,
                 dropped=sum(r.dropped for r in results) + over,
                 items=[item_json(i) for i in kept],
                 reasons=dict(reasons),
@@ -153,8 +158,8 @@ class Runner:
             name,
             TickOutcome.EXECUTED,
             health=health,
-            drift=int(values.get("drift", 0) or 0),  # type: ignore[call-overload]
-            blocked=int(values.get("blocked", 0) or 0),  # type: ignore[call-overload]
+            drift=drift,
+            blocked=blocked,
             reasons=dict(reasons),
             error=error,
         )
