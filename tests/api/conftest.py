@@ -1,95 +1,12 @@
-"""The buckets story behind a live app: a real SQLite store, real directories, an injected clock."""
+"""Fixtures of the API tests: the buckets story behind an app (see ``story.py``)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from fastapi import FastAPI
-from fastapi.testclient import TestClient
 
-from datum.api import tokens
-from datum.api.app import create_app
-from datum.config import Settings
-from datum.reconcile.registry import Registry
-from datum.reconcile.runner import Runner
-from datum.reconcilers import buckets as b
-from datum.reconcilers import builtin_registry
-from datum.store import Store, open_store
-
-T0 = datetime.now(UTC).replace(microsecond=0)
-INTERVAL = timedelta(seconds=30)
-
-
-class Clock:
-    """A clock the test moves by hand."""
-
-    def __init__(self, now: datetime = T0) -> None:
-        self.now = now
-
-    def __call__(self) -> datetime:
-        return self.now
-
-
-def settings_for(tmp_path: Path, **server: object) -> Settings:
-    return Settings.model_validate(
-        {
-            "home": str(tmp_path / "home"),
-            "store": f"sqlite:///{tmp_path / 'datum.db'}",
-            "reconcilers": {
-                "buckets": {
-                    "root": str(tmp_path / "buckets"),
-                    "interval": "30s",
-                    "confirmation_ticks": 2,
-                    "drift_cap": 500,
-                    "breaker": {"restore": 100, "reap": 2, "align": 100},
-                    "backoff": {"base_passes": 1, "cap_passes": 64},
-                }
-            },
-            "server": {"scheduler": False, **server},
-        }
-    )
-
-
-@dataclass
-class Story:
-    settings: Settings
-    registry: Registry
-    store: Store
-    clock: Clock
-    root: Path
-    app: FastAPI
-    client: TestClient
-    tokens: dict[str, str] = field(default_factory=dict)
-
-    def tick(self, passes: int = 1) -> None:
-        """``passes`` executed ticks, one interval apart."""
-        runner = Runner(self.registry, self.settings, self.store, clock=self.clock)
-        for _ in range(passes):
-            self.clock.now += INTERVAL
-            runner.tick(b.NAME)
-
-    def auth(self, principal: str = "operator") -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.tokens[principal]}"}
-
-    def get(self, path: str, principal: str = "operator"):  # type: ignore[no-untyped-def]
-        return self.client.get(path, headers=self.auth(principal))
-
-
-def build_story(tmp_path: Path, **server: object) -> Story:
-    settings = settings_for(tmp_path, **server)
-    store = open_store(settings.store_url)
-    registry = builtin_registry()
-    clock = Clock()
-    app = create_app(settings, registry, store, clock=clock)
-    app.state.datum.reports.ttl = 0  # every request sees the latest tick
-    client = TestClient(app, raise_server_exceptions=False)
-    story = Story(settings, registry, store, clock, tmp_path / "buckets", app, client)
-    for principal in ("operator", "agent", "stranger"):
-        story.tokens[principal] = tokens.create(store, principal)
-    return story
+from .story import build_story
 
 
 @pytest.fixture
@@ -99,22 +16,3 @@ def story(tmp_path: Path):
     s.client.close()
     s.store.dispose()
 
-
-def play(story: Story) -> None:
-    """The buckets story, three ticks in.
-
-    alpha, beta: created; gamma: asked to be deleted while it holds an object
-    (blocked_on_owner); delta: a file squats its name (apply_failed, then
-    backoff); x1..x3: stray directories, one more than the reap breaker allows.
-    """
-    root = story.root
-    root.mkdir(parents=True, exist_ok=True)
-    for name in ("alpha", "beta", "gamma", "delta"):
-        b.create(story.store, name)
-    (root / "gamma").mkdir()
-    (root / "gamma" / "q3.csv").write_text("tenant data")
-    b.delete(story.store, "gamma")
-    (root / "delta").write_text("squatter")
-    for stray in ("x1", "x2", "x3"):
-        (root / stray).mkdir()
-    story.tick(3)

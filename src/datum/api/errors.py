@@ -94,11 +94,16 @@ def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
     return {s: {"model": Issues, "description": words.get(s, "Error.")} for s in statuses}
 
 
+_SOURCES = frozenset({"body", "path", "query", "header", "cookie"})
+
+
 def _validation_problem(exc: RequestValidationError) -> Problem:
     fields = []
     for err in exc.errors():
-        # loc starts with where the value came from: body, path, query, header.
-        loc = [p for p in err.get("loc", ()) if p != "body"]
+        # loc starts with where the value came from (body, path, query, header): the field is the rest.
+        loc = list(err.get("loc", ()))
+        if loc and loc[0] in _SOURCES:
+            loc = loc[1:]
         message = "unknown field" if err.get("type") == "extra_forbidden" else str(err.get("msg", "invalid"))
         fields.append(FieldError(field_path(loc), message))
     return Problem([Finding("INVALID_INPUT", "the request is not valid", fields=tuple(fields))])
