@@ -32,7 +32,9 @@ class ResourceReport(_Model):
     action: Action = Field(description="What the plan intended.")
     state: ResourceState = Field(description="What the resource reached.")
     changed: bool = False
-    reason: str | None = Field(default=None, description="Why it is failed, blocked, skipped or drifted.")
+    reason: str | None = Field(
+        default=None, description="Why it is failed, blocked, skipped or drifted."
+    )
     error: str | None = None
     blocked_by: list[str] | None = Field(default=None, alias="blockedBy")
     diff: str | None = Field(default=None, description="What differs (observe mode, plan).")
@@ -48,8 +50,19 @@ class RebootStatus(_Model):
     required: bool
     reason: str | None = None
     policy: RebootPolicy
-    boot_id: str | None = Field(default=None, alias="bootId", description="The boot the need was found in.")
+    boot_id: str | None = Field(
+        default=None, alias="bootId", description="The boot the need was found in."
+    )
     action: str | None = Field(default=None, description="What the agent did or will do about it.")
+    requested_at: datetime | None = Field(
+        default=None,
+        alias="requestedAt",
+        description="When the agent ran the reboot command in this boot.",
+    )
+    markers: dict[str, int] | None = Field(
+        default=None,
+        description="Reboot-required marker files seen, by path, with their mtime in ns.",
+    )
 
 
 class PassReport(_Model):

@@ -1,0 +1,285 @@
+"""``datum apply``, ``plan``, ``validate``, ``status``, ``schema`` and ``reboot``: thin commands over datum.host.
+
+Imports stay lazy: ``datum apply`` loads neither SQLAlchemy (on a SQLite store
+with its schema) nor rich nor the HTTP stack.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import click
+
+_CONFIG = click.option(
+    "--config",
+    "config",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="TOML configuration (default: $DATUM_CONFIG).",
+)
+_JSON = click.option("--json", "as_json", is_flag=True, help="Print JSON for machines.")
+_STATE = click.option(
+    "--state",
+    "state",
+    default=None,
+    help="SQLite file or store URL (default: the configured store).",
+)
+_ROOT = click.option(
+    "--root",
+    "root",
+    type=click.Path(file_okay=False),
+    default="/",
+    show_default=True,
+    help="Every path resolves inside it.",
+)
+
+
+def _settings(config: str | None) -> Any:
+    from datum.config import load_settings
+
+    return load_settings(config)
+
+
+def _state_url(state: str | None, settings: Any) -> str:
+    from datum.host.statefile import store_url
+
+    chosen = state or settings.host.state
+    return store_url(chosen) if chosen else str(settings.store_url)
+
+
+def _warn(message: str) -> None:
+    click.echo(f"warning: {message}", err=True)
+
+
+def _pass(
+    manifest: str,
+    root: str,
+    mode: str | None,
+    state: str | None,
+    config: str | None,
+    as_json: bool,
+    plan: bool,
+) -> Any:
+    from datum.core.vocab import Mode
+    from datum.host import agent
+    from datum.host.output import ProgressLine
+
+    settings = _settings(config)
+    chosen = Mode.OBSERVE if plan else Mode(mode) if mode else settings.host.mode
+    progress = None if as_json else ProgressLine()
+    try:
+        result = agent.run(
+            manifest,
+            root=root,
+            mode=chosen,
+            settings=settings.host,
+            state_url=None if plan else _state_url(state, settings),
+            progress=progress,
+            persist=not plan,
+        )
+    finally:
+        if progress is not None:
+            progress.close()
+    return settings, result
+
+
+def _print_report(report: dict[str, Any], as_json: bool, plan: bool = False) -> None:
+    from datum.host.output import echo_lines, pass_lines
+
+    if as_json:
+        click.echo(json.dumps(report, indent=2))
+    else:
+        echo_lines(pass_lines(report, plan=plan))
+
+
+@click.command()
+@click.argument("manifest", type=click.Path(dir_okay=False))
+@_ROOT
+@click.option(
+    "--mode",
+    type=click.Choice(["enforce", "observe"]),
+    default=None,
+    help="Default: the host configuration's mode.",
+)
+@_STATE
+@_JSON
+@_CONFIG
+@click.option(
+    "--report-to", "report_to", default=None, help="A Datum server URL to post the pass report to."
+)
+@click.option(
+    "--token",
+    default=None,
+    envvar="DATUM_TOKEN",
+    help="Bearer token for --report-to (or $DATUM_TOKEN).",
+)
+def apply(
+    manifest: str,
+    root: str,
+    mode: str | None,
+    state: str | None,
+    as_json: bool,
+    config: str | None,
+    report_to: str | None,
+    token: str | None,
+) -> int:
+    """Converge this host (or --root) to MANIFEST in one pass, and persist where it stands."""
+    settings, result = _pass(manifest, root, mode, state, config, as_json, plan=False)
+    report = result.report
+    _print_report(report, as_json)
+    target = report_to or settings.host.report_to
+    if target:
+        from datum.host.remote import post_report
+
+        why = post_report(target, report["host"], report, token or settings.host.token)
+        if why:
+            _warn(f"the pass report was not delivered: {why}")
+    if result.reboot_now:
+        _reboot(settings, _state_url(state, settings), report)
+    code: int = result.exit_code
+    return code
+
+
+@click.command()
+@click.argument("manifest", type=click.Path(dir_okay=False))
+@_ROOT
+@_JSON
+@_CONFIG
+def plan(manifest: str, root: str, as_json: bool, config: str | None) -> int:
+    """Show what a pass would change, with unified diffs; change nothing, persist nothing."""
+    _settings_, result = _pass(manifest, root, None, None, config, as_json, plan=True)
+    _print_report(result.report, as_json, plan=True)
+    code: int = result.exit_code
+    return code
+
+
+@click.command()
+@click.argument("manifest", type=click.Path(dir_okay=False))
+@_JSON
+def validate(manifest: str, as_json: bool) -> int:
+    """Validate MANIFEST whole: every finding at once, at its field path; exit 65 when not valid."""
+    from datum.host.manifest import load_manifest
+
+    loaded = load_manifest(manifest)
+    if as_json:
+        click.echo(json.dumps({"valid": True, "resources": len(loaded.resources)}))
+    else:
+        click.echo(f"{manifest}: valid, {len(loaded.resources)} resources")
+    return 0
+
+
+@click.command()
+def schema() -> int:
+    """Print the manifest's JSON Schema (for editors)."""
+    from datum.host.schema import manifest_schema
+
+    click.echo(json.dumps(manifest_schema(), indent=2))
+    return 0
+
+
+def _load(state: str | None, config: str | None) -> tuple[Any, str, Any, dict[str, Any] | None]:
+    from datum.host.agent import host_name
+    from datum.host.statefile import StateStore, _sqlite_path
+
+    settings = _settings(config)
+    url = _state_url(state, settings)
+    host = host_name(settings.host)
+    path = _sqlite_path(url)
+    if path is not None and not os.path.exists(path):
+        return settings, host, None, None
+    store = StateStore(url)
+    return settings, host, store, store.get(host)
+
+
+@click.command()
+@_STATE
+@_JSON
+@_CONFIG
+def status(state: str | None, as_json: bool, config: str | None) -> int:
+    """The persisted host state and last pass report, without running a pass."""
+    from datum.host.output import echo_lines, pass_lines
+    from datum.providers.facts import read_boot_id
+
+    settings, host, store, report = _load(state, config)
+    if store is not None:
+        store.close()
+    if report is None:
+        report = {"host": host, "state": "unknown", "reason": "no pass has completed"}
+    if as_json:
+        click.echo(json.dumps(report, indent=2))
+        return 0
+    if "finishedAt" in report:
+        click.echo(
+            f"host {host}: last pass {report['finishedAt']} ({report['mode']}, exit {report['exitCode']}, "
+            f"{report['durationSeconds']:.2f}s)"
+        )
+        click.echo("")
+    echo_lines(pass_lines(report))
+    boot = read_boot_id(settings.host.boot_id_file)
+    if report.get("bootId") and boot and boot != report["bootId"]:
+        click.echo(
+            "note:       the host has rebooted since this pass; the next pass will tell where it stands"
+        )
+    return 0
+
+
+def _reboot(settings: Any, url: str, report: dict[str, Any]) -> bool:
+    """Run the reboot command after the report is persisted; record a failure. True when it started."""
+    from datum.host.agent import reboot_host
+    from datum.host.statefile import StateStore
+
+    command = settings.host.reboot_command
+    click.echo(f"rebooting: {command}", err=True)
+    why = reboot_host(command)
+    if why is None:
+        return True
+    _warn(f"the reboot command failed: {why}")
+    reboot = dict(report.get("reboot") or {})
+    reboot.pop("requestedAt", None)
+    reboot["action"] = f"the reboot command failed: {why}"
+    store = StateStore(url)
+    try:
+        store.record(report["host"], {**report, "reboot": reboot})
+    finally:
+        store.close()
+    return False
+
+
+@click.command()
+@_STATE
+@_CONFIG
+@click.option("--force", is_flag=True, help="Reboot even when no pass recorded a need.")
+def reboot(state: str | None, config: str | None, force: bool) -> int:
+    """Reboot now if the last pass found a reboot is needed (reboot_policy manual), and record it."""
+    from datetime import UTC, datetime
+
+    from datum.providers.facts import read_boot_id
+
+    settings, host, store, report = _load(state, config)
+    need = (report or {}).get("reboot") or {}
+    current = read_boot_id(settings.host.boot_id_file)
+    needed = bool(need.get("required")) and need.get("bootId") == current
+    if not needed and not force:
+        if store is not None:
+            store.close()
+        click.echo(
+            "no reboot is needed"
+            + (" (the host has rebooted since the need was found)" if need.get("required") else "")
+        )
+        return 0
+    if store is not None and report is not None:
+        need = {
+            **need,
+            "action": "reboot requested by 'datum reboot'",
+            "requestedAt": datetime.now(UTC).isoformat(),
+        }
+        store.record(host, {**report, "reboot": need})
+        store.close()
+        report = {**report, "reboot": need}
+    click.echo(f"reboot needed: {need.get('reason', 'forced')}")
+    started = _reboot(
+        settings, _state_url(state, settings), report or {"host": host, "state": "unknown"}
+    )
+    return 0 if started else 1

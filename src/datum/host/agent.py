@@ -1,0 +1,194 @@
+"""One agent run end to end: validate, lock, pass, roll up, persist, then report and reboot.
+
+The order is the contract's: nothing is touched before the whole manifest is
+valid; the report is persisted before it is posted and before any reboot.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections import Counter
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from datum.config import HostSettings
+from datum.core.rollup import host_state
+from datum.core.vocab import HostState, Mode, ResourceState
+from datum.host.executor import Outcome, Progress, run_pass
+from datum.host.manifest import load_manifest
+from datum.host.statefile import StateStore
+from datum.providers.base import HostContext
+
+EXIT_CHANGED = 2
+EXIT_FAILED = 4
+EXIT_DRIFTED = 8
+EXIT_REBOOT = 16
+EXIT_DEGRADED = 32
+
+
+@dataclass
+class PassResult:
+    """What a run produced: the report (JSON form), its outcomes and the reboot decision."""
+
+    report: dict[str, Any]
+    outcomes: list[Outcome]
+    exit_code: int
+    reboot_now: bool = False
+    warnings: list[str] = field(default_factory=list)
+
+
+def host_name(settings: HostSettings) -> str:
+    return settings.name or socket.gethostname()
+
+
+def exit_code(outcomes: list[Outcome], awaiting_reboot: bool) -> int:
+    """The contract's bit flags, OR-ed."""
+    states = {o.state for o in outcomes}
+    code = 0
+    if any(o.changed for o in outcomes):
+        code |= EXIT_CHANGED
+    if states & {ResourceState.FAILED, ResourceState.BLOCKED}:
+        code |= EXIT_FAILED
+    if ResourceState.DRIFTED in states:
+        code |= EXIT_DRIFTED
+    if awaiting_reboot:
+        code |= EXIT_REBOOT
+    if ResourceState.SKIPPED in states:
+        code |= EXIT_DEGRADED
+    return code
+
+
+def _names(outs: list[Outcome], what: str, limit: int = 3) -> str:
+    shown = [f"{o.id} {what}" + (f": {o.reason}" if o.reason else "") for o in outs[:limit]]
+    more = len(outs) - limit
+    return "; ".join(shown) + (f"; and {more} more" if more > 0 else "")
+
+
+def reason_for(state: HostState, outcomes: list[Outcome], reboot_reason: str | None) -> str | None:
+    """The host state's reason, naming the resources behind it."""
+    by = {s: [o for o in outcomes if o.state is s] for s in ResourceState}
+    if state is HostState.FAILED:
+        failed = _names(by[ResourceState.FAILED], "failed")
+        blocked = by[ResourceState.BLOCKED]
+        if blocked:
+            ids = ", ".join(o.id for o in blocked[:3]) + (
+                f" and {len(blocked) - 3} more" if len(blocked) > 3 else ""
+            )
+            failed += f"; blocked: {ids}"
+        return failed
+    if state is HostState.DRIFTED:
+        return _names(by[ResourceState.DRIFTED], "drifted")
+    if state is HostState.AWAITING_REBOOT:
+        return reboot_reason
+    if state is HostState.DEGRADED:
+        return _names(by[ResourceState.SKIPPED], "skipped")
+    return None
+
+
+def run(
+    manifest_path: str,
+    *,
+    root: str,
+    mode: Mode,
+    settings: HostSettings,
+    state_url: str | None,
+    progress: Progress | None = None,
+    persist: bool = True,
+) -> PassResult:
+    """Validate, then one pass; persist the report unless ``persist`` is False (``datum plan``)."""
+    from datum.host import reboot as rb
+    from datum.providers.facts import read_boot_id, running_kernel
+
+    manifest = load_manifest(manifest_path)
+    root_path = Path(os.path.abspath(root))
+    if not root_path.is_dir():
+        from datum.core.findings import Problem
+
+        raise Problem.one("INVALID_INPUT", f"--root {root} is not a directory")
+    ctx = HostContext(
+        root=root_path,
+        mode=mode,
+        manifest_dir=manifest.dir,
+        boot_id_file=settings.boot_id_file,
+        managed_paths=manifest.paths,
+    )
+    host = host_name(settings)
+    with ExitStack() as stack:
+        store = StateStore(state_url) if persist and state_url else None
+        if store is not None:
+            stack.callback(store.close)
+            stack.enter_context(store.lease(settings.lock_wait, settings.lock_ttl))
+        previous = store.get(host) if store else None
+        started = datetime.now(UTC)
+        clock = time.perf_counter()
+        outcomes = run_pass(manifest, ctx, progress)
+        boot_id = read_boot_id(settings.boot_id_file)
+        changes = [
+            f"{o.id} {o.action.past}, {o.reboot_required}"
+            for o in outcomes
+            if o.changed and o.reboot_required and o.state is ResourceState.CONVERGED
+        ]
+        found = rb.detect(root_path, running_kernel(), changes)
+        reasons, markers, need_boot = rb.still_needed(found, previous, boot_id)
+        prev_reboot = (previous or {}).get("reboot") or {}
+        already = bool(prev_reboot.get("requestedAt")) and prev_reboot.get("bootId") == boot_id
+        reboot: dict[str, Any] | None = None
+        decision = None
+        if reasons:
+            decision = rb.decide(
+                settings.reboot_policy,
+                settings.maintenance_window,
+                datetime.now().astimezone(),
+                already,
+            )
+            reboot = {
+                "required": True,
+                "reason": "; ".join(reasons),
+                "policy": settings.reboot_policy.value,
+                "bootId": need_boot,
+                "action": decision.action,
+                **({"markers": markers} if markers else {}),
+                **({"requestedAt": prev_reboot["requestedAt"]} if already else {}),
+            }
+            if decision.reboot_now and mode is Mode.ENFORCE:
+                reboot["requestedAt"] = datetime.now(UTC).isoformat()
+        state = host_state([o.state for o in outcomes], awaiting_reboot=bool(reasons))
+        code = exit_code(outcomes, bool(reasons))
+        finished = datetime.now(UTC)
+        report: dict[str, Any] = {
+            "host": host,
+            "mode": mode.value,
+            "state": state.value,
+            "startedAt": started.isoformat(),
+            "finishedAt": finished.isoformat(),
+            "durationSeconds": round(time.perf_counter() - clock, 6),
+            "manifest": str(Path(manifest_path).resolve()),
+            "exitCode": code,
+            "counts": dict(Counter(o.state.value for o in outcomes)),
+            "resources": [o.as_report() for o in outcomes],
+        }
+        reason = reason_for(state, outcomes, reboot["reason"] if reboot else None)
+        if reason:
+            report["reason"] = reason
+        if boot_id:
+            report["bootId"] = boot_id
+        if reboot:
+            report["reboot"] = reboot
+        if store:
+            store.record(host, report)
+    reboot_now = bool(decision and decision.reboot_now and mode is Mode.ENFORCE and persist)
+    return PassResult(report, outcomes, code, reboot_now)
+
+
+def reboot_host(command: str) -> str | None:
+    """Run the reboot command; None when it started, else why not."""
+    from datum.host.reboot import reboot_argv
+    from datum.providers.base import run as run_command
+
+    done = run_command(reboot_argv(command), timeout=120)
+    return None if done.returncode == 0 else done.why()

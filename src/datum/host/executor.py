@@ -1,0 +1,176 @@
+"""One pass over a manifest: every resource walks pending -> applying -> converged | failed.
+
+Resources run in requirement order. A resource whose requirement failed or is
+blocked is ``blocked`` and names what blocked it; a resource no provider
+supports here is ``skipped``; in observe mode nothing is applied and a
+difference is ``drifted``. After applying, the provider observes again and the
+resource is ``failed`` unless that confirms the result.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+from datum.core.vocab import Action, Mode, ResourceState
+from datum.host.manifest import Manifest, Resource
+from datum.providers.base import Change, HostContext, Provider, ProviderError
+from datum.providers.registry import provider
+
+# (position, total, resource id, state) for a progress display.
+Progress = Callable[[int, int, str, ResourceState], None]
+
+_BAD = (ResourceState.FAILED, ResourceState.BLOCKED)
+
+
+@dataclass
+class Outcome:
+    """What one resource did on this pass."""
+
+    resource: Resource
+    action: Action = Action.NONE
+    state: ResourceState = ResourceState.PENDING
+    changed: bool = False
+    reason: str | None = None
+    error: str | None = None
+    blocked_by: list[str] | None = None
+    diff: str | None = None
+    reboot_required: str | None = None
+    duration_seconds: float = 0.0
+
+    @property
+    def id(self) -> str:
+        return self.resource.id
+
+    def as_report(self) -> dict[str, Any]:
+        """The ``ResourceReport`` JSON form: absent fields absent."""
+        out: dict[str, Any] = {
+            "id": self.id,
+            "type": self.resource.type,
+            "name": self.resource.name,
+            "action": self.action.value,
+            "state": self.state.value,
+            "changed": self.changed,
+            "durationSeconds": round(self.duration_seconds, 6),
+        }
+        for key, value in (
+            ("reason", self.reason),
+            ("error", self.error),
+            ("blockedBy", self.blocked_by),
+            ("diff", self.diff),
+            ("rebootRequired", self.reboot_required),
+        ):
+            if value is not None:
+                out[key] = value
+        return out
+
+
+def _error(exc: BaseException) -> str:
+    if isinstance(exc, ProviderError):
+        return str(exc)
+    if isinstance(exc, OSError):
+        where = f" {exc.filename}" if exc.filename else ""
+        return f"{exc.strerror or type(exc).__name__}:{where}".rstrip(":")
+    return f"{type(exc).__name__}: {exc}"
+
+
+def run_pass(
+    manifest: Manifest, ctx: HostContext, progress: Progress | None = None
+) -> list[Outcome]:
+    """Walk the manifest once; return every resource's outcome in the order walked."""
+    ordered = manifest.ordered()
+    outcomes = {r.id: Outcome(r) for r in ordered}
+    unsupported: dict[str, str | None] = {}
+    total = len(ordered)
+    for position, resource in enumerate(ordered, 1):
+        out = outcomes[resource.id]
+        started = time.perf_counter()
+        announce = partial(progress, position, total, resource.id) if progress else None
+        _walk(resource, out, outcomes, unsupported, ctx, announce)
+        out.duration_seconds = time.perf_counter() - started
+        if progress:
+            progress(position, total, resource.id, out.state)
+    return [outcomes[r.id] for r in ordered]
+
+
+def _walk(
+    resource: Resource,
+    out: Outcome,
+    outcomes: dict[str, Outcome],
+    unsupported: dict[str, str | None],
+    ctx: HostContext,
+    announce: Callable[[ResourceState], Any] | None,
+) -> None:
+    needs = [outcomes[n] for n in dict.fromkeys(resource.needs)]
+    bad = [n for n in needs if n.state in _BAD]
+    if bad:
+        out.state = ResourceState.BLOCKED
+        out.blocked_by = [n.id for n in bad]
+        out.reason = ", ".join(f"{n.id} {n.state.value}" for n in bad)
+        return
+    prov = provider(resource.type)
+    if resource.type not in unsupported:
+        unsupported[resource.type] = prov.supported(ctx)
+    if unsupported[resource.type]:
+        out.state = ResourceState.SKIPPED
+        out.reason = unsupported[resource.type]
+        return
+    try:
+        want = prov.desired(resource.name, resource.spec, ctx)
+        have = prov.observe(want, ctx)
+        change = prov.plan(want, have)
+    except Exception as exc:  # noqa: BLE001 - any provider error fails this resource, not the pass
+        drifted = [n.id for n in needs if n.state is ResourceState.DRIFTED]
+        if ctx.mode is Mode.OBSERVE and drifted:
+            # Its requirement is not in place yet, so it cannot be observed: that is drift, not failure.
+            out.state = ResourceState.DRIFTED
+            out.reason = f"waits on drifted {', '.join(drifted)}: {_error(exc)}"
+            return
+        out.state = ResourceState.FAILED
+        out.error = _error(exc)
+        out.reason = out.error
+        return
+    refresh = [n.id for n in needs if n.changed and n.id in resource.spec.subscribes]
+    if refresh and prov.refreshable and change.action is Action.NONE:
+        change = Change(Action.RESTART, (f"{', '.join(refresh)} changed",))
+    out.action = change.action
+    out.diff = change.diff
+    if change.action is Action.NONE:
+        out.state = ResourceState.CONVERGED
+        return
+    if ctx.mode is Mode.OBSERVE:
+        out.state = ResourceState.DRIFTED
+        out.reason = change.summary
+        return
+    out.state = ResourceState.APPLYING
+    if announce:
+        announce(out.state)
+    _apply(prov, want, have, change, ctx, out)
+
+
+def _apply(
+    prov: Provider[Any, Any, Any],
+    want: Any,
+    have: Any,
+    change: Change,
+    ctx: HostContext,
+    out: Outcome,
+) -> None:
+    try:
+        out.reboot_required = prov.apply(want, have, change, ctx)
+        unconfirmed = prov.verify(want, change, ctx)
+    except Exception as exc:  # noqa: BLE001 - recorded as this resource's failure
+        out.state = ResourceState.FAILED
+        out.error = _error(exc)
+        out.reason = out.error
+        return
+    out.changed = True
+    if unconfirmed:
+        out.state = ResourceState.FAILED
+        out.error = unconfirmed
+        out.reason = unconfirmed
+        return
+    out.state = ResourceState.CONVERGED

@@ -1,0 +1,137 @@
+"""Reboots: what says one is needed, whether an earlier need still holds, and what the policy makes of it.
+
+A need comes from a change a provider made (a kernel package), from Debian's
+``/run/reboot-required`` marker under the root, or from a newer kernel under
+``/boot`` than the running one. It holds until the boot id changes; a marker
+seen before that reboot is stale after it (on a real host ``/run`` is a tmpfs
+and the marker is gone; in a root it is not).
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from datum.config import parse_window
+from datum.core.vocab import RebootPolicy
+from datum.providers import fs
+
+MARKERS = ("/run/reboot-required", "/var/run/reboot-required")
+
+
+@dataclass(frozen=True)
+class Found:
+    """What this pass found: reasons, and the markers by path with their mtime."""
+
+    reasons: tuple[str, ...]
+    markers: dict[str, int]
+
+
+def _version_key(version: str) -> tuple[Any, ...]:
+    return tuple(int(p) if p.isdigit() else p for p in re.findall(r"\d+|[a-z]+", version.lower()))
+
+
+def newer_kernel(root: Path, running: str) -> str | None:
+    """The newest kernel under /boot when it is newer than ``running``."""
+    try:
+        boot = fs.resolve(root, "/boot")
+        versions = [p.name.removeprefix("vmlinuz-") for p in boot.glob("vmlinuz-*")]
+    except OSError:
+        return None
+    if not versions:
+        return None
+    newest = max(versions, key=_version_key)
+    return newest if _version_key(newest) > _version_key(running) else None
+
+
+def detect(root: Path, running_kernel: str, changes: list[str]) -> Found:
+    """Every reason a reboot is needed now: ``changes`` from this pass, markers, a newer kernel."""
+    reasons = list(changes)
+    markers: dict[str, int] = {}
+    seen: set[Path] = set()
+    for marker in MARKERS:
+        try:
+            real = fs.resolve(root, marker)
+            st = fs.lstat(real)
+        except OSError:
+            continue
+        if st is None or real in seen:
+            continue
+        seen.add(real)
+        markers[marker] = st.st_mtime_ns
+        pkgs = fs.read_bytes(real.with_name("reboot-required.pkgs")) or b""
+        names = sorted(set(pkgs.decode("utf-8", "replace").split()))
+        reasons.append(f"{marker} present" + (f" ({', '.join(names)})" if names else ""))
+    kernel = newer_kernel(root, running_kernel)
+    if kernel:
+        reasons.append(f"kernel {kernel} in /boot, running {running_kernel}")
+    return Found(tuple(reasons), markers)
+
+
+def still_needed(
+    found: Found, previous: dict[str, Any] | None, boot_id: str
+) -> tuple[list[str], dict[str, int], str]:
+    """Combine this pass's finds with the last pass's need: (reasons, markers, boot id of the need)."""
+    prev = (previous or {}).get("reboot") or {}
+    same_boot = bool(prev.get("required")) and prev.get("bootId") == boot_id
+    if same_boot:
+        reasons = [r for r in str(prev.get("reason") or "").split("; ") if r]
+        markers = {**found.markers}
+        for r in found.reasons:
+            if r not in reasons:
+                reasons.append(r)
+        return reasons, markers, boot_id
+    # A reboot happened since (or there was no need): a marker it already saw is stale.
+    stale = prev.get("markers") or {}
+    reasons = [
+        r
+        for r in found.reasons
+        if not any(
+            r.startswith(f"{m} present") and stale.get(m) == found.markers.get(m)
+            for m in found.markers
+        )
+    ]
+    markers = {m: t for m, t in found.markers.items() if stale.get(m) != t}
+    return reasons, markers, boot_id
+
+
+def in_window(window: str, now: datetime) -> bool:
+    """Whether ``now`` (local time) falls in a window such as ``Sun 02:00-04:00``."""
+    days, start, end = parse_window(window)
+    minute = now.hour * 60 + now.minute
+    today = now.weekday()
+    if start < end:
+        return today in days and start <= minute < end
+    return (today in days and minute >= start) or ((today - 1) % 7 in days and minute < end)
+
+
+@dataclass(frozen=True)
+class Decision:
+    reboot_now: bool
+    action: str
+
+
+def decide(
+    policy: RebootPolicy, window: str | None, now: datetime, already_requested: bool
+) -> Decision:
+    """What the agent does about a needed reboot, after the report is persisted."""
+    if already_requested:
+        return Decision(False, "reboot already requested in this boot; waiting for it")
+    if policy is RebootPolicy.NEVER:
+        return Decision(False, "waiting for a human (reboot_policy never)")
+    if policy is RebootPolicy.MANUAL:
+        return Decision(False, "run 'datum reboot' to reboot (reboot_policy manual)")
+    if policy is RebootPolicy.MAINTENANCE:
+        assert window is not None
+        if in_window(window, now):
+            return Decision(True, f"rebooting in the maintenance window {window}")
+        return Decision(False, f"reboot in the next maintenance window {window}")
+    return Decision(True, "rebooting now (reboot_policy automatic)")
+
+
+def reboot_argv(command: str) -> list[str]:
+    return shlex.split(command)

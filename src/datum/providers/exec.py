@@ -1,0 +1,111 @@
+"""``Exec``: a command, guarded by ``creates`` / ``unless`` / ``onlyif``, or run only on refresh.
+
+Commands run on the running system through ``/bin/sh -c``, in ``--root`` by
+default, with ``DATUM_ROOT`` set; ``creates`` is a path under the root. Guard
+commands run in observe mode too, so they must not change anything.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import Field
+
+from datum.core.vocab import Action
+from datum.providers import fs
+from datum.providers.base import (
+    Change,
+    Completed,
+    HostContext,
+    HostPath,
+    Provider,
+    ProviderError,
+    Spec,
+)
+
+
+class ExecSpec(Spec):
+    namevar = "command"
+
+    command: str = Field(
+        min_length=1, description="A shell command; defaults to the resource name."
+    )
+    creates: HostPath | None = Field(default=None, description="Not run when this path exists.")
+    unless: str | None = Field(default=None, description="Not run when this command succeeds.")
+    onlyif: str | None = Field(default=None, description="Run only when this command succeeds.")
+    refreshonly: bool = Field(
+        default=False, description="Run only when something it subscribes to changed."
+    )
+    cwd: str | None = Field(default=None, description="Working directory (default: the root).")
+    environment: dict[str, str] = Field(default_factory=dict)
+    timeout: float = Field(default=300, gt=0)
+
+
+@dataclass(frozen=True)
+class ExecWant:
+    spec: ExecSpec
+    creates: Path | None
+    cwd: str
+    env: dict[str, str]
+
+
+@dataclass(frozen=True)
+class ExecHave:
+    created: bool | None  # None: no creates guard
+    unless_ok: bool | None
+    onlyif_ok: bool | None
+
+
+def shell(ctx: HostContext, want: ExecWant, command: str) -> Completed:
+    return ctx.runner(
+        ["/bin/sh", "-c", command], cwd=want.cwd, env=want.env, timeout=want.spec.timeout
+    )
+
+
+class ExecProvider(Provider[ExecSpec, ExecWant, ExecHave]):
+    type = "Exec"
+    spec = ExecSpec
+    refreshable = True
+
+    def desired(self, name: str, spec: ExecSpec, ctx: HostContext) -> ExecWant:
+        env = {**os.environ, **spec.environment, "DATUM_ROOT": str(ctx.root)}
+        creates = fs.resolve(ctx.root, spec.creates) if spec.creates else None
+        return ExecWant(spec, creates, spec.cwd or str(ctx.root), env)
+
+    def observe(self, want: ExecWant, ctx: HostContext) -> ExecHave:
+        s = want.spec
+        return ExecHave(
+            want.creates.exists() if want.creates else None,
+            shell(ctx, want, s.unless).returncode == 0 if s.unless else None,
+            shell(ctx, want, s.onlyif).returncode == 0 if s.onlyif else None,
+        )
+
+    def plan(self, want: ExecWant, have: ExecHave) -> Change:
+        if want.spec.refreshonly or have.created or have.unless_ok or have.onlyif_ok is False:
+            return Change()
+        action = Action.CREATE if want.creates else Action.UPDATE
+        why = f"{want.spec.creates} absent" if want.creates else "would run"
+        return Change(action, (why,))
+
+    def apply(self, want: ExecWant, have: ExecHave, change: Change, ctx: HostContext) -> str | None:
+        done = shell(ctx, want, want.spec.command)
+        if done.returncode != 0:
+            raise ProviderError(f"exit status {done.returncode}" + _tail(done))
+        return None
+
+    def verify(self, want: ExecWant, change: Change, ctx: HostContext) -> str | None:
+        if want.creates is not None and not want.creates.exists():
+            return f"verification failed: {want.spec.creates} still absent"
+        if want.spec.unless and shell(ctx, want, want.spec.unless).returncode != 0:
+            return "verification failed: unless still fails"
+        return None
+
+
+def _tail(done: Completed) -> str:
+    lines = (done.stderr or done.stdout).strip().splitlines()
+    return f": {lines[-1]}" if lines else ""
+
+
+PROVIDER = ExecProvider()

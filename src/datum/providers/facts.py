@@ -1,0 +1,76 @@
+"""Host facts for templates: hostname, OS release, kernel, boot id, CPU count, memory.
+
+Facts that describe an installed system (hostname, OS release) are read under
+``--root``; facts that describe the running machine (kernel, boot id, CPUs,
+memory) are read from the running machine, since a root does not boot.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Facts:
+    hostname: str
+    os_release: dict[str, str] = field(default_factory=dict)
+    kernel: str = ""
+    boot_id: str = ""
+    cpu_count: int = 1
+    memory_mb: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def parse_os_release(text: str) -> dict[str, str]:
+    """``KEY="value"`` lines as a dict, quotes removed."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.strip().partition("=")
+        if sep and key and not key.startswith("#"):
+            out[key] = value.strip().strip("'\"")
+    return out
+
+
+def _read(path: str | Path) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+def read_boot_id(boot_id_file: str) -> str:
+    """The running boot's id; ``DATUM_BOOT_ID_FILE`` overrides the configured file (tests)."""
+    return _read(os.environ.get("DATUM_BOOT_ID_FILE") or boot_id_file).strip()
+
+
+def running_kernel() -> str:
+    return os.uname().release
+
+
+def read_facts(root: Path, boot_id_file: str) -> Facts:
+    """Read every fact once."""
+    from datum.providers.fs import resolve
+
+    hostname = _read(resolve(root, "/etc/hostname")).strip() if str(root) != "/" else ""
+    os_release = parse_os_release(_read(resolve(root, "/etc/os-release")))
+    if not os_release:
+        os_release = parse_os_release(_read(resolve(root, "/usr/lib/os-release")))
+    mem_kb = 0
+    for line in _read("/proc/meminfo").splitlines():
+        if line.startswith("MemTotal:"):
+            mem_kb = int(line.split()[1])
+            break
+    return Facts(
+        hostname=hostname or socket.gethostname(),
+        os_release=os_release,
+        kernel=running_kernel(),
+        boot_id=read_boot_id(boot_id_file),
+        cpu_count=os.cpu_count() or 1,
+        memory_mb=mem_kb // 1024,
+    )

@@ -1,0 +1,106 @@
+"""``Service``: a systemd unit running or stopped, enabled or not; restarted when what it subscribes to changes.
+
+Only where systemd is PID 1 and ``--root`` is the running system; anywhere
+else the resource is ``skipped`` with the reason, and the host is ``degraded``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import Field
+
+from datum.core.vocab import Action
+from datum.providers.base import Change, HostContext, Provider, ProviderError, Spec
+
+
+class ServiceSpec(Spec):
+    namevar = "name"
+
+    name: str = Field(
+        min_length=1,
+        pattern=r"^[A-Za-z0-9:_.@\\-]+$",
+        description="The unit; .service is added when no suffix.",
+    )
+    ensure: Literal["running", "stopped"] | None = None
+    enable: bool | None = None
+
+
+@dataclass(frozen=True)
+class SvcWant:
+    unit: str
+    ensure: str | None
+    enable: bool | None
+
+
+@dataclass(frozen=True)
+class SvcHave:
+    active: str  # systemctl is-active: active, inactive, failed, activating, ...
+    enabled: str  # systemctl is-enabled: enabled, disabled, static, masked, not-found, ...
+
+
+def unit_name(name: str) -> str:
+    return name if "." in name.rsplit("@", 1)[-1] else f"{name}.service"
+
+
+def commands(want: SvcWant, have: SvcHave, action: Action) -> list[list[str]]:
+    """Pure: the systemctl command lines that make ``have`` match ``want``."""
+    out: list[list[str]] = []
+    if want.enable is True and have.enabled != "enabled":
+        out.append(["systemctl", "enable", want.unit])
+    elif want.enable is False and have.enabled == "enabled":
+        out.append(["systemctl", "disable", want.unit])
+    running = have.active == "active"
+    if want.ensure == "running" and not running:
+        out.append(["systemctl", "start", want.unit])
+    elif want.ensure == "stopped" and running:
+        out.append(["systemctl", "stop", want.unit])
+    elif action is Action.RESTART and want.ensure != "stopped":
+        out.append(["systemctl", "restart", want.unit])
+    return out
+
+
+class ServiceProvider(Provider[ServiceSpec, SvcWant, SvcHave]):
+    type = "Service"
+    spec = ServiceSpec
+    refreshable = True
+
+    def supported(self, ctx: HostContext) -> str | None:
+        if not ctx.systemd_running():
+            return "systemd is not PID 1"
+        if not ctx.is_real_root:
+            return f"--root {ctx.root} is not the running system"
+        return None
+
+    def desired(self, name: str, spec: ServiceSpec, ctx: HostContext) -> SvcWant:
+        return SvcWant(unit_name(spec.name), spec.ensure, spec.enable)
+
+    def observe(self, want: SvcWant, ctx: HostContext) -> SvcHave:
+        active = ctx.runner(["systemctl", "is-active", want.unit]).stdout.strip() or "unknown"
+        enabled = ctx.runner(["systemctl", "is-enabled", want.unit]).stdout.strip() or "not-found"
+        if enabled == "not-found":
+            raise ProviderError(f"unit {want.unit} not found")
+        return SvcHave(active, enabled)
+
+    def plan(self, want: SvcWant, have: SvcHave) -> Change:
+        differences = []
+        if want.ensure == "running" and have.active != "active":
+            differences.append(f"{have.active}, want running")
+        if want.ensure == "stopped" and have.active == "active":
+            differences.append("running, want stopped")
+        if want.enable is True and have.enabled != "enabled":
+            differences.append(f"{have.enabled}, want enabled")
+        if want.enable is False and have.enabled == "enabled":
+            differences.append("enabled, want disabled")
+        return Change(Action.UPDATE, tuple(differences)) if differences else Change()
+
+    def apply(self, want: SvcWant, have: SvcHave, change: Change, ctx: HostContext) -> str | None:
+        for argv in commands(want, have, change.action):
+            done = ctx.runner(argv)
+            if done.returncode != 0:
+                raise ProviderError(done.why())
+        return None
+
+
+PROVIDER = ServiceProvider()
