@@ -27,7 +27,7 @@ from datum.core.breaker import Threshold
 from datum.core.converge import ConvergeConfig
 from datum.core.findings import FieldError, Finding, Problem, invalid
 from datum.core.memory import BackoffPolicy
-from datum.core.vocab import ConvergeMode, Direction
+from datum.core.vocab import ConvergeMode, Direction, Mode, RebootPolicy
 from datum.validation import field_errors
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
@@ -171,13 +171,77 @@ class ServerSettings(_Strict):
 _TOKEN_HASH = re.compile(r"^sha256:[0-9a-f]{64}$")
 
 
+_WINDOW = re.compile(
+    r"^\s*(?:(?P<days>[A-Za-z]{3}(?:-[A-Za-z]{3})?(?:,[A-Za-z]{3}(?:-[A-Za-z]{3})?)*|daily)\s+)?"
+    r"(?P<start>\d{1,2}:\d{2})\s*-\s*(?P<end>\d{1,2}:\d{2})\s*$"
+)
+_DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
+
+
+def parse_window(text: str) -> tuple[frozenset[int], int, int]:
+    """``"Sun 02:00-04:00"`` -> (weekdays, start minute, end minute); ``Mon-Fri``, ``Sat,Sun``, ``daily``.
+
+    Weekdays count from Monday = 0 as ``datetime.weekday()`` does. A window whose
+    end is before its start runs past midnight into the next day.
+    """
+    match = _WINDOW.match(text)
+    if not match:
+        raise ValueError("a window such as 'Sun 02:00-04:00', 'Mon-Fri 01:00-03:00' or 'daily 02:00-04:00'")
+    days: set[int] = set()
+    spec = (match.group("days") or "daily").lower()
+    for part in ["mon-sun"] if spec == "daily" else spec.split(","):
+        first, _, last = part.partition("-")
+        if first not in _DAYS or (last and last not in _DAYS):
+            raise ValueError(f"unknown weekday in {part!r}: use Mon, Tue, Wed, Thu, Fri, Sat, Sun")
+        a, b = _DAYS.index(first), _DAYS.index(last or first)
+        days.update(range(a, b + 1) if a <= b else [*range(a, 7), *range(0, b + 1)])
+    minutes = []
+    for clock in (match.group("start"), match.group("end")):
+        hh, mm = (int(x) for x in clock.split(":"))
+        if hh > 24 or mm > 59 or (hh == 24 and mm):
+            raise ValueError(f"{clock} is not a time of day")
+        minutes.append(hh * 60 + mm)
+    if minutes[0] == minutes[1]:
+        raise ValueError("the window is empty")
+    return frozenset(days), minutes[0], minutes[1]
+
+
+class HostSettings(_Strict):
+    """The ``[host]`` section: how the host agent runs on this machine (never desired state)."""
+
+    name: str | None = Field(default=None, min_length=1, max_length=253, description="Host name in reports (default: the hostname).")
+    mode: Mode = Mode.ENFORCE
+    reboot_policy: RebootPolicy = RebootPolicy.NEVER
+    maintenance_window: str | None = None
+    reboot_command: str = "systemctl reboot"
+    state: str | None = Field(default=None, description="SQLite file or store URL (default: the store).")
+    boot_id_file: str = "/proc/sys/kernel/random/boot_id"
+    lock_wait: Duration = timedelta(seconds=30)
+    lock_ttl: Duration = timedelta(hours=1)
+    report_to: str | None = None
+    token: str | None = None
+
+    @field_validator("maintenance_window")
+    @classmethod
+    def _window(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_window(value)
+        return value
+
+    @model_validator(mode="after")
+    def _window_for_policy(self) -> HostSettings:
+        if self.reboot_policy is RebootPolicy.MAINTENANCE and not self.maintenance_window:
+            raise ValueError("reboot_policy 'maintenance' needs a maintenance_window")
+        return self
+
+
 class Settings(_Strict):
     """The whole configuration file."""
 
     home: Path = Field(default_factory=default_home)
     store: str | None = None
     reconcilers: dict[str, dict[str, Any]] = Field(default_factory=dict)
-    host: dict[str, Any] = Field(default_factory=dict)
+    host: HostSettings = HostSettings()
     server: ServerSettings = ServerSettings()
 
     @property

@@ -21,6 +21,12 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "drift": ("datum.cli.reconcile", "drift", "Show a reconciler's drift report."),
     "reconcilers": ("datum.cli.reconcile", "reconcilers", "List the reconcilers and their health."),
     "bucket": ("datum.cli.buckets", "bucket", "Desired state of the buckets example reconciler."),
+    "apply": ("datum.cli.host", "apply", "Converge this host to a manifest in one pass."),
+    "plan": ("datum.cli.host", "plan", "Show what a pass would change, with diffs."),
+    "validate": ("datum.cli.host", "validate", "Validate a manifest: every finding at once."),
+    "status": ("datum.cli.host", "status", "The persisted host state, without running a pass."),
+    "schema": ("datum.cli.host", "schema", "Print the manifest's JSON Schema."),
+    "reboot": ("datum.cli.host", "reboot", "Reboot when the last pass found it needed."),
     "serve": ("datum.cli.serve", "serve", "Serve the HTTP API and the web page, ticking the reconcilers."),
     "token": ("datum.cli.token", "token", "Mint bearer tokens for the HTTP API."),
 }
