@@ -160,7 +160,10 @@ def _apply(
     out: Outcome,
 ) -> None:
     try:
-        out.reboot_required = prov.apply(want, have, change, ctx)
+        try:
+            out.reboot_required = prov.apply(want, have, change, ctx)
+        finally:
+            ctx.changed()
         unconfirmed = prov.verify(want, change, ctx)
     except Exception as exc:  # noqa: BLE001 - recorded as this resource's failure
         out.state = ResourceState.FAILED

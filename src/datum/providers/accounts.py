@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from datum.providers.base import HostContext, ProviderError
-from datum.providers.fs import read_bytes, resolve, write_atomic
+from datum.providers.fs import read_bytes, write_atomic
 
 PASSWD = "/etc/passwd"
 GROUP = "/etc/group"
@@ -65,7 +65,7 @@ def read_table(ctx: HostContext, path: str) -> Table:
     cached = ctx.cache.get(key)
     if cached is not None:
         return cached  # type: ignore[no-any-return]
-    data = read_bytes(resolve(ctx.root, path))
+    data = read_bytes(ctx.path(path))
     rows = tuple(
         tuple(line.split(":"))
         for line in (data or b"").decode("utf-8", "replace").splitlines()
@@ -77,13 +77,13 @@ def read_table(ctx: HostContext, path: str) -> Table:
 
 
 def exists(ctx: HostContext, path: str) -> bool:
-    return resolve(ctx.root, path).exists()
+    return ctx.path(path).exists()
 
 
 def write_table(ctx: HostContext, table: Table) -> None:
     """Write ``table`` back atomically and forget the cached copy."""
     data = "".join(":".join(r) + "\n" for r in table.rows).encode()
-    write_atomic(resolve(ctx.root, table.path), data, mode=_SECRET.get(table.path))
+    write_atomic(ctx.path(table.path), data, mode=_SECRET.get(table.path))
     ctx.cache.pop(f"accounts:{table.path}", None)
 
 

@@ -186,6 +186,16 @@ class HostContext:
             self._facts = read_facts(self.root, self.boot_id_file)
         return self._facts
 
+    def path(self, host_path: str, *, follow_last: bool = True) -> Path:
+        """``host_path`` resolved inside the root; raises ``Escape`` when it would leave it."""
+        from datum.providers.fs import resolve
+
+        return resolve(self.root, host_path, follow_last=follow_last, cache=self.cache.setdefault("paths", {}))
+
+    def changed(self) -> None:
+        """Something on the host changed: forget what was resolved or read before."""
+        self.cache.clear()
+
     def systemd_running(self) -> bool:
         """Whether systemd is PID 1 here, as sd_booted(3) tells it."""
         if self.systemd is None:

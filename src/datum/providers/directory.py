@@ -65,7 +65,7 @@ class DirectoryProvider(Provider[DirectorySpec, DirWant, DirHave]):
         uid, gid = owner_ids(ctx, spec.owner, spec.group)
         return DirWant(
             spec.path,
-            fs.resolve(ctx.root, spec.path),
+            ctx.path(spec.path),
             spec.ensure,
             spec.mode,
             uid,

@@ -14,7 +14,6 @@ from pathlib import Path
 from pydantic import Field
 
 from datum.core.vocab import Action
-from datum.providers import fs
 from datum.providers.base import (
     Change,
     Completed,
@@ -71,7 +70,7 @@ class ExecProvider(Provider[ExecSpec, ExecWant, ExecHave]):
 
     def desired(self, name: str, spec: ExecSpec, ctx: HostContext) -> ExecWant:
         env = {**os.environ, **spec.environment, "DATUM_ROOT": str(ctx.root)}
-        creates = fs.resolve(ctx.root, spec.creates) if spec.creates else None
+        creates = ctx.path(spec.creates) if spec.creates else None
         return ExecWant(spec, creates, spec.cwd or str(ctx.root), env)
 
     def observe(self, want: ExecWant, ctx: HostContext) -> ExecHave:

@@ -93,7 +93,7 @@ class FileProvider(Provider[FileSpec, FileWant, FileHave]):
         uid, gid = owner_ids(ctx, spec.owner, spec.group)
         return FileWant(
             spec.path,
-            fs.resolve(ctx.root, spec.path),
+            ctx.path(spec.path),
             spec.ensure,
             render_content(spec, ctx) if spec.ensure == "present" else None,
             spec.mode,

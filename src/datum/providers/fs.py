@@ -21,37 +21,53 @@ class Escape(ProviderError):
     """A path that would leave the root."""
 
 
-def resolve(root: Path, host_path: str, *, follow_last: bool = True) -> Path:
+def resolve(root: Path, host_path: str, *, follow_last: bool = True, cache: dict[str, str] | None = None) -> Path:
     """The real path of ``host_path`` inside ``root``; refuse one that escapes it.
 
     Components that do not exist yet are kept as they are (the resource may
     create them). ``follow_last=False`` leaves a final symlink unresolved, for
-    resources that manage the link itself.
+    resources that manage the link itself. ``cache`` remembers resolved parent
+    directories within one pass (the pass drops it after every change).
     """
-    root = Path(os.path.abspath(root))
-    todo = [p for p in host_path.split("/") if p not in ("", ".")]
-    done: list[str] = []
+    top = os.path.abspath(root)
+    parent, _, last = host_path.rstrip("/").rpartition("/")
+    key = f"{top}\0{parent}"
+    base = cache.get(key) if cache is not None else None
+    if base is None:
+        base = _walk(top, parent, True, host_path)
+        if cache is not None:
+            cache[key] = base
+    if not last or last == ".":
+        return Path(base)
+    start = [p for p in base[len(top) :].split("/") if p]
+    return Path(_walk(top, last, follow_last, host_path, start))
+
+
+def _walk(top: str, path: str, follow_last: bool, original: str, start: list[str] | None = None) -> str:
+    """Resolve ``path`` component by component under ``top`` as a chroot would, from ``start``."""
+    todo = [p for p in path.split("/") if p not in ("", ".")]
+    todo.reverse()
+    done: list[str] = list(start or ())
     hops = 0
     while todo:
-        part = todo.pop(0)
+        part = todo.pop()
         if part == "..":
             if not done:
-                raise Escape(f"{host_path} escapes the root {root}")
+                raise Escape(f"{original} escapes the root {top}")
             done.pop()
             continue
-        here = root.joinpath(*done, part)
+        here = os.path.join(top, *done, part)
         if (todo or follow_last) and os.path.islink(here):
             hops += 1
             if hops > _MAX_LINKS:
-                raise Escape(f"{host_path}: too many levels of symbolic links")
+                raise Escape(f"{original}: too many levels of symbolic links")
             target = os.readlink(here)
-            parts = [p for p in target.split("/") if p not in ("", ".")]
             if target.startswith("/"):
                 done = []
-            todo = parts + todo
+            todo.extend(reversed([p for p in target.split("/") if p not in ("", ".")]))
             continue
         done.append(part)
-    return root.joinpath(*done)
+    return os.path.join(top, *done) if done else top
 
 
 def write_atomic(

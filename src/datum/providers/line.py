@@ -91,7 +91,7 @@ class LineProvider(Provider[LineSpec, LineWant, LineHave]):
     spec = LineSpec
 
     def desired(self, name: str, spec: LineSpec, ctx: HostContext) -> LineWant:
-        return LineWant(spec.path, fs.resolve(ctx.root, spec.path), spec)
+        return LineWant(spec.path, ctx.path(spec.path), spec)
 
     def observe(self, want: LineWant, ctx: HostContext) -> LineHave:
         content = fs.read_bytes(want.real)

@@ -15,7 +15,6 @@ from pathlib import Path
 from pydantic import Field, field_validator
 
 from datum.core.vocab import Action
-from datum.providers import fs
 from datum.providers.base import Change, HostContext, Provider, ProviderError, Spec
 
 ADMINDIR = "/var/lib/dpkg"
@@ -79,7 +78,7 @@ def dpkg(ctx: HostContext, *args: str) -> list[str]:
 
 
 def admindir(ctx: HostContext) -> Path:
-    return fs.resolve(ctx.root, ADMINDIR)
+    return ctx.path(ADMINDIR)
 
 
 class PackageProvider(Provider[PackageSpec, PkgWant, PkgHave]):

@@ -53,7 +53,7 @@ class SymlinkProvider(Provider[SymlinkSpec, LinkWant, LinkHave]):
 
     def desired(self, name: str, spec: SymlinkSpec, ctx: HostContext) -> LinkWant:
         return LinkWant(
-            spec.path, fs.resolve(ctx.root, spec.path, follow_last=False), spec.ensure, spec.target
+            spec.path, ctx.path(spec.path, follow_last=False), spec.ensure, spec.target
         )
 
     def observe(self, want: LinkWant, ctx: HostContext) -> LinkHave:
