@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import httpx
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
@@ -136,3 +144,58 @@ def pass_report(host: str = "web1", state: str = "failed") -> dict[str, object]:
             },
         ],
     }
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def serving(cfg: Path, log: Path) -> Iterator[str]:
+    """``datum serve --config cfg`` in its own process on a free loopback port; yields its base URL."""
+    port = free_port()
+    with log.open("w") as sink:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", "from datum.cli.main import main; main()",
+             "serve", "--config", str(cfg), "--port", str(port)],
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+    base = f"http://127.0.0.1:{port}/"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            if proc.poll() is not None:
+                raise AssertionError(f"datum serve exited with {proc.returncode}: {log.read_text()}")
+            try:
+                if httpx.get(base + "readyz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                raise AssertionError("datum serve did not become ready")
+            time.sleep(0.1)
+        yield base
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def config_file(tmp_path: Path, interval: str = "30s", scheduler: bool = True) -> Path:
+    """A configuration file for ``datum serve`` with the same store and root as ``build_story``."""
+    cfg = tmp_path / "datum.toml"
+    cfg.write_text(
+        f'store = "sqlite:///{tmp_path / "datum.db"}"\n'
+        "[reconcilers.buckets]\n"
+        f'root = "{tmp_path / "buckets"}"\n'
+        f'interval = "{interval}"\n'
+        "confirmation_ticks = 2\n"
+        'breaker = { restore = 100, reap = 2, align = 100 }\n'
+        "[server]\n"
+        f"scheduler = {'true' if scheduler else 'false'}\n"
+        'refresh = "1s"\n'
+    )
+    return cfg

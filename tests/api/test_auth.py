@@ -10,7 +10,16 @@ import pytest
 
 from datum.api import tokens
 from datum.api.app import create_app
-from datum.api.authz import SERVER, Action, Authorizer, bucket, host, reconciler, shipped_policies, shipped_schema
+from datum.api.authz import (
+    SERVER,
+    Action,
+    Authorizer,
+    bucket,
+    host,
+    reconciler,
+    shipped_policies,
+    shipped_schema,
+)
 from datum.core.findings import Problem
 
 from .story import build_story, pass_report, settings_for

@@ -124,12 +124,13 @@ def install(app: FastAPI) -> None:
     async def _http(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
         code = _CODE_BY_STATUS.get(exc.status_code, "INVALID_INPUT" if exc.status_code < 500 else "INTERNAL")
         message = exc.detail if isinstance(exc.detail, str) else "the request cannot be served"
-        response = JSONResponse(
+        # A body that does not parse is invalid input like any other: 422, as the contract says.
+        status = 422 if exc.status_code == 400 else exc.status_code
+        return JSONResponse(
             {"issues": [{"code": code, "message": message}]},
-            status_code=exc.status_code,
+            status_code=status,
             headers=getattr(exc, "headers", None),
         )
-        return response
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:

@@ -66,6 +66,7 @@ def page(request: Request) -> HTMLResponse:
 @router.get(
     "/ui/overview",
     response_class=HTMLResponse,
+    include_in_schema=False,  # the page's own fragment, not an API
     summary="The page's data as an HTML fragment.",
     description=(
         "Cedar action `observability:ReadSubstrate` on `Server::\"datum\"`; the hosts section also needs "

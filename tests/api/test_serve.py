@@ -1,0 +1,66 @@
+"""``datum serve`` and ``datum token create`` for real: a uvicorn process on loopback, its log, its URL."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from datum.cli.main import main
+
+from .story import config_file, serving
+
+
+def config(tmp_path: Path) -> Path:
+    return config_file(tmp_path, interval="200ms")
+
+
+def datum(capsys, *args: str) -> tuple[int, str, str]:
+    try:
+        main(list(args))
+        code = 0
+    except SystemExit as exc:
+        code = exc.code or 0
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_token_create_prints_the_token_alone_on_the_last_line(tmp_path, capsys):
+    cfg = str(config(tmp_path))
+    code, out, _err = datum(capsys, "token", "create", "--principal", "operator", "--config", cfg)
+    assert code == 0
+    token = out.strip().splitlines()[-1]
+    assert token.startswith("datum_") and " " not in token and len(token) > 40
+    code, _out, err = datum(capsys, "token", "create", "--principal", "no spaces please", "--config", cfg)
+    assert code == 65 and "principal" in err
+
+
+@pytest.fixture
+def served(tmp_path, capsys):
+    """``datum serve`` in its own process, with an operator token; yields (base URL, token, log path)."""
+    cfg = config(tmp_path)
+    _code, out, _ = datum(capsys, "token", "create", "--principal", "operator", "--config", str(cfg))
+    token = out.strip().splitlines()[-1]
+    log = tmp_path / "serve.log"
+    with serving(cfg, log) as base:
+        yield base, token, log
+
+
+def test_serve_on_loopback_ticks_and_never_logs_the_token(served):
+    base, token, log = served
+    auth = {"Authorization": f"Bearer {token}"}
+    assert httpx.put(base + "v1/buckets/alpha", headers=auth).status_code == 403  # operator only reads
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:  # the scheduler ticks every 200ms without being asked
+        body = httpx.get(base + "v1/observability/admin/reconcilers/buckets/drift", headers=auth).json()
+        if body.get("lastRanAt"):
+            break
+        time.sleep(0.1)
+    assert body["health"] == "ok" and body["reconciler"] == "buckets"
+    assert httpx.get(base + "v1/hosts", headers={"Authorization": f"Bearer {token}x"}).status_code == 401
+    text = log.read_text()
+    assert f"serving the page at {base}" in text
+    assert "GET /v1/observability/admin/reconcilers/buckets/drift" in text  # the access log is on
+    assert token not in text
