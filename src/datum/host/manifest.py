@@ -67,45 +67,14 @@ def load_manifest(path: str | Path) -> Manifest:
     return parse_manifest(text, file.resolve().parent, str(file))
 
 
-_FLOW_LIST = re.compile(
-    r"^(?P<head>\s*(?:-\s+)?[A-Za-z_][\w-]*\s*:\s*)\[(?P<body>.*\[.*)\](?P<tail>\s*(?:#.*)?)$"
-)
-
-
-def _split_flow(body: str) -> list[str]:
-    """``A[x], B[y]`` -> the items, splitting on commas outside brackets."""
-    items, depth, current = [], 0, ""
-    for ch in body:
-        depth += (ch == "[") - (ch == "]")
-        if ch == "," and depth == 0:
-            items.append(current)
-            current = ""
-        else:
-            current += ch
-    return [*items, current]
+# A Type[name] reference right after a flow collection opens or a comma: YAML
+# forbids "[" in a plain scalar there, but Puppet users write it that way.
+_FLOW_REF = re.compile(r"(?<=[\[{,])(\s*)([A-Z][A-Za-z0-9]*\[[^\[\]\n\"']*\])(?=\s*[\]},:])")
 
 
 def quote_identities(text: str) -> str:
-    """Quote ``Type[name]`` items of one-line flow lists (``requires: [Package[nginx]]``).
-
-    The contract writes references the way Puppet users do; YAML forbids ``[``
-    inside a flow list's plain scalar, so such lines are quoted before parsing.
-    """
-    out = []
-    for line in text.splitlines(keepends=True):
-        bare = line.rstrip("\r\n")
-        match = _FLOW_LIST.match(bare)
-        if match:
-            items = [x.strip() for x in _split_flow(match.group("body"))]
-            quoted = [
-                x if x[:1] in "'\"" or not x else '"' + x.replace('"', '\\"') + '"' for x in items
-            ]
-            line = (
-                f"{match.group('head')}[{', '.join(quoted)}]{match.group('tail')}"
-                + line[len(bare) :]
-            )
-        out.append(line)
-    return "".join(out)
+    """Quote ``Type[name]`` items of flow lists and maps (``requires: [Package[nginx]]``)."""
+    return _FLOW_REF.sub(lambda m: f'{m.group(1)}"{m.group(2)}"', text)
 
 
 def _yaml(text: str, source: str) -> Any:
