@@ -1,0 +1,140 @@
+"""The agent around a pass: one pass per store, posting the report, exit codes and the state store."""
+
+from __future__ import annotations
+
+import json
+import threading
+from datetime import timedelta
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+import pytest
+
+from datum.core.vocab import ResourceState
+from datum.host.agent import exit_code
+from datum.host.report import PassReport
+from datum.host.statefile import StateStore, store_url
+
+MANIFEST = "resources:\n  - File[/etc/motd]:\n      content: 'hi\\n'\n"
+
+
+def test_a_second_pass_waits_then_refuses_clearly(host):
+    manifest = host.manifest(MANIFEST)
+    assert host.apply(manifest).code == 2  # creates the store
+    host.configure('[host]\nlock_wait = "500ms"\n')
+    store = StateStore(store_url(str(host.state)))
+    try:
+        with store.lease(timedelta(seconds=1), timedelta(minutes=5)) as holder:
+            blocked = host.apply(manifest)
+            assert blocked.code == 69, blocked.out + blocked.err
+            assert "another pass is running" in blocked.err
+            assert holder.split(":")[1] in blocked.err  # names the holder's pid
+    finally:
+        store.close()
+    assert host.apply(manifest).code == 0  # released
+
+
+def test_an_expired_lease_does_not_wedge_the_host(host):
+    manifest = host.manifest(MANIFEST)
+    host.apply(manifest)
+    store = StateStore(store_url(str(host.state)))
+    try:
+        assert store._try_acquire("crashed-agent", timedelta(seconds=-1))  # already expired
+    finally:
+        store.close()
+    assert host.apply(manifest).code == 0
+
+
+class _Collector(BaseHTTPRequestHandler):
+    received: list[tuple[str, str, dict]] = []
+
+    def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        self.received.append((self.path, self.headers.get("Authorization", ""), json.loads(body)))
+        self.send_response(201)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        self.wfile.write(b"{}")
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def collector():
+    _Collector.received = []
+    server = HTTPServer(("127.0.0.1", 0), _Collector)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}", _Collector.received
+    server.shutdown()
+
+
+def test_report_to_posts_the_pass_report_with_a_bearer_token(host, collector):
+    url, received = collector
+    host.configure('[host]\nname = "web-1"\n')
+    result = host.apply(host.manifest(MANIFEST), "--report-to", url, "--token", "s3cret", "--json")
+    assert result.code == 2
+    ((path, auth, body),) = received
+    assert path == "/v1/hosts/web-1/passes"
+    assert auth == "Bearer s3cret"
+    assert body == result.json
+    PassReport.model_validate(body)
+    assert "s3cret" not in result.out + result.err
+
+
+def test_an_unreachable_server_is_a_warning_not_a_failed_pass(host):
+    result = host.apply(host.manifest(MANIFEST), "--report-to", "http://127.0.0.1:9", "--token", "s3cret")
+    assert result.code == 2
+    assert "warning: the pass report was not delivered" in result.err
+    assert "s3cret" not in result.err
+    assert host.status("--json").json["state"] == "converged"
+
+
+C, F, B, D, S = (ResourceState.CONVERGED, ResourceState.FAILED, ResourceState.BLOCKED, ResourceState.DRIFTED, ResourceState.SKIPPED)
+
+
+@pytest.mark.parametrize(
+    ("states", "changed", "reboot", "code"),
+    [
+        ([C, C], False, False, 0),
+        ([C, C], True, False, 2),
+        ([C, F], True, False, 6),
+        ([C, B], False, False, 4),
+        ([C, D], False, False, 8),
+        ([C, C], False, True, 16),
+        ([C, S], False, False, 32),
+        ([F, D, S], True, True, 2 | 4 | 8 | 16 | 32),
+    ],
+)
+def test_exit_code_bits(states, changed, reboot, code):
+    from datum.host.executor import Outcome
+    from datum.host.manifest import Resource
+    from datum.providers.file import FileSpec
+
+    outcomes = []
+    for i, state in enumerate(states):
+        o = Outcome(Resource(i, "File", f"/f{i}", FileSpec(path=f"/f{i}")), state=state)
+        o.changed = changed and i == 0
+        outcomes.append(o)
+    assert exit_code(outcomes, reboot) == code
+
+
+def test_state_store_on_any_store_url(store_url):
+    """The agent's store works on PostgreSQL too, through datum.store."""
+    from datum.store import open_store
+    from datum.store.hosts import get_host
+
+    report = {"host": "h1", "state": "converged", "finishedAt": "2026-11-30T00:00:00+00:00", "resources": []}
+    agent_store = StateStore(store_url)
+    try:
+        with agent_store.lease(timedelta(seconds=1), timedelta(minutes=1)):
+            agent_store.record("h1", report)
+        assert agent_store.get("h1") == report
+        assert agent_store.hosts() == ["h1"]
+    finally:
+        agent_store.close()
+    store = open_store(store_url)
+    try:
+        assert get_host(store, "h1")["report"] == report
+    finally:
+        store.dispose()
