@@ -10,6 +10,7 @@ import os
 from datetime import datetime
 
 import pytest
+
 from providers.debs import build_deb, dpkg_root
 
 IDLE = "resources:\n  - File[/etc/motd]:\n      content: 'hi\\n'\n"

@@ -139,7 +139,7 @@ class PackageProvider(Provider[PackageSpec, PkgWant, PkgHave]):
                 else Change()
             )
         if have.version is None:
-            return Change(Action.CREATE, (f"not installed, want {want.version or want.ensure}",))
+            return Change(Action.CREATE, ("not installed" + (f", want {want.version}" if want.version else ""),))
         if want.version and have.version != want.version:
             return Change(Action.UPDATE, (f"version {have.version}, want {want.version}",))
         return Change()

@@ -1,0 +1,53 @@
+"""Exec: guards, verification and the environment a command sees."""
+
+from __future__ import annotations
+
+import pytest
+
+from datum.core.vocab import Action
+from datum.providers.base import ProviderError
+from datum.providers.exec import PROVIDER as EXEC
+from datum.providers.exec import ExecSpec
+
+
+def plan(spec, ctx):
+    want = EXEC.desired(spec.command, spec, ctx)
+    return want, EXEC.plan(want, EXEC.observe(want, ctx))
+
+
+@pytest.mark.parametrize(
+    ("spec", "action"),
+    [
+        ({"command": "true"}, Action.UPDATE),
+        ({"command": "true", "creates": "/done"}, Action.CREATE),
+        ({"command": "true", "creates": "/present"}, Action.NONE),
+        ({"command": "true", "unless": "true"}, Action.NONE),
+        ({"command": "true", "unless": "false"}, Action.UPDATE),
+        ({"command": "true", "onlyif": "false"}, Action.NONE),
+        ({"command": "true", "onlyif": "true"}, Action.UPDATE),
+        ({"command": "true", "refreshonly": True}, Action.NONE),
+    ],
+)
+def test_guards(ctx, spec, action):
+    (ctx.root / "present").touch()
+    assert plan(ExecSpec(**spec), ctx)[1].action is action
+
+
+def test_runs_in_the_root_with_datum_root_set(ctx):
+    spec = ExecSpec(command='echo "$DATUM_ROOT" > marker', creates="/marker")
+    want, change = plan(spec, ctx)
+    EXEC.apply(want, None, change, ctx)
+    assert EXEC.verify(want, change, ctx) is None
+    assert (ctx.root / "marker").read_text().strip() == str(ctx.root)
+
+
+def test_verification_fails_when_creates_is_not_created(ctx):
+    want, change = plan(ExecSpec(command="true", creates="/never"), ctx)
+    EXEC.apply(want, None, change, ctx)
+    assert EXEC.verify(want, change, ctx) == "verification failed: /never still absent"
+
+
+def test_a_failing_command_says_why(ctx):
+    want, change = plan(ExecSpec(command="echo nope >&2; exit 7"), ctx)
+    with pytest.raises(ProviderError, match="exit status 7: nope"):
+        EXEC.apply(want, None, change, ctx)

@@ -1,0 +1,81 @@
+"""Package through real dpkg under a temporary root, with a tiny .deb built by the test."""
+
+from __future__ import annotations
+
+import pytest
+
+from datum.core.vocab import Action
+from datum.providers.base import ProviderError
+from datum.providers.package import PROVIDER as PACKAGE
+from datum.providers.package import PackageSpec
+from providers.debs import build_deb, dpkg_root
+
+
+def step(spec, ctx):
+    want = PACKAGE.desired(spec.name, spec, ctx)
+    have = PACKAGE.observe(want, ctx)
+    change = PACKAGE.plan(want, have)
+    reboot = None
+    if change.action is not Action.NONE:
+        reboot = PACKAGE.apply(want, have, change, ctx)
+    return change, reboot, PACKAGE.verify(want, change, ctx)
+
+
+def test_install_upgrade_remove_for_real(ctx):
+    dpkg_root(ctx.root)
+    build_deb(ctx.manifest_dir / "v1", "datum-hello", "1.0")
+    build_deb(ctx.manifest_dir / "v2", "datum-hello", "2.0")
+    v1 = PackageSpec(name="datum-hello", source="v1/datum-hello_1.0_all.deb")
+    v2 = PackageSpec(name="datum-hello", source="v2/datum-hello_2.0_all.deb", ensure="2.0")
+    gone = PackageSpec(name="datum-hello", ensure="absent")
+    assert PACKAGE.supported(ctx) is None
+
+    change, reboot, unconfirmed = step(v1, ctx)
+    assert (change.action, change.differences, reboot, unconfirmed) == (
+        Action.CREATE, ("not installed",), None, None
+    )
+    assert (ctx.root / "usr/share/datum-hello/VERSION").read_text() == "1.0\n"
+    assert step(v1, ctx)[0].action is Action.NONE
+    change, _, unconfirmed = step(v2, ctx)
+    assert change.differences == ("version 1.0, want 2.0",) and unconfirmed is None
+    assert (ctx.root / "usr/share/datum-hello/VERSION").read_text() == "2.0\n"
+    change, _, unconfirmed = step(gone, ctx)
+    assert change.action is Action.DELETE and unconfirmed is None
+    assert not (ctx.root / "usr/share/datum-hello/VERSION").exists()
+
+
+def test_kernel_packages_signal_a_reboot(ctx):
+    dpkg_root(ctx.root)
+    build_deb(ctx.manifest_dir, "linux-image-datum", "1.0")
+    spec = PackageSpec(name="linux-image-datum", source="linux-image-datum_1.0_all.deb")
+    assert step(spec, ctx)[1] == "running kernel differs"
+
+
+def test_a_source_of_another_package_is_refused(ctx):
+    dpkg_root(ctx.root)
+    build_deb(ctx.manifest_dir, "other", "1.0")
+    with pytest.raises(ProviderError, match="is package 'other'"):
+        PACKAGE.desired("x", PackageSpec(name="datum-hello", source="other_1.0_all.deb"), ctx)
+
+
+def test_no_dpkg_database_is_unsupported(ctx):
+    assert PACKAGE.supported(ctx) == "no dpkg database at /var/lib/dpkg"
+
+
+def test_dpkg_command_lines_under_a_root(ctx):
+    from datum.providers.package import dpkg
+
+    assert dpkg(ctx, "--install", "x.deb") == [
+        "dpkg", f"--root={ctx.root}", "--log=/dev/null", "--force-confdef", "--force-confold", "--install", "x.deb"
+    ]
+
+
+@pytest.mark.parametrize("ensure", ["installed", "latest", "absent", "purged", "1.24.0-1", "2:1.0~rc1"])
+def test_ensure_values(ensure):
+    assert PackageSpec(name="nginx", ensure=ensure).ensure == ensure
+
+
+@pytest.mark.parametrize("ensure", ["yes", "", "running", "-1"])
+def test_bad_ensure_values(ensure):
+    with pytest.raises(ValueError):
+        PackageSpec(name="nginx", ensure=ensure)
