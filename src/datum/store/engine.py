@@ -77,13 +77,13 @@ def open_store(url: str) -> Store:
             "INVALID_INPUT", f"store {backend!r} is not supported: use sqlite:/// or postgresql://"
         )
     store = Store(engine)
-    from datum.store import hosts as _hosts  # noqa: F401 - registers the hosts table
-    from datum.store.schema import metadata as framework_metadata
+    from datum.store.migrate import migrate
 
     try:
-        store.ensure(framework_metadata)
+        migrate(engine)
     except sa.exc.SQLAlchemyError as exc:
         raise Problem.one(
-            "UNAVAILABLE", f"cannot open the store at {parsed.render_as_string(hide_password=True)}: {exc.orig or exc}"
+            "UNAVAILABLE",
+            f"cannot open the store at {parsed.render_as_string(hide_password=True)}: {exc.orig or exc}",
         ) from exc
     return store

@@ -8,20 +8,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from datum.store.engine import Store
-from datum.store.schema import metadata
-from datum.store.types import UTCDateTime
-
-hosts = sa.Table(
-    "hosts",
-    metadata,
-    sa.Column("host", sa.String(253), primary_key=True),
-    sa.Column("state", sa.String(32), nullable=False),
-    sa.Column("reason", sa.Text),
-    sa.Column("boot_id", sa.String(100)),
-    sa.Column("finished_at", UTCDateTime),
-    sa.Column("updated_at", UTCDateTime, nullable=False),
-    sa.Column("report", sa.JSON, nullable=False),
-)
+from datum.store.schema import hosts
 
 
 def record_pass(store: Store, host: str, report: dict[str, Any]) -> None:

@@ -1,4 +1,7 @@
-"""The framework's own tables: item memory, reconciler run state and pass locks."""
+"""The framework's own tables: item memory, reconciler run state, locks and host state.
+
+Changing one means adding an Alembic migration in ``migrations/versions``.
+"""
 
 from __future__ import annotations
 
@@ -49,4 +52,17 @@ locks = sa.Table(
     sa.Column("name", sa.String(200), primary_key=True),
     sa.Column("holder", sa.String(200)),
     sa.Column("expires_at", UTCDateTime),
+)
+
+# Every host's latest pass: its state, the reason, and the whole pass report.
+hosts = sa.Table(
+    "hosts",
+    metadata,
+    sa.Column("host", sa.String(253), primary_key=True),
+    sa.Column("state", sa.String(32), nullable=False),
+    sa.Column("reason", sa.Text),
+    sa.Column("boot_id", sa.String(100)),
+    sa.Column("finished_at", UTCDateTime),
+    sa.Column("updated_at", UTCDateTime, nullable=False),
+    sa.Column("report", sa.JSON, nullable=False),
 )
