@@ -12,6 +12,7 @@ from fastapi.staticfiles import StaticFiles
 
 from datum.api import errors
 from datum.api.authz import Authorizer
+from datum.api.fastpath import DriftFastPath
 from datum.api.metrics import metrics_registry
 from datum.api.routes import buckets, hosts, meta, observability, ui
 from datum.api.state import Clock, ServerState
@@ -60,4 +61,5 @@ def create_app(
     for module in (observability, hosts, buckets, meta, ui):
         app.include_router(module.router)
     app.mount("/static", StaticFiles(packages=[("datum.web", "static")]), name="static")
+    app.add_middleware(DriftFastPath, state=state)
     return app

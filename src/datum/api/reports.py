@@ -1,17 +1,24 @@
-"""Drift reports as the API serves them: computed at most once per ``ttl``, and serialized once.
+"""Drift reports as the API serves them: computed off the request path, serialized once.
 
 Computing a report reads the reconciler's run row, validates its retained
-items and runs the coverage query: ~10 ms with 500 items. Serving that on
-every request caps the endpoint at ~100 requests a second, so the server
-keeps the last report and its JSON body, recomputes it when it is older than
-``ttl`` (default 1 s), and forgets it at once when this process ticks the
-reconciler or writes its desired state. Concurrent requests for a stale
-report wait for one computation instead of each running their own.
+items and runs the coverage query: ~10 ms with 500 items, which would cap the
+endpoint at ~100 requests a second. So the server keeps each reconciler's last
+report with its JSON body:
+
+- none yet, or forgotten (this process ticked the reconciler or wrote its
+  desired state): the request waits for one computation, shared by every
+  request that arrives meanwhile;
+- older than ``ttl`` (default 1 s): the request gets it at once while one
+  refresh runs in a worker thread, so a report is never older than ``ttl``
+  plus one computation, and no request waits on a refresh.
+
+``ttl`` 0 turns the cache off (the tests use it to see every tick at once).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,6 +26,8 @@ from dataclasses import dataclass
 import anyio.to_thread
 
 from datum.reconcile.report import DriftReport
+
+log = logging.getLogger("datum.api")
 
 
 @dataclass(frozen=True)
@@ -35,31 +44,72 @@ class ReportCache:
         self._compute = compute
         self.ttl = ttl
         self._entries: dict[str, Cached] = {}
+        self._generation: dict[str, int] = {}
         self._locks: dict[str, asyncio.Lock] = {}
+        self._refreshing: dict[str, asyncio.Task[Cached]] = {}
 
-    def _fresh(self, name: str) -> Cached | None:
+    def _stale(self, entry: Cached) -> bool:
+        return time.monotonic() - entry.at >= self.ttl
+
+    def fresh(self, name: str) -> Cached | None:
+        """The cached report if it is younger than ``ttl`` (never computes, never refreshes)."""
         entry = self._entries.get(name)
-        if entry is not None and time.monotonic() - entry.at < self.ttl:
-            return entry
-        return None
+        return entry if entry is not None and not self._stale(entry) else None
+
+    def current(self, name: str) -> Cached | None:
+        """The cached report, fresh or stale; a stale one starts a refresh. Call on the event loop.
+
+        With ``ttl`` 0 nothing is cached: None, so every request computes its own.
+        """
+        entry = self._entries.get(name) if self.ttl > 0 else None
+        if entry is not None and self._stale(entry):
+            self._refresh_soon(name)
+        return entry
 
     async def get(self, name: str) -> Cached:
-        entry = self._fresh(name)
-        if entry is not None:
-            return entry
-        lock = self._locks.setdefault(name, asyncio.Lock())
-        async with lock:
-            entry = self._fresh(name)
-            if entry is None:
-                entry = await anyio.to_thread.run_sync(self._build, name)
-                self._entries[name] = entry
-            return entry
+        """The report of ``name``: cached, or computed now when there is none."""
+        entry = self.current(name)
+        return entry if entry is not None else await self._refresh(name)
 
     def get_sync(self, name: str) -> Cached:
-        """``get`` for callers already on a worker thread (the metrics collector)."""
-        entry = self._fresh(name)
+        """For callers on a worker thread (the metrics collector): cached if fresh, else computed here."""
+        entry = self.fresh(name)
         if entry is None:
-            entry = self._entries[name] = self._build(name)
+            entry = self._store(name, self._generation.get(name, 0), self._build(name))
+        return entry
+
+    def invalidate(self, name: str | None = None) -> None:
+        """Forget one reconciler's report, or all of them: the next request waits for a new one."""
+        for n in [name] if name is not None else list(self._entries):
+            self._generation[n] = self._generation.get(n, 0) + 1
+            self._entries.pop(n, None)
+
+    def _refresh_soon(self, name: str) -> None:
+        if name in self._refreshing:
+            return
+        task = asyncio.get_running_loop().create_task(self._refresh(name))
+        self._refreshing[name] = task
+        task.add_done_callback(lambda t: self._refreshed(name, t))
+
+    def _refreshed(self, name: str, task: asyncio.Task[Cached]) -> None:
+        self._refreshing.pop(name, None)
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("refreshing the drift report of %s failed: %s", name, task.exception())
+
+    async def _refresh(self, name: str) -> Cached:
+        lock = self._locks.setdefault(name, asyncio.Lock())
+        async with lock:
+            entry = self.fresh(name)  # computed while this request waited for the lock
+            if entry is None:
+                generation = self._generation.get(name, 0)
+                built = await anyio.to_thread.run_sync(self._build, name)
+                entry = self._store(name, generation, built)
+            return entry
+
+    def _store(self, name: str, generation: int, entry: Cached) -> Cached:
+        # A report computed across an invalidation may predate the change: serve it once, keep it not.
+        if self._generation.get(name, 0) == generation:
+            self._entries[name] = entry
         return entry
 
     def _build(self, name: str) -> Cached:
@@ -67,10 +117,3 @@ class ReportCache:
         report = self._compute(name)
         body = report.model_dump_json(by_alias=True, exclude_none=True).encode()
         return Cached(report, body, started)
-
-    def invalidate(self, name: str | None = None) -> None:
-        """Forget one reconciler's report, or all of them."""
-        if name is None:
-            self._entries.clear()
-        else:
-            self._entries.pop(name, None)

@@ -1,0 +1,237 @@
+#!/usr/bin/env python3
+"""Benchmark: the drift endpoint under load, and the server's memory over 100,000 requests.
+
+Target (issue 4): with 10,000 diverged items and ``driftCap`` 500, ``GET
+/v1/observability/admin/reconcilers/buckets/drift`` answers in under 50 ms at
+the 99th percentile under 100 concurrent requests on loopback, measured by a
+load tool in a second process, and the server's RSS stays flat over 100,000
+requests.
+
+The server is ``datum serve`` in its own process (scheduler off, so no pass
+competes for the two cores; access log off unless ``--access-log``). The load
+comes from ``wrk`` (Debian package ``wrk``) when installed, else from a small
+asyncio HTTP/1.1 client in a second Python process. Prints the measured numbers;
+run as ``.venv/bin/python bench/bench_api.py [--items N] [--requests N] [--concurrency C]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import httpx
+import sqlalchemy as sa
+
+PATH = "/v1/observability/admin/reconcilers/buckets/drift"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def prepare(home: Path, items: int, cap: int, access_log: bool) -> tuple[Path, str]:
+    """A store whose buckets reconciler has ``items`` diverged items (all awaiting confirmation)."""
+    from datum.api import tokens
+    from datum.config import load_settings
+    from datum.reconcile.runner import Runner
+    from datum.reconcilers import buckets as b
+    from datum.reconcilers import builtin_registry
+    from datum.store import open_store
+
+    cfg = home / "datum.toml"
+    cfg.write_text(
+        f'store = "sqlite:///{home / "datum.db"}"\n'
+        "[reconcilers.buckets]\n"
+        f'root = "{home / "buckets"}"\n'
+        f"confirmation_ticks = 1000\ndrift_cap = {cap}\n"
+        f"breaker = {{ restore = {items * 2}, reap = 10, align = {items * 2} }}\n"
+        "[server]\nscheduler = false\n"
+        f"access_log = {'true' if access_log else 'false'}\n"
+    )
+    settings = load_settings(cfg)
+    store = open_store(settings.store_url)
+    store.ensure(b.metadata)
+    now = datetime.now(UTC)
+    with store.begin() as conn:
+        conn.execute(
+            sa.insert(b.buckets),
+            [{"name": f"bucket-{n:06d}", "status": b.CREATING, "created_at": now, "updated_at": now} for n in range(items)],
+        )
+    tick = Runner(builtin_registry(), settings, store).tick(b.NAME)
+    assert tick.drift == items, tick
+    token = tokens.create(store, "operator")
+    store.dispose()
+    return cfg, token
+
+
+def rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise RuntimeError("no VmRSS")
+
+
+# -- load generators ---------------------------------------------------------------
+
+
+def wrk(url: str, token: str, concurrency: int, seconds: float) -> dict[str, float]:
+    """One wrk run; returns requests, p50/p99 latency (ms) and errors."""
+    out = subprocess.run(
+        ["wrk", "-t2", f"-c{concurrency}", f"-d{seconds:.0f}s", "--latency", "--timeout", "5s",
+         "-H", f"Authorization: Bearer {token}", url],
+        capture_output=True, text=True, check=True,
+    ).stdout
+    def ms(label: str) -> float:
+        m = re.search(rf"^\s*{label}%\s+([\d.]+)(us|ms|s)\s*$", out, re.M)
+        if not m:
+            raise RuntimeError(f"no {label}% in wrk output:\n{out}")
+        value, unit = float(m.group(1)), m.group(2)
+        return value / 1000 if unit == "us" else value * 1000 if unit == "s" else value
+    total = int(re.search(r"(\d+) requests in", out).group(1))  # type: ignore[union-attr]
+    non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    errors = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
+    return {
+        "requests": total,
+        "p50_ms": ms("50"),
+        "p99_ms": ms("99"),
+        "errors": (int(non2xx.group(1)) if non2xx else 0) + (sum(int(g) for g in errors.groups()) if errors else 0),
+        "rps": total / seconds,
+    }
+
+
+async def _client(host: str, port: int, request: bytes, count: int, latencies: list[float]) -> int:
+    reader, writer = await asyncio.open_connection(host, port)
+    errors = 0
+    for _ in range(count):
+        started = time.perf_counter()
+        writer.write(request)
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = int(re.search(rb"(?i)content-length: (\d+)", head).group(1))  # type: ignore[union-attr]
+        await reader.readexactly(length)
+        latencies.append(time.perf_counter() - started)
+        if not head.startswith(b"HTTP/1.1 200"):
+            errors += 1
+    writer.close()
+    return errors
+
+
+def pyload(url: str, token: str, concurrency: int, requests: int) -> dict[str, float]:
+    """The fallback load tool: ``concurrency`` keep-alive connections in a second process."""
+    u = httpx.URL(url)
+    code = f"""
+import asyncio, json, sys, time
+sys.path.insert(0, {str(Path(__file__).parent)!r})
+from bench_api import _client
+async def main():
+    lat = []
+    req = b"GET {u.raw_path.decode()} HTTP/1.1\\r\\nHost: {u.host}\\r\\nAuthorization: Bearer {token}\\r\\n\\r\\n"
+    t = time.perf_counter()
+    errs = await asyncio.gather(*[_client({u.host!r}, {u.port}, req, {max(1, requests // concurrency)}, lat) for _ in range({concurrency})])
+    took = time.perf_counter() - t
+    lat.sort()
+    print(json.dumps({{"requests": len(lat), "p50_ms": lat[len(lat)//2]*1000, "p99_ms": lat[int(len(lat)*0.99)]*1000,
+                      "errors": sum(errs), "rps": len(lat)/took}}))
+asyncio.run(main())
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    return json.loads(out)
+
+
+# -- the benchmark -----------------------------------------------------------------
+
+
+def main(items: int = 10_000, cap: int = 500, requests: int = 100_000, concurrency: int = 100,
+         access_log: bool = False, tool: str | None = None, rounds: int = 5) -> dict[str, object]:
+    tool = tool or ("wrk" if shutil.which("wrk") else "python")
+    with tempfile.TemporaryDirectory(prefix="datum-bench-api-") as tmp:
+        home = Path(tmp)
+        cfg, token = prepare(home, items, cap, access_log)
+        port = free_port()
+        log = (home / "serve.log").open("w")
+        server = subprocess.Popen(
+            [sys.executable, "-c", "from datum.cli.main import main; main()", "serve", "--config", str(cfg),
+             "--port", str(port)],
+            stdout=log, stderr=subprocess.STDOUT,
+        )
+        url = f"http://127.0.0.1:{port}{PATH}"
+        try:
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    r = httpx.get(url, headers={"Authorization": f"Bearer {token}"}, timeout=5)
+                    if r.status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                if time.monotonic() > deadline or server.poll() is not None:
+                    raise RuntimeError("the server did not start")
+                time.sleep(0.1)
+            body = r.json()
+            shape = {"drift": body["drift"], "items": len(body["items"]), "dropped": body["dropped"],
+                     "driftCap": body["driftCap"], "body_bytes": len(r.content)}
+            # warm up, then measure in rounds until `requests` requests have been served
+            per_round = max(concurrency, requests // rounds)
+            run = (lambda n: pyload(url, token, concurrency, n)) if tool == "python" else None
+            if run is None:
+                probe = wrk(url, token, concurrency, 3)  # warm-up, and the rate to size the rounds
+                # rounds of 5 s at least: a short run measures connection set-up, not the endpoint
+                seconds = max(5.0, per_round / max(probe["rps"], 1))
+                run = lambda n: wrk(url, token, concurrency, seconds)  # noqa: E731
+            else:
+                run(per_round // 5)
+            rss = [rss_kib(server.pid)]
+            results = []
+            served = 0
+            while served < requests:
+                res = run(per_round)
+                results.append(res)
+                served += int(res["requests"])
+                rss.append(rss_kib(server.pid))
+        finally:
+            server.terminate()
+            server.wait(10)
+            log.close()
+    p99s = [float(r["p99_ms"]) for r in results]
+    return {
+        "date": datetime.now(UTC).strftime("%Y-%m-%d"),
+        "tool": tool,
+        "cores": os.cpu_count(),
+        **shape,
+        "concurrency": concurrency,
+        "requests": served,
+        "errors": sum(int(r["errors"]) for r in results),
+        "rps": round(sum(float(r["rps"]) for r in results) / len(results)),
+        "p50_ms": round(max(float(r["p50_ms"]) for r in results), 2),
+        "p99_ms_worst_round": round(max(p99s), 2),
+        "p99_ms_per_round": [round(p, 2) for p in p99s],
+        "rss_mib_per_round": [round(k / 1024, 1) for k in rss],
+        "rss_growth_mib": round((rss[-1] - rss[1]) / 1024, 1),
+        "access_log": access_log,
+    }
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--items", type=int, default=10_000)
+    ap.add_argument("--cap", type=int, default=500)
+    ap.add_argument("--requests", type=int, default=100_000)
+    ap.add_argument("--concurrency", type=int, default=100)
+    ap.add_argument("--access-log", action="store_true")
+    ap.add_argument("--tool", choices=["wrk", "python"])
+    a = ap.parse_args()
+    result = main(a.items, a.cap, a.requests, a.concurrency, a.access_log, a.tool)
+    for key, value in result.items():
+        print(f"{key:>20}: {value}")
