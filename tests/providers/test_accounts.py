@@ -6,9 +6,8 @@ import stat
 
 from datum.core.vocab import Action
 from datum.providers.group import PROVIDER as GROUP
-from datum.providers.group import GroupSpec
+from datum.providers.specs import GroupSpec, UserSpec
 from datum.providers.user import PROVIDER as USER
-from datum.providers.user import UserSpec
 
 
 def step(provider, spec, ctx):

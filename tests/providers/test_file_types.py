@@ -9,13 +9,12 @@ import pytest
 
 from datum.core.vocab import Action
 from datum.providers.directory import PROVIDER as DIRECTORY
-from datum.providers.directory import DirectorySpec, managed_children
+from datum.providers.directory import managed_children
 from datum.providers.file import PROVIDER as FILE
-from datum.providers.file import FileSpec
 from datum.providers.line import PROVIDER as LINE
-from datum.providers.line import LineSpec, edit
+from datum.providers.line import edit
+from datum.providers.specs import DirectorySpec, FileSpec, LineSpec, SymlinkSpec
 from datum.providers.symlink import PROVIDER as SYMLINK
-from datum.providers.symlink import SymlinkSpec
 
 
 def converge(provider, spec, ctx):

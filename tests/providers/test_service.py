@@ -9,7 +9,8 @@ import pytest
 from datum.core.vocab import Action
 from datum.providers.base import Completed, HostContext
 from datum.providers.service import PROVIDER as SERVICE
-from datum.providers.service import ServiceSpec, SvcHave, SvcWant, commands
+from datum.providers.service import SvcHave, SvcWant, commands
+from datum.providers.specs import ServiceSpec
 
 
 class FakeSystemctl:

@@ -15,8 +15,8 @@ from pydantic import ValidationError
 
 from datum.core.findings import FieldError, Problem, invalid
 from datum.host.order import cycles, topological
-from datum.providers.base import Spec
 from datum.providers.registry import TYPES, provider
+from datum.providers.specs import SPECS, Spec
 from datum.validation import field_errors
 
 IDENTITY = re.compile(r"^([A-Z][A-Za-z0-9]*)\[(.+)\]$")
@@ -187,7 +187,7 @@ def _resource(
     if not isinstance(body, dict):
         found.append(FieldError(here, "the attributes of a resource are a mapping"))
         return key, None
-    spec_model = provider(type_name).spec
+    spec_model = SPECS[type_name]
     if spec_model.namevar and spec_model.namevar not in body:
         body = {**body, spec_model.namevar: name}
     try:

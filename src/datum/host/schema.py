@@ -5,15 +5,15 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from datum.providers.registry import TYPES, provider
+from datum.providers.specs import SPECS
 
 
 def manifest_schema() -> dict[str, Any]:
     """A draft 2020-12 schema: ``resources`` is a list of one-key objects ``Type[name]: {attributes}``."""
     defs: dict[str, Any] = {}
     patterns: dict[str, Any] = {}
-    for type_name in sorted(TYPES):
-        spec = provider(type_name).spec
+    for type_name in sorted(SPECS):
+        spec = SPECS[type_name]
         schema = spec.model_json_schema(ref_template="#/$defs/{model}")
         defs.update(schema.pop("$defs", {}))
         if spec.namevar and spec.namevar in schema.get("required", []):

@@ -1,5 +1,8 @@
 """What every provider is: resolve desired (I/O), observe (I/O), plan (pure), apply (I/O), verify.
 
+No pydantic here: a pass whose manifest was validated before runs without it
+(see ``datum.host.compiled``); the attribute models live in ``specs``.
+
 A provider also says whether it supports this host at all; a resource no
 provider supports is ``skipped`` with that reason, never attempted.
 """
@@ -11,9 +14,7 @@ import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Generic, Literal, TypeVar
-
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 from datum.core.vocab import Action, Mode
 
@@ -23,88 +24,6 @@ if TYPE_CHECKING:  # keeps the facts module out of idle passes
 
 class ProviderError(Exception):
     """A provider could not observe or apply; the message is what the pass line says."""
-
-
-# --- attribute types every provider shares ---------------------------------------------------
-
-
-def _host_path(value: str) -> str:
-    if "\x00" in value:
-        raise ValueError("a path cannot contain NUL")
-    if not value.startswith("/"):
-        raise ValueError("must be an absolute path such as /etc/nginx/nginx.conf")
-    parts = [p for p in value.split("/") if p not in ("", ".")]
-    if ".." in parts:
-        raise ValueError("must not contain '..': every path resolves inside --root")
-    return "/" + "/".join(parts)
-
-
-HostPath = Annotated[str, AfterValidator(_host_path)]
-
-
-def _octal_mode(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, str):
-        raise ValueError("quote the mode as an octal string, e.g. '0644'")
-    text = value.strip()
-    if not text or len(text) > 5 or any(c not in "01234567" for c in text):
-        raise ValueError("an octal mode such as '0644' or '2775'")
-    return int(text, 8)
-
-
-FileMode = Annotated[
-    int, BeforeValidator(_octal_mode), WithJsonSchema({"type": "string", "pattern": "^[0-7]{3,5}$"})
-]
-
-
-def _account(value: Any) -> str:
-    if isinstance(value, bool):
-        raise ValueError("a user or group name, or a numeric id")
-    if isinstance(value, int):
-        if value < 0:
-            raise ValueError("an id is not negative")
-        return str(value)
-    if not isinstance(value, str) or not value or ":" in value or "\n" in value:
-        raise ValueError("a user or group name, or a numeric id")
-    return value
-
-
-Account = Annotated[
-    str,
-    BeforeValidator(_account),
-    WithJsonSchema({"anyOf": [{"type": "string"}, {"type": "integer", "minimum": 0}]}),
-]
-
-
-class Spec(BaseModel):
-    """The attributes every resource has; each type extends it with its own."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    # The attribute filled from the resource's name when the manifest omits it
-    # (``File[/etc/motd]`` means ``path: /etc/motd``), as Puppet's namevar.
-    namevar: ClassVar[str | None] = None
-
-    requires: list[str] = Field(default_factory=list, description="Resources this one needs first.")
-    subscribes: list[str] = Field(
-        default_factory=list,
-        description="Resources this one needs first, and is refreshed (restarted) when they change.",
-    )
-
-
-class PathSpec(Spec):
-    """A filesystem object at a path, with the mode and ownership conventions of Puppet's ``file``."""
-
-    namevar = "path"
-
-    path: HostPath = Field(description="Absolute path on the host; defaults to the name.")
-    ensure: Literal["present", "absent"] = "present"
-    mode: FileMode | None = Field(default=None, description="Octal string, e.g. '0644'.")
-    owner: Account | None = Field(
-        default=None, description="User name or uid, in the root's etc/passwd."
-    )
-    group: Account | None = Field(
-        default=None, description="Group name or gid, in the root's etc/group."
-    )
 
 
 # --- the host a pass runs against ------------------------------------------------------------
@@ -190,7 +109,9 @@ class HostContext:
         """``host_path`` resolved inside the root; raises ``Escape`` when it would leave it."""
         from datum.providers.fs import resolve
 
-        return resolve(self.root, host_path, follow_last=follow_last, cache=self.cache.setdefault("paths", {}))
+        return resolve(
+            self.root, host_path, follow_last=follow_last, cache=self.cache.setdefault("paths", {})
+        )
 
     def changed(self) -> None:
         """Something on the host changed: forget what was resolved or read before."""
@@ -221,7 +142,7 @@ class Change:
 
 NO_CHANGE = Change()
 
-S = TypeVar("S", bound=Spec)
+S = TypeVar("S")
 W = TypeVar("W")
 H = TypeVar("H")
 
@@ -230,7 +151,6 @@ class Provider(Generic[S, W, H]):
     """One resource type on this host. ``W`` is its resolved desired state, ``H`` what it observed."""
 
     type: ClassVar[str]
-    spec: ClassVar[type[Spec]]
     # Whether a change in a resource it subscribes to makes it act (restart, refresh).
     refreshable: ClassVar[bool] = False
 

@@ -9,23 +9,16 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-
-from pydantic import Field
+from typing import TYPE_CHECKING
 
 from datum.core.converge import Converge, ConvergeConfig
 from datum.core.vocab import Action, Direction, Reason
 from datum.providers import fs
 from datum.providers.accounts import owner_ids
-from datum.providers.base import Change, HostContext, PathSpec, Provider, ProviderError
+from datum.providers.base import Change, HostContext, Provider, ProviderError
 
-
-class DirectorySpec(PathSpec):
-    purge: bool = Field(
-        default=False, description="Remove entries no resource of the manifest manages."
-    )
-    force: bool = Field(
-        default=False, description="With ensure: absent, remove a directory that is not empty."
-    )
+if TYPE_CHECKING:
+    from datum.providers.specs import DirectorySpec
 
 
 @dataclass(frozen=True)
@@ -54,9 +47,8 @@ def managed_children(host_path: str, managed: frozenset[str]) -> frozenset[str]:
     return frozenset(p[len(prefix) :].split("/", 1)[0] for p in managed if p.startswith(prefix))
 
 
-class DirectoryProvider(Provider[DirectorySpec, DirWant, DirHave]):
+class DirectoryProvider(Provider["DirectorySpec", DirWant, DirHave]):
     type = "Directory"
-    spec = DirectorySpec
 
     def paths(self, spec: DirectorySpec) -> list[str]:
         return [spec.path]

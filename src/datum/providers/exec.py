@@ -10,36 +10,13 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-
-from pydantic import Field
+from typing import TYPE_CHECKING
 
 from datum.core.vocab import Action
-from datum.providers.base import (
-    Change,
-    Completed,
-    HostContext,
-    HostPath,
-    Provider,
-    ProviderError,
-    Spec,
-)
+from datum.providers.base import Change, Completed, HostContext, Provider, ProviderError
 
-
-class ExecSpec(Spec):
-    namevar = "command"
-
-    command: str = Field(
-        min_length=1, description="A shell command; defaults to the resource name."
-    )
-    creates: HostPath | None = Field(default=None, description="Not run when this path exists.")
-    unless: str | None = Field(default=None, description="Not run when this command succeeds.")
-    onlyif: str | None = Field(default=None, description="Run only when this command succeeds.")
-    refreshonly: bool = Field(
-        default=False, description="Run only when something it subscribes to changed."
-    )
-    cwd: str | None = Field(default=None, description="Working directory (default: the root).")
-    environment: dict[str, str] = Field(default_factory=dict)
-    timeout: float = Field(default=300, gt=0)
+if TYPE_CHECKING:
+    from datum.providers.specs import ExecSpec
 
 
 @dataclass(frozen=True)
@@ -63,9 +40,8 @@ def shell(ctx: HostContext, want: ExecWant, command: str) -> Completed:
     )
 
 
-class ExecProvider(Provider[ExecSpec, ExecWant, ExecHave]):
+class ExecProvider(Provider["ExecSpec", ExecWant, ExecHave]):
     type = "Exec"
-    spec = ExecSpec
     refreshable = True
 
     def desired(self, name: str, spec: ExecSpec, ctx: HostContext) -> ExecWant:

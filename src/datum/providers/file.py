@@ -5,35 +5,15 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-from pydantic import Field, model_validator
+from typing import TYPE_CHECKING
 
 from datum.core.vocab import Action
 from datum.providers import fs
 from datum.providers.accounts import owner_ids
-from datum.providers.base import Change, HostContext, PathSpec, Provider, ProviderError
+from datum.providers.base import Change, HostContext, Provider, ProviderError
 
-
-class FileSpec(PathSpec):
-    """A regular file. Content comes from at most one of ``content``, ``source`` and ``template``."""
-
-    content: str | None = None
-    source: str | None = Field(
-        default=None, description="A file next to the manifest whose bytes are the content."
-    )
-    template: str | None = Field(
-        default=None,
-        description="A Jinja2 template next to the manifest, rendered with host facts.",
-    )
-    vars: dict[str, Any] = Field(default_factory=dict, description="Extra template variables.")
-
-    @model_validator(mode="after")
-    def _one_content(self) -> FileSpec:
-        given = [k for k in ("content", "source", "template") if getattr(self, k) is not None]
-        if len(given) > 1:
-            raise ValueError(f"give one of content, source and template, not {' and '.join(given)}")
-        return self
+if TYPE_CHECKING:
+    from datum.providers.specs import FileSpec
 
 
 @dataclass(frozen=True)
@@ -82,9 +62,8 @@ def render_content(spec: FileSpec, ctx: HostContext) -> bytes | None:
     return None
 
 
-class FileProvider(Provider[FileSpec, FileWant, FileHave]):
+class FileProvider(Provider["FileSpec", FileWant, FileHave]):
     type = "File"
-    spec = FileSpec
 
     def paths(self, spec: FileSpec) -> list[str]:
         return [spec.path]

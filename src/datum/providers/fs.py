@@ -21,7 +21,9 @@ class Escape(ProviderError):
     """A path that would leave the root."""
 
 
-def resolve(root: Path, host_path: str, *, follow_last: bool = True, cache: dict[str, str] | None = None) -> Path:
+def resolve(
+    root: Path, host_path: str, *, follow_last: bool = True, cache: dict[str, str] | None = None
+) -> Path:
     """The real path of ``host_path`` inside ``root``; refuse one that escapes it.
 
     Components that do not exist yet are kept as they are (the resource may
@@ -43,7 +45,9 @@ def resolve(root: Path, host_path: str, *, follow_last: bool = True, cache: dict
     return Path(_walk(top, last, follow_last, host_path, start))
 
 
-def _walk(top: str, path: str, follow_last: bool, original: str, start: list[str] | None = None) -> str:
+def _walk(
+    top: str, path: str, follow_last: bool, original: str, start: list[str] | None = None
+) -> str:
     """Resolve ``path`` component by component under ``top`` as a chroot would, from ``start``."""
     todo = [p for p in path.split("/") if p not in ("", ".")]
     todo.reverse()

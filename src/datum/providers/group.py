@@ -3,27 +3,17 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
-
-from pydantic import Field
+from typing import TYPE_CHECKING
 
 from datum.core.vocab import Action
 from datum.providers import accounts as db
-from datum.providers.base import Change, HostContext, Provider, ProviderError, Spec
+from datum.providers.base import Change, HostContext, Provider, ProviderError
+
+if TYPE_CHECKING:
+    from datum.providers.specs import GroupSpec
+
 
 NAME = r"^[a-z_][a-z0-9_.-]*\$?$"
-
-
-class GroupSpec(Spec):
-    namevar = "name"
-
-    name: str = Field(min_length=1, max_length=32, pattern=NAME)
-    ensure: Literal["present", "absent"] = "present"
-    gid: int | None = Field(default=None, ge=0)
-    system: bool = False
-    members: list[str] | None = Field(
-        default=None, description="Exactly these members, when given."
-    )
 
 
 @dataclass(frozen=True)
@@ -62,9 +52,8 @@ def put_group(
     return gid
 
 
-class GroupProvider(Provider[GroupSpec, GroupWant, GroupHave]):
+class GroupProvider(Provider["GroupSpec", GroupWant, GroupHave]):
     type = "Group"
-    spec = GroupSpec
 
     def desired(self, name: str, spec: GroupSpec, ctx: HostContext) -> GroupWant:
         return GroupWant(spec)

@@ -10,48 +10,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
-
-from pydantic import Field, field_validator, model_validator
+from typing import TYPE_CHECKING
 
 from datum.core.vocab import Action
 from datum.providers import fs
-from datum.providers.base import Change, HostContext, HostPath, Provider, ProviderError, Spec
+from datum.providers.base import Change, HostContext, Provider, ProviderError
 
-
-class LineSpec(Spec):
-    path: HostPath = Field(description="The file that holds the line.")
-    line: str | None = Field(default=None, description="The whole line, without its newline.")
-    match: str | None = Field(
-        default=None, description="A regular expression that finds the line to replace."
-    )
-    ensure: Literal["present", "absent"] = "present"
-    create: bool = Field(default=False, description="Create the file when it does not exist.")
-
-    @field_validator("line")
-    @classmethod
-    def _one_line(cls, value: str | None) -> str | None:
-        if value is not None and "\n" in value:
-            raise ValueError("a single line, without a newline")
-        return value
-
-    @field_validator("match")
-    @classmethod
-    def _regex(cls, value: str | None) -> str | None:
-        if value is not None:
-            try:
-                re.compile(value)
-            except re.error as exc:
-                raise ValueError(f"not a regular expression: {exc}") from exc
-        return value
-
-    @model_validator(mode="after")
-    def _needs(self) -> LineSpec:
-        if self.ensure == "present" and self.line is None:
-            raise ValueError("a present Line needs line")
-        if self.ensure == "absent" and self.line is None and self.match is None:
-            raise ValueError("an absent Line needs line or match")
-        return self
+if TYPE_CHECKING:
+    from datum.providers.specs import LineSpec
 
 
 @dataclass(frozen=True)
@@ -86,9 +52,8 @@ def edit(text: str, spec: LineSpec) -> str:
     return "".join(x + "\n" for x in lines)
 
 
-class LineProvider(Provider[LineSpec, LineWant, LineHave]):
+class LineProvider(Provider["LineSpec", LineWant, LineHave]):
     type = "Line"
-    spec = LineSpec
 
     def desired(self, name: str, spec: LineSpec, ctx: HostContext) -> LineWant:
         return LineWant(spec.path, ctx.path(spec.path), spec)

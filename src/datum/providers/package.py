@@ -11,43 +11,19 @@ import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-
-from pydantic import Field, field_validator
+from typing import TYPE_CHECKING
 
 from datum.core.vocab import Action
-from datum.providers.base import Change, HostContext, Provider, ProviderError, Spec
+from datum.providers.base import Change, HostContext, Provider, ProviderError
+
+if TYPE_CHECKING:
+    from datum.providers.specs import PackageSpec
+
 
 ADMINDIR = "/var/lib/dpkg"
-_VERSION = re.compile(r"^[0-9][A-Za-z0-9.+~:-]*$")
+VERSION = re.compile(r"^[0-9][A-Za-z0-9.+~:-]*$")
 _KERNEL = re.compile(r"^linux-(image|modules)(-|$)")
 _ENV = {"DEBIAN_FRONTEND": "noninteractive", "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
-
-
-class PackageSpec(Spec):
-    namevar = "name"
-
-    name: str = Field(
-        min_length=1,
-        pattern=r"^[a-z0-9][a-z0-9+.-]*$",
-        description="The package name; defaults to the resource name.",
-    )
-    ensure: str = Field(
-        default="installed",
-        description="installed | present | latest | absent | purged | <version>",
-    )
-    source: str | None = Field(
-        default=None, description="A .deb file next to the manifest to install from."
-    )
-    reboot: bool | None = Field(
-        default=None, description="Whether a change needs a reboot (default: kernel packages do)."
-    )
-
-    @field_validator("ensure")
-    @classmethod
-    def _ensure(cls, value: str) -> str:
-        if value in ("installed", "present", "latest", "absent", "purged") or _VERSION.match(value):
-            return value
-        raise ValueError("installed, present, latest, absent, purged or a version such as 1.24.0-1")
 
 
 @dataclass(frozen=True)
@@ -81,9 +57,8 @@ def admindir(ctx: HostContext) -> Path:
     return ctx.path(ADMINDIR)
 
 
-class PackageProvider(Provider[PackageSpec, PkgWant, PkgHave]):
+class PackageProvider(Provider["PackageSpec", PkgWant, PkgHave]):
     type = "Package"
-    spec = PackageSpec
 
     def supported(self, ctx: HostContext) -> str | None:
         if shutil.which("dpkg") is None:
@@ -94,7 +69,7 @@ class PackageProvider(Provider[PackageSpec, PkgWant, PkgHave]):
 
     def desired(self, name: str, spec: PackageSpec, ctx: HostContext) -> PkgWant:
         source = (ctx.manifest_dir / spec.source) if spec.source else None
-        version = spec.ensure if _VERSION.match(spec.ensure) else None
+        version = spec.ensure if VERSION.match(spec.ensure) else None
         if source is not None:
             if not source.is_file():
                 raise ProviderError(f"source {spec.source} does not exist")
@@ -139,7 +114,10 @@ class PackageProvider(Provider[PackageSpec, PkgWant, PkgHave]):
                 else Change()
             )
         if have.version is None:
-            return Change(Action.CREATE, ("not installed" + (f", want {want.version}" if want.version else ""),))
+            return Change(
+                Action.CREATE,
+                ("not installed" + (f", want {want.version}" if want.version else ""),),
+            )
         if want.version and have.version != want.version:
             return Change(Action.UPDATE, (f"version {have.version}, want {want.version}",))
         return Change()

@@ -7,24 +7,13 @@ else the resource is ``skipped`` with the reason, and the host is ``degraded``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
-
-from pydantic import Field
+from typing import TYPE_CHECKING
 
 from datum.core.vocab import Action
-from datum.providers.base import Change, HostContext, Provider, ProviderError, Spec
+from datum.providers.base import Change, HostContext, Provider, ProviderError
 
-
-class ServiceSpec(Spec):
-    namevar = "name"
-
-    name: str = Field(
-        min_length=1,
-        pattern=r"^[A-Za-z0-9:_.@\\-]+$",
-        description="The unit; .service is added when no suffix.",
-    )
-    ensure: Literal["running", "stopped"] | None = None
-    enable: bool | None = None
+if TYPE_CHECKING:
+    from datum.providers.specs import ServiceSpec
 
 
 @dataclass(frozen=True)
@@ -61,9 +50,8 @@ def commands(want: SvcWant, have: SvcHave, action: Action) -> list[list[str]]:
     return out
 
 
-class ServiceProvider(Provider[ServiceSpec, SvcWant, SvcHave]):
+class ServiceProvider(Provider["ServiceSpec", SvcWant, SvcHave]):
     type = "Service"
-    spec = ServiceSpec
     refreshable = True
 
     def supported(self, ctx: HostContext) -> str | None:

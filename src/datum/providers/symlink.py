@@ -5,29 +5,14 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
-
-from pydantic import Field, model_validator
+from typing import TYPE_CHECKING
 
 from datum.core.vocab import Action
 from datum.providers import fs
-from datum.providers.base import Change, HostContext, HostPath, Provider, ProviderError, Spec
+from datum.providers.base import Change, HostContext, Provider, ProviderError
 
-
-class SymlinkSpec(Spec):
-    namevar = "path"
-
-    path: HostPath = Field(description="Where the link is; defaults to the name.")
-    target: str | None = Field(
-        default=None, min_length=1, description="What the link points to, as written."
-    )
-    ensure: Literal["present", "absent"] = "present"
-
-    @model_validator(mode="after")
-    def _target(self) -> SymlinkSpec:
-        if self.ensure == "present" and not self.target:
-            raise ValueError("a present Symlink needs a target")
-        return self
+if TYPE_CHECKING:
+    from datum.providers.specs import SymlinkSpec
 
 
 @dataclass(frozen=True)
@@ -44,17 +29,14 @@ class LinkHave:
     target: str | None
 
 
-class SymlinkProvider(Provider[SymlinkSpec, LinkWant, LinkHave]):
+class SymlinkProvider(Provider["SymlinkSpec", LinkWant, LinkHave]):
     type = "Symlink"
-    spec = SymlinkSpec
 
     def paths(self, spec: SymlinkSpec) -> list[str]:
         return [spec.path]
 
     def desired(self, name: str, spec: SymlinkSpec, ctx: HostContext) -> LinkWant:
-        return LinkWant(
-            spec.path, ctx.path(spec.path, follow_last=False), spec.ensure, spec.target
-        )
+        return LinkWant(spec.path, ctx.path(spec.path, follow_last=False), spec.ensure, spec.target)
 
     def observe(self, want: LinkWant, ctx: HostContext) -> LinkHave:
         kind = fs.kind(fs.lstat(want.real))

@@ -7,40 +7,15 @@ does on Debian. The home directory is not created: a ``Directory`` does that.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
-
-from pydantic import Field
+from typing import TYPE_CHECKING
 
 from datum.core.vocab import Action
 from datum.providers import accounts as db
-from datum.providers.base import Account, Change, HostContext, Provider, ProviderError, Spec
-from datum.providers.group import NAME, members_of, put_group
+from datum.providers.base import Change, HostContext, Provider, ProviderError
+from datum.providers.group import members_of, put_group
 
-
-class UserSpec(Spec):
-    namevar = "name"
-
-    name: str = Field(min_length=1, max_length=32, pattern=NAME)
-    ensure: Literal["present", "absent"] = "present"
-    uid: int | None = Field(default=None, ge=0)
-    group: Account | None = Field(
-        default=None, description="Primary group (default: a private group named like the user)."
-    )
-    groups: list[str] | None = Field(
-        default=None, description="Supplementary groups, exactly, when given."
-    )
-    home: str | None = Field(
-        default=None,
-        pattern=r"^/",
-        description="Default /home/NAME, or /nonexistent for a system user.",
-    )
-    shell: str | None = Field(
-        default=None,
-        pattern=r"^/",
-        description="Default /bin/sh, or /usr/sbin/nologin for a system user.",
-    )
-    comment: str = Field(default="", pattern=r"^[^:\n]*$")
-    system: bool = False
+if TYPE_CHECKING:
+    from datum.providers.specs import UserSpec
 
 
 @dataclass(frozen=True)
@@ -57,9 +32,8 @@ class UserHave:
     groups: frozenset[str]
 
 
-class UserProvider(Provider[UserSpec, UserWant, UserHave]):
+class UserProvider(Provider["UserSpec", UserWant, UserHave]):
     type = "User"
-    spec = UserSpec
 
     def desired(self, name: str, spec: UserSpec, ctx: HostContext) -> UserWant:
         home = spec.home or ("/nonexistent" if spec.system else f"/home/{spec.name}")

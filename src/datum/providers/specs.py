@@ -1,0 +1,296 @@
+"""The attributes of every resource type: the pydantic models that validate a manifest and generate its JSON Schema.
+
+Providers only read attributes, so a pass over an already validated manifest
+never imports this module (nor pydantic).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
+
+from datum.providers.group import NAME
+from datum.providers.package import VERSION
+
+# --- attribute types every type shares ---------------------------------------------------
+
+
+def _host_path(value: str) -> str:
+    if "\x00" in value:
+        raise ValueError("a path cannot contain NUL")
+    if not value.startswith("/"):
+        raise ValueError("must be an absolute path such as /etc/nginx/nginx.conf")
+    parts = [p for p in value.split("/") if p not in ("", ".")]
+    if ".." in parts:
+        raise ValueError("must not contain '..': every path resolves inside --root")
+    return "/" + "/".join(parts)
+
+
+HostPath = Annotated[str, AfterValidator(_host_path)]
+
+
+def _octal_mode(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, str):
+        raise ValueError("quote the mode as an octal string, e.g. '0644'")
+    text = value.strip()
+    if not text or len(text) > 5 or any(c not in "01234567" for c in text):
+        raise ValueError("an octal mode such as '0644' or '2775'")
+    return int(text, 8)
+
+
+FileMode = Annotated[
+    int, BeforeValidator(_octal_mode), WithJsonSchema({"type": "string", "pattern": "^[0-7]{3,5}$"})
+]
+
+
+def _account(value: Any) -> str:
+    if isinstance(value, bool):
+        raise ValueError("a user or group name, or a numeric id")
+    if isinstance(value, int):
+        if value < 0:
+            raise ValueError("an id is not negative")
+        return str(value)
+    if not isinstance(value, str) or not value or ":" in value or "\n" in value:
+        raise ValueError("a user or group name, or a numeric id")
+    return value
+
+
+Account = Annotated[
+    str,
+    BeforeValidator(_account),
+    WithJsonSchema({"anyOf": [{"type": "string"}, {"type": "integer", "minimum": 0}]}),
+]
+
+
+class Spec(BaseModel):
+    """The attributes every resource has; each type extends it with its own."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # The attribute filled from the resource's name when the manifest omits it
+    # (``File[/etc/motd]`` means ``path: /etc/motd``), as Puppet's namevar.
+    namevar: ClassVar[str | None] = None
+
+    requires: list[str] = Field(default_factory=list, description="Resources this one needs first.")
+    subscribes: list[str] = Field(
+        default_factory=list,
+        description="Resources this one needs first, and is refreshed (restarted) when they change.",
+    )
+
+
+class PathSpec(Spec):
+    """A filesystem object at a path, with the mode and ownership conventions of Puppet's ``file``."""
+
+    namevar = "path"
+
+    path: HostPath = Field(description="Absolute path on the host; defaults to the name.")
+    ensure: Literal["present", "absent"] = "present"
+    mode: FileMode | None = Field(default=None, description="Octal string, e.g. '0644'.")
+    owner: Account | None = Field(
+        default=None, description="User name or uid, in the root's etc/passwd."
+    )
+    group: Account | None = Field(
+        default=None, description="Group name or gid, in the root's etc/group."
+    )
+
+
+# --- one model per type ----------------------------------------------------------------------
+
+
+class FileSpec(PathSpec):
+    """A regular file. Content comes from at most one of ``content``, ``source`` and ``template``."""
+
+    content: str | None = None
+    source: str | None = Field(
+        default=None, description="A file next to the manifest whose bytes are the content."
+    )
+    template: str | None = Field(
+        default=None,
+        description="A Jinja2 template next to the manifest, rendered with host facts.",
+    )
+    vars: dict[str, Any] = Field(default_factory=dict, description="Extra template variables.")
+
+    @model_validator(mode="after")
+    def _one_content(self) -> FileSpec:
+        given = [k for k in ("content", "source", "template") if getattr(self, k) is not None]
+        if len(given) > 1:
+            raise ValueError(f"give one of content, source and template, not {' and '.join(given)}")
+        return self
+
+
+class DirectorySpec(PathSpec):
+    purge: bool = Field(
+        default=False, description="Remove entries no resource of the manifest manages."
+    )
+    force: bool = Field(
+        default=False, description="With ensure: absent, remove a directory that is not empty."
+    )
+
+
+class SymlinkSpec(Spec):
+    namevar = "path"
+
+    path: HostPath = Field(description="Where the link is; defaults to the name.")
+    target: str | None = Field(
+        default=None, min_length=1, description="What the link points to, as written."
+    )
+    ensure: Literal["present", "absent"] = "present"
+
+    @model_validator(mode="after")
+    def _target(self) -> SymlinkSpec:
+        if self.ensure == "present" and not self.target:
+            raise ValueError("a present Symlink needs a target")
+        return self
+
+
+class LineSpec(Spec):
+    path: HostPath = Field(description="The file that holds the line.")
+    line: str | None = Field(default=None, description="The whole line, without its newline.")
+    match: str | None = Field(
+        default=None, description="A regular expression that finds the line to replace."
+    )
+    ensure: Literal["present", "absent"] = "present"
+    create: bool = Field(default=False, description="Create the file when it does not exist.")
+
+    @field_validator("line")
+    @classmethod
+    def _one_line(cls, value: str | None) -> str | None:
+        if value is not None and "\n" in value:
+            raise ValueError("a single line, without a newline")
+        return value
+
+    @field_validator("match")
+    @classmethod
+    def _regex(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                re.compile(value)
+            except re.error as exc:
+                raise ValueError(f"not a regular expression: {exc}") from exc
+        return value
+
+    @model_validator(mode="after")
+    def _needs(self) -> LineSpec:
+        if self.ensure == "present" and self.line is None:
+            raise ValueError("a present Line needs line")
+        if self.ensure == "absent" and self.line is None and self.match is None:
+            raise ValueError("an absent Line needs line or match")
+        return self
+
+
+class PackageSpec(Spec):
+    namevar = "name"
+
+    name: str = Field(
+        min_length=1,
+        pattern=r"^[a-z0-9][a-z0-9+.-]*$",
+        description="The package name; defaults to the resource name.",
+    )
+    ensure: str = Field(
+        default="installed",
+        description="installed | present | latest | absent | purged | <version>",
+    )
+    source: str | None = Field(
+        default=None, description="A .deb file next to the manifest to install from."
+    )
+    reboot: bool | None = Field(
+        default=None, description="Whether a change needs a reboot (default: kernel packages do)."
+    )
+
+    @field_validator("ensure")
+    @classmethod
+    def _ensure(cls, value: str) -> str:
+        if value in ("installed", "present", "latest", "absent", "purged") or VERSION.match(value):
+            return value
+        raise ValueError("installed, present, latest, absent, purged or a version such as 1.24.0-1")
+
+
+class ServiceSpec(Spec):
+    namevar = "name"
+
+    name: str = Field(
+        min_length=1,
+        pattern=r"^[A-Za-z0-9:_.@\\-]+$",
+        description="The unit; .service is added when no suffix.",
+    )
+    ensure: Literal["running", "stopped"] | None = None
+    enable: bool | None = None
+
+
+class UserSpec(Spec):
+    namevar = "name"
+
+    name: str = Field(min_length=1, max_length=32, pattern=NAME)
+    ensure: Literal["present", "absent"] = "present"
+    uid: int | None = Field(default=None, ge=0)
+    group: Account | None = Field(
+        default=None, description="Primary group (default: a private group named like the user)."
+    )
+    groups: list[str] | None = Field(
+        default=None, description="Supplementary groups, exactly, when given."
+    )
+    home: str | None = Field(
+        default=None,
+        pattern=r"^/",
+        description="Default /home/NAME, or /nonexistent for a system user.",
+    )
+    shell: str | None = Field(
+        default=None,
+        pattern=r"^/",
+        description="Default /bin/sh, or /usr/sbin/nologin for a system user.",
+    )
+    comment: str = Field(default="", pattern=r"^[^:\n]*$")
+    system: bool = False
+
+
+class GroupSpec(Spec):
+    namevar = "name"
+
+    name: str = Field(min_length=1, max_length=32, pattern=NAME)
+    ensure: Literal["present", "absent"] = "present"
+    gid: int | None = Field(default=None, ge=0)
+    system: bool = False
+    members: list[str] | None = Field(
+        default=None, description="Exactly these members, when given."
+    )
+
+
+class ExecSpec(Spec):
+    namevar = "command"
+
+    command: str = Field(
+        min_length=1, description="A shell command; defaults to the resource name."
+    )
+    creates: HostPath | None = Field(default=None, description="Not run when this path exists.")
+    unless: str | None = Field(default=None, description="Not run when this command succeeds.")
+    onlyif: str | None = Field(default=None, description="Run only when this command succeeds.")
+    refreshonly: bool = Field(
+        default=False, description="Run only when something it subscribes to changed."
+    )
+    cwd: str | None = Field(default=None, description="Working directory (default: the root).")
+    environment: dict[str, str] = Field(default_factory=dict)
+    timeout: float = Field(default=300, gt=0)
+
+
+SPECS: dict[str, type[Spec]] = {
+    "File": FileSpec,
+    "Directory": DirectorySpec,
+    "Symlink": SymlinkSpec,
+    "Line": LineSpec,
+    "Package": PackageSpec,
+    "Service": ServiceSpec,
+    "User": UserSpec,
+    "Group": GroupSpec,
+    "Exec": ExecSpec,
+}
