@@ -1,0 +1,48 @@
+"""The drift report cache and the fast path: the same bytes as the route, errors still through the route."""
+
+from __future__ import annotations
+
+import time
+
+from .story import play
+
+DRIFT = "/v1/observability/admin/reconcilers/buckets/drift"
+
+
+def test_a_cached_report_is_served_until_it_is_stale_or_forgotten(story):
+    cache = story.app.state.datum.reports
+    cache.ttl = 60
+    play(story)
+    first = story.get(DRIFT)
+    story.tick(1)  # out of this process's sight, as if the CLI had ticked
+    assert story.get(DRIFT).content == first.content  # cached (the fast path answers)
+    cache.invalidate("buckets")  # what a tick of this process's scheduler does
+    after = story.get(DRIFT).json()
+    assert after["asOf"] != first.json()["asOf"]
+
+
+def test_a_stale_report_is_served_at_once_while_it_is_refreshed(story):
+    cache = story.app.state.datum.reports
+    cache.ttl = 0.2
+    play(story)
+    first = story.get(DRIFT).json()
+    story.tick(1)
+    time.sleep(0.25)
+    assert story.get(DRIFT).json() == first  # stale: answered at once, refresh started
+    deadline = time.monotonic() + 5
+    while story.get(DRIFT).json()["asOf"] == first["asOf"]:
+        assert time.monotonic() < deadline, "the stale report was never refreshed"
+        time.sleep(0.05)
+
+
+def test_with_a_cached_report_errors_still_come_from_the_routes(story):
+    story.app.state.datum.reports.ttl = 60
+    play(story)
+    assert story.get(DRIFT).status_code == 200  # cached now
+    r = story.client.get(DRIFT, headers={"Authorization": "Bearer datum_wrong"})
+    assert r.status_code == 401 and r.json()["issues"][0]["code"] == "UNAUTHENTICATED"
+    r = story.get(DRIFT, principal="agent")
+    assert r.status_code == 403 and r.json()["issues"][0]["action"] == "observability:ReadSubstrate"
+    assert story.client.get(DRIFT).status_code == 401
+    assert story.get(DRIFT + "?x=1").status_code == 200  # through the route: the same answer
+    assert story.get(DRIFT + "?x=1").content == story.get(DRIFT).content
