@@ -274,3 +274,40 @@ def test_json_flag_prints_errors_in_the_contract_shape(host):
     result = host.datum("apply", str(host.base / "missing.yaml"), "--json")
     assert result.code == 65
     assert json.loads(result.out)["issues"][0]["code"] == "INVALID_INPUT"
+
+
+def test_an_unchanged_pass_skips_yaml_and_pydantic(host):
+    """A manifest validated once is remembered; the idle pass imports neither PyYAML nor pydantic."""
+    import subprocess
+    import sys
+
+    manifest = host.manifest(WEB)
+    assert host.apply(manifest).code == 2
+    env = {**os.environ, "DATUM_HOME": str(host.base / "home"), "DATUM_BOOT_ID_FILE": str(host.boot_id)}
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", "from datum.cli.main import main; main()",
+         "apply", str(manifest), "--root", str(host.root), "--state", str(host.state)],
+        env=env, capture_output=True, text=True, check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    imported = {line.split("|")[-1].strip() for line in done.stderr.splitlines() if "|" in line}
+    assert {"pydantic", "yaml", "sqlalchemy", "rich", "jinja2", "fastapi"}.isdisjoint(imported)
+    assert "datum.host.agent" in imported
+
+
+def test_a_changed_manifest_is_validated_again(host):
+    manifest = host.manifest(WEB)
+    assert host.apply(manifest).code == 2
+    manifest.write_text(WEB.replace('mode: "0644"', "mode: 644"))
+    assert host.apply(manifest).code == 65
+    assert host.apply(host.manifest(WEB)).code == 0
+
+
+def test_a_missing_source_is_found_even_after_a_cached_pass(host):
+    (host.base / "page.html").write_text("<p>hi</p>\n")
+    manifest = host.manifest("resources:\n  - File[/srv/page.html]:\n      source: page.html\n")
+    assert host.apply(manifest).code == 2
+    (host.base / "page.html").unlink()
+    result = host.apply(manifest, "--json")
+    assert result.code == 65
+    assert result.json["issues"][0]["fields"][0]["field"] == "resources[0].File[/srv/page.html].source"

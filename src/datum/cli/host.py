@@ -36,17 +36,34 @@ _ROOT = click.option(
 )
 
 
-def _settings(config: str | None) -> Any:
+def _config(config: str | None) -> Any:
+    """The agent's configuration, validated in full (``datum.config``, pydantic)."""
     from datum.config import load_settings
+    from datum.host.compiled import HostConfig
 
-    return load_settings(config)
+    return HostConfig.from_settings(load_settings(config))
 
 
-def _state_url(state: str | None, settings: Any) -> str:
+def _prepare(manifest: str, config: str | None) -> tuple[Any, Any]:
+    """The configuration and the validated manifest: from the cache when neither changed."""
+    from datum.host import compiled
+
+    key = compiled.cache_key(manifest, config)
+    hit = compiled.load(key)
+    if hit is not None:
+        return hit
+    from datum.host.manifest import load_manifest
+
+    host_config = _config(config)
+    loaded = load_manifest(manifest)
+    compiled.store(key, host_config, loaded)
+    return host_config, loaded
+
+
+def _state_url(state: str | None, host_config: Any) -> str:
     from datum.host.statefile import store_url
 
-    chosen = state or settings.host.state
-    return store_url(chosen) if chosen else str(settings.store_url)
+    return store_url(state) if state else str(host_config.store_url)
 
 
 def _warn(message: str) -> None:
@@ -66,23 +83,23 @@ def _pass(
     from datum.host import agent
     from datum.host.output import ProgressLine
 
-    settings = _settings(config)
-    chosen = Mode.OBSERVE if plan else Mode(mode) if mode else settings.host.mode
+    host_config, loaded = _prepare(manifest, config)
+    chosen = Mode.OBSERVE if plan else Mode(mode) if mode else host_config.mode
     progress = None if as_json else ProgressLine()
     try:
         result = agent.run(
-            manifest,
+            loaded,
             root=root,
             mode=chosen,
-            settings=settings.host,
-            state_url=None if plan else _state_url(state, settings),
+            config=host_config,
+            state_url=None if plan else _state_url(state, host_config),
             progress=progress,
             persist=not plan,
         )
     finally:
         if progress is not None:
             progress.close()
-    return settings, result
+    return host_config, result
 
 
 def _print_report(report: dict[str, Any], as_json: bool, plan: bool = False) -> None:
@@ -126,18 +143,18 @@ def apply(
     token: str | None,
 ) -> int:
     """Converge this host (or --root) to MANIFEST in one pass, and persist where it stands."""
-    settings, result = _pass(manifest, root, mode, state, config, as_json, plan=False)
+    host_config, result = _pass(manifest, root, mode, state, config, as_json, plan=False)
     report = result.report
     _print_report(report, as_json)
-    target = report_to or settings.host.report_to
+    target = report_to or host_config.report_to
     if target:
         from datum.host.remote import post_report
 
-        why = post_report(target, report["host"], report, token or settings.host.token)
+        why = post_report(target, report["host"], report, token or host_config.token)
         if why:
             _warn(f"the pass report was not delivered: {why}")
     if result.reboot_now:
-        _reboot(settings, _state_url(state, settings), report)
+        _reboot(host_config, _state_url(state, host_config), report)
     code: int = result.exit_code
     return code
 
@@ -149,7 +166,7 @@ def apply(
 @_CONFIG
 def plan(manifest: str, root: str, as_json: bool, config: str | None) -> int:
     """Show what a pass would change, with unified diffs; change nothing, persist nothing."""
-    _settings_, result = _pass(manifest, root, None, None, config, as_json, plan=True)
+    _config_, result = _pass(manifest, root, None, None, config, as_json, plan=True)
     _print_report(result.report, as_json, plan=True)
     code: int = result.exit_code
     return code
@@ -183,14 +200,14 @@ def _load(state: str | None, config: str | None) -> tuple[Any, str, Any, dict[st
     from datum.host.agent import host_name
     from datum.host.statefile import StateStore, _sqlite_path
 
-    settings = _settings(config)
-    url = _state_url(state, settings)
-    host = host_name(settings.host)
+    host_config = _config(config)
+    url = _state_url(state, host_config)
+    host = host_name(host_config)
     path = _sqlite_path(url)
     if path is not None and not os.path.exists(path):
-        return settings, host, None, None
+        return host_config, host, None, None
     store = StateStore(url)
-    return settings, host, store, store.get(host)
+    return host_config, host, store, store.get(host)
 
 
 @click.command()
@@ -217,7 +234,7 @@ def status(state: str | None, as_json: bool, config: str | None) -> int:
         )
         click.echo("")
     echo_lines(pass_lines(report))
-    boot = read_boot_id(settings.host.boot_id_file)
+    boot = read_boot_id(settings.boot_id_file)
     if report.get("bootId") and boot and boot != report["bootId"]:
         click.echo(
             "note:       the host has rebooted since this pass; the next pass will tell where it stands"
@@ -230,7 +247,7 @@ def _reboot(settings: Any, url: str, report: dict[str, Any]) -> bool:
     from datum.host.agent import reboot_host
     from datum.host.statefile import StateStore
 
-    command = settings.host.reboot_command
+    command = settings.reboot_command
     click.echo(f"rebooting: {command}", err=True)
     why = reboot_host(command)
     if why is None:
@@ -259,7 +276,7 @@ def reboot(state: str | None, config: str | None, force: bool) -> int:
 
     settings, host, store, report = _load(state, config)
     need = (report or {}).get("reboot") or {}
-    current = read_boot_id(settings.host.boot_id_file)
+    current = read_boot_id(settings.boot_id_file)
     needed = bool(need.get("required")) and need.get("bootId") == current
     if not needed and not force:
         if store is not None:

@@ -7,7 +7,6 @@ valid; the report is persisted before it is posted and before any reboot.
 from __future__ import annotations
 
 import os
-import socket
 import time
 from collections import Counter
 from contextlib import ExitStack
@@ -16,11 +15,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from datum.config import HostSettings
 from datum.core.rollup import host_state
 from datum.core.vocab import HostState, Mode, ResourceState
+from datum.host.compiled import HostConfig
 from datum.host.executor import Outcome, Progress, run_pass
-from datum.host.manifest import load_manifest
+from datum.host.manifest import Manifest
 from datum.host.statefile import StateStore
 from datum.providers.base import HostContext
 
@@ -42,8 +41,8 @@ class PassResult:
     warnings: list[str] = field(default_factory=list)
 
 
-def host_name(settings: HostSettings) -> str:
-    return settings.name or socket.gethostname()
+def host_name(config: HostConfig) -> str:
+    return config.name or os.uname().nodename  # what gethostname(2) returns, without importing socket
 
 
 def exit_code(outcomes: list[Outcome], awaiting_reboot: bool) -> int:
@@ -91,11 +90,11 @@ def reason_for(state: HostState, outcomes: list[Outcome], reboot_reason: str | N
 
 
 def run(
-    manifest_path: str,
+    manifest: Manifest,
     *,
     root: str,
     mode: Mode,
-    settings: HostSettings,
+    config: HostConfig,
     state_url: str | None,
     progress: Progress | None = None,
     persist: bool = True,
@@ -104,7 +103,6 @@ def run(
     from datum.host import reboot as rb
     from datum.providers.facts import read_boot_id, running_kernel
 
-    manifest = load_manifest(manifest_path)
     root_path = Path(os.path.abspath(root))
     if not root_path.is_dir():
         from datum.core.findings import Problem
@@ -114,20 +112,20 @@ def run(
         root=root_path,
         mode=mode,
         manifest_dir=manifest.dir,
-        boot_id_file=settings.boot_id_file,
+        boot_id_file=config.boot_id_file,
         managed_paths=manifest.paths,
     )
-    host = host_name(settings)
+    host = host_name(config)
     with ExitStack() as stack:
         store = StateStore(state_url) if persist and state_url else None
         if store is not None:
             stack.callback(store.close)
-            stack.enter_context(store.lease(settings.lock_wait, settings.lock_ttl))
+            stack.enter_context(store.lease(config.lock_wait, config.lock_ttl))
         previous = store.get(host) if store else None
         started = datetime.now(UTC)
         clock = time.perf_counter()
         outcomes = run_pass(manifest, ctx, progress)
-        boot_id = read_boot_id(settings.boot_id_file)
+        boot_id = read_boot_id(config.boot_id_file)
         changes = [
             f"{o.id} {o.action.past}, {o.reboot_required}"
             for o in outcomes
@@ -141,15 +139,15 @@ def run(
         decision = None
         if reasons:
             decision = rb.decide(
-                settings.reboot_policy,
-                settings.maintenance_window,
+                config.reboot_policy,
+                config.maintenance_window,
                 datetime.now().astimezone(),
                 already,
             )
             reboot = {
                 "required": True,
                 "reason": "; ".join(reasons),
-                "policy": settings.reboot_policy.value,
+                "policy": config.reboot_policy.value,
                 "bootId": need_boot,
                 "action": decision.action,
                 **({"markers": markers} if markers else {}),
@@ -167,7 +165,7 @@ def run(
             "startedAt": started.isoformat(),
             "finishedAt": finished.isoformat(),
             "durationSeconds": round(time.perf_counter() - clock, 6),
-            "manifest": str(Path(manifest_path).resolve()),
+            "manifest": manifest.source,
             "exitCode": code,
             "counts": dict(Counter(o.state.value for o in outcomes)),
             "resources": [o.as_report() for o in outcomes],

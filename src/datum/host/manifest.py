@@ -9,15 +9,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-from pydantic import ValidationError
+from typing import TYPE_CHECKING, Any
 
 from datum.core.findings import FieldError, Problem, invalid
 from datum.host.order import cycles, topological
 from datum.providers.registry import TYPES, provider
-from datum.providers.specs import SPECS, Spec
-from datum.validation import field_errors
+
+if TYPE_CHECKING:
+    from datum.providers.specs import Spec
 
 IDENTITY = re.compile(r"^([A-Z][A-Za-z0-9]*)\[(.+)\]$")
 _TOP = {"resources"}
@@ -64,7 +63,7 @@ def load_manifest(path: str | Path) -> Manifest:
         raise Problem.one("INVALID_INPUT", f"manifest {file} does not exist") from exc
     except (OSError, UnicodeDecodeError) as exc:
         raise Problem.one("INVALID_INPUT", f"cannot read manifest {file}: {exc}") from exc
-    return parse_manifest(text, file.resolve().parent, str(file))
+    return parse_manifest(text, file.resolve().parent, str(file.resolve()))
 
 
 # A Type[name] reference right after a flow collection opens or a comma: YAML
@@ -187,6 +186,12 @@ def _resource(
     if not isinstance(body, dict):
         found.append(FieldError(here, "the attributes of a resource are a mapping"))
         return key, None
+    # Here, not at the top: a pass over a manifest validated before never needs pydantic.
+    from pydantic import ValidationError
+
+    from datum.providers.specs import SPECS
+    from datum.validation import field_errors
+
     spec_model = SPECS[type_name]
     if spec_model.namevar and spec_model.namevar not in body:
         body = {**body, spec_model.namevar: name}

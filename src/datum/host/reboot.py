@@ -10,13 +10,11 @@ and the marker is gone; in a root it is not).
 from __future__ import annotations
 
 import re
-import shlex
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from datum.config import parse_window
 from datum.core.vocab import RebootPolicy
 from datum.providers import fs
 
@@ -101,6 +99,10 @@ def still_needed(
 
 def in_window(window: str, now: datetime) -> bool:
     """Whether ``now`` (local time) falls in a window such as ``Sun 02:00-04:00``."""
+    from datum.config import (
+        parse_window,  # pydantic comes with it: only when a window is asked about
+    )
+
     days, start, end = parse_window(window)
     minute = now.hour * 60 + now.minute
     today = now.weekday()
@@ -134,4 +136,6 @@ def decide(
 
 
 def reboot_argv(command: str) -> list[str]:
+    import shlex
+
     return shlex.split(command)

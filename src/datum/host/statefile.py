@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import time
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
@@ -195,7 +193,7 @@ class StateStore:
     @contextmanager
     def lease(self, wait: timedelta, ttl: timedelta) -> Iterator[str]:
         """Hold the pass lease of this store; wait at most ``wait``, then refuse clearly."""
-        holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        holder = f"{os.uname().nodename}:{os.getpid()}:{os.urandom(4).hex()}"
         deadline = time.monotonic() + wait.total_seconds()
         while not self._try_acquire(holder, ttl):
             if time.monotonic() >= deadline:

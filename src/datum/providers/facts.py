@@ -8,7 +8,6 @@ memory) are read from the running machine, since a root does not boot.
 from __future__ import annotations
 
 import os
-import socket
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -67,7 +66,7 @@ def read_facts(root: Path, boot_id_file: str) -> Facts:
             mem_kb = int(line.split()[1])
             break
     return Facts(
-        hostname=hostname or socket.gethostname(),
+        hostname=hostname or os.uname().nodename,
         os_release=os_release,
         kernel=running_kernel(),
         boot_id=read_boot_id(boot_id_file),

@@ -41,6 +41,9 @@ def resolve(
             cache[key] = base
     if not last or last == ".":
         return Path(base)
+    candidate = os.path.join(base, last)
+    if last != ".." and not (follow_last and os.path.islink(candidate)):
+        return Path(candidate)  # the common case: nothing left to resolve
     start = [p for p in base[len(top) :].split("/") if p]
     return Path(_walk(top, last, follow_last, host_path, start))
 

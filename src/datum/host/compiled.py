@@ -1,0 +1,196 @@
+"""The agent's view of its configuration, and a cache of validated manifests so an unchanged pass skips YAML and pydantic.
+
+Validating a manifest needs PyYAML and pydantic; importing pydantic alone
+costs about half of the idle-pass budget on the 2-core machine. A manifest
+that validated once is stored here, in JSON, under a key made of everything
+validation depends on: the manifest's bytes, the configuration file's bytes,
+``DATUM_HOME``, Datum's version and the code of the models. Any change is a
+miss, and a miss validates in full. Files a manifest names (``source``,
+``template``) must still exist on a hit, or it is a miss and validation reports them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import asdict, dataclass
+from datetime import timedelta
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from datum.core.vocab import Mode, RebootPolicy
+from datum.host.manifest import Manifest, Resource
+
+FORMAT = 1
+_MAX_ENTRIES = 64
+
+
+@dataclass(frozen=True)
+class HostConfig:
+    """What the agent needs from the configuration: the ``[host]`` section and where the store is."""
+
+    name: str | None
+    mode: Mode
+    reboot_policy: RebootPolicy
+    maintenance_window: str | None
+    reboot_command: str
+    store_url: str
+    boot_id_file: str
+    lock_wait: timedelta
+    lock_ttl: timedelta
+    report_to: str | None = None
+    token: str | None = None
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> HostConfig:
+        """From validated ``datum.config.Settings``."""
+        from datum.host.statefile import store_url
+
+        h = settings.host
+        return cls(
+            name=h.name,
+            mode=h.mode,
+            reboot_policy=h.reboot_policy,
+            maintenance_window=h.maintenance_window,
+            reboot_command=h.reboot_command,
+            store_url=store_url(h.state) if h.state else str(settings.store_url),
+            boot_id_file=h.boot_id_file,
+            lock_wait=h.lock_wait,
+            lock_ttl=h.lock_ttl,
+            report_to=h.report_to,
+            token=h.token,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        out.update(mode=self.mode.value, reboot_policy=self.reboot_policy.value)
+        out.update(lock_wait=self.lock_wait.total_seconds(), lock_ttl=self.lock_ttl.total_seconds())
+        return out
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> HostConfig:
+        return cls(
+            **{
+                **data,
+                "mode": Mode(data["mode"]),
+                "reboot_policy": RebootPolicy(data["reboot_policy"]),
+                "lock_wait": timedelta(seconds=data["lock_wait"]),
+                "lock_ttl": timedelta(seconds=data["lock_ttl"]),
+            }
+        )
+
+
+def config_file(flag: str | None) -> Path | None:
+    """The configuration file the CLI reads (the same rule as ``datum.config.config_path``)."""
+    chosen = flag or os.environ.get("DATUM_CONFIG")
+    return Path(chosen) if chosen else None
+
+
+def cache_dir() -> Path:
+    """``$DATUM_CACHE_DIR``, else under ``$DATUM_HOME``, else the system's cache directory."""
+    if chosen := os.environ.get("DATUM_CACHE_DIR"):
+        return Path(chosen)
+    if home := os.environ.get("DATUM_HOME"):
+        return Path(home).expanduser() / "cache" / "manifests"
+    if os.geteuid() == 0:
+        return Path("/var/cache/datum/manifests")
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "datum" / "manifests"
+
+
+def _code_stamp() -> str:
+    """Changes when the models that validate a manifest change (also in a development checkout)."""
+    import datum
+
+    here = Path(__file__).resolve().parent
+    parts = [datum.__version__]
+    for f in (
+        here / "manifest.py",
+        here.parent / "providers" / "specs.py",
+        here.parent / "config.py",
+    ):
+        try:
+            parts.append(str(f.stat().st_mtime_ns))
+        except OSError:
+            parts.append("-")
+    return ":".join(parts)
+
+
+def cache_key(manifest_path: str, config: str | None) -> str | None:
+    """The key of this manifest and configuration; None when either cannot be read."""
+    digest = hashlib.sha256(
+        f"{FORMAT}\0{_code_stamp()}\0{os.environ.get('DATUM_HOME', '')}\0".encode()
+    )
+    try:
+        manifest = Path(manifest_path).resolve()
+        digest.update(str(manifest).encode() + b"\0" + manifest.read_bytes() + b"\0")
+        conf = config_file(config)
+        digest.update(conf.read_bytes() if conf is not None else b"<no configuration>")
+    except OSError:
+        return None
+    return digest.hexdigest()
+
+
+def load(key: str | None) -> tuple[HostConfig, Manifest] | None:
+    """The validated configuration and manifest for ``key``, or None on a miss."""
+    if key is None:
+        return None
+    try:
+        data = json.loads((cache_dir() / f"{key}.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if data.get("format") != FORMAT or not all(os.path.isfile(f) for f in data["files"]):
+        return None
+    m = data["manifest"]
+    resources = tuple(
+        Resource(r["index"], r["type"], r["name"], SimpleNamespace(**r["spec"]))  # type: ignore[arg-type]
+        for r in m["resources"]
+    )
+    manifest = Manifest(
+        Path(m["dir"]), resources, tuple(m["order"]), m["source"], frozenset(m["paths"])
+    )
+    return HostConfig.from_json(data["config"]), manifest
+
+
+def store(key: str | None, config: HostConfig, manifest: Manifest) -> None:
+    """Remember a validated pair; silently not when it cannot be (a cache is never a failure)."""
+    if key is None or config.token:
+        return  # a token stays in the configuration file only
+    files = [
+        str(manifest.dir / value)
+        for r in manifest.resources
+        for attr in ("source", "template")
+        if (value := getattr(r.spec, attr, None))
+    ]
+    try:
+        data = {
+            "format": FORMAT,
+            "config": config.to_json(),
+            "files": files,
+            "manifest": {
+                "dir": str(manifest.dir),
+                "source": manifest.source,
+                "order": list(manifest.order),
+                "paths": sorted(manifest.paths),
+                "resources": [
+                    {"index": r.index, "type": r.type, "name": r.name, "spec": r.spec.model_dump()}  # type: ignore[attr-defined]
+                    for r in manifest.resources
+                ],
+            },
+        }
+        text = json.dumps(data, separators=(",", ":"))
+    except (TypeError, ValueError):
+        return  # e.g. a template variable YAML parsed as a date: validate in full every time
+    from datum.providers.fs import write_atomic
+
+    directory = cache_dir()
+    try:
+        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        write_atomic(directory / f"{key}.json", text.encode(), mode=0o600)
+        entries = sorted(directory.glob("*.json"), key=lambda p: p.stat().st_mtime)
+        for old in entries[:-_MAX_ENTRIES]:
+            old.unlink(missing_ok=True)
+    except OSError:
+        return
