@@ -101,6 +101,7 @@ def test_the_page_shell_needs_no_token_and_its_data_does(story):
     r = story.client.get("/")
     assert r.status_code == 200 and "text/html" in r.headers["content-type"]
     assert "datum.js" in r.text
+    assert "script-src 'self'" in r.headers["content-security-policy"]
     assert story.client.get("/static/datum.js").status_code == 200
     assert story.client.get("/ui/overview").status_code == 401
     play(story)
