@@ -40,11 +40,11 @@ class Clock:
         return self.now
 
 
-def settings_for(tmp_path: Path, **server: object) -> Settings:
+def settings_for(tmp_path: Path, store: str | None = None, **server: object) -> Settings:
     return Settings.model_validate(
         {
             "home": str(tmp_path / "home"),
-            "store": f"sqlite:///{tmp_path / 'datum.db'}",
+            "store": store or f"sqlite:///{tmp_path / 'datum.db'}",
             "reconcilers": {
                 "buckets": {
                     "root": str(tmp_path / "buckets"),
@@ -85,8 +85,8 @@ class Story:
         return self.client.get(path, headers=self.auth(principal))
 
 
-def build_story(tmp_path: Path, **server: object) -> Story:
-    settings = settings_for(tmp_path, **server)
+def build_story(tmp_path: Path, store: str | None = None, **server: object) -> Story:
+    settings = settings_for(tmp_path, store, **server)
     store = open_store(settings.store_url)
     registry = builtin_registry()
     clock = Clock()

@@ -221,3 +221,21 @@ def test_a_failing_coverage_query_is_reported_in_the_body_not_as_an_error(story)
     assert body["coverageReported"] is True and body["coverage"] == []
     assert "buckets" in body["coverageError"]
     assert body["drift"] == 4  # the rest of the report stands
+
+
+def test_the_story_over_http_on_each_store(tmp_path, store_url):
+    from .story import build_story
+
+    story = build_story(tmp_path, store_url)
+    try:
+        play(story)
+        body = story.get(DRIFT).json()
+        assert (body["health"], body["drift"], body["blocked"]) == ("degraded", 4, 1)
+        assert {i["id"]: i["reason"] for i in body["items"]} == {
+            "delta": "backoff", "gamma": "blocked_on_owner",
+            "x1": "circuit_breaker", "x2": "circuit_breaker", "x3": "circuit_breaker",
+        }
+        assert story.get(LIST).json()[0]["drift"] == 4
+    finally:
+        story.client.close()
+        story.store.dispose()

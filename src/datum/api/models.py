@@ -22,7 +22,7 @@ class _Out(BaseModel):
 
 
 class HostStatus(_Out):
-    """A host's persisted state: the rollup of its last pass, and why when it is not converged."""
+    """A host's persisted state: the rollup of its last pass, why when it is not converged, and the pass."""
 
     host: str
     state: HostState
@@ -33,11 +33,6 @@ class HostStatus(_Out):
     attention: list[ResourceReport] = Field(
         default_factory=list, description="The resources of the last pass that are not converged."
     )
-
-
-class HostDetail(HostStatus):
-    """A host's state and its last pass report."""
-
     report: PassReport | None = Field(
         default=None, description="The last pass report; absent when it cannot be read (state unknown)."
     )
@@ -58,7 +53,7 @@ class Status(_Out):
     status: str
 
 
-def host_status(row: dict[str, Any], detail: bool = False) -> HostStatus:
+def host_status(row: dict[str, Any]) -> HostStatus:
     """The API's view of a stored host row (``store.hosts``).
 
     A stored report that no longer reads as a ``PassReport`` makes the host
@@ -79,6 +74,4 @@ def host_status(row: dict[str, Any], detail: bool = False) -> HostStatus:
         report = None
     if report is not None:
         values["attention"] = [r for r in report.resources if r.state != ResourceState.CONVERGED]
-    if detail:
-        return HostDetail.model_validate({**values, "report": report})
-    return HostStatus.model_validate(values)
+    return HostStatus.model_validate({**values, "report": report})

@@ -6,7 +6,7 @@ from fastapi import APIRouter, Body, Depends, Path, Request
 
 from datum.api.authz import Action
 from datum.api.errors import error_responses
-from datum.api.models import HostDetail, HostStatus, host_status
+from datum.api.models import HostStatus, host_status
 from datum.api.security import needs, path_resource
 from datum.api.state import state_of
 from datum.core.findings import FieldError, Problem, invalid
@@ -22,7 +22,7 @@ _OUT = {"response_model_by_alias": True, "response_model_exclude_none": True}
 @router.get(
     "",
     response_model=list[HostStatus],
-    summary="Every host the store knows, with its state and the resources behind it.",
+    summary="Every host the store knows: state, reason, the resources behind it, the last pass report.",
     description="Cedar action `fleet:ReadHost` on `Server::\"datum\"`.",
     responses=error_responses(401, 403, 503),
     **_OUT,
@@ -34,7 +34,7 @@ def hosts(request: Request, _p: str = Depends(needs(Action.READ_HOST))) -> list[
 
 @router.get(
     "/{host}",
-    response_model=HostDetail,
+    response_model=HostStatus,
     summary="One host's state, reason and last pass report.",
     description="Cedar action `fleet:ReadHost` on `Host::\"{host}\"`. 404 for a host the store never heard of.",
     responses=error_responses(401, 403, 404, 422, 503),
@@ -49,7 +49,7 @@ def host(
     row = get_host(store, host)
     if row is None:
         raise Problem.one("NOT_FOUND", f"no host named {host!r} has reported a pass")
-    return host_status(row, detail=True)
+    return host_status(row)
 
 
 @router.post(
