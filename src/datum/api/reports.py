@@ -9,8 +9,10 @@ report with its JSON body:
   desired state): the request waits for one computation, shared by every
   request that arrives meanwhile;
 - older than ``ttl`` (default 1 s): the request gets it at once while one
-  refresh runs in a worker thread, so a report is never older than ``ttl``
-  plus one computation, and no request waits on a refresh.
+  refresh runs in a worker thread, so under steady traffic a report is never
+  older than ``ttl`` plus one computation, and no request waits on a refresh;
+- older than ``4 × ttl`` (nobody asked for a while): the request waits for a
+  new one, so a dashboard polling every 10 s never sees a 10-second-old report.
 
 ``ttl`` 0 turns the cache off (the tests use it to see every tick at once).
 """
@@ -28,6 +30,8 @@ import anyio.to_thread
 from datum.reconcile.report import DriftReport
 
 log = logging.getLogger("datum.api")
+
+_STALE_FOR = 4  # a stale report is served while refreshing only up to this many ttl old
 
 
 @dataclass(frozen=True)
@@ -62,7 +66,12 @@ class ReportCache:
         With ``ttl`` 0 nothing is cached: None, so every request computes its own.
         """
         entry = self._entries.get(name) if self.ttl > 0 else None
-        if entry is not None and self._stale(entry):
+        if entry is None:
+            return None
+        age = time.monotonic() - entry.at
+        if age >= self.ttl * _STALE_FOR:
+            return None  # nobody asked for a while: compute rather than show something old
+        if age >= self.ttl:
             self._refresh_soon(name)
         return entry
 
