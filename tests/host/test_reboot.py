@@ -181,3 +181,14 @@ def test_manual_reboot_command(host):
     assert done.code == 0, done.out + done.err
     assert os.path.exists(flag)
     assert host.status("--json").json["reboot"]["action"] == "reboot requested by 'datum reboot'"
+
+
+def test_observe_mode_never_reboots(host):
+    flag = _policy(host, "automatic")
+    _marker(host)
+    result = host.apply(host.manifest(IDLE), "--mode", "observe")
+    assert result.code == 8 | 16
+    assert not os.path.exists(flag)
+    reboot = host.status("--json").json["reboot"]
+    assert reboot["action"] == "none in observe mode; an enforce pass applies the reboot policy"
+    assert "requestedAt" not in reboot

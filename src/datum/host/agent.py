@@ -42,7 +42,9 @@ class PassResult:
 
 
 def host_name(config: HostConfig) -> str:
-    return config.name or os.uname().nodename  # what gethostname(2) returns, without importing socket
+    return (
+        config.name or os.uname().nodename
+    )  # what gethostname(2) returns, without importing socket
 
 
 def exit_code(outcomes: list[Outcome], awaiting_reboot: bool) -> int:
@@ -89,6 +91,52 @@ def reason_for(state: HostState, outcomes: list[Outcome], reboot_reason: str | N
     return None
 
 
+def _reboot_status(
+    config: HostConfig,
+    mode: Mode,
+    outcomes: list[Outcome],
+    root: Path,
+    previous: dict[str, Any] | None,
+    boot_id: str,
+) -> tuple[dict[str, Any] | None, bool]:
+    """The report's ``reboot`` (None when none is needed) and whether to reboot once it is persisted."""
+    from datum.host import reboot as rb
+    from datum.providers.facts import running_kernel
+
+    changes = [
+        f"{o.id} {o.action.past}, {o.reboot_required}"
+        for o in outcomes
+        if o.changed and o.reboot_required and o.state is ResourceState.CONVERGED
+    ]
+    found = rb.detect(root, running_kernel(), changes)
+    reasons, markers, need_boot = rb.still_needed(found, previous, boot_id)
+    if not reasons:
+        return None, False
+    before = (previous or {}).get("reboot") or {}
+    already = bool(before.get("requestedAt")) and before.get("bootId") == boot_id
+    if mode is Mode.OBSERVE:
+        decision = rb.Decision(
+            False, "none in observe mode; an enforce pass applies the reboot policy"
+        )
+    else:
+        now = datetime.now().astimezone()
+        decision = rb.decide(config.reboot_policy, config.maintenance_window, now, already)
+    reboot: dict[str, Any] = {
+        "required": True,
+        "reason": "; ".join(reasons),
+        "policy": config.reboot_policy.value,
+        "bootId": need_boot,
+        "action": decision.action,
+    }
+    if markers:
+        reboot["markers"] = markers
+    if already:
+        reboot["requestedAt"] = before["requestedAt"]
+    elif decision.reboot_now:
+        reboot["requestedAt"] = datetime.now(UTC).isoformat()
+    return reboot, decision.reboot_now
+
+
 def run(
     manifest: Manifest,
     *,
@@ -99,9 +147,8 @@ def run(
     progress: Progress | None = None,
     persist: bool = True,
 ) -> PassResult:
-    """Validate, then one pass; persist the report unless ``persist`` is False (``datum plan``)."""
-    from datum.host import reboot as rb
-    from datum.providers.facts import read_boot_id, running_kernel
+    """One pass over a validated manifest; persist the report unless ``persist`` is False (``datum plan``)."""
+    from datum.providers.facts import read_boot_id
 
     root_path = Path(os.path.abspath(root))
     if not root_path.is_dir():
@@ -126,44 +173,15 @@ def run(
         clock = time.perf_counter()
         outcomes = run_pass(manifest, ctx, progress)
         boot_id = read_boot_id(config.boot_id_file)
-        changes = [
-            f"{o.id} {o.action.past}, {o.reboot_required}"
-            for o in outcomes
-            if o.changed and o.reboot_required and o.state is ResourceState.CONVERGED
-        ]
-        found = rb.detect(root_path, running_kernel(), changes)
-        reasons, markers, need_boot = rb.still_needed(found, previous, boot_id)
-        prev_reboot = (previous or {}).get("reboot") or {}
-        already = bool(prev_reboot.get("requestedAt")) and prev_reboot.get("bootId") == boot_id
-        reboot: dict[str, Any] | None = None
-        decision = None
-        if reasons:
-            decision = rb.decide(
-                config.reboot_policy,
-                config.maintenance_window,
-                datetime.now().astimezone(),
-                already,
-            )
-            reboot = {
-                "required": True,
-                "reason": "; ".join(reasons),
-                "policy": config.reboot_policy.value,
-                "bootId": need_boot,
-                "action": decision.action,
-                **({"markers": markers} if markers else {}),
-                **({"requestedAt": prev_reboot["requestedAt"]} if already else {}),
-            }
-            if decision.reboot_now and mode is Mode.ENFORCE:
-                reboot["requestedAt"] = datetime.now(UTC).isoformat()
-        state = host_state([o.state for o in outcomes], awaiting_reboot=bool(reasons))
-        code = exit_code(outcomes, bool(reasons))
-        finished = datetime.now(UTC)
+        reboot, reboot_now = _reboot_status(config, mode, outcomes, root_path, previous, boot_id)
+        state = host_state([o.state for o in outcomes], awaiting_reboot=reboot is not None)
+        code = exit_code(outcomes, reboot is not None)
         report: dict[str, Any] = {
             "host": host,
             "mode": mode.value,
             "state": state.value,
             "startedAt": started.isoformat(),
-            "finishedAt": finished.isoformat(),
+            "finishedAt": datetime.now(UTC).isoformat(),
             "durationSeconds": round(time.perf_counter() - clock, 6),
             "manifest": manifest.source,
             "exitCode": code,
@@ -179,8 +197,7 @@ def run(
             report["reboot"] = reboot
         if store:
             store.record(host, report)
-    reboot_now = bool(decision and decision.reboot_now and mode is Mode.ENFORCE and persist)
-    return PassResult(report, outcomes, code, reboot_now)
+    return PassResult(report, outcomes, code, reboot_now and persist)
 
 
 def reboot_host(command: str) -> str | None:

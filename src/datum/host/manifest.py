@@ -174,6 +174,9 @@ def _resource(
         return None, None
     type_name, name = match.groups()
     here = f"{here}.{key}"
+    if len(name) > 900:  # the pass report's limit, so a report is never refused for it
+        found.append(FieldError(here, "a name is at most 900 characters"))
+        return None, None
     if type_name not in TYPES:
         found.append(
             FieldError(

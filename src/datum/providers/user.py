@@ -87,21 +87,11 @@ class UserProvider(Provider["UserSpec", UserWant, UserHave]):
         clash = passwd.by_id(uid)
         if clash is not None and clash[0] != s.name:
             raise ProviderError(f"uid {uid} belongs to user {clash[0]}")
-        if s.group is None:
-            group = db.read_table(ctx, db.GROUP).get(s.name)
-            gid = (
-                int(group[2])
-                if group
-                else put_group(
-                    ctx,
-                    s.name,
-                    uid if db.read_table(ctx, db.GROUP).by_id(uid) is None else None,
-                    s.system,
-                    None,
-                )
-            )
-        else:
-            gid = db.gid_of(ctx, s.group)
+        gid = (
+            db.gid_of(ctx, s.group)
+            if s.group is not None
+            else self._private_group(ctx, s.name, uid, s.system)
+        )
         db.write_table(
             ctx,
             passwd.with_row(
@@ -117,6 +107,14 @@ class UserProvider(Provider["UserSpec", UserWant, UserHave]):
         if s.groups is not None:
             self._memberships(ctx, s.name, set(s.groups))
         return None
+
+    def _private_group(self, ctx: HostContext, name: str, uid: int, system: bool) -> int:
+        """The gid of the group named like the user, created with gid = uid when that is free."""
+        groups = db.read_table(ctx, db.GROUP)
+        existing = groups.get(name)
+        if existing is not None:
+            return int(existing[2])
+        return put_group(ctx, name, uid if groups.by_id(uid) is None else None, system, None)
 
     def _memberships(self, ctx: HostContext, user: str, wanted: set[str]) -> None:
         table = db.read_table(ctx, db.GROUP)
