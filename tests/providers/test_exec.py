@@ -51,3 +51,11 @@ def test_a_failing_command_says_why(ctx):
     want, change = plan(ExecSpec(command="echo nope >&2; exit 7"), ctx)
     with pytest.raises(ProviderError, match="exit status 7: nope"):
         EXEC.apply(want, None, change, ctx)
+
+
+def test_cwd_is_a_path_under_the_root(ctx):
+    (ctx.root / "srv").mkdir()
+    spec = ExecSpec(command="pwd > here", cwd="/srv")
+    want, change = plan(spec, ctx)
+    EXEC.apply(want, None, change, ctx)
+    assert (ctx.root / "srv" / "here").read_text().strip() == str(ctx.root / "srv")

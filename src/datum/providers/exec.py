@@ -47,7 +47,7 @@ class ExecProvider(Provider["ExecSpec", ExecWant, ExecHave]):
     def desired(self, name: str, spec: ExecSpec, ctx: HostContext) -> ExecWant:
         env = {**os.environ, **spec.environment, "DATUM_ROOT": str(ctx.root)}
         creates = ctx.path(spec.creates) if spec.creates else None
-        return ExecWant(spec, creates, spec.cwd or str(ctx.root), env)
+        return ExecWant(spec, creates, str(ctx.path(spec.cwd)) if spec.cwd else str(ctx.root), env)
 
     def observe(self, want: ExecWant, ctx: HostContext) -> ExecHave:
         s = want.spec

@@ -278,7 +278,7 @@ class ExecSpec(Spec):
     refreshonly: bool = Field(
         default=False, description="Run only when something it subscribes to changed."
     )
-    cwd: str | None = Field(default=None, description="Working directory (default: the root).")
+    cwd: HostPath | None = Field(default=None, description="Working directory under the root (default: the root).")
     environment: dict[str, str] = Field(default_factory=dict)
     timeout: float = Field(default=300, gt=0)
 
