@@ -175,7 +175,7 @@ def store(key: str | None, config: HostConfig, manifest: Manifest) -> None:
                 "order": list(manifest.order),
                 "paths": sorted(manifest.paths),
                 "resources": [
-                    {"index": r.index, "type": r.type, "name": r.name, "spec": r.spec.model_dump()}  # type: ignore[attr-defined]
+                    {"index": r.index, "type": r.type, "name": r.name, "spec": r.spec.model_dump()}
                     for r in manifest.resources
                 ],
             },
