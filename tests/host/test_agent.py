@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import sys
 import threading
 from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, HTTPServer
@@ -138,3 +140,56 @@ def test_state_store_on_any_store_url(store_url):
         assert get_host(store, "h1")["report"] == report
     finally:
         store.dispose()
+
+
+def test_an_unreadable_report_reads_as_unknown(host):
+    import sqlite3
+
+    host.apply(host.manifest(MANIFEST))
+    db = sqlite3.connect(host.state)
+    db.execute("UPDATE hosts SET report = 'not json {'")
+    db.commit()
+    db.close()
+    status = host.status("--json")
+    assert status.code == 0
+    assert status.json["state"] == "unknown"
+    assert "cannot be read" in status.json["reason"]
+    assert host.apply(host.manifest(MANIFEST)).code == 0  # a pass replaces it
+    assert host.status("--json").json["state"] == "converged"
+
+
+def test_a_long_pass_renews_its_lease(host):
+    """lock_ttl 1s, a pass of about 4s: a second agent must still find the lease held near the end."""
+    import subprocess
+    import time
+
+    host.configure('[host]\nlock_ttl = "1s"\nlock_wait = "100ms"\n')
+    slow = host.manifest(
+        "resources:\n"
+        + "".join(f"  - Exec[step{i}]:\n      command: 'sleep 0.25'\n" for i in range(16))
+    )
+    host.apply(host.manifest(MANIFEST, "warm.yaml"))  # the store exists
+    first = subprocess.Popen(
+        [sys.executable, "-c", "from datum.cli.main import main; main()", "apply", str(slow),
+         "--root", str(host.root), "--state", str(host.state), "--config", str(host.config)],
+        env={**os.environ, "DATUM_HOME": str(host.base / "home"), "DATUM_BOOT_ID_FILE": str(host.boot_id)},
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )
+    time.sleep(2.5)  # past the first TTL: only a renewal keeps the lease
+    second = host.apply(host.manifest(MANIFEST, "warm.yaml"), "--config", str(host.config))
+    assert first.wait(30) == 2, first.stderr.read()
+    assert second.code == 69, second.out + second.err
+
+
+def test_renew_refuses_a_lease_someone_else_holds(host):
+    from datum.core.findings import Problem
+
+    host.apply(host.manifest(MANIFEST))
+    store = StateStore(store_url(str(host.state)))
+    try:
+        assert store._try_acquire("me", timedelta(minutes=1))
+        store.renew("me", timedelta(minutes=1))
+        with pytest.raises(Problem, match="lost its lease"):
+            store.renew("someone-else", timedelta(minutes=1))
+    finally:
+        store.close()

@@ -198,7 +198,7 @@ def schema() -> int:
 
 def _load(state: str | None, config: str | None) -> tuple[Any, str, Any, dict[str, Any] | None]:
     from datum.host.agent import host_name
-    from datum.host.statefile import StateStore, _sqlite_path
+    from datum.host.statefile import StateStore, Unreadable, _sqlite_path
 
     host_config = _config(config)
     url = _state_url(state, host_config)
@@ -207,7 +207,10 @@ def _load(state: str | None, config: str | None) -> tuple[Any, str, Any, dict[st
     if path is not None and not os.path.exists(path):
         return host_config, host, None, None
     store = StateStore(url)
-    return host_config, host, store, store.get(host)
+    try:
+        return host_config, host, store, store.get(host)
+    except Unreadable as exc:
+        return host_config, host, store, {"host": host, "state": "unknown", "reason": str(exc)}
 
 
 @click.command()

@@ -20,7 +20,7 @@ from datum.core.vocab import HostState, Mode, ResourceState
 from datum.host.compiled import HostConfig
 from datum.host.executor import Outcome, Progress, run_pass
 from datum.host.manifest import Manifest
-from datum.host.statefile import StateStore
+from datum.host.statefile import StateStore, Unreadable
 from datum.providers.base import HostContext
 
 EXIT_CHANGED = 2
@@ -89,6 +89,40 @@ def reason_for(state: HostState, outcomes: list[Outcome], reboot_reason: str | N
     if state is HostState.DEGRADED:
         return _names(by[ResourceState.SKIPPED], "skipped")
     return None
+
+
+def _previous(store: StateStore | None, host: str) -> dict[str, Any] | None:
+    """The last pass's report; an unreadable one counts as none (the host state was ``unknown``)."""
+    if store is None:
+        return None
+    try:
+        return store.get(host)
+    except Unreadable:
+        return None
+
+
+def _renewer(store: StateStore, holder: str, config: HostConfig) -> Progress:
+    """A progress hook that extends the lease while a long pass runs, every third of its TTL."""
+    every = config.lock_ttl.total_seconds() / 3
+    last = [time.monotonic()]
+
+    def renew(_position: int, _total: int, _resource: str, _state: ResourceState) -> None:
+        if time.monotonic() - last[0] >= every:
+            store.renew(holder, config.lock_ttl)
+            last[0] = time.monotonic()
+
+    return renew
+
+
+def _chain(first: Progress | None, second: Progress) -> Progress:
+    if first is None:
+        return second
+
+    def both(position: int, total: int, resource: str, state: ResourceState) -> None:
+        first(position, total, resource, state)
+        second(position, total, resource, state)
+
+    return both
 
 
 def _reboot_status(
@@ -167,8 +201,11 @@ def run(
         store = StateStore(state_url) if persist and state_url else None
         if store is not None:
             stack.callback(store.close)
-            stack.enter_context(store.lease(config.lock_wait, config.lock_ttl))
-        previous = store.get(host) if store else None
+            holder = stack.enter_context(store.lease(config.lock_wait, config.lock_ttl))
+        previous = _previous(store, host)
+        lease_renewal = _renewer(store, holder, config) if store is not None else None
+        if lease_renewal is not None:
+            progress = _chain(progress, lease_renewal)
         started = datetime.now(UTC)
         clock = time.perf_counter()
         outcomes = run_pass(manifest, ctx, progress)

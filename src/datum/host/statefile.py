@@ -25,6 +25,10 @@ LOCK_NAME = "host-pass"
 _SQLITE_TIME = "%Y-%m-%d %H:%M:%S.%f"  # SQLAlchemy's DATETIME text on SQLite
 
 
+class Unreadable(Exception):
+    """The persisted report exists and cannot be read: the host state is ``unknown``."""
+
+
 def store_url(state: str) -> str:
     """``--state``: a store URL as it is, or a path to a SQLite file."""
     if "://" in state:
@@ -92,14 +96,21 @@ class StateStore:
 
     # -- reports ----------------------------------------------------------------------------
     def get(self, host: str) -> dict[str, Any] | None:
-        """The last persisted pass report of ``host``, or None."""
+        """The last persisted pass report of ``host``, or None; ``Unreadable`` when it cannot be read."""
         if self._db is not None:
             row = self._db.execute("SELECT report FROM hosts WHERE host = ?", (host,)).fetchone()
-            return json.loads(row[0]) if row else None
-        from datum.store.hosts import get_host
+            try:
+                report = json.loads(row[0]) if row else None
+            except ValueError as exc:
+                raise Unreadable(f"the last pass report of {host} cannot be read: {exc}") from exc
+        else:
+            from datum.store.hosts import get_host
 
-        found = get_host(self._store, host)
-        return found["report"] if found else None
+            found = get_host(self._store, host)
+            report = found["report"] if found else None
+        if report is not None and not (isinstance(report, dict) and isinstance(report.get("state"), str)):
+            raise Unreadable(f"the last pass report of {host} cannot be read: not a pass report")
+        return report
 
     def hosts(self) -> list[str]:
         if self._db is not None:
@@ -170,6 +181,11 @@ class StateStore:
             db.execute("ROLLBACK")
             raise
         return taken == 1
+
+    def renew(self, holder: str, ttl: timedelta) -> None:
+        """Extend a lease this holder has (a long pass must not lose it to a second one)."""
+        if not self._try_acquire(holder, ttl):
+            raise Problem.one("UNAVAILABLE", f"the pass lost its lease on {self.url} to {self._holder()}")
 
     def _holder(self) -> str:
         if self._db is None:
