@@ -58,6 +58,8 @@ def test_supported_on_the_running_system_with_systemd():
         (("stopped", False), ("active", "enabled"), Action.UPDATE,
          [["systemctl", "disable", "nginx.service"], ["systemctl", "stop", "nginx.service"]]),
         (("stopped", None), ("inactive", "enabled"), Action.RESTART, []),  # a stopped service is not restarted
+        ((None, None), ("inactive", "enabled"), Action.RESTART, []),  # nor one whose state is not managed
+        ((None, None), ("active", "enabled"), Action.RESTART, [["systemctl", "restart", "nginx.service"]]),
         (("running", None), ("failed", "static"), Action.UPDATE, [["systemctl", "start", "nginx.service"]]),
     ],
 )

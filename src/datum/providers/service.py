@@ -45,7 +45,7 @@ def commands(want: SvcWant, have: SvcHave, action: Action) -> list[list[str]]:
         out.append(["systemctl", "start", want.unit])
     elif want.ensure == "stopped" and running:
         out.append(["systemctl", "stop", want.unit])
-    elif action is Action.RESTART and want.ensure != "stopped":
+    elif action is Action.RESTART and running:  # a refresh never starts what is meant to be down
         out.append(["systemctl", "restart", want.unit])
     return out
 
