@@ -86,3 +86,9 @@ def test_unit_names():
     assert [unit_name(n) for n in ("nginx", "getty@tty1", "foo.socket", "a.b@x")] == [
         "nginx.service", "getty@tty1.service", "foo.socket", "a.b@x.service"
     ]
+
+
+@pytest.mark.parametrize(("active", "action"), [("active", Action.RESTART), ("inactive", Action.NONE)])
+def test_refresh_restarts_only_a_running_unit(active, action):
+    want = SvcWant("nginx.service", None, None)
+    assert SERVICE.refresh(want, SvcHave(active, "enabled"), "File[x] changed").action is action

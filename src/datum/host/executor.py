@@ -135,7 +135,7 @@ def _walk(
         return
     refresh = [n.id for n in needs if n.changed and n.id in resource.spec.subscribes]
     if refresh and prov.refreshable and change.action is Action.NONE:
-        change = Change(Action.RESTART, (f"{', '.join(refresh)} changed",))
+        change = prov.refresh(want, have, f"{', '.join(refresh)} changed")
     out.action = change.action
     out.diff = change.diff
     if change.action is Action.NONE:

@@ -173,6 +173,10 @@ class Provider(Generic[S, W, H]):
         """Pure: what would make ``have`` match ``want``."""
         raise NotImplementedError
 
+    def refresh(self, want: W, have: H, why: str) -> Change:
+        """Pure: the change when something it subscribes to changed and it is otherwise in place."""
+        return Change(Action.RESTART, (why,))
+
     def apply(self, want: W, have: H, change: Change, ctx: HostContext) -> str | None:
         """Make the change; return why it needs a reboot, if it does."""
         raise NotImplementedError

@@ -83,6 +83,10 @@ class ServiceProvider(Provider["ServiceSpec", SvcWant, SvcHave]):
             differences.append("enabled, want disabled")
         return Change(Action.UPDATE, tuple(differences)) if differences else Change()
 
+    def refresh(self, want: SvcWant, have: SvcHave, why: str) -> Change:
+        # Only a running unit is restarted; one that is down stays down.
+        return Change(Action.RESTART, (why,)) if have.active == "active" else Change()
+
     def apply(self, want: SvcWant, have: SvcHave, change: Change, ctx: HostContext) -> str | None:
         for argv in commands(want, have, change.action):
             done = ctx.runner(argv)
