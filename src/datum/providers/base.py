@@ -185,3 +185,10 @@ class Provider(Generic[S, W, H]):
         """After apply: None when observing again confirms the result, else what still differs."""
         again = self.plan(want, self.observe(want, ctx))
         return None if again.action is Action.NONE else f"verification failed: {again.summary}"
+
+
+class PathProvider(Provider[S, W, H]):
+    """A provider of a filesystem object at the resource's ``path``."""
+
+    def paths(self, spec: S) -> list[str]:
+        return [spec.path]  # type: ignore[attr-defined]

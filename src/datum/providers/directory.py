@@ -15,7 +15,7 @@ from datum.core.converge import Converge, ConvergeConfig
 from datum.core.vocab import Action, Direction, Reason
 from datum.providers import fs
 from datum.providers.accounts import owner_ids
-from datum.providers.base import Change, HostContext, Provider, ProviderError
+from datum.providers.base import Change, HostContext, PathProvider, ProviderError
 
 if TYPE_CHECKING:
     from datum.providers.specs import DirectorySpec
@@ -47,11 +47,8 @@ def managed_children(host_path: str, managed: frozenset[str]) -> frozenset[str]:
     return frozenset(p[len(prefix) :].split("/", 1)[0] for p in managed if p.startswith(prefix))
 
 
-class DirectoryProvider(Provider["DirectorySpec", DirWant, DirHave]):
+class DirectoryProvider(PathProvider["DirectorySpec", DirWant, DirHave]):
     type = "Directory"
-
-    def paths(self, spec: DirectorySpec) -> list[str]:
-        return [spec.path]
 
     def desired(self, name: str, spec: DirectorySpec, ctx: HostContext) -> DirWant:
         uid, gid = owner_ids(ctx, spec.owner, spec.group)

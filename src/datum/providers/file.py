@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from datum.core.vocab import Action
 from datum.providers import fs
 from datum.providers.accounts import owner_ids
-from datum.providers.base import Change, HostContext, Provider, ProviderError
+from datum.providers.base import Change, HostContext, PathProvider, ProviderError
 
 if TYPE_CHECKING:
     from datum.providers.specs import FileSpec
@@ -62,11 +62,8 @@ def render_content(spec: FileSpec, ctx: HostContext) -> bytes | None:
     return None
 
 
-class FileProvider(Provider["FileSpec", FileWant, FileHave]):
+class FileProvider(PathProvider["FileSpec", FileWant, FileHave]):
     type = "File"
-
-    def paths(self, spec: FileSpec) -> list[str]:
-        return [spec.path]
 
     def desired(self, name: str, spec: FileSpec, ctx: HostContext) -> FileWant:
         uid, gid = owner_ids(ctx, spec.owner, spec.group)

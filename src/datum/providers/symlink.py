@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from datum.core.vocab import Action
 from datum.providers import fs
-from datum.providers.base import Change, HostContext, Provider, ProviderError
+from datum.providers.base import Change, HostContext, PathProvider, ProviderError
 
 if TYPE_CHECKING:
     from datum.providers.specs import SymlinkSpec
@@ -29,11 +29,8 @@ class LinkHave:
     target: str | None
 
 
-class SymlinkProvider(Provider["SymlinkSpec", LinkWant, LinkHave]):
+class SymlinkProvider(PathProvider["SymlinkSpec", LinkWant, LinkHave]):
     type = "Symlink"
-
-    def paths(self, spec: SymlinkSpec) -> list[str]:
-        return [spec.path]
 
     def desired(self, name: str, spec: SymlinkSpec, ctx: HostContext) -> LinkWant:
         return LinkWant(spec.path, ctx.path(spec.path, follow_last=False), spec.ensure, spec.target)
