@@ -101,21 +101,17 @@ def cache_dir() -> Path:
 
 
 def _code_stamp() -> str:
-    """Changes when the models that validate a manifest change (also in a development checkout)."""
+    """Changes when the code that validates a manifest changes (also in a development checkout)."""
     import datum
 
-    here = Path(__file__).resolve().parent
+    package = Path(datum.__file__).parent
     parts = [datum.__version__]
-    for f in (
-        here / "manifest.py",
-        here.parent / "providers" / "specs.py",
-        here.parent / "config.py",
-    ):
-        try:
-            parts.append(str(f.stat().st_mtime_ns))
-        except OSError:
-            parts.append("-")
-    return ":".join(parts)
+    for directory in (package / "host", package / "providers"):
+        with os.scandir(directory) as entries:
+            parts += sorted(f"{e.name}:{e.stat().st_mtime_ns}" for e in entries if e.name.endswith(".py"))
+    for single in (package / "config.py", package / "validation.py"):
+        parts.append(f"{single.name}:{single.stat().st_mtime_ns}")
+    return "\0".join(parts)
 
 
 def cache_key(manifest_path: str, config: str | None) -> str | None:
