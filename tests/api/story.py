@@ -26,15 +26,14 @@ from datum.reconcilers import buckets as b
 from datum.reconcilers import builtin_registry
 from datum.store import Store, open_store
 
-T0 = datetime.now(UTC).replace(microsecond=0)
 INTERVAL = timedelta(seconds=30)
 
 
 class Clock:
-    """A clock the test moves by hand."""
+    """A clock the test moves by hand, starting at the real time (rows carry real timestamps)."""
 
-    def __init__(self, now: datetime = T0) -> None:
-        self.now = now
+    def __init__(self, now: datetime | None = None) -> None:
+        self.now = now or datetime.now(UTC).replace(microsecond=0)
 
     def __call__(self) -> datetime:
         return self.now

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import TYPE_CHECKING
+
+from datum.core.humanize import age, when
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -31,21 +32,6 @@ def console() -> Console:
     return Console(highlight=False, width=None if sys.stdout.isatty() else 160)
 
 
-def _when(value: datetime | None) -> str:
-    return value.strftime("%Y-%m-%d %H:%M:%S UTC") if value else "never"
-
-
-def _age(seconds: float) -> str:
-    s = int(seconds)
-    if s >= 86400:
-        return f"{s // 86400}d{(s % 86400) // 3600}h"
-    if s >= 3600:
-        return f"{s // 3600}h{(s % 3600) // 60}m"
-    if s >= 60:
-        return f"{s // 60}m{s % 60}s"
-    return f"{s}s"
-
-
 def drift(report: DriftReport, out: Console) -> None:
     """The drift report as a header, an item table and a coverage table."""
     from rich.table import Table
@@ -54,7 +40,7 @@ def drift(report: DriftReport, out: Console) -> None:
     out.print(
         f"[bold]{report.reconciler}[/]  health [{style}]{report.health.value}[/]  "
         f"drift {report.drift}  blocked {report.blocked}  "
-        f"as of {_when(report.as_of)}  last ran {_when(report.last_ran_at)}"
+        f"as of {when(report.as_of)}  last ran {when(report.last_ran_at)}"
     )
     if report.error:
         out.print(f"[bold red]last pass could not complete:[/] {report.error}")
@@ -102,7 +88,7 @@ def drift(report: DriftReport, out: Console) -> None:
                 "yes" if c.selected else "no",
                 "yes" if c.terminal else "no",
                 c.owned_by or "",
-                _age(c.oldest_age_seconds) if c.count else "",
+                age(c.oldest_age_seconds) if c.count else "",
                 "[bold red]STRANDED[/]" if c.stranded else "",
                 style="on dark_red" if c.stranded else None,
             )
@@ -117,5 +103,5 @@ def summaries(rows: list[ReconcilerSummary], out: Console) -> None:
         table.add_column(col)
     for r in rows:
         style = _HEALTH_STYLE.get(r.health.value, "")
-        table.add_row(r.name, f"[{style}]{r.health.value}[/]", str(r.drift), str(r.blocked), str(r.stranded), _when(r.last_ran_at))
+        table.add_row(r.name, f"[{style}]{r.health.value}[/]", str(r.drift), str(r.blocked), str(r.stranded), when(r.last_ran_at))
     out.print(table)

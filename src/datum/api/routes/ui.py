@@ -7,7 +7,6 @@ page shows nothing its viewer could not read from the API.
 
 from __future__ import annotations
 
-from datetime import datetime
 from functools import cache
 
 from fastapi import APIRouter, Depends, Request
@@ -19,6 +18,7 @@ from datum.api.errors import error_responses
 from datum.api.models import host_status
 from datum.api.security import may, needs
 from datum.api.state import state_of
+from datum.core.humanize import age, when
 from datum.core.vocab import DESCRIPTIONS, Reason
 from datum.reconcile.report import DriftReport
 from datum.store.hosts import list_hosts
@@ -41,23 +41,8 @@ PAGE_HEADERS = {
 @cache
 def templates() -> Environment:
     env = Environment(loader=PackageLoader("datum.web", "templates"), autoescape=select_autoescape(["html"]))
-    env.globals.update(when=_when, age=_age, describe=_describe, stranded=_stranded)
+    env.globals.update(when=when, age=age, describe=_describe, stranded=_stranded)
     return env
-
-
-def _when(value: datetime | None) -> str:
-    return "never" if value is None else value.strftime("%Y-%m-%d %H:%M:%S UTC")
-
-
-def _age(seconds: float) -> str:
-    s = int(seconds)
-    if s >= 86400:
-        return f"{s // 86400}d {s % 86400 // 3600}h"
-    if s >= 3600:
-        return f"{s // 3600}h {s % 3600 // 60}m"
-    if s >= 60:
-        return f"{s // 60}m {s % 60}s"
-    return f"{s}s"
 
 
 def _describe(reason: Reason) -> str:
