@@ -198,12 +198,12 @@ def schema() -> int:
 
 def _load(state: str | None, config: str | None) -> tuple[Any, str, Any, dict[str, Any] | None]:
     from datum.host.agent import host_name
-    from datum.host.statefile import StateStore, Unreadable, _sqlite_path
+    from datum.host.statefile import StateStore, Unreadable, sqlite_path
 
     host_config = _config(config)
     url = _state_url(state, host_config)
     host = host_name(host_config)
-    path = _sqlite_path(url)
+    path = sqlite_path(url)
     if path is not None and not os.path.exists(path):
         return host_config, host, None, None
     store = StateStore(url)
@@ -222,7 +222,7 @@ def status(state: str | None, as_json: bool, config: str | None) -> int:
     from datum.host.output import echo_lines, pass_lines
     from datum.providers.facts import read_boot_id
 
-    settings, host, store, report = _load(state, config)
+    host_config, host, store, report = _load(state, config)
     if store is not None:
         store.close()
     if report is None:
@@ -237,7 +237,7 @@ def status(state: str | None, as_json: bool, config: str | None) -> int:
         )
         click.echo("")
     echo_lines(pass_lines(report))
-    boot = read_boot_id(settings.boot_id_file)
+    boot = read_boot_id(host_config.boot_id_file)
     if report.get("bootId") and boot and boot != report["bootId"]:
         click.echo(
             "note:       the host has rebooted since this pass; the next pass will tell where it stands"
@@ -245,12 +245,12 @@ def status(state: str | None, as_json: bool, config: str | None) -> int:
     return 0
 
 
-def _reboot(settings: Any, url: str, report: dict[str, Any]) -> bool:
+def _reboot(host_config: Any, url: str, report: dict[str, Any]) -> bool:
     """Run the reboot command after the report is persisted; record a failure. True when it started."""
     from datum.host.agent import reboot_host
     from datum.host.statefile import StateStore
 
-    command = settings.reboot_command
+    command = host_config.reboot_command
     click.echo(f"rebooting: {command}", err=True)
     why = reboot_host(command)
     if why is None:
@@ -277,9 +277,9 @@ def reboot(state: str | None, config: str | None, force: bool) -> int:
 
     from datum.providers.facts import read_boot_id
 
-    settings, host, store, report = _load(state, config)
+    host_config, host, store, report = _load(state, config)
     need = (report or {}).get("reboot") or {}
-    current = read_boot_id(settings.boot_id_file)
+    current = read_boot_id(host_config.boot_id_file)
     needed = bool(need.get("required")) and need.get("bootId") == current
     if not needed and not force:
         if store is not None:
@@ -300,6 +300,6 @@ def reboot(state: str | None, config: str | None, force: bool) -> int:
         report = {**report, "reboot": need}
     click.echo(f"reboot needed: {need.get('reason', 'forced')}")
     started = _reboot(
-        settings, _state_url(state, settings), report or {"host": host, "state": "unknown"}
+        host_config, _state_url(state, host_config), report or {"host": host, "state": "unknown"}
     )
     return 0 if started else 1

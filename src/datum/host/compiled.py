@@ -108,7 +108,9 @@ def _code_stamp() -> str:
     parts = [datum.__version__]
     for directory in (package / "host", package / "providers"):
         with os.scandir(directory) as entries:
-            parts += sorted(f"{e.name}:{e.stat().st_mtime_ns}" for e in entries if e.name.endswith(".py"))
+            parts += sorted(
+                f"{e.name}:{e.stat().st_mtime_ns}" for e in entries if e.name.endswith(".py")
+            )
     for single in (package / "config.py", package / "validation.py"):
         parts.append(f"{single.name}:{single.stat().st_mtime_ns}")
     return "\0".join(parts)

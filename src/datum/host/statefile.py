@@ -36,7 +36,7 @@ def store_url(state: str) -> str:
     return f"sqlite:///{Path(state).expanduser().resolve()}"
 
 
-def _sqlite_path(url: str) -> str | None:
+def sqlite_path(url: str) -> str | None:
     if url.startswith("sqlite:///") and ":memory:" not in url:
         return url[len("sqlite:///") :]
     return None
@@ -51,7 +51,7 @@ class StateStore:
 
     def __init__(self, url: str) -> None:
         self.url = url
-        self._path = _sqlite_path(url)
+        self._path = sqlite_path(url)
         self._db: Any = None
         self._store: Any = None
         if self._path is None or not self._has_schema():
@@ -108,7 +108,9 @@ class StateStore:
 
             found = get_host(self._store, host)
             report = found["report"] if found else None
-        if report is not None and not (isinstance(report, dict) and isinstance(report.get("state"), str)):
+        if report is not None and not (
+            isinstance(report, dict) and isinstance(report.get("state"), str)
+        ):
             raise Unreadable(f"the last pass report of {host} cannot be read: not a pass report")
         return report
 
@@ -185,7 +187,9 @@ class StateStore:
     def renew(self, holder: str, ttl: timedelta) -> None:
         """Extend a lease this holder has (a long pass must not lose it to a second one)."""
         if not self._try_acquire(holder, ttl):
-            raise Problem.one("UNAVAILABLE", f"the pass lost its lease on {self.url} to {self._holder()}")
+            raise Problem.one(
+                "UNAVAILABLE", f"the pass lost its lease on {self.url} to {self._holder()}"
+            )
 
     def _holder(self) -> str:
         if self._db is None:
