@@ -193,3 +193,32 @@ def test_renew_refuses_a_lease_someone_else_holds(host):
             store.renew("someone-else", timedelta(minutes=1))
     finally:
         store.close()
+
+
+def test_the_sqlite3_path_knows_the_store_schema_revision():
+    """A new store migration must be looked at here: the agent writes those tables without SQLAlchemy."""
+    from datum.host.statefile import SCHEMA_REVISION
+    from datum.store.migrate import HEAD
+
+    assert SCHEMA_REVISION == HEAD
+
+
+def test_a_store_not_at_the_known_revision_goes_through_datum_store(host):
+    import sqlite3
+
+    host.apply(host.manifest(MANIFEST))
+    db = sqlite3.connect(host.state)
+    db.execute("DROP TABLE alembic_version")  # as a store made before migrations existed
+    db.commit()
+    db.close()
+    store = StateStore(store_url(str(host.state)))
+    try:
+        assert store._db is None and store._store is not None  # migrated through SQLAlchemy
+        assert store.get(store.hosts()[0])["state"] == "converged"
+    finally:
+        store.close()
+    again = StateStore(store_url(str(host.state)))
+    try:
+        assert again._db is not None  # current now: the sqlite3 path
+    finally:
+        again.close()

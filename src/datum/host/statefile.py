@@ -22,6 +22,10 @@ from typing import Any
 from datum.core.findings import Problem
 
 LOCK_NAME = "host-pass"
+# The store schema (Alembic revision of datum.store.migrations) whose ``hosts``
+# and ``locks`` columns the sqlite3 path below writes. Any other revision goes
+# through datum.store; a test fails when the store's HEAD moves past this.
+SCHEMA_REVISION = "0001"
 _SQLITE_TIME = "%Y-%m-%d %H:%M:%S.%f"  # SQLAlchemy's DATETIME text on SQLite
 
 
@@ -54,11 +58,15 @@ class StateStore:
         self._path = sqlite_path(url)
         self._db: Any = None
         self._store: Any = None
-        if self._path is None or not self._has_schema():
-            self._open_store()
+        if self._path is None or not self._current():
+            from datum.store import open_store
+
+            # Creates or migrates the schema; this process then stays on SQLAlchemy.
+            self._store = open_store(self.url)
 
     # -- backends ---------------------------------------------------------------------------
-    def _has_schema(self) -> bool:
+    def _current(self) -> bool:
+        """Whether the SQLite file has the schema revision this module writes; then keep it open."""
         import sqlite3
 
         assert self._path is not None
@@ -67,26 +75,21 @@ class StateStore:
         try:
             db = sqlite3.connect(self._path, timeout=10, isolation_level=None)
             names = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            revision = (
+                db.execute("SELECT version_num FROM alembic_version").fetchone()
+                if "alembic_version" in names
+                else None
+            )
         except sqlite3.Error as exc:
             raise Problem.one(
                 "UNAVAILABLE", f"cannot open the state store {self._path}: {exc}"
             ) from exc
-        if {"hosts", "locks"} <= names:
+        if revision == (SCHEMA_REVISION,) and {"hosts", "locks"} <= names:
             db.execute("PRAGMA busy_timeout=10000")
             self._db = db
             return True
         db.close()
         return False
-
-    def _open_store(self) -> None:
-        from datum.store import open_store
-
-        self._store = open_store(self.url)
-        if self._path is not None:
-            self._store.dispose()
-            self._store = None
-            if not self._has_schema():
-                raise Problem.one("UNAVAILABLE", f"the state store {self._path} has no hosts table")
 
     def close(self) -> None:
         if self._db is not None:
