@@ -38,7 +38,8 @@ def test_before_any_tick_the_report_says_unknown_and_that_items_can_be_reported(
     r = story.get(DRIFT)
     assert r.status_code == 200
     body = r.json()
-    assert set(body) == REPORT_FIELDS - {"asOf", "lastRanAt"}  # absent, not null
+    assert set(body) == REPORT_FIELDS  # promised fields are always there
+    assert body["asOf"] is None and body["lastRanAt"] is None  # no tick to name yet
     assert body["health"] == "unknown"
     assert (body["itemsReported"], body["items"], body["coverageReported"]) == (True, [], True)
     assert (body["drift"], body["blocked"], body["dropped"], body["driftCap"]) == (0, 0, 0, 500)
@@ -149,8 +150,8 @@ def test_a_stranded_status_is_marked_and_counted_on_the_list_surface(story):
 def test_the_list_surface(story):
     (row,) = story.get(LIST).json()
     assert row == {
-        "name": "buckets", "health": "unknown", "drift": 0, "blocked": 0,
-        "itemsReported": True, "coverageReported": True, "stranded": 0,
+        "name": "buckets", "health": "unknown", "drift": 0, "blocked": 0, "asOf": None,
+        "lastRanAt": None, "itemsReported": True, "coverageReported": True, "stranded": 0,
     }
     play(story)
     (row,) = story.get(LIST).json()

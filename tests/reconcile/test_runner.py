@@ -114,7 +114,7 @@ def test_before_any_tick_health_is_unknown_and_empty_means_nothing(store_url):
     clock = Clock()
     registry, settings, store, _ = make(store_url, clock)
     r = report(registry, settings, store, clock)
-    assert r["health"] == "unknown" and "asOf" not in r and "lastRanAt" not in r
+    assert r["health"] == "unknown" and r["asOf"] is None and r["lastRanAt"] is None
     assert r["itemsReported"] is True and r["items"] == []
     silent = report(registry, settings, store, clock, "silent")
     assert silent["itemsReported"] is False and silent["coverageReported"] is False

@@ -224,3 +224,19 @@ def test_a_work_query_that_forgets_a_status_strands_rows_and_coverage_says_so(ca
     stranded = [c for c in r["coverage"] if c["stranded"]]
     assert [(c["status"], c["count"]) for c in stranded] == [("delete_blocked", 1)]
     assert (root / "logs" / "a.log").exists()  # a known bucket is never reaped as a stray
+
+
+def test_an_unexpected_error_is_a_finding_not_a_traceback(capsys, tmp_path):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('store = "sqlite:////proc/nope/x.db"\n')
+    code, out, err = datum(capsys, "drift", "buckets", "--config", str(cfg), "--json")
+    assert code == 69
+    assert json.loads(out)["issues"][0]["code"] == "UNAVAILABLE"
+    assert "Traceback" not in out + err
+
+
+def test_an_unparsable_store_url_is_not_echoed(capsys, tmp_path):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('store = "postgresql://admin:hunter2@[::1"\n')
+    code, out, err = datum(capsys, "drift", "buckets", "--config", str(cfg), "--json")
+    assert code == 65 and "hunter2" not in out + err

@@ -104,6 +104,12 @@ def _validation_problem(exc: RequestValidationError) -> Problem:
         loc = list(err.get("loc", ()))
         if loc and loc[0] in _SOURCES:
             loc = loc[1:]
+        if err.get("type") == "json_invalid":
+            # loc is a character offset into the body, not a field: the whole body is at fault.
+            ctx = err.get("ctx") or {}
+            why = f": {ctx['error']}" if ctx.get("error") else ""
+            fields.append(FieldError("", f"the body is not valid JSON{why}"))
+            continue
         message = "unknown field" if err.get("type") == "extra_forbidden" else str(err.get("msg", "invalid"))
         fields.append(FieldError(field_path(loc), message))
     return Problem([Finding("INVALID_INPUT", "the request is not valid", fields=tuple(fields))])
@@ -117,7 +123,16 @@ def install(app: FastAPI) -> None:
         return problem_response(exc)
 
     @app.exception_handler(RequestValidationError)
-    async def _invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        # FastAPI reads the body before any dependency runs: authenticate first
+        # here, so a caller without a valid token learns 401, not what the body lacks.
+        if request.url.path.startswith("/v1/"):
+            from datum.api.security import authenticate
+
+            try:
+                authenticate(request)
+            except Problem as problem:
+                return problem_response(problem)
         return problem_response(_validation_problem(exc))
 
     @app.exception_handler(StarletteHTTPException)

@@ -45,6 +45,17 @@ def principal_of(request: Request, credentials: HTTPAuthorizationCredentials | N
     return principal
 
 
+def authenticate(request: Request) -> str:
+    """``principal_of`` from the raw ``Authorization`` header, outside FastAPI's dependencies."""
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    credentials = (
+        HTTPAuthorizationCredentials(scheme=scheme, credentials=token.strip())
+        if scheme and token.strip()
+        else None
+    )
+    return principal_of(request, credentials)
+
+
 def decide(request: Request, principal: str, action: Action, resource: Resource) -> None:
     """``403 FORBIDDEN`` naming ``action`` unless the policies permit it."""
     if not state_of(request).authorizer.allowed(principal, action, resource):

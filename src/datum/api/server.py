@@ -1,8 +1,9 @@
 """Running the app: uvicorn on the configured address, with the scheduler ticking the reconcilers.
 
-Startup order makes ``503 UNAVAILABLE`` real: the socket is open and
-``/healthz`` answers before the registry is wired; the registry and the store
-are wired, then the scheduler starts, once uvicorn has started the app.
+The registry and the store are wired in the app's lifespan, which uvicorn runs
+before it opens the socket; then the scheduler starts. ``503 UNAVAILABLE`` is
+what an app answers before it is wired (``create_app`` without a registry,
+e.g. when the app is mounted by another ASGI server that skips lifespans).
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import sys
 from typing import Any
 
@@ -84,6 +85,17 @@ def report_problem(problem: Problem, as_json: bool) -> int:
     return _EXIT_BY_CODE.get(problem.code, EXIT_SOFTWARE)
 
 
+def unexpected(exc: BaseException) -> Problem:
+    """An error no layer turned into a finding: say what it was, not where in the code."""
+    if isinstance(exc, OSError):
+        where = f" ({exc.filename})" if exc.filename else ""
+        return Problem.one("UNAVAILABLE", f"{exc.strerror or exc}{where}")
+    return Problem.one(
+        "INTERNAL",
+        f"unexpected {type(exc).__name__}: {exc} (set DATUM_DEBUG=1 to see where)",
+    )
+
+
 def main(argv: list[str] | None = None) -> Any:
     """Run the CLI and turn every error into the contract's shape and exit code."""
     args = sys.argv[1:] if argv is None else argv
@@ -105,4 +117,11 @@ def main(argv: list[str] | None = None) -> Any:
         sys.exit(exc.exit_code)
     except click.ClickException as exc:
         sys.exit(report_problem(Problem([Finding("INVALID_INPUT", exc.format_message())]), as_json))
+    except KeyboardInterrupt:
+        click.echo("interrupted", err=True)
+        sys.exit(130)
+    except Exception as exc:  # noqa: BLE001 - never a stack trace; DATUM_DEBUG=1 shows it
+        if os.environ.get("DATUM_DEBUG"):
+            raise
+        sys.exit(report_problem(unexpected(exc), as_json))
     sys.exit(rc if isinstance(rc, int) else 0)

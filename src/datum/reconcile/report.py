@@ -1,15 +1,24 @@
 """The drift report of contract section 5, and the list surface, as pydantic models.
 
-The same models serve ``datum drift --json`` and the HTTP API: fields that do
-not apply are absent, never null.
+The same models serve ``datum drift --json`` and the HTTP API. A field the
+contract marks optional is absent, never null, where it does not apply; the
+fields it always promises are always there, and ``asOf`` / ``lastRanAt`` are
+null only before the first tick (there is no tick to name yet).
 """
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializationInfo,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+)
 
 from datum.config import Settings
 from datum.core.vocab import Direction, Health, Reason
@@ -22,9 +31,26 @@ from datum.store.runs import load_run
 class _Out(BaseModel):
     model_config = ConfigDict(populate_by_name=True, frozen=True)
 
+    # Fields always present, null when unknown; every other None is left out.
+    ALWAYS: ClassVar[frozenset[str]] = frozenset()
+
+    @model_serializer(mode="wrap")
+    def _absent_not_null(
+        self, handler: SerializerFunctionWrapHandler, info: SerializationInfo
+    ) -> dict[str, Any]:
+        data = handler(self)
+        out: dict[str, Any] = {}
+        for name, field in type(self).model_fields.items():
+            key = (field.alias or name) if info.by_alias else name
+            if data.get(key) is not None:
+                out[key] = data[key]
+            elif name in self.ALWAYS:
+                out[key] = None
+        return out
+
     def dump(self) -> dict[str, Any]:
-        """The JSON form: camelCase, absent fields absent."""
-        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+        """The JSON form: camelCase, optional fields absent where they do not apply."""
+        return self.model_dump(mode="json", by_alias=True)
 
 
 class DriftItem(_Out):
@@ -60,6 +86,8 @@ class CoverageEntry(_Out):
 class DriftReport(_Out):
     """Per-reconciler drift-diff dump."""
 
+    ALWAYS = frozenset({"as_of", "last_ran_at"})
+
     reconciler: str
     as_of: datetime | None = Field(default=None, alias="asOf")
     last_ran_at: datetime | None = Field(default=None, alias="lastRanAt")
@@ -78,6 +106,8 @@ class DriftReport(_Out):
 
 class ReconcilerSummary(_Out):
     """One reconciler on the list surface."""
+
+    ALWAYS = frozenset({"as_of", "last_ran_at"})
 
     name: str
     health: Health

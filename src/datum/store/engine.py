@@ -59,13 +59,20 @@ def open_store(url: str) -> Store:
     """Open the store at ``url`` (``sqlite:///path`` or ``postgresql://...``) and create its schema."""
     try:
         parsed = sa.engine.make_url(url)
-    except sa.exc.ArgumentError as exc:
-        raise Problem.one("INVALID_INPUT", f"store URL {url!r} is not a database URL") from exc
+    except (sa.exc.ArgumentError, ValueError) as exc:
+        shown = url.split("://", 1)[0] + "://..." if "://" in url else "(not a URL)"
+        raise Problem.one("INVALID_INPUT", f"store URL {shown} is not a database URL") from exc
     backend = parsed.get_backend_name()
     if backend == "sqlite":
         database = parsed.database
         if database and database != ":memory:":
-            Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+            folder = Path(database).expanduser().parent
+            try:
+                folder.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise Problem.one(
+                    "UNAVAILABLE", f"cannot create the store's folder {folder}: {exc.strerror}"
+                ) from exc
         engine = sa.create_engine(parsed)
         sa.event.listen(engine, "connect", _sqlite_pragmas)
     elif backend in ("postgresql", "postgres"):
