@@ -256,6 +256,17 @@ def test_a_path_escaping_the_root_is_refused(host, tmp_path):
     assert list(outside.iterdir()) == []
 
 
+def test_an_absolute_symlink_out_of_the_root_is_refused(host, tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (host.root / "etc").symlink_to(outside)  # absolute: names a real place outside the root
+    result = host.apply(host.manifest("resources:\n  - File[/etc/pwned]:\n      content: x\n"))
+    assert result.code == 4
+    assert "links out of the root" in result.line("File[/etc/pwned]")
+    assert list(outside.iterdir()) == []
+    assert not (host.root / outside.relative_to("/")).exists()  # not followed chroot-style either
+
+
 def test_an_absolute_symlink_resolves_inside_the_root(host):
     (host.root / "run").mkdir()
     (host.root / "var").mkdir()

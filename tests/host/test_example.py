@@ -29,7 +29,7 @@ def test_demo_host_converges_twice(tmp_path):
     assert "(exit code 34)" in first
     assert "(exit code 32)" in second
     assert "host state: degraded" in second
-    assert "reason:     Service[datum-demo-web] skipped: systemd is not PID 1" in second
+    assert "reason: Service[datum-demo-web] skipped: systemd is not PID 1" in second
     root = tmp_path / "sandbox" / "root"
     assert sorted(p.name for p in (root / "srv/www").iterdir()) == ["index.html"]
     assert "PORT=8081" in (root / "etc/datum-demo-web/web.conf").read_text()

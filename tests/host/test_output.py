@@ -44,7 +44,7 @@ def test_the_seeds_example_renders_as_the_seed_prints_it():
         "File[sysctl.conf]      converged",
         "",
         "host state: awaiting-reboot",
-        "reason:     Package[linux-image] updated, running kernel differs",
+        "reason: Package[linux-image] updated, running kernel differs",
     ]
 
 

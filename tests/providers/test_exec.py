@@ -59,3 +59,12 @@ def test_cwd_is_a_path_under_the_root(ctx):
     want, change = plan(spec, ctx)
     EXEC.apply(want, None, change, ctx)
     assert (ctx.root / "srv" / "here").read_text().strip() == str(ctx.root / "srv")
+
+
+def test_the_agents_token_is_not_passed_to_commands(ctx, monkeypatch):
+    monkeypatch.setenv("DATUM_TOKEN", "datum_secret")
+    monkeypatch.setenv("LANG_PROBE", "kept")
+    spec = ExecSpec(command='echo "${DATUM_TOKEN:-none} $LANG_PROBE" > env', creates="/env")
+    want, change = plan(spec, ctx)
+    EXEC.apply(want, None, change, ctx)
+    assert (ctx.root / "env").read_text().strip() == "none kept"

@@ -22,6 +22,9 @@ def root(tmp_path):
     (r / "etc" / "abs-out").symlink_to("/../../outside")
     (r / "etc" / "loop").symlink_to("loop")
     (r / "etc" / "link-to-file").symlink_to("hosts")
+    (tmp_path / "outside").mkdir()
+    (r / "etc" / "real-out").symlink_to(tmp_path / "outside")  # an absolute link to a real place outside
+    (r / "etc" / "real-in").symlink_to(r / "run")  # an absolute link naming the root by its real path
     return r
 
 
@@ -32,6 +35,7 @@ def root(tmp_path):
         ("/var/run/x.pid", True, "run/x.pid"),  # an absolute link resolves inside the root
         ("/etc/alt/x", True, "run/x"),  # a relative link that stays inside
         ("/etc/link-to-file", True, "etc/hosts"),
+        ("/etc/real-in/x", True, "run/x"),
         ("/etc/link-to-file", False, "etc/link-to-file"),  # the link itself
         ("/new/dir/file", True, "new/dir/file"),  # not there yet
         ("/", True, ""),
@@ -41,7 +45,9 @@ def test_resolve_inside(root, host_path, follow_last, expected):
     assert resolve(root, host_path, follow_last=follow_last) == (root / expected if expected else root)
 
 
-@pytest.mark.parametrize("host_path", ["/etc/out/x", "/etc/out", "/etc/abs-out/x", "/etc/loop/x"])
+@pytest.mark.parametrize(
+    "host_path", ["/etc/out/x", "/etc/out", "/etc/abs-out/x", "/etc/loop/x", "/etc/real-out/x"]
+)
 def test_resolve_refuses_escapes(root, host_path):
     with pytest.raises(Escape):
         resolve(root, host_path)

@@ -71,7 +71,12 @@ def drift(report: DriftReport, out: Console) -> None:
             table.add_row(*(row[n] for n in keep))
         out.print(table)
     else:
-        out.print("no diverged items on the last executed pass" if report.last_ran_at else "no pass has executed yet")
+        if report.last_ran_at is None:
+            out.print("no pass has executed yet")
+        elif report.error:
+            out.print("no items: no pass of this reconciler has completed yet")
+        else:
+            out.print("no diverged items on the last executed pass")
     if report.dropped:
         out.print(f"[yellow]{report.dropped} more items past driftCap {report.drift_cap} not shown[/]")
     if report.coverage_error:

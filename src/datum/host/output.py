@@ -50,7 +50,7 @@ def pass_lines(report: dict[str, Any], *, plan: bool = False) -> list[str]:
         lines.append("")
     lines.append(f"host state: {report['state']}")
     if report.get("reason") and report["state"] != "converged":
-        lines.append(f"reason:     {report['reason']}")
+        lines.append(f"reason: {report['reason']}")
     return lines
 
 

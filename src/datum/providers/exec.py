@@ -1,8 +1,11 @@
 """``Exec``: a command, guarded by ``creates`` / ``unless`` / ``onlyif``, or run only on refresh.
 
-Commands run on the running system through ``/bin/sh -c``, in ``--root`` by
-default, with ``DATUM_ROOT`` set; ``creates`` is a path under the root. Guard
-commands run in observe mode too, so they must not change anything.
+Commands run on the running system through ``/bin/sh -c`` (they are not
+chrooted: a sandbox root rarely holds a shell), with the working directory
+``--root`` by default and ``DATUM_ROOT`` set so a command can address the root
+itself; ``creates`` is a path under the root. Datum's own secrets
+(``DATUM_TOKEN``) are not passed on. Guard commands run in observe mode too,
+so they must not change anything.
 """
 
 from __future__ import annotations
@@ -17,6 +20,10 @@ from datum.providers.base import Change, Completed, HostContext, Provider, Provi
 
 if TYPE_CHECKING:
     from datum.providers.specs import ExecSpec
+
+
+# The agent's credentials are its own, never a managed command's.
+_WITHHELD = frozenset({"DATUM_TOKEN"})
 
 
 @dataclass(frozen=True)
@@ -45,7 +52,8 @@ class ExecProvider(Provider["ExecSpec", ExecWant, ExecHave]):
     refreshable = True
 
     def desired(self, name: str, spec: ExecSpec, ctx: HostContext) -> ExecWant:
-        env = {**os.environ, **spec.environment, "DATUM_ROOT": str(ctx.root)}
+        inherited = {k: v for k, v in os.environ.items() if k not in _WITHHELD}
+        env = {**inherited, **spec.environment, "DATUM_ROOT": str(ctx.root)}
         creates = ctx.path(spec.creates) if spec.creates else None
         return ExecWant(spec, creates, str(ctx.path(spec.cwd)) if spec.cwd else str(ctx.root), env)
 

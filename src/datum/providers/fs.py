@@ -70,11 +70,29 @@ def _walk(
                 raise Escape(f"{original}: too many levels of symbolic links")
             target = os.readlink(here)
             if target.startswith("/"):
+                if top != "/":
+                    target = _absolute_under(top, target, here, original)
                 done = []
             todo.extend(reversed([p for p in target.split("/") if p not in ("", ".")]))
             continue
         done.append(part)
     return os.path.join(top, *done) if done else top
+
+
+def _absolute_under(top: str, target: str, link: str, original: str) -> str:
+    """Where an absolute link under a sandbox root leads, as a path from the root.
+
+    A chroot reads ``/run`` as the root's own ``run`` (Debian's ``/var/run ->
+    /run``), so a target that exists inside the root is followed there. A
+    target naming the root by its real path is inside too. Anything else is
+    a symlink out of the root: refused, never followed.
+    """
+    real = os.path.normpath(target)
+    if os.path.commonpath([top, real]) == top:
+        return real[len(top) :] or "/"
+    if os.path.lexists(os.path.join(top, real.lstrip("/"))):
+        return real
+    raise Escape(f"{original}: {link} links out of the root to {target}")
 
 
 def write_atomic(
