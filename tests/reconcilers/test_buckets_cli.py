@@ -136,7 +136,7 @@ def test_a_vanished_root_fails_the_pass_instead_of_restoring_everything(capsys, 
     (root / "alpha").rmdir()
     root.rmdir()
     code, out, _ = datum(capsys, "reconcile", "buckets", "--passes", "2", "--config", cfg)
-    assert code == 0 and "failing" in out
+    assert code == 4 and "failing" in out
     r = drift(capsys, cfg)
     assert r["health"] == "failing" and "cannot read bucket root" in r["error"]
     assert not root.exists()

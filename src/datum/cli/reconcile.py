@@ -3,10 +3,18 @@
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 import click
 
 from datum.cli.common import config_option, json_option, wire
+from datum.core.vocab import Health
+
+if TYPE_CHECKING:
+    from datum.reconcile.runner import Tick
+
+# Like `datum apply`'s bit 4: something failed (here, the last pass could not complete).
+EXIT_PASS_FAILED = 4
 
 
 @click.command()
@@ -15,7 +23,10 @@ from datum.cli.common import config_option, json_option, wire
 @config_option
 @json_option
 def reconcile(name: str, passes: int, config: str | None, as_json: bool) -> None:
-    """Run PASSES passes of reconciler NAME now, one after the other."""
+    """Run PASSES passes of reconciler NAME now, one after the other.
+
+    Exits 4 when the last pass could not complete (health ``failing``).
+    """
     from datum.reconcile.runner import Runner
 
     w = wire(config)
@@ -40,7 +51,15 @@ def reconcile(name: str, passes: int, config: str | None, as_json: bool) -> None
                 indent=2,
             )
         )
-        return
+    else:
+        _print_ticks(ticks)
+    if ticks[-1].health is Health.FAILING:
+        # The last pass could not read desired or actual state: say so to scripts too.
+        click.get_current_context().exit(EXIT_PASS_FAILED)
+
+
+def _print_ticks(ticks: list[Tick]) -> None:
+    """One line a pass: its health, drift, blocked and the count of each reason."""
     for n, t in enumerate(ticks, 1):
         if t.health is None:
             click.echo(f"pass {n}: {t.outcome.value}")
