@@ -7,8 +7,11 @@ passing ``registry`` and ``store`` wires it at once.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
+from starlette.types import ASGIApp
 
 from datum.api import errors
 from datum.api.authz import Authorizer
@@ -61,5 +64,15 @@ def create_app(
     for module in (observability, hosts, buckets, meta, ui):
         app.include_router(module.router)
     app.mount("/static", StaticFiles(packages=[("datum.web", "static")]), name="static")
-    app.add_middleware(DriftFastPath, state=state)
+    _outermost(app, lambda inner: DriftFastPath(inner, state))
     return app
+
+
+def _outermost(app: FastAPI, wrap: Callable[[ASGIApp], ASGIApp]) -> None:
+    """Put ``wrap`` around Starlette's whole middleware stack, error middleware included.
+
+    The hot read it serves then costs what a bare ASGI app costs; everything it
+    passes on meets the usual stack, so errors keep their one shape.
+    """
+    build = app.build_middleware_stack
+    app.build_middleware_stack = lambda: wrap(build())  # type: ignore[method-assign]
