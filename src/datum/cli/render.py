@@ -32,6 +32,14 @@ def console() -> Console:
     return Console(highlight=False, width=None if sys.stdout.isatty() else 160)
 
 
+def _retry_in(passes: int | None) -> str:
+    if passes is None:
+        return ""
+    if passes == 0:
+        return "next pass"
+    return f"{passes} pass{'' if passes == 1 else 'es'}"
+
+
 def drift(report: DriftReport, out: Console) -> None:
     """The drift report as a header, an item table and a coverage table."""
     from rich.table import Table
@@ -55,7 +63,7 @@ def drift(report: DriftReport, out: Console) -> None:
                 f"[{_REASON_STYLE.get(i.reason.value, '')}]{i.reason.value}[/]",
                 f"{i.streak}/{i.confirmations_needed}",
                 "" if i.failures is None else str(i.failures),
-                "" if i.retry_after_passes is None else f"{i.retry_after_passes} pass{'' if i.retry_after_passes == 1 else 'es'}",
+                _retry_in(i.retry_after_passes),
                 i.last_err or "",
                 i.desired or "",
                 i.actual or "",
