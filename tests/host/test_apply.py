@@ -240,7 +240,7 @@ def test_plan_shows_diffs_and_changes_nothing(host):
     before = host.status("--json").json
     plan = host.datum("plan", str(manifest), "--root", str(host.root))
     assert plan.code == 8
-    assert "File[index.html]" in plan.out and "would update: content" in plan.out
+    assert "File[index.html]" in plan.out and "drifted: would update content" in plan.out
     assert "    -defaced" in plan.out and "    +hello" in plan.out
     assert (host.root / "srv/www/index.html").read_text() == "defaced\n"
     assert host.status("--json").json == before  # a plan persists nothing

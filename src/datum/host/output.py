@@ -42,7 +42,8 @@ def pass_lines(report: dict[str, Any], *, plan: bool = False) -> list[str]:
     for r in resources:
         word = status_word(r)
         if plan and r["state"] == ResourceState.DRIFTED:
-            word = f"would {r['action']}" + (f": {r['reason']}" if r.get("reason") else "")
+            # The state first, as in every pass line; then what the plan would do.
+            word = f"drifted: would {r['action']}" + (f" {r['reason']}" if r.get("reason") else "")
         lines.append(f"{r['id']:<{width}}{word}".rstrip())
         if plan and r.get("diff"):
             lines.extend("    " + d for d in r["diff"].rstrip("\n").splitlines())
