@@ -55,3 +55,20 @@ def store(store_url):
     s = open_store(store_url)
     yield s
     s.dispose()
+
+
+@pytest.fixture
+def datum_cli(capsys):
+    """Run the ``datum`` CLI in-process: ``datum_cli(*args) -> (exit code, stdout, stderr)``."""
+    from datum.cli.main import main
+
+    def run(*args: str) -> tuple[int, str, str]:
+        try:
+            main(list(args))
+            code = 0
+        except SystemExit as exc:
+            code = exc.code or 0
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return run

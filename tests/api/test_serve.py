@@ -8,8 +8,6 @@ from pathlib import Path
 import httpx
 import pytest
 
-from datum.cli.main import main
-
 from .story import config_file, serving
 
 
@@ -17,31 +15,21 @@ def config(tmp_path: Path) -> Path:
     return config_file(tmp_path, interval="200ms")
 
 
-def datum(capsys, *args: str) -> tuple[int, str, str]:
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as exc:
-        code = exc.code or 0
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def test_token_create_prints_the_token_alone_on_the_last_line(tmp_path, capsys):
+def test_token_create_prints_the_token_alone_on_the_last_line(tmp_path, datum_cli):
     cfg = str(config(tmp_path))
-    code, out, _err = datum(capsys, "token", "create", "--principal", "operator", "--config", cfg)
+    code, out, _err = datum_cli("token", "create", "--principal", "operator", "--config", cfg)
     assert code == 0
     token = out.strip().splitlines()[-1]
     assert token.startswith("datum_") and " " not in token and len(token) > 40
-    code, _out, err = datum(capsys, "token", "create", "--principal", "no spaces please", "--config", cfg)
+    code, _out, err = datum_cli("token", "create", "--principal", "no spaces please", "--config", cfg)
     assert code == 65 and "principal" in err
 
 
 @pytest.fixture
-def served(tmp_path, capsys):
+def served(tmp_path, datum_cli):
     """``datum serve`` in its own process, with an operator token; yields (base URL, token, log path)."""
     cfg = config(tmp_path)
-    _code, out, _ = datum(capsys, "token", "create", "--principal", "operator", "--config", str(cfg))
+    _code, out, _ = datum_cli("token", "create", "--principal", "operator", "--config", str(cfg))
     token = out.strip().splitlines()[-1]
     log = tmp_path / "serve.log"
     with serving(cfg, log) as base:

@@ -10,8 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from datum.cli.main import main
-
 
 @pytest.fixture
 def env(tmp_path, store_url):
@@ -30,19 +28,8 @@ def env(tmp_path, store_url):
     return root, str(cfg)
 
 
-def datum(capsys, *args):
-    """Run the CLI in-process; return (exit code, stdout, stderr)."""
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as exc:
-        code = exc.code or 0
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def drift(capsys, cfg):
-    code, out, _ = datum(capsys, "drift", "buckets", "--config", cfg, "--json")
+def drift(datum_cli, cfg):
+    code, out, _ = datum_cli("drift", "buckets", "--config", cfg, "--json")
     assert code == 0
     return json.loads(out)
 
@@ -51,29 +38,29 @@ def items(report):
     return {i["id"]: i for i in report["items"]}
 
 
-def test_the_buckets_story(capsys, env):
+def test_the_buckets_story(datum_cli, env):
     root, cfg = env
     for name in ("alpha", "beta", "gamma"):
-        assert datum(capsys, "bucket", "create", name, "--config", cfg)[0] == 0
-    assert datum(capsys, "reconcile", "buckets", "--passes", "2", "--config", cfg)[0] == 0
+        assert datum_cli("bucket", "create", name, "--config", cfg)[0] == 0
+    assert datum_cli("reconcile", "buckets", "--passes", "2", "--config", cfg)[0] == 0
     assert sorted(p.name for p in root.iterdir()) == ["alpha", "beta", "gamma"]
-    _, out, _ = datum(capsys, "bucket", "list", "--config", cfg, "--json")
+    _, out, _ = datum_cli("bucket", "list", "--config", cfg, "--json")
     assert {b["name"]: b["status"] for b in json.loads(out)} == dict.fromkeys(
         ["alpha", "beta", "gamma"], "active"
     )
 
     # beta still holds an object when its tenant asks to delete it; gamma is empty
     (root / "beta" / "report.csv").write_text("q3")
-    datum(capsys, "bucket", "delete", "beta", "--config", cfg)
-    datum(capsys, "bucket", "delete", "gamma", "--config", cfg)
-    datum(capsys, "reconcile", "buckets", "--passes", "2", "--config", cfg)
-    r = drift(capsys, cfg)
+    datum_cli("bucket", "delete", "beta", "--config", cfg)
+    datum_cli("bucket", "delete", "gamma", "--config", cfg)
+    datum_cli("reconcile", "buckets", "--passes", "2", "--config", cfg)
+    r = drift(datum_cli, cfg)
     beta = items(r)["beta"]
     assert (beta["direction"], beta["reason"]) == ("align", "blocked_on_owner")
     assert "1 object" in beta["lastErr"]
     assert (r["blocked"], r["health"]) == (1, "ok")
     assert not (root / "gamma").exists()
-    _, out, _ = datum(capsys, "bucket", "list", "--config", cfg, "--json")
+    _, out, _ = datum_cli("bucket", "list", "--config", cfg, "--json")
     statuses = {b["name"]: b["status"] for b in json.loads(out)}
     assert statuses == {"alpha": "active", "beta": "delete_blocked", "gamma": "deleted"}
 
@@ -82,9 +69,9 @@ def test_the_buckets_story(capsys, env):
         (root / stray).mkdir()
     # a stray file squats on the name of a bucket being created
     (root / "delta").write_text("squatter")
-    datum(capsys, "bucket", "create", "delta", "--config", cfg)
-    datum(capsys, "reconcile", "buckets", "--passes", "2", "--config", cfg)
-    r = drift(capsys, cfg)
+    datum_cli("bucket", "create", "delta", "--config", cfg)
+    datum_cli("reconcile", "buckets", "--passes", "2", "--config", cfg)
+    r = drift(datum_cli, cfg)
     found = items(r)
     assert {found[s]["reason"] for s in ("tmp-1", "tmp-2", "tmp-3")} == {"circuit_breaker"}
     assert all((root / s).is_dir() for s in ("tmp-1", "tmp-2", "tmp-3"))
@@ -94,8 +81,8 @@ def test_the_buckets_story(capsys, env):
     assert delta["actual"].startswith("not a directory")
     assert r["health"] == "degraded"
     assert (r["drift"], r["blocked"]) == (4, 1)
-    datum(capsys, "reconcile", "buckets", "--config", cfg)
-    delta = items(drift(capsys, cfg))["delta"]
+    datum_cli("reconcile", "buckets", "--config", cfg)
+    delta = items(drift(datum_cli, cfg))["delta"]
     assert (delta["reason"], delta["failures"], delta["retryAfterPasses"]) == ("backoff", 1, 0)
     assert "retryAfter" in delta
 
@@ -110,34 +97,34 @@ def test_the_buckets_story(capsys, env):
     (root / "delta").unlink()
     for stray in ("tmp-1", "tmp-2", "tmp-3"):
         (root / stray).rmdir()
-    datum(capsys, "reconcile", "buckets", "--passes", "3", "--config", cfg)
-    _, out, _ = datum(capsys, "bucket", "list", "--config", cfg, "--json")
+    datum_cli("reconcile", "buckets", "--passes", "3", "--config", cfg)
+    _, out, _ = datum_cli("bucket", "list", "--config", cfg, "--json")
     statuses = {b["name"]: b["status"] for b in json.loads(out)}
     assert statuses == {"alpha": "active", "beta": "deleted", "gamma": "deleted", "delta": "active"}
-    datum(capsys, "reconcile", "buckets", "--config", cfg)
-    r = drift(capsys, cfg)
+    datum_cli("reconcile", "buckets", "--config", cfg)
+    r = drift(datum_cli, cfg)
     assert (r["health"], r["drift"], r["blocked"], r["items"]) == ("ok", 0, 0, [])
 
 
-def test_a_file_under_the_root_is_reported_not_deleted(capsys, env):
+def test_a_file_under_the_root_is_reported_not_deleted(datum_cli, env):
     root, cfg = env
-    datum(capsys, "reconcile", "buckets", "--config", cfg)
+    datum_cli("reconcile", "buckets", "--config", cfg)
     (root / "notes.txt").write_text("keep me")
-    datum(capsys, "reconcile", "buckets", "--passes", "2", "--config", cfg)
-    item = items(drift(capsys, cfg))["notes.txt"]
+    datum_cli("reconcile", "buckets", "--passes", "2", "--config", cfg)
+    item = items(drift(datum_cli, cfg))["notes.txt"]
     assert (item["direction"], item["reason"]) == ("reap", "unexpected_kind")
     assert (root / "notes.txt").read_text() == "keep me"
 
 
-def test_a_vanished_root_fails_the_pass_instead_of_restoring_everything(capsys, env):
+def test_a_vanished_root_fails_the_pass_instead_of_restoring_everything(datum_cli, env):
     root, cfg = env
-    datum(capsys, "bucket", "create", "alpha", "--config", cfg)
-    datum(capsys, "reconcile", "buckets", "--passes", "2", "--config", cfg)
+    datum_cli("bucket", "create", "alpha", "--config", cfg)
+    datum_cli("reconcile", "buckets", "--passes", "2", "--config", cfg)
     (root / "alpha").rmdir()
     root.rmdir()
-    code, out, _ = datum(capsys, "reconcile", "buckets", "--passes", "2", "--config", cfg)
+    code, out, _ = datum_cli("reconcile", "buckets", "--passes", "2", "--config", cfg)
     assert code == 4 and "failing" in out
-    r = drift(capsys, cfg)
+    r = drift(datum_cli, cfg)
     assert r["health"] == "failing" and "cannot read bucket root" in r["error"]
     assert not root.exists()
 
@@ -153,17 +140,17 @@ def test_a_vanished_root_fails_the_pass_instead_of_restoring_everything(capsys, 
         (("reconcile", "buckets", "--passes", "0", "--json"), 64, "USAGE"),
     ],
 )
-def test_bad_input_gets_one_clear_answer(capsys, env, args, code, finding):
+def test_bad_input_gets_one_clear_answer(datum_cli, env, args, code, finding):
     _, cfg = env
-    got, out, _ = datum(capsys, *args, "--config", cfg)
+    got, out, _ = datum_cli(*args, "--config", cfg)
     assert got == code
     body = json.loads(out)
     assert body["issues"][0]["code"] == finding and body["issues"][0]["message"]
-    _, out, _ = datum(capsys, "bucket", "list", "--config", cfg, "--json")
+    _, out, _ = datum_cli("bucket", "list", "--config", cfg, "--json")
     assert json.loads(out) == []
 
 
-def test_a_malformed_configuration_lists_every_finding(capsys, tmp_path):
+def test_a_malformed_configuration_lists_every_finding(datum_cli, tmp_path):
     cfg = tmp_path / "bad.toml"
     cfg.write_text(
         "[reconcilers.buckets]\n"
@@ -172,7 +159,7 @@ def test_a_malformed_configuration_lists_every_finding(capsys, tmp_path):
         "colour = 'blue'\n"
         "[reconcilers.nosuch]\n"
     )
-    code, out, _ = datum(capsys, "drift", "buckets", "--config", str(cfg), "--json")
+    code, out, _ = datum_cli("drift", "buckets", "--config", str(cfg), "--json")
     assert code == 65
     fields = {f["field"] for i in json.loads(out)["issues"] for f in i.get("fields", [])}
     assert fields == {
@@ -184,10 +171,10 @@ def test_a_malformed_configuration_lists_every_finding(capsys, tmp_path):
     assert not (tmp_path / "home").exists()
 
 
-def test_not_toml_at_all(capsys, tmp_path):
+def test_not_toml_at_all(datum_cli, tmp_path):
     cfg = tmp_path / "bad.toml"
     cfg.write_text("this is = = not toml")
-    code, out, err = datum(capsys, "drift", "buckets", "--config", str(cfg))
+    code, out, err = datum_cli("drift", "buckets", "--config", str(cfg))
     assert code == 65 and "not valid TOML" in err
 
 
@@ -206,37 +193,37 @@ def test_the_installed_command_runs(tmp_path):
     assert bad.returncode == 64 and "frobnicate" in bad.stderr
 
 
-def test_a_work_query_that_forgets_a_status_strands_rows_and_coverage_says_so(capsys, env, tmp_path):
+def test_a_work_query_that_forgets_a_status_strands_rows_and_coverage_says_so(datum_cli, env, tmp_path):
     """The seed's failure: delete_blocked missing from the work query. Drift stays 0; coverage sees it."""
     root, cfg = env
-    datum(capsys, "bucket", "create", "logs", "--config", cfg)
-    datum(capsys, "reconcile", "buckets", "--passes", "2", "--config", cfg)
+    datum_cli("bucket", "create", "logs", "--config", cfg)
+    datum_cli("reconcile", "buckets", "--passes", "2", "--config", cfg)
     (root / "logs" / "a.log").write_text("x")
-    datum(capsys, "bucket", "delete", "logs", "--config", cfg)
-    datum(capsys, "reconcile", "buckets", "--passes", "2", "--config", cfg)
+    datum_cli("bucket", "delete", "logs", "--config", cfg)
+    datum_cli("reconcile", "buckets", "--passes", "2", "--config", cfg)
     forgetful = tmp_path / "forgetful.toml"
     forgetful.write_text(
         Path(cfg).read_text() + 'work_query = ["creating", "active", "deleting"]\n'
     )
-    datum(capsys, "reconcile", "buckets", "--passes", "3", "--config", str(forgetful))
-    r = drift(capsys, str(forgetful))
+    datum_cli("reconcile", "buckets", "--passes", "3", "--config", str(forgetful))
+    r = drift(datum_cli, str(forgetful))
     assert (r["drift"], r["blocked"], r["items"]) == (0, 0, [])
     stranded = [c for c in r["coverage"] if c["stranded"]]
     assert [(c["status"], c["count"]) for c in stranded] == [("delete_blocked", 1)]
     assert (root / "logs" / "a.log").exists()  # a known bucket is never reaped as a stray
 
 
-def test_an_unexpected_error_is_a_finding_not_a_traceback(capsys, tmp_path):
+def test_an_unexpected_error_is_a_finding_not_a_traceback(datum_cli, tmp_path):
     cfg = tmp_path / "c.toml"
     cfg.write_text('store = "sqlite:////proc/nope/x.db"\n')
-    code, out, err = datum(capsys, "drift", "buckets", "--config", str(cfg), "--json")
+    code, out, err = datum_cli("drift", "buckets", "--config", str(cfg), "--json")
     assert code == 69
     assert json.loads(out)["issues"][0]["code"] == "UNAVAILABLE"
     assert "Traceback" not in out + err
 
 
-def test_an_unparsable_store_url_is_not_echoed(capsys, tmp_path):
+def test_an_unparsable_store_url_is_not_echoed(datum_cli, tmp_path):
     cfg = tmp_path / "c.toml"
     cfg.write_text('store = "postgresql://admin:hunter2@[::1"\n')
-    code, out, err = datum(capsys, "drift", "buckets", "--config", str(cfg), "--json")
+    code, out, err = datum_cli("drift", "buckets", "--config", str(cfg), "--json")
     assert code == 65 and "hunter2" not in out + err

@@ -63,7 +63,7 @@ def histogram(
                 selected=status in decl.selected,
                 terminal=status in decl.terminal,
                 owned_by=decl.owned_by.get(status),
-                oldest_age_seconds=max(0.0, age),
+                oldest_age_seconds=round(max(0.0, age), 3),
             )
         )
     return rows

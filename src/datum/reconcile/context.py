@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from datum.config import ReconcilerSettings
 from datum.core.converge import ApplyFn, Converge, PassResult
@@ -57,17 +58,14 @@ class PassContext:
         """
         if kind in self.memories:
             raise ValueError(f"kind {kind!r} converged twice in one pass")
-        kwargs: dict[str, Any] = {}
-        if equal is not None:
-            kwargs["equal"] = equal
         engine: Converge[D, A] = Converge(
             kind,
             self.settings.converge_config(),
+            equal=equal or operator.eq,
             tombstone=tombstone,
             describe=describe,
             describe_actual=describe_actual,
             prerequisite=prerequisite,
-            **kwargs,
         )
         with self.store.connect() as conn:
             before = load_memory(conn, self.reconciler, kind)

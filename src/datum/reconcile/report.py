@@ -136,7 +136,6 @@ def drift_report(
         run = load_run(conn, name)
     run = run or {}
     as_of = run.get("as_of")
-    executed = bool(run.get("last_ran_at"))
     items = []
     for raw in run.get("items") or []:
         retry = _retry_after(raw.get("retry_after_passes"), as_of, own.interval)
@@ -147,16 +146,7 @@ def drift_report(
     if specs is not None:
         try:
             coverage = [
-                CoverageEntry(
-                    kind=row.kind,
-                    status=row.status,
-                    count=row.count,
-                    selected=row.selected,
-                    terminal=row.terminal,
-                    owned_by=row.owned_by,
-                    oldest_age_seconds=round(row.oldest_age_seconds, 3),
-                    stranded=row.stranded,
-                )
+                CoverageEntry.model_validate(row, from_attributes=True)
                 for row in measure(store, specs, now)
             ]
         except Exception as exc:  # noqa: BLE001 - best effort, surfaced as coverageError
@@ -165,13 +155,15 @@ def drift_report(
         reconciler=name,
         as_of=as_of,
         last_ran_at=run.get("last_ran_at"),
-        health=Health(run["health"]) if executed else Health.UNKNOWN,
+        # Before the first executed pass the row (if a skipped tick made one) holds
+        # health `unknown` and zero counts, so the stored values stand either way.
+        health=Health(run.get("health", Health.UNKNOWN)),
         error=run.get("error"),
-        drift=run.get("drift", 0) if executed else 0,
-        blocked=run.get("blocked", 0) if executed else 0,
+        drift=run.get("drift", 0),
+        blocked=run.get("blocked", 0),
         items_reported=reconciler.items_reported,
         items=items,
-        dropped=run.get("dropped", 0) if executed else 0,
+        dropped=run.get("dropped", 0),
         drift_cap=own.drift_cap,
         coverage_reported=specs is not None,
         coverage=coverage,
