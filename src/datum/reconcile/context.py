@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TypeVar
@@ -11,6 +12,8 @@ from typing import TypeVar
 from datum.config import ReconcilerSettings
 from datum.core.converge import ApplyFn, Converge, PassResult
 from datum.core.memory import ItemMemory
+import sqlalchemy as sa
+
 from datum.store import Store
 from datum.store.memory import load_memory
 
@@ -38,6 +41,16 @@ class PassContext:
     first_pass: bool
     results: list[PassResult] = field(default_factory=list)
     memories: dict[str, dict[str, ItemMemory]] = field(default_factory=dict)
+
+    @contextmanager
+    def begin(self) -> Iterator[sa.Connection]:
+        """A transaction for a reconciler's own writes during this pass (desired-state status).
+
+        Every write a pass makes goes through here, so that a pass which lost
+        its claim on the reconciler cannot write (the runner's fencing check).
+        """
+        with self.store.begin() as conn:
+            yield conn
 
     def converge(
         self,
