@@ -9,11 +9,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TypeVar
 
+import sqlalchemy as sa
+
 from datum.config import ReconcilerSettings
 from datum.core.converge import ApplyFn, Converge, PassResult
 from datum.core.memory import ItemMemory
-import sqlalchemy as sa
-
 from datum.store import Store
 from datum.store.memory import load_memory
 
