@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 import click
@@ -13,8 +17,11 @@ from datum.core.vocab import Health
 if TYPE_CHECKING:
     from datum.reconcile.runner import Tick
 
-# Like `datum apply`'s bit 4: something failed (here, the last pass could not complete).
+# Like `datum apply`'s bit 4: something failed (here, the last pass could not complete,
+# or it lost its claim to another pass and wrote nothing).
 EXIT_PASS_FAILED = 4
+# Like a shell reports a process ended by SIGTERM: the pass stopped after its current item.
+EXIT_STOPPED = 128 + signal.SIGTERM
 
 
 @click.command()
@@ -25,14 +32,24 @@ EXIT_PASS_FAILED = 4
 def reconcile(name: str, passes: int, config: str | None, as_json: bool) -> None:
     """Run PASSES passes of reconciler NAME now, one after the other.
 
-    Exits 4 when the last pass could not complete (health ``failing``).
+    The passes take the reconciler's claim like scheduled ticks (never two
+    passes at once, whichever process runs them) but not its interval.
+    Exits 4 when the last pass could not complete (health ``failing``) or
+    lost its claim; on SIGTERM the pass finishes the item it is applying,
+    persists, releases the claim and exits 143.
     """
-    from datum.reconcile.runner import Runner
+    from datum.reconcile.runner import Runner, TickOutcome
 
     w = wire(config)
     w.registry.entry(name)
     runner = Runner(w.registry, w.settings, w.store)
-    ticks = [runner.tick(name) for _ in range(passes)]
+    ticks: list[Tick] = []
+    with _stop_on_sigterm() as stop:
+        for _ in range(passes):
+            if stop.is_set():
+                break
+            ticks.append(runner.tick(name, should_stop=stop.is_set))
+    stopped = stop.is_set()
     if as_json:
         click.echo(
             json.dumps(
@@ -53,16 +70,37 @@ def reconcile(name: str, passes: int, config: str | None, as_json: bool) -> None
         )
     else:
         _print_ticks(ticks)
-    if ticks[-1].health is Health.FAILING:
+    if stopped:
+        click.echo(f"datum: {name}: stopped on SIGTERM; what was applied is persisted", err=True)
+        click.get_current_context().exit(EXIT_STOPPED)
+    if ticks[-1].health is Health.FAILING or ticks[-1].outcome is TickOutcome.LOST_CLAIM:
         # The last pass could not read desired or actual state: say so to scripts too.
         click.get_current_context().exit(EXIT_PASS_FAILED)
+
+
+@contextmanager
+def _stop_on_sigterm() -> Iterator[threading.Event]:
+    """An event set by SIGTERM while the block runs (the pass then stops after its current item)."""
+    stop = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield stop
+        return
+
+    def on_term(_signum: int, _frame: object) -> None:
+        stop.set()
+
+    previous = signal.signal(signal.SIGTERM, on_term)
+    try:
+        yield stop
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _print_ticks(ticks: list[Tick]) -> None:
     """One line a pass: its health, drift, blocked and the count of each reason."""
     for n, t in enumerate(ticks, 1):
         if t.health is None:
-            click.echo(f"pass {n}: {t.outcome.value}")
+            click.echo(f"pass {n}: {t.outcome.value}" + (f"; error: {t.error}" if t.error else ""))
             continue
         reasons = ", ".join(f"{k} {v}" for k, v in sorted((t.reasons or {}).items()))
         line = f"pass {n}: health {t.health.value}, drift {t.drift}, blocked {t.blocked}"

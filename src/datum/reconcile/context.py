@@ -1,7 +1,14 @@
-"""The pass context a reconciler runs in: its settings, the store, the tick's time, and ``converge``."""
+"""The pass context a reconciler runs in: its settings, the store, the tick's time, and ``converge``.
+
+It is also where a pass is fenced and stopped: ``begin()`` checks the pass's
+claim before any write (``LostClaim`` when it was overtaken), and ``converge``
+applies no further item once the process is asked to stop or the claim is
+lost; items not reached keep the memory the last executed pass left them.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import operator
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -12,10 +19,14 @@ from typing import TypeVar
 import sqlalchemy as sa
 
 from datum.config import ReconcilerSettings
-from datum.core.converge import ApplyFn, Converge, PassResult
+from datum.core.converge import ApplyFn, Converge, PassResult, SettleFn
 from datum.core.memory import ItemMemory
+from datum.core.vocab import Direction
 from datum.store import Store
 from datum.store.memory import load_memory
+from datum.store.runs import LostClaim
+
+__all__ = ["LostClaim", "PassContext", "PassStopped", "SubstrateError"]
 
 D = TypeVar("D")
 A = TypeVar("A")
@@ -30,6 +41,17 @@ class SubstrateError(Exception):
     """
 
 
+class PassStopped(Exception):
+    """The process was asked to stop before this kind was converged: the pass ends here."""
+
+
+class _NotReached(Exception):
+    """Raised in place of an apply the pass did not get to (stopping, or the claim lost)."""
+
+
+Fence = Callable[[sa.Connection], None]
+
+
 @dataclass
 class PassContext:
     """Everything one executed pass of one reconciler needs."""
@@ -41,15 +63,27 @@ class PassContext:
     first_pass: bool
     results: list[PassResult] = field(default_factory=list)
     memories: dict[str, dict[str, ItemMemory]] = field(default_factory=dict)
+    # Checks, first thing in every write transaction, that the pass still holds its claim.
+    fence: Fence | None = None
+    # True once the pass must apply nothing more (SIGTERM, scheduler stopping, claim lost).
+    should_stop: Callable[[], bool] | None = None
+    # Set when an apply was left out because the pass was stopping.
+    stopped: bool = False
+
+    def stopping(self) -> bool:
+        return self.should_stop is not None and self.should_stop()
 
     @contextmanager
     def begin(self) -> Iterator[sa.Connection]:
         """A transaction for a reconciler's own writes during this pass (desired-state status).
 
         Every write a pass makes goes through here, so that a pass which lost
-        its claim on the reconciler cannot write (the runner's fencing check).
+        its claim on the reconciler cannot write: the fence runs first, in the
+        same transaction, and raises ``LostClaim`` (nothing is written).
         """
         with self.store.begin() as conn:
+            if self.fence is not None:
+                self.fence(conn)
             yield conn
 
     def converge(
@@ -64,13 +98,20 @@ class PassContext:
         describe: Callable[[D], str] | None = None,
         describe_actual: Callable[[A], str] | None = None,
         prerequisite: Callable[[], str | None] | None = None,
+        unsettled: Callable[[D], bool] | None = None,
+        settle: SettleFn[D, A] | None = None,
     ) -> PassResult:
         """Run Converge for one kind with this reconciler's settings and remembered items.
 
         The new item memory is persisted by the runner when the whole pass completes.
+        Once the pass is stopping, the item being applied finishes and no other
+        is applied; those not reached keep their remembered state.
         """
         if kind in self.memories:
             raise ValueError(f"kind {kind!r} converged twice in one pass")
+        if self.stopping():
+            self.stopped = True
+            raise PassStopped(f"stopped before converging {kind}")
         engine: Converge[D, A] = Converge(
             kind,
             self.settings.converge_config(),
@@ -79,10 +120,30 @@ class PassContext:
             describe=describe,
             describe_actual=describe_actual,
             prerequisite=prerequisite,
+            unsettled=unsettled,
+            settle=settle,
         )
         with self.store.connect() as conn:
             before = load_memory(conn, self.reconciler, kind)
-        result = engine.run(desired, actual, apply, before)
+        not_reached: set[str] = set()
+
+        def guarded(direction: Direction, key: str, want: D | None, have: A | None) -> None:
+            if self.stopping():
+                not_reached.add(key)
+                raise _NotReached(key)
+            apply(direction, key, want, have)
+
+        result = engine.run(desired, actual, guarded, before)
+        if not_reached:
+            # Not attempted: what this pass saw of them is forgotten, not counted as a failure.
+            self.stopped = True
+            memory = dict(result.memory)
+            for key in not_reached:
+                if key in before:
+                    memory[key] = before[key]
+                else:
+                    memory.pop(key, None)
+            result = dataclasses.replace(result, memory=memory)
         self.results.append(result)
         self.memories[kind] = result.memory
         return result

@@ -1,9 +1,25 @@
-"""The runner: executes ticks of registered reconcilers, one at a time per reconciler.
+"""The runner: executes ticks of registered reconcilers, one pass at a time per reconciler, whichever process ticks.
 
-A tick takes the reconciler's lease. A tick that cannot take it (another
-process holds it, or this process's predecessor is still running) is
-*skipped*: it moves ``asOf`` and leaves ``lastRanAt`` and the items of the last
-executed pass untouched.
+A tick *claims* the reconciler before it executes a pass, in this order:
+
+1. this process's own lock (a predecessor in this process is still running);
+2. the store's session lock (``datum.store.locks.session_lock``): released by
+   the kernel or the database server when its process dies, so a pass killed
+   by SIGKILL never holds the reconciler for a lease time;
+3. the ``locks`` lease (expiring), for holders that know no session lock;
+4. the fencing token in the run row, raised by one (``take_claim``); a
+   scheduled tick is refused there, by the store's clock, before
+   ``lastRanAt + interval``.
+
+A tick that cannot claim is *skipped*: it moves ``asOf`` and leaves
+``lastRanAt`` and the items of the last executed pass untouched. A scheduled
+tick that is not due yet is *not due*: nothing is written. Every write of a
+pass (item memory, the run row, the reconciler's own writes through
+``PassContext.begin``) first checks the token, so a pass that was overtaken
+writes nothing and ends as ``lost-claim``.
+
+Explicit passes (``datum reconcile NAME --passes N``) take the same claim but
+not the interval: an operator asked for them now.
 """
 
 from __future__ import annotations
@@ -20,16 +36,27 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
 
+import sqlalchemy as sa
+
 from datum.config import ReconcilerSettings, Settings
 from datum.core.converge import ItemReport, PassResult, retain
 from datum.core.rollup import reconciler_health
 from datum.core.vocab import Health
-from datum.reconcile.context import PassContext
+from datum.reconcile.context import PassContext, PassStopped
 from datum.reconcile.registry import Reconciler, Registry
 from datum.store import Store
-from datum.store.locks import release, try_acquire
+from datum.store.locks import SESSION_HOLDER, release, session_lock, try_acquire
 from datum.store.memory import save_memory
-from datum.store.runs import load_run, record_executed, record_skipped
+from datum.store.runs import (
+    LostClaim,
+    NotDue,
+    check_claim,
+    load_run,
+    record_executed,
+    record_skipped,
+    store_now,
+    take_claim,
+)
 
 log = logging.getLogger("datum.runner")
 
@@ -43,6 +70,10 @@ def utcnow() -> datetime:
 class TickOutcome(StrEnum):
     EXECUTED = "executed"
     SKIPPED = "skipped"
+    # A scheduled tick before lastRanAt + interval: nothing ran, nothing was written.
+    NOT_DUE = "not-due"
+    # The pass ran but another claimed the reconciler meanwhile: it wrote nothing.
+    LOST_CLAIM = "lost-claim"
 
 
 @dataclass(frozen=True)
@@ -56,6 +87,10 @@ class Tick:
     blocked: int = 0
     reasons: dict[str, int] | None = None
     error: str | None = None
+    # The pass was asked to stop and applied no further item (SIGTERM, shutdown).
+    stopped: bool = False
+    # NOT_DUE: seconds until the tick is due, by the store's clock.
+    due_in: float | None = None
 
 
 def item_json(item: ItemReport) -> dict[str, object]:
@@ -66,62 +101,161 @@ def item_json(item: ItemReport) -> dict[str, object]:
     return out
 
 
+class _Claim:
+    """The fencing token a pass holds; remembers when a write found it lost."""
+
+    def __init__(self, reconciler: str, token: int) -> None:
+        self.reconciler = reconciler
+        self.token = token
+        self.lost: LostClaim | None = None
+
+    def fence(self, conn: sa.Connection) -> None:
+        try:
+            check_claim(conn, self.reconciler, self.token)
+        except LostClaim as exc:
+            self.lost = exc
+            raise
+
+
+def _session_bound(holder: str) -> bool:
+    """A lease written by a runner that also held the session lock we now hold: it is dead."""
+    return holder.startswith(SESSION_HOLDER)
+
+
 class Runner:
-    """Runs ticks for the reconcilers of one registry against one store."""
+    """Runs ticks for the reconcilers of one registry against one store.
+
+    ``clock``: None (the default) reads the store's clock, shared by every
+    runner on the store; a function gives deterministic time for tests.
+    """
 
     def __init__(
-        self, registry: Registry, settings: Settings, store: Store, clock: Clock = utcnow
+        self, registry: Registry, settings: Settings, store: Store, clock: Clock | None = None
     ) -> None:
         self.registry = registry
         self.settings = settings
         self.store = store
         self.clock = clock
-        self.holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.holder = f"{SESSION_HOLDER}{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._running: dict[str, threading.Lock] = {}
         self._guard = threading.Lock()
+
+    def _now(self) -> datetime:
+        if self.clock is not None:
+            return self.clock()
+        with self.store.connect() as conn:
+            return store_now(conn)
 
     def _local_lock(self, name: str) -> threading.Lock:
         with self._guard:
             return self._running.setdefault(name, threading.Lock())
 
-    def tick(self, name: str) -> Tick:
-        """One tick of ``name``: execute a pass, or record it as skipped."""
+    def tick(
+        self,
+        name: str,
+        *,
+        scheduled: bool = False,
+        should_stop: Callable[[], bool] | None = None,
+    ) -> Tick:
+        """One tick of ``name``: execute a pass, or record it as skipped.
+
+        ``scheduled``: a tick of the schedule, refused (``not-due``) before
+        ``lastRanAt + interval``. ``should_stop``: once true, the pass finishes
+        the item it is applying, applies no other, persists and releases.
+        """
         reconciler, own = self.registry.build(self.settings, name, self.store)
-        now = self.clock()
         local = self._local_lock(name)
-        lease = f"reconciler:{name}"
         if not local.acquire(blocking=False):
-            return self._skip(name, now)
+            return self._skip(name)
         try:
-            if not try_acquire(self.store, lease, self.holder, now, own.lock_ttl):
-                return self._skip(name, now)
+            session = session_lock(self.store, f"reconciler:{name}")
+            if not session.try_acquire():
+                return self._skip(name)
             try:
-                return self._execute(name, reconciler, own, now)
+                return self._leased(name, reconciler, own, scheduled, should_stop, session.dies_with_process)
             finally:
-                release(self.store, lease, self.holder)
+                session.release()
         finally:
             local.release()
 
-    def _skip(self, name: str, now: datetime) -> Tick:
+    def _leased(
+        self,
+        name: str,
+        reconciler: Reconciler,
+        own: ReconcilerSettings,
+        scheduled: bool,
+        should_stop: Callable[[], bool] | None,
+        session_held: bool,
+    ) -> Tick:
+        lease = f"reconciler:{name}"
+        takeover = _session_bound if session_held else None
+        if not try_acquire(self.store, lease, self.holder, self._now(), own.lock_ttl, takeover=takeover):
+            return self._skip(name)
+        try:
+            try:
+                with self.store.begin() as conn:
+                    claimed = take_claim(
+                        conn,
+                        name,
+                        None if self.clock is None else self.clock(),
+                        own.interval if scheduled else None,
+                    )
+            except NotDue as exc:
+                wait = (exc.due - exc.now).total_seconds()
+                log.debug("tick of %s not due for %.3fs", name, wait)
+                return Tick(name, TickOutcome.NOT_DUE, due_in=wait)
+            claim = _Claim(name, claimed.token)
+            return self._execute(name, reconciler, own, claimed.now, claim, should_stop)
+        finally:
+            release(self.store, lease, self.holder)
+
+    def _skip(self, name: str) -> Tick:
         with self.store.begin() as conn:
+            now = self.clock() if self.clock is not None else store_now(conn)
             record_skipped(conn, name, now)
         log.info("tick of %s skipped: a pass is still running", name)
         return Tick(name, TickOutcome.SKIPPED)
 
+    def _lost(self, name: str, exc: LostClaim) -> Tick:
+        log.warning("%s", exc)
+        return Tick(name, TickOutcome.LOST_CLAIM, error=str(exc))
+
     def _execute(
-        self, name: str, reconciler: Reconciler, own: ReconcilerSettings, now: datetime
+        self,
+        name: str,
+        reconciler: Reconciler,
+        own: ReconcilerSettings,
+        now: datetime,
+        claim: _Claim,
+        should_stop: Callable[[], bool] | None,
     ) -> Tick:
         with self.store.connect() as conn:
             previous = load_run(conn, name)
         first = previous is None or not previous.get("last_ran_at")
-        ctx = PassContext(name, own, self.store, now, first_pass=first)
+
+        def stopping() -> bool:
+            return claim.lost is not None or (should_stop is not None and should_stop())
+
+        ctx = PassContext(
+            name, own, self.store, now, first_pass=first, fence=claim.fence, should_stop=stopping
+        )
         started = time.perf_counter()
         error: str | None = None
         try:
             reconciler.run(ctx)
+        except LostClaim as exc:
+            claim.lost = claim.lost or exc
+        except PassStopped:
+            pass
         except Exception as exc:  # noqa: BLE001 - a pass that cannot complete is `failing`
             error = str(exc) or type(exc).__name__
             log.warning("pass of %s could not complete: %s", name, error)
+        if claim.lost is not None:
+            # Even if the reconciler swallowed it: an overtaken pass writes nothing.
+            return self._lost(name, claim.lost)
+        if ctx.stopped and error is None:
+            error = "stopped before the pass finished: the process was asked to stop"
+            log.warning("pass of %s %s", name, error)
         duration = time.perf_counter() - started
         results: list[PassResult] = ctx.results
         completed = error is None
@@ -150,10 +284,14 @@ class Runner:
                 items=[item_json(i) for i in kept],
                 reasons=dict(reasons),
             )
-        with self.store.begin() as conn:
-            for kind, memory in ctx.memories.items():
-                save_memory(conn, name, kind, memory)
-            record_executed(conn, name, values)
+        try:
+            with self.store.begin() as conn:
+                claim.fence(conn)
+                for kind, memory in ctx.memories.items():
+                    save_memory(conn, name, kind, memory)
+                record_executed(conn, name, values)
+        except LostClaim as exc:
+            return self._lost(name, exc)
         return Tick(
             name,
             TickOutcome.EXECUTED,
@@ -162,4 +300,5 @@ class Runner:
             blocked=blocked,
             reasons=dict(reasons),
             error=error,
+            stopped=ctx.stopped,
         )

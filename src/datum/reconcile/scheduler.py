@@ -1,10 +1,16 @@
 """Periodic ticks: one thread per enabled reconciler, ticking at its configured ``interval``.
 
-The scheduler only decides *when*; the runner decides whether a tick executes
-or is skipped (lease held elsewhere, predecessor still running). Intervals
-are measured from the start of each tick, so a slow pass delays the next tick
-rather than stacking ticks up; a pass that overruns its interval makes the
-next tick start at once.
+The scheduler only decides *when* to try; the runner decides whether a tick
+executes or is skipped (claim held elsewhere, predecessor still running) and,
+by the store's clock, whether it is due at all: with several processes
+ticking one store (two ``datum serve``), a tick before ``lastRanAt +
+interval`` is *not due*, is not reported, and is tried again when due.
+Intervals are measured from the start of each tick, so a slow pass delays the
+next tick rather than stacking ticks up; a pass that overruns its interval
+makes the next tick start at once.
+
+``stop`` asks a running pass to finish the item it is applying, persist and
+release its claim (what ``datum serve`` does on SIGTERM), then waits for it.
 """
 
 from __future__ import annotations
@@ -14,11 +20,15 @@ import threading
 import time
 from collections.abc import Callable
 
-from datum.reconcile.runner import Runner, Tick
+from datum.reconcile.runner import Runner, Tick, TickOutcome
 
 log = logging.getLogger("datum.scheduler")
 
 OnTick = Callable[[Tick], None]
+
+# A not-due tick is retried this long after it is due, so that clocks read a
+# moment apart never make it early twice.
+_SLACK = 0.01
 
 
 class Scheduler:
@@ -49,16 +59,23 @@ class Scheduler:
         while not self._stop.is_set():
             started = time.monotonic()
             try:
-                tick = self.runner.tick(name)
+                tick = self.runner.tick(name, scheduled=True, should_stop=self._stop.is_set)
             except Exception:  # noqa: BLE001 - one failed tick must not end the schedule
                 log.exception("tick of %s raised", name)
             else:
+                if tick.outcome is TickOutcome.NOT_DUE:
+                    # Another process ran it lately: try again when it is due.
+                    self._stop.wait(min(interval, max(0.0, tick.due_in or 0.0)) + _SLACK)
+                    continue
                 if self.on_tick is not None:
                     self.on_tick(tick)
             self._stop.wait(max(0.0, interval - (time.monotonic() - started)))
 
     def stop(self, timeout: float = 10.0) -> None:
-        """Stop ticking; waits for running passes up to ``timeout`` seconds."""
+        """Stop ticking: a running pass finishes its current item, persists and releases.
+
+        Waits for running passes up to ``timeout`` seconds.
+        """
         self._stop.set()
         for t in self._threads:
             t.join(timeout)

@@ -1,20 +1,49 @@
-"""Leases: one holder at a time per name, with an expiry so a crashed holder cannot wedge it."""
+"""Locks: leases with an expiry, and session locks that die with the process holding them.
+
+A *lease* (a row of ``locks``) has one holder at a time and an expiry, so a
+crashed holder cannot wedge it forever. A *session lock* is released by the
+kernel (``flock`` on a file beside a SQLite database) or by the PostgreSQL
+server (a session-level advisory lock on a connection held for the pass) the
+moment its process dies: SIGKILL included, no expiry to wait for. The
+reconciler runner holds both; a lease whose holder is session-bound (see
+``SESSION_HOLDER``) is stale as soon as its session lock can be taken.
+"""
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
+import os
+from collections.abc import Callable
 from datetime import datetime, timedelta
+from typing import Protocol
 
 import sqlalchemy as sa
 
 from datum.store.engine import Store
 from datum.store.schema import locks as t
 
+# Holders written by a process that also holds the name's session lock.
+SESSION_HOLDER = "session:"
 
-def try_acquire(store: Store, name: str, holder: str, now: datetime, ttl: timedelta) -> bool:
-    """Take the lease ``name`` for ``holder`` unless someone else holds an unexpired one."""
+
+def try_acquire(
+    store: Store,
+    name: str,
+    holder: str,
+    now: datetime,
+    ttl: timedelta,
+    *,
+    takeover: Callable[[str], bool] | None = None,
+) -> bool:
+    """Take the lease ``name`` for ``holder`` unless someone else holds an unexpired one.
+
+    ``takeover(other)`` says that another holder's unexpired lease is proven
+    stale (its process is gone) and may be taken anyway.
+    """
     with store.begin() as conn:
-        exists = conn.execute(sa.select(t.c.name).where(t.c.name == name)).first()
-        if exists is None:
+        row = conn.execute(sa.select(t.c.holder).where(t.c.name == name)).first()
+        if row is None:
             try:
                 with conn.begin_nested():
                     conn.execute(
@@ -22,13 +51,14 @@ def try_acquire(store: Store, name: str, holder: str, now: datetime, ttl: timede
                     )
                 return True
             except sa.exc.IntegrityError:
-                pass
+                row = conn.execute(sa.select(t.c.holder).where(t.c.name == name)).first()
+        free = [t.c.holder.is_(None), t.c.expires_at < now, t.c.holder == holder]
+        other = row[0] if row is not None else None
+        if other is not None and takeover is not None and takeover(other):
+            free.append(t.c.holder == other)
         taken = conn.execute(
             sa.update(t)
-            .where(
-                t.c.name == name,
-                sa.or_(t.c.holder.is_(None), t.c.expires_at < now, t.c.holder == holder),
-            )
+            .where(t.c.name == name, sa.or_(*free))
             .values(holder=holder, expires_at=now + ttl)
         )
         return taken.rowcount == 1
@@ -42,3 +72,107 @@ def release(store: Store, name: str, holder: str) -> None:
             .where(t.c.name == name, t.c.holder == holder)
             .values(holder=None, expires_at=None)
         )
+
+
+class SessionLock(Protocol):
+    """A lock released by the kernel or the database server when its process dies."""
+
+    # Whether a dead holder really releases it (False: an in-memory store, nothing to share).
+    dies_with_process: bool
+
+    def try_acquire(self) -> bool:
+        """Take it without waiting; False when another process (or Store) holds it."""
+
+    def release(self) -> None:
+        """Give it back; harmless when it is not held."""
+
+
+class _FileLock:
+    """``flock`` on a file beside the SQLite database: one holder per open file, across processes."""
+
+    dies_with_process = True
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._fd: int | None = None
+
+    def try_acquire(self) -> bool:
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return False
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd = fd
+        return True
+
+    def release(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)  # closing the only descriptor drops the flock
+
+
+class _AdvisoryLock:
+    """A session-level ``pg_try_advisory_lock`` on a connection of its own, held until release."""
+
+    dies_with_process = True
+
+    def __init__(self, store: Store, name: str) -> None:
+        digest = hashlib.blake2b(f"datum:{name}".encode(), digest_size=8).digest()
+        self.key = int.from_bytes(digest, "big", signed=True)
+        self.store = store
+        self._conn: sa.Connection | None = None
+
+    def try_acquire(self) -> bool:
+        conn = self.store.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+        try:
+            got = conn.execute(sa.select(sa.func.pg_try_advisory_lock(self.key))).scalar()
+        except BaseException:
+            conn.invalidate()
+            conn.close()
+            raise
+        if not got:
+            conn.close()
+            return False
+        self._conn = conn
+        return True
+
+    def release(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is None:
+            return
+        # The session ends with the connection: the server drops the lock even if
+        # the unlock below cannot be sent, and no pooled connection keeps it.
+        try:
+            conn.execute(sa.select(sa.func.pg_advisory_unlock(self.key)))
+        except sa.exc.SQLAlchemyError:
+            pass
+        finally:
+            conn.invalidate()
+            conn.close()
+
+
+class _ProcessOnly:
+    """An in-memory database is private to this process: the runner's own locks suffice."""
+
+    dies_with_process = False
+
+    def try_acquire(self) -> bool:
+        return True
+
+    def release(self) -> None:
+        return None
+
+
+def session_lock(store: Store, name: str) -> SessionLock:
+    """The session lock ``name`` of ``store``'s database."""
+    if store.dialect == "postgresql":
+        return _AdvisoryLock(store, name)
+    database = store.engine.url.database
+    if store.dialect == "sqlite" and database and database != ":memory:":
+        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
+        return _FileLock(f"{database}.{safe}.lock")
+    return _ProcessOnly()

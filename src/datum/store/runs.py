@@ -1,9 +1,15 @@
-"""Each reconciler's latest tick and the outcome of its last executed pass."""
+"""Each reconciler's latest tick, the outcome of its last executed pass, and its claim.
+
+The claim is the fencing token of the run row (``claim``): raised by one each
+time a pass claims the reconciler, so a pass that was overtaken can tell. Its
+writes check the token first (``check_claim``) in the same transaction.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
@@ -33,18 +39,22 @@ def record_skipped(conn: Connection, reconciler: str, now: datetime) -> None:
         .values(as_of=now, skipped_passes=t.c.skipped_passes + 1)
     )
     if updated.rowcount == 0:
-        conn.execute(
-            sa.insert(t).values(
-                reconciler=reconciler,
-                as_of=now,
-                health=Health.UNKNOWN.value,
-                completed=False,
-                skipped_passes=1,
-                executed_passes=0,
-                reasons={},
-                items=[],
-            )
-        )
+        conn.execute(sa.insert(t).values(_first_row(reconciler, now, skipped_passes=1)))
+
+
+def _first_row(reconciler: str, now: datetime, **values: int) -> dict[str, Any]:
+    """A reconciler's run row before any pass executed."""
+    return {
+        "reconciler": reconciler,
+        "as_of": now,
+        "health": Health.UNKNOWN.value,
+        "completed": False,
+        "skipped_passes": 0,
+        "executed_passes": 0,
+        "reasons": {},
+        "items": [],
+        **values,
+    }
 
 
 def record_executed(conn: Connection, reconciler: str, values: Mapping[str, Any]) -> None:
@@ -67,3 +77,98 @@ def record_executed(conn: Connection, reconciler: str, values: Mapping[str, Any]
                 reconciler=reconciler, executed_passes=1, skipped_passes=0, **values
             )
         )
+
+
+class LostClaim(Exception):
+    """A pass lost its claim on its reconciler (overtaken by a newer one): it may write nothing."""
+
+    def __init__(self, reconciler: str, token: int, current: int | None) -> None:
+        now = "no claim" if current is None else f"claim {current}"
+        super().__init__(
+            f"the pass of {reconciler} lost its claim ({token}; the store now holds {now}): "
+            "another pass took the reconciler over, so this one writes nothing"
+        )
+        self.reconciler = reconciler
+        self.token = token
+        self.current = current
+
+
+class NotDue(Exception):
+    """A scheduled tick came before ``lastRanAt + interval`` by the store's clock."""
+
+    def __init__(self, reconciler: str, now: datetime, due: datetime) -> None:
+        super().__init__(f"{reconciler} is not due until {due.isoformat()} (store clock {now.isoformat()})")
+        self.now = now
+        self.due = due
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """A claim taken: the fencing token and the tick's time."""
+
+    token: int
+    now: datetime
+
+
+def store_now(conn: Connection) -> datetime:
+    """The store's clock, in UTC: the one clock every runner on the store shares."""
+    if conn.dialect.name == "postgresql":
+        value = conn.execute(sa.select(sa.func.clock_timestamp())).scalar_one()
+        return value.astimezone(UTC)  # type: ignore[no-any-return]
+    text = conn.execute(sa.text("SELECT strftime('%Y-%m-%d %H:%M:%f', 'now')")).scalar_one()
+    return datetime.fromisoformat(text).replace(tzinfo=UTC)
+
+
+def take_claim(
+    conn: Connection,
+    reconciler: str,
+    now: datetime | None = None,
+    interval: timedelta | None = None,
+) -> Claimed:
+    """Claim ``reconciler``: raise its token by one and return it, with the tick's time.
+
+    ``now`` is the store's clock unless given (deterministic runs). With
+    ``interval`` (a scheduled tick) the claim is refused with ``NotDue`` before
+    ``lastRanAt + interval``; the caller's transaction must then roll back.
+    The token increment takes the run row's write lock, so two claimers are
+    serialised by the database even without the session lock.
+    """
+    raised = conn.execute(
+        sa.update(t).where(t.c.reconciler == reconciler).values(claim=t.c.claim + 1)
+    )
+    if now is None:
+        now = store_now(conn)
+    if raised.rowcount == 0:
+        try:
+            with conn.begin_nested():
+                conn.execute(sa.insert(t).values(_first_row(reconciler, now, claim=1)))
+        except sa.exc.IntegrityError:
+            conn.execute(
+                sa.update(t).where(t.c.reconciler == reconciler).values(claim=t.c.claim + 1)
+            )
+    row = conn.execute(
+        sa.select(t.c.claim, t.c.last_ran_at).where(t.c.reconciler == reconciler)
+    ).one()
+    if interval is not None and row.last_ran_at is not None:
+        due = row.last_ran_at + interval
+        if now < due:
+            raise NotDue(reconciler, now, due)
+    return Claimed(int(row.claim), now)
+
+
+def check_claim(conn: Connection, reconciler: str, token: int) -> None:
+    """Fence: raise ``LostClaim`` unless the run row still holds ``token``.
+
+    A conditional UPDATE, so the row stays write-locked by this transaction
+    until it commits: no claim can slip in between the check and the writes.
+    """
+    held = conn.execute(
+        sa.update(t)
+        .where(t.c.reconciler == reconciler, t.c.claim == token)
+        .values(claim=t.c.claim)
+    )
+    if held.rowcount != 1:
+        current = conn.execute(
+            sa.select(t.c.claim).where(t.c.reconciler == reconciler)
+        ).scalar()
+        raise LostClaim(reconciler, token, None if current is None else int(current))

@@ -43,6 +43,9 @@ reconciler_runs = sa.Table(
     sa.Column("duration_seconds", sa.Float),
     sa.Column("executed_passes", sa.Integer, nullable=False, default=0),
     sa.Column("skipped_passes", sa.Integer, nullable=False, default=0),
+    # The fencing token: raised by one on every claim of the reconciler. A pass
+    # writes only while the row still carries the token it claimed with.
+    sa.Column("claim", sa.BigInteger, nullable=False, default=0, server_default="0"),
 )
 
 # Leases that keep one pass of a reconciler (or one host pass) running at a time.
