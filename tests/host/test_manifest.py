@@ -138,7 +138,7 @@ def test_schema_is_generated_from_the_validating_models():
     assert any(re.match(p, "File[nginx.conf]") for p in patterns)
     file_schema = schema["$defs"]["File"]
     assert "path" not in file_schema.get("required", [])  # the name fills it
-    assert {"type": "string", "pattern": "^[0-7]{3,5}$"} in file_schema["properties"]["mode"]["anyOf"]
+    assert {"type": "string", "pattern": "^(?:0[0-7]{1,4}|[0-7]{1,4})$"} in file_schema["properties"]["mode"]["anyOf"]
     assert file_schema["additionalProperties"] is False
     assert schema["$defs"]["Service"]["properties"]["ensure"]["anyOf"][0]["enum"] == ["running", "stopped"]
 

@@ -26,6 +26,12 @@ _STATE = click.option(
     default=None,
     help="SQLite file or store URL (default: the configured store).",
 )
+_OUTSIDE = click.option(
+    "--allow-source-outside",
+    "allow_outside",
+    is_flag=True,
+    help="Let a source: name a file outside the manifest's directory.",
+)
 _ROOT = click.option(
     "--root",
     "root",
@@ -44,18 +50,20 @@ def _config(config: str | None) -> Any:
     return HostConfig.from_settings(load_settings(config))
 
 
-def _prepare(manifest: str, config: str | None) -> tuple[Any, Any]:
+def _prepare(manifest: str, config: str | None, allow_outside: bool = False) -> tuple[Any, Any]:
     """The configuration and the validated manifest: from the cache when neither changed."""
     from datum.host import compiled
 
     key = compiled.cache_key(manifest, config)
+    if key is not None and allow_outside:  # validated under another rule: another entry
+        key = f"{key[:48]}-outside"
     hit = compiled.load(key)
     if hit is not None:
         return hit
     from datum.host.manifest import load_manifest
 
     host_config = _config(config)
-    loaded = load_manifest(manifest)
+    loaded = load_manifest(manifest, allow_source_outside=allow_outside)
     compiled.store(key, host_config, loaded)
     return host_config, loaded
 
@@ -78,12 +86,13 @@ def _pass(
     config: str | None,
     as_json: bool,
     plan: bool,
+    allow_outside: bool = False,
 ) -> Any:
     from datum.core.vocab import Mode
     from datum.host import agent
     from datum.host.output import ProgressLine
 
-    host_config, loaded = _prepare(manifest, config)
+    host_config, loaded = _prepare(manifest, config, allow_outside)
     chosen = Mode.OBSERVE if plan else Mode(mode) if mode else host_config.mode
     progress = None if as_json else ProgressLine()
     try:
@@ -132,6 +141,7 @@ def _print_report(report: dict[str, Any], as_json: bool, plan: bool = False) -> 
     envvar="DATUM_TOKEN",
     help="Bearer token for --report-to (or $DATUM_TOKEN).",
 )
+@_OUTSIDE
 def apply(
     manifest: str,
     root: str,
@@ -141,11 +151,16 @@ def apply(
     config: str | None,
     report_to: str | None,
     token: str | None,
+    allow_outside: bool,
 ) -> int:
     """Converge this host (or --root) to MANIFEST in one pass, and persist where it stands."""
-    host_config, result = _pass(manifest, root, mode, state, config, as_json, plan=False)
+    host_config, result = _pass(
+        manifest, root, mode, state, config, as_json, plan=False, allow_outside=allow_outside
+    )
     report = result.report
     _print_report(report, as_json)
+    for warning in result.warnings:
+        _warn(warning)
     target = report_to or host_config.report_to
     if target:
         from datum.host.remote import post_report
@@ -164,9 +179,12 @@ def apply(
 @_ROOT
 @_JSON
 @_CONFIG
-def plan(manifest: str, root: str, as_json: bool, config: str | None) -> int:
+@_OUTSIDE
+def plan(manifest: str, root: str, as_json: bool, config: str | None, allow_outside: bool) -> int:
     """Show what a pass would change, with unified diffs; change nothing, persist nothing."""
-    _config_, result = _pass(manifest, root, None, None, config, as_json, plan=True)
+    _config_, result = _pass(
+        manifest, root, None, None, config, as_json, plan=True, allow_outside=allow_outside
+    )
     _print_report(result.report, as_json, plan=True)
     code: int = result.exit_code
     return code
@@ -175,11 +193,12 @@ def plan(manifest: str, root: str, as_json: bool, config: str | None) -> int:
 @click.command()
 @click.argument("manifest", type=click.Path(dir_okay=False))
 @_JSON
-def validate(manifest: str, as_json: bool) -> int:
+@_OUTSIDE
+def validate(manifest: str, as_json: bool, allow_outside: bool) -> int:
     """Validate MANIFEST whole: every finding at once, at its field path; exit 65 when not valid."""
     from datum.host.manifest import load_manifest
 
-    loaded = load_manifest(manifest)
+    loaded = load_manifest(manifest, allow_source_outside=allow_outside)
     if as_json:
         click.echo(json.dumps({"valid": True, "resources": len(loaded.resources)}))
     else:
@@ -223,26 +242,58 @@ def status(state: str | None, as_json: bool, config: str | None) -> int:
     from datum.providers.facts import read_boot_id
 
     host_config, host, store, report = _load(state, config)
+    boot = read_boot_id(host_config.boot_id_file)
     if store is not None:
+        report = _unfinished(store, host, report, boot)
         store.close()
     if report is None:
         report = {"host": host, "state": "unknown", "reason": "no pass has completed"}
     if as_json:
         click.echo(json.dumps(report, indent=2))
         return 0
-    if "finishedAt" in report:
+    last = report.get("lastReport") or report
+    if "finishedAt" in last:
         click.echo(
-            f"host {host}: last pass {report['finishedAt']} ({report['mode']}, exit {report['exitCode']}, "
-            f"{report['durationSeconds']:.2f}s)"
+            f"host {host}: last pass {last['finishedAt']} ({last['mode']}, exit {last['exitCode']}, "
+            f"{last['durationSeconds']:.2f}s{', incomplete' if last.get('incomplete') else ''})"
+            + (", no longer current" if last is not report else "")
         )
         click.echo("")
+    running = report.get("passRunning")
+    if running:
+        click.echo(
+            f"note:       a pass is running since {running['startedAt']} (pid {running['pid']})"
+        )
     echo_lines(pass_lines(report))
-    boot = read_boot_id(host_config.boot_id_file)
     if report.get("bootId") and boot and boot != report["bootId"]:
         click.echo(
             "note:       the host has rebooted since this pass; the next pass will tell where it stands"
         )
     return 0
+
+
+def _unfinished(
+    store: Any, host: str, report: dict[str, Any] | None, boot_id: str
+) -> dict[str, Any] | None:
+    """The report ``status`` shows, given a pass that started and has not persisted its report.
+
+    A dead one makes the host ``unknown`` (the last report is no longer
+    current, kept under ``lastReport``); a live one is noted as running.
+    """
+    from datum.host.agent import unfinished_reason
+
+    record = store.unfinished(boot_id)
+    if record is None:
+        return report
+    seen = {k: record[k] for k in ("startedAt", "pid", "node") if k in record}
+    if record["running"]:
+        shown = report or {"host": host, "state": "unknown", "reason": "no pass has completed"}
+        return {**shown, "passRunning": seen}
+    unknown: dict[str, Any] = {"host": host, "state": "unknown"}
+    unknown.update(reason=unfinished_reason(record), unfinished=seen)
+    if report is not None:
+        unknown["lastReport"] = report
+    return unknown
 
 
 def _reboot(host_config: Any, url: str, report: dict[str, Any]) -> bool:

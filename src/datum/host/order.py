@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import heapq
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 
 def topological(count: int, needs: Mapping[int, Sequence[int]]) -> list[int]:
@@ -31,39 +31,49 @@ def topological(count: int, needs: Mapping[int, Sequence[int]]) -> list[int]:
 
 def cycles(count: int, needs: Mapping[int, Sequence[int]]) -> list[list[int]]:
     """Each cycle once, as a closed path ``[a, b, ..., a]`` starting at its lowest node."""
+    # Tarjan's algorithm with an explicit stack: a requires chain of any length
+    # never meets Python's recursion limit.
     index: dict[int, int] = {}
     low: dict[int, int] = {}
     stack: list[int] = []
     on_stack: set[int] = set()
     components: list[list[int]] = []
     counter = 0
-
-    def strongconnect(v: int) -> None:  # Tarjan, iterative would matter only past ~1000 deep
-        nonlocal counter
-        index[v] = low[v] = counter
+    for root in range(count):
+        if root in index:
+            continue
+        index[root] = low[root] = counter
         counter += 1
-        stack.append(v)
-        on_stack.add(v)
-        for w in needs.get(v, ()):
-            if w not in index:
-                strongconnect(w)
-                low[v] = min(low[v], low[w])
-            elif w in on_stack:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            component = []
-            while True:
-                w = stack.pop()
-                on_stack.discard(w)
-                component.append(w)
-                if w == v:
-                    break
-            if len(component) > 1 or v in needs.get(v, ()):
-                components.append(component)
-
-    for v in range(count):
-        if v not in index:
-            strongconnect(v)
+        stack.append(root)
+        on_stack.add(root)
+        work: list[tuple[int, Iterator[int]]] = [(root, iter(needs.get(root, ())))]
+        while work:
+            v, edges = work[-1]
+            w = next(edges, None)
+            if w is not None:
+                if w not in index:
+                    index[w] = low[w] = counter
+                    counter += 1
+                    stack.append(w)
+                    on_stack.add(w)
+                    work.append((w, iter(needs.get(w, ()))))
+                elif w in on_stack:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[v])
+            if low[v] == index[v]:
+                component = []
+                while True:
+                    w = stack.pop()
+                    on_stack.discard(w)
+                    component.append(w)
+                    if w == v:
+                        break
+                if len(component) > 1 or v in needs.get(v, ()):
+                    components.append(component)
     out = []
     for component in components:
         members = set(component)

@@ -8,7 +8,7 @@ memory) are read from the running machine, since a root does not boot.
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,11 @@ class Facts:
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+# Every name a template sees besides its ``vars``: the facts, and all of them under ``facts``.
+# A ``vars`` key with one of these names is a validation finding, never a silent override.
+NAMES: frozenset[str] = frozenset([*(f.name for f in fields(Facts)), "facts"])
 
 
 def parse_os_release(text: str) -> dict[str, str]:

@@ -13,6 +13,11 @@ from datum.providers.accounts import owner_ids
 from datum.providers.base import Change, HostContext, PathProvider, ProviderError
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    import jinja2
+    import jinja2.sandbox
+
     from datum.providers.specs import FileSpec
 
 
@@ -39,27 +44,118 @@ def render_content(spec: FileSpec, ctx: HostContext) -> bytes | None:
     if spec.content is not None:
         return spec.content.encode()
     if spec.source is not None:
-        try:
-            return (ctx.manifest_dir / spec.source).read_bytes()
-        except OSError as exc:
-            raise ProviderError(f"cannot read source {spec.source}: {exc.strerror}") from exc
+        return _read_source(spec.source, ctx.manifest_dir)
     if spec.template is not None:
-        import jinja2
-
-        env = jinja2.Environment(
-            loader=jinja2.FileSystemLoader(str(ctx.manifest_dir)),
-            undefined=jinja2.StrictUndefined,
-            keep_trailing_newline=True,
-            autoescape=False,
-        )
-        facts = ctx.facts.as_dict()
-        try:
-            return (
-                env.get_template(spec.template).render(**facts, facts=facts, **spec.vars).encode()
-            )
-        except jinja2.TemplateError as exc:
-            raise ProviderError(f"template {spec.template}: {exc}") from exc
+        return _render(spec.template, spec.vars, ctx)
     return None
+
+
+def _read_source(source: str, manifest_dir: Path) -> bytes:
+    """A relative ``source`` must still resolve inside the manifest's directory (validation
+    checked it; this catches a link swapped since). An absolute one was allowed explicitly
+    (``--allow-source-outside``) and resolved by validation."""
+    path = manifest_dir / source
+    if not Path(source).is_absolute():
+        real = path.resolve()
+        if not real.is_relative_to(manifest_dir.resolve()):
+            raise ProviderError(f"source {source} resolves outside the manifest's directory")
+        path = real
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise ProviderError(f"cannot read source {source}: {exc.strerror}") from exc
+
+
+# Templates never produce more than this (a `'x' * 10**10` is refused, not attempted).
+MAX_RENDERED = 64 * 1024 * 1024
+
+
+def _render(template: str, variables: dict[str, object], ctx: HostContext) -> bytes:
+    """Render a Jinja2 template in a sandbox, the same in apply, plan and observe.
+
+    The sandbox refuses Python internals (``''.__class__.__mro__``), loads templates and
+    includes only from inside the manifest's directory (real paths, so a link out is refused),
+    and bounds ``**`` and ``*`` on sequences; any error fails this resource with its reason.
+    """
+    import jinja2
+
+    env = _sandbox(str(ctx.manifest_dir))
+    facts = ctx.facts.as_dict()
+    try:
+        text = env.get_template(template).render({**variables, **facts, "facts": facts})
+    except jinja2.TemplateNotFound as exc:
+        raise ProviderError(f"template {template}: {exc.message or exc.name}") from exc
+    except jinja2.sandbox.SecurityError as exc:
+        raise ProviderError(f"template {template}: refused by the sandbox: {exc}") from exc
+    except jinja2.TemplateSyntaxError as exc:
+        raise ProviderError(f"template {template}: line {exc.lineno}: {exc.message}") from exc
+    except jinja2.TemplateError as exc:
+        raise ProviderError(f"template {template}: {exc}") from exc
+    except (RecursionError, MemoryError) as exc:
+        raise ProviderError(f"template {template}: too deep or too large to render") from exc
+    except Exception as exc:  # noqa: BLE001 - a template's own error (1/0, a bad filter argument)
+        raise ProviderError(f"template {template}: {type(exc).__name__}: {exc}") from exc
+    return text.encode()
+
+
+_SANDBOXES: dict[str, object] = {}
+
+
+def _sandbox(manifest_dir: str) -> jinja2.sandbox.ImmutableSandboxedEnvironment:
+    """One sandboxed environment per manifest directory (it caches compiled templates)."""
+    env = _SANDBOXES.get(manifest_dir)
+    if env is None:
+        env = _SANDBOXES[manifest_dir] = _make_sandbox(manifest_dir)
+    return env  # type: ignore[return-value]
+
+
+def _make_sandbox(manifest_dir: str) -> jinja2.sandbox.ImmutableSandboxedEnvironment:
+    import operator
+
+    import jinja2
+    import jinja2.sandbox
+
+    root = os.path.realpath(manifest_dir)
+
+    class InsideLoader(jinja2.FileSystemLoader):
+        """Only files whose real path is inside the manifest's directory."""
+
+        def get_source(
+            self, environment: jinja2.Environment, template: str
+        ) -> tuple[str, str | None, Callable[[], bool] | None]:
+            try:
+                parts = jinja2.loaders.split_template_path(template)
+            except jinja2.TemplateNotFound:
+                parts = None
+            real = os.path.realpath(os.path.join(root, *parts)) if parts else None
+            if real is None or template.startswith("/") or os.path.commonpath([root, real]) != root:
+                raise jinja2.TemplateNotFound(
+                    template, f"{template} is outside the manifest's directory"
+                )
+            return super().get_source(environment, template)
+
+    class Sandbox(jinja2.sandbox.ImmutableSandboxedEnvironment):
+        intercepted_binops = frozenset(["**", "*"])
+
+        def call_binop(
+            self, context: jinja2.runtime.Context, operator_: str, left: object, right: object
+        ) -> object:
+            if operator_ == "**":
+                if isinstance(right, int) and isinstance(left, int) and abs(right) > 1000:
+                    raise jinja2.sandbox.SecurityError("an exponent above 1000")
+                return operator.pow(left, right)  # type: ignore[call-overload]
+            for seq, times in ((left, right), (right, left)):
+                if isinstance(seq, str | bytes | list | tuple) and isinstance(times, int):
+                    if len(seq) * times > MAX_RENDERED:
+                        raise jinja2.sandbox.SecurityError("a repetition larger than 64 MiB")
+            return operator.mul(left, right)  # type: ignore[operator]
+
+    return Sandbox(
+        loader=InsideLoader(root),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
 
 
 class FileProvider(PathProvider["FileSpec", FileWant, FileHave]):

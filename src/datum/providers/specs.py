@@ -46,11 +46,42 @@ def _octal_mode(value: Any) -> int:
     text = value.strip()
     if not text or len(text) > 5 or any(c not in "01234567" for c in text):
         raise ValueError("an octal mode such as '0644' or '2775'")
-    return int(text, 8)
+    mode = int(text, 8)
+    if mode > MAX_MODE:
+        raise ValueError("a mode is at most '07777' (permissions, setuid, setgid and sticky bits)")
+    return mode
 
 
+MAX_MODE = 0o7777
 FileMode = Annotated[
-    int, BeforeValidator(_octal_mode), WithJsonSchema({"type": "string", "pattern": "^[0-7]{3,5}$"})
+    int,
+    BeforeValidator(_octal_mode),
+    WithJsonSchema({"type": "string", "pattern": "^(?:0[0-7]{1,4}|[0-7]{1,4})$"}),
+]
+
+# The largest uid or gid: 4294967295 is (uid_t)-1, which chown(2) reads as "leave unchanged".
+MAX_ID = 4294967294
+
+
+def _system_id(value: Any) -> Any:
+    if isinstance(value, bool):
+        raise ValueError("a numeric id, not true or false")
+    return value
+
+
+def _id_range(value: int) -> int:
+    if value < 0:
+        raise ValueError("an id is not negative")
+    if value > MAX_ID:
+        raise ValueError(f"an id is at most {MAX_ID} (4294967295 is -1 to the kernel)")
+    return value
+
+
+SystemId = Annotated[
+    int,
+    BeforeValidator(_system_id),
+    AfterValidator(_id_range),
+    WithJsonSchema({"type": "integer", "minimum": 0, "maximum": MAX_ID}),
 ]
 
 
@@ -58,18 +89,20 @@ def _account(value: Any) -> str:
     if isinstance(value, bool):
         raise ValueError("a user or group name, or a numeric id")
     if isinstance(value, int):
-        if value < 0:
-            raise ValueError("an id is not negative")
-        return str(value)
+        return str(_id_range(value))
     if not isinstance(value, str) or not value or ":" in value or "\n" in value:
         raise ValueError("a user or group name, or a numeric id")
+    if value.isdigit():  # a numeric id written as a string is still an id
+        if not value.isascii():
+            raise ValueError("a numeric id is written with the digits 0-9")
+        _id_range(int(value[:12]) if len(value) <= 12 else MAX_ID + 1)
     return value
 
 
 Account = Annotated[
     str,
     BeforeValidator(_account),
-    WithJsonSchema({"anyOf": [{"type": "string"}, {"type": "integer", "minimum": 0}]}),
+    WithJsonSchema({"anyOf": [{"type": "string"}, {"type": "integer", "minimum": 0, "maximum": MAX_ID}]}),
 ]
 
 
@@ -120,12 +153,18 @@ class FileSpec(PathSpec):
         description="A Jinja2 template next to the manifest, rendered with host facts.",
     )
     vars: dict[str, Any] = Field(default_factory=dict, description="Extra template variables.")
+    sensitive: bool = Field(
+        default=False,
+        description="Never show the content's diff (plans, reports, the store, datum status).",
+    )
 
     @model_validator(mode="after")
     def _one_content(self) -> FileSpec:
         given = [k for k in ("content", "source", "template") if getattr(self, k) is not None]
         if len(given) > 1:
             raise ValueError(f"give one of content, source and template, not {' and '.join(given)}")
+        if self.path == "/":
+            raise ValueError("/ is the root: a File never removes or replaces it")
         return self
 
 
@@ -136,6 +175,12 @@ class DirectorySpec(PathSpec):
     force: bool = Field(
         default=False, description="With ensure: absent, remove a directory that is not empty."
     )
+
+    @model_validator(mode="after")
+    def _not_the_root(self) -> DirectorySpec:
+        if self.ensure == "absent" and self.path == "/":
+            raise ValueError("/ is the root: it is never removed")
+        return self
 
 
 class SymlinkSpec(Spec):
@@ -151,6 +196,8 @@ class SymlinkSpec(Spec):
     def _target(self) -> SymlinkSpec:
         if self.ensure == "present" and not self.target:
             raise ValueError("a present Symlink needs a target")
+        if self.path == "/":
+            raise ValueError("/ is the root: a Symlink never removes or replaces it")
         return self
 
 
@@ -178,6 +225,8 @@ class LineSpec(Spec):
                 re.compile(value)
             except re.error as exc:
                 raise ValueError(f"not a regular expression: {exc}") from exc
+            except (RecursionError, OverflowError, MemoryError) as exc:
+                raise ValueError("not a regular expression: too complex") from exc
         return value
 
     @model_validator(mode="after")
@@ -233,7 +282,7 @@ class UserSpec(Spec):
 
     name: str = Field(min_length=1, max_length=32, pattern=NAME)
     ensure: Literal["present", "absent"] = "present"
-    uid: int | None = Field(default=None, ge=0)
+    uid: SystemId | None = None
     group: Account | None = Field(
         default=None, description="Primary group (default: a private group named like the user)."
     )
@@ -259,7 +308,7 @@ class GroupSpec(Spec):
 
     name: str = Field(min_length=1, max_length=32, pattern=NAME)
     ensure: Literal["present", "absent"] = "present"
-    gid: int | None = Field(default=None, ge=0)
+    gid: SystemId | None = None
     system: bool = False
     members: list[str] | None = Field(
         default=None, description="Exactly these members, when given."
@@ -280,7 +329,7 @@ class ExecSpec(Spec):
     )
     cwd: HostPath | None = Field(default=None, description="Working directory under the root (default: the root).")
     environment: dict[str, str] = Field(default_factory=dict)
-    timeout: float = Field(default=300, gt=0)
+    timeout: float = Field(default=300, gt=0, allow_inf_nan=False)
 
 
 SPECS: dict[str, type[Spec]] = {
