@@ -39,10 +39,10 @@ class Wired:
 
 
 def wire(config: str | None) -> Wired:
-    """Load and validate the configuration, then open its store."""
+    """Load and validate the configuration, then open its store (waiting ``[host] lock_wait`` when locked)."""
     from datum.reconcilers import builtin_registry
 
     settings = load_settings(config)
     registry = builtin_registry()
     registry.validate(settings)
-    return Wired(settings, registry, open_store(settings.store_url))
+    return Wired(settings, registry, open_store(settings.store_url, lock_wait=settings.host.lock_wait))

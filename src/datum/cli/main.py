@@ -73,7 +73,16 @@ def cli() -> None:
 
 
 def report_problem(problem: Problem, as_json: bool) -> int:
-    """Print ``problem`` in the contract's error shape (JSON) or readably; return the exit code."""
+    """Print ``problem`` in the contract's error shape (JSON) or readably; return the exit code.
+
+    A pass that ran and could not be stored (``datum apply`` on a full or read-only
+    store) carries its report: its lines are printed first, then the store's error.
+    """
+    report = getattr(problem, "report", None)
+    if isinstance(report, dict) and not as_json:
+        from datum.host.output import echo_lines, pass_lines
+
+        echo_lines(pass_lines(report))
     if as_json:
         click.echo(json.dumps(problem.to_json(), indent=2))
     else:
@@ -85,8 +94,23 @@ def report_problem(problem: Problem, as_json: bool) -> int:
     return _EXIT_BY_CODE.get(problem.code, EXIT_SOFTWARE)
 
 
+def _database_error(exc: BaseException) -> bool:
+    """A DBAPI or SQLAlchemy error that no store boundary turned into a finding."""
+    return any(
+        (k.__module__ or "").split(".")[0] in ("sqlite3", "sqlalchemy", "psycopg") and k.__name__.endswith("Error")
+        for k in type(exc).__mro__
+    )
+
+
 def unexpected(exc: BaseException) -> Problem:
-    """An error no layer turned into a finding: say what it was, not where in the code."""
+    """An error no layer turned into a finding: say what it was, not where in the code.
+
+    A database error is the store's fault (69), told by its cause, never by the SQL it ran.
+    """
+    if _database_error(exc):
+        from datum.store.engine import fault
+
+        return fault(None, exc)
     if isinstance(exc, OSError):
         where = f" ({exc.filename})" if exc.filename else ""
         return Problem.one("UNAVAILABLE", f"{exc.strerror or exc}{where}")

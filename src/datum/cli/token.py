@@ -22,6 +22,6 @@ def create(principal: str, config: str | None) -> None:
     from datum.store import open_store
 
     settings = load_settings(config)
-    secret = create_token(open_store(settings.store_url), principal)
+    secret = create_token(open_store(settings.store_url, lock_wait=settings.host.lock_wait), principal)
     click.echo(f"token for principal {principal} (stored as a SHA-256 hash; it is not shown again):", err=True)
     click.echo(secret)

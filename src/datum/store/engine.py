@@ -1,9 +1,20 @@
-"""Opening a store: the engine, per-dialect settings, and creating the schema."""
+"""Opening a store: the engine, per-dialect settings, and creating the schema.
+
+Every database error that leaves a ``Store`` block (``begin``, ``connect``,
+``ensure``) leaves it as a ``StoreFault``: the contract's ``UNAVAILABLE``
+finding naming the store (never its password) and the cause the database gave
+(locked, read-only, disk full, file gone), never the SQL statement. A SQLite
+store also refuses writes once its file was deleted or replaced under the
+process: the open connections would otherwise write to a file nobody can see.
+"""
 
 from __future__ import annotations
 
+import os
+import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import timedelta
 from pathlib import Path
 
 import sqlalchemy as sa
@@ -11,61 +22,178 @@ from sqlalchemy.engine import Connection, Engine
 
 from datum.core.findings import Problem
 
+DEFAULT_LOCK_WAIT = timedelta(seconds=10)
+
+
+class StoreFault(Problem):
+    """The store could not do what was asked: ``UNAVAILABLE``, naming the store and the cause."""
+
+
+def _cause(exc: BaseException) -> str:
+    """What the database said, without the statement SQLAlchemy appends."""
+    orig = getattr(exc, "orig", None)
+    if orig is not None:
+        exc = orig
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return text.split("\n[SQL:", 1)[0].strip()
+
+
+def _disk_full(path: str | None) -> bool:
+    try:
+        return path is not None and os.statvfs(os.path.dirname(path) or ".").f_bavail == 0
+    except OSError:
+        return False
+
+
+def fault(
+    name: str | None, exc: BaseException, lock_wait: float | None = None, path: str | None = None
+) -> StoreFault:
+    """``exc`` (a DBAPI or SQLAlchemy error) as the finding an operator can act on; ``name`` is the store's.
+
+    SQLite reports a full disk under its WAL as ``disk I/O error``: the free space of
+    ``path``'s file system tells the real cause.
+    """
+    cause = _cause(exc)
+    name = name or "in use"
+    if _disk_full(path) and "full" not in cause:
+        cause = f"{cause}: no space left on device"
+    low = cause.lower()
+    if "locked" in low or "busy" in low:
+        waited = f" after waiting {lock_wait:g}s" if lock_wait is not None else ""
+        message = f"the store {name} is locked by another process; gave up{waited} ({cause})"
+    elif "readonly" in low or "read-only" in low or "read only" in low:
+        message = f"the store {name} is read-only: {cause}"
+    elif "full" in low or "no space" in low:
+        message = f"the store {name} cannot grow, the disk is full: {cause}"
+    else:
+        message = f"the store {name} failed: {cause}"
+    return StoreFault.one("UNAVAILABLE", message)
+
+
+_FAULTS: tuple[type[BaseException], ...] = (sa.exc.DBAPIError, sa.exc.OperationalError, sqlite3.Error)
+
+
+def _is_fault(exc: BaseException) -> bool:
+    # A constraint violation is the caller's to handle (an insert race); everything else is the store's.
+    return isinstance(exc, _FAULTS) and not isinstance(exc, sa.exc.IntegrityError | sqlite3.IntegrityError)
+
+
+def _identity(path: str | None) -> tuple[int, int] | None:
+    if path is None:
+        return None
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino)
+
 
 class Store:
     """A connection pool to one store, SQLite or PostgreSQL."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        path: str | None = None,
+        lock_wait: timedelta = DEFAULT_LOCK_WAIT,
+    ) -> None:
         self.engine = engine
+        self.name = engine.url.render_as_string(hide_password=True)
+        self.lock_wait = lock_wait
+        self._path = path
+        self._identity = _identity(path)
         self._ensured: set[int] = set()
 
     @property
     def dialect(self) -> str:
         return self.engine.dialect.name
 
+    def fault(self, exc: BaseException) -> StoreFault:
+        """``exc`` as this store's ``UNAVAILABLE`` finding."""
+        return fault(self.name, exc, self.lock_wait.total_seconds(), self._path)
+
+    def check_file(self) -> None:
+        """Refuse when the SQLite file this store opened was deleted or replaced since."""
+        if self._identity is not None and _identity(self._path) != self._identity:
+            raise StoreFault.one(
+                "UNAVAILABLE",
+                f"the store {self.name} is gone: its file {self._path} was deleted or replaced "
+                "while this process had it open; restart to use a new one",
+            )
+
     def ensure(self, metadata: sa.MetaData) -> None:
         """Create ``metadata``'s tables if they do not exist (once per process)."""
         if id(metadata) in self._ensured:
             return
-        metadata.create_all(self.engine, checkfirst=True)
+        with self.faults():
+            metadata.create_all(self.engine, checkfirst=True)
         self._ensured.add(id(metadata))
+
+    @contextmanager
+    def faults(self) -> Iterator[None]:
+        """Database errors raised in the block leave it as this store's ``StoreFault``."""
+        try:
+            yield
+        except Exception as exc:
+            if _is_fault(exc):
+                raise self.fault(exc) from exc
+            raise
 
     @contextmanager
     def begin(self) -> Iterator[Connection]:
         """A transaction; committed when the block ends, rolled back on an exception."""
-        with self.engine.begin() as conn:
+        self.check_file()
+        with self.faults(), self.engine.begin() as conn:
             yield conn
 
     @contextmanager
     def connect(self) -> Iterator[Connection]:
         """A connection for reads."""
-        with self.engine.connect() as conn:
+        with self.faults(), self.engine.connect() as conn:
             yield conn
+
+    def ping(self) -> None:
+        """Ask the store one trivial question: ``StoreFault`` when it cannot answer or its file is gone."""
+        self.check_file()
+        with self.connect() as conn:
+            conn.execute(sa.text("SELECT 1"))
 
     def dispose(self) -> None:
         self.engine.dispose()
 
 
-def _sqlite_pragmas(dbapi_conn: object, _record: object) -> None:
-    cur = dbapi_conn.cursor()  # type: ignore[attr-defined]
-    cur.execute("PRAGMA journal_mode=WAL")
-    cur.execute("PRAGMA synchronous=NORMAL")
-    cur.execute("PRAGMA busy_timeout=10000")
-    cur.execute("PRAGMA foreign_keys=ON")
-    cur.close()
+def _sqlite_pragmas(lock_wait: timedelta):  # type: ignore[no-untyped-def]
+    busy_ms = max(1, int(lock_wait.total_seconds() * 1000))
+
+    def pragmas(dbapi_conn: object, _record: object) -> None:
+        cur = dbapi_conn.cursor()  # type: ignore[attr-defined]
+        cur.execute(f"PRAGMA busy_timeout={busy_ms}")
+        cur.execute("PRAGMA journal_mode=WAL")
+        cur.execute("PRAGMA synchronous=NORMAL")
+        cur.execute("PRAGMA foreign_keys=ON")
+        cur.close()
+
+    return pragmas
 
 
-def open_store(url: str) -> Store:
-    """Open the store at ``url`` (``sqlite:///path`` or ``postgresql://...``) and create its schema."""
+def open_store(url: str, *, lock_wait: timedelta | None = None) -> Store:
+    """Open the store at ``url`` (``sqlite:///path`` or ``postgresql://...``) and create its schema.
+
+    ``lock_wait`` is how long a statement waits for a SQLite store another
+    process holds locked before the command gives up (``UNAVAILABLE``, exit 69).
+    """
+    wait = lock_wait or DEFAULT_LOCK_WAIT
     try:
         parsed = sa.engine.make_url(url)
     except (sa.exc.ArgumentError, ValueError) as exc:
         shown = url.split("://", 1)[0] + "://..." if "://" in url else "(not a URL)"
         raise Problem.one("INVALID_INPUT", f"store URL {shown} is not a database URL") from exc
     backend = parsed.get_backend_name()
+    path: str | None = None
     if backend == "sqlite":
         database = parsed.database
-        if database and database != ":memory:":
+        if database and database != ":memory:" and not database.startswith("file:"):
             folder = Path(database).expanduser().parent
             try:
                 folder.mkdir(parents=True, exist_ok=True)
@@ -73,8 +201,9 @@ def open_store(url: str) -> Store:
                 raise Problem.one(
                     "UNAVAILABLE", f"cannot create the store's folder {folder}: {exc.strerror}"
                 ) from exc
-        engine = sa.create_engine(parsed)
-        sa.event.listen(engine, "connect", _sqlite_pragmas)
+            path = str(Path(database).expanduser())
+        engine = sa.create_engine(parsed, connect_args={"timeout": wait.total_seconds()})
+        sa.event.listen(engine, "connect", _sqlite_pragmas(wait))
     elif backend in ("postgresql", "postgres"):
         if parsed.drivername in ("postgresql", "postgres"):
             parsed = parsed.set(drivername="postgresql+psycopg")
@@ -83,14 +212,14 @@ def open_store(url: str) -> Store:
         raise Problem.one(
             "INVALID_INPUT", f"store {backend!r} is not supported: use sqlite:/// or postgresql://"
         )
-    store = Store(engine)
     from datum.store.migrate import migrate
 
+    shown = parsed.render_as_string(hide_password=True)
     try:
         migrate(engine)
-    except sa.exc.SQLAlchemyError as exc:
-        raise Problem.one(
-            "UNAVAILABLE",
-            f"cannot open the store at {parsed.render_as_string(hide_password=True)}: {exc.orig or exc}",
-        ) from exc
-    return store
+    except Exception as exc:
+        if _is_fault(exc) or isinstance(exc, sa.exc.SQLAlchemyError):
+            engine.dispose()
+            raise fault(shown, exc, wait.total_seconds(), path) from exc
+        raise
+    return Store(engine, path=path, lock_wait=wait)

@@ -1,0 +1,169 @@
+"""Store faults give a clear answer: black-box ``datum`` runs against a read-only, locked or full store.
+
+Each run is a real process on a real SQLite file. The answer is always exit 69
+(``UNAVAILABLE``) with a message naming the store and the cause, never exit 70
+and never the SQL statement that failed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+SQL_WORDS = ("[SQL:", "INSERT", "UPDATE ", "SELECT ", "Traceback")
+
+
+def datum(*args: str, cwd: Path | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", "from datum.cli.main import main; main()", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=cwd,
+        env={**os.environ, "DATUM_DEBUG": ""},
+    )
+
+
+def config(tmp_path: Path, db: Path, lock_wait: str = "1s") -> Path:
+    cfg = tmp_path / "datum.toml"
+    cfg.write_text(
+        f'store = "sqlite:///{db}"\n'
+        f'[host]\nlock_wait = "{lock_wait}"\n'
+        f'[reconcilers.buckets]\nroot = "{tmp_path / "buckets"}"\n'
+    )
+    return cfg
+
+
+def assert_clear(run: subprocess.CompletedProcess[str], store: Path, *words: str) -> None:
+    """Exit 69, the store named, each of ``words`` said, no SQL and no stack trace."""
+    text = run.stdout + run.stderr
+    assert run.returncode == 69, text
+    assert str(store) in run.stderr, text
+    for word in words:
+        assert word in run.stderr.lower(), text
+    for sql in SQL_WORDS:
+        assert sql not in text, text
+
+
+@contextlib.contextmanager
+def small_tmpfs(where: Path, size: str) -> Iterator[Path]:
+    where.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)], capture_output=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], capture_output=True)
+
+
+@contextlib.contextmanager
+def read_only(db: Path) -> Iterator[None]:
+    """Make ``db`` unwritable even for root: ``chattr +i`` (the test runs as root)."""
+    done = subprocess.run(["chattr", "+i", str(db)], capture_output=True)
+    if done.returncode != 0:
+        pytest.skip(f"chattr +i is not permitted here: {done.stderr.decode().strip()}")
+    try:
+        yield
+    finally:
+        subprocess.run(["chattr", "-i", str(db)], capture_output=True)
+
+
+def fill(folder: Path, leave: int = 0) -> None:
+    """Fill ``folder``'s file system, leaving about ``leave`` bytes."""
+    st = os.statvfs(folder)
+    free = st.f_bavail * st.f_frsize
+    with contextlib.suppress(OSError), (folder / "filler").open("wb") as f:
+        f.write(b"x" * max(0, free - leave))
+        f.flush()
+        while leave == 0:
+            f.write(b"x" * 4096)
+            f.flush()
+
+
+def test_a_locked_store_waits_lock_wait_then_exits_69_naming_it(tmp_path):
+    db = tmp_path / "datum.db"
+    cfg = config(tmp_path, db, lock_wait="1s")
+    assert datum("bucket", "create", "alpha", "--config", str(cfg)).returncode == 0
+    holder = sqlite3.connect(db, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        started = time.monotonic()
+        run = datum("bucket", "create", "beta", "--config", str(cfg))
+        took = time.monotonic() - started
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert_clear(run, db, "locked", "1s")
+    assert 1.0 <= took < 8, took  # waited lock_wait, not the old hard-coded 10 s
+    assert datum("bucket", "create", "beta", "--config", str(cfg)).returncode == 0  # released: it works again
+
+
+def test_a_read_only_store_exits_69_naming_it(tmp_path):
+    db = tmp_path / "datum.db"
+    cfg = config(tmp_path, db)
+    assert datum("bucket", "create", "alpha", "--config", str(cfg)).returncode == 0
+    with read_only(db):
+        run = datum("bucket", "create", "beta", "--config", str(cfg))
+        listed = datum("bucket", "list", "--config", str(cfg))
+    assert_clear(run, db, "read-only")
+    assert listed.returncode == 0 and "alpha" in listed.stdout  # reads still answer
+
+
+def test_a_full_disk_exits_69_with_the_real_error(tmp_path):
+    with small_tmpfs(tmp_path / "small", "2m") as small:
+        db = small / "datum.db"
+        cfg = config(tmp_path, db)
+        assert datum("bucket", "create", "alpha", "--config", str(cfg)).returncode == 0
+        fill(small)
+        run = datum("bucket", "create", "beta", "--config", str(cfg))
+        assert_clear(run, db)
+        assert "full" in run.stderr or "no space left" in run.stderr, run.stderr
+
+
+BIG = "".join(f"line {i} of the desired content\n" for i in range(8000))
+
+
+def big_manifest(tmp_path: Path) -> Path:
+    manifest = tmp_path / "m.yaml"
+    body = "".join(f"        {line}\n" for line in BIG.splitlines())
+    manifest.write_text(f"resources:\n  - File[big]:\n      path: /big\n      content: |\n{body}")
+    return manifest
+
+
+def test_apply_on_a_full_disk_prints_the_pass_lines_then_the_real_error(tmp_path):
+    root = tmp_path / "root"
+    root.mkdir()
+    manifest = big_manifest(tmp_path)
+    with small_tmpfs(tmp_path / "small", "4m") as small:
+        state = small / "state.db"
+        first = datum("apply", str(manifest), "--root", str(root), "--state", str(state))
+        assert first.returncode == 2, first.stderr
+        (root / "big").write_text("edited by hand\n")
+        fill(small, leave=64 * 1024)  # room to open the store, not for a report with a 300 kB diff
+        run = datum("apply", str(manifest), "--root", str(root), "--state", str(state), "--mode", "observe")
+    assert run.stdout.startswith("File[big]"), run.stdout + run.stderr  # the pass lines, first
+    assert "host state: drifted" in run.stdout
+    assert_clear(run, state, "not stored", "full")
+
+
+def test_apply_on_a_read_only_state_store_prints_the_pass_lines_then_exits_69(tmp_path):
+    root = tmp_path / "root"
+    root.mkdir()
+    manifest = tmp_path / "m.yaml"
+    manifest.write_text('resources:\n  - File[motd]:\n      path: /motd\n      content: "hello\\n"\n')
+    state = tmp_path / "state.db"
+    assert datum("apply", str(manifest), "--root", str(root), "--state", str(state)).returncode == 2
+    (root / "motd").write_text("edited\n")
+    with read_only(state):
+        run = datum("apply", str(manifest), "--root", str(root), "--state", str(state))
+    assert "File[motd]" in run.stdout and "host state:" in run.stdout, run.stdout + run.stderr
+    assert_clear(run, state, "read")
