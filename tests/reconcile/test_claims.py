@@ -1,0 +1,237 @@
+"""Two runners on one store: one pass at a time, never closer than the interval on a schedule,
+no write from a pass that lost its claim, and no claim outliving the process that held it.
+
+Every runner here has a Store of its own (a process of its own where a process
+is killed), on one SQLite file and on the PostgreSQL server.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from slow_reconciler import NAME, Slow, progress, registry, setup, writes
+
+from datum.config import load_settings
+from datum.reconcile.runner import Runner, TickOutcome
+from datum.reconcile.scheduler import Scheduler
+from datum.store import open_store
+from datum.store.memory import load_memory
+from datum.store.runs import load_run
+from datum.store.schema import locks
+
+SCRIPT = str(Path(__file__).with_name("slow_reconciler.py"))
+
+
+@pytest.fixture(autouse=True)
+def _no_hook():
+    Slow.on_apply, Slow.write_status = None, True
+    yield
+    Slow.on_apply, Slow.write_status = None, True
+
+
+def runners(tmp_path, store_url, items, count=2, **section):
+    """``count`` runners on one store, each with its own Store; and the substrate folder."""
+    root = tmp_path / "slow"
+    config = setup(root, store_url, items, **section)
+    settings = load_settings(str(config))
+    stores = [open_store(store_url) for _ in range(count)]
+    return root, [Runner(registry(), settings, s) for s in stores], stores
+
+
+def run_row(store):
+    with store.connect() as conn:
+        return load_run(conn, NAME)
+
+
+def test_a_scheduled_tick_within_the_interval_of_another_runners_pass_is_not_due(tmp_path, store_url):
+    root, (a, b), stores = runners(tmp_path, store_url, ["x"], interval="1h")
+    assert a.tick(NAME, scheduled=True).outcome is TickOutcome.EXECUTED
+    (root / "items" / "x").unlink()  # drift the other runner would act on at once
+    tick = b.tick(NAME, scheduled=True)
+    assert tick.outcome is TickOutcome.NOT_DUE
+    assert 3590 < tick.due_in <= 3600
+    row = run_row(stores[1])
+    assert (row["executed_passes"], row["skipped_passes"]) == (1, 0)
+    assert not (root / "items" / "x").exists()
+    assert len((root / "passes").read_text().splitlines()) == 1
+    # an operator's explicit pass is not held to the interval, and still claims
+    assert b.tick(NAME).outcome is TickOutcome.EXECUTED
+    assert (root / "items" / "x").exists()
+    assert run_row(stores[0])["claim"] == 2
+    for s in stores:
+        s.dispose()
+
+
+def test_two_schedulers_on_one_store_one_second_apart_run_one_pass(tmp_path, store_url):
+    """The issue's reproduction: two ``datum serve`` on one store, started a moment apart."""
+    root, runs, stores = runners(tmp_path, store_url, ["x"], interval="30s")
+    schedulers = [Scheduler(r) for r in runs]
+    schedulers[0].start()
+    time.sleep(0.5)
+    schedulers[1].start()
+    time.sleep(0.7)
+    for s in schedulers:
+        s.stop()
+    assert len((root / "passes").read_text().splitlines()) == 1
+    assert run_row(stores[0])["executed_passes"] == 1
+    for s in stores:
+        s.dispose()
+
+
+def _steal(store_url, root):
+    """What happens when a pass's session lock is lost (its PostgreSQL session ended, the
+    lock file removed): another runner claims the reconciler and runs a whole pass."""
+    if store_url.startswith("postgresql"):
+        admin = sa.create_engine(store_url, isolation_level="AUTOCOMMIT")
+        with admin.connect() as conn:
+            ended = conn.execute(
+                sa.text(
+                    "SELECT pg_terminate_backend(pid) FROM pg_locks"
+                    " WHERE locktype = 'advisory' AND granted AND pid <> pg_backend_pid()"
+                )
+            ).all()
+        admin.dispose()
+        assert ended
+    else:
+        database = sa.engine.make_url(store_url).database
+        os.unlink(f"{database}.reconciler_{NAME}.lock")
+
+
+def test_a_pass_whose_claim_was_overtaken_writes_nothing(tmp_path, store_url):
+    root, (a, b), stores = runners(tmp_path, store_url, ["p", "q", "r"])
+    other = []
+
+    def overtake(ctx, key):
+        Slow.on_apply = None
+        _steal(store_url, root)
+        other.append(b.tick(NAME))
+
+    Slow.on_apply = overtake
+    tick = a.tick(NAME)
+    assert [t.outcome for t in other] == [TickOutcome.EXECUTED]
+    assert tick.outcome is TickOutcome.LOST_CLAIM
+    assert "lost its claim" in tick.error
+    # The overtaking pass applied and recorded everything; the overtaken one wrote no
+    # status (each item written once), no item memory and no run row.
+    assert writes(stores[1]) == {"p": 1, "q": 1, "r": 1}
+    row = run_row(stores[1])
+    assert (row["executed_passes"], row["claim"], row["completed"]) == (1, 2, True)
+    with stores[1].connect() as conn:
+        memory = load_memory(conn, NAME, "item")  # the overtaking pass's: acted on, no failure
+    assert sorted(memory) == ["p", "q", "r"]
+    assert {(m.failures, m.last_err) for m in memory.values()} == {(0, None)}
+    # and it applied nothing after it found out
+    assert progress(root).count("applying q") == 1 and progress(root).count("applying r") == 1
+    for s in stores:
+        s.dispose()
+
+
+def test_a_lost_claim_refuses_the_runners_own_writes_too(tmp_path, store_url):
+    """No status write to trip over: the runner's item memory and run row are fenced as well."""
+    root, (a,), stores = runners(tmp_path, store_url, ["x"], count=1)
+    Slow.write_status = False
+
+    def overtake(ctx, key):
+        Slow.on_apply = None
+        with stores[0].begin() as conn:  # another runner's claim, as take_claim writes it
+            conn.execute(sa.text("UPDATE reconciler_runs SET claim = claim + 1"))
+
+    Slow.on_apply = overtake
+    tick = a.tick(NAME)
+    assert tick.outcome is TickOutcome.LOST_CLAIM and "lost its claim" in tick.error
+    assert (root / "items" / "x").exists()
+    row = run_row(stores[0])
+    assert (row["executed_passes"], row["last_ran_at"], row["claim"]) == (0, None, 2)
+    for s in stores:
+        s.dispose()
+
+
+def datum(config, *args, delay=None, **kw):
+    env = dict(os.environ)
+    if delay is not None:
+        env["SLOW_DELAY"] = str(delay)
+    return subprocess.Popen(
+        [sys.executable, SCRIPT, *args, "--config", str(config)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **kw,
+    )
+
+
+def wait_for(predicate, timeout=20.0):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+def test_a_killed_datum_reconcile_never_makes_the_next_one_skip(tmp_path, store_url):
+    root = tmp_path / "slow"
+    config = setup(root, store_url, ["a", "b"])  # lock_ttl: the default ten minutes
+    first = datum(config, "reconcile", NAME, delay=60)
+    try:
+        wait_for(lambda: "applying a" in progress(root))
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.communicate()
+    started = time.monotonic()
+    second = datum(config, "reconcile", NAME, delay=0)
+    out, err = second.communicate(timeout=60)
+    assert second.returncode == 0, err
+    assert out.startswith("pass 1: health ok"), out
+    assert time.monotonic() - started < 20
+    assert sorted(p.name for p in (root / "items").iterdir()) == ["a", "b"]
+
+
+def test_sigterm_finishes_the_current_item_persists_releases_and_exits_non_zero(tmp_path, store_url):
+    root = tmp_path / "slow"
+    config = setup(root, store_url, ["a", "b", "c"])
+    proc = datum(config, "reconcile", NAME, "--passes", "3", delay=1.0)
+    wait_for(lambda: "applying a" in progress(root))
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 143, (out, err)
+    assert "stopped" in err
+    assert progress(root) == ["applying a", "applied a"]  # finished a, began nothing else
+    assert [p.name for p in (root / "items").iterdir()] == ["a"]
+    store = open_store(load_settings(str(config)).store_url)
+    assert writes(store) == {"a": 1}  # a's status write went through
+    row = run_row(store)
+    assert row["executed_passes"] == 1 and not row["completed"] and "stopped" in row["error"]
+    with store.connect() as conn:
+        assert conn.execute(sa.select(locks.c.holder).where(locks.c.name == f"reconciler:{NAME}")).scalar() is None
+    # released: the next pass runs at once and does the rest
+    again = datum(config, "reconcile", NAME, delay=0)
+    out, err = again.communicate(timeout=60)
+    assert again.returncode == 0 and out.startswith("pass 1: health ok"), (out, err)
+    assert sorted(p.name for p in (root / "items").iterdir()) == ["a", "b", "c"]
+    assert writes(store) == {"a": 1, "b": 1, "c": 1}
+    store.dispose()
+
+
+def test_stopping_the_scheduler_finishes_the_current_item_and_releases(tmp_path, store_url):
+    """What ``datum serve`` does on SIGTERM: its lifespan stops the scheduler."""
+    root, (a, b), stores = runners(tmp_path, store_url, ["a", "b", "c"], delay=0.3)
+    scheduler = Scheduler(a)
+    began = threading.Event()
+    Slow.on_apply = lambda ctx, key: began.set()
+    scheduler.start()
+    assert began.wait(10)
+    scheduler.stop()
+    assert progress(root) == ["applying a", "applied a"]
+    row = run_row(stores[1])
+    assert row["executed_passes"] == 1 and "stopped" in row["error"]
+    assert b.tick(NAME).outcome is TickOutcome.EXECUTED  # released: another runner claims at once
+    assert writes(stores[1]) == {"a": 1, "b": 1, "c": 1}
+    for s in stores:
+        s.dispose()
