@@ -184,7 +184,7 @@ def run(
     """One pass over a validated manifest; persist the report unless ``persist`` is False (``datum plan``)."""
     from datum.providers.facts import read_boot_id
 
-    root_path = Path(os.path.abspath(root))
+    root_path = Path(os.path.realpath(root))  # a symlinked --root: resolved once, every write under it
     if not root_path.is_dir():
         from datum.core.findings import Problem
 

@@ -82,6 +82,8 @@ def run_pass(
 ) -> list[Outcome]:
     """Walk the manifest once; return every resource's outcome in the order walked."""
     ordered = manifest.ordered()
+    if ctx.manifest is None:
+        ctx.manifest = manifest  # a Directory purge keeps every path the manifest touches
     outcomes = {r.id: Outcome(r) for r in ordered}
     unsupported: dict[str, str | None] = {}
     total = len(ordered)
@@ -133,9 +135,10 @@ def _walk(
         out.error = _error(exc)
         out.reason = out.error
         return
-    refresh = [n.id for n in needs if n.changed and n.id in resource.spec.subscribes]
+    refresh = [n.id for n in needs if _would_change(n, ctx) and n.id in resource.spec.subscribes]
     if refresh and prov.refreshable and change.action is Action.NONE:
-        change = prov.refresh(want, have, f"{', '.join(refresh)} changed")
+        verb = "would change" if ctx.mode is Mode.OBSERVE else "changed"
+        change = prov.refresh(want, have, f"{', '.join(refresh)} {verb}")
     out.action = change.action
     out.diff = change.diff
     if change.action is Action.NONE:
@@ -149,6 +152,13 @@ def _walk(
     if announce:
         announce(out.state)
     _apply(prov, want, have, change, ctx, out)
+
+
+def _would_change(need: Outcome, ctx: HostContext) -> bool:
+    """Whether a requirement changed; in observe mode (plan), whether apply would change it."""
+    if ctx.mode is Mode.OBSERVE:
+        return need.state is ResourceState.DRIFTED and need.action is not Action.NONE
+    return need.changed
 
 
 def _apply(

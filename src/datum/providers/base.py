@@ -86,11 +86,19 @@ class HostContext:
     boot_id_file: str = "/proc/sys/kernel/random/boot_id"
     # Host paths that some resource of the manifest manages (a Directory purge keeps them).
     managed_paths: frozenset[str] = frozenset()
+    # The manifest of this pass, when a pass runs: a Directory purge keeps every path it touches.
+    manifest: Any = None
     runner: Runner = run
     # Whether systemd runs as PID 1; None asks the running system.
     systemd: bool | None = None
     cache: dict[str, Any] = field(default_factory=dict)
     _facts: Facts | None = None
+    _kept: frozenset[str] | None = None
+
+    def __post_init__(self) -> None:
+        from datum.providers.fs import forget_sweeps
+
+        forget_sweeps()  # a new pass sweeps leftover temporary files again
 
     @property
     def is_real_root(self) -> bool:
@@ -116,6 +124,7 @@ class HostContext:
     def changed(self) -> None:
         """Something on the host changed: forget what was resolved or read before."""
         self.cache.clear()
+        self._kept = None
 
     def systemd_running(self) -> bool:
         """Whether systemd is PID 1 here, as sd_booted(3) tells it."""
@@ -159,8 +168,14 @@ class Provider(Generic[S, W, H]):
         return None
 
     def paths(self, spec: S) -> list[str]:
-        """The host paths this resource manages (for conflicts and Directory purge)."""
+        """The host paths this resource owns (two resources owning one path is a finding)."""
         return []
+
+    def touches(self, spec: S) -> list[str]:
+        """The host paths this resource reads or writes, owned or not (a Directory purge keeps them)."""
+        found = self.paths(spec)
+        creates = getattr(spec, "creates", None)  # Exec: the path its command makes
+        return [*found, creates] if isinstance(creates, str) else found
 
     def desired(self, name: str, spec: S, ctx: HostContext) -> W:
         """The fully resolved desired state (content rendered, paths under root)."""

@@ -47,21 +47,66 @@ def managed_children(host_path: str, managed: frozenset[str]) -> frozenset[str]:
     return frozenset(p[len(prefix) :].split("/", 1)[0] for p in managed if p.startswith(prefix))
 
 
+def kept_paths(ctx: HostContext) -> frozenset[str]:
+    """Every real path under the root that a resource of the manifest touches, or passes through.
+
+    Line files, Exec ``creates``, File, Directory and Symlink paths, each with
+    the links it resolves through and their targets (so ``/var/run/x`` keeps
+    ``/run/x`` and the ``/var/run`` link), and the manifest's own files
+    (``source``, ``template``, the manifest) by their real paths. Computed once a pass.
+    """
+    if ctx._kept is not None:
+        return ctx._kept
+    from datum.providers.registry import provider
+
+    host_paths = set(ctx.managed_paths)
+    local: set[str] = set()
+    manifest = ctx.manifest
+    if manifest is not None:
+        for r in manifest.resources:
+            host_paths.update(provider(r.type).touches(r.spec))
+            for attr in ("source", "template"):
+                if value := getattr(r.spec, attr, None):
+                    local.add(os.path.realpath(os.path.join(manifest.dir, value)))
+        if manifest.source and manifest.source.startswith("/"):
+            local.add(os.path.realpath(manifest.source))
+    kept: set[str] = set()
+    for p in host_paths:
+        kept |= fs.passes_through(ctx.root, p)
+    for p in local:  # files on the running system: kept with every directory above them
+        while p not in kept and p != "/":
+            kept.add(p)
+            p = os.path.dirname(p)
+    ctx._kept = frozenset(kept)
+    return ctx._kept
+
+
 class DirectoryProvider(PathProvider["DirectorySpec", DirWant, DirHave]):
     type = "Directory"
 
     def desired(self, name: str, spec: DirectorySpec, ctx: HostContext) -> DirWant:
         uid, gid = owner_ids(ctx, spec.owner, spec.group)
+        # Absent removes a link at the path, never the directory it points to.
+        real = ctx.path(spec.path, follow_last=spec.ensure == "present")
+        if spec.ensure == "absent" and real == ctx.root:
+            raise ProviderError(f"{spec.path} is the root; it is never removed")
+        keep: frozenset[str] = frozenset()
+        if spec.purge and spec.ensure == "present":
+            inside = str(real).rstrip("/") + "/"
+            kept = kept_paths(ctx)
+            keep = frozenset(
+                p[len(inside) :].split("/", 1)[0] for p in kept if p.startswith(inside)
+            )
         return DirWant(
             spec.path,
-            ctx.path(spec.path),
+            real,
             spec.ensure,
             spec.mode,
             uid,
             gid,
             spec.purge,
             spec.force,
-            managed_children(spec.path, ctx.managed_paths),
+            keep,
         )
 
     def observe(self, want: DirWant, ctx: HostContext) -> DirHave:
@@ -75,14 +120,22 @@ class DirectoryProvider(PathProvider["DirectorySpec", DirWant, DirHave]):
         return DirHave(kind, st, entries)
 
     def plan(self, want: DirWant, have: DirHave) -> Change:
+        # What apply would refuse, plan refuses too (the pass line says why, not "update").
+        fs.refuse_special(
+            want.host_path, have.kind, "a directory" if want.ensure == "present" else "absent"
+        )
         if want.ensure == "absent":
             if have.kind == "absent":
                 return Change()
+            if have.kind == "directory" and have.entries and not want.force:
+                raise ProviderError(f"{want.host_path} is not empty; set force: true to remove it")
             return Change(Action.DELETE, (f"{have.kind} present, want absent",))
         if have.kind == "absent":
             return Change(Action.CREATE, ("absent",))
         if have.kind != "directory":
-            return Change(Action.UPDATE, (f"is a {have.kind}, want a directory",))
+            raise ProviderError(
+                f"{want.host_path} is a {have.kind}; refusing to replace it with a directory"
+            )
         differences = fs.meta_differences(have.st, want.mode, want.uid, want.gid)
         unmanaged = sorted(have.entries - want.keep) if want.purge else []
         if unmanaged:
@@ -93,15 +146,12 @@ class DirectoryProvider(PathProvider["DirectorySpec", DirWant, DirHave]):
         return Change(Action.UPDATE, tuple(differences)) if differences else Change()
 
     def apply(self, want: DirWant, have: DirHave, change: Change, ctx: HostContext) -> str | None:
+        self.plan(want, have)  # the same refusals, whoever calls
         if change.action is Action.DELETE:
-            if have.kind == "directory" and have.entries and not want.force:
-                raise ProviderError(f"{want.host_path} is not empty; set force: true to remove it")
-            fs.remove(want.real)
+            if want.real == ctx.root:
+                raise ProviderError(f"{want.host_path} is the root; it is never removed")
+            fs.remove(want.real)  # a link is unlinked, its target stays
             return None
-        if have.kind not in ("absent", "directory"):
-            raise ProviderError(
-                f"{want.host_path} is a {have.kind}; refusing to replace it with a directory"
-            )
         if have.kind == "absent":
             want.real.mkdir(parents=True, exist_ok=True)
             fs.fsync_dir(want.real.parent)
@@ -113,15 +163,17 @@ class DirectoryProvider(PathProvider["DirectorySpec", DirWant, DirHave]):
 
 def purge(want: DirWant, entries: frozenset[str]) -> None:
     """Reap the entries no resource manages, through Converge; raise naming those it could not."""
-    # One pass, no confirmation and no breaker: the manifest is the operator's
-    # explicit, validated decision, and a host pass has no memory across runs.
+    # One pass, no confirmation and no breaker (an empty desired set included):
+    # the manifest is the operator's explicit, validated decision, and a host
+    # pass has no memory across runs.
     converge: Converge[str, str] = Converge(
-        "directory-entry", ConvergeConfig(confirmation_ticks=1, breaker={}, drift_cap=10_000)
+        "directory-entry",
+        ConvergeConfig(confirmation_ticks=1, breaker={}, drift_cap=10_000, allow_empty=True),
     )
 
     def reap(direction: Direction, name: str, _want: str | None, _have: str | None) -> None:
-        if direction is Direction.REAP:
-            fs.remove(want.real / name)
+        if direction is Direction.REAP and name not in want.keep:
+            fs.remove(want.real / name)  # no-follow: a link is unlinked, a tree walked by fd
 
     kept = {n: n for n in entries & want.keep}
     result = converge.run(kept, {n: n for n in entries}, reap, {})

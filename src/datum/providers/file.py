@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -30,6 +31,7 @@ class FileWant:
     mode: int | None
     uid: int | None
     gid: int | None
+    sensitive: bool = False
 
 
 @dataclass(frozen=True)
@@ -163,14 +165,20 @@ class FileProvider(PathProvider["FileSpec", FileWant, FileHave]):
 
     def desired(self, name: str, spec: FileSpec, ctx: HostContext) -> FileWant:
         uid, gid = owner_ids(ctx, spec.owner, spec.group)
+        # Present writes through a final link (to its target inside the root);
+        # absent removes the link itself, never what it points to.
+        real = ctx.path(spec.path, follow_last=spec.ensure == "present")
+        if real == ctx.root:
+            raise ProviderError(f"{spec.path} is the root; a File never removes or replaces it")
         return FileWant(
             spec.path,
-            ctx.path(spec.path),
+            real,
             spec.ensure,
             render_content(spec, ctx) if spec.ensure == "present" else None,
             spec.mode,
             uid,
             gid,
+            bool(getattr(spec, "sensitive", False)),
         )
 
     def observe(self, want: FileWant, ctx: HostContext) -> FileHave:
@@ -180,38 +188,42 @@ class FileProvider(PathProvider["FileSpec", FileWant, FileHave]):
         return FileHave(kind, content, st)
 
     def plan(self, want: FileWant, have: FileHave) -> Change:
+        # What apply would refuse, plan refuses too (the pass line says why, not "update").
+        fs.refuse_special(
+            want.host_path, have.kind, "a file" if want.ensure == "present" else "absent"
+        )
         if want.ensure == "absent":
             if have.kind == "absent":
                 return Change()
-            return Change(
-                Action.DELETE,
-                (f"{have.kind} present, want absent",),
-                fs.unified(want.host_path, have.content, None),
-            )
+            if have.kind == "directory":
+                raise ProviderError(f"{want.host_path} is a directory; a File will not remove it")
+            return Change(Action.DELETE, (f"{have.kind} present, want absent",))
         if have.kind == "absent":
-            return Change(
-                Action.CREATE, ("absent",), fs.unified(want.host_path, None, want.content or b"")
-            )
+            return Change(Action.CREATE, ("absent",), self._diff(want, have, None))
         if have.kind != "file":
-            return Change(Action.UPDATE, (f"is a {have.kind}, want a file",))
+            raise ProviderError(
+                f"{want.host_path} is a {have.kind}; refusing to replace it with a file"
+            )
         differences = []
         diff = None
         if want.content is not None and have.content != want.content:
             differences.append("content")
-            diff = fs.unified(want.host_path, have.content, want.content)
+            diff = self._diff(want, have, have.content)
         differences += fs.meta_differences(have.st, want.mode, want.uid, want.gid)
         return Change(Action.UPDATE, tuple(differences), diff) if differences else Change()
 
+    @staticmethod
+    def _diff(want: FileWant, have: FileHave, before: bytes | None) -> str:
+        """The content diff, or the marker that stands for it where it must not be shown."""
+        existing = stat.S_IMODE(have.st.st_mode) if have.st is not None else None
+        marker = fs.redaction(want.sensitive, want.mode, existing)
+        return marker or fs.unified(want.host_path, before, want.content or b"")
+
     def apply(self, want: FileWant, have: FileHave, change: Change, ctx: HostContext) -> str | None:
+        self.plan(want, have)  # the same refusals, whoever calls
         if change.action is Action.DELETE:
-            if have.kind == "directory":
-                raise ProviderError(f"{want.host_path} is a directory; a File will not remove it")
             fs.remove(want.real)
             return None
-        if have.kind not in ("absent", "file"):
-            raise ProviderError(
-                f"{want.host_path} is a {have.kind}; refusing to replace it with a file"
-            )
         if have.kind == "absent" or (want.content is not None and have.content != want.content):
             data = want.content if want.content is not None else (have.content or b"")
             fs.write_atomic(

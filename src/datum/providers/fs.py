@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import stat
-import tempfile
 from pathlib import Path
 
 from datum.providers.base import ProviderError
@@ -49,9 +48,17 @@ def resolve(
 
 
 def _walk(
-    top: str, path: str, follow_last: bool, original: str, start: list[str] | None = None
+    top: str,
+    path: str,
+    follow_last: bool,
+    original: str,
+    start: list[str] | None = None,
+    seen: set[str] | None = None,
 ) -> str:
-    """Resolve ``path`` component by component under ``top`` as a chroot would, from ``start``."""
+    """Resolve ``path`` component by component under ``top`` as a chroot would, from ``start``.
+
+    ``seen``, when given, collects every path the walk passes through (links included).
+    """
     todo = [p for p in path.split("/") if p not in ("", ".")]
     todo.reverse()
     done: list[str] = list(start or ())
@@ -64,6 +71,8 @@ def _walk(
             done.pop()
             continue
         here = os.path.join(top, *done, part)
+        if seen is not None:
+            seen.add(here)
         if (todo or follow_last) and os.path.islink(here):
             hops += 1
             if hops > _MAX_LINKS:
@@ -79,20 +88,78 @@ def _walk(
     return os.path.join(top, *done) if done else top
 
 
+def passes_through(root: Path, host_path: str) -> set[str]:
+    """Every real path under ``root`` that resolving ``host_path`` visits: each component, each link and its target.
+
+    A Directory purge keeps all of them, so an alias (``/var/run -> /run``) or a
+    link on the way is the same path as what it leads to. Empty when the path escapes.
+    """
+    seen: set[str] = set()
+    try:
+        _walk(os.path.abspath(root), host_path, True, host_path, seen=seen)
+    except (Escape, OSError):
+        pass
+    return seen
+
+
 def _absolute_under(top: str, target: str, link: str, original: str) -> str:
     """Where an absolute link under a sandbox root leads, as a path from the root.
 
     A chroot reads ``/run`` as the root's own ``run`` (Debian's ``/var/run ->
-    /run``), so a target that exists inside the root is followed there. A
-    target naming the root by its real path is inside too. Anything else is
-    a symlink out of the root: refused, never followed.
+    /run``, an image's ``/etc/resolv.conf -> /run/systemd/resolve/...``), whether
+    or not it exists there yet, so the target is returned as it is and walked
+    from the root. A target naming the root by its real path is inside too. A
+    ``..`` that would climb above the root is refused by the walk.
     """
     real = os.path.normpath(target)
     if os.path.commonpath([top, real]) == top:
         return real[len(top) :] or "/"
-    if os.path.lexists(os.path.join(top, real.lstrip("/"))):
-        return real
-    raise Escape(f"{original}: {link} links out of the root to {target}")
+    return target
+
+
+# Temporary files are named with this prefix and a few random characters, so a
+# name stays short whatever the target's (NAME_MAX is 255 bytes), and a file left
+# by a killed pass is recognised and removed by the next pass that writes there.
+TMP_PREFIX = ".datum-tmp-"
+_OLD_TMP_SUFFIX = ".datum-tmp"  # what versions before named them: .{name}.XXXX.datum-tmp
+_swept: set[str] = set()
+
+
+def forget_sweeps() -> None:
+    """A new pass: sweep again each directory it writes to."""
+    _swept.clear()
+
+
+def sweep_temporaries(directory: Path) -> None:
+    """Remove temporary files a killed pass left in ``directory``, once per pass and directory.
+
+    Only regular files and links named as Datum names them; a link is removed,
+    never followed. Passes over one root do not overlap (the pass lock).
+    """
+    key = str(directory)
+    if key in _swept:
+        return
+    _swept.add(key)
+    try:
+        with os.scandir(directory) as entries:
+            stale = [
+                e.path
+                for e in entries
+                if (e.name.startswith(TMP_PREFIX) or e.name.endswith(_OLD_TMP_SUFFIX))
+                and not e.is_dir(follow_symlinks=False)
+            ]
+    except OSError:
+        return
+    for name in stale:
+        try:
+            os.unlink(name)
+        except OSError:
+            pass
+
+
+def temporary_name(directory: Path) -> Path:
+    """A short, unused-looking name in ``directory`` for a file or link about to be renamed into place."""
+    return directory / f"{TMP_PREFIX}{os.urandom(6).hex()}"
 
 
 def write_atomic(
@@ -100,10 +167,13 @@ def write_atomic(
 ) -> None:
     """Replace ``path`` with ``data`` so a crash leaves the old file or the new one, never half.
 
-    The temporary file gets its mode and owner before the rename; an existing
-    file's mode and owner are kept when not given.
+    The temporary file gets its owner, then its mode (a chown clears setuid and
+    setgid bits, so the mode comes last), before the rename; an existing file's
+    mode and owner are kept when not given. Its name is short (``.datum-tmp-``
+    and 12 characters), so a target name of 255 bytes works.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
+    sweep_temporaries(path.parent)
     try:
         old = os.lstat(path)
     except FileNotFoundError:
@@ -113,14 +183,22 @@ def write_atomic(
     if old is not None and stat.S_ISREG(old.st_mode):
         uid = old.st_uid if uid == -1 else uid
         gid = old.st_gid if gid == -1 else gid
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".datum-tmp", dir=path.parent)
+    while True:
+        tmp = temporary_name(path.parent)
+        try:
+            fd = os.open(
+                tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600
+            )
+            break
+        except FileExistsError:
+            continue
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
-            os.fchmod(fh.fileno(), mode)
             if uid != -1 or gid != -1:
                 os.fchown(fh.fileno(), uid, gid)
+            os.fchmod(fh.fileno(), mode)
             os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
@@ -142,13 +220,30 @@ def fsync_dir(path: Path) -> None:
 
 
 def read_bytes(path: Path) -> bytes | None:
-    """The file's content, or None when it does not exist."""
+    """A regular file's content, or None when it does not exist.
+
+    Never hangs and never follows a final link: the kind is checked before the
+    open, the open is ``O_NOFOLLOW | O_NONBLOCK`` (a FIFO does not block) and
+    what was opened must be a regular file.
+    """
+    st = lstat(path)
+    if st is None:
+        return None
+    what = kind(st)
+    if what == "directory":
+        raise ProviderError(f"{path} is a directory")
+    if what != "file":
+        raise ProviderError(f"{path} is a {what}, not a regular file; refusing to read it")
     try:
-        return path.read_bytes()
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
         return None
-    except IsADirectoryError as exc:
-        raise ProviderError(f"{path} is a directory") from exc
+    except OSError as exc:
+        raise ProviderError(f"cannot read {path}: {exc.strerror}") from exc
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ProviderError(f"{path} is not a regular file; refusing to read it")
+        return fh.read()
 
 
 def lstat(path: Path) -> os.stat_result | None:
@@ -161,7 +256,12 @@ def lstat(path: Path) -> os.stat_result | None:
 
 
 def remove(path: Path) -> None:
-    """Remove a file, a symlink or a whole directory tree, without following links."""
+    """Remove a file, a symlink or a whole directory tree, never following a link.
+
+    A link is unlinked (its target stays); a directory tree is removed with
+    ``shutil.rmtree``, which on Linux walks by file descriptor and never
+    follows a link inside the tree, nor one swapped in for the top.
+    """
     st = lstat(path)
     if st is None:
         return
@@ -174,17 +274,32 @@ def remove(path: Path) -> None:
     fsync_dir(path.parent)
 
 
+_KINDS = (
+    (stat.S_ISLNK, "link"),
+    (stat.S_ISDIR, "directory"),
+    (stat.S_ISREG, "file"),
+    (stat.S_ISFIFO, "fifo"),
+    (stat.S_ISSOCK, "socket"),
+    (stat.S_ISCHR, "character device"),
+    (stat.S_ISBLK, "block device"),
+)
+SPECIAL = frozenset({"fifo", "socket", "character device", "block device", "other"})
+
+
 def kind(st: os.stat_result | None) -> str:
-    """``absent``, ``file``, ``directory``, ``link`` or ``other``, for reports."""
+    """``absent``, ``file``, ``directory``, ``link``, ``fifo``, ``socket``, ``character device``, ``block device``."""
     if st is None:
         return "absent"
-    if stat.S_ISLNK(st.st_mode):
-        return "link"
-    if stat.S_ISDIR(st.st_mode):
-        return "directory"
-    if stat.S_ISREG(st.st_mode):
-        return "file"
+    for test, name in _KINDS:
+        if test(st.st_mode):
+            return name
     return "other"
+
+
+def refuse_special(host_path: str, what: str, want: str) -> None:
+    """A FIFO, socket or device where a resource wants something else: never opened, never replaced."""
+    if what in SPECIAL:
+        raise ProviderError(f"{host_path} is a {what}; refusing to touch it (want {want})")
 
 
 def meta_differences(
@@ -204,30 +319,79 @@ def meta_differences(
 
 
 def set_meta(path: Path, mode: int | None, uid: int | None, gid: int | None) -> None:
-    """Set the mode and ownership that are managed, leave the rest alone."""
+    """Set the mode and ownership that are managed, leave the rest alone.
+
+    Ownership first, then the mode: a chown clears setuid and setgid bits, so
+    when the mode is not managed the bits it had are put back.
+    """
     if uid is not None or gid is not None:
+        before = stat.S_IMODE(os.lstat(path).st_mode)
         os.chown(
             path, -1 if uid is None else uid, -1 if gid is None else gid, follow_symlinks=False
         )
+        if mode is None and before & (stat.S_ISUID | stat.S_ISGID):
+            mode = before
     if mode is not None:
         os.chmod(path, mode)
 
 
+# --- diffs in plans, reports, the store and ``datum status`` ----------------------------------
+
+DIFF_MAX_BYTES = 1 << 20  # content larger than this is not diffed, only measured
+DIFF_MAX_LINES = 500
+DIFF_MAX_CHARS = 64 * 1024
+REDACTED_MODE = "(diff redacted: file is not world-readable)\n"
+REDACTED_SENSITIVE = "(diff redacted: sensitive: true)\n"
+
+
+def redaction(sensitive: bool, *modes: int | None) -> str | None:
+    """The marker that replaces a content diff, or None when it may be shown.
+
+    As Puppet's ``show_diff``/``Sensitive``: a resource marked sensitive, or a file
+    whose existing or desired mode lets others not read it, has no diff anywhere.
+    """
+    if sensitive:
+        return REDACTED_SENSITIVE
+    if any(m is not None and not m & stat.S_IROTH for m in modes):
+        return REDACTED_MODE
+    return None
+
+
+def split_lines(text: str) -> list[str]:
+    """Lines split on ``\n`` only, each keeping its end (``str.splitlines`` also splits on \x0c, \u2028...)."""
+    parts = text.split("\n")
+    lines = [p + "\n" for p in parts[:-1]]
+    if parts[-1]:
+        lines.append(parts[-1])
+    return lines
+
+
 def unified(host_path: str, before: bytes | None, after: bytes | None) -> str:
-    """A unified diff of file content for plans and drift reports."""
+    """A unified diff of file content for plans and drift reports, bounded in size."""
     import difflib
 
+    size_a, size_b = len(before or b""), len(after or b"")
+    if max(size_a, size_b) > DIFF_MAX_BYTES:
+        return f"content differs ({size_a} bytes, want {size_b}); too large to diff\n"
     try:
         a = (before or b"").decode("utf-8")
         b = (after or b"").decode("utf-8")
     except UnicodeDecodeError:
-        return f"binary content differs ({len(before or b'')} bytes, want {len(after or b'')})\n"
+        return f"binary content differs ({size_a} bytes, want {size_b})\n"
     lines = difflib.unified_diff(
-        a.splitlines(keepends=True),
-        b.splitlines(keepends=True),
+        split_lines(a),
+        split_lines(b),
         fromfile=f"a{host_path}" if before is not None else "/dev/null",
         tofile=f"b{host_path}" if after is not None else "/dev/null",
     )
-    return "".join(
-        line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines
-    )
+    out: list[str] = []
+    chars = 0
+    for n, line in enumerate(lines):
+        shown = line if line.endswith("\n") else line + "\n\\ No newline at end of file\n"
+        if n >= DIFF_MAX_LINES or chars + len(shown) > DIFF_MAX_CHARS:
+            rest = sum(1 for _ in lines) + 1
+            out.append(f"(diff truncated: {rest} more lines)\n")
+            break
+        out.append(shown)
+        chars += len(shown)
+    return "".join(out)

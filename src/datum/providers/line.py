@@ -3,11 +3,18 @@
 With ``match``, the last matching line is replaced (as Ansible's lineinfile
 does); without a match the line is appended. ``absent`` removes every line
 equal to ``line`` or matching ``match``.
+
+Everything else in the file stays as it was, byte for byte: lines are split on
+``\\n`` only (not on ``\\x0c``, ``\\u2028`` and the rest ``str.splitlines``
+knows), a CRLF file stays CRLF, bytes that are not UTF-8 pass through
+untouched (``surrogateescape``), a missing final newline stays missing unless
+a line is appended, and the file keeps its mode and owner (setuid included).
 """
 
 from __future__ import annotations
 
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -18,6 +25,8 @@ from datum.providers.base import Change, HostContext, Provider, ProviderError
 
 if TYPE_CHECKING:
     from datum.providers.specs import LineSpec
+
+_CODEC = ("utf-8", "surrogateescape")
 
 
 @dataclass(frozen=True)
@@ -30,63 +39,85 @@ class LineWant:
 @dataclass(frozen=True)
 class LineHave:
     content: bytes | None
+    mode: int | None = None
+
+
+def _body(line: str) -> str:
+    """A line without its ending: what ``line`` and ``match`` compare against."""
+    if line.endswith("\n"):
+        line = line[:-1]
+    return line[:-1] if line.endswith("\r") else line
 
 
 def edit(text: str, spec: LineSpec) -> str:
-    """Pure: ``text`` with the line made present or absent."""
-    lines = text.splitlines()
+    """Pure: ``text`` with the line made present or absent; every other line as it was."""
+    lines = fs.split_lines(text)
     pattern = re.compile(spec.match) if spec.match else None
 
     def hit(candidate: str) -> bool:
         return candidate == spec.line or bool(pattern and pattern.search(candidate))
 
     if spec.ensure == "absent":
-        lines = [x for x in lines if not hit(x)]
-    else:
-        assert spec.line is not None
-        matches = [i for i, x in enumerate(lines) if pattern and pattern.search(x)]
-        if matches:
-            lines[matches[-1]] = spec.line
-        elif spec.line not in lines:
-            lines.append(spec.line)
-    return "".join(x + "\n" for x in lines)
+        return "".join(x for x in lines if not hit(_body(x)))
+    assert spec.line is not None
+    bodies = [_body(x) for x in lines]
+    matches = [i for i, b in enumerate(bodies) if pattern and pattern.search(b)]
+    if matches:
+        i = matches[-1]
+        if bodies[i] != spec.line:
+            lines[i] = spec.line + lines[i][len(bodies[i]) :]  # keeps that line's ending
+    elif spec.line not in bodies:
+        # The file's own line ending: the one of its last terminated line.
+        pairs = zip(reversed(lines), reversed(bodies), strict=True)
+        ending = next((x[len(b) :] for x, b in pairs if x.endswith("\n")), "\n")
+        if lines and not lines[-1].endswith("\n"):
+            lines[-1] += ending
+        lines.append(spec.line + ending)
+    return "".join(lines)
 
 
 class LineProvider(Provider["LineSpec", LineWant, LineHave]):
     type = "Line"
 
+    def touches(self, spec: LineSpec) -> list[str]:
+        return [spec.path]  # not owned (many Lines and a File may share it), but kept by a purge
+
     def desired(self, name: str, spec: LineSpec, ctx: HostContext) -> LineWant:
         return LineWant(spec.path, ctx.path(spec.path), spec)
 
     def observe(self, want: LineWant, ctx: HostContext) -> LineHave:
+        st = fs.lstat(want.real)
+        what = fs.kind(st)
+        if what not in ("absent", "file"):
+            raise ProviderError(f"{want.host_path} is a {what}; a Line edits a regular file only")
         content = fs.read_bytes(want.real)
         if content is None and not want.spec.create and want.spec.ensure == "present":
             raise ProviderError(
                 f"{want.host_path} does not exist (set create: true, or require its File)"
             )
-        return LineHave(content)
+        return LineHave(content, stat.S_IMODE(st.st_mode) if st is not None else None)
 
     def plan(self, want: LineWant, have: LineHave) -> Change:
+        marker = fs.redaction(False, have.mode)
         if have.content is None:
             if want.spec.ensure == "absent":
                 return Change()
+            after = edit("", want.spec).encode(*_CODEC)
             return Change(
-                Action.CREATE,
-                ("file absent",),
-                fs.unified(want.host_path, None, edit("", want.spec).encode()),
+                Action.CREATE, ("file absent",), marker or fs.unified(want.host_path, None, after)
             )
-        before = have.content.decode("utf-8", "replace")
-        after = edit(before, want.spec)
-        if after.splitlines() == before.splitlines():
-            return Change()  # a missing final newline alone is not drift
+        before = have.content.decode(*_CODEC)
+        after_text = edit(before, want.spec)
+        if after_text == before:
+            return Change()
         what = "line absent" if want.spec.ensure == "present" else "line present"
-        return Change(
-            Action.UPDATE, (what,), fs.unified(want.host_path, have.content, after.encode())
-        )
+        diff = marker or fs.unified(want.host_path, have.content, after_text.encode(*_CODEC))
+        return Change(Action.UPDATE, (what,), diff)
 
     def apply(self, want: LineWant, have: LineHave, change: Change, ctx: HostContext) -> str | None:
-        before = (have.content or b"").decode("utf-8", "replace")
-        fs.write_atomic(want.real, edit(before, want.spec).encode())
+        before = (have.content or b"").decode(*_CODEC)
+        # Mode and owner: write_atomic keeps the existing file's (owner first, then mode).
+        fs.write_atomic(want.real, edit(before, want.spec).encode(*_CODEC))
         return None
 
 

@@ -33,13 +33,22 @@ class SymlinkProvider(PathProvider["SymlinkSpec", LinkWant, LinkHave]):
     type = "Symlink"
 
     def desired(self, name: str, spec: SymlinkSpec, ctx: HostContext) -> LinkWant:
-        return LinkWant(spec.path, ctx.path(spec.path, follow_last=False), spec.ensure, spec.target)
+        real = ctx.path(spec.path, follow_last=False)
+        if real == ctx.root:
+            raise ProviderError(f"{spec.path} is the root; a Symlink never removes or replaces it")
+        return LinkWant(spec.path, real, spec.ensure, spec.target)
 
     def observe(self, want: LinkWant, ctx: HostContext) -> LinkHave:
         kind = fs.kind(fs.lstat(want.real))
         return LinkHave(kind, os.readlink(want.real) if kind == "link" else None)
 
     def plan(self, want: LinkWant, have: LinkHave) -> Change:
+        # What apply would refuse, plan refuses too (the pass line says why, not "update").
+        fs.refuse_special(
+            want.host_path, have.kind, "a link" if want.ensure == "present" else "absent"
+        )
+        if have.kind == "directory":
+            raise ProviderError(f"{want.host_path} is a directory; refusing to replace it")
         if want.ensure == "absent":
             if have.kind == "absent":
                 return Change()
@@ -53,18 +62,27 @@ class SymlinkProvider(PathProvider["SymlinkSpec", LinkWant, LinkHave]):
         return Change()
 
     def apply(self, want: LinkWant, have: LinkHave, change: Change, ctx: HostContext) -> str | None:
-        if have.kind == "directory":
-            raise ProviderError(f"{want.host_path} is a directory; refusing to replace it")
+        self.plan(want, have)  # the same refusals, whoever calls
         if change.action is Action.DELETE:
             fs.remove(want.real)
             return None
         assert want.target is not None
         want.real.parent.mkdir(parents=True, exist_ok=True)
-        # A link made beside it and renamed over it: the path is never missing.
-        tmp = want.real.with_name(f".{want.real.name}.datum-tmp")
-        fs.remove(tmp)
-        os.symlink(want.target, tmp)
-        os.replace(tmp, want.real)
+        fs.sweep_temporaries(want.real.parent)
+        # A link made beside it (a short name, whatever the link's) and renamed over it:
+        # the path is never missing.
+        while True:
+            tmp = fs.temporary_name(want.real.parent)
+            try:
+                os.symlink(want.target, tmp)
+                break
+            except FileExistsError:
+                continue
+        try:
+            os.replace(tmp, want.real)
+        except BaseException:
+            os.unlink(tmp)
+            raise
         fs.fsync_dir(want.real.parent)
         return None
 
