@@ -5,7 +5,9 @@ Its substrate is a folder: ``ROOT/desired.json`` lists the item names wanted,
 ``ROOT/progress``, waits ``delay`` seconds (``SLOW_DELAY`` overrides), creates
 the item, then writes its status through ``ctx.begin()`` (one more ``writes``
 in ``slow_status``) and appends ``applied NAME``. Every executed pass appends
-its tick time to ``ROOT/passes``.
+its tick time and pid to ``ROOT/passes``, waits ``pass_delay`` seconds, and
+holds ``flock`` on ``ROOT/inpass.lock`` while it runs: a pass that finds it
+taken appends to ``ROOT/overlaps`` (two passes at once).
 
 Run as a script it is the ``datum`` command with this reconciler registered:
 ``python slow_reconciler.py reconcile slow --config FILE``.
@@ -13,6 +15,7 @@ Run as a script it is the ``datum`` command with this reconciler registered:
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import sys
@@ -39,6 +42,7 @@ slow_status = sa.Table(
 class SlowSettings(ReconcilerSettings):
     root: str
     delay: float = 0.0
+    pass_delay: float = 0.0
 
 
 class Slow:
@@ -53,11 +57,22 @@ class Slow:
     def __init__(self, settings: SlowSettings, store):
         self.root = Path(settings.root)
         self.delay = float(os.environ.get("SLOW_DELAY", settings.delay))
+        self.pass_delay = settings.pass_delay
         store.ensure(status_rows)
 
     def run(self, ctx):
+        with open(self.root / "inpass.lock", "a") as held:
+            try:
+                fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                with open(self.root / "overlaps", "a") as f:
+                    f.write(f"{os.getpid()} {ctx.now.isoformat()}\n")
+            self._run(ctx)
+
+    def _run(self, ctx):
         with open(self.root / "passes", "a") as f:
-            f.write(ctx.now.isoformat() + "\n")
+            f.write(f"{ctx.now.isoformat()} {os.getpid()}\n")
+        time.sleep(self.pass_delay)
         want = json.loads((self.root / "desired.json").read_text())
         items = self.root / "items"
         items.mkdir(exist_ok=True)

@@ -235,3 +235,30 @@ def test_stopping_the_scheduler_finishes_the_current_item_and_releases(tmp_path,
     assert writes(stores[1]) == {"a": 1, "b": 1, "c": 1}
     for s in stores:
         s.dispose()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
+def test_a_stopped_or_killed_datum_serve_leaves_the_reconciler_free(tmp_path, store_url, sig):
+    """A ``datum serve`` replica mid-pass: SIGTERM finishes the current item and persists,
+    SIGKILL persists nothing; either way the next pass, from any process, runs at once."""
+    root = tmp_path / "slow"
+    config = setup(root, store_url, ["a", "b", "c"], interval="1h")
+    server = datum(config, "serve", "--host", "127.0.0.1", "--port", "0", delay=1.0)
+    try:
+        wait_for(lambda: "applying a" in progress(root))
+    finally:
+        server.send_signal(sig)
+        out, err = server.communicate(timeout=30)
+    store = open_store(load_settings(str(config)).store_url)
+    row = run_row(store)
+    if sig == signal.SIGTERM:
+        assert progress(root) == ["applying a", "applied a"], (out, err)
+        assert row["executed_passes"] == 1 and "stopped" in row["error"]
+    else:
+        assert progress(root) == ["applying a"]
+        assert row["executed_passes"] == 0
+    again = datum(config, "reconcile", NAME, delay=0)
+    out, err = again.communicate(timeout=60)
+    assert again.returncode == 0 and out.startswith("pass 1: health ok"), (out, err)
+    assert sorted(p.name for p in (root / "items").iterdir()) == ["a", "b", "c"]
+    store.dispose()
