@@ -70,10 +70,16 @@ class _Strict(BaseModel):
 
 
 class ThresholdSettings(_Strict):
-    """A breaker threshold given as a table: a count, a fraction of desired, or both."""
+    """A breaker threshold given as a table: a count, a fraction of its population, or both."""
 
     count: int | None = Field(default=None, ge=0)
     fraction: float | None = Field(default=None, ge=0, le=1)
+
+
+class ReapThresholdSettings(ThresholdSettings):
+    """The reap threshold: its fraction (of what exists) is on unless the table sets another."""
+
+    fraction: float | None = Field(default=0.1, ge=0, le=1)
 
 
 def _threshold(value: Any) -> Any:
@@ -81,13 +87,20 @@ def _threshold(value: Any) -> Any:
 
 
 Limit = Annotated[ThresholdSettings | None, BeforeValidator(_threshold)]
+ReapLimit = Annotated[ReapThresholdSettings | None, BeforeValidator(_threshold)]
 
 
 class BreakerSettings(_Strict):
-    """Per-direction breaker thresholds; a bare number is a count."""
+    """Per-direction breaker thresholds; a bare number is a count.
+
+    A reap trips past 10 candidates or past a tenth of what exists, whichever
+    comes first; a bare number replaces the count and keeps the fraction
+    (``fraction = 1`` switches the fraction off). Restores and aligns trip
+    past 100, and on a fraction of what is desired only when one is given.
+    """
 
     restore: Limit = ThresholdSettings(count=100)
-    reap: Limit = ThresholdSettings(count=10)
+    reap: ReapLimit = ReapThresholdSettings(count=10, fraction=0.1)
     align: Limit = ThresholdSettings(count=100)
 
 
@@ -112,6 +125,7 @@ class ReconcilerSettings(_Strict):
     backoff: BackoffSettings = BackoffSettings()
     mode: ConvergeMode = ConvergeMode.ENFORCE
     no_reap: bool = False
+    allow_empty: bool = False
     enabled: bool = True
     lock_ttl: Duration = timedelta(minutes=10)
 
@@ -129,6 +143,7 @@ class ReconcilerSettings(_Strict):
             backoff=BackoffPolicy(self.backoff.base_passes, self.backoff.cap_passes),
             mode=self.mode,
             no_reap=self.no_reap,
+            allow_empty=self.allow_empty,
         )
 
 

@@ -637,7 +637,9 @@ def test_streak_memory_survives_process_restart(env):
 
 def test_reap_stray_directory(env):
     home, root, tmp = env
-    cfg, broot = bucket_cfg(tmp)
+    # Section 8: a reap respects the fraction of what exists, and an empty desired
+    # set trips the breaker unless allow_empty; this world allows both.
+    cfg, broot = bucket_cfg(tmp, reap="{ count = 10, fraction = 1.0 }", extra="allow_empty = true")
     (broot / "stray").mkdir()
     reconcile(home, cfg, 1)
     doc = drift(home, cfg)
@@ -646,6 +648,18 @@ def test_reap_stray_directory(env):
     assert it["direction"] == "reap" and it["id"] == "stray" and it["reason"] == "awaiting_confirmation"
     reconcile(home, cfg, 2)
     assert not (broot / "stray").exists()
+
+
+def test_empty_desired_set_never_reaps_by_default(env):
+    home, root, tmp = env
+    cfg, broot = bucket_cfg(tmp)
+    (broot / "stray").mkdir()
+    reconcile(home, cfg, 3)
+    doc = drift(home, cfg)
+    check_report(doc)
+    (it,) = doc["items"]
+    assert it["direction"] == "reap" and it["reason"] == "circuit_breaker"
+    assert (broot / "stray").is_dir()
 
 
 def test_align_apply_failed_then_backoff(env):

@@ -24,6 +24,7 @@ class Harness:
 
     def __init__(self, **config):
         self.prereq = config.pop("prerequisite", None)
+        config.setdefault("breaker", {})  # off unless the test is about the breaker
         self.engine = Converge(
             "thing",
             ConvergeConfig(**config),

@@ -112,6 +112,16 @@ def test_a_file_under_the_root_is_reported_not_deleted(datum_cli, env):
     (root / "notes.txt").write_text("keep me")
     datum_cli("reconcile", "buckets", "--passes", "2", "--config", cfg)
     item = items(drift(datum_cli, cfg))["notes.txt"]
+    # no bucket is desired at all: the breaker holds the reap back before it is tried
+    assert (item["direction"], item["reason"]) == ("reap", "circuit_breaker")
+    assert "allow_empty" in item["lastErr"]
+    # allowed to reap into an empty desired set, the reap itself refuses a file
+    Path(cfg).write_text(
+        Path(cfg).read_text().replace("reap = 2", "reap = { count = 2, fraction = 1 }")
+        + "allow_empty = true\n"
+    )
+    datum_cli("reconcile", "buckets", "--config", cfg)
+    item = items(drift(datum_cli, cfg))["notes.txt"]
     assert (item["direction"], item["reason"]) == ("reap", "unexpected_kind")
     assert (root / "notes.txt").read_text() == "keep me"
 

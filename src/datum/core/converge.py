@@ -13,6 +13,15 @@ The apply callback says how an item ended:
   counted in ``blocked``, never in ``drift``);
 - it raises ``Waiting(reason)`` with a registered reconciler-specific reason;
 - anything else it raises is ``apply_failed``, and the item enters backoff.
+
+Every transition waits for the confirmation streak, including the ones that
+only move a desired record on the strength of what the substrate showed: a
+reconciler that gives ``unsettled`` (its records in a transitional status,
+such as a tombstone or a ``creating`` row) gets such an item reported as an
+``align`` until the substrate has shown its end state for
+``confirmation_ticks`` passes, and only then is its ``settle`` callback called
+to write the final status. It answers the way ``apply`` does; both are given
+at construction (``unsettled=``, ``settle=``).
 """
 
 from __future__ import annotations
@@ -21,10 +30,10 @@ import heapq
 import operator
 from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Generic, TypeVar
 
-from datum.core.breaker import Threshold
+from datum.core.breaker import Threshold, refusal
 from datum.core.diff import Divergence, diff
 from datum.core.memory import BackoffPolicy, ItemMemory
 from datum.core.vocab import (
@@ -56,12 +65,13 @@ class Waiting(Exception):
 
 
 ApplyFn = Callable[[Direction, str, D | None, A | None], None]
+SettleFn = Callable[[str, D, A | None], None]
 
 
 def _default_breaker() -> dict[Direction, Threshold]:
     return {
         Direction.RESTORE: Threshold(count=100),
-        Direction.REAP: Threshold(count=10),
+        Direction.REAP: Threshold(count=10, fraction=0.1),
         Direction.ALIGN: Threshold(count=100),
     }
 
@@ -76,6 +86,7 @@ class ConvergeConfig:
     backoff: BackoffPolicy = field(default_factory=BackoffPolicy)
     mode: ConvergeMode = ConvergeMode.ENFORCE
     no_reap: bool = False
+    allow_empty: bool = False
 
     def __post_init__(self) -> None:
         if self.confirmation_ticks < 1:
@@ -166,11 +177,17 @@ class Converge(Generic[D, A]):
         describe: Callable[[D], str] | None = None,
         describe_actual: Callable[[A], str] | None = None,
         prerequisite: Callable[[], str | None] | None = None,
+        unsettled: Callable[[D], bool] | None = None,
+        settle: SettleFn[D, A] | None = None,
     ) -> None:
+        if (unsettled is None) != (settle is None):
+            raise ValueError("unsettled and settle are given together or not at all")
         self.kind = kind
         self.config = config or ConvergeConfig()
         self.equal = equal
         self.tombstone = tombstone
+        self.unsettled = unsettled
+        self.settle = settle
         self.describe = describe
         self.describe_actual = describe_actual
         self.prerequisite = prerequisite
@@ -182,17 +199,25 @@ class Converge(Generic[D, A]):
         apply: ApplyFn[D, A],
         memory: Mapping[str, ItemMemory],
     ) -> PassResult:
-        """Execute one pass. ``memory`` is what the last executed pass returned."""
+        """Execute one pass. ``memory`` is what the last executed pass returned.
+
+        A confirmed item to settle goes to ``settle`` (given at construction), every other to ``apply``.
+        """
         cfg = self.config
+        settle = self.settle
         needed = cfg.confirmation_ticks
         reasons: dict[str, Reason] = {}
         mem: dict[str, ItemMemory] = {}
         seen: dict[str, Divergence[D, A]] = {}
         candidates: dict[Direction, list[str]] = {d: [] for d in Direction}
 
-        for item in diff(desired, actual, self.equal, self.tombstone):
+        for item in diff(desired, actual, self.equal, self.tombstone, self.unsettled):
             before = memory.get(item.id)
-            now = before.seen_again(item.direction) if before else ItemMemory.first(item.direction)
+            now = (
+                before.seen_again(item.direction, item.settle)
+                if before
+                else ItemMemory.first(item.direction, item.settle)
+            )
             seen[item.id] = item
             if now.streak < needed:
                 reasons[item.id] = Reason.AWAITING_CONFIRMATION
@@ -204,7 +229,7 @@ class Converge(Generic[D, A]):
             mem[item.id] = now
 
         self._suppress(candidates, reasons)
-        tripped = self._trip(candidates, reasons, len(desired))
+        tripped = self._trip(candidates, reasons, len(desired), len(actual))
 
         for direction in Direction:
             for key in candidates[direction]:
@@ -213,7 +238,10 @@ class Converge(Generic[D, A]):
                     continue
                 item = seen[key]
                 try:
-                    apply(direction, key, item.desired, item.actual)
+                    if item.settle and settle is not None and item.desired is not None:
+                        settle(key, item.desired, item.actual)
+                    else:
+                        apply(direction, key, item.desired, item.actual)
                 except BlockedOnOwner as exc:
                     reasons[key] = Reason.BLOCKED_ON_OWNER
                     mem[key] = _with_err(mem[key], str(exc))
@@ -227,7 +255,7 @@ class Converge(Generic[D, A]):
                     reasons[key] = Reason.ACTING
                     mem[key] = mem[key].succeeded()
 
-        return self._result(seen, mem, reasons, frozenset(tripped))
+        return self._result(seen, mem, reasons, tripped)
 
     def _suppress(self, candidates: dict[Direction, list[str]], reasons: dict[str, Reason]) -> None:
         """Apply modes and the prerequisite check: these items are not candidates any more."""
@@ -254,13 +282,21 @@ class Converge(Generic[D, A]):
         candidates: dict[Direction, list[str]],
         reasons: dict[str, Reason],
         desired_total: int,
-    ) -> set[Direction]:
-        """Refuse to act on any item of a direction whose candidates exceed its threshold."""
-        tripped: set[Direction] = set()
+        actual_total: int,
+    ) -> dict[Direction, str]:
+        """Refuse to act on any item of a direction the breaker refuses; say why, per direction."""
+        tripped: dict[Direction, str] = {}
         for direction, keys in candidates.items():
-            threshold = self.config.breaker.get(direction)
-            if keys and threshold is not None and threshold.tripped(len(keys), desired_total):
-                tripped.add(direction)
+            why = refusal(
+                direction,
+                self.config.breaker.get(direction),
+                len(keys),
+                desired=desired_total,
+                actual=actual_total,
+                allow_empty=self.config.allow_empty,
+            )
+            if why is not None:
+                tripped[direction] = f"{direction.value} breaker: {why}"
                 for key in keys:
                     reasons[key] = Reason.CIRCUIT_BREAKER
                 candidates[direction] = []
@@ -271,9 +307,12 @@ class Converge(Generic[D, A]):
         seen: dict[str, Divergence[D, A]],
         mem: dict[str, ItemMemory],
         reasons: dict[str, Reason],
-        tripped: frozenset[Direction],
+        tripped: dict[Direction, str],
     ) -> PassResult:
-        reports = [self._report(seen[key], mem[key], reasons[key]) for key in seen]
+        reports = [
+            self._report(seen[key], mem[key], reasons[key], tripped.get(seen[key].direction))
+            for key in seen
+        ]
         counts = Counter(reasons.values())
         blocked = counts[Reason.BLOCKED_ON_OWNER]
         kept, dropped = retain(reports, self.config.drift_cap)
@@ -285,12 +324,17 @@ class Converge(Generic[D, A]):
             blocked=blocked,
             memory=mem,
             reasons=counts,
-            tripped=tripped,
+            tripped=frozenset(tripped),
         )
 
-    def _report(self, item: Divergence[D, A], mem: ItemMemory, reason: Reason) -> ItemReport:
+    def _report(
+        self, item: Divergence[D, A], mem: ItemMemory, reason: Reason, breaker: str | None
+    ) -> ItemReport:
         failing = reason in (Reason.BACKOFF, Reason.APPLY_FAILED)
         says_why = failing or reason is Reason.BLOCKED_ON_OWNER or reason in SPECIFIC_REASONS
+        last_err = mem.last_err if says_why else None
+        if reason is Reason.CIRCUIT_BREAKER:
+            last_err = breaker
         desired = None
         actual = None
         if self.describe is not None and item.desired is not None:
@@ -308,7 +352,7 @@ class Converge(Generic[D, A]):
             streak=mem.streak,
             confirmations_needed=self.config.confirmation_ticks,
             reason=reason,
-            last_err=mem.last_err if says_why else None,
+            last_err=last_err,
             desired=desired,
             actual=actual,
             failures=mem.failures if failing else None,
@@ -318,13 +362,7 @@ class Converge(Generic[D, A]):
 
 def _with_err(mem: ItemMemory, message: str) -> ItemMemory:
     """Keep the owner's or reconciler's message as the item's last word, without a failure."""
-    return ItemMemory(
-        direction=mem.direction,
-        streak=mem.streak,
-        failures=0,
-        last_err=message or None,
-        retry_after_passes=0,
-    )
+    return replace(mem, failures=0, last_err=message or None, retry_after_passes=0)
 
 
 def _error_text(exc: BaseException) -> str:

@@ -22,12 +22,18 @@ Tombstone = Callable[[D], bool]
 
 @dataclass(frozen=True, slots=True)
 class Divergence(Generic[D, A]):
-    """One item that differs: which half of the diff produced it, and both sides."""
+    """One item that differs: which half of the diff produced it, and both sides.
+
+    ``settle`` marks an item whose substrate already shows what its desired
+    record asks for, while the record itself still has to be moved on (a
+    tombstone whose item is gone, a ``creating`` row whose item exists).
+    """
 
     id: str
     direction: Direction
     desired: D | None
     actual: A | None
+    settle: bool = False
 
 
 def diff(
@@ -35,6 +41,7 @@ def diff(
     actual: Mapping[str, A],
     equal: Callable[[D, A], bool] = operator.eq,
     tombstone: Callable[[D], bool] | None = None,
+    unsettled: Callable[[D], bool] | None = None,
 ) -> Iterator[Divergence[D, A]]:
     """Yield every diverged item.
 
@@ -44,15 +51,22 @@ def diff(
 
     A desired entry for which ``tombstone`` is true asks for the item to be
     gone: absent from the substrate it has converged, present it is ``align``.
+
+    A desired entry whose substrate agrees but for which ``unsettled`` is true
+    (its record is in a transitional status) is an ``align`` with ``settle``
+    set: the record is to be finalised, which waits for confirmation like any
+    other transition.
     """
     for key, want in desired.items():
-        if key in actual:
-            have = actual[key]
-            gone_wanted = tombstone is not None and tombstone(want)
-            if gone_wanted or not equal(want, have):
-                yield Divergence(key, Direction.ALIGN, want, have)
-        elif tombstone is None or not tombstone(want):
+        gone_wanted = tombstone is not None and tombstone(want)
+        present = key in actual
+        have = actual[key] if present else None
+        if present and (gone_wanted or not equal(want, actual[key])):
+            yield Divergence(key, Direction.ALIGN, want, have)
+        elif not present and not gone_wanted:
             yield Divergence(key, Direction.RESTORE, want, None)
+        elif unsettled is not None and unsettled(want):
+            yield Divergence(key, Direction.ALIGN, want, have, settle=True)
     for key, have in actual.items():
         if key not in desired:
             yield Divergence(key, Direction.REAP, None, have)

@@ -2,6 +2,12 @@
 
 Values are frozen; every transition returns a new value. Backoff is counted in
 passes, not seconds, so it is deterministic and unaffected by a late tick.
+
+A streak counts consecutive executed passes that saw the *same* divergence:
+the same direction, and the same phase (acting on the substrate, or settling
+a desired record whose end state the substrate already shows). A change of
+either starts the streak over, so no transition is ever confirmed by passes
+that saw something else.
 """
 
 from __future__ import annotations
@@ -9,6 +15,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from datum.core.vocab import Direction
+
+# Stored in place of a direction for an item whose desired record waits to be
+# settled; a settle is always reported as an ``align``.
+SETTLE = "settle"
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,21 +49,34 @@ class ItemMemory:
     failures: int = 0
     last_err: str | None = None
     retry_after_passes: int = 0
+    settling: bool = False
 
     @staticmethod
-    def first(direction: Direction) -> ItemMemory:
+    def first(direction: Direction, settling: bool = False) -> ItemMemory:
         """An item seen diverged for the first time."""
-        return ItemMemory(direction=direction)
+        return ItemMemory(direction=direction, settling=settling)
 
-    def seen_again(self, direction: Direction) -> ItemMemory:
+    def seen_again(self, direction: Direction, settling: bool = False) -> ItemMemory:
         """The item is diverged on another executed pass.
 
-        Same direction: the streak grows. Another direction: a new problem, so
-        the streak and the failure history start over.
+        Same direction and phase: the streak grows. Another direction or
+        phase: a new problem, so the streak and the failure history start over.
         """
-        if direction is not self.direction:
-            return ItemMemory.first(direction)
+        if direction is not self.direction or settling != self.settling:
+            return ItemMemory.first(direction, settling)
         return replace(self, streak=self.streak + 1)
+
+    @property
+    def stored_direction(self) -> str:
+        """The direction as the store keeps it: ``settle`` for a record awaiting its final status."""
+        return SETTLE if self.settling else self.direction.value
+
+    @staticmethod
+    def parse_direction(stored: str) -> tuple[Direction, bool]:
+        """``(direction, settling)`` from what ``stored_direction`` wrote."""
+        if stored == SETTLE:
+            return Direction.ALIGN, True
+        return Direction(stored), False
 
     @property
     def in_backoff(self) -> bool:

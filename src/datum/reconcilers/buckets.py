@@ -6,13 +6,23 @@ deleted while it still holds objects is parked in ``delete_blocked`` with
 reason ``blocked_on_owner`` until its tenant empties it. A directory with no
 desired row is reaped, breaker permitting. An entry under the root that is
 not a directory is reported as ``unexpected_kind`` and never touched.
+
+Nothing here deletes an object. A directory is removed only with ``rmdir``,
+after counting what it holds at that moment, empty subdirectories bottom-up,
+never through a symlink; content that appears after the count makes the
+``rmdir`` fail and the bucket waits on its owner. A row moves to ``active`` or
+``deleted`` on what the directory showed only once the framework has seen it
+for ``confirmation_ticks`` passes (``settle``). Every status the reconciler
+writes is compare-and-set on the status its pass read, in ``ctx.begin()``, so
+a tenant's ``datum bucket delete`` during a pass is never overwritten.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import re
-import shutil
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -98,13 +108,7 @@ def create(store: Store, name: str) -> str:
             conn.execute(
                 sa.insert(buckets).values(name=name, status=CREATING, created_at=now, updated_at=now)
             )
-        elif row.status == DELETED:
-            conn.execute(
-                sa.update(buckets)
-                .where(buckets.c.name == name)
-                .values(status=CREATING, created_at=now, updated_at=now)
-            )
-        else:
+        elif not (row.status == DELETED and _set_status(conn, name, CREATING, {DELETED}, created_at=now)):
             raise Problem.one("CONFLICT", f"bucket {name!r} already exists (status {row.status})")
     return CREATING
 
@@ -114,12 +118,11 @@ def delete(store: Store, name: str) -> str:
     check_name(name)
     store.ensure(metadata)
     with store.begin() as conn:
+        if _set_status(conn, name, DELETING, {CREATING, ACTIVE}):
+            return DELETING
         row = conn.execute(sa.select(buckets.c.status).where(buckets.c.name == name)).first()
         if row is None or row.status == DELETED:
             raise Problem.one("NOT_FOUND", f"no bucket named {name!r}")
-        if row.status in (CREATING, ACTIVE):
-            _set_status(conn, name, DELETING)
-            return DELETING
         return str(row.status)
 
 
@@ -130,10 +133,20 @@ def rows(store: Store) -> list[dict[str, Any]]:
         return [dict(r) for r in conn.execute(sa.select(buckets).order_by(buckets.c.name)).mappings()]
 
 
-def _set_status(conn: sa.Connection, name: str, status: str) -> None:
-    conn.execute(
-        sa.update(buckets).where(buckets.c.name == name).values(status=status, updated_at=_now())
+def _set_status(
+    conn: sa.Connection,
+    name: str,
+    status: str,
+    expected: Collection[str],
+    **values: Any,
+) -> bool:
+    """Compare-and-set: move ``name`` to ``status`` only from one of ``expected``; whether it moved."""
+    done = conn.execute(
+        sa.update(buckets)
+        .where(buckets.c.name == name, buckets.c.status.in_(expected))
+        .values(status=status, updated_at=_now(), **values)
     )
+    return bool(done.rowcount == 1)
 
 
 # -- substrate ---------------------------------------------------------------------
@@ -148,6 +161,17 @@ class Entry:
     size: int
 
 
+class Occupied(Exception):
+    """A directory to be removed holds objects (or something appeared in it since the count)."""
+
+    def __init__(self, objects: int) -> None:
+        super().__init__(f"{objects} object{'s' if objects != 1 else ''}")
+        self.objects = objects
+
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+
+
 def observe(root: Path) -> dict[str, Entry]:
     """Every entry under the root. Raises ``SubstrateError`` when the root cannot be read."""
     found: dict[str, Entry] = {}
@@ -155,7 +179,7 @@ def observe(root: Path) -> dict[str, Entry]:
         with os.scandir(root) as it:
             for e in it:
                 if e.is_dir(follow_symlinks=False):
-                    found[e.name] = Entry(True, _count_objects(Path(e.path)), 0)
+                    found[e.name] = Entry(True, count_objects(Path(e.path)), 0)
                 else:
                     found[e.name] = Entry(False, 0, e.stat(follow_symlinks=False).st_size)
     except OSError as exc:
@@ -163,11 +187,88 @@ def observe(root: Path) -> dict[str, Entry]:
     return found
 
 
-def _count_objects(path: Path) -> int:
+def count_objects(path: Path) -> int:
+    """How many objects (anything that is not a directory, symlinks included) ``path`` holds now.
+
+    Never follows a symlink, ``path`` itself included (a symlink raises ``OSError``).
+    """
+    fd = os.open(path, _DIR_FLAGS)
+    try:
+        return _count(fd)
+    finally:
+        os.close(fd)
+
+
+def _count(fd: int) -> int:
     count = 0
-    for _dirpath, _dirs, files in os.walk(path):
-        count += len(files)
+    with os.scandir(fd) as it:
+        for e in it:
+            if not e.is_dir(follow_symlinks=False):
+                count += 1
+                continue
+            sub = os.open(e.name, _DIR_FLAGS, dir_fd=fd)
+            try:
+                count += _count(sub)
+            finally:
+                os.close(sub)
     return count
+
+
+def remove_empty(root: Path, name: str) -> None:
+    """Remove the directory ``root/name`` if it holds nothing but empty directories.
+
+    Counts what it holds first and raises ``Occupied`` when that is not zero.
+    Then removes its subdirectories bottom-up and itself last, with ``rmdir``
+    only (which fails when content appeared since the count: ``Occupied``
+    again), through directory descriptors opened without following symlinks.
+    Nothing is ever unlinked. ``NotADirectoryError`` when ``name`` is not a
+    directory (a symlink included); ``FileNotFoundError`` when it is gone.
+    """
+    root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
+    try:
+        try:
+            fd = os.open(name, _DIR_FLAGS, dir_fd=root_fd)
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                raise NotADirectoryError(errno.ENOTDIR, "not a directory", str(root / name)) from exc
+            raise
+        try:
+            objects = _count(fd)
+            if objects:
+                raise Occupied(objects)
+            _rmdirs(fd)
+        finally:
+            os.close(fd)
+        _rmdir(name, root_fd)
+    finally:
+        os.close(root_fd)
+
+
+def _rmdirs(fd: int) -> None:
+    """Remove every subdirectory of ``fd``, deepest first; any other entry means content appeared."""
+    with os.scandir(fd) as it:
+        entries = list(it)
+    for e in entries:
+        if not e.is_dir(follow_symlinks=False):
+            raise Occupied(1)
+        try:
+            sub = os.open(e.name, _DIR_FLAGS, dir_fd=fd)
+        except OSError as exc:
+            raise Occupied(1) from exc
+        try:
+            _rmdirs(sub)
+        finally:
+            os.close(sub)
+        _rmdir(e.name, fd)
+
+
+def _rmdir(name: str, dir_fd: int) -> None:
+    try:
+        os.rmdir(name, dir_fd=dir_fd)
+    except OSError as exc:
+        if exc.errno in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR):
+            raise Occupied(1) from exc
+        raise
 
 
 def describe_desired(row: dict[str, Any]) -> str:
@@ -178,6 +279,10 @@ def describe_actual(entry: Entry) -> str:
     if entry.is_dir:
         return f"directory, {entry.objects} object{'s' if entry.objects != 1 else ''}"
     return f"not a directory ({entry.size} bytes)"
+
+
+def _objects(n: int) -> str:
+    return f"{n} object{'s' if n != 1 else ''}"
 
 
 # -- the reconciler ----------------------------------------------------------------
@@ -200,6 +305,7 @@ class BucketsReconciler:
             terminal=frozenset({DELETED}) - frozenset(self.work_query),
         )
         self.coverage = [CoverageSpec(decl, buckets)]
+        self._ctx: PassContext | None = None
         store.ensure(metadata)
 
     def run(self, ctx: PassContext) -> None:
@@ -223,56 +329,83 @@ class BucketsReconciler:
                 ).scalars()
             )
         actual = {k: v for k, v in observe(self.root).items() if k not in unselected}
-        ctx.converge(
-            KIND,
-            desired,
-            actual,
-            self.apply,
-            equal=lambda row, entry: entry.is_dir,
-            tombstone=lambda row: row["status"] in TOMBSTONES,
-            describe=describe_desired,
-            describe_actual=describe_actual,
-        )
-        self._settle(desired, actual)
+        self._ctx = ctx
+        try:
+            ctx.converge(
+                KIND,
+                desired,
+                actual,
+                self.apply,
+                equal=lambda row, entry: entry.is_dir,
+                tombstone=lambda row: row["status"] in TOMBSTONES,
+                describe=describe_desired,
+                describe_actual=describe_actual,
+                unsettled=lambda row: row["status"] != ACTIVE,
+                settle=self.settle,
+            )
+        finally:
+            self._ctx = None
 
     def apply(
         self, direction: Direction, name: str, row: dict[str, Any] | None, entry: Entry | None
     ) -> None:
         path = self.root / name
-        if direction is Direction.RESTORE:
+        if direction is Direction.RESTORE and row is not None:
             path.mkdir()
-            self._status(name, ACTIVE)
+            self._status(name, row["status"], ACTIVE)
         elif direction is Direction.REAP:
-            if entry is not None and not entry.is_dir:
-                raise Waiting(Reason.UNEXPECTED_KIND, f"{path} is not a directory; left alone")
-            shutil.rmtree(path)
+            self._remove(name, "directory holds {}; it has no bucket row, so its owner must move or empty it")
         elif row is not None and row["status"] in TOMBSTONES:
-            objects = _count_objects(path) if path.is_dir() else 0
-            if objects:
-                if row["status"] != DELETE_BLOCKED:
-                    self._status(name, DELETE_BLOCKED)
-                raise BlockedOnOwner(
-                    f"bucket still holds {objects} object{'s' if objects != 1 else ''}; "
-                    "the tenant must empty it"
-                )
-            if path.is_dir():
-                path.rmdir()
-            else:
-                raise Waiting(Reason.UNEXPECTED_KIND, f"{path} is not a directory; left alone")
-            self._status(name, DELETED)
+            try:
+                removed = self._remove(name, "bucket still holds {}; the tenant must empty it")
+            except BlockedOnOwner:
+                self._status(name, row["status"], DELETE_BLOCKED)
+                raise
+            if removed:
+                # Gone by this pass's own rmdir. Gone by someone else's hand
+                # instead, it is settled once later passes confirm it.
+                self._status(name, row["status"], DELETED)
         else:
             raise RuntimeError(f"{path} exists and is not a directory")
 
-    def _settle(self, desired: dict[str, dict[str, Any]], actual: dict[str, Entry]) -> None:
-        """Move rows whose substrate already agrees: created out of band, or already gone."""
-        with self.store.begin() as conn:
-            for name, row in desired.items():
-                entry = actual.get(name)
-                if row["status"] == CREATING and entry is not None and entry.is_dir:
-                    _set_status(conn, name, ACTIVE)
-                elif row["status"] in TOMBSTONES and entry is None:
-                    _set_status(conn, name, DELETED)
+    def settle(self, name: str, row: dict[str, Any], entry: Entry | None) -> None:
+        """Move a row whose directory has shown its end state for ``confirmation_ticks`` passes."""
+        path = self.root / name
+        if row["status"] in TOMBSTONES:
+            if os.path.lexists(path):
+                raise Waiting(Reason.UNEXPECTED_STATE, f"{path} reappeared; status left {row['status']}")
+            self._status(name, row["status"], DELETED)
+        else:
+            if not path.is_dir() or path.is_symlink():
+                raise Waiting(Reason.UNEXPECTED_STATE, f"{path} vanished; status left {row['status']}")
+            self._status(name, row["status"], ACTIVE)
 
-    def _status(self, name: str, status: str) -> None:
-        with self.store.begin() as conn:
-            _set_status(conn, name, status)
+    def _remove(self, name: str, held: str) -> bool:
+        """Remove an empty bucket directory: whether this call removed it. Holding objects: the owner's move."""
+        path = self.root / name
+        try:
+            remove_empty(self.root, name)
+        except NotADirectoryError as exc:
+            raise Waiting(Reason.UNEXPECTED_KIND, f"{path} is not a directory; left alone") from exc
+        except Occupied as exc:
+            now = _count_or_none(path)
+            raise BlockedOnOwner(held.format(_objects(exc.objects if now is None else now))) from exc
+        except FileNotFoundError:
+            return False
+        return True
+
+    def _status(self, name: str, read: str, status: str) -> None:
+        """Compare-and-set on the status this pass read: a change made meanwhile is left alone."""
+        if read == status:
+            return
+        if self._ctx is None:
+            raise RuntimeError("bucket statuses are written only during a pass")
+        with self._ctx.begin() as conn:
+            _set_status(conn, name, status, {read})
+
+
+def _count_or_none(path: Path) -> int | None:
+    try:
+        return count_objects(path)
+    except OSError:
+        return None

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from datum.core.memory import ItemMemory
-from datum.core.vocab import Direction
 from datum.store.schema import item_memory as t
 
 
@@ -17,16 +17,19 @@ def load_memory(conn: Connection, reconciler: str, kind: str) -> dict[str, ItemM
     rows = conn.execute(
         sa.select(t).where(t.c.reconciler == reconciler, t.c.kind == kind)
     ).mappings()
-    return {
-        r["item_id"]: ItemMemory(
-            direction=Direction(r["direction"]),
-            streak=r["streak"],
-            failures=r["failures"],
-            last_err=r["last_err"],
-            retry_after_passes=r["retry_after_passes"],
-        )
-        for r in rows
-    }
+    return {r["item_id"]: _memory(r) for r in rows}
+
+
+def _memory(r: Mapping[str, Any]) -> ItemMemory:
+    direction, settling = ItemMemory.parse_direction(r["direction"])
+    return ItemMemory(
+        direction=direction,
+        streak=r["streak"],
+        failures=r["failures"],
+        last_err=r["last_err"],
+        retry_after_passes=r["retry_after_passes"],
+        settling=settling,
+    )
 
 
 def save_memory(
@@ -42,7 +45,7 @@ def save_memory(
                     "reconciler": reconciler,
                     "kind": kind,
                     "item_id": key,
-                    "direction": m.direction.value,
+                    "direction": m.stored_direction,
                     "streak": m.streak,
                     "failures": m.failures,
                     "last_err": m.last_err,
