@@ -96,6 +96,7 @@ def _steal(store_url, root):
                 sa.text(
                     "SELECT pg_terminate_backend(pid) FROM pg_locks"
                     " WHERE locktype = 'advisory' AND granted AND pid <> pg_backend_pid()"
+                    " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
                 )
             ).all()
         admin.dispose()

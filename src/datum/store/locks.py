@@ -115,6 +115,9 @@ class _FileLock:
             os.close(fd)  # closing the only descriptor drops the flock
 
 
+_KEEPALIVE = {"tcp_keepalives_idle": 30, "tcp_keepalives_interval": 10, "tcp_keepalives_count": 3}
+
+
 class _AdvisoryLock:
     """A session-level ``pg_try_advisory_lock`` on a connection of its own, held until release."""
 
@@ -129,6 +132,10 @@ class _AdvisoryLock:
     def try_acquire(self) -> bool:
         conn = self.store.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
         try:
+            # A holder whose host vanished (no FIN) is noticed in about a minute, not the
+            # server's default two hours of TCP keepalive; ignored over a Unix socket.
+            for name, value in _KEEPALIVE.items():
+                conn.execute(sa.text(f"SET {name} = {value}"))
             got = conn.execute(sa.select(sa.func.pg_try_advisory_lock(self.key))).scalar()
         except BaseException:
             conn.invalidate()
