@@ -159,6 +159,8 @@ def apply(
     )
     report = result.report
     _print_report(report, as_json)
+    for warning in result.warnings:
+        _warn(warning)
     target = report_to or host_config.report_to
     if target:
         from datum.host.remote import post_report
@@ -240,26 +242,58 @@ def status(state: str | None, as_json: bool, config: str | None) -> int:
     from datum.providers.facts import read_boot_id
 
     host_config, host, store, report = _load(state, config)
+    boot = read_boot_id(host_config.boot_id_file)
     if store is not None:
+        report = _unfinished(store, host, report, boot)
         store.close()
     if report is None:
         report = {"host": host, "state": "unknown", "reason": "no pass has completed"}
     if as_json:
         click.echo(json.dumps(report, indent=2))
         return 0
-    if "finishedAt" in report:
+    last = report.get("lastReport") or report
+    if "finishedAt" in last:
         click.echo(
-            f"host {host}: last pass {report['finishedAt']} ({report['mode']}, exit {report['exitCode']}, "
-            f"{report['durationSeconds']:.2f}s)"
+            f"host {host}: last pass {last['finishedAt']} ({last['mode']}, exit {last['exitCode']}, "
+            f"{last['durationSeconds']:.2f}s{', incomplete' if last.get('incomplete') else ''})"
+            + (", no longer current" if last is not report else "")
         )
         click.echo("")
+    running = report.get("passRunning")
+    if running:
+        click.echo(
+            f"note:       a pass is running since {running['startedAt']} (pid {running['pid']})"
+        )
     echo_lines(pass_lines(report))
-    boot = read_boot_id(host_config.boot_id_file)
     if report.get("bootId") and boot and boot != report["bootId"]:
         click.echo(
             "note:       the host has rebooted since this pass; the next pass will tell where it stands"
         )
     return 0
+
+
+def _unfinished(
+    store: Any, host: str, report: dict[str, Any] | None, boot_id: str
+) -> dict[str, Any] | None:
+    """The report ``status`` shows, given a pass that started and has not persisted its report.
+
+    A dead one makes the host ``unknown`` (the last report is no longer
+    current, kept under ``lastReport``); a live one is noted as running.
+    """
+    from datum.host.agent import unfinished_reason
+
+    record = store.unfinished(boot_id)
+    if record is None:
+        return report
+    seen = {k: record[k] for k in ("startedAt", "pid", "node") if k in record}
+    if record["running"]:
+        shown = report or {"host": host, "state": "unknown", "reason": "no pass has completed"}
+        return {**shown, "passRunning": seen}
+    unknown: dict[str, Any] = {"host": host, "state": "unknown"}
+    unknown.update(reason=unfinished_reason(record), unfinished=seen)
+    if report is not None:
+        unknown["lastReport"] = report
+    return unknown
 
 
 def _reboot(host_config: Any, url: str, report: dict[str, Any]) -> bool:

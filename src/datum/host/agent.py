@@ -9,7 +9,8 @@ from __future__ import annotations
 import os
 import time
 from collections import Counter
-from contextlib import ExitStack
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -142,15 +143,23 @@ def _reboot_status(
         for o in outcomes
         if o.changed and o.reboot_required and o.state is ResourceState.CONVERGED
     ]
-    found = rb.detect(root, running_kernel(), changes)
+    running = running_kernel()
+    found = rb.detect(root, running, changes)
     reasons, markers, need_boot = rb.still_needed(found, previous, boot_id)
     if not reasons:
         return None, False
     before = (previous or {}).get("reboot") or {}
     already = bool(before.get("requestedAt")) and before.get("bootId") == boot_id
+    reasons, attempted = rb.not_booted(reasons, found.kernel, running, before, boot_id)
     if mode is Mode.OBSERVE:
         decision = rb.Decision(
             False, "none in observe mode; an enforce pass applies the reboot policy"
+        )
+    elif attempted is not None and len(reasons) == 1 and not already:
+        decision = rb.Decision(
+            False,
+            f"not rebooting again for kernel {found.kernel} (a reboot was requested at "
+            f"{attempted['requestedAt']}); make it the default boot entry, or remove it",
         )
     else:
         now = datetime.now().astimezone()
@@ -164,6 +173,10 @@ def _reboot_status(
     }
     if markers:
         reboot["markers"] = markers
+    if found.kernel:
+        reboot["kernel"] = found.kernel
+    if attempted is not None:
+        reboot["attempted"] = attempted
     if already:
         reboot["requestedAt"] = before["requestedAt"]
     elif decision.reboot_now:
@@ -197,22 +210,29 @@ def run(
         managed_paths=manifest.paths,
     )
     host = host_name(config)
+    boot_id = read_boot_id(config.boot_id_file)
+    warnings: list[str] = []
     with ExitStack() as stack:
         store = StateStore(state_url) if persist and state_url else None
         if store is not None:
             stack.callback(store.close)
-            holder = stack.enter_context(store.lease(config.lock_wait, config.lock_ttl))
+            holder = stack.enter_context(store.lease(config.lock_wait, config.lock_ttl, boot_id))
+            if store.taken_over:
+                warnings.append(f"{unfinished_reason(store.taken_over)}; this pass replaces it")
+            progress = _chain(progress, _renewer(store, holder, config))
+            progress = _chain(progress, _first_change(store.mark_changing))
         previous = _previous(store, host)
-        lease_renewal = _renewer(store, holder, config) if store is not None else None
-        if lease_renewal is not None:
-            progress = _chain(progress, lease_renewal)
+        stopped = stack.enter_context(_stop_on_signals()) if persist else None
         started = datetime.now(UTC)
         clock = time.perf_counter()
-        outcomes = run_pass(manifest, ctx, progress)
-        boot_id = read_boot_id(config.boot_id_file)
+        outcomes = run_pass(manifest, ctx, progress, stopped.is_set if stopped else None)
         reboot, reboot_now = _reboot_status(config, mode, outcomes, root_path, previous, boot_id)
         state = host_state([o.state for o in outcomes], awaiting_reboot=reboot is not None)
         code = exit_code(outcomes, reboot is not None)
+        pending = [o for o in outcomes if o.state is ResourceState.PENDING]
+        incomplete = bool(stopped and stopped.signal and pending)
+        if incomplete:
+            state, code, reboot_now = HostState.UNKNOWN, code | EXIT_FAILED, False
         report: dict[str, Any] = {
             "host": host,
             "mode": mode.value,
@@ -226,6 +246,10 @@ def run(
             "resources": [o.as_report() for o in outcomes],
         }
         reason = reason_for(state, outcomes, reboot["reason"] if reboot else None)
+        if incomplete:
+            assert stopped is not None
+            report["incomplete"] = True
+            reason = _stopped_reason(stopped.signal, outcomes, pending)
         if reason:
             report["reason"] = reason
         if boot_id:
@@ -234,7 +258,70 @@ def run(
             report["reboot"] = reboot
         if store:
             store.record(host, report)
-    return PassResult(report, outcomes, code, reboot_now and persist)
+    return PassResult(report, outcomes, code, reboot_now and persist, warnings)
+
+
+def unfinished_reason(record: dict[str, Any]) -> str:
+    """What ``datum status`` says of a pass that started and never persisted its report."""
+    return f"the pass started at {record.get('startedAt')} did not finish (pid {record.get('pid')})"
+
+
+def _stopped_reason(signal: str | None, outcomes: list[Outcome], pending: list[Outcome]) -> str:
+    done = len(outcomes) - len(pending)
+    why = f"the pass was stopped by {signal} after {done} of {len(outcomes)} resources; "
+    why += f"{len(pending)} not reached (pending)"
+    bad = [o for o in outcomes if o.state in (ResourceState.FAILED, ResourceState.BLOCKED)]
+    return why + (f"; {_names(bad, 'failed')}" if bad else "")
+
+
+class _Stop:
+    """Set by SIGTERM (or SIGINT): the pass ends after the resource it is applying."""
+
+    def __init__(self) -> None:
+        self.signal: str | None = None
+
+    def is_set(self) -> bool:
+        return self.signal is not None
+
+
+@contextmanager
+def _stop_on_signals() -> Iterator[_Stop]:
+    """While a pass runs, SIGTERM and SIGINT ask it to stop after the current resource.
+
+    A second signal gets its usual handling (the process dies; the kernel
+    releases the lock and ``datum status`` says the pass did not finish).
+    """
+    import signal
+
+    stop = _Stop()
+    before: dict[int, Any] = {}
+
+    def handler(signum: int, _frame: Any) -> None:
+        stop.signal = signal.Signals(signum).name
+        signal.signal(signum, before[signum])
+
+    try:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            before[sig] = signal.signal(sig, handler)
+    except ValueError:  # not the main thread (an embedding): no handlers, nothing to restore
+        pass
+    try:
+        yield stop
+    finally:
+        for sig, old in before.items():
+            signal.signal(sig, old)
+
+
+def _first_change(hook: Callable[[], None]) -> Progress:
+    """A progress hook that calls ``hook`` once, before the first resource is applied."""
+    done = [False]
+
+    def first(_position: int, _total: int, _resource: str, state: ResourceState) -> None:
+        if state is ResourceState.APPLYING and not done[0]:
+            done[0] = True
+            hook()
+
+    return first
 
 
 def reboot_host(command: str) -> str | None:

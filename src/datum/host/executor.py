@@ -78,9 +78,16 @@ def _error(exc: BaseException) -> str:
 
 
 def run_pass(
-    manifest: Manifest, ctx: HostContext, progress: Progress | None = None
+    manifest: Manifest,
+    ctx: HostContext,
+    progress: Progress | None = None,
+    stop: Callable[[], bool] | None = None,
 ) -> list[Outcome]:
-    """Walk the manifest once; return every resource's outcome in the order walked."""
+    """Walk the manifest once; return every resource's outcome in the order walked.
+
+    ``stop()`` is asked before each resource: once it is true (SIGTERM), the
+    walk ends there and the resources not reached stay ``pending``.
+    """
     ordered = manifest.ordered()
     if ctx.manifest is None:
         ctx.manifest = manifest  # a Directory purge keeps every path the manifest touches
@@ -88,6 +95,8 @@ def run_pass(
     unsupported: dict[str, str | None] = {}
     total = len(ordered)
     for position, resource in enumerate(ordered, 1):
+        if stop is not None and stop():
+            break
         out = outcomes[resource.id]
         started = time.perf_counter()
         announce = partial(progress, position, total, resource.id) if progress else None

@@ -27,6 +27,7 @@ class Found:
 
     reasons: tuple[str, ...]
     markers: dict[str, int]
+    kernel: str | None = None  # the newer kernel in /boot, when there is one
 
 
 def _version_key(version: str) -> tuple[Any, ...]:
@@ -66,8 +67,38 @@ def detect(root: Path, running_kernel: str, changes: list[str]) -> Found:
         reasons.append(f"{marker} present" + (f" ({', '.join(names)})" if names else ""))
     kernel = newer_kernel(root, running_kernel)
     if kernel:
-        reasons.append(f"kernel {kernel} in /boot, running {running_kernel}")
-    return Found(tuple(reasons), markers)
+        reasons.append(kernel_reason(kernel, running_kernel))
+    return Found(tuple(reasons), markers, kernel)
+
+
+def kernel_reason(kernel: str, running: str) -> str:
+    return f"kernel {kernel} in /boot, running {running}"
+
+
+def not_booted(
+    reasons: list[str], kernel: str | None, running: str, before: dict[str, Any], boot_id: str
+) -> tuple[list[str], dict[str, str] | None]:
+    """Whether a reboot for ``kernel`` was already made and came back to ``running``.
+
+    ``before`` is the last pass's ``reboot``. A reboot requested in another boot
+    for this same kernel, which is still not the one running, did not bring it
+    up: the machine boots something else by default (a pinned entry, a
+    fallback). Then the kernel's reason says so and that attempt is returned,
+    so no policy reboots for it again (no reboot loop); other reasons stand.
+    """
+    if kernel is None:
+        return reasons, None
+    attempted = before.get("attempted")
+    if not (isinstance(attempted, dict) and attempted.get("kernel") == kernel):
+        attempted = None
+        requested, found_in = before.get("requestedAt"), before.get("bootId")
+        if requested and before.get("kernel") == kernel and found_in != boot_id:
+            attempted = {"kernel": kernel, "requestedAt": str(requested), "bootId": str(found_in)}
+    if attempted is None:
+        return reasons, None
+    said = f"rebooted into {running}, newer kernel {kernel} is not the default boot entry"
+    others = [r for r in reasons if r not in (kernel_reason(kernel, running), said)]
+    return [*others, said], attempted
 
 
 def still_needed(

@@ -63,6 +63,12 @@ class RebootStatus(_Model):
         default=None,
         description="Reboot-required marker files seen, by path, with their mtime in ns.",
     )
+    kernel: str | None = Field(default=None, description="The newer kernel in /boot behind the need.")
+    attempted: dict[str, str] | None = Field(
+        default=None,
+        description="The reboot already made for this kernel that came back to another one "
+        "(kernel, requestedAt, bootId): no policy reboots for it again.",
+    )
 
 
 class PassReport(_Model):
@@ -78,6 +84,11 @@ class PassReport(_Model):
     boot_id: str | None = Field(default=None, alias="bootId")
     manifest: str | None = None
     exit_code: int = Field(alias="exitCode", ge=0, le=255)
+    incomplete: bool | None = Field(
+        default=None,
+        description="True when the pass was stopped (SIGTERM) before every resource was reached; "
+        "those are left pending and the host state is unknown.",
+    )
     counts: dict[ResourceState, int] = Field(default_factory=dict)
     reboot: RebootStatus | None = None
     resources: list[ResourceReport] = Field(default_factory=list)

@@ -6,6 +6,10 @@ the standard library's ``sqlite3`` in the same formats SQLAlchemy uses,
 because importing SQLAlchemy alone costs more than the whole idle-pass budget
 (measured: about 0.3-0.6 s on the 2-core machine). Any other store, or a
 SQLite file without the schema yet, goes through ``datum.store``.
+
+One pass at a time: a SQLite store is locked with ``flock`` beside its file,
+which the kernel releases with the process however it dies; any other store
+keeps a lease in ``locks`` that a holder proven dead loses at once.
 """
 
 from __future__ import annotations
@@ -33,6 +37,22 @@ class Unreadable(Exception):
     """The persisted report exists and cannot be read: the host state is ``unknown``."""
 
 
+class NotPersisted(Problem):
+    """The pass ran and its report could not be stored: ``report`` is what to print before the error."""
+
+    report: dict[str, Any] | None = None
+
+
+def _why(exc: BaseException, path: str | None) -> str:
+    """What SQLite said, plus the real cause when the disk under the store is full (it says 'disk I/O error')."""
+    text = str(exc)
+    try:
+        full = path is not None and os.statvfs(os.path.dirname(path) or ".").f_bavail == 0
+    except OSError:
+        full = False
+    return f"{text} (no space left on device)" if full and "full" not in text else text
+
+
 def store_url(state: str) -> str:
     """``--state``: a store URL as it is, or a path to a SQLite file."""
     if "://" in state:
@@ -58,6 +78,10 @@ class StateStore:
         self._path = sqlite_path(url)
         self._db: Any = None
         self._store: Any = None
+        self._lock_fd: int | None = None
+        self._durable = False
+        # The record of a pass that died holding the lock this process took next.
+        self.taken_over: dict[str, Any] | None = None
         if self._path is None or not self._current():
             from datum.store import open_store
 
@@ -82,7 +106,7 @@ class StateStore:
             )
         except sqlite3.Error as exc:
             raise Problem.one(
-                "UNAVAILABLE", f"cannot open the state store {self._path}: {exc}"
+                "UNAVAILABLE", f"cannot open the state store {self._path}: {_why(exc, self._path)}"
             ) from exc
         if revision == (SCHEMA_REVISION,) and {"hosts", "locks"} <= names:
             db.execute("PRAGMA busy_timeout=10000")
@@ -125,7 +149,18 @@ class StateStore:
         return [h["host"] for h in list_hosts(self._store)]
 
     def record(self, host: str, report: dict[str, Any]) -> None:
-        """Persist ``report`` as ``host``'s latest pass (same row ``datum.store.hosts.record_pass`` writes)."""
+        """Persist ``report`` as ``host``'s latest pass; ``NotPersisted`` (carrying it) when the store refuses."""
+        import sqlite3
+
+        try:
+            self._record(host, report)
+        except (Problem, sqlite3.Error) as exc:
+            why = exc.findings[0].message if isinstance(exc, Problem) else _why(exc, self._path)
+            failed = NotPersisted.one("UNAVAILABLE", f"the pass report was not stored in {self.url}: {why}")
+            failed.report = report
+            raise failed from exc
+
+    def _record(self, host: str, report: dict[str, Any]) -> None:
         if self._db is None:
             from datum.store.hosts import record_pass
 
@@ -155,7 +190,8 @@ class StateStore:
                 )
             db.execute("COMMIT")
         except BaseException:
-            db.execute("ROLLBACK")
+            if db.in_transaction:  # SQLite already rolled back on a full disk: keep the real error
+                db.execute("ROLLBACK")
             raise
 
     # -- the one-pass-at-a-time lease -------------------------------------------------------
@@ -183,24 +219,50 @@ class StateStore:
                 ).rowcount
             db.execute("COMMIT")
         except BaseException:
-            db.execute("ROLLBACK")
+            if db.in_transaction:  # SQLite already rolled back on a full disk: keep the real error
+                db.execute("ROLLBACK")
             raise
         return taken == 1
 
+    def _acquire_or_refuse(
+        self, holder: str, ttl: timedelta, wait: timedelta, errors: type[Exception]
+    ) -> bool:
+        try:
+            return self._try_acquire(holder, ttl)
+        except errors as exc:
+            raise Problem.one(
+                "UNAVAILABLE",
+                f"the state store {self.url} is not usable; gave up after waiting "
+                f"{wait.total_seconds():g}s: {_why(exc, self._path)}",
+            ) from exc
+
     def renew(self, holder: str, ttl: timedelta) -> None:
         """Extend a lease this holder has (a long pass must not lose it to a second one)."""
+        if self._lock_fd is not None:
+            return  # the kernel's lock does not expire
         if not self._try_acquire(holder, ttl):
             raise Problem.one(
                 "UNAVAILABLE", f"the pass lost its lease on {self.url} to {self._holder()}"
             )
 
+    def _holder_row(self) -> tuple[str | None, Any]:
+        """The ``locks`` row of the pass lease (a store other than a SQLite file): (holder, expires_at)."""
+        import sqlalchemy as sa
+
+        from datum.store.schema import locks
+
+        with self._store.connect() as conn:
+            row = conn.execute(
+                sa.select(locks.c.holder, locks.c.expires_at).where(locks.c.name == LOCK_NAME)
+            ).first()
+        return (row[0], row[1]) if row else (None, None)
+
     def _holder(self) -> str:
-        if self._db is None:
-            return "another agent"
-        row = self._db.execute(
-            "SELECT holder, expires_at FROM locks WHERE name = ?", (LOCK_NAME,)
-        ).fetchone()
-        return f"{row[0]} (lease until {row[1]} UTC)" if row and row[0] else "another agent"
+        if self._path is not None:
+            record = _read_record(lock_path(self._path))
+            return _describe(record) if record else "another agent"
+        holder, expires = self._holder_row()
+        return f"{holder} (lease until {expires} UTC)" if holder else "another agent"
 
     def _release(self, holder: str) -> None:
         if self._db is None:
@@ -213,20 +275,209 @@ class StateStore:
             (LOCK_NAME, holder),
         )
 
+    def _take_from_dead(self, holder: str, ttl: timedelta, boot_id: str) -> dict[str, Any] | None:
+        """Take the lease from a holder proven dead (this host, this boot, its process gone): its record."""
+        other, _expires = self._holder_row()
+        dead = _record_of(other) if other else None
+        if dead is None or _alive(dead, boot_id):
+            return None
+        import sqlalchemy as sa
+
+        from datum.store.schema import locks
+
+        with self._store.begin() as conn:
+            taken = conn.execute(
+                sa.update(locks)
+                .where(locks.c.name == LOCK_NAME, locks.c.holder == other)
+                .values(holder=holder, expires_at=datetime.now(UTC) + ttl)
+            ).rowcount
+        return dead if taken == 1 else None
+
     @contextmanager
-    def lease(self, wait: timedelta, ttl: timedelta) -> Iterator[str]:
-        """Hold the pass lease of this store; wait at most ``wait``, then refuse clearly."""
-        holder = f"{os.uname().nodename}:{os.getpid()}:{os.urandom(4).hex()}"
+    def lease(self, wait: timedelta, ttl: timedelta, boot_id: str = "") -> Iterator[str]:
+        """Hold the pass lock of this store; wait at most ``wait`` for a live holder, then refuse clearly.
+
+        A SQLite store is locked with ``flock`` on ``<state>.host-pass.lock``:
+        the kernel releases it with the process (SIGKILL and OOM included), so
+        a dead pass never blocks the next. The file holds the running pass's
+        record (pid, start); it stays behind when the pass dies before its
+        report is persisted, which is how ``unfinished`` knows. Any other store
+        keeps the lease in its ``locks`` table, taken over at once when its
+        holder is proven dead (same host, same boot id, pid gone).
+        """
+        holder = _new_holder(boot_id)
+        self.taken_over = None
+        if self._path is not None:
+            with self._flock(holder, wait) as taken:
+                yield taken
+            return
+        import sqlite3
+
         deadline = time.monotonic() + wait.total_seconds()
-        while not self._try_acquire(holder, ttl):
+        while not self._acquire_or_refuse(holder, ttl, wait, sqlite3.Error):
+            self.taken_over = self._take_from_dead(holder, ttl, boot_id)
+            if self.taken_over is not None:
+                break
             if time.monotonic() >= deadline:
-                raise Problem.one(
-                    "UNAVAILABLE",
-                    f"another pass is running against {self.url} (held by {self._holder()}); "
-                    f"gave up after waiting {wait.total_seconds():g}s",
-                )
+                raise self._busy(wait)
             time.sleep(0.1)
         try:
             yield holder
         finally:
             self._release(holder)
+
+    def _busy(self, wait: timedelta) -> Problem:
+        return Problem.one(
+            "UNAVAILABLE",
+            f"another pass is running against {self.url} (held by {self._holder()}); "
+            f"gave up after waiting {wait.total_seconds():g}s",
+        )
+
+    @contextmanager
+    def _flock(self, holder: str, wait: timedelta) -> Iterator[str]:
+        import fcntl
+
+        assert self._path is not None
+        path = lock_path(self._path)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            raise Problem.one(
+                "UNAVAILABLE", f"cannot open the lock file {path}: {exc.strerror}"
+            ) from exc
+        try:
+            deadline, tries = time.monotonic() + wait.total_seconds(), 0
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    tries += 1
+                    # A few tries at least: ``datum status`` holds it shared for an instant.
+                    if time.monotonic() >= deadline and tries >= 3:
+                        raise self._busy(wait) from None
+                    time.sleep(0.1)
+            if self._db is not None:  # a store locked by another process: waited for lock_wait
+                self._db.execute(f"PRAGMA busy_timeout={max(1, int(wait.total_seconds() * 1000))}")
+            self.taken_over = _parse(_read_fd(fd))  # a pass that died holding it
+            record = _record_of(holder) or {}
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, json.dumps(record).encode(), 0)
+            self._lock_fd = fd
+            yield holder
+            # Not reached when the pass raised: then its record says it did not finish.
+            os.ftruncate(fd, 0)
+        finally:
+            self._lock_fd = None
+            os.close(fd)  # the only descriptor: the kernel drops the lock
+
+    def mark_changing(self) -> None:
+        """The pass is about to change the host: make its record survive a power cut (once)."""
+        if self._lock_fd is not None and not self._durable:
+            os.fsync(self._lock_fd)
+            self._durable = True
+
+    def unfinished(self, boot_id: str = "") -> dict[str, Any] | None:
+        """A pass that started and has not persisted its report: its record, ``running`` when it still runs."""
+        if self._path is not None:
+            import fcntl
+
+            try:
+                fd = os.open(lock_path(self._path), os.O_RDONLY | os.O_CLOEXEC)
+            except OSError:
+                return None
+            try:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                    running = False
+                except BlockingIOError:
+                    running = True
+                record = _parse(_read_fd(fd))
+            finally:
+                os.close(fd)  # drops a shared lock taken above
+        else:
+            holder, expires = self._holder_row()
+            record = _record_of(holder) if holder else None
+            expired = expires is not None and expires.replace(tzinfo=UTC) < datetime.now(UTC)
+            running = record is not None and not expired and _alive(record, boot_id)
+        return {**record, "running": running} if record else None
+
+
+# -- who holds the pass lock ------------------------------------------------------------------
+# A holder is "node:pid:random:boot id:process start:epoch seconds": enough to
+# name it, and to prove it dead from the same host without waiting for a TTL.
+
+
+def lock_path(path: str) -> str:
+    """The lock file beside a SQLite state file."""
+    return f"{path}.{LOCK_NAME}.lock"
+
+
+def _process_start(pid: int) -> str:
+    """The process's start time in clock ticks since boot (``/proc/PID/stat`` field 22); '' unknown."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[19].decode()
+    except (OSError, IndexError):
+        return ""
+
+
+def _new_holder(boot_id: str) -> str:
+    pid = os.getpid()
+    parts = (os.uname().nodename, str(pid), os.urandom(4).hex(), boot_id.replace(":", ""))
+    return ":".join((*parts, _process_start(pid), str(int(time.time()))))
+
+
+def _record_of(holder: str) -> dict[str, Any] | None:
+    parts = holder.split(":")
+    if len(parts) != 6 or not parts[1].isdigit():
+        return None  # an older agent's holder: nothing to prove
+    node, pid, _, boot, start, epoch = parts
+    started = datetime.fromtimestamp(int(epoch), UTC).isoformat() if epoch.isdigit() else None
+    return {
+        "holder": holder,
+        "node": node,
+        "pid": int(pid),
+        "bootId": boot,
+        "processStart": start,
+        "startedAt": started,
+    }
+
+
+def _alive(record: dict[str, Any], boot_id: str) -> bool:
+    """False only when proven dead: this host, this boot, and its pid gone or now another process."""
+    if record.get("node") != os.uname().nodename or not boot_id or record.get("bootId") != boot_id:
+        return True
+    pid = int(record["pid"])
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    start = record.get("processStart")
+    return not start or _process_start(pid) in ("", start)
+
+
+def _read_fd(fd: int) -> bytes:
+    return os.pread(fd, 4096, 0)
+
+
+def _read_record(path: str) -> dict[str, Any] | None:
+    try:
+        with open(path, "rb") as f:
+            return _parse(f.read(4096))
+    except OSError:
+        return None
+
+
+def _parse(data: bytes) -> dict[str, Any] | None:
+    try:
+        record = json.loads(data) if data.strip() else None
+    except ValueError:
+        return None
+    return record if isinstance(record, dict) and "pid" in record else None
+
+
+def _describe(record: dict[str, Any]) -> str:
+    return f"{record.get('holder')}, pid {record.get('pid')}, since {record.get('startedAt')}"

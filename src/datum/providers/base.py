@@ -56,24 +56,50 @@ def run(
     timeout: float | None = 600,
     shell: bool = False,
 ) -> Completed:
-    """Run a command and capture its output; a missing program is exit status 127."""
+    """Run a command and capture its output; a missing program is exit status 127.
+
+    The command runs in a session (and process group) of its own. On timeout
+    the whole group is killed, grandchildren included, and the status is 124.
+    """
     try:
-        proc = subprocess.run(
+        proc = subprocess.Popen(
             list(argv) if not shell else argv[0],
-            input=input,
-            capture_output=True,
+            stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             text=True,
             cwd=cwd,
             env=env,
-            timeout=timeout,
             shell=shell,
-            check=False,
+            start_new_session=True,
         )
     except FileNotFoundError as exc:
         return Completed(tuple(argv), 127, "", str(exc))
+    try:
+        stdout, stderr = proc.communicate(input, timeout=timeout)
     except subprocess.TimeoutExpired:
-        return Completed(tuple(argv), 124, "", f"timed out after {timeout}s")
-    return Completed(tuple(argv), proc.returncode, proc.stdout, proc.stderr)
+        _kill_group(proc)
+        why = f"timed out after {timeout:g}s; its processes were killed"
+        return Completed(tuple(argv), 124, "", why)
+    except BaseException:
+        _kill_group(proc)
+        raise
+    return Completed(tuple(argv), proc.returncode, stdout, stderr)
+
+
+def _kill_group(proc: subprocess.Popen[str]) -> None:
+    """SIGKILL the command's process group, then reap it (pipes held by escapees are let go)."""
+    import signal
+
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        proc.communicate(timeout=5)
+    except subprocess.TimeoutExpired:  # a process that left the group still holds the pipes
+        proc.kill()
+        proc.wait()
 
 
 @dataclass

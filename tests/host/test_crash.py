@@ -1,0 +1,176 @@
+"""A crash never blocks the next pass, and never lies: SIGKILL, SIGTERM and a dead lease holder.
+
+``datum apply`` runs as a real process here, on a manifest whose ``Exec``
+sleeps, and is killed in the middle of it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import time
+from contextlib import suppress
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from datum.core.findings import Problem
+from datum.host.statefile import StateStore, lock_path, store_url
+
+from .conftest import DATUM, Host
+
+SLOW = """resources:
+  - File[/first]:
+      content: "1\\n"
+  - Exec[slow]:
+      command: 'echo $$ > "$DATUM_ROOT/slow.pid"; {tail}'
+      unless: 'test -e "$DATUM_ROOT/fast"'
+  - File[/second]:
+      content: "2\\n"
+  - File[/third]:
+      content: "3\\n"
+"""
+
+
+def _spawn(host: Host, manifest: Path, *args: str) -> subprocess.Popen[str]:
+    """``datum apply`` in the background, as the ``host`` fixture runs it."""
+    env = {**os.environ, "DATUM_HOME": str(host.base / "home"), "DATUM_BOOT_ID_FILE": str(host.boot_id)}
+    env.pop("DATUM_CONFIG", None)
+    if host.config.exists():
+        env["DATUM_CONFIG"] = str(host.config)
+    argv = [DATUM, "apply", str(manifest), "--root", str(host.root), "--state", str(host.state), *args]
+    return subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for(path: Path, proc: subprocess.Popen[str], seconds: float = 30) -> int:
+    """The pid the slow Exec wrote, once it runs."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        with suppress(OSError, ValueError):
+            return int(path.read_text())
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.05)
+    raise AssertionError(f"{path} never appeared")
+
+
+def _kill(pid: int) -> None:
+    with suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+
+
+def test_sigkill_mid_pass_leaves_status_unknown_and_never_blocks_the_next_pass(host):
+    host.configure('[host]\nlock_wait = "2s"\n')  # before: the dead lease blocked for lock_ttl (1h), exit 69
+    manifest = host.manifest(SLOW.format(tail="exec sleep 60"))
+    assert host.apply(host.manifest("resources: []\n", "empty.yaml")).code == 0  # a completed pass first
+    proc = _spawn(host, manifest)
+    sleeper = _wait_for(host.root / "slow.pid", proc)
+    try:
+        # While it runs: a second pass waits lock_wait for the live holder, then refuses naming it.
+        busy = host.apply(manifest)
+        assert busy.code == 69, busy.out + busy.err
+        assert str(proc.pid) in busy.err  # names the holder
+        running = host.status()
+        assert "a pass is running since" in running.out and f"(pid {proc.pid})" in running.out
+
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    finally:
+        _kill(sleeper)
+    status = host.status("--json").json
+    assert status["state"] == "unknown"
+    assert re.fullmatch(rf"the pass started at \S+ did not finish \(pid {proc.pid}\)", status["reason"]), status
+    assert status["lastReport"]["state"] == "converged"  # kept, and not shown as current
+    text = host.status()
+    assert "host state: unknown" in text.out and "did not finish" in text.out
+
+    (host.root / "fast").touch()
+    started = time.monotonic()
+    after = host.apply(manifest)
+    assert after.code == 2, after.out + after.err  # at once: no wait, no 69
+    assert time.monotonic() - started < 2
+    assert f"did not finish (pid {proc.pid}); this pass replaces it" in after.err
+    assert host.status("--json").json["state"] == "converged"
+    assert os.path.getsize(lock_path(str(host.state))) == 0  # a finished pass leaves no record
+
+
+def test_sigterm_stops_after_the_current_resource_and_persists_an_incomplete_report(host):
+    host.configure('[host]\nlock_wait = "100ms"\n')
+    manifest = host.manifest(SLOW.format(tail='sleep 1; touch "$DATUM_ROOT/fast"'))
+    proc = _spawn(host, manifest, "--json")
+    _wait_for(host.root / "slow.pid", proc)
+    proc.send_signal(signal.SIGTERM)
+    signalled = time.monotonic()
+    out, err = proc.communicate(timeout=30)
+    assert time.monotonic() - signalled < 10  # the current resource (1 s) and no more
+    assert proc.returncode == 2 | 4, err  # changed, and the pass did not finish (bit 4)
+    report = __import__("json").loads(out)
+    assert report["incomplete"] is True
+    assert report["state"] == "unknown"
+    assert report["reason"] == "the pass was stopped by SIGTERM after 2 of 4 resources; 2 not reached (pending)"
+    states = {r["id"]: r["state"] for r in report["resources"]}
+    assert states == {"File[/first]": "converged", "Exec[slow]": "converged", "File[/second]": "pending", "File[/third]": "pending"}
+    assert not (host.root / "second").exists()
+
+    status = host.status("--json").json
+    assert status == report  # what completed was persisted, marked incomplete
+    assert "incomplete" in host.status().out
+    again = host.apply(manifest)  # the lock was released: a 100 ms lock_wait is enough
+    assert again.code == 2, again.out + again.err
+    assert (host.root / "third").read_text() == "3\n"
+    assert host.status("--json").json["state"] == "converged"
+
+
+# -- a store without a lock file (PostgreSQL): a lease taken over from a holder proven dead ------
+
+
+def _table_store(tmp_path: Path) -> StateStore:
+    store = StateStore(store_url(str(tmp_path / "state.db")))  # a new file: through datum.store
+    store._path = None  # as for a store URL: the lease lives in the locks table
+    return store
+
+
+def _gone_pid() -> int:
+    done = subprocess.Popen(["true"])
+    done.wait()
+    return done.pid
+
+
+def _holder(pid: int, boot: str, node: str | None = None) -> str:
+    return f"{node or os.uname().nodename}:{pid}:abcd1234:{boot}::{int(time.time())}"
+
+
+def test_a_lease_whose_holder_is_proven_dead_is_taken_at_once(tmp_path):
+    store = _table_store(tmp_path)
+    try:
+        dead = _gone_pid()
+        assert store._try_acquire(_holder(dead, "boot-1"), timedelta(hours=1))
+        assert store.unfinished("boot-1")["running"] is False
+        started = time.monotonic()
+        with store.lease(timedelta(seconds=5), timedelta(hours=1), "boot-1"):
+            assert time.monotonic() - started < 1
+            assert store.taken_over["pid"] == dead
+        assert store.unfinished("boot-1") is None  # released
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize(
+    "holder",
+    [
+        pytest.param(lambda: _holder(os.getppid(), "boot-1"), id="pid alive"),
+        pytest.param(lambda: _holder(_gone_pid(), "boot-0"), id="another boot"),
+        pytest.param(lambda: _holder(_gone_pid(), "boot-1", node="elsewhere"), id="another host"),
+    ],
+)
+def test_a_lease_not_proven_dead_is_waited_for(tmp_path, holder):
+    store = _table_store(tmp_path)
+    try:
+        assert store._try_acquire(holder(), timedelta(hours=1))
+        with pytest.raises(Problem, match="another pass is running"):
+            with store.lease(timedelta(milliseconds=300), timedelta(hours=1), "boot-1"):
+                pass
+    finally:
+        store.close()
