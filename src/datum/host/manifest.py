@@ -243,8 +243,11 @@ def _compose(text: str) -> tuple[Any, list[FieldError]]:
         duplicates = _inspect(node, key_of)
         try:
             return loader.construct_document(node), duplicates
-        except (ValueError, TypeError, OverflowError, RecursionError) as exc:
-            # PyYAML raises these for, e.g., a timestamp in month 13 or an int of 5,000 digits.
+        except yaml.YAMLError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - PyYAML's own bugs are the input's findings
+            # E.g. ValueError for a timestamp in month 13 or an int of 5,000 digits,
+            # AttributeError for "!!timestamp x".
             raise yaml.constructor.ConstructorError(
                 None, None, f"a value YAML cannot build: {exc}", None
             ) from exc
