@@ -3,6 +3,8 @@ never a traceback; ``datum validate`` exits 0 or 65, never 70."""
 
 from __future__ import annotations
 
+import atexit
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -20,6 +22,7 @@ FAST = settings(
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 DIRECTORY = Path(tempfile.mkdtemp(prefix="datum-fuzz-"))
+atexit.register(shutil.rmtree, DIRECTORY, ignore_errors=True)
 (DIRECTORY / "t.j2").write_text("{{ hostname }}\n")
 (DIRECTORY / "s.txt").write_text("s\n")
 
