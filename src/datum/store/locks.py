@@ -20,6 +20,7 @@ from typing import Protocol
 
 import sqlalchemy as sa
 
+from datum.core.findings import Problem
 from datum.store.engine import Store
 from datum.store.schema import locks as t
 
@@ -98,10 +99,15 @@ class _FileLock:
 
     def try_acquire(self) -> bool:
         try:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        except PermissionError:
-            # Another user's file (``datum serve`` as a service): flock needs no write access.
-            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            except PermissionError:
+                # Another user's file (``datum serve`` as a service): flock needs no write access.
+                fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError as exc:
+            raise Problem.one(
+                "UNAVAILABLE", f"cannot open the lock file {self.path}: {exc.strerror}"
+            ) from exc
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
