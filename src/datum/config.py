@@ -154,7 +154,11 @@ class ServerSettings(_Strict):
     bearer tokens; ``datum token create`` stores hashes in the store instead.
     ``policy`` replaces the shipped Cedar policy file. ``refresh`` is how
     often the page reloads its data; ``report_ttl`` how long the server reuses
-    a computed drift report.
+    a computed drift report. ``max_body_bytes`` bounds a request body (413
+    beyond it), ``max_diff_bytes`` each stored resource diff (cut with a
+    marker); ``header_timeout`` and ``body_timeout`` close a client that is
+    slower than that to send its request line and headers, or its body;
+    ``keep_alive`` is how long an idle connection stays open.
     """
 
     host: str = "127.0.0.1"
@@ -165,6 +169,11 @@ class ServerSettings(_Strict):
     refresh: Duration = timedelta(seconds=10)
     report_ttl: Duration = timedelta(seconds=1)
     access_log: bool = True
+    max_body_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
+    max_diff_bytes: int = Field(default=64 * 1024, ge=256)
+    header_timeout: Duration = timedelta(seconds=10)
+    body_timeout: Duration = timedelta(seconds=30)
+    keep_alive: Duration = timedelta(seconds=5)
 
     @field_validator("tokens", mode="before")
     @classmethod

@@ -16,6 +16,7 @@ from starlette.types import ASGIApp
 from datum.api import errors
 from datum.api.authz import Authorizer
 from datum.api.fastpath import DriftFastPath
+from datum.api.guard import RequestGuard
 from datum.api.metrics import metrics_registry
 from datum.api.routes import buckets, hosts, meta, observability, ui
 from datum.api.state import Clock, ServerState
@@ -64,7 +65,7 @@ def create_app(
     for module in (observability, hosts, buckets, meta, ui):
         app.include_router(module.router)
     app.mount("/static", StaticFiles(packages=[("datum.web", "static")]), name="static")
-    _outermost(app, lambda inner: DriftFastPath(inner, state))
+    _outermost(app, lambda inner: RequestGuard(DriftFastPath(inner, state), state))
     return app
 
 

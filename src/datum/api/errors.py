@@ -27,7 +27,9 @@ STATUS_BY_CODE: dict[str, int] = {
     "FORBIDDEN": 403,
     "NOT_FOUND": 404,
     "METHOD_NOT_ALLOWED": 405,
+    "REQUEST_TIMEOUT": 408,
     "CONFLICT": 409,
+    "PAYLOAD_TOO_LARGE": 413,
     "INVALID_INPUT": 422,
     "INTERNAL": 500,
     "UNAVAILABLE": 503,
@@ -39,8 +41,9 @@ _CODE_BY_STATUS = {
     403: "FORBIDDEN",
     404: "NOT_FOUND",
     405: "METHOD_NOT_ALLOWED",
+    408: "REQUEST_TIMEOUT",
     409: "CONFLICT",
-    413: "INVALID_INPUT",
+    413: "PAYLOAD_TOO_LARGE",
     415: "INVALID_INPUT",
     422: "INVALID_INPUT",
     503: "UNAVAILABLE",
@@ -59,7 +62,10 @@ class FindingModel(BaseModel):
 
     model_config = ConfigDict(extra="allow")
 
-    code: str = Field(description="UNAUTHENTICATED, FORBIDDEN, NOT_FOUND, INVALID_INPUT, CONFLICT, UNAVAILABLE, INTERNAL.")
+    code: str = Field(
+        description="UNAUTHENTICATED, FORBIDDEN, NOT_FOUND, INVALID_INPUT, CONFLICT, PAYLOAD_TOO_LARGE, "
+        "REQUEST_TIMEOUT, UNAVAILABLE, INTERNAL."
+    )
     message: str
     statement: int | None = Field(default=None, description="Index of the statement at fault; -1 for the document as a whole.")
     action: str | None = Field(default=None, description="The Cedar action refused (FORBIDDEN).")
@@ -88,6 +94,7 @@ def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
         403: "The Cedar policies refuse the action (named in `action`).",
         404: "Unknown reconciler, host or bucket.",
         409: "The request conflicts with the current state.",
+        413: "The body is larger than `[server] max_body_bytes` (PAYLOAD_TOO_LARGE).",
         422: "The input is not valid; each problem at its field.",
         503: "Not ready: the registry or the store is not wired yet.",
     }

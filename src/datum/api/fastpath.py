@@ -19,6 +19,7 @@ import re
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from datum.api.authz import Action, reconciler
+from datum.api.guard import bearer
 from datum.api.state import ServerState
 
 _DRIFT = re.compile(r"/v1/observability/admin/reconcilers/([^/]{1,100})/drift")
@@ -53,16 +54,8 @@ class DriftFastPath:
         entry = state.reports.current(name)
         if entry is None:
             return None
-        token = _bearer(scope)
+        token = bearer(scope)
         principal = state.tokens.principal(token) if token else None
         if principal is None or not state.authorizer.allowed(principal, Action.READ_SUBSTRATE, reconciler(name)):
             return None
         return entry.body
-
-
-def _bearer(scope: Scope) -> str | None:
-    for key, value in scope["headers"]:
-        if key == b"authorization":
-            scheme, _, token = value.decode("latin-1").partition(" ")
-            return token.strip() if scheme.lower() == "bearer" else None
-    return None

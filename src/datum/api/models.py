@@ -53,11 +53,19 @@ class Status(_Out):
     status: str
 
 
+def _unreadable_why(exc: ValidationError) -> str:
+    first = exc.errors()[0]
+    where = ".".join(str(part) for part in first.get("loc", ())) or "(document)"
+    more = f" and {exc.error_count() - 1} more" if exc.error_count() > 1 else ""
+    return f"the last pass report cannot be read: {where}: {first.get('msg', 'invalid')}{more}"
+
+
 def host_status(row: dict[str, Any]) -> HostStatus:
     """The API's view of a stored host row (``store.hosts``).
 
-    A stored report that no longer reads as a ``PassReport`` makes the host
-    ``unknown`` (contract section 2), with the reason saying so.
+    A stored report that is not JSON, or no longer reads as a ``PassReport``,
+    makes the host ``unknown`` (contract section 2), with the reason saying why;
+    so does a stored state that is not a host state. One bad row never fails a list.
     """
     values: dict[str, Any] = {
         "host": row["host"],
@@ -67,11 +75,40 @@ def host_status(row: dict[str, Any]) -> HostStatus:
         "finishedAt": row.get("finishedAt"),
         "updatedAt": row["updatedAt"],
     }
-    try:
-        report = PassReport.model_validate(row.get("report") or {})
-    except ValidationError as exc:
-        values.update(state=HostState.UNKNOWN, reason=f"the last pass report cannot be read ({exc.error_count()} errors)")
-        report = None
+    report: PassReport | None = None
+    if row.get("unreadable"):
+        values.update(state=HostState.UNKNOWN, reason=f"the last pass report cannot be read: {row['unreadable']}")
+    else:
+        try:
+            report = PassReport.model_validate(row.get("report") or {})
+        except ValidationError as exc:
+            values.update(state=HostState.UNKNOWN, reason=_unreadable_why(exc))
+    if values["state"] not in HostState._value2member_map_:
+        values.update(state=HostState.UNKNOWN, reason=f"the stored host state {str(values['state'])[:40]!r} is not a host state")
     if report is not None:
+        report = redacted(report)
         values["attention"] = [r for r in report.resources if r.state != ResourceState.CONVERGED]
-    return HostStatus.model_validate({**values, "report": report})
+    try:
+        return HostStatus.model_validate({**values, "report": report})
+    except ValidationError as exc:  # e.g. a stored boot id or time that is not one
+        values.update(state=HostState.UNKNOWN, reason=_unreadable_why(exc), bootId=None, finishedAt=None)
+        return HostStatus.model_validate({**values, "attention": [], "report": None})
+
+
+REDACTED = "(diff redacted: the resource is sensitive)"
+
+
+def sensitive(resource: ResourceReport) -> bool:
+    """Whether the report marks ``resource`` sensitive (its diff is never stored nor served)."""
+    return bool(getattr(resource, "sensitive", False) or getattr(resource, "redacted", False))
+
+
+def redacted(report: PassReport) -> PassReport:
+    """``report`` with the diff of every sensitive resource replaced by a marker (stored ones included)."""
+    if not any(r.diff not in (None, REDACTED) and sensitive(r) for r in report.resources):
+        return report
+    resources = [
+        r.model_copy(update={"diff": REDACTED}) if r.diff is not None and sensitive(r) else r
+        for r in report.resources
+    ]
+    return report.model_copy(update={"resources": resources})

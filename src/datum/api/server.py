@@ -8,6 +8,7 @@ e.g. when the app is mounted by another ASGI server that skips lifespans).
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import logging
 from collections.abc import AsyncIterator, Callable
@@ -15,6 +16,7 @@ from contextlib import asynccontextmanager
 
 import uvicorn
 from fastapi import FastAPI
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from datum.api.app import create_app
 from datum.config import Settings
@@ -58,6 +60,79 @@ def serving_app(settings: Settings, wire: Callable[[], tuple[Registry, Store]]) 
     return app
 
 
+class QueryStringDropped(logging.Filter):
+    """Access log lines keep the path and drop the query string: it may carry a token (``?token=...``)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        if isinstance(args, tuple) and len(args) >= 3 and isinstance(args[2], str) and "?" in args[2]:
+            record.args = (*args[:2], args[2].split("?", 1)[0] + "?[query omitted]", *args[3:])
+        return True
+
+
+class HeaderDeadline(HttpToolsProtocol):
+    """uvicorn's HTTP protocol, closing a connection whose request line and headers take too long.
+
+    uvicorn times out an idle keep-alive connection but not a client that opens a
+    connection and sends nothing, or trickles its headers a byte at a time
+    (slowloris): each would hold a connection forever. Here a deadline starts when
+    the connection opens and when each request's first byte arrives, and ends
+    when the headers are complete; past it the connection is closed.
+    """
+
+    header_timeout: float = 10.0
+    _header_timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm()
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._arm()
+
+    def on_headers_complete(self) -> None:
+        self._disarm()
+        super().on_headers_complete()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def _arm(self) -> None:
+        self._disarm()
+        self._header_timer = self.loop.call_later(self.header_timeout, self._late)
+
+    def _disarm(self) -> None:
+        if self._header_timer is not None:
+            self._header_timer.cancel()
+            self._header_timer = None
+
+    def _late(self) -> None:
+        self._header_timer = None
+        if not self.transport.is_closing():
+            self.transport.close()
+
+
+def uvicorn_config(app: FastAPI, host: str, port: int, access_log: bool = True) -> uvicorn.Config:
+    """The uvicorn configuration of ``app``: its ``[server]`` limits and timeouts applied."""
+    server = app.state.datum.settings.server
+    protocol = type("DatumHTTP", (HeaderDeadline,), {"header_timeout": server.header_timeout.total_seconds()})
+    return uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        http=protocol,
+        access_log=access_log,
+        log_level="info",
+        server_header=False,
+        timeout_keep_alive=max(1, round(server.keep_alive.total_seconds())),
+        h11_max_incomplete_event_size=64 * 1024,
+    )
+
+
 def run(app: FastAPI, host: str, port: int, access_log: bool = True) -> None:
-    """Serve ``app`` until interrupted. Access log lines carry method, path and status: never headers."""
-    uvicorn.run(app, host=host, port=port, access_log=access_log, log_level="info", server_header=False)
+    """Serve ``app`` until interrupted. Access log lines carry method, path and status: never headers, never a query."""
+    config = uvicorn_config(app, host, port, access_log)
+    logging.getLogger("uvicorn.access").addFilter(QueryStringDropped())
+    uvicorn.Server(config).run()

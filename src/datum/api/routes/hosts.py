@@ -6,6 +6,7 @@ from fastapi import APIRouter, Body, Depends, Path, Request
 
 from datum.api.authz import Action
 from datum.api.errors import error_responses
+from datum.api.intake import accept
 from datum.api.models import HostStatus, host_status
 from datum.api.security import needs, path_resource
 from datum.api.state import state_of
@@ -59,9 +60,11 @@ def host(
     summary="An agent reports a completed pass (datum apply --report-to URL).",
     description=(
         "Cedar action `fleet:ReportPass` on `Host::\"{host}\"`. The body is the pass report of "
-        "`datum apply --json`; its `host` must be the host of the path. Stored as the host's latest pass."
+        "`datum apply --json`; its `host` must be the host of the path, every number finite, and its `state` "
+        "the rollup of its resources. Stored as the host's latest pass, each diff cut at `[server] max_diff_bytes` "
+        "and the diff of a sensitive resource never stored. A body over `[server] max_body_bytes` is 413."
     ),
-    responses=error_responses(401, 403, 422, 503),
+    responses=error_responses(401, 403, 413, 422, 503),
     **_OUT,
 )
 def report_pass(
@@ -76,6 +79,7 @@ def report_pass(
             [FieldError("host", f"the report is for host {report.host!r}, the path names {host!r}")],
             "a pass can only be reported for the host it ran on",
         )
+    report = accept(report, state_of(request).settings.server.max_diff_bytes)
     record_pass(store, host, report.dump())
     row = get_host(store, host)
     if row is None:  # pragma: no cover - just written

@@ -1,0 +1,68 @@
+"""What the server accepts from an agent's pass report before it stores it.
+
+Pydantic has already checked the shape; this checks what a shape cannot say:
+
+- every number is finite (JSON parsers take ``NaN``, ``Infinity`` and ``1e999``);
+- the report's ``state`` is the host state its resources roll up to (contract
+  section 2), so a ``converged`` report with a failed resource is refused;
+- a diff longer than ``[server] max_diff_bytes`` is cut, with a marker saying so;
+- the diff of a resource the report marks sensitive is never stored.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from datum.api.models import redacted
+from datum.core.findings import FieldError, invalid
+from datum.core.rollup import host_state
+from datum.host.report import PassReport
+from datum.validation import field_path
+
+
+def _non_finite(value: Any, path: list[str | int]) -> list[FieldError]:
+    if isinstance(value, float) and not math.isfinite(value):
+        return [FieldError(field_path(path), f"{value} is not a finite number")]
+    if isinstance(value, dict):
+        return [e for k, v in value.items() for e in _non_finite(v, [*path, str(k)])]
+    if isinstance(value, list | tuple):
+        return [e for i, v in enumerate(value) for e in _non_finite(v, [*path, i])]
+    return []
+
+
+def truncated(diff: str, limit: int) -> str:
+    """``diff`` cut to at most ``limit`` UTF-8 bytes, with the marker, when it is longer."""
+    data = diff.encode("utf-8")
+    if len(data) <= limit:
+        return diff
+    kept = data[:limit].decode("utf-8", "ignore")
+    return f"{kept}\n... (diff truncated at {limit} bytes)\n"
+
+
+def accept(report: PassReport, max_diff_bytes: int) -> PassReport:
+    """``report`` as the server stores it, or ``422 INVALID_INPUT`` naming every field at fault."""
+    problems = _non_finite(report.model_dump(by_alias=True), [])
+    states = [r.state for r in report.resources]
+    awaiting = report.reboot is not None and report.reboot.required
+    expected = host_state(states, awaiting_reboot=awaiting)
+    if report.state != expected:
+        problems.append(
+            FieldError(
+                "state",
+                f"the report says {report.state.value!r} but its resources roll up to {expected.value!r}",
+            )
+        )
+    if problems:
+        raise invalid(problems, "the pass report does not hold together")
+    report = redacted(report)
+    if any(r.diff and len(r.diff) * 4 > max_diff_bytes for r in report.resources):
+        report = report.model_copy(
+            update={
+                "resources": [
+                    r.model_copy(update={"diff": truncated(r.diff, max_diff_bytes)}) if r.diff else r
+                    for r in report.resources
+                ]
+            }
+        )
+    return report

@@ -1,0 +1,243 @@
+"""Hostile clients against ``datum serve`` for real: raw sockets on loopback, the server's own timeouts.
+
+One server process per module, with small limits: 4 KiB bodies, 1 s to send
+the headers, 1 s to send the body. Every refusal is in the contract's error
+shape and closes the connection; the server keeps answering everyone else.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from .story import pass_report, serving
+
+LIMIT = 4096
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, int, dict[str, str], Path]]:
+    """(base URL, port, tokens by principal, log path) of a ``datum serve`` with small limits."""
+    from datum.api import tokens
+    from datum.store import open_store
+
+    tmp = tmp_path_factory.mktemp("hostile")
+    cfg = tmp / "datum.toml"
+    cfg.write_text(
+        f'store = "sqlite:///{tmp / "datum.db"}"\n'
+        f'[reconcilers.buckets]\nroot = "{tmp / "buckets"}"\n'
+        "[server]\nscheduler = false\n"
+        f"max_body_bytes = {LIMIT}\n"
+        'header_timeout = "1s"\nbody_timeout = "1s"\nkeep_alive = "1s"\n'
+    )
+    store = open_store(f"sqlite:///{tmp / 'datum.db'}")
+    minted = {p: tokens.create(store, p) for p in ("operator", "agent", "admin")}
+    store.dispose()
+    log = tmp / "serve.log"
+    with serving(cfg, log) as base:
+        yield base, int(base.rsplit(":", 1)[1].strip("/")), minted, log
+
+
+def connect(port: int) -> socket.socket:
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    s.settimeout(10)
+    return s
+
+
+def answer(s: socket.socket, within: float = 5.0) -> tuple[int, dict[str, str], dict]:
+    """Read one HTTP response (status, headers, JSON body) off ``s``, failing after ``within`` seconds."""
+    s.settimeout(within)
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = s.recv(65536)
+        assert chunk, f"closed without an answer: {data!r}"
+        data += chunk
+    head, _, rest = data.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    status = int(lines[0].split()[1])
+    headers = {k.lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
+    length = int(headers.get("content-length", "0"))
+    while len(rest) < length:
+        chunk = s.recv(65536)
+        assert chunk
+        rest += chunk
+    return status, headers, json.loads(rest[:length]) if length else {}
+
+
+def closed(s: socket.socket, within: float) -> bool:
+    """Whether the server closes ``s`` (EOF or reset) within ``within`` seconds, whatever it sent first."""
+    s.settimeout(within)
+    try:
+        while s.recv(65536):
+            pass
+    except (ConnectionResetError, BrokenPipeError):
+        return True
+    except TimeoutError:
+        return False
+    return True
+
+
+def assert_shape(body: dict, code: str) -> None:
+    assert set(body) == {"issues"}, body
+    assert body["issues"][0]["code"] == code and body["issues"][0]["message"], body
+
+
+def refused(s: socket.socket, status: int, code: str, within: float = 3) -> dict:
+    """The answer on ``s`` is ``status`` with ``code`` in the contract's shape: its body."""
+    got, _headers, body = answer(s, within=within)
+    assert got == status, (got, body)
+    assert_shape(body, code)
+    return body
+
+
+def post_head(length: int | None, token: str | None = None, path: str = "/v1/hosts/web1/passes") -> bytes:
+    lines = [f"POST {path} HTTP/1.1", "Host: 127.0.0.1", "Content-Type: application/json"]
+    lines.append(f"Content-Length: {length}" if length is not None else "Transfer-Encoding: chunked")
+    if token:
+        lines.append(f"Authorization: Bearer {token}")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode()
+
+
+def test_an_unauthenticated_post_of_a_gigabyte_is_refused_before_its_body_is_read(server):
+    _base, port, _tokens, _log = server
+    for token in (None, "datum_not-a-token"):
+        with connect(port) as s:
+            started = time.monotonic()
+            s.sendall(post_head(10**9, token))  # headers only: a server reading the body would wait forever
+            status, headers, body = answer(s, within=3)
+            assert time.monotonic() - started < 3
+            assert status == 401 and headers.get("www-authenticate") == "Bearer"
+            assert_shape(body, "UNAUTHENTICATED")
+            assert closed(s, within=3)
+
+
+def test_an_unauthenticated_chunked_post_is_refused_before_its_body_is_read(server):
+    _base, port, _tokens, _log = server
+    with connect(port) as s:
+        s.sendall(post_head(None) + b"10\r\n0123456789abcdef\r\n")
+        refused(s, 401, "UNAUTHENTICATED")
+
+
+def test_a_declared_body_over_the_limit_is_413_at_once(server):
+    _base, port, tokens, _log = server
+    with connect(port) as s:
+        s.sendall(post_head(LIMIT + 1, tokens["agent"]))
+        body = refused(s, 413, "PAYLOAD_TOO_LARGE")
+        assert body["issues"][0]["details"] == {"maxBodyBytes": LIMIT}
+        assert closed(s, within=3)
+
+
+def test_a_chunked_body_without_length_is_413_once_it_passes_the_limit(server):
+    _base, port, tokens, _log = server
+    with connect(port) as s:
+        s.sendall(post_head(None, tokens["agent"]))
+        chunk = b"x" * 1024
+        sent = 0
+        while sent < LIMIT * 4:
+            try:
+                s.sendall(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
+            except (BrokenPipeError, ConnectionResetError):
+                break
+            sent += len(chunk)
+        refused(s, 413, "PAYLOAD_TOO_LARGE")
+
+
+def test_a_slowloris_body_is_cut_off_at_the_body_timeout(server):
+    base, port, tokens, _log = server
+    with connect(port) as s:
+        s.sendall(post_head(200, tokens["agent"]))
+        started = time.monotonic()
+        got = None
+        while time.monotonic() - started < 6:
+            try:
+                s.sendall(b" ")  # one byte every 0.2 s: the body would take 40 s
+            except (BrokenPipeError, ConnectionResetError):
+                break
+            s.settimeout(0.2)
+            try:
+                got = s.recv(65536, socket.MSG_PEEK)
+            except TimeoutError:
+                continue
+            break
+        took = time.monotonic() - started
+        assert got, "the server never answered the slow body"
+        refused(s, 408, "REQUEST_TIMEOUT", within=2)
+        assert 0.9 < took < 4, took
+        assert closed(s, within=3)
+    assert httpx.get(base + "readyz").status_code == 200  # no worker was held
+
+
+def test_slow_or_silent_headers_are_closed_at_the_header_timeout(server):
+    base, port, _tokens, _log = server
+    with connect(port) as silent, connect(port) as trickle:
+        started = time.monotonic()
+        trickle.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+        shut = False
+        while time.monotonic() - started < 6 and not shut:
+            try:
+                trickle.sendall(b"X-Slow: 1\r\n")  # a header every 0.2 s, never the blank line
+            except (BrokenPipeError, ConnectionResetError):
+                shut = True
+                break
+            shut = closed(trickle, within=0.2)
+        assert shut, "a client trickling its headers kept the connection"
+        assert time.monotonic() - started < 4
+        assert closed(silent, within=3), "a connection that sends nothing was kept"
+    assert httpx.get(base + "healthz").status_code == 200
+
+
+def test_a_body_within_the_limit_still_reaches_the_route(server):
+    base, _port, tokens, _log = server
+    report = pass_report("web1")
+    r = httpx.post(base + "v1/hosts/web1/passes", json=report, headers={"Authorization": f"Bearer {tokens['agent']}"})
+    assert r.status_code == 201, r.text
+    assert r.json()["state"] == "failed"
+
+
+def test_the_access_log_never_prints_a_query_string_token(server):
+    base, _port, tokens, log = server
+    secret = tokens["operator"]
+    httpx.get(base + f"v1/hosts?token={secret}&x=1", headers={"Authorization": f"Bearer {secret}"})
+    httpx.get(base + f"healthz?access_token={secret}")
+    deadline = time.monotonic() + 5
+    while "GET /healthz" not in log.read_text() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    text = log.read_text()
+    assert "GET /v1/hosts?[query omitted]" in text
+    assert secret not in text and "token=" not in text
+
+
+def test_the_database_file_deleted_under_the_server_fails_readyz_and_refuses_writes(tmp_path):
+    from datum.api import tokens
+    from datum.store import open_store
+
+    db = tmp_path / "datum.db"
+    cfg = tmp_path / "datum.toml"
+    cfg.write_text(
+        f'store = "sqlite:///{db}"\n[reconcilers.buckets]\nroot = "{tmp_path / "buckets"}"\n'
+        "[server]\nscheduler = false\n"
+    )
+    store = open_store(f"sqlite:///{db}")
+    admin = {"Authorization": f"Bearer {tokens.create(store, 'admin')}"}
+    store.dispose()
+    with serving(cfg, tmp_path / "serve.log") as base:
+        assert httpx.put(base + "v1/buckets/alpha", headers=admin).status_code == 201
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{db}{suffix}").unlink(missing_ok=True)
+        ready = httpx.get(base + "readyz")
+        assert ready.status_code == 503
+        assert_shape(ready.json(), "UNAVAILABLE")
+        assert str(db) in ready.json()["issues"][0]["message"]
+        write = httpx.put(base + "v1/buckets/beta", headers=admin)
+        assert write.status_code == 503, write.text
+        assert_shape(write.json(), "UNAVAILABLE")
+        report = httpx.post(base + "v1/hosts/web1/passes", json=pass_report("web1"), headers=admin)
+        assert report.status_code == 503, report.text
+        assert_shape(report.json(), "UNAVAILABLE")
+        assert httpx.get(base + "healthz").status_code == 200  # alive, not ready
