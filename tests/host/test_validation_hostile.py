@@ -48,18 +48,54 @@ CASES = [
     ("User[u]: {uid: -1}", "resources[0].User[u].uid", "not negative"),
     ("User[u]: {uid: true}", "resources[0].User[u].uid", "not true or false"),
     ("Group[g]: {gid: 4294967296}", "resources[0].Group[g].gid", "at most 4294967294"),
-    ("File[/a]: {mode: '0644', mode: '0600'}", "resources[0].File[/a].mode", "duplicate key 'mode'"),
-    ("File[/a]: {template: ok.j2, vars: {x: 1, x: 2}}", "resources[0].File[/a].vars.x", "duplicate key 'x'"),
+    (
+        "File[/a]: {mode: '0644', mode: '0600'}",
+        "resources[0].File[/a].mode",
+        "duplicate key 'mode'",
+    ),
+    (
+        "File[/a]: {template: ok.j2, vars: {x: 1, x: 2}}",
+        "resources[0].File[/a].vars.x",
+        "duplicate key 'x'",
+    ),
     ("{File[/a]: {}, File[/a]: {}}", "resources[0].File[/a]", "duplicate key 'File[/a]'"),
-    ("File[/a]: {template: ok.j2, vars: {hostname: x}}", "resources[0].File[/a].vars.hostname", "name of a fact"),
-    ("File[/a]: {template: ok.j2, vars: {facts: {}}}", "resources[0].File[/a].vars.facts", "name of a fact"),
-    ("File[/a]: {source: ../secret.txt}", "resources[0].File[/a].source", "outside the manifest's directory"),
-    ("File[/a]: {source: link-out.txt}", "resources[0].File[/a].source", "outside the manifest's directory"),
+    (
+        "File[/a]: {template: ok.j2, vars: {hostname: x}}",
+        "resources[0].File[/a].vars.hostname",
+        "name of a fact",
+    ),
+    (
+        "File[/a]: {template: ok.j2, vars: {facts: {}}}",
+        "resources[0].File[/a].vars.facts",
+        "name of a fact",
+    ),
+    (
+        "File[/a]: {source: ../secret.txt}",
+        "resources[0].File[/a].source",
+        "outside the manifest's directory",
+    ),
+    (
+        "File[/a]: {source: link-out.txt}",
+        "resources[0].File[/a].source",
+        "outside the manifest's directory",
+    ),
     ("File[/a]: {source: /etc/hostname}", "resources[0].File[/a].source", "--allow-source-outside"),
-    ("Package[p]: {source: ../secret.txt}", "resources[0].Package[p].source", "outside the manifest's directory"),
-    ("File[/a]: {template: ../secret.txt}", "resources[0].File[/a].template", "templates stay next to it"),
-    ("File[/a]: {source: \"a\\0b\"}", "resources[0].File[/a].source", "not a usable file name"),
-    ("Line[l]: {path: /a, line: x, match: '" + "(" * 2000 + "'}", "resources[0].Line[l].match", "not a regular expression"),
+    (
+        "Package[p]: {source: ../secret.txt}",
+        "resources[0].Package[p].source",
+        "outside the manifest's directory",
+    ),
+    (
+        "File[/a]: {template: ../secret.txt}",
+        "resources[0].File[/a].template",
+        "templates stay next to it",
+    ),
+    ('File[/a]: {source: "a\\0b"}', "resources[0].File[/a].source", "not a usable file name"),
+    (
+        "Line[l]: {path: /a, line: x, match: '" + "(" * 2000 + "'}",
+        "resources[0].Line[l].match",
+        "not a regular expression",
+    ),
     ("Exec[e]: {timeout: .inf}", "resources[0].Exec[e].timeout", "finite"),
 ]
 
@@ -87,7 +123,13 @@ def test_every_finding_at_once_and_nothing_applied(tree, datum_cli):
         "comment: 2\n"  # a duplicate, and an unknown field too
     )
     code, out, _err = datum_cli(
-        "apply", str(manifest), "--root", str(tree / "root"), "--state", str(tree / "s.db"), "--json"
+        "apply",
+        str(manifest),
+        "--root",
+        str(tree / "root"),
+        "--state",
+        str(tree / "s.db"),
+        "--json",
     )
     assert code == 65
     assert set(_fields(out)) == {
@@ -103,7 +145,9 @@ def test_every_finding_at_once_and_nothing_applied(tree, datum_cli):
 
 def test_allow_source_outside_lets_a_source_out_and_reads_what_was_validated(tree, datum_cli):
     manifest = tree / "m" / "manifest.yaml"
-    manifest.write_text("resources:\n  - File[/a]: {source: ../secret.txt}\n  - File[/b]: {source: link-out.txt}\n")
+    manifest.write_text(
+        "resources:\n  - File[/a]: {source: ../secret.txt}\n  - File[/b]: {source: link-out.txt}\n"
+    )
     args = ("--root", str(tree / "root"), "--state", str(tree / "s.db"))
     assert datum_cli("apply", str(manifest), *args)[0] == 65
     code, out, _ = datum_cli("apply", str(manifest), *args, "--allow-source-outside")
@@ -114,7 +158,9 @@ def test_allow_source_outside_lets_a_source_out_and_reads_what_was_validated(tre
     assert datum_cli("plan", str(manifest), "--root", str(tree / "root"))[0] == 65
 
 
-def test_a_source_link_swapped_to_point_outside_after_validation_fails_that_resource(tree, datum_cli):
+def test_a_source_link_swapped_to_point_outside_after_validation_fails_that_resource(
+    tree, datum_cli
+):
     manifest = tree / "m" / "manifest.yaml"
     link = tree / "m" / "data.txt"
     link.symlink_to(tree / "m" / "inside.txt")
@@ -149,8 +195,13 @@ def _bounded(args: list[str], env: dict[str, str], seconds: float = 30) -> tuple
     started = time.monotonic()
     try:
         done = subprocess.run(
-            [DATUM, *args], env=env, capture_output=True, text=True, timeout=seconds,
-            preexec_fn=limit, check=False,  # noqa: PLW1509 - a limit, set before exec
+            [DATUM, *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=seconds,
+            preexec_fn=limit,
+            check=False,  # noqa: PLW1509 - a limit, set before exec
         )
     except subprocess.TimeoutExpired:
         pytest.fail(f"datum {args[0]} ran past {seconds}s")
@@ -179,19 +230,25 @@ def test_a_billion_laughs_is_refused_quickly_in_bounded_memory(tree, command):
     [
         (
             "resources:\n  - File[/a]:\n      template: ok.j2\n      vars:\n        deep: "
-            + "[" * 100 + "]" * 100 + "\n",
+            + "[" * 100
+            + "]" * 100
+            + "\n",
             "resources[0].File[/a].vars.deep[0][0]",
             "nested deeper than 64 levels",
         ),
         ("resources: &r\n  - *r\n", "resources[0]", "recursive alias"),
         (
-            "x: &x [1, 2, 3]\n" + "".join(f"y{i}: &y{i} [*{'x' if i == 0 else f'y{i - 1}'}, *x]\n" for i in range(80)) + "resources: []\n",
+            "x: &x [1, 2, 3]\n"
+            + "".join(f"y{i}: &y{i} [*{'x' if i == 0 else f'y{i - 1}'}, *x]\n" for i in range(80))
+            + "resources: []\n",
             "y",  # refused where the expansion passes the bound (a prefix is enough here)
             "nested deeper than 64 levels",
         ),
     ],
 )
-def test_nesting_and_recursive_aliases_are_refused_at_their_path(tree, datum_cli, text, field, words):
+def test_nesting_and_recursive_aliases_are_refused_at_their_path(
+    tree, datum_cli, text, field, words
+):
     manifest = tree / "m" / "manifest.yaml"
     manifest.write_text(text)
     code, out, _ = datum_cli("validate", str(manifest), "--json")
@@ -205,8 +262,12 @@ def test_nesting_and_recursive_aliases_are_refused_at_their_path(tree, datum_cli
 
 
 def _chain(count: int, first: str) -> str:
-    lines = ["resources:", f"  - File[/f0]: {first}"]
-    lines += [f"  - File[/f{i}]: {{ensure: absent, requires: [File[/f{i - 1}]]}}" for i in range(1, count)]
+    """File[/f0] <- File[/f1] <- ...: each requires (or subscribes to) the one before."""
+    lines = ["resources:", f"  - File[/f{0}]: {first}"]
+    lines += [
+        f"  - File[/f{i}]: {{ensure: absent, {('requires', 'subscribes')[i % 2]}: [File[/f{i - 1}]]}}"
+        for i in range(1, count)
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -218,7 +279,13 @@ def test_a_requires_chain_of_10000_validates_and_applies(tree, datum_cli):
     manifest.write_text("\n".join([head, *reversed(items)]) + "\n")
     started = time.monotonic()
     code, out, _ = datum_cli(
-        "apply", str(manifest), "--root", str(tree / "root"), "--state", str(tree / "s.db"), "--json"
+        "apply",
+        str(manifest),
+        "--root",
+        str(tree / "root"),
+        "--state",
+        str(tree / "s.db"),
+        "--json",
     )
     assert code == 0, out[-2000:]
     report = json.loads(out)
@@ -233,7 +300,13 @@ def test_a_failure_at_the_head_of_a_10000_chain_blocks_every_one_after(tree, dat
     head, *items = _chain(10_000, "{path: /plain/below, content: x}").splitlines()
     manifest.write_text("\n".join([head, *reversed(items)]) + "\n")
     code, out, _ = datum_cli(
-        "apply", str(manifest), "--root", str(tree / "root"), "--state", str(tree / "s.db"), "--json"
+        "apply",
+        str(manifest),
+        "--root",
+        str(tree / "root"),
+        "--state",
+        str(tree / "s.db"),
+        "--json",
     )
     assert code == 4, out[-2000:]
     resources = json.loads(out)["resources"]

@@ -20,6 +20,7 @@ from pydantic import (
     model_validator,
 )
 
+from datum.providers.facts import NAMES as FACT_NAMES
 from datum.providers.group import NAME
 from datum.providers.package import VERSION
 
@@ -102,7 +103,9 @@ def _account(value: Any) -> str:
 Account = Annotated[
     str,
     BeforeValidator(_account),
-    WithJsonSchema({"anyOf": [{"type": "string"}, {"type": "integer", "minimum": 0, "maximum": MAX_ID}]}),
+    WithJsonSchema(
+        {"anyOf": [{"type": "string"}, {"type": "integer", "minimum": 0, "maximum": MAX_ID}]}
+    ),
 ]
 
 
@@ -152,7 +155,11 @@ class FileSpec(PathSpec):
         default=None,
         description="A Jinja2 template next to the manifest, rendered with host facts.",
     )
-    vars: dict[str, Any] = Field(default_factory=dict, description="Extra template variables.")
+    vars: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Extra template variables; not named like a fact.",
+        json_schema_extra={"propertyNames": {"not": {"enum": sorted(FACT_NAMES)}}},
+    )
     sensitive: bool = Field(
         default=False,
         description="Never show the content's diff (plans, reports, the store, datum status).",
