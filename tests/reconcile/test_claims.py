@@ -70,18 +70,29 @@ def test_a_scheduled_tick_within_the_interval_of_another_runners_pass_is_not_due
         s.dispose()
 
 
-def test_two_schedulers_on_one_store_one_second_apart_run_one_pass(tmp_path, store_url):
+def test_two_schedulers_on_one_store_a_moment_apart_run_one_pass(tmp_path, store_url):
     """The issue's reproduction: two ``datum serve`` on one store, started a moment apart."""
-    root, runs, stores = runners(tmp_path, store_url, ["x"], interval="30s")
-    schedulers = [Scheduler(r) for r in runs]
-    schedulers[0].start()
-    time.sleep(0.5)
-    schedulers[1].start()
-    time.sleep(0.7)
-    for s in schedulers:
-        s.stop()
+    root, (a, b), stores = runners(tmp_path, store_url, ["x"], interval="30s")
+    seen = []
+    tick = b.tick
+
+    def recorded(*args, **kw):
+        seen.append(tick(*args, **kw))
+        return seen[-1]
+
+    b.tick = recorded
+    first, second = Scheduler(a), Scheduler(b)
+    first.start()
+    wait_for(lambda: (run_row(stores[0]) or {}).get("executed_passes") == 1)
+    (root / "items" / "x").unlink()  # drift the second would act on at once
+    second.start()
+    wait_for(lambda: seen)
+    first.stop()
+    second.stop()
     assert len((root / "passes").read_text().splitlines()) == 1
     assert run_row(stores[0])["executed_passes"] == 1
+    assert not (root / "items" / "x").exists()
+    assert seen[0].outcome.value == "not-due"
     for s in stores:
         s.dispose()
 
