@@ -24,6 +24,11 @@ def _fields(out: str) -> dict[str, str]:
     return {f["field"]: f["message"] for f in issue["fields"]}
 
 
+def _apply(datum_cli, tree: Path, manifest: Path, *extra: str) -> tuple[int, str, str]:
+    args = ("--root", str(tree / "root"), "--state", str(tree / "s.db"))
+    return datum_cli("apply", str(manifest), *args, *extra)
+
+
 @pytest.fixture
 def tree(tmp_path: Path) -> Path:
     """A manifest directory with a template and a source inside it, and a secret beside it."""
@@ -122,15 +127,7 @@ def test_every_finding_at_once_and_nothing_applied(tree, datum_cli):
         "comment: 1\n"
         "comment: 2\n"  # a duplicate, and an unknown field too
     )
-    code, out, _err = datum_cli(
-        "apply",
-        str(manifest),
-        "--root",
-        str(tree / "root"),
-        "--state",
-        str(tree / "s.db"),
-        "--json",
-    )
+    code, out, _err = _apply(datum_cli, tree, manifest, "--json")
     assert code == 65
     assert set(_fields(out)) == {
         "comment",
@@ -148,12 +145,12 @@ def test_allow_source_outside_lets_a_source_out_and_reads_what_was_validated(tre
     manifest.write_text(
         "resources:\n  - File[/a]: {source: ../secret.txt}\n  - File[/b]: {source: link-out.txt}\n"
     )
-    args = ("--root", str(tree / "root"), "--state", str(tree / "s.db"))
-    assert datum_cli("apply", str(manifest), *args)[0] == 65
-    code, out, _ = datum_cli("apply", str(manifest), *args, "--allow-source-outside")
+    assert _apply(datum_cli, tree, manifest)[0] == 65
+    code, out, _ = _apply(datum_cli, tree, manifest, "--allow-source-outside")
     assert code == 2, out
     assert (tree / "root" / "a").read_text() == (tree / "root" / "b").read_text() == "secret\n"
     # The flag is part of the validated-manifest cache's key: without it, still refused.
+    assert _apply(datum_cli, tree, manifest)[0] == 65
     assert datum_cli("validate", str(manifest))[0] == 65
     assert datum_cli("plan", str(manifest), "--root", str(tree / "root"))[0] == 65
 
@@ -165,11 +162,10 @@ def test_a_source_link_swapped_to_point_outside_after_validation_fails_that_reso
     link = tree / "m" / "data.txt"
     link.symlink_to(tree / "m" / "inside.txt")
     manifest.write_text("resources:\n  - File[/a]: {source: data.txt}\n")
-    args = ("--root", str(tree / "root"), "--state", str(tree / "s.db"))
-    assert datum_cli("apply", str(manifest), *args)[0] == 2
+    assert _apply(datum_cli, tree, manifest)[0] == 2
     link.unlink()
     link.symlink_to(tree / "secret.txt")  # the cached, validated manifest is unchanged
-    code, out, _ = datum_cli("apply", str(manifest), *args)
+    code, out, _ = _apply(datum_cli, tree, manifest)
     assert code == 4
     assert "resolves outside the manifest's directory" in out
     assert (tree / "root" / "a").read_text() == "inside\n"
@@ -278,15 +274,7 @@ def test_a_requires_chain_of_10000_validates_and_applies(tree, datum_cli):
     head, *items = text.splitlines()
     manifest.write_text("\n".join([head, *reversed(items)]) + "\n")
     started = time.monotonic()
-    code, out, _ = datum_cli(
-        "apply",
-        str(manifest),
-        "--root",
-        str(tree / "root"),
-        "--state",
-        str(tree / "s.db"),
-        "--json",
-    )
+    code, out, _ = _apply(datum_cli, tree, manifest, "--json")
     assert code == 0, out[-2000:]
     report = json.loads(out)
     assert [r["id"] for r in report["resources"]][:2] == ["File[/f0]", "File[/f1]"]
@@ -299,15 +287,7 @@ def test_a_failure_at_the_head_of_a_10000_chain_blocks_every_one_after(tree, dat
     (tree / "root" / "plain").write_text("a file, not a directory\n")
     head, *items = _chain(10_000, "{path: /plain/below, content: x}").splitlines()
     manifest.write_text("\n".join([head, *reversed(items)]) + "\n")
-    code, out, _ = datum_cli(
-        "apply",
-        str(manifest),
-        "--root",
-        str(tree / "root"),
-        "--state",
-        str(tree / "s.db"),
-        "--json",
-    )
+    code, out, _ = _apply(datum_cli, tree, manifest, "--json")
     assert code == 4, out[-2000:]
     resources = json.loads(out)["resources"]
     states = [r["state"] for r in resources]
