@@ -169,3 +169,37 @@ def test_apply_on_a_read_only_state_store_prints_the_pass_lines_then_exits_69(tm
         run = datum("apply", str(manifest), "--root", str(root), "--state", str(state))
     assert "File[motd]" in run.stdout and "host state:" in run.stdout, run.stdout + run.stderr
     assert_clear(run, state, "read")
+
+
+@pytest.fixture
+def pg_url(store_url: str) -> str:
+    """A fresh PostgreSQL store (the suite's ``store_url``, PostgreSQL only)."""
+    if not store_url.startswith("postgresql"):
+        pytest.skip("PostgreSQL only: the SQLite faults have tests of their own above")
+    return store_url
+
+
+def test_postgresql_faults_name_the_store_without_its_password(tmp_path, pg_url):
+    import sqlalchemy as sa
+
+    wrong = sa.engine.make_url(pg_url).set(password="s3cret-pw", database="datum_no_such_db_here")
+    cfg = tmp_path / "datum.toml"
+    cfg.write_text(f'store = "{wrong.render_as_string(hide_password=False)}"\n[host]\nlock_wait = "1s"\n')
+    run = datum("bucket", "list", "--config", str(cfg))
+    assert run.returncode == 69, run.stderr
+    assert "s3cret-pw" not in run.stdout + run.stderr and "datum_no_such_db_here" in run.stderr
+
+    cfg.write_text(f'store = "{pg_url}"\n[host]\nlock_wait = "1s"\n')
+    assert datum("bucket", "create", "alpha", "--config", str(cfg)).returncode == 0
+    holder = sa.create_engine(pg_url)
+    with holder.connect() as conn:
+        conn.execute(sa.text("LOCK TABLE buckets IN ACCESS EXCLUSIVE MODE"))  # inside the implicit transaction
+        started = time.monotonic()
+        run = datum("bucket", "create", "beta", "--config", str(cfg))
+        took = time.monotonic() - started
+        conn.rollback()
+    holder.dispose()
+    assert run.returncode == 69, run.stdout + run.stderr
+    assert "locked" in run.stderr and took < 10, (run.stderr, took)
+    for sql in SQL_WORDS:
+        assert sql not in run.stderr, run.stderr

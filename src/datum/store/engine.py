@@ -58,7 +58,7 @@ def fault(
     if _disk_full(path) and "full" not in cause:
         cause = f"{cause}: no space left on device"
     low = cause.lower()
-    if "locked" in low or "busy" in low:
+    if "locked" in low or "busy" in low or "lock timeout" in low:
         waited = f" after waiting {lock_wait:g}s" if lock_wait is not None else ""
         message = f"the store {name} is locked by another process; gave up{waited} ({cause})"
     elif "readonly" in low or "read-only" in low or "read only" in low:
@@ -207,7 +207,14 @@ def open_store(url: str, *, lock_wait: timedelta | None = None) -> Store:
     elif backend in ("postgresql", "postgres"):
         if parsed.drivername in ("postgresql", "postgres"):
             parsed = parsed.set(drivername="postgresql+psycopg")
-        engine = sa.create_engine(parsed, pool_pre_ping=True)
+        # A row or table another session holds is waited for lock_wait, a server that does not answer
+        # about as long: then the statement fails (UNAVAILABLE) rather than hang the command.
+        wait_ms = max(1, int(wait.total_seconds() * 1000))
+        connect_args = {
+            "options": f"-c lock_timeout={wait_ms}",
+            "connect_timeout": max(2, round(wait.total_seconds())),
+        }
+        engine = sa.create_engine(parsed, pool_pre_ping=True, connect_args=connect_args)
     else:
         raise Problem.one(
             "INVALID_INPUT", f"store {backend!r} is not supported: use sqlite:/// or postgresql://"
