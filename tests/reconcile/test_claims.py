@@ -180,7 +180,7 @@ def datum(config, *args, delay=None, **kw):
     )
 
 
-def wait_for(predicate, timeout=20.0):
+def wait_for(predicate, timeout=60.0):
     deadline = time.monotonic() + timeout
     while not predicate():
         assert time.monotonic() < deadline, "timed out"
