@@ -139,7 +139,7 @@ def _gone_pid() -> int:
 
 
 def _holder(pid: int, boot: str, node: str | None = None) -> str:
-    return f"{node or os.uname().nodename}:{pid}:abcd1234:{boot}::{int(time.time())}"
+    return f"{node or os.uname().nodename}:{pid}:abcd1234:{boot}::{time.time_ns() // 1_000_000}"
 
 
 def test_a_lease_whose_holder_is_proven_dead_is_taken_at_once(tmp_path):
@@ -174,3 +174,21 @@ def test_a_lease_not_proven_dead_is_waited_for(tmp_path, holder):
                 pass
     finally:
         store.close()
+
+
+def test_a_record_left_after_the_report_was_stored_is_not_a_dead_pass(host):
+    """Killed between persisting its report and emptying its record: that pass did finish."""
+    import json
+    from datetime import UTC, datetime
+
+    manifest = host.manifest("resources: []\n")
+    assert host.apply(manifest).code == 0
+    finished = datetime.fromisoformat(host.status("--json").json["finishedAt"])
+    record = {"holder": "x", "node": os.uname().nodename, "pid": _gone_pid(), "bootId": "boot-1"}
+    lock = Path(lock_path(str(host.state)))
+    lock.write_text(json.dumps({**record, "startedAt": (finished.replace(microsecond=0)).isoformat()}))
+    assert host.status("--json").json["state"] == "converged"
+    later = datetime.now(UTC).isoformat()
+    lock.write_text(json.dumps({**record, "startedAt": later}))
+    status = host.status("--json").json
+    assert status["state"] == "unknown" and status["reason"] == f"the pass started at {later} did not finish (pid {record['pid']})"

@@ -280,10 +280,10 @@ def _unfinished(
     A dead one makes the host ``unknown`` (the last report is no longer
     current, kept under ``lastReport``); a live one is noted as running.
     """
-    from datum.host.agent import unfinished_reason
+    from datum.host.agent import unfinished, unfinished_reason
 
     record = store.unfinished(boot_id)
-    if record is None:
+    if record is None or not (record["running"] or unfinished(record, report)):
         return report
     seen = {k: record[k] for k in ("startedAt", "pid", "node") if k in record}
     if record["running"]:

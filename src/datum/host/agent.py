@@ -217,11 +217,11 @@ def run(
         if store is not None:
             stack.callback(store.close)
             holder = stack.enter_context(store.lease(config.lock_wait, config.lock_ttl, boot_id))
-            if store.taken_over:
-                warnings.append(f"{unfinished_reason(store.taken_over)}; this pass replaces it")
             progress = _chain(progress, _renewer(store, holder, config))
             progress = _chain(progress, _first_change(store.mark_changing))
         previous = _previous(store, host)
+        if store is not None and unfinished(store.taken_over, previous):
+            warnings.append(f"{unfinished_reason(store.taken_over or {})}; this pass replaces it")
         stopped = stack.enter_context(_stop_on_signals()) if persist else None
         started = datetime.now(UTC)
         clock = time.perf_counter()
@@ -259,6 +259,21 @@ def run(
         if store:
             store.record(host, report)
     return PassResult(report, outcomes, code, reboot_now and persist, warnings)
+
+
+def unfinished(record: dict[str, Any] | None, last: dict[str, Any] | None) -> bool:
+    """Whether a lock file's ``record`` is a pass that did not finish: no report persisted since it started.
+
+    A pass killed after its report was stored, before it emptied its record, did finish.
+    """
+    if not record:
+        return False
+    try:
+        started = datetime.fromisoformat(str(record.get("startedAt")))
+        finished = datetime.fromisoformat(str((last or {}).get("finishedAt")))
+    except ValueError:
+        return True
+    return finished < started
 
 
 def unfinished_reason(record: dict[str, Any]) -> str:

@@ -367,6 +367,8 @@ class StateStore:
             yield holder
             # Not reached when the pass raised: then its record says it did not finish.
             os.ftruncate(fd, 0)
+            if self._durable:  # a record made durable is removed durably
+                os.fsync(fd)
         finally:
             self._lock_fd = None
             os.close(fd)  # the only descriptor: the kernel drops the lock
@@ -404,7 +406,7 @@ class StateStore:
 
 
 # -- who holds the pass lock ------------------------------------------------------------------
-# A holder is "node:pid:random:boot id:process start:epoch seconds": enough to
+# A holder is "node:pid:random:boot id:process start:epoch ms": enough to
 # name it, and to prove it dead from the same host without waiting for a TTL.
 
 
@@ -425,7 +427,7 @@ def _process_start(pid: int) -> str:
 def _new_holder(boot_id: str) -> str:
     pid = os.getpid()
     parts = (os.uname().nodename, str(pid), os.urandom(4).hex(), boot_id.replace(":", ""))
-    return ":".join((*parts, _process_start(pid), str(int(time.time()))))
+    return ":".join((*parts, _process_start(pid), str(time.time_ns() // 1_000_000)))
 
 
 def _record_of(holder: str) -> dict[str, Any] | None:
@@ -433,14 +435,14 @@ def _record_of(holder: str) -> dict[str, Any] | None:
     if len(parts) != 6 or not parts[1].isdigit():
         return None  # an older agent's holder: nothing to prove
     node, pid, _, boot, start, epoch = parts
-    started = datetime.fromtimestamp(int(epoch), UTC).isoformat() if epoch.isdigit() else None
+    started = datetime.fromtimestamp(int(epoch) / 1000, UTC) if epoch.isdigit() else None
     return {
         "holder": holder,
         "node": node,
         "pid": int(pid),
         "bootId": boot,
         "processStart": start,
-        "startedAt": started,
+        "startedAt": started.isoformat() if started else None,
     }
 
 
