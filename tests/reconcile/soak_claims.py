@@ -66,6 +66,18 @@ def spawn(config: Path, root: Path) -> subprocess.Popen[bytes]:
     )
 
 
+def victim(root: Path, procs: list[subprocess.Popen[bytes]], rng: random.Random) -> int:
+    """Mostly the worker that started the latest pass (likely mid-pass), else any."""
+    try:
+        last = (root / "passes").read_text().splitlines()[-1]
+    except (FileNotFoundError, IndexError):
+        last = ""
+    pids = [p.pid for p in procs]
+    if last and rng.random() < 0.7 and int(last.split()[1]) in pids:
+        return pids.index(int(last.split()[1]))
+    return rng.randrange(len(procs))
+
+
 def drift(root: Path, rng: random.Random) -> None:
     """Take an item away now and then, so that passes have something to apply."""
     items = root / "items"
@@ -120,7 +132,7 @@ def soak(store_url: str | None, workers: int, seconds: float, interval: float, k
         root = base / "slow"
         config = setup(
             root, url, ["a", "b", "c"],
-            interval=f"{int(interval * 1000)}ms", delay=interval / 10, pass_delay=interval / 5,
+            interval=f"{int(interval * 1000)}ms", delay=interval / 10, pass_delay=interval / 2,
             lock_ttl="1h",
         )
         procs = [spawn(config, root) for _ in range(workers)]
@@ -133,7 +145,7 @@ def soak(store_url: str | None, workers: int, seconds: float, interval: float, k
                 drift(root, rng)
                 if killed + stopped >= kills or time.monotonic() >= deadline:
                     continue
-                i = rng.randrange(len(procs))
+                i = victim(root, procs, rng)
                 if rng.random() < 0.6:
                     procs[i].send_signal(signal.SIGKILL)
                     killed += 1
