@@ -39,3 +39,30 @@ def test_opening_twice_is_harmless_and_a_pre_migration_store_is_adopted(tmp_path
         with store.connect() as conn:
             assert current_revision(conn) == HEAD
         store.dispose()
+
+
+def test_a_store_at_the_baseline_gains_the_claim_token_and_keeps_its_rows(store_url):
+    from alembic import command
+
+    from datum.store.migrate import BASELINE
+
+    engine = sa.create_engine(store_url.replace("postgresql://", "postgresql+psycopg://", 1))
+    with engine.begin() as conn:
+        cfg = Config()
+        cfg.set_main_option("script_location", str(MIGRATIONS))
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, BASELINE)
+        conn.execute(
+            sa.text(
+                "INSERT INTO reconciler_runs (reconciler, as_of, completed, health, drift, blocked,"
+                " dropped, reasons, items, executed_passes, skipped_passes)"
+                " VALUES ('buckets', '2026-01-01 00:00:00', false, 'ok', 0, 0, 0, '{}', '[]', 3, 0)"
+            )
+        )
+    engine.dispose()
+    store = open_store(store_url)
+    with store.connect() as conn:
+        assert current_revision(conn) == HEAD
+        row = conn.execute(sa.text("SELECT executed_passes, claim FROM reconciler_runs")).one()
+    assert tuple(row) == (3, 0)
+    store.dispose()
