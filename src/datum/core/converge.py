@@ -214,9 +214,9 @@ class Converge(Generic[D, A]):
         for item in diff(desired, actual, self.equal, self.tombstone, self.unsettled):
             before = memory.get(item.id)
             now = (
-                before.seen_again(item.direction, item.settle)
+                before.seen_again(item.direction, settling=item.settle, gone=item.gone)
                 if before
-                else ItemMemory.first(item.direction, item.settle)
+                else ItemMemory.first(item.direction, settling=item.settle, gone=item.gone)
             )
             seen[item.id] = item
             if now.streak < needed:

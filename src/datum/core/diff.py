@@ -27,6 +27,7 @@ class Divergence(Generic[D, A]):
     ``settle`` marks an item whose substrate already shows what its desired
     record asks for, while the record itself still has to be moved on (a
     tombstone whose item is gone, a ``creating`` row whose item exists).
+    ``gone`` says the record is a tombstone: it asks for the item to be gone.
     """
 
     id: str
@@ -34,6 +35,7 @@ class Divergence(Generic[D, A]):
     desired: D | None
     actual: A | None
     settle: bool = False
+    gone: bool = False
 
 
 def diff(
@@ -62,11 +64,11 @@ def diff(
         present = key in actual
         have = actual[key] if present else None
         if present and (gone_wanted or not equal(want, actual[key])):
-            yield Divergence(key, Direction.ALIGN, want, have)
+            yield Divergence(key, Direction.ALIGN, want, have, gone=gone_wanted)
         elif not present and not gone_wanted:
             yield Divergence(key, Direction.RESTORE, want, None)
         elif unsettled is not None and unsettled(want):
-            yield Divergence(key, Direction.ALIGN, want, have, settle=True)
+            yield Divergence(key, Direction.ALIGN, want, have, settle=True, gone=gone_wanted)
     for key, have in actual.items():
         if key not in desired:
             yield Divergence(key, Direction.REAP, None, have)

@@ -4,9 +4,10 @@ Values are frozen; every transition returns a new value. Backoff is counted in
 passes, not seconds, so it is deterministic and unaffected by a late tick.
 
 A streak counts consecutive executed passes that saw the *same* divergence:
-the same direction, and the same phase (acting on the substrate, or settling
-a desired record whose end state the substrate already shows). A change of
-either starts the streak over, so no transition is ever confirmed by passes
+the same direction, the same phase (acting on the substrate, or settling a
+desired record whose end state the substrate already shows) and the same
+wish (the record asks for the item to be gone, or not). A change of any of
+them starts the streak over, so no transition is ever confirmed by passes
 that saw something else.
 """
 
@@ -16,9 +17,14 @@ from dataclasses import dataclass, replace
 
 from datum.core.vocab import Direction
 
-# Stored in place of a direction for an item whose desired record waits to be
-# settled; a settle is always reported as an ``align``.
-SETTLE = "settle"
+# How the store keeps an align that is not a plain one (the direction column);
+# every one of them is reported as an ``align``.
+_ALIGNS: dict[tuple[bool, bool], str] = {
+    (False, True): "align-gone",  # remove an item its record tombstoned
+    (True, False): "settle",  # finalise a record whose item is there as asked
+    (True, True): "settle-gone",  # finalise a tombstone whose item is gone
+}
+_STORED = {text: key for key, text in _ALIGNS.items()}
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,33 +56,36 @@ class ItemMemory:
     last_err: str | None = None
     retry_after_passes: int = 0
     settling: bool = False
+    gone: bool = False
 
     @staticmethod
-    def first(direction: Direction, settling: bool = False) -> ItemMemory:
+    def first(direction: Direction, *, settling: bool = False, gone: bool = False) -> ItemMemory:
         """An item seen diverged for the first time."""
-        return ItemMemory(direction=direction, settling=settling)
+        return ItemMemory(direction=direction, settling=settling, gone=gone)
 
-    def seen_again(self, direction: Direction, settling: bool = False) -> ItemMemory:
+    def seen_again(
+        self, direction: Direction, *, settling: bool = False, gone: bool = False
+    ) -> ItemMemory:
         """The item is diverged on another executed pass.
 
-        Same direction and phase: the streak grows. Another direction or
-        phase: a new problem, so the streak and the failure history start over.
+        The same divergence: the streak grows. Another direction, phase or
+        wish: a new problem, so the streak and the failure history start over.
         """
-        if direction is not self.direction or settling != self.settling:
-            return ItemMemory.first(direction, settling)
+        if (direction, settling, gone) != (self.direction, self.settling, self.gone):
+            return ItemMemory.first(direction, settling=settling, gone=gone)
         return replace(self, streak=self.streak + 1)
 
     @property
     def stored_direction(self) -> str:
-        """The direction as the store keeps it: ``settle`` for a record awaiting its final status."""
-        return SETTLE if self.settling else self.direction.value
+        """The direction as the store keeps it, phase and wish included (at most 16 characters)."""
+        return _ALIGNS.get((self.settling, self.gone), self.direction.value)
 
     @staticmethod
-    def parse_direction(stored: str) -> tuple[Direction, bool]:
-        """``(direction, settling)`` from what ``stored_direction`` wrote."""
-        if stored == SETTLE:
-            return Direction.ALIGN, True
-        return Direction(stored), False
+    def parse_direction(stored: str) -> tuple[Direction, bool, bool]:
+        """``(direction, settling, gone)`` from what ``stored_direction`` wrote."""
+        if stored in _STORED:
+            return Direction.ALIGN, *_STORED[stored]
+        return Direction(stored), False, False
 
     @property
     def in_backoff(self) -> bool:

@@ -21,7 +21,7 @@ def load_memory(conn: Connection, reconciler: str, kind: str) -> dict[str, ItemM
 
 
 def _memory(r: Mapping[str, Any]) -> ItemMemory:
-    direction, settling = ItemMemory.parse_direction(r["direction"])
+    direction, settling, gone = ItemMemory.parse_direction(r["direction"])
     return ItemMemory(
         direction=direction,
         streak=r["streak"],
@@ -29,6 +29,7 @@ def _memory(r: Mapping[str, Any]) -> ItemMemory:
         last_err=r["last_err"],
         retry_after_passes=r["retry_after_passes"],
         settling=settling,
+        gone=gone,
     )
 
 
