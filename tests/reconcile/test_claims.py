@@ -97,6 +97,25 @@ def test_two_schedulers_on_one_store_a_moment_apart_run_one_pass(tmp_path, store
         s.dispose()
 
 
+def test_an_explicit_pass_during_another_runners_pass_is_skipped(tmp_path, store_url):
+    """``datum reconcile`` beside a ``datum serve`` pass: never two passes at once."""
+    root, (a, b), stores = runners(tmp_path, store_url, ["p", "q"])
+    meanwhile = []
+
+    def explicit(ctx, key):
+        Slow.on_apply = None
+        meanwhile.append(b.tick(NAME))
+
+    Slow.on_apply = explicit
+    assert a.tick(NAME, scheduled=True).outcome is TickOutcome.EXECUTED
+    assert [t.outcome for t in meanwhile] == [TickOutcome.SKIPPED]
+    assert writes(stores[1]) == {"p": 1, "q": 1}
+    row = run_row(stores[1])
+    assert (row["executed_passes"], row["skipped_passes"], row["claim"]) == (1, 1, 1)
+    for s in stores:
+        s.dispose()
+
+
 def _steal(store_url, root):
     """What happens when a pass's session lock is lost (its PostgreSQL session ended, the
     lock file removed): another runner claims the reconciler and runs a whole pass."""
