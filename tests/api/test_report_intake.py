@@ -78,6 +78,19 @@ def test_a_long_diff_is_stored_cut_with_a_marker(story):
     assert truncated("short", limit) == "short"
 
 
+def test_a_diff_the_agent_redacted_stays_redacted(story):
+    marker = "(diff redacted: sensitive: true)\n"  # what the agent posts for a sensitive file
+    report = pass_report(state="drifted")
+    report["mode"] = "observe"
+    report["resources"] = [
+        {"id": "File[shadow]", "type": "File", "name": "shadow", "action": "update", "state": "drifted",
+         "diff": marker},
+    ]
+    assert post(story, report).status_code == 201
+    (served,) = story.get("/v1/hosts/web1").json()["report"]["resources"]
+    assert served["diff"] == marker
+
+
 def test_a_diff_the_report_marks_sensitive_is_never_stored_nor_served(story):
     if "sensitive" not in ResourceReport.model_fields:
         pytest.skip("the pass report has no 'sensitive' field yet (the host agent's side)")

@@ -203,3 +203,25 @@ def test_postgresql_faults_name_the_store_without_its_password(tmp_path, pg_url)
     assert "locked" in run.stderr and took < 10, (run.stderr, took)
     for sql in SQL_WORDS:
         assert sql not in run.stderr, run.stderr
+
+
+def test_a_store_file_deleted_under_a_process_is_refused_never_recreated_empty(tmp_path):
+    from datum.core.findings import Problem
+    from datum.store import open_store
+    from datum.store.hosts import record_pass
+
+    db = tmp_path / "datum.db"
+    store = open_store(f"sqlite:///{db}")
+    store.ping()
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{db}{suffix}").unlink(missing_ok=True)
+    store.engine.dispose()  # the pool's next connection is a new one
+    for attempt in (store.ping, lambda: record_pass(store, "web1", {"state": "converged"})):
+        with pytest.raises(Problem) as refused:
+            attempt()
+        assert refused.value.code == "UNAVAILABLE" and str(db) in str(refused.value)
+        assert "INSERT" not in str(refused.value)
+    with pytest.raises(Problem), store.connect() as conn:
+        conn.exec_driver_sql("SELECT 1")
+    assert not db.exists()  # no empty store in its place for the next pass to read as "nothing desired"
+    store.dispose()

@@ -16,11 +16,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
+from urllib.parse import quote
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from datum.core.findings import Problem
+from datum.core.findings import Finding, Problem
 
 DEFAULT_LOCK_WAIT = timedelta(seconds=10)
 
@@ -67,7 +68,7 @@ def fault(
         message = f"the store {name} cannot grow, the disk is full: {cause}"
     else:
         message = f"the store {name} failed: {cause}"
-    return StoreFault.one("UNAVAILABLE", message)
+    return StoreFault([Finding("UNAVAILABLE", message)])
 
 
 _FAULTS: tuple[type[BaseException], ...] = (sa.exc.DBAPIError, sa.exc.OperationalError, sqlite3.Error)
@@ -177,6 +178,21 @@ def _sqlite_pragmas(lock_wait: timedelta):  # type: ignore[no-untyped-def]
     return pragmas
 
 
+class _NeverRecreate:
+    """Once the store is open, new connections open its file read-write only: a file deleted
+    under a running process is an error (``unable to open database file``), never a new empty
+    store in its place."""
+
+    def __init__(self, path: str) -> None:
+        self.uri = f"file:{quote(path)}?mode=rw"
+        self.opened = False
+
+    def __call__(self, _dialect: object, _record: object, cargs: list[object], cparams: dict[str, object]) -> None:
+        if self.opened and cargs:
+            cargs[0] = self.uri
+            cparams["uri"] = True
+
+
 def open_store(url: str, *, lock_wait: timedelta | None = None) -> Store:
     """Open the store at ``url`` (``sqlite:///path`` or ``postgresql://...``) and create its schema.
 
@@ -191,6 +207,7 @@ def open_store(url: str, *, lock_wait: timedelta | None = None) -> Store:
         raise Problem.one("INVALID_INPUT", f"store URL {shown} is not a database URL") from exc
     backend = parsed.get_backend_name()
     path: str | None = None
+    never_recreate: _NeverRecreate | None = None
     if backend == "sqlite":
         database = parsed.database
         if database and database != ":memory:" and not database.startswith("file:"):
@@ -204,6 +221,9 @@ def open_store(url: str, *, lock_wait: timedelta | None = None) -> Store:
             path = str(Path(database).expanduser())
         engine = sa.create_engine(parsed, connect_args={"timeout": wait.total_seconds()})
         sa.event.listen(engine, "connect", _sqlite_pragmas(wait))
+        if path is not None:
+            never_recreate = _NeverRecreate(path)
+            sa.event.listen(engine, "do_connect", never_recreate)
     elif backend in ("postgresql", "postgres"):
         if parsed.drivername in ("postgresql", "postgres"):
             parsed = parsed.set(drivername="postgresql+psycopg")
@@ -229,4 +249,6 @@ def open_store(url: str, *, lock_wait: timedelta | None = None) -> Store:
             engine.dispose()
             raise fault(shown, exc, wait.total_seconds(), path) from exc
         raise
+    if never_recreate is not None:
+        never_recreate.opened = True
     return Store(engine, path=path, lock_wait=wait)
