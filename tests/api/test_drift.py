@@ -83,7 +83,8 @@ def test_the_buckets_story_field_by_field(story):
     # three strays against a reap breaker of two: none is reaped, each says why
     for stray in ("x1", "x2", "x3"):
         assert (items[stray]["direction"], items[stray]["reason"]) == ("reap", "circuit_breaker")
-        assert set(items[stray]) == ITEM_FIELDS
+        assert set(items[stray]) == ITEM_FIELDS | {"lastErr"}
+        assert items[stray]["lastErr"] == "reap breaker: 3 candidates exceed the breaker count of 2"
         assert (story.root / stray).is_dir()
 
     coverage = {c["status"]: c for c in body["coverage"]}
