@@ -35,13 +35,13 @@ SLOW = """resources:
 """
 
 
-def _spawn(host: Host, manifest: Path, *args: str) -> subprocess.Popen[str]:
+def _spawn(host: Host, manifest: Path, *args: str, state: str | None = None) -> subprocess.Popen[str]:
     """``datum apply`` in the background, as the ``host`` fixture runs it."""
     env = {**os.environ, "DATUM_HOME": str(host.base / "home"), "DATUM_BOOT_ID_FILE": str(host.boot_id)}
     env.pop("DATUM_CONFIG", None)
     if host.config.exists():
         env["DATUM_CONFIG"] = str(host.config)
-    argv = [DATUM, "apply", str(manifest), "--root", str(host.root), "--state", str(host.state), *args]
+    argv = [DATUM, "apply", str(manifest), "--root", str(host.root), "--state", state or str(host.state), *args]
     return subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -122,6 +122,26 @@ def test_sigterm_stops_after_the_current_resource_and_persists_an_incomplete_rep
     assert again.code == 2, again.out + again.err
     assert (host.root / "third").read_text() == "3\n"
     assert host.status("--json").json["state"] == "converged"
+
+
+def test_sigkill_mid_pass_on_any_store(host, store_url):
+    """On PostgreSQL the lease row stays behind; its holder is proven dead (this host, this boot, pid gone)."""
+    host.configure('[host]\nlock_wait = "30s"\n')
+    manifest = host.manifest(SLOW.format(tail="exec sleep 60"))
+    proc = _spawn(host, manifest, state=store_url)
+    sleeper = _wait_for(host.root / "slow.pid", proc)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    _kill(sleeper)
+    status = host.datum("status", "--state", store_url, "--json")
+    assert status.json["state"] == "unknown", status.out + status.err
+    assert status.json["reason"].endswith(f"did not finish (pid {proc.pid})")
+    (host.root / "fast").touch()
+    started = time.monotonic()
+    after = host.datum("apply", str(manifest), "--root", str(host.root), "--state", store_url)
+    assert after.code == 2, after.out + after.err
+    assert time.monotonic() - started < 20  # not lock_wait, not lock_ttl
+    assert host.datum("status", "--state", store_url, "--json").json["state"] == "converged"
 
 
 # -- a store without a lock file (PostgreSQL): a lease taken over from a holder proven dead ------

@@ -283,7 +283,9 @@ def _unfinished(
     from datum.host.agent import unfinished, unfinished_reason
 
     record = store.unfinished(boot_id)
-    if record is None or not (record["running"] or unfinished(record, report)):
+    if record is None or record.get("node") != os.uname().nodename:
+        return report  # none, or another machine's pass on a shared store
+    if not (record["running"] or unfinished(record, report)):
         return report
     seen = {k: record[k] for k in ("startedAt", "pid", "node") if k in record}
     if record["running"]:
