@@ -225,3 +225,54 @@ def test_a_store_file_deleted_under_a_process_is_refused_never_recreated_empty(t
         conn.exec_driver_sql("SELECT 1")
     assert not db.exists()  # no empty store in its place for the next pass to read as "nothing desired"
     store.dispose()
+
+
+def test_the_api_answers_503_naming_a_locked_store_and_keeps_reading(tmp_path):
+    from datetime import timedelta
+
+    from fastapi.testclient import TestClient
+
+    from datum.api import tokens
+    from datum.api.app import create_app
+    from datum.reconcilers import builtin_registry
+    from datum.store import open_store
+
+    from .story import pass_report, settings_for
+
+    settings = settings_for(tmp_path)
+    store = open_store(settings.store_url, lock_wait=timedelta(milliseconds=300))
+    agent = {"Authorization": f"Bearer {tokens.create(store, 'agent')}"}
+    operator = {"Authorization": f"Bearer {tokens.create(store, 'operator')}"}
+    client = TestClient(create_app(settings, builtin_registry(), store), raise_server_exceptions=False)
+    assert client.get("/v1/hosts", headers=operator).status_code == 200  # tokens cached, pool warm
+    assert client.post("/v1/hosts/web1/passes", json=pass_report(), headers=agent).status_code == 201
+    holder = sqlite3.connect(tmp_path / "datum.db", isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        refused = client.post("/v1/hosts/web1/passes", json=pass_report(), headers=agent)
+        listed = client.get("/v1/hosts", headers=operator)
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert refused.status_code == 503, refused.text
+    (issue,) = refused.json()["issues"]
+    assert issue["code"] == "UNAVAILABLE" and "locked" in issue["message"]
+    assert str(tmp_path / "datum.db") in issue["message"]
+    assert not any(word in refused.text for word in SQL_WORDS)
+    assert listed.status_code == 200 and listed.json()[0]["host"] == "web1"  # readers are not blocked
+    client.close()
+    store.dispose()
+
+
+def test_a_database_error_no_store_boundary_caught_is_69_without_its_sql():
+    import sqlalchemy as sa
+
+    from datum.cli.main import EXIT_UNAVAILABLE, report_problem, unexpected
+
+    raw = sqlite3.OperationalError("attempt to write a readonly database")
+    wrapped = sa.exc.OperationalError("INSERT INTO hosts (host) VALUES (?)", ("web1",), raw)
+    for exc in (raw, wrapped):
+        problem = unexpected(exc)
+        assert problem.code == "UNAVAILABLE" and "read-only" in str(problem)
+        assert "INSERT" not in str(problem) and "[SQL" not in str(problem)
+        assert report_problem(problem, as_json=True) == EXIT_UNAVAILABLE
