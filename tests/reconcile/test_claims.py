@@ -165,6 +165,26 @@ def test_a_pass_whose_claim_was_overtaken_writes_nothing(tmp_path, store_url):
         s.dispose()
 
 
+def test_a_pass_that_loses_its_session_lock_applies_no_further_item(tmp_path, store_url):
+    """Nobody claimed yet, so what it did is persisted; but it stops where another could start."""
+    root, (a, b), stores = runners(tmp_path, store_url, ["p", "q", "r"])
+
+    def lose(ctx, key):
+        Slow.on_apply = None
+        _steal(store_url, root)
+
+    Slow.on_apply = lose
+    tick = a.tick(NAME)
+    assert tick.outcome is TickOutcome.EXECUTED and tick.stopped
+    assert "session lock was lost" in tick.error
+    assert progress(root) == ["applying p", "applied p"]
+    assert writes(stores[1]) == {"p": 1}
+    assert b.tick(NAME).outcome is TickOutcome.EXECUTED
+    assert writes(stores[1]) == {"p": 1, "q": 1, "r": 1}
+    for s in stores:
+        s.dispose()
+
+
 def test_a_lost_claim_refuses_the_runners_own_writes_too(tmp_path, store_url):
     """No status write to trip over: the runner's item memory and run row are fenced as well."""
     root, (a,), stores = runners(tmp_path, store_url, ["x"], count=1)

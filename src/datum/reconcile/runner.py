@@ -45,7 +45,7 @@ from datum.core.vocab import Health
 from datum.reconcile.context import PassContext, PassStopped
 from datum.reconcile.registry import Reconciler, Registry
 from datum.store import Store
-from datum.store.locks import SESSION_HOLDER, release, session_lock, try_acquire
+from datum.store.locks import SESSION_HOLDER, SessionLock, release, session_lock, try_acquire
 from datum.store.memory import save_memory
 from datum.store.runs import (
     LostClaim,
@@ -172,7 +172,7 @@ class Runner:
             if not session.try_acquire():
                 return self._skip(name)
             try:
-                return self._leased(name, reconciler, own, scheduled, should_stop, session.dies_with_process)
+                return self._leased(name, reconciler, own, scheduled, should_stop, session)
             finally:
                 session.release()
         finally:
@@ -185,10 +185,10 @@ class Runner:
         own: ReconcilerSettings,
         scheduled: bool,
         should_stop: Callable[[], bool] | None,
-        session_held: bool,
+        session: SessionLock,
     ) -> Tick:
         lease = f"reconciler:{name}"
-        takeover = _session_bound if session_held else None
+        takeover = _session_bound if session.dies_with_process else None
         if not try_acquire(self.store, lease, self.holder, self._now(), own.lock_ttl, takeover=takeover):
             return self._skip(name)
         try:
@@ -205,7 +205,7 @@ class Runner:
                 log.debug("tick of %s not due for %.3fs", name, wait)
                 return Tick(name, TickOutcome.NOT_DUE, due_in=wait)
             claim = _Claim(name, claimed.token)
-            return self._execute(name, reconciler, own, claimed.now, claim, should_stop)
+            return self._execute(name, reconciler, own, claimed.now, claim, should_stop, session)
         finally:
             release(self.store, lease, self.holder)
 
@@ -228,13 +228,22 @@ class Runner:
         now: datetime,
         claim: _Claim,
         should_stop: Callable[[], bool] | None,
+        session: SessionLock,
     ) -> Tick:
         with self.store.connect() as conn:
             previous = load_run(conn, name)
         first = previous is None or not previous.get("last_ran_at")
+        why: list[str] = []
 
         def stopping() -> bool:
-            return claim.lost is not None or (should_stop is not None and should_stop())
+            """Checked before every apply: no further item once this is true."""
+            if why or claim.lost is not None:
+                return True
+            if should_stop is not None and should_stop():
+                why.append("the process was asked to stop")
+            elif not session.held():
+                why.append("its session lock was lost (another pass may claim the reconciler)")
+            return bool(why)
 
         ctx = PassContext(
             name, own, self.store, now, first_pass=first, fence=claim.fence, should_stop=stopping
@@ -254,7 +263,7 @@ class Runner:
             # Even if the reconciler swallowed it: an overtaken pass writes nothing.
             return self._lost(name, claim.lost)
         if ctx.stopped and error is None:
-            error = "stopped before the pass finished: the process was asked to stop"
+            error = "stopped before the pass finished: " + (why[0] if why else "the process was asked to stop")
             log.warning("pass of %s %s", name, error)
         duration = time.perf_counter() - started
         results: list[PassResult] = ctx.results

@@ -84,6 +84,9 @@ class SessionLock(Protocol):
     def try_acquire(self) -> bool:
         """Take it without waiting; False when another process (or Store) holds it."""
 
+    def held(self) -> bool:
+        """Whether this process still holds it (the lock file was not replaced, the session lives)."""
+
     def release(self) -> None:
         """Give it back; harmless when it is not held."""
 
@@ -118,6 +121,16 @@ class _FileLock:
             raise
         self._fd = fd
         return True
+
+    def held(self) -> bool:
+        if self._fd is None:
+            return False
+        try:
+            now = os.stat(self.path)
+        except OSError:
+            return False  # removed: another process may lock a new file of that name
+        mine = os.fstat(self._fd)
+        return (now.st_dev, now.st_ino) == (mine.st_dev, mine.st_ino)
 
     def release(self) -> None:
         fd, self._fd = self._fd, None
@@ -157,6 +170,15 @@ class _AdvisoryLock:
         self._conn = conn
         return True
 
+    def held(self) -> bool:
+        if self._conn is None:
+            return False
+        try:
+            self._conn.execute(sa.select(1))
+        except sa.exc.SQLAlchemyError:
+            return False  # the session ended, and the server released the lock with it
+        return True
+
     def release(self) -> None:
         conn, self._conn = self._conn, None
         if conn is None:
@@ -178,6 +200,9 @@ class _ProcessOnly:
     dies_with_process = False
 
     def try_acquire(self) -> bool:
+        return True
+
+    def held(self) -> bool:
         return True
 
     def release(self) -> None:
