@@ -4,7 +4,8 @@ Pydantic has already checked the shape; this checks what a shape cannot say:
 
 - every number is finite (JSON parsers take ``NaN``, ``Infinity`` and ``1e999``);
 - the report's ``state`` is the host state its resources roll up to (contract
-  section 2), so a ``converged`` report with a failed resource is refused;
+  section 2), so a ``converged`` report with a failed resource is refused; a
+  pass stopped by a signal (``incomplete``) may say ``unknown``;
 - a diff longer than ``[server] max_diff_bytes`` is cut, with a marker saying so;
 - the diff of a resource the report marks sensitive is never stored.
 """
@@ -17,6 +18,7 @@ from typing import Any
 from datum.api.models import redacted
 from datum.core.findings import FieldError, invalid
 from datum.core.rollup import host_state
+from datum.core.vocab import HostState
 from datum.host.report import PassReport
 from datum.validation import field_path
 
@@ -46,7 +48,9 @@ def accept(report: PassReport, max_diff_bytes: int) -> PassReport:
     states = [r.state for r in report.resources]
     awaiting = report.reboot is not None and report.reboot.required
     expected = host_state(states, awaiting_reboot=awaiting)
-    if report.state != expected:
+    # A pass stopped by a signal reports what it reached so far and says ``unknown`` (its agent's rule).
+    stopped = bool(getattr(report, "incomplete", False)) and report.state is HostState.UNKNOWN
+    if report.state != expected and not stopped:
         problems.append(
             FieldError(
                 "state",
