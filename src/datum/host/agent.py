@@ -285,8 +285,10 @@ def _stopped_reason(signal: str | None, outcomes: list[Outcome], pending: list[O
     done = len(outcomes) - len(pending)
     why = f"the pass was stopped by {signal} after {done} of {len(outcomes)} resources; "
     why += f"{len(pending)} not reached (pending)"
-    bad = [o for o in outcomes if o.state in (ResourceState.FAILED, ResourceState.BLOCKED)]
-    return why + (f"; {_names(bad, 'failed')}" if bad else "")
+    for state in (ResourceState.FAILED, ResourceState.BLOCKED):
+        bad = [o for o in outcomes if o.state is state]
+        why += f"; {_names(bad, state.value)}" if bad else ""
+    return why
 
 
 class _Stop:

@@ -361,8 +361,14 @@ class StateStore:
                 self._db.execute(f"PRAGMA busy_timeout={max(1, int(wait.total_seconds() * 1000))}")
             self.taken_over = _parse(_read_fd(fd))  # a pass that died holding it
             record = _record_of(holder) or {}
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, json.dumps(record).encode(), 0)
+            try:
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, json.dumps(record).encode(), 0)
+            except OSError as exc:  # a full disk: say so before anything is touched
+                raise Problem.one(
+                    "UNAVAILABLE",
+                    f"the state store {self.url} is not usable: cannot write {path}: {exc.strerror}",
+                ) from exc
             self._lock_fd = fd
             yield holder
             # Not reached when the pass raised: then its record says it did not finish.
