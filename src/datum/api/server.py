@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import json
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -81,11 +82,30 @@ class HeaderDeadline(HttpToolsProtocol):
     """
 
     header_timeout: float = 10.0
+    max_header_bytes: int = 64 * 1024
     _header_timer: asyncio.TimerHandle | None = None
+    _header_bytes: int = 0
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._arm()
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        if self._header_timer is None or self.transport.is_closing():
+            return
+        self._header_bytes += len(data)  # still in a request line and headers: bounded too
+        if self._header_bytes > self.max_header_bytes:
+            self._disarm()
+            body = json.dumps(
+                {"issues": [{"code": "INVALID_INPUT",
+                             "message": f"the request line and headers exceed {self.max_header_bytes} bytes"}]}
+            ).encode()
+            self.transport.write(
+                b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: application/json\r\n"
+                b"connection: close\r\ncontent-length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+            )
+            self.transport.close()
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
@@ -101,6 +121,7 @@ class HeaderDeadline(HttpToolsProtocol):
 
     def _arm(self) -> None:
         self._disarm()
+        self._header_bytes = 0
         self._header_timer = self.loop.call_later(self.header_timeout, self._late)
 
     def _disarm(self) -> None:
