@@ -20,6 +20,7 @@ a tenant's ``datum bucket delete`` during a pass is never overwritten.
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import re
 from collections.abc import Collection
@@ -37,6 +38,8 @@ from datum.core.vocab import Direction, Reason
 from datum.reconcile import BlockedOnOwner, CoverageSpec, PassContext, SubstrateError, Waiting
 from datum.store import Store
 from datum.store.types import UTCDateTime
+
+log = logging.getLogger("datum.buckets")
 
 NAME = "buckets"
 KIND = "bucket"
@@ -157,7 +160,7 @@ class Entry:
     """What sits under the bucket root at one name."""
 
     is_dir: bool
-    objects: int
+    objects: int | None  # None: the directory could not be read to count them
     size: int
 
 
@@ -165,7 +168,7 @@ class Occupied(Exception):
     """A directory to be removed holds objects (or something appeared in it since the count)."""
 
     def __init__(self, objects: int) -> None:
-        super().__init__(f"{objects} object{'s' if objects != 1 else ''}")
+        super().__init__(_objects(objects))
         self.objects = objects
 
 
@@ -179,7 +182,8 @@ def observe(root: Path) -> dict[str, Entry]:
         with os.scandir(root) as it:
             for e in it:
                 if e.is_dir(follow_symlinks=False):
-                    found[e.name] = Entry(True, count_objects(Path(e.path)), 0)
+                    # One bucket being emptied or removed meanwhile does not fail the pass.
+                    found[e.name] = Entry(True, _count_or_none(Path(e.path)), 0)
                 else:
                     found[e.name] = Entry(False, 0, e.stat(follow_symlinks=False).st_size)
     except OSError as exc:
@@ -277,7 +281,7 @@ def describe_desired(row: dict[str, Any]) -> str:
 
 def describe_actual(entry: Entry) -> str:
     if entry.is_dir:
-        return f"directory, {entry.objects} object{'s' if entry.objects != 1 else ''}"
+        return "directory, objects not countable" if entry.objects is None else f"directory, {_objects(entry.objects)}"
     return f"not a directory ({entry.size} bytes)"
 
 
@@ -401,7 +405,8 @@ class BucketsReconciler:
         if self._ctx is None:
             raise RuntimeError("bucket statuses are written only during a pass")
         with self._ctx.begin() as conn:
-            _set_status(conn, name, status, {read})
+            if not _set_status(conn, name, status, {read}):
+                log.info("bucket %s left as it is: no longer %s, so not moved to %s", name, read, status)
 
 
 def _count_or_none(path: Path) -> int | None:
