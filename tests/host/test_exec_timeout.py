@@ -71,3 +71,17 @@ def test_exec_timeout_kills_grandchildren(host):
         assert _gone(quiet) and _gone(loud)
     finally:
         _kill(quiet, loud)
+
+
+def test_a_guard_that_times_out_is_a_failure_not_a_no(host):
+    """``unless`` killed at the timeout answered nothing: the command must not run on that."""
+    manifest = host.manifest(
+        "resources:\n  - Exec[guarded]:\n"
+        "      command: 'touch \"$DATUM_ROOT/ran\"'\n"
+        "      unless: 'sleep 30'\n"
+        "      timeout: 1\n"
+    )
+    result = host.apply(manifest)
+    assert result.code == 4, result.out + result.err
+    assert result.line("Exec[guarded]").startswith("failed: unless timed out after 1")
+    assert not (host.root / "ran").exists()

@@ -37,6 +37,7 @@ class Completed:
     returncode: int
     stdout: str
     stderr: str
+    timed_out: bool = False  # killed at its timeout (status 124), not an answer of its own
 
     def why(self) -> str:
         """The failure as one line: exit status and the last line of stderr."""
@@ -80,7 +81,7 @@ def run(
     except subprocess.TimeoutExpired:
         _kill_group(proc)
         why = f"timed out after {timeout:g}s; its processes were killed"
-        return Completed(tuple(argv), 124, "", why)
+        return Completed(tuple(argv), 124, "", why, timed_out=True)
     except BaseException:
         _kill_group(proc)
         raise

@@ -42,9 +42,18 @@ class ExecHave:
 
 
 def shell(ctx: HostContext, want: ExecWant, command: str) -> Completed:
+    """Run ``command``; at ``timeout`` its whole process group is killed (``datum.providers.base.run``)."""
     return ctx.runner(
         ["/bin/sh", "-c", command], cwd=want.cwd, env=want.env, timeout=want.spec.timeout
     )
+
+
+def guard(ctx: HostContext, want: ExecWant, name: str, command: str) -> bool:
+    """Whether a guard command succeeds; one that timed out answered nothing, so nothing runs."""
+    done = shell(ctx, want, command)
+    if done.timed_out:
+        raise ProviderError(f"{name} {done.stderr}")
+    return done.returncode == 0
 
 
 class ExecProvider(Provider["ExecSpec", ExecWant, ExecHave]):
@@ -61,8 +70,8 @@ class ExecProvider(Provider["ExecSpec", ExecWant, ExecHave]):
         s = want.spec
         return ExecHave(
             want.creates.exists() if want.creates else None,
-            shell(ctx, want, s.unless).returncode == 0 if s.unless else None,
-            shell(ctx, want, s.onlyif).returncode == 0 if s.onlyif else None,
+            guard(ctx, want, "unless", s.unless) if s.unless else None,
+            guard(ctx, want, "onlyif", s.onlyif) if s.onlyif else None,
         )
 
     def plan(self, want: ExecWant, have: ExecHave) -> Change:
@@ -81,7 +90,7 @@ class ExecProvider(Provider["ExecSpec", ExecWant, ExecHave]):
     def verify(self, want: ExecWant, change: Change, ctx: HostContext) -> str | None:
         if want.creates is not None and not want.creates.exists():
             return f"verification failed: {want.spec.creates} still absent"
-        if want.spec.unless and shell(ctx, want, want.spec.unless).returncode != 0:
+        if want.spec.unless and not guard(ctx, want, "unless", want.spec.unless):
             return "verification failed: unless still fails"
         return None
 
