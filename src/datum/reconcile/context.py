@@ -112,6 +112,22 @@ class PassContext:
         if self.stopping():
             self.stopped = True
             raise PassStopped(f"stopped before converging {kind}")
+        not_reached: set[str] = set()
+
+        def reached(key: str) -> None:
+            if self.stopping():
+                not_reached.add(key)
+                raise _NotReached(key)
+
+        def guarded(direction: Direction, key: str, want: D | None, have: A | None) -> None:
+            reached(key)
+            apply(direction, key, want, have)
+
+        def guarded_settle(key: str, want: D, have: A | None) -> None:
+            reached(key)
+            assert settle is not None
+            settle(key, want, have)
+
         engine: Converge[D, A] = Converge(
             kind,
             self.settings.converge_config(),
@@ -121,18 +137,10 @@ class PassContext:
             describe_actual=describe_actual,
             prerequisite=prerequisite,
             unsettled=unsettled,
-            settle=settle,
+            settle=None if settle is None else guarded_settle,
         )
         with self.store.connect() as conn:
             before = load_memory(conn, self.reconciler, kind)
-        not_reached: set[str] = set()
-
-        def guarded(direction: Direction, key: str, want: D | None, have: A | None) -> None:
-            if self.stopping():
-                not_reached.add(key)
-                raise _NotReached(key)
-            apply(direction, key, want, have)
-
         result = engine.run(desired, actual, guarded, before)
         if not_reached:
             # Not attempted: what this pass saw of them is forgotten, not counted as a failure.
