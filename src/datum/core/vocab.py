@@ -150,7 +150,10 @@ REASONS: frozenset[str] = frozenset(r.value for r in Reason)
 DESCRIPTIONS: dict[Reason, str] = {
     Reason.AWAITING_CONFIRMATION: "streak has not reached confirmationsNeeded yet",
     Reason.BACKOFF: "a previous apply failed; waiting out an exponential window",
-    Reason.CIRCUIT_BREAKER: "too many candidates in this direction; acted on none",
+    Reason.CIRCUIT_BREAKER: (
+        "too many candidates in this direction (over the count, over the fraction, or a reap "
+        "into an empty desired set without allow_empty); acted on none"
+    ),
     Reason.DRY_RUN: "confirmed and would have been acted on; nothing committed",
     Reason.SUPPRESSED_RESTORE_MODE: "reap not performed: the reconciler is in restore mode",
     Reason.SUPPRESSED_NO_REAP: "reap not performed: reaping is switched off",
