@@ -270,6 +270,26 @@ def test_sigterm_finishes_the_current_item_persists_releases_and_exits_non_zero(
     store.dispose()
 
 
+def test_items_a_stopped_pass_did_not_reach_keep_their_memory(tmp_path, store_url):
+    root, (a,), stores = runners(tmp_path, store_url, ["a", "b", "c"], count=1, confirmation_ticks=2)
+    assert a.tick(NAME).outcome is TickOutcome.EXECUTED  # all three seen once: awaiting confirmation
+    with stores[0].connect() as conn:
+        seen = load_memory(conn, NAME, "item")
+    stop = threading.Event()
+    Slow.on_apply = lambda ctx, key: stop.set()
+    tick = a.tick(NAME, should_stop=stop.is_set)
+    assert tick.stopped and progress(root) == ["applying a", "applied a"]
+    with stores[0].connect() as conn:
+        memory = load_memory(conn, NAME, "item")
+    assert memory["b"] == seen["b"] and memory["c"] == seen["c"]  # not failed, not advanced
+    assert memory["a"].streak == 2 and memory["a"].failures == 0
+    Slow.on_apply = None
+    assert a.tick(NAME).outcome is TickOutcome.EXECUTED  # confirmed now: applied, no backoff
+    assert writes(stores[0]) == {"a": 1, "b": 1, "c": 1}
+    for s in stores:
+        s.dispose()
+
+
 def test_stopping_the_scheduler_finishes_the_current_item_and_releases(tmp_path, store_url):
     """What ``datum serve`` does on SIGTERM: its lifespan stops the scheduler."""
     root, (a, b), stores = runners(tmp_path, store_url, ["a", "b", "c"], delay=0.3)
