@@ -145,3 +145,5 @@ def test_a_stored_state_that_is_not_a_host_state_reads_unknown(story):
         conn.execute(sa.text("UPDATE hosts SET state = 'exploded' WHERE host = 'web1'"))
     (one,) = story.get("/v1/hosts").json()
     assert one["state"] == "unknown" and "exploded" in one["reason"]
+    metrics = story.get("/metrics", principal="admin").text
+    assert 'datum_hosts{state="unknown"} 1.0' in metrics

@@ -91,8 +91,10 @@ class StoreCollector(Collector):
             passes.add_metric([name, "skipped"], run.get("skipped_passes") or 0)
         yield from (health, drift, blocked, dropped, items, stranded, coverage, duration, last_ran, passes)
         states = GaugeMetricFamily("datum_hosts", "Hosts by the state of their last pass.", labels=["state"])
+        # A stored state that is not a host state reads unknown, as in /v1/hosts.
+        odd = sum(n for k, n in host_counts.items() if k not in HostState._value2member_map_)
         for s in HostState:
-            states.add_metric([s.value], host_counts.get(s.value, 0))
+            states.add_metric([s.value], host_counts.get(s.value, 0) + (odd if s is HostState.UNKNOWN else 0))
         yield states
 
 
