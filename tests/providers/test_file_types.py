@@ -9,7 +9,6 @@ import pytest
 
 from datum.core.vocab import Action
 from datum.providers.directory import PROVIDER as DIRECTORY
-from datum.providers.directory import managed_children
 from datum.providers.file import PROVIDER as FILE
 from datum.providers.line import PROVIDER as LINE
 from datum.providers.line import edit
@@ -89,11 +88,6 @@ def test_directory_purge_removes_only_unmanaged_entries(ctx):
     assert change.differences == ("unmanaged entries: junk.txt, old",)
     assert sorted(os.listdir(www)) == ["index.html", "site"]
     assert after.action is Action.NONE
-
-
-def test_managed_children():
-    managed = frozenset({"/a/b", "/a/c/d", "/ab/x", "/a"})
-    assert managed_children("/a", managed) == {"b", "c"}
 
 
 def test_directory_absent_refuses_a_non_empty_directory_without_force(ctx):

@@ -41,12 +41,6 @@ class DirHave:
     entries: frozenset[str]
 
 
-def managed_children(host_path: str, managed: frozenset[str]) -> frozenset[str]:
-    """The names directly inside ``host_path`` that some resource manages, or leads to."""
-    prefix = host_path.rstrip("/") + "/"
-    return frozenset(p[len(prefix) :].split("/", 1)[0] for p in managed if p.startswith(prefix))
-
-
 def kept_paths(ctx: HostContext) -> frozenset[str]:
     """Every real path under the root that a resource of the manifest touches, or passes through.
 
