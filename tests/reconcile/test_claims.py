@@ -279,6 +279,7 @@ def test_items_a_stopped_pass_did_not_reach_keep_their_memory(tmp_path, store_ur
     Slow.on_apply = lambda ctx, key: stop.set()
     tick = a.tick(NAME, should_stop=stop.is_set)
     assert tick.stopped and progress(root) == ["applying a", "applied a"]
+    assert tick.reasons == {"acting": 1}  # b and c were not attempted: not failures
     with stores[0].connect() as conn:
         memory = load_memory(conn, NAME, "item")
     assert memory["b"] == seen["b"] and memory["c"] == seen["c"]  # not failed, not advanced

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import operator
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -21,7 +22,7 @@ import sqlalchemy as sa
 from datum.config import ReconcilerSettings
 from datum.core.converge import ApplyFn, Converge, PassResult, SettleFn
 from datum.core.memory import ItemMemory
-from datum.core.vocab import Direction
+from datum.core.vocab import Direction, Reason
 from datum.store import Store
 from datum.store.memory import load_memory
 from datum.store.runs import LostClaim
@@ -143,15 +144,28 @@ class PassContext:
             before = load_memory(conn, self.reconciler, kind)
         result = engine.run(desired, actual, guarded, before)
         if not_reached:
-            # Not attempted: what this pass saw of them is forgotten, not counted as a failure.
-            self.stopped = True
-            memory = dict(result.memory)
-            for key in not_reached:
-                if key in before:
-                    memory[key] = before[key]
-                else:
-                    memory.pop(key, None)
-            result = dataclasses.replace(result, memory=memory)
+            result = self._unreached(result, not_reached, before)
         self.results.append(result)
         self.memories[kind] = result.memory
         return result
+
+    def _unreached(
+        self, result: PassResult, keys: set[str], before: Mapping[str, ItemMemory]
+    ) -> PassResult:
+        """Items the stopping pass did not attempt: not failed, and what it saw of them forgotten."""
+        self.stopped = True
+        memory = dict(result.memory)
+        for key in keys:
+            if key in before:
+                memory[key] = before[key]
+            else:
+                memory.pop(key, None)
+        # Converge counted each as apply_failed (the guard raised in its place): uncount them.
+        reasons = Counter(result.reasons)
+        reasons[Reason.APPLY_FAILED] -= len(keys)
+        return dataclasses.replace(
+            result,
+            memory=memory,
+            items=tuple(i for i in result.items if i.id not in keys),
+            reasons=+reasons,
+        )
