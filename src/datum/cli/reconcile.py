@@ -62,6 +62,7 @@ def reconcile(name: str, passes: int, config: str | None, as_json: bool) -> None
                         "blocked": t.blocked,
                         "reasons": t.reasons or {},
                         **({"error": t.error} if t.error else {}),
+                        **({"stopped": True} if t.stopped else {}),
                     }
                     for n, t in enumerate(ticks, 1)
                 ],
