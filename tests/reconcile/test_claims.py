@@ -133,7 +133,7 @@ def _steal(store_url, root):
         assert ended
     else:
         database = sa.engine.make_url(store_url).database
-        os.unlink(f"{database}.reconciler_{NAME}.lock")
+        os.unlink(f"{os.path.realpath(database)}.reconciler_{NAME}.lock")
 
 
 def test_a_pass_whose_claim_was_overtaken_writes_nothing(tmp_path, store_url):

@@ -216,5 +216,6 @@ def session_lock(store: Store, name: str) -> SessionLock:
     database = store.engine.url.database
     if store.dialect == "sqlite" and database and database != ":memory:":
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
-        return _FileLock(f"{database}.{safe}.lock")
+        # The real path: two processes naming the file through different symlinks share the lock.
+        return _FileLock(f"{os.path.realpath(database)}.{safe}.lock")
     return _ProcessOnly()
