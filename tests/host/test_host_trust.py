@@ -223,11 +223,12 @@ def test_content_diffs_are_redacted_everywhere(box, attrs, marker):
     assert code == 8 and marker in out, out
     code, out = box.plan(manifest, "--json")
     (resource,) = json.loads(out)["resources"]
-    assert resource["diff"] == marker + "\n"
+    assert resource["diff"] == marker + "\n" and resource["sensitive"] is True
     code, out = box.apply(manifest, "--mode", "observe", "--json")
     assert json.loads(out)["resources"][0]["diff"] == marker + "\n"
     status = box.status_json()
     assert json.loads(status)["resources"][0]["diff"] == marker + "\n"
+    assert json.loads(status)["resources"][0]["sensitive"] is True
     code, out = box.apply(manifest, "--json")
     assert code == 2
     for text in (out, status, box.status_json()):

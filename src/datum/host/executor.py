@@ -38,6 +38,7 @@ class Outcome:
     error: str | None = None
     blocked_by: list[str] | None = None
     diff: str | None = None
+    sensitive: bool = False  # its diff was withheld; the report says so
     reboot_required: str | None = None
     duration_seconds: float = 0.0
 
@@ -61,6 +62,7 @@ class Outcome:
             ("error", self.error),
             ("blockedBy", self.blocked_by),
             ("diff", self.diff),
+            ("sensitive", True if self.sensitive else None),
             ("rebootRequired", self.reboot_required),
         ):
             if value is not None:
@@ -150,6 +152,7 @@ def _walk(
         change = prov.refresh(want, have, f"{', '.join(refresh)} {verb}")
     out.action = change.action
     out.diff = change.diff
+    out.sensitive = change.sensitive
     if change.action is Action.NONE:
         out.state = ResourceState.CONVERGED
         return

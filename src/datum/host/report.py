@@ -38,6 +38,10 @@ class ResourceReport(_Model):
     error: str | None = None
     blocked_by: list[str] | None = Field(default=None, alias="blockedBy")
     diff: str | None = Field(default=None, description="What differs (observe mode, plan).")
+    sensitive: bool | None = Field(
+        default=None,
+        description="The content diff was withheld (a file not world-readable, or sensitive: true).",
+    )
     reboot_required: str | None = Field(
         default=None, alias="rebootRequired", description="Why this change needs a reboot."
     )

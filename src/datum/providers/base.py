@@ -170,6 +170,8 @@ class Change:
     action: Action = Action.NONE
     differences: tuple[str, ...] = ()
     diff: str | None = None
+    # The content diff was withheld (a file not world-readable, or sensitive: true).
+    sensitive: bool = False
 
     @property
     def summary(self) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import stat
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -199,25 +199,26 @@ class FileProvider(PathProvider["FileSpec", FileWant, FileHave]):
                 raise ProviderError(f"{want.host_path} is a directory; a File will not remove it")
             return Change(Action.DELETE, (f"{have.kind} present, want absent",))
         if have.kind == "absent":
-            return Change(Action.CREATE, ("absent",), self._diff(want, have, None))
+            return self._with_diff(Change(Action.CREATE, ("absent",)), want, have, None)
         if have.kind != "file":
             raise ProviderError(
                 f"{want.host_path} is a {have.kind}; refusing to replace it with a file"
             )
-        differences = []
-        diff = None
-        if want.content is not None and have.content != want.content:
-            differences.append("content")
-            diff = self._diff(want, have, have.content)
+        content = want.content is not None and have.content != want.content
+        differences = ["content"] if content else []
         differences += fs.meta_differences(have.st, want.mode, want.uid, want.gid)
-        return Change(Action.UPDATE, tuple(differences), diff) if differences else Change()
+        if not differences:
+            return Change()
+        change = Change(Action.UPDATE, tuple(differences))
+        return self._with_diff(change, want, have, have.content) if content else change
 
     @staticmethod
-    def _diff(want: FileWant, have: FileHave, before: bytes | None) -> str:
-        """The content diff, or the marker that stands for it where it must not be shown."""
+    def _with_diff(change: Change, want: FileWant, have: FileHave, before: bytes | None) -> Change:
+        """``change`` with the content diff, or the marker that stands for it where it must not be shown."""
         existing = stat.S_IMODE(have.st.st_mode) if have.st is not None else None
         marker = fs.redaction(want.sensitive, want.mode, existing)
-        return marker or fs.unified(want.host_path, before, want.content or b"")
+        diff = marker or fs.unified(want.host_path, before, want.content or b"")
+        return replace(change, diff=diff, sensitive=marker is not None)
 
     def apply(self, want: FileWant, have: FileHave, change: Change, ctx: HostContext) -> str | None:
         self.plan(want, have)  # the same refusals, whoever calls

@@ -103,16 +103,15 @@ class LineProvider(Provider["LineSpec", LineWant, LineHave]):
             if want.spec.ensure == "absent":
                 return Change()
             after = edit("", want.spec).encode(*_CODEC)
-            return Change(
-                Action.CREATE, ("file absent",), marker or fs.unified(want.host_path, None, after)
-            )
+            diff = marker or fs.unified(want.host_path, None, after)
+            return Change(Action.CREATE, ("file absent",), diff, marker is not None)
         before = have.content.decode(*_CODEC)
         after_text = edit(before, want.spec)
         if after_text == before:
             return Change()
         what = "line absent" if want.spec.ensure == "present" else "line present"
         diff = marker or fs.unified(want.host_path, have.content, after_text.encode(*_CODEC))
-        return Change(Action.UPDATE, (what,), diff)
+        return Change(Action.UPDATE, (what,), diff, marker is not None)
 
     def apply(self, want: LineWant, have: LineHave, change: Change, ctx: HostContext) -> str | None:
         before = (have.content or b"").decode(*_CODEC)
