@@ -122,6 +122,16 @@ def _absolute_under(top: str, target: str, link: str, original: str) -> str:
 # by a killed pass is recognised and removed by the next pass that writes there.
 TMP_PREFIX = ".datum-tmp-"
 _OLD_TMP_SUFFIX = ".datum-tmp"  # what versions before named them: .{name}.XXXX.datum-tmp
+
+
+def _is_temporary(name: str) -> bool:
+    """Named as Datum names its temporary files (12 hex characters), or as earlier versions did."""
+    if name.startswith(TMP_PREFIX):
+        tail = name[len(TMP_PREFIX) :]
+        return len(tail) == 12 and all(c in "0123456789abcdef" for c in tail)
+    return name.startswith(".") and name.endswith(_OLD_TMP_SUFFIX)
+
+
 _swept: set[str] = set()
 
 
@@ -145,8 +155,7 @@ def sweep_temporaries(directory: Path) -> None:
             stale = [
                 e.path
                 for e in entries
-                if (e.name.startswith(TMP_PREFIX) or e.name.endswith(_OLD_TMP_SUFFIX))
-                and not e.is_dir(follow_symlinks=False)
+                if _is_temporary(e.name) and not e.is_dir(follow_symlinks=False)
             ]
     except OSError:
         return
