@@ -187,23 +187,27 @@ class FileProvider(PathProvider["FileSpec", FileWant, FileHave]):
         content = fs.read_bytes(want.real) if kind == "file" and want.content is not None else None
         return FileHave(kind, content, st)
 
-    def plan(self, want: FileWant, have: FileHave) -> Change:
-        # What apply would refuse, plan refuses too (the pass line says why, not "update").
+    @staticmethod
+    def _refuse(want: FileWant, have: FileHave) -> None:
+        """Raise what apply would refuse; plan raises it too (the pass line says why, not "update")."""
         fs.refuse_special(
             want.host_path, have.kind, "a file" if want.ensure == "present" else "absent"
         )
-        if want.ensure == "absent":
-            if have.kind == "absent":
-                return Change()
-            if have.kind == "directory":
-                raise ProviderError(f"{want.host_path} is a directory; a File will not remove it")
-            return Change(Action.DELETE, (f"{have.kind} present, want absent",))
-        if have.kind == "absent":
-            return self._with_diff(Change(Action.CREATE, ("absent",)), want, have, None)
-        if have.kind != "file":
+        if want.ensure == "absent" and have.kind == "directory":
+            raise ProviderError(f"{want.host_path} is a directory; a File will not remove it")
+        if want.ensure == "present" and have.kind not in ("absent", "file"):
             raise ProviderError(
                 f"{want.host_path} is a {have.kind}; refusing to replace it with a file"
             )
+
+    def plan(self, want: FileWant, have: FileHave) -> Change:
+        self._refuse(want, have)
+        if want.ensure == "absent":
+            if have.kind == "absent":
+                return Change()
+            return Change(Action.DELETE, (f"{have.kind} present, want absent",))
+        if have.kind == "absent":
+            return self._with_diff(Change(Action.CREATE, ("absent",)), want, have, None)
         content = want.content is not None and have.content != want.content
         differences = ["content"] if content else []
         differences += fs.meta_differences(have.st, want.mode, want.uid, want.gid)
@@ -221,7 +225,7 @@ class FileProvider(PathProvider["FileSpec", FileWant, FileHave]):
         return replace(change, diff=diff, sensitive=marker is not None)
 
     def apply(self, want: FileWant, have: FileHave, change: Change, ctx: HostContext) -> str | None:
-        self.plan(want, have)  # the same refusals, whoever calls
+        self._refuse(want, have)  # whoever calls
         if change.action is Action.DELETE:
             fs.remove(want.real)
             return None
