@@ -356,12 +356,29 @@ def test_temporary_files_of_a_killed_pass_are_removed_by_the_next(ctx):
 
 
 def test_an_absolute_target_that_does_not_exist_yet_is_inside_the_root(ctx):
+    # An image root's /etc/resolv.conf -> /run/systemd/resolve/stub-resolv.conf, with a target
+    # directory that surely exists nowhere on this machine either.
+    target = f"/run/datum-test-{os.urandom(4).hex()}/resolve/stub-resolv.conf"
+    assert not os.path.lexists(target)
     (ctx.root / "etc").mkdir()
-    (ctx.root / "etc" / "resolv.conf").symlink_to("/run/systemd/resolve/stub-resolv.conf")
+    (ctx.root / "etc" / "resolv.conf").symlink_to(target)
     change, after = converge(FILE, FileSpec(path="/etc/resolv.conf", content="nameserver 127.0.0.53\n"), ctx)
     assert change.action is Action.CREATE and after.action is Action.NONE
-    assert os.readlink(ctx.root / "etc/resolv.conf") == "/run/systemd/resolve/stub-resolv.conf"
-    assert (ctx.root / "run/systemd/resolve/stub-resolv.conf").read_text() == "nameserver 127.0.0.53\n"
+    assert os.readlink(ctx.root / "etc/resolv.conf") == target
+    assert (ctx.root / target.lstrip("/")).read_text() == "nameserver 127.0.0.53\n"
+    assert not os.path.lexists(target)
+
+
+def test_an_absolute_target_that_exists_only_outside_the_root_is_refused(ctx, tmp_path):
+    (tmp_path / "outside").mkdir()
+    (ctx.root / "etc").mkdir()
+    (ctx.root / "etc" / "x").symlink_to(tmp_path / "outside")
+    with pytest.raises(fs.Escape, match="links out of the root"):
+        FILE.desired("x", FileSpec(path="/etc/x/f", content="x"), ctx)
+    (ctx.root / str(tmp_path / "outside").lstrip("/")).mkdir(parents=True)  # the root has it too
+    assert FILE.desired("x", FileSpec(path="/etc/x/f", content="x"), ctx).real == (
+        ctx.root / str(tmp_path / "outside" / "f").lstrip("/")
+    )
 
 
 def test_an_absolute_target_climbing_above_the_root_is_still_refused(ctx):

@@ -106,15 +106,19 @@ def _absolute_under(top: str, target: str, link: str, original: str) -> str:
     """Where an absolute link under a sandbox root leads, as a path from the root.
 
     A chroot reads ``/run`` as the root's own ``run`` (Debian's ``/var/run ->
-    /run``, an image's ``/etc/resolv.conf -> /run/systemd/resolve/...``), whether
-    or not it exists there yet, so the target is returned as it is and walked
-    from the root. A target naming the root by its real path is inside too. A
-    ``..`` that would climb above the root is refused by the walk.
+    /run``). So does Datum when the target exists inside the root, and also when
+    it exists nowhere yet (an image root's ``/etc/resolv.conf ->
+    /run/systemd/resolve/stub-resolv.conf`` before anything made it). A target
+    naming the root by its real path is inside too. A target that exists only
+    outside the root, on the running system, is a symlink out: refused, never
+    followed. A ``..`` that would climb above the root is refused by the walk.
     """
     real = os.path.normpath(target)
     if os.path.commonpath([top, real]) == top:
         return real[len(top) :] or "/"
-    return target
+    if os.path.lexists(os.path.join(top, real.lstrip("/"))) or not os.path.lexists(real):
+        return target
+    raise Escape(f"{original}: {link} links out of the root to {target}")
 
 
 # Temporary files are named with this prefix and a few random characters, so a
