@@ -466,7 +466,8 @@ def test_status_state_path(env):
 
 def test_plan_unified_diff_changes_nothing(env):
     home, root, tmp = env
-    m = manifest(tmp, SIMPLE)
+    # A world-readable file: the content diff of any other is redacted (contract section 8).
+    m = manifest(tmp, SIMPLE.replace('mode: "0640"', 'mode: "0644"'))
     run(home, "apply", m, "--root", root)
     (root / "etc/app/app.conf").write_text("tampered\n")
     r = run(home, "plan", m, "--root", root)
@@ -476,6 +477,17 @@ def test_plan_unified_diff_changes_nothing(env):
     assert re.search(r"^\s*-tampered$", r.stdout, re.M)
     assert re.search(r"^\s*\+hello$", r.stdout, re.M)
     assert (root / "etc/app/app.conf").read_text() == "tampered\n"
+
+
+def test_plan_redacts_the_diff_of_a_file_that_is_not_world_readable(env):
+    home, root, tmp = env
+    m = manifest(tmp, SIMPLE)  # mode 0640
+    run(home, "apply", m, "--root", root)
+    (root / "etc/app/app.conf").write_text("secret-tampered\n")
+    r = run(home, "plan", m, "--root", root)
+    assert r.returncode == 8, r.stdout + r.stderr
+    assert "secret-tampered" not in r.stdout and "hello" not in r.stdout
+    assert "redacted" in r.stdout
 
 
 def test_plan_on_converged_exit0(env):
