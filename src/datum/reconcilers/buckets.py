@@ -19,7 +19,6 @@ a tenant's ``datum bucket delete`` during a pass is never overwritten.
 
 from __future__ import annotations
 
-import errno
 import logging
 import os
 import re
@@ -36,6 +35,7 @@ from datum.core.coverage import CoverageDecl
 from datum.core.findings import FieldError, Problem, invalid
 from datum.core.vocab import Direction, Reason
 from datum.reconcile import BlockedOnOwner, CoverageSpec, PassContext, SubstrateError, Waiting
+from datum.safefs import Occupied, count_objects, remove_empty
 from datum.store import Store
 from datum.store.types import UTCDateTime
 
@@ -164,17 +164,6 @@ class Entry:
     size: int
 
 
-class Occupied(Exception):
-    """A directory to be removed holds objects (or something appeared in it since the count)."""
-
-    def __init__(self, objects: int) -> None:
-        super().__init__(_objects(objects))
-        self.objects = objects
-
-
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
-
-
 def observe(root: Path) -> dict[str, Entry]:
     """Every entry under the root. Raises ``SubstrateError`` when the root cannot be read."""
     found: dict[str, Entry] = {}
@@ -189,90 +178,6 @@ def observe(root: Path) -> dict[str, Entry]:
     except OSError as exc:
         raise SubstrateError(f"cannot read bucket root {root}: {exc.strerror or exc}") from exc
     return found
-
-
-def count_objects(path: Path) -> int:
-    """How many objects (anything that is not a directory, symlinks included) ``path`` holds now.
-
-    Never follows a symlink, ``path`` itself included (a symlink raises ``OSError``).
-    """
-    fd = os.open(path, _DIR_FLAGS)
-    try:
-        return _count(fd)
-    finally:
-        os.close(fd)
-
-
-def _count(fd: int) -> int:
-    count = 0
-    with os.scandir(fd) as it:
-        for e in it:
-            if not e.is_dir(follow_symlinks=False):
-                count += 1
-                continue
-            sub = os.open(e.name, _DIR_FLAGS, dir_fd=fd)
-            try:
-                count += _count(sub)
-            finally:
-                os.close(sub)
-    return count
-
-
-def remove_empty(root: Path, name: str) -> None:
-    """Remove the directory ``root/name`` if it holds nothing but empty directories.
-
-    Counts what it holds first and raises ``Occupied`` when that is not zero.
-    Then removes its subdirectories bottom-up and itself last, with ``rmdir``
-    only (which fails when content appeared since the count: ``Occupied``
-    again), through directory descriptors opened without following symlinks.
-    Nothing is ever unlinked. ``NotADirectoryError`` when ``name`` is not a
-    directory (a symlink included); ``FileNotFoundError`` when it is gone.
-    """
-    root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
-    try:
-        try:
-            fd = os.open(name, _DIR_FLAGS, dir_fd=root_fd)
-        except OSError as exc:
-            if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-                raise NotADirectoryError(errno.ENOTDIR, "not a directory", str(root / name)) from exc
-            raise
-        try:
-            objects = _count(fd)
-            if objects:
-                raise Occupied(objects)
-            _rmdirs(fd)
-        finally:
-            os.close(fd)
-        _rmdir(name, root_fd)
-    finally:
-        os.close(root_fd)
-
-
-def _rmdirs(fd: int) -> None:
-    """Remove every subdirectory of ``fd``, deepest first; any other entry means content appeared."""
-    with os.scandir(fd) as it:
-        entries = list(it)
-    for e in entries:
-        if not e.is_dir(follow_symlinks=False):
-            raise Occupied(1)
-        try:
-            sub = os.open(e.name, _DIR_FLAGS, dir_fd=fd)
-        except OSError as exc:
-            raise Occupied(1) from exc
-        try:
-            _rmdirs(sub)
-        finally:
-            os.close(sub)
-        _rmdir(e.name, fd)
-
-
-def _rmdir(name: str, dir_fd: int) -> None:
-    try:
-        os.rmdir(name, dir_fd=dir_fd)
-    except OSError as exc:
-        if exc.errno in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR):
-            raise Occupied(1) from exc
-        raise
 
 
 def describe_desired(row: dict[str, Any]) -> str:
