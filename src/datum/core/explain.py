@@ -1,0 +1,389 @@
+"""What every reason, host state, resource state and health means, and what the operator should do.
+
+The one source of this text: the page shows it in place and ``datum explain
+NAME`` prints it. Each entry says what the word means and which of the seed's
+two opposite responses it calls for: *wait* (it clears by itself) or *look*
+(it will not, someone has to act), plus *owner* (only the item's owner can
+clear it) and *none* (nothing is wrong). ``backoff`` and ``apply_failed`` are
+*depends*: the reason alone cannot tell "failed once, retries shortly" from
+"failed twelve times and parked at the backoff cap"; ``advice`` decides per
+item from its ``failures`` and backoff window.
+
+A test fails when a registered reason, or a value of any vocabulary here, has
+no entry.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from dataclasses import dataclass
+from enum import StrEnum
+
+from datum.core.memory import BackoffPolicy
+from datum.core.vocab import DESCRIPTIONS, Health, HostState, Reason, ResourceState
+
+
+class Act(StrEnum):
+    """What the operator should do about it, in one word."""
+
+    WAIT = "wait"
+    LOOK = "look"
+    OWNER = "owner"
+    NONE = "none"
+    DEPENDS = "depends"
+
+
+ACT_LABEL = {
+    Act.WAIT: "wait",
+    Act.LOOK: "go and look",
+    Act.OWNER: "waits on its owner",
+    Act.NONE: "nothing to do",
+    Act.DEPENDS: "wait, or go and look",
+}
+
+
+class Vocabulary(StrEnum):
+    REASON = "drift reason"
+    HOST_STATE = "host state"
+    RESOURCE_STATE = "resource state"
+    HEALTH = "reconciler health"
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """One word of one vocabulary: a one-line summary, what it means, what to do."""
+
+    vocabulary: Vocabulary
+    name: str
+    summary: str
+    means: str
+    do: str
+    act: Act
+
+    def to_json(self) -> dict[str, str]:
+        return {
+            "vocabulary": self.vocabulary.value,
+            "name": self.name,
+            "summary": self.summary,
+            "means": self.means,
+            "do": self.do,
+            "act": self.act.value,
+        }
+
+    def text(self) -> str:
+        """The terminal form."""
+        wrap = textwrap.TextWrapper(width=88, initial_indent="  ", subsequent_indent="  ")
+        return (
+            f"{self.name} ({self.vocabulary.value}): {self.summary}\n\n"
+            f"{wrap.fill(self.means)}\n\n"
+            f"{wrap.fill(f'what to do ({ACT_LABEL[self.act]}): {self.do}')}\n"
+        )
+
+
+_R = Vocabulary.REASON
+_LOOK_UNKNOWN = (
+    "Go and look: Datum met something it does not know and acts on nothing it cannot read. Check the item "
+    "in the substrate; if the value is legitimate, Datum needs to learn it (a newer release or a plugin update)."
+)
+
+# reason -> (means, do, act); the summary is vocab.DESCRIPTIONS.
+_REASONS: dict[Reason, tuple[str, str, Act]] = {
+    Reason.AWAITING_CONFIRMATION: (
+        "The item has diverged on fewer consecutive passes (streak) than confirmationsNeeded. Datum never "
+        "acts on one read, so it waits for the difference to be seen again before it changes anything.",
+        "Wait: the item is acted on once its streak reaches confirmationsNeeded, or clears by itself if the "
+        "read was transient. Go and look only if it stays here pass after pass (the difference flaps).",
+        Act.WAIT,
+    ),
+    Reason.BACKOFF: (
+        "A previous apply of this item failed, and it sits out retryAfterPasses passes before the next try; "
+        "the window doubles with each consecutive failure, up to the backoff cap. lastErr says what broke.",
+        "Failed once or twice and retrying soon: wait. failures climbing, or parked at the backoff cap: it "
+        "will not fix itself, go and look at lastErr and remove the cause; the next retry then converges.",
+        Act.DEPENDS,
+    ),
+    Reason.CIRCUIT_BREAKER: (
+        "More items in this direction were candidates than the breaker allows (a count, a fraction of what "
+        "exists, or a reap into an empty desired set without allow_empty), so Datum acted on none of them. "
+        "Mass action usually means a bad read, not a real wish.",
+        "Go and look: check that desired and actual state were read correctly (an empty or truncated desired "
+        "set, a wrong root). If the change is really meant, raise the direction's breaker threshold or make "
+        "it in smaller steps; the items then proceed on the next pass.",
+        Act.LOOK,
+    ),
+    Reason.DRY_RUN: (
+        "Confirmed and would have been acted on, but the reconciler runs in dry_run mode: nothing was committed.",
+        "Nothing is wrong. Review what it would do; switch the reconciler to enforce when it should be done.",
+        Act.NONE,
+    ),
+    Reason.SUPPRESSED_RESTORE_MODE: (
+        "A reap deliberately not performed: the reconciler runs in restore mode, which creates and aligns "
+        "but never deletes. Recorded so a fleet left in safe-mode does not look like one with nothing to reap.",
+        "Nothing to fix if safe-mode is meant. To let Datum delete these, switch the reconciler to enforce; "
+        "otherwise remove them by hand or give them a desired row.",
+        Act.NONE,
+    ),
+    Reason.SUPPRESSED_NO_REAP: (
+        "A reap deliberately not performed: an operator switched reaping off for this reconciler (safe-mode).",
+        "Nothing to fix if safe-mode is meant. Turn reaping back on to let Datum delete these, or remove "
+        "them by hand.",
+        Act.NONE,
+    ),
+    Reason.SUPPRESSED_UNCONFIGURED: (
+        "The reconciler cannot act because a prerequisite is not configured (no backup target, no "
+        "credential, no endpoint). Nobody chose this: setup is incomplete.",
+        "Go and look: complete the reconciler's configuration. Waiting changes nothing.",
+        Act.LOOK,
+    ),
+    Reason.APPLY_FAILED: (
+        "Datum acted on the item this pass and the apply errored; lastErr says why. It enters backoff on "
+        "the next pass.",
+        "A first failure may be transient: wait for the retry. If it fails again (failures above 1, then "
+        "backoff), go and look at lastErr.",
+        Act.DEPENDS,
+    ),
+    Reason.BLOCKED_ON_OWNER: (
+        "The platform has done everything it can and the item waits on its owner, e.g. a tenant's bucket "
+        "delete parked while the bucket still holds objects. Counted in blocked, never in drift, and never "
+        "degrades health.",
+        "Nothing for the operator to fix: the owner must act (here, empty the bucket), then Datum finishes "
+        "by itself. Tell the owner if it has waited long.",
+        Act.OWNER,
+    ),
+    Reason.ACTING: (
+        "Confirmed and applied successfully on this pass; the next pass should find it converged.",
+        "Wait one pass. If the same item is acting pass after pass, the change does not stick (something "
+        "else undoes it): go and look.",
+        Act.WAIT,
+    ),
+    Reason.COOLDOWN: (
+        "An auto scaling group's policy-driven change waits out the group's cooldown.",
+        "Wait: it proceeds when the cooldown ends.",
+        Act.WAIT,
+    ),
+    Reason.PROCESS_SUSPENDED: (
+        "The process that would act (Launch, Terminate, InstanceRefresh, AZRebalance) is suspended on the group.",
+        "Go and look: someone suspended it. Resume the process when the suspension is no longer meant.",
+        Act.LOOK,
+    ),
+    Reason.REFRESH_STALLED: (
+        "An instance refresh cannot advance: its healthy floor cannot be met at the group's maxSize.",
+        "Go and look: raise the group's maxSize or lower the refresh's minimum healthy percentage.",
+        Act.LOOK,
+    ),
+    Reason.REBALANCE_STALLED: (
+        "An AZ rebalance cannot move a member without exceeding the group's maxSize.",
+        "Go and look: raise maxSize for the rebalance, or accept the imbalance.",
+        Act.LOOK,
+    ),
+    Reason.LB_HEALTH_SUSPECT: (
+        "Every member of a load_balancer-health group reads unhealthy from the load balancer's single "
+        "vantage; replacement is held and judged on instance health instead.",
+        "Go and look at the load balancer and its health check, not the instances: replacing them all "
+        "would not help.",
+        Act.LOOK,
+    ),
+    Reason.REPLACE_BUDGET: (
+        "More members are unhealthy than may be replaced at once; these wait for earlier replacements to finish.",
+        "Wait: they are replaced as earlier replacements finish. Go and look if the count does not fall.",
+        Act.WAIT,
+    ),
+    Reason.UNEXPECTED_STATE: (
+        "The reconciler read a state it does not know, and reports it instead of acting on it.",
+        _LOOK_UNKNOWN,
+        Act.LOOK,
+    ),
+    Reason.UNEXPECTED_KIND: (
+        "The reconciler read a kind it does not know, and reports it instead of acting on it.",
+        _LOOK_UNKNOWN,
+        Act.LOOK,
+    ),
+    Reason.UNEXPECTED_VALUE: (
+        "The reconciler read a value it does not know, and reports it instead of acting on it.",
+        _LOOK_UNKNOWN,
+        Act.LOOK,
+    ),
+    Reason.IMAGE_MODE: (
+        "The node runs image mode (bootc): its /usr is the read-only OS image, so the item changes only "
+        "when a new image is booted. Datum reports the difference and never writes.",
+        "Go and look: boot an image that carries the desired version. A host binary that differs from the "
+        "control plane's means the OS image and the control plane were not released together.",
+        Act.LOOK,
+    ),
+}
+
+# (vocabulary, name) -> (summary, means, do, act)
+_OTHERS: dict[tuple[Vocabulary, str], tuple[str, str, str, Act]] = {
+    (Vocabulary.HOST_STATE, HostState.CONVERGED): (
+        "every resource is as the manifest asks",
+        "The last pass found every resource converged, and no reboot is pending.",
+        "Nothing.",
+        Act.NONE,
+    ),
+    (Vocabulary.HOST_STATE, HostState.DRIFTED): (
+        "observe mode found resources that differ from the manifest",
+        "The host runs in observe mode: the last pass found resources that differ from the manifest and "
+        "changed nothing.",
+        "Go and look at the differences (datum plan shows the diffs); then run in enforce mode or change "
+        "the manifest.",
+        Act.LOOK,
+    ),
+    (Vocabulary.HOST_STATE, HostState.FAILED): (
+        "at least one resource failed",
+        "At least one resource failed on the last pass; a blocked resource always traces back to one. The "
+        "reason names the resources behind it.",
+        "Go and look at the failed resource's error (datum status on the host, or the host's detail here), "
+        "fix the cause; the next pass retries.",
+        Act.LOOK,
+    ),
+    (Vocabulary.HOST_STATE, HostState.DEGRADED): (
+        "some resources were skipped, the rest converged",
+        "At least one resource was skipped (its reason says why) and the rest converged.",
+        "Look at why they were skipped; often intended (not applicable on this host), then nothing to do.",
+        Act.LOOK,
+    ),
+    (Vocabulary.HOST_STATE, HostState.AWAITING_REBOOT): (
+        "a change needs a reboot that has not happened",
+        "A change made by this or an earlier pass needs a reboot, and the boot id has not changed since.",
+        "With reboot policy maintenance or automatic, wait for the window. With manual or never, someone "
+        "must reboot the host (datum reboot); it stays here until then.",
+        Act.DEPENDS,
+    ),
+    (Vocabulary.HOST_STATE, HostState.UNKNOWN): (
+        "no pass has completed, or the last report cannot be read",
+        "Datum cannot say where the host stands: no pass has completed yet, the pass was stopped, or the "
+        "stored report cannot be read (the reason names the field at fault).",
+        "Go and look: check that the agent runs and reports; a report that cannot be read is replaced by "
+        "the next good pass.",
+        Act.LOOK,
+    ),
+    (Vocabulary.RESOURCE_STATE, ResourceState.PENDING): (
+        "not reached yet in this pass",
+        "The pass has not reached this resource yet.",
+        "Wait.",
+        Act.WAIT,
+    ),
+    (Vocabulary.RESOURCE_STATE, ResourceState.APPLYING): (
+        "being applied now",
+        "The pass is applying this resource now.",
+        "Wait.",
+        Act.WAIT,
+    ),
+    (Vocabulary.RESOURCE_STATE, ResourceState.CONVERGED): (
+        "as the manifest asks",
+        "The resource is as the manifest asks (it may have been changed on this pass to get there).",
+        "Nothing.",
+        Act.NONE,
+    ),
+    (Vocabulary.RESOURCE_STATE, ResourceState.DRIFTED): (
+        "differs from the manifest; observe mode changed nothing",
+        "The resource differs from the manifest and the pass ran in observe mode, so nothing was changed.",
+        "Go and look at the diff; run in enforce mode or change the manifest.",
+        Act.LOOK,
+    ),
+    (Vocabulary.RESOURCE_STATE, ResourceState.FAILED): (
+        "could not be read or applied",
+        "The resource could not be read or applied on this pass; its error says why.",
+        "Go and look at the error and fix the cause; the next pass retries.",
+        Act.LOOK,
+    ),
+    (Vocabulary.RESOURCE_STATE, ResourceState.BLOCKED): (
+        "not attempted: something it requires failed",
+        "The resource was not attempted because a resource it requires failed or is blocked.",
+        "Go and look at what it is blocked by; fixing that unblocks this one.",
+        Act.LOOK,
+    ),
+    (Vocabulary.RESOURCE_STATE, ResourceState.SKIPPED): (
+        "skipped on this pass",
+        "The resource was skipped (its reason says why, e.g. not applicable here); the host reads degraded.",
+        "Look whether that is intended; if so, nothing to do.",
+        Act.LOOK,
+    ),
+    (Vocabulary.HEALTH, Health.OK): (
+        "the last pass completed and nothing needs attention",
+        "The last executed pass completed; no item is in backoff or apply_failed, no breaker tripped, "
+        "nothing waits on configuration. Items waiting for confirmation or on their owner do not count.",
+        "Nothing.",
+        Act.NONE,
+    ),
+    (Vocabulary.HEALTH, Health.DEGRADED): (
+        "items are failing, a breaker tripped, or configuration is missing",
+        "The last executed pass completed, but an item is in backoff or apply_failed, a breaker tripped, "
+        "or items wait on suppressed_unconfigured.",
+        "Go and look at the items: their reasons say which, and whether to wait or act.",
+        Act.LOOK,
+    ),
+    (Vocabulary.HEALTH, Health.FAILING): (
+        "the last pass could not complete",
+        "The last executed pass could not complete: desired or actual state could not be read. The items "
+        "shown come from the last completed pass.",
+        "Go and look at the pass's error (the substrate or the store it reads) and fix it; the next pass "
+        "that completes replaces the items.",
+        Act.LOOK,
+    ),
+    (Vocabulary.HEALTH, Health.UNKNOWN): (
+        "no pass has executed yet",
+        "No pass of this reconciler has executed yet, so nothing is known.",
+        "Wait for the first tick; if it never comes, check that the scheduler runs (datum serve) or run "
+        "datum reconcile NAME.",
+        Act.WAIT,
+    ),
+}
+
+
+def _build() -> list[Explanation]:
+    out = [
+        Explanation(_R, r.value, DESCRIPTIONS[r], means, do, act) for r, (means, do, act) in _REASONS.items()
+    ]
+    out += [
+        Explanation(vocabulary, str(name), summary, means, do, act)
+        for (vocabulary, name), (summary, means, do, act) in _OTHERS.items()
+    ]
+    return out
+
+
+EXPLANATIONS: tuple[Explanation, ...] = tuple(_build())
+_BY_KEY: dict[tuple[Vocabulary, str], Explanation] = {(e.vocabulary, e.name): e for e in EXPLANATIONS}
+
+
+def normalise(name: str) -> str:
+    """``Blocked-On-Owner`` -> ``blocked_on_owner``: the form names are compared in."""
+    return name.strip().lower().replace("-", "_")
+
+
+def known() -> list[str]:
+    """Every name that can be explained, sorted, each once."""
+    return sorted({e.name for e in EXPLANATIONS})
+
+
+def lookup(name: str) -> list[Explanation]:
+    """Every explanation of ``name`` (``failed`` is a host state and a resource state), or []."""
+    key = normalise(name)
+    return [e for e in EXPLANATIONS if normalise(e.name) == key]
+
+
+def explain(vocabulary: Vocabulary, name: str) -> Explanation:
+    """The explanation of ``name`` in ``vocabulary``; KeyError when there is none."""
+    return _BY_KEY[(vocabulary, str(name))]
+
+
+def advice(reason: Reason, failures: int | None = None, backoff: BackoffPolicy | None = None) -> Act:
+    """What one item calls for: wait or look, deciding ``depends`` from its failures and backoff window.
+
+    ``backoff`` parked at the cap (see ``at_backoff_cap``), or failed three times or more, is *look*; fewer
+    failures are *wait*. ``apply_failed`` is *wait* on its first failure, *look* after.
+    """
+    act = _REASONS[reason][2]
+    if act is not Act.DEPENDS:
+        return act
+    n = failures or 0
+    if reason is Reason.APPLY_FAILED:
+        return Act.WAIT if n <= 1 else Act.LOOK
+    return Act.LOOK if n >= 3 or at_backoff_cap(reason, failures, backoff) else Act.WAIT
+
+
+def at_backoff_cap(reason: Reason, failures: int | None, backoff: BackoffPolicy | None) -> bool:
+    """Whether an item sits in ``backoff`` with its window at the policy's cap: more waiting will not help."""
+    if reason is not Reason.BACKOFF or not failures or backoff is None:
+        return False
+    return backoff.window(failures) >= backoff.cap_passes

@@ -1,0 +1,97 @@
+"""Every word an operator reads has one explanation, and ``datum explain`` prints it."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from datum.core.explain import (
+    EXPLANATIONS,
+    Act,
+    Vocabulary,
+    advice,
+    at_backoff_cap,
+    explain,
+    known,
+    lookup,
+)
+from datum.core.memory import BackoffPolicy
+from datum.core.vocab import DESCRIPTIONS, Health, HostState, Reason, ResourceState
+
+VOCABULARIES = [
+    (Vocabulary.REASON, Reason),
+    (Vocabulary.HOST_STATE, HostState),
+    (Vocabulary.RESOURCE_STATE, ResourceState),
+    (Vocabulary.HEALTH, Health),
+]
+
+
+@pytest.mark.parametrize(("vocabulary", "enum"), VOCABULARIES)
+def test_every_registered_word_is_explained_with_what_to_do(vocabulary, enum):
+    for value in enum:
+        e = explain(vocabulary, value.value)
+        assert e.summary and len(e.means) > 30 and e.do, value
+        assert isinstance(e.act, Act)
+    assert len([e for e in EXPLANATIONS if e.vocabulary is vocabulary]) == len(enum)
+
+
+def test_a_reason_s_summary_is_the_registry_s_description():
+    for reason in Reason:
+        assert explain(Vocabulary.REASON, reason.value).summary == DESCRIPTIONS[reason]
+
+
+def test_the_seed_s_wait_versus_look():
+    assert explain(Vocabulary.REASON, "awaiting_confirmation").act is Act.WAIT
+    assert explain(Vocabulary.REASON, "circuit_breaker").act is Act.LOOK
+    assert explain(Vocabulary.REASON, "blocked_on_owner").act is Act.OWNER
+    assert explain(Vocabulary.REASON, "suppressed_unconfigured").act is Act.LOOK
+    assert explain(Vocabulary.REASON, "suppressed_no_reap").act is Act.NONE
+    policy = BackoffPolicy(base_passes=1, cap_passes=64)
+    # failed once, retries shortly: wait; parked at the cap: go and look
+    assert advice(Reason.BACKOFF, 1, policy) is Act.WAIT
+    assert advice(Reason.BACKOFF, 7, policy) is Act.LOOK and at_backoff_cap(Reason.BACKOFF, 7, policy)
+    assert not at_backoff_cap(Reason.BACKOFF, 6, policy)
+    assert advice(Reason.APPLY_FAILED, 1) is Act.WAIT
+    assert advice(Reason.APPLY_FAILED, 2) is Act.LOOK
+    assert advice(Reason.ACTING) is Act.WAIT
+
+
+def test_lookup_normalises_and_finds_every_meaning():
+    assert [e.vocabulary for e in lookup("FAILED")] == [Vocabulary.HOST_STATE, Vocabulary.RESOURCE_STATE]
+    assert lookup("awaiting_reboot")[0].name == "awaiting-reboot"
+    assert lookup("blocked-on-owner")[0].name == "blocked_on_owner"
+    assert lookup("nope") == []
+    assert "backoff" in known() and len(known()) == len(set(known()))
+
+
+def test_datum_explain_prints_the_text(datum_cli):
+    rc, out, _err = datum_cli("explain", "backoff")
+    assert rc == 0
+    assert out.startswith("backoff (drift reason): ")
+    assert "go and look" in out and "wait" in out
+
+
+def test_datum_explain_json(datum_cli):
+    rc, out, _err = datum_cli("explain", "circuit_breaker", "--json")
+    assert rc == 0
+    body = json.loads(out)
+    assert body["name"] == "circuit_breaker"
+    [e] = body["explanations"]
+    assert e["vocabulary"] == "drift reason" and e["act"] == "look" and e["do"]
+
+
+def test_datum_explain_unknown_lists_the_known_ones(datum_cli):
+    rc, _out, err = datum_cli("explain", "nope")
+    assert rc == 64
+    assert "blocked_on_owner" in err and "awaiting-reboot" in err
+    rc, out, _err = datum_cli("explain", "nope", "--json")
+    assert rc == 64
+    finding = json.loads(out)["issues"][0]
+    assert finding["code"] == "NOT_FOUND" and "backoff" in finding["details"]["known"]
+
+
+def test_datum_explain_without_a_name_lists_everything(datum_cli):
+    rc, out, _err = datum_cli("explain")
+    assert rc == 0
+    assert len(out.splitlines()) == len(EXPLANATIONS)
