@@ -38,6 +38,33 @@ class PkgWant:
 @dataclass(frozen=True)
 class PkgHave:
     version: str | None  # None: not installed
+    config_files: bool = False  # removed, its configuration files left (dpkg's config-files)
+    candidate: str | None = None  # the version apt would install (asked for ensure: latest only)
+
+
+def apt_lists_empty(ctx: HostContext) -> bool:
+    lists = ctx.path("/var/lib/apt/lists")
+    return not lists.is_dir() or not any(lists.glob("*_Packages*"))
+
+
+def apt_update(ctx: HostContext) -> None:
+    """``apt-get update``, at most once per pass (recorded in the context's cache)."""
+    if ctx.cache.get("apt:updated"):
+        return
+    done = ctx.runner(["apt-get", "update", "-q"], env=_ENV)
+    if done.returncode != 0:
+        raise ProviderError(done.why())
+    ctx.cache["apt:updated"] = True
+
+
+def apt_candidate(ctx: HostContext, name: str) -> str | None:
+    """The version ``apt-get install`` would pick, from ``apt-cache policy``; None when unknown."""
+    done = ctx.runner(["apt-cache", "policy", name], env=_ENV)
+    for line in done.stdout.splitlines():
+        key, _, value = line.strip().partition(": ")
+        if key == "Candidate" and value and value != "(none)":
+            return value
+    return None
 
 
 def deb_fields(ctx: HostContext, deb: Path) -> dict[str, str]:
@@ -100,19 +127,25 @@ class PackageProvider(Provider["PackageSpec", PkgWant, PkgHave]):
         )
         if done.returncode not in (0, 1):
             raise ProviderError(done.why())
+        version, config_files = None, False
         for line in done.stdout.splitlines():
-            status, _, version = line.partition("\t")
+            status, _, found = line.partition("\t")
             if status.endswith(" installed"):
-                return PkgHave(version)
-        return PkgHave(None)
+                version = found
+            elif status.endswith(" config-files"):
+                config_files = True
+        candidate = None
+        if want.ensure == "latest" and want.source is None and ctx.is_real_root:
+            candidate = apt_candidate(ctx, want.name)
+        return PkgHave(version, config_files, candidate)
 
     def plan(self, want: PkgWant, have: PkgHave) -> Change:
         if want.ensure in ("absent", "purged"):
-            return (
-                Change(Action.DELETE, (f"{have.version} installed, want absent",))
-                if have.version
-                else Change()
-            )
+            if have.version:
+                return Change(Action.DELETE, (f"{have.version} installed, want {want.ensure}",))
+            if want.ensure == "purged" and have.config_files:
+                return Change(Action.DELETE, ("configuration files left, want purged",))
+            return Change()
         if have.version is None:
             return Change(
                 Action.CREATE,
@@ -120,6 +153,10 @@ class PackageProvider(Provider["PackageSpec", PkgWant, PkgHave]):
             )
         if want.version and have.version != want.version:
             return Change(Action.UPDATE, (f"version {have.version}, want {want.version}",))
+        if want.ensure == "latest" and have.candidate and have.candidate != have.version:
+            return Change(
+                Action.UPDATE, (f"version {have.version}, want latest {have.candidate}",)
+            )
         return Change()
 
     def apply(self, want: PkgWant, have: PkgHave, change: Change, ctx: HostContext) -> str | None:
@@ -128,14 +165,40 @@ class PackageProvider(Provider["PackageSpec", PkgWant, PkgHave]):
         elif want.source is not None:
             argv = dpkg(ctx, "--install", str(want.source))
         elif ctx.is_real_root:
-            target = f"{want.name}={want.version}" if want.version else want.name
-            argv = ["apt-get", "install", "-y", "-q", "--no-install-recommends", target]
+            return self._apt_install(want, change, ctx)
         else:
             raise ProviderError("installing from a repository under --root needs source: (a .deb)")
         done = ctx.runner(argv, env=_ENV)
         if done.returncode != 0:
             raise ProviderError(done.why())
-        return "running kernel differs" if want.reboot else None
+        return self._reboot(want)
+
+    def _reboot(self, want: PkgWant) -> str | None:
+        if not want.reboot:
+            return None
+        return "running kernel differs" if _KERNEL.match(want.name) else "reboot: true"
+
+    def _apt_install(self, want: PkgWant, change: Change, ctx: HostContext) -> str | None:
+        """From the repository: apt's lists are fetched when there are none, or once when apt
+        does not know the package (or the version); apt's own message is the failure."""
+        if apt_lists_empty(ctx):
+            apt_update(ctx)
+        version = want.version
+        if want.ensure == "latest":
+            version = apt_candidate(ctx, want.name)
+        target = f"{want.name}={version}" if version else want.name
+        argv = ["apt-get", "install", "-y", "-q", "--no-install-recommends"]
+        if want.version:
+            argv.append("--allow-downgrades")  # a pinned version below the installed one
+        done = ctx.runner([*argv, target], env=_ENV)
+        if done.returncode != 0 and not ctx.cache.get("apt:updated") and (
+            "Unable to locate package" in done.stderr or "was not found" in done.stderr
+        ):
+            apt_update(ctx)
+            done = ctx.runner([*argv, target], env=_ENV)
+        if done.returncode != 0:
+            raise ProviderError(done.why())
+        return self._reboot(want)
 
 
 PROVIDER = PackageProvider()

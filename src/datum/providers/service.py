@@ -2,6 +2,8 @@
 
 Only where systemd is PID 1 and ``--root`` is the running system; anywhere
 else the resource is ``skipped`` with the reason, and the host is ``degraded``.
+A unit that does not exist is ``failed``, never ``skipped``; one that fails to
+start is ``failed`` with the last lines of its journal in the reason.
 """
 
 from __future__ import annotations
@@ -31,6 +33,18 @@ class SvcHave:
 
 def unit_name(name: str) -> str:
     return name if "." in name.rsplit("@", 1)[-1] else f"{name}.service"
+
+
+JOURNAL_LINES = 5
+
+
+def journal_tail(ctx: HostContext, unit: str) -> str:
+    """The unit's last journal lines, joined with `` | `` for a one-line reason; "" when none."""
+    done = ctx.runner(
+        ["journalctl", "--no-pager", "-q", "-o", "cat", "-n", str(JOURNAL_LINES), "-u", unit]
+    )
+    lines = [line.strip() for line in done.stdout.splitlines() if line.strip()]
+    return " | ".join(lines[-JOURNAL_LINES:])
 
 
 def commands(want: SvcWant, have: SvcHave, action: Action) -> list[list[str]]:
@@ -91,8 +105,35 @@ class ServiceProvider(Provider["ServiceSpec", SvcWant, SvcHave]):
         for argv in commands(want, have, change.action):
             done = ctx.runner(argv)
             if done.returncode != 0:
-                raise ProviderError(done.why())
+                lines = (done.stderr or done.stdout).strip().splitlines()
+                # systemctl's first line says what happened; the rest points at the journal.
+                why = f"{' '.join(argv[:2])} exited {done.returncode}" + (
+                    f": {lines[0]}" if lines else ""
+                )
+                if argv[1] in ("start", "restart"):
+                    tail = journal_tail(ctx, want.unit)
+                    why += f"; journal: {tail}" if tail else ""
+                raise ProviderError(why)
         return None
+
+    def verify(self, want: SvcWant, change: Change, ctx: HostContext) -> str | None:
+        """As the base class, waiting out ``activating``; a unit down after a start adds its journal."""
+        import time
+
+        have = self.observe(want, ctx)
+        for _ in range(50):  # up to 5 s for a unit still on its way up or down
+            if have.active not in ("activating", "deactivating", "reloading"):
+                break
+            time.sleep(0.1)
+            have = self.observe(want, ctx)
+        again = self.plan(want, have)
+        if again.action is Action.NONE:
+            return None
+        why = f"verification failed: {again.summary}"
+        if want.ensure == "running" and have.active != "active":
+            tail = journal_tail(ctx, want.unit)
+            why += f"; journal: {tail}" if tail else ""
+        return why
 
 
 PROVIDER = ServiceProvider()

@@ -1,0 +1,52 @@
+"""The real-host tests: a booted Debian (systemd as PID 1) per test session, Datum inside.
+
+Every test here is marked ``realhost``. ``./scripts/test`` runs only those also
+marked ``smoke`` (seconds); ``scripts/test-host`` runs them all
+(``DATUM_REALHOST=all``). Without a built root they skip, saying how to build it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+from container import Container, unavailable  # noqa: E402
+
+ALL = os.environ.get("DATUM_REALHOST") == "all"
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "realhost: boots a real Debian with systemd-nspawn")
+    config.addinivalue_line("markers", "smoke: a real-host test that ./scripts/test runs too")
+
+
+def pytest_collection_modifyitems(config, items):
+    here = os.path.dirname(__file__)
+    for item in items:
+        if str(item.fspath).startswith(here):
+            item.add_marker(pytest.mark.realhost)
+            if not ALL and item.get_closest_marker("smoke") is None:
+                item.add_marker(
+                    pytest.mark.skip(reason="not a smoke test: run scripts/test-host for all")
+                )
+
+
+@pytest.fixture(scope="session")
+def host():
+    why = unavailable()
+    if why:
+        pytest.skip(why)
+    box = Container()
+    start = time.monotonic()
+    box.boot()
+    box.install_seconds = box.install_datum()
+    box.ready_seconds = time.monotonic() - start
+    try:
+        yield box
+    finally:
+        box.shutdown()
