@@ -1,14 +1,22 @@
-"""Small runs of the benchmarks, so they keep working; the targets live in ./scripts/bench."""
+"""Small runs of the benchmarks, so they keep working; the targets live in ./scripts/bench (docs/performance.md)."""
 
+import ast
 import importlib.util
+import sys
 from pathlib import Path
+
+import pytest
+import yaml
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 
 
 def load(name):
+    if str(BENCH) not in sys.path:
+        sys.path.insert(0, str(BENCH))
     spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 
@@ -21,3 +29,78 @@ def test_converge_memory_follows_diverged_items_not_desired_ones():
     assert five["remembered_items"] == 1000
     # five times the diverged items costs about five times the memory; the desired count did not change
     assert 3 < five["pass_peak_mib"] / one["pass_peak_mib"] < 8
+
+
+def test_converge_is_timed_against_the_bare_set_diff():
+    bench = load("bench_converge")
+    out = bench.main(2_000, 1, runs=1)
+    assert out["seconds"] > 0 and out["bare_setdiff_seconds"] > 0
+    desired, actual = bench.data(2_000, 1)
+    assert bench.bare_setdiff(desired, actual) == out["diverged"] == 20
+
+
+@pytest.mark.parametrize("case", ["idle", "nocache", "first"])
+def test_host_benchmarks_run_on_five_files(case, capsys):
+    host = load("_host")
+    getattr(host, case)(5, 2)
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    # the last line is the figure and the verdict (on five files the fixed costs dominate either way)
+    assert last.endswith(("MEETS", "MISSES")) and "5 File" in last
+
+
+def test_peers_workload_is_one_workload_for_the_three_tools(tmp_path, capsys):
+    """Without installing the peers: each tool's input is what the others' is, and Datum converges it."""
+    peers = load("bench_peers")
+    n = 5
+    target = tmp_path / "target"
+    target.mkdir()
+    ansible = yaml.safe_load(peers.ansible_playbook(n, target))
+    task = ansible[0]["tasks"][0]
+    assert ansible[0]["gather_facts"] is False
+    assert task["ansible.builtin.copy"]["content"] == peers.CONTENT
+    assert task["ansible.builtin.copy"]["mode"] == "0644"
+    assert task["loop"] == f"{{{{ range({n}) | list }}}}"
+    deploy = peers.pyinfra_deploy(n, target)
+    ast.parse(deploy)
+    assert f"range({n})" in deploy and "mode='644'" in deploy and repr(peers.CONTENT) in deploy
+    manifest = yaml.safe_load(peers.datum_manifest(n))["resources"]
+    assert len(manifest) == n
+    assert {tuple(r.values())[0]["content"] for r in manifest} == {peers.CONTENT}
+    inventory = peers.workload("ansible", n, target, tmp_path / "a", tmp_path / "bin")
+    assert "ansible_connection=local" in inventory.files[tmp_path / "a" / "inventory.ini"]
+    assert peers.workload("pyinfra", n, target, tmp_path / "p", tmp_path / "bin").argv[1] == "@local"
+    # Datum runs for real: the end state is checked, the idle pass changes nothing
+    m = peers.measure("datum", n, tmp_path / "runs", tmp_path / "bin", repeat=1)
+    assert m.problems == []
+    assert peers.report([m]) == 0  # no peer ran: nothing to be slower than
+    assert capsys.readouterr().out.strip().splitlines()[-1].startswith("peers: ")
+
+
+def test_peers_end_state_check_finds_what_is_wrong(tmp_path):
+    peers = load("bench_peers")
+    for i in range(3):
+        (tmp_path / peers.name(i)).write_text(peers.CONTENT)
+        (tmp_path / peers.name(i)).chmod(0o644)
+    assert peers.end_state(tmp_path, 3) == []
+    (tmp_path / peers.name(1)).chmod(0o600)
+    (tmp_path / peers.name(2)).write_text("other")
+    (tmp_path / "stray").write_text("")
+    problems = peers.end_state(tmp_path, 4)
+    assert "missing f3.conf" in problems and "extra stray" in problems
+    assert "f1.conf has mode 0600" in problems and "f2.conf has other content" in problems
+
+
+def test_peers_default_plan_keeps_ansible_at_200():
+    peers = load("bench_peers")
+    assert ("ansible", 1000) not in peers.plan(None, list(peers.TOOLS))
+    assert ("ansible", 200) in peers.plan(None, list(peers.TOOLS))
+    assert ("ansible", 1000) in peers.plan([1000], ["ansible"])
+
+
+def test_gnu_time_output_is_parsed():
+    common = load("_common")
+    text = (
+        "\tUser time (seconds): 1.25\n\tSystem time (seconds): 0.50\n"
+        "\tElapsed (wall clock) time (h:mm:ss or m:ss): 1:02.50\n\tMaximum resident set size (kbytes): 65536\n"
+    )
+    assert common.parse_gnu_time(text) == {"user": 1.25, "system": 0.5, "max_rss_kib": 65536, "wall": 62.5}
