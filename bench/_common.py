@@ -10,7 +10,9 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -134,3 +136,26 @@ def verdict(ok: bool) -> str:
 
 def have(tool: str) -> bool:
     return shutil.which(tool) is not None
+
+
+@contextmanager
+def database(kind: str, home: Path) -> Iterator[str]:
+    """The store's URL: a SQLite file in ``home``, or a fresh PostgreSQL database dropped afterwards."""
+    if kind == "sqlite":
+        yield f"sqlite:///{home / 'datum.db'}"
+        return
+    admin_url = os.environ.get("DATUM_BENCH_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
+    name = f"datum_bench_{uuid.uuid4().hex[:10]}"
+    import sqlalchemy as sa
+
+    admin = sa.create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    try:
+        yield sa.engine.make_url(admin_url).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as conn:
+            conn.execute(sa.text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = :n"),
+                         {"n": name})
+            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}"'))
+        admin.dispose()

@@ -37,14 +37,14 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
 import sqlalchemy as sa
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import database, header, verdict  # noqa: E402
 
 PATH = "/v1/observability/admin/reconcilers/buckets/drift"
 TARGET_P99_MS = 20.0
@@ -196,27 +196,6 @@ def parallel(fn, urls: list[str], shares: list[int]) -> dict[str, float]:  # typ
         return combine(list(pool.map(fn, urls, shares)))
 
 
-@contextmanager
-def database(kind: str, home: Path) -> Iterator[str]:
-    """The store's URL: a SQLite file in ``home``, or a fresh PostgreSQL database dropped afterwards."""
-    if kind == "sqlite":
-        yield f"sqlite:///{home / 'datum.db'}"
-        return
-    admin_url = os.environ.get("DATUM_BENCH_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
-    name = f"datum_bench_{uuid.uuid4().hex[:10]}"
-    admin = sa.create_engine(admin_url, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
-    try:
-        yield sa.engine.make_url(admin_url).set(database=name).render_as_string(hide_password=False)
-    finally:
-        with admin.connect() as conn:
-            conn.execute(sa.text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = :n"),
-                         {"n": name})
-            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}"'))
-        admin.dispose()
-
-
 # -- the benchmark -----------------------------------------------------------------
 
 
@@ -315,9 +294,6 @@ if __name__ == "__main__":
     ap.add_argument("--store", choices=["sqlite", "postgresql"], default="sqlite")
     ap.add_argument("--replicas", type=int, default=1, help="servers on the one store, the connections split")
     a = ap.parse_args()
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from _common import header, verdict
-
     print(header(f"drift endpoint, {a.replicas} replica(s) on {a.store}"))
     result = main(a.items, a.cap, a.requests, a.concurrency, a.access_log, a.tool, a.rounds, not a.no_pin,
                   a.store, a.replicas)

@@ -19,16 +19,14 @@ import statistics
 import sys
 import tempfile
 import time
-import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import sqlalchemy as sa
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import header, verdict  # noqa: E402
+from _common import database, header, verdict  # noqa: E402
 
-PG_ADMIN_URL = os.environ.get("DATUM_BENCH_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
 TARGET_MS = 200.0
 
 
@@ -98,15 +96,6 @@ def one(url: str, label: str, rows: int, runs: int, covering: bool) -> tuple[flo
         store.dispose()
 
 
-def pg_database() -> tuple[str, sa.Engine, str]:
-    name = f"datum_bench_{uuid.uuid4().hex[:10]}"
-    admin = sa.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
-    url = sa.engine.make_url(PG_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
-    return url, admin, name
-
-
 def main(rows: int = 1_000_000, runs: int = 7, backends: tuple[str, ...] = ("sqlite", "postgresql"),
          covering: bool = False) -> dict[str, tuple[float, float | None]]:
     out = {}
@@ -114,15 +103,8 @@ def main(rows: int = 1_000_000, runs: int = 7, backends: tuple[str, ...] = ("sql
         with tempfile.TemporaryDirectory(prefix="datum-bench-coverage-") as tmp:
             out["sqlite"] = one(f"sqlite:///{tmp}/datum.db", "SQLite", rows, runs, covering)
     if "postgresql" in backends:
-        url, admin, name = pg_database()
-        try:
+        with database("postgresql", Path()) as url:
             out["postgresql"] = one(url, "PostgreSQL", rows, runs, covering)
-        finally:
-            with admin.connect() as conn:
-                conn.execute(sa.text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = :n"),
-                             {"n": name})
-                conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}"'))
-            admin.dispose()
     return out
 
 
