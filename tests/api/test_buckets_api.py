@@ -39,7 +39,7 @@ def test_deleting_an_unknown_bucket_is_404(story):
 @pytest.mark.parametrize("name", ["A", "ab", "-abc", "abc-", "a_b_c", "a" * 64, "..", "a.b"])
 def test_an_unsafe_bucket_name_is_422_at_its_field(story, name):
     r = story.client.put(f"/v1/buckets/{name}", headers=story.auth("admin"))
-    assert r.status_code in (404, 422)  # '..' is resolved away by the client into another path
+    assert r.status_code in (404, 405, 422)  # ".." is resolved away by the client into another path (/v1/)
     if r.status_code == 422:
         (issue,) = r.json()["issues"]
         assert issue["code"] == "INVALID_INPUT" and issue["fields"][0]["field"] == "name"

@@ -87,10 +87,11 @@ def test_metrics(story):
     assert value("datum_reconciler_blocked", reconciler="buckets") == 1
     assert value("datum_reconciler_health", reconciler="buckets", health="degraded") == 1
     assert value("datum_reconciler_health", reconciler="buckets", health="ok") == 0
-    assert value("datum_reconciler_items", reconciler="buckets", reason="circuit_breaker") == 3
-    assert value("datum_reconciler_items", reconciler="buckets", reason="blocked_on_owner") == 1
+    assert value("datum_reconciler_items", reconciler="buckets", reason="circuit_breaker", direction="reap") == 3
+    assert value("datum_reconciler_items", reconciler="buckets", reason="blocked_on_owner", direction="align") == 1
     assert value("datum_reconciler_stranded_coverage_rows", reconciler="buckets") == 0
-    assert value("datum_reconciler_coverage_rows", reconciler="buckets", kind="bucket", status="active", selected="true") == 2
+    assert value("datum_reconciler_coverage_rows", reconciler="buckets", kind="bucket", status="active", selected="true",
+                 terminal="false") == 2
     assert value("datum_reconciler_passes_total", reconciler="buckets", outcome="executed") == 3
     assert value("datum_reconciler_pass_duration_seconds", reconciler="buckets") > 0
     assert value("datum_hosts", state="failed") == 1

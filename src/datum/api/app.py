@@ -8,13 +8,19 @@ passing ``registry`` and ``store`` wires it at once.
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
+from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.openapi.utils import get_openapi
+from fastapi.responses import HTMLResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.types import ASGIApp
 
 from datum.api import errors
 from datum.api.authz import Authorizer
+from datum.api.edge import Edge
 from datum.api.fastpath import DriftFastPath
 from datum.api.guard import RequestGuard
 from datum.api.metrics import metrics_registry
@@ -30,9 +36,13 @@ DESCRIPTION = """\
 Which items diverged, what desired and actual were, and why they are not converging;
 hosts and their last passes; the desired state of the buckets example reconciler.
 
-Every request but `/healthz`, `/readyz` and the page shell needs `Authorization: Bearer <token>`
-and is decided by Cedar policies. Every error is `{"issues": [{"code", "message", ...}]}`.
+Every request but `/healthz`, `/readyz`, `/v1` (this API's endpoints), `/docs`, `/openapi.json`
+and the page shell needs `Authorization: Bearer <token>` and is decided by Cedar policies. Every
+error is `{"issues": [{"code", "message", ...}]}`. `HEAD` is answered wherever `GET` is, and a
+trailing slash names the same resource as none.
 """
+
+DOCS_ASSETS = "/docs/assets"
 
 
 def create_app(
@@ -48,9 +58,10 @@ def create_app(
         title="Datum",
         version="1",
         description=DESCRIPTION,
-        docs_url="/docs",
+        docs_url=None,  # served below from a package's copy of Swagger UI: no CDN
         redoc_url=None,
     )
+    app.router.redirect_slashes = False  # Edge serves /v1/hosts/ as /v1/hosts, without a redirect
     state = ServerState(
         settings=settings,
         authorizer=authorizer or Authorizer.from_settings(settings.server.policy),
@@ -63,10 +74,58 @@ def create_app(
     app.state.metrics = metrics_registry(state)
     errors.install(app)
     for module in (observability, hosts, buckets, meta, ui):
-        app.include_router(module.router)
+        app.include_router(module.router, responses=errors.error_responses(*errors.EVERYWHERE))
     app.mount("/static", StaticFiles(packages=[("datum.web", "static")]), name="static")
-    _outermost(app, lambda inner: RequestGuard(DriftFastPath(inner, state), state))
+    _docs(app)
+    _outermost(app, lambda inner: Edge(RequestGuard(DriftFastPath(inner, state), state)))
     return app
+
+
+def _docs(app: FastAPI) -> None:
+    """``/docs`` (Swagger UI) and the typed OpenAPI document, with no byte from the internet."""
+    import fastapi_offline
+
+    assets = Path(fastapi_offline.__file__).parent / "static"
+    app.mount(DOCS_ASSETS, StaticFiles(directory=assets), name="docs-assets")
+
+    @app.get("/docs", include_in_schema=False)
+    async def docs(_request: Request) -> HTMLResponse:
+        return get_swagger_ui_html(
+            openapi_url=app.openapi_url or "/openapi.json",
+            title="Datum API",
+            swagger_js_url=f"{DOCS_ASSETS}/swagger-ui-bundle.js",
+            swagger_css_url=f"{DOCS_ASSETS}/swagger-ui.css",
+            swagger_favicon_url=f"{DOCS_ASSETS}/favicon.png",
+        )
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            document = get_openapi(
+                title=app.title, version=app.version, description=app.description, routes=app.routes
+            )
+            app.openapi_schema = typed(document)
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
+def typed(document: dict[str, Any]) -> dict[str, Any]:
+    """FastAPI's document with every error in the contract's shape.
+
+    FastAPI documents a 422 of its own shape (``HTTPValidationError``) on every
+    operation with parameters; the server answers ``Issues``, so that is what
+    the document says, and the unused schemas go.
+    """
+    issues = {"$ref": "#/components/schemas/Issues"}
+    for operations in document.get("paths", {}).values():
+        for operation in operations.values():
+            for status, response in operation.get("responses", {}).items():
+                if status.isdigit() and int(status) >= 400:
+                    response["content"] = {"application/json": {"schema": issues}}
+    schemas = document.get("components", {}).get("schemas", {})
+    for unused in ("HTTPValidationError", "ValidationError"):
+        schemas.pop(unused, None)
+    return document
 
 
 def _outermost(app: FastAPI, wrap: Callable[[ASGIApp], ASGIApp]) -> None:

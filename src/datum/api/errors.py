@@ -9,13 +9,16 @@ generic ``500 INTERNAL`` whose detail goes to the log, not to the client.
 from __future__ import annotations
 
 import logging
+from enum import StrEnum
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
+from pydantic.json_schema import SkipJsonSchema
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match, Mount
 
 from datum.core.findings import FieldError, Finding, Problem
 from datum.validation import field_path
@@ -50,55 +53,116 @@ _CODE_BY_STATUS = {
 }
 
 
+ErrorCode = StrEnum("ErrorCode", {code: code for code in STATUS_BY_CODE})  # type: ignore[misc]
+ErrorCode.__doc__ = "Every code an HTTP error can carry; the status follows from it (400, 414 and 431 are INVALID_INPUT)."
+
+
+def _no_default(schema: dict[str, Any]) -> None:
+    schema.pop("default", None)
+
+
 class FieldErrorModel(BaseModel):
     """One field's problem: its path (empty for the whole request) and what is wrong with it."""
 
-    field: str
+    model_config = ConfigDict(extra="forbid", title="FieldError")
+
+    field: str = Field(description="The field's path, e.g. resources[2].File[x].mode; empty for the whole request.")
     message: str
 
 
 class FindingModel(BaseModel):
-    """One finding of a rejected request."""
+    """One finding of a rejected request. Optional parts are absent, never null."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="forbid", title="Finding")
 
-    code: str = Field(
-        description="UNAUTHENTICATED, FORBIDDEN, NOT_FOUND, INVALID_INPUT, CONFLICT, PAYLOAD_TOO_LARGE, "
-        "REQUEST_TIMEOUT, UNAVAILABLE, INTERNAL."
+    code: ErrorCode = Field(description="What kind of refusal; the HTTP status follows from it.")
+    message: str = Field(description="What is wrong, for a human. Never a stack trace, never a token.")
+    statement: int | SkipJsonSchema[None] = Field(
+        default=None, json_schema_extra=_no_default,
+        description="Index of the statement at fault; -1 for the document as a whole.",
     )
-    message: str
-    statement: int | None = Field(default=None, description="Index of the statement at fault; -1 for the document as a whole.")
-    action: str | None = Field(default=None, description="The Cedar action refused (FORBIDDEN).")
-    fields: list[FieldErrorModel] | None = None
-    details: dict[str, Any] | None = None
+    action: str | SkipJsonSchema[None] = Field(
+        default=None, json_schema_extra=_no_default, description="The Cedar action refused (FORBIDDEN)."
+    )
+    fields: list[FieldErrorModel] | SkipJsonSchema[None] = Field(
+        default=None, json_schema_extra=_no_default, description="Each problem at its field (INVALID_INPUT)."
+    )
+    details: dict[str, Any] | SkipJsonSchema[None] = Field(
+        default=None, json_schema_extra=_no_default,
+        description="Structured facts, fixed per code: PAYLOAD_TOO_LARGE carries maxBodyBytes.",
+    )
 
 
 class Issues(BaseModel):
     """The contract's error shape: every finding at once."""
 
-    issues: list[FindingModel]
+    model_config = ConfigDict(extra="forbid", title="Issues")
+
+    issues: list[FindingModel] = Field(min_length=1)
 
 
 def problem_response(problem: Problem, headers: dict[str, str] | None = None) -> JSONResponse:
     """``problem`` as a JSON response with the status its code calls for."""
-    status = STATUS_BY_CODE.get(problem.code, 500)
+    status = STATUS_BY_CODE.get(problem.code)
+    body = problem.to_json()
+    if status is None:  # a code the API does not publish is a bug here, not news for the client
+        log.error("a refusal with the unpublished code %s: %s", problem.code, problem)
+        status = 500
+        body = {"issues": [{**f, "code": "INTERNAL"} for f in body["issues"]]}
     if status == 401:
         headers = {"WWW-Authenticate": "Bearer", **(headers or {})}
-    return JSONResponse(problem.to_json(), status_code=status, headers=headers)
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+_ALLOW = {"Allow": {"description": "Every method the path answers, HEAD included where GET is.", "schema": {"type": "string"}}}
+_WWW = {"WWW-Authenticate": {"description": "`Bearer`: the scheme the API expects.", "schema": {"type": "string"}}}
+
+# status -> (description, headers): the answers the server can give, in the error shape.
+ERROR_STATUSES: dict[int, tuple[str, dict[str, Any]]] = {
+    400: ("INVALID_INPUT: the request is not HTTP the server can parse (answered before routing).", {}),
+    401: ("UNAUTHENTICATED: no or bad bearer token. A request with a body is refused before the body is read.", _WWW),
+    403: ("FORBIDDEN: the Cedar policies refuse the action, named in `action`.", {}),
+    404: ("NOT_FOUND: unknown reconciler, host, bucket or path.", {}),
+    405: ("METHOD_NOT_ALLOWED: the path does not answer this method.", _ALLOW),
+    408: ("REQUEST_TIMEOUT: the request body did not arrive within `[server] body_timeout`.", {}),
+    409: ("CONFLICT: the request conflicts with the current state.", {}),
+    413: ("PAYLOAD_TOO_LARGE: the body is larger than `[server] max_body_bytes` (`details.maxBodyBytes`).", {}),
+    414: ("INVALID_INPUT: the request target (URL) is longer than the server reads.", {}),
+    422: ("INVALID_INPUT: the input is not valid; each problem at its field.", {}),
+    431: ("INVALID_INPUT: the request line and headers exceed 64 KiB.", {}),
+    500: ("INTERNAL: the server could not answer; the detail is in its log, never in the body.", {}),
+    503: ("UNAVAILABLE: the registry is not wired yet, or the store cannot answer (named, with why).", {}),
+}
+
+# Answers any operation can give: they come from the protocol and the guard, before any route.
+EVERYWHERE = (400, 405, 408, 413, 414, 431, 500)
 
 
 def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
     """The ``responses=`` entries documenting ``statuses`` with the error shape."""
-    words = {
-        401: "No or bad bearer token.",
-        403: "The Cedar policies refuse the action (named in `action`).",
-        404: "Unknown reconciler, host or bucket.",
-        409: "The request conflicts with the current state.",
-        413: "The body is larger than `[server] max_body_bytes` (PAYLOAD_TOO_LARGE).",
-        422: "The input is not valid; each problem at its field.",
-        503: "Not ready: the registry or the store is not wired yet.",
-    }
-    return {s: {"model": Issues, "description": words.get(s, "Error.")} for s in statuses}
+    out: dict[int | str, dict[str, Any]] = {}
+    for s in statuses:
+        words, headers = ERROR_STATUSES[s]
+        out[s] = {"model": Issues, "description": words, **({"headers": headers} if headers else {})}
+    return out
+
+
+_METHOD_ORDER = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+
+
+def allowed_methods(request: Request) -> list[str]:
+    """Every method some route answers at the request's path (not only the first route's): the ``Allow`` header."""
+    methods: set[str] = set()
+    for route in request.app.router.routes:
+        match, _child = route.matches({**request.scope, "method": "GET"})
+        route_methods = getattr(route, "methods", None)
+        if match != Match.NONE and route_methods:
+            methods |= set(route_methods)
+        elif match != Match.NONE and isinstance(route, Mount):
+            methods |= {"GET"}  # static files
+    if "GET" in methods:
+        methods.add("HEAD")  # Edge answers HEAD wherever GET is
+    return sorted(methods, key=lambda m: (_METHOD_ORDER.index(m) if m in _METHOD_ORDER else 99, m))
 
 
 _SOURCES = frozenset({"body", "path", "query", "header", "cookie"})
@@ -143,15 +207,25 @@ def install(app: FastAPI) -> None:
         return problem_response(_validation_problem(exc))
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         code = _CODE_BY_STATUS.get(exc.status_code, "INVALID_INPUT" if exc.status_code < 500 else "INTERNAL")
         message = exc.detail if isinstance(exc.detail, str) else "the request cannot be served"
+        headers = dict(getattr(exc, "headers", None) or {})
+        if exc.status_code == 404 and message == "Not Found":
+            message = (
+                f"no such path: {request.url.path[:200]}; GET /v1 lists the API's endpoints "
+                "(and /docs, /openapi.json document them)"
+            )
+        elif exc.status_code == 405:
+            allow = allowed_methods(request)
+            headers["Allow"] = ", ".join(allow)
+            message = f"{request.url.path[:200]} answers {', '.join(allow)}, not {request.method}"
         # A body that does not parse is invalid input like any other: 422, as the contract says.
         status = 422 if exc.status_code == 400 else exc.status_code
         return JSONResponse(
             {"issues": [{"code": code, "message": message}]},
             status_code=status,
-            headers=getattr(exc, "headers", None),
+            headers=headers or None,
         )
 
     @app.exception_handler(Exception)

@@ -2,13 +2,24 @@
 
 A custom collector rather than counters updated in-process: with several
 servers (PostgreSQL) or the CLI ticking reconcilers, only the store knows the
-truth. A scrape costs one query for the run rows, one grouped query for host
-states and each reconciler's (cached) drift report.
+truth. A scrape costs one query for the run rows, one for the hosts (their
+state, last report time and resource counts, not their reports) and each
+reconciler's (cached) drift report.
+
+Series an alert reads are always there: every reason and direction of every
+reconciler (0 when no item has it), every breaker direction, every coverage
+row (stranded or not). ``contrib/prometheus/datum-rules.yml`` alerts on them.
+Series per host are bounded: ``datum_host_state`` and
+``datum_host_seconds_since_last_report`` one each, ``datum_host_resources``
+one per resource state the host's last pass has (at most seven).
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
 
 import sqlalchemy as sa
 from prometheus_client import CollectorRegistry
@@ -16,9 +27,24 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from datum.api.state import ServerState
-from datum.core.vocab import Health, HostState, Reason
+from datum.core.memory import BackoffPolicy
+from datum.core.vocab import Direction, Health, HostState, Reason, ResourceState
 from datum.store.hosts import hosts as hosts_table
 from datum.store.runs import load_runs
+
+_BACKING_OFF = frozenset({Reason.BACKOFF.value, Reason.APPLY_FAILED.value})
+
+
+def _gauge(name: str, doc: str, *labels: str) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, doc, labels=list(labels))
+
+
+def _age(now: datetime, then: datetime | None) -> float | None:
+    if then is None:
+        return None
+    if then.tzinfo is None:
+        then = then.replace(tzinfo=UTC)
+    return max(0.0, (now - then).total_seconds())
 
 
 class StoreCollector(Collector):
@@ -28,74 +54,168 @@ class StoreCollector(Collector):
         self.state = state
 
     def collect(self) -> Iterator[Metric]:
-        state = self.state
-        if not state.ready:
+        if not self.state.ready:
             return
+        yield from self._reconcilers()
+        yield from self._hosts()
+
+    def _reconcilers(self) -> Iterator[Metric]:
+        state = self.state
         registry, store = state.wired()
-        health = GaugeMetricFamily(
-            "datum_reconciler_health", "1 for the reconciler's current health rollup, 0 for the others.",
-            labels=["reconciler", "health"],
+        now = state.clock()
+        L = "reconciler"
+        health = _gauge("datum_reconciler_health", "1 for the reconciler's current health rollup, 0 for the others.", L, "health")
+        drift = _gauge("datum_reconciler_drift", "Items diverged on the last executed pass.", L)
+        blocked = _gauge("datum_reconciler_blocked", "Items waiting on their owner (blocked_on_owner).", L)
+        dropped = _gauge("datum_reconciler_dropped_items", "Items past driftCap on the last executed pass.", L)
+        items = _gauge(
+            "datum_reconciler_items",
+            "Items of the last executed pass by reason and direction (0 when none; counted over the retained "
+            "items, see datum_reconciler_dropped_items).",
+            L, "reason", "direction",
         )
-        drift = GaugeMetricFamily("datum_reconciler_drift", "Items diverged on the last executed pass.", labels=["reconciler"])
-        blocked = GaugeMetricFamily(
-            "datum_reconciler_blocked", "Items waiting on their owner (blocked_on_owner).", labels=["reconciler"]
+        at_cap = _gauge(
+            "datum_reconciler_items_at_backoff_cap",
+            "Items in backoff or apply_failed whose window has reached backoff cap_passes: parked, go and look.",
+            L,
         )
-        dropped = GaugeMetricFamily(
-            "datum_reconciler_dropped_items", "Items past driftCap on the last executed pass.", labels=["reconciler"]
+        tripped = _gauge(
+            "datum_reconciler_breaker_tripped",
+            "1 when the direction's breaker refused to act on the last executed pass.", L, "direction",
         )
-        items = GaugeMetricFamily(
-            "datum_reconciler_items", "Diverged items on the last executed pass, by reason.", labels=["reconciler", "reason"]
+        threshold = _gauge(
+            "datum_reconciler_breaker_threshold_items",
+            "The direction's breaker count: more confirmed candidates than this trip it (absent: no count).",
+            L, "direction",
         )
-        stranded = GaugeMetricFamily(
+        fraction = _gauge(
+            "datum_reconciler_breaker_threshold_fraction",
+            "The direction's breaker fraction of the population (absent: no fraction).", L, "direction",
+        )
+        stranded_total = _gauge(
             "datum_reconciler_stranded_coverage_rows",
-            "Coverage rows that are stranded: count > 0, not selected, not terminal, no owner.",
-            labels=["reconciler"],
+            "Coverage rows that are stranded: count > 0, not selected, not terminal, no owner.", L,
         )
-        coverage = GaugeMetricFamily(
-            "datum_reconciler_coverage_rows", "Desired-state rows by status.", labels=["reconciler", "kind", "status", "selected"]
+        stranded = _gauge(
+            "datum_reconciler_stranded_rows",
+            "Desired-state rows in a stranded status (0 while the status is not stranded).", L, "kind", "status",
         )
-        duration = GaugeMetricFamily(
-            "datum_reconciler_pass_duration_seconds", "Duration of the last executed pass.", labels=["reconciler"]
+        coverage = _gauge(
+            "datum_reconciler_coverage_rows", "Desired-state rows by status.",
+            L, "kind", "status", "selected", "terminal",
         )
-        last_ran = GaugeMetricFamily(
-            "datum_reconciler_last_ran_timestamp_seconds", "When the last executed pass ran (Unix time).", labels=["reconciler"]
+        oldest = _gauge(
+            "datum_reconciler_coverage_oldest_age_seconds", "Age of the oldest row in the status (0: none).",
+            L, "kind", "status",
         )
+        duration = _gauge("datum_reconciler_pass_duration_seconds", "Duration of the last executed pass.", L)
+        last_ran = _gauge(
+            "datum_reconciler_last_ran_timestamp_seconds", "When the last executed pass ran (Unix time).", L
+        )
+        since_pass = _gauge(
+            "datum_reconciler_seconds_since_last_pass", "Seconds since the last executed pass (absent before one).", L
+        )
+        since_tick = _gauge(
+            "datum_reconciler_seconds_since_last_tick",
+            "Seconds since the last tick, executed or skipped (absent before one).", L,
+        )
+        interval = _gauge("datum_reconciler_interval_seconds", "The configured tick interval.", L)
         passes = CounterMetricFamily(
-            "datum_reconciler_passes", "Ticks by outcome: executed or skipped.", labels=["reconciler", "outcome"]
+            "datum_reconciler_passes", "Ticks by outcome: executed or skipped.", labels=[L, "outcome"]
         )
         with store.connect() as conn:
             runs = load_runs(conn)
-            host_counts = dict(
-                conn.execute(sa.select(hosts_table.c.state, sa.func.count()).group_by(hosts_table.c.state)).all()
-            )
         for name in registry:
             report = state.reports.get_sync(name).report
+            own = registry.settings(state.settings, name)
             run = runs.get(name) or {}
             for h in Health:
                 health.add_metric([name, h.value], 1.0 if report.health == h else 0.0)
             drift.add_metric([name], report.drift)
             blocked.add_metric([name], report.blocked)
             dropped.add_metric([name], report.dropped)
-            reasons = run.get("reasons") or {}
+            by = Counter((i.reason.value, i.direction.value) for i in report.items)
             for reason in Reason:
-                if reason.value in reasons:
-                    items.add_metric([name, reason.value], reasons[reason.value])
-            stranded.add_metric([name], sum(1 for c in report.coverage if c.stranded))
+                for direction in Direction:
+                    items.add_metric([name, reason.value, direction.value], by[(reason.value, direction.value)])
+            policy = BackoffPolicy(own.backoff.base_passes, own.backoff.cap_passes)
+            at_cap.add_metric(
+                [name],
+                sum(
+                    1
+                    for i in report.items
+                    if i.reason.value in _BACKING_OFF and i.failures and policy.window(i.failures) >= policy.cap_passes
+                ),
+            )
+            for direction in Direction:
+                d = direction.value
+                tripped.add_metric([name, d], 1.0 if by[(Reason.CIRCUIT_BREAKER.value, d)] else 0.0)
+                t = getattr(own.breaker, d)
+                if t is not None and t.count is not None:
+                    threshold.add_metric([name, d], t.count)
+                if t is not None and t.fraction is not None:
+                    fraction.add_metric([name, d], t.fraction)
+            stranded_total.add_metric([name], sum(1 for c in report.coverage if c.stranded))
             for c in report.coverage:
-                coverage.add_metric([name, c.kind, c.status, str(c.selected).lower()], c.count)
+                stranded.add_metric([name, c.kind, c.status], c.count if c.stranded else 0)
+                coverage.add_metric(
+                    [name, c.kind, c.status, str(c.selected).lower(), str(c.terminal).lower()], c.count
+                )
+                oldest.add_metric([name, c.kind, c.status], c.oldest_age_seconds)
             if run.get("duration_seconds") is not None:
                 duration.add_metric([name], run["duration_seconds"])
             if report.last_ran_at is not None:
                 last_ran.add_metric([name], report.last_ran_at.timestamp())
+            for family, at in ((since_pass, report.last_ran_at), (since_tick, report.as_of)):
+                age = _age(now, at)
+                if age is not None:
+                    family.add_metric([name], age)
+            interval.add_metric([name], own.interval.total_seconds())
             passes.add_metric([name, "executed"], run.get("executed_passes") or 0)
             passes.add_metric([name, "skipped"], run.get("skipped_passes") or 0)
-        yield from (health, drift, blocked, dropped, items, stranded, coverage, duration, last_ran, passes)
-        states = GaugeMetricFamily("datum_hosts", "Hosts by the state of their last pass.", labels=["state"])
-        # A stored state that is not a host state reads unknown, as in /v1/hosts.
-        odd = sum(n for k, n in host_counts.items() if k not in HostState._value2member_map_)
+        yield from (
+            health, drift, blocked, dropped, items, at_cap, tripped, threshold, fraction, stranded_total,
+            stranded, coverage, oldest, duration, last_ran, since_pass, since_tick, interval, passes,
+        )
+
+    def _hosts(self) -> Iterator[Metric]:
+        _registry, store = self.state.wired()
+        now = datetime.now(UTC)  # reports are stamped with the store's wall clock, not the app's
+        t = hosts_table
+        with store.connect() as conn:
+            rows = conn.execute(sa.select(t.c.host, t.c.state, t.c.updated_at, t.c.report["counts"])).all()
+        fleet = _gauge("datum_hosts", "Hosts by the state of their last pass.", "state")
+        per_host = _gauge("datum_host_state", "1, with the host's state (of its last pass) as a label.", "host", "state")
+        silent = _gauge("datum_host_seconds_since_last_report", "Seconds since the host's last pass was stored.", "host")
+        resources = _gauge(
+            "datum_host_resources", "Resources of the host's last pass by state (states it has none in are absent).",
+            "host", "state",
+        )
+        tally: Counter[str] = Counter()
+        for host, stored, updated, counts in rows:
+            # A stored state that is not a host state reads unknown, as in /v1/hosts.
+            s = stored if stored in HostState._value2member_map_ else HostState.UNKNOWN.value
+            tally[s] += 1
+            per_host.add_metric([host, s], 1.0)
+            age = _age(now, updated)
+            if age is not None:
+                silent.add_metric([host], age)
+            for rs, n in _counts(counts).items():
+                resources.add_metric([host, rs], n)
         for s in HostState:
-            states.add_metric([s.value], host_counts.get(s.value, 0) + (odd if s is HostState.UNKNOWN else 0))
-        yield states
+            fleet.add_metric([s.value], tally[s.value])
+        yield from (fleet, per_host, silent, resources)
+
+
+def _counts(raw: Any) -> dict[str, float]:
+    """A report's ``counts`` as numbers per resource state; anything unreadable is left out."""
+    if not isinstance(raw, dict):
+        return {}
+    return {
+        k: float(v)
+        for k, v in raw.items()
+        if k in ResourceState._value2member_map_ and isinstance(v, int | float) and not isinstance(v, bool) and v > 0
+    }
 
 
 def metrics_registry(state: ServerState) -> CollectorRegistry:

@@ -6,12 +6,14 @@ Fields that do not apply are absent, never null, as everywhere in the contract.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic.json_schema import SkipJsonSchema
 
 from datum.core.vocab import HostState, ResourceState
 from datum.host.report import PassReport, ResourceReport
+from datum.reconcile.report import absent
 
 
 class _Out(BaseModel):
@@ -26,15 +28,15 @@ class HostStatus(_Out):
 
     host: str
     state: HostState
-    reason: str | None = Field(default=None, description="The resources behind a non-converged state.")
-    boot_id: str | None = Field(default=None, alias="bootId")
-    finished_at: datetime | None = Field(default=None, alias="finishedAt", description="When the last pass finished.")
+    reason: str | SkipJsonSchema[None] = absent("The resources behind a non-converged state.")
+    boot_id: str | SkipJsonSchema[None] = absent("The boot id the last pass ran under.", "bootId")
+    finished_at: datetime | SkipJsonSchema[None] = absent("When the last pass finished.", "finishedAt")
     updated_at: datetime = Field(alias="updatedAt", description="When the server stored the last pass.")
     attention: list[ResourceReport] = Field(
         default_factory=list, description="The resources of the last pass that are not converged."
     )
-    report: PassReport | None = Field(
-        default=None, description="The last pass report; absent when it cannot be read (state unknown)."
+    report: PassReport | SkipJsonSchema[None] = absent(
+        "The last pass report; absent when it cannot be read (state unknown)."
     )
 
 
@@ -42,15 +44,33 @@ class Bucket(_Out):
     """One bucket's desired state."""
 
     name: str
-    status: str = Field(description="creating, active, deleting, delete_blocked or deleted.")
-    created_at: datetime | None = Field(default=None, alias="createdAt")
-    updated_at: datetime | None = Field(default=None, alias="updatedAt")
+    status: Literal["creating", "active", "deleting", "delete_blocked", "deleted"] = Field(
+        description="Where the bucket stands; deleted is terminal."
+    )
+    created_at: datetime | SkipJsonSchema[None] = absent("When it was first asked for.", "createdAt")
+    updated_at: datetime | SkipJsonSchema[None] = absent("When its status last changed.", "updatedAt")
 
 
 class Status(_Out):
     """A probe's answer."""
 
     status: str
+
+
+class Endpoint(_Out):
+    """One operation of the API."""
+
+    method: str = Field(description="GET, PUT, POST or DELETE; HEAD is answered wherever GET is.")
+    path: str = Field(description="The path, with its parameters in braces: /v1/hosts/{host}.")
+    summary: str = Field(description="What it answers.")
+
+
+class ApiRoot(_Out):
+    """``GET /v1``: what this API answers, and where it is documented."""
+
+    endpoints: list[Endpoint]
+    openapi: str = Field(description="The OpenAPI document.")
+    docs: str = Field(description="The same, browsable (Swagger UI, served by Datum itself).")
 
 
 def _unreadable_why(exc: ValidationError) -> str:

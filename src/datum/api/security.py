@@ -7,6 +7,7 @@ The token itself is never logged and never echoed.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 
 from fastapi import Depends, Request
@@ -56,12 +57,18 @@ def authenticate(request: Request) -> str:
     return principal_of(request, credentials)
 
 
+def cedar_uid(kind: str, eid: str) -> str:
+    """An entity id as Cedar writes it: ``Server::"datum"`` (the id a Cedar string literal)."""
+    return f"{kind}::{json.dumps(eid, ensure_ascii=False)}"
+
+
 def decide(request: Request, principal: str, action: Action, resource: Resource) -> None:
     """``403 FORBIDDEN`` naming ``action`` unless the policies permit it."""
     if not state_of(request).authorizer.allowed(principal, action, resource):
         raise Problem.one(
             "FORBIDDEN",
-            f"principal {principal!r} may not {action.value} on {resource[0]}::{resource[1]!r}",
+            f"{cedar_uid('Principal', principal)} may not {cedar_uid('Action', action.value)} "
+            f"on {cedar_uid(*resource)}",
             action=action.value,
         )
 

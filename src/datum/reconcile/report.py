@@ -19,6 +19,7 @@ from pydantic import (
     SerializerFunctionWrapHandler,
     model_serializer,
 )
+from pydantic.json_schema import SkipJsonSchema
 
 from datum.config import Settings
 from datum.core.vocab import Direction, Health, Reason
@@ -28,16 +29,32 @@ from datum.store import Store
 from datum.store.runs import load_run
 
 
+def _no_default(schema: dict[str, Any]) -> None:
+    schema.pop("default", None)
+
+
+def absent(description: str, alias: str | None = None) -> Any:
+    """An optional field: absent from the JSON, never null, where it does not apply.
+
+    Typed ``T | SkipJsonSchema[None]``, so the published schema says ``T`` and
+    leaves the field out of ``required``: a client never has to handle ``null``.
+    """
+    return Field(default=None, alias=alias, description=description, json_schema_extra=_no_default)
+
+
+def _rfc3339(description: str, alias: str) -> Any:
+    return Field(alias=alias, description=description)
+
+
 class _Out(BaseModel):
     model_config = ConfigDict(populate_by_name=True, frozen=True)
 
     # Fields always present, null when unknown; every other None is left out.
     ALWAYS: ClassVar[frozenset[str]] = frozenset()
 
+    # No return annotation: the published (serialization) schema stays the model's own.
     @model_serializer(mode="wrap")
-    def _absent_not_null(
-        self, handler: SerializerFunctionWrapHandler, info: SerializationInfo
-    ) -> dict[str, Any]:
+    def _absent_not_null(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo):  # type: ignore[no-untyped-def]
         data = handler(self)
         out: dict[str, Any] = {}
         for name, field in type(self).model_fields.items():
@@ -56,52 +73,87 @@ class _Out(BaseModel):
 class DriftItem(_Out):
     """One diverged item and why it is not converging."""
 
-    kind: str
-    direction: Direction
-    id: str
-    streak: int
-    confirmations_needed: int = Field(alias="confirmationsNeeded")
-    reason: Reason
-    last_err: str | None = Field(default=None, alias="lastErr")
-    desired: str | None = None
-    actual: str | None = None
-    failures: int | None = None
-    retry_after_passes: int | None = Field(default=None, alias="retryAfterPasses")
-    retry_after: datetime | None = Field(default=None, alias="retryAfter")
+    kind: str = Field(description="Resource kind the reconciler diffed (bucket, role, ...).")
+    direction: Direction = Field(
+        description="Which half of the set-diff produced the item: restore (desired, absent from the substrate), "
+        "reap (in the substrate, no desired row), align (in both, values differ)."
+    )
+    id: str = Field(description="The item's stable identity.")
+    streak: int = Field(ge=0, description="Consecutive passes this item has been diverged.")
+    confirmations_needed: int = Field(
+        alias="confirmationsNeeded", ge=0,
+        description="The reconciler's confirmation_ticks: the streak an item needs before the framework acts on it.",
+    )
+    reason: Reason = Field(description="Why this item did not converge on this pass (`datum explain REASON`).")
+    last_err: str | SkipJsonSchema[None] = absent(
+        "Last apply error of this item; present for reason backoff and apply_failed.", "lastErr"
+    )
+    desired: str | SkipJsonSchema[None] = absent("Rendering of the desired side, when the reconciler supplies one.")
+    actual: str | SkipJsonSchema[None] = absent("Rendering of the actual side; direction align only.")
+    failures: int | SkipJsonSchema[None] = absent(
+        "Consecutive failed applies; present for reason backoff and apply_failed."
+    )
+    retry_after_passes: int | SkipJsonSchema[None] = absent(
+        "How many more passes this item is skipped for; present for reason backoff and apply_failed.",
+        "retryAfterPasses",
+    )
+    retry_after: datetime | SkipJsonSchema[None] = absent(
+        "Estimate of when retryAfterPasses elapses (RFC 3339): the latest tick plus retryAfterPasses times the "
+        "configured interval; never earlier than the real retry. Absent when unknown.",
+        "retryAfter",
+    )
 
 
 class CoverageEntry(_Out):
     """How many desired-state rows sit in one status, and whether the work query selects it."""
 
-    kind: str
-    status: str
-    count: int
-    selected: bool
-    terminal: bool
-    owned_by: str | None = Field(default=None, alias="ownedBy")
-    oldest_age_seconds: float = Field(alias="oldestAgeSeconds")
-    stranded: bool
+    kind: str = Field(description="Resource kind (bucket, ...).")
+    status: str = Field(description="The desired-state status value as stored.")
+    count: int = Field(ge=0, description="How many rows sit in that status.")
+    selected: bool = Field(description="Whether this reconciler's work query picks the status up.")
+    terminal: bool = Field(description="Whether the status is legitimately final.")
+    owned_by: str | SkipJsonSchema[None] = absent(
+        "The component that drives rows in this status when it is not this reconciler; absent: nothing owns it.",
+        "ownedBy",
+    )
+    oldest_age_seconds: float = Field(
+        alias="oldestAgeSeconds", ge=0, description="Age of the oldest row in this status (0 when there is none)."
+    )
+    stranded: bool = Field(description="count > 0, not selected, not terminal and no ownedBy: nothing will move these rows.")
+
+
+_AS_OF = "The latest tick (RFC 3339); null only before the first tick."
+_LAST_RAN = "The last tick that executed: items describe that pass. Null before the first executed pass."
+_HEALTH = "The reconciler's health rollup: ok, degraded, failing or unknown."
+_ERROR = "Why the last executed pass could not complete (health failing)."
 
 
 class DriftReport(_Out):
-    """Per-reconciler drift-diff dump."""
+    """Per-reconciler drift-diff dump: which items diverged, what desired and actual were, and why."""
 
     ALWAYS = frozenset({"as_of", "last_ran_at"})
 
-    reconciler: str
-    as_of: datetime | None = Field(default=None, alias="asOf")
-    last_ran_at: datetime | None = Field(default=None, alias="lastRanAt")
-    health: Health
-    error: str | None = None
-    drift: int
-    blocked: int
-    items_reported: bool = Field(alias="itemsReported")
-    items: list[DriftItem]
-    dropped: int
-    drift_cap: int = Field(alias="driftCap")
-    coverage_reported: bool = Field(alias="coverageReported")
-    coverage: list[CoverageEntry]
-    coverage_error: str | None = Field(default=None, alias="coverageError")
+    reconciler: str = Field(description="The reconciler's stable name.")
+    as_of: datetime | None = _rfc3339(_AS_OF, "asOf")
+    last_ran_at: datetime | None = _rfc3339(_LAST_RAN, "lastRanAt")
+    health: Health = Field(description=_HEALTH)
+    error: str | SkipJsonSchema[None] = absent(_ERROR)
+    drift: int = Field(ge=0, description="Diverged items, blocked_on_owner items excluded.")
+    blocked: int = Field(ge=0, description="Items waiting on their owner (blocked_on_owner).")
+    items_reported: bool = Field(
+        alias="itemsReported",
+        description="Whether this reconciler can report items at all; false with empty items carries no information.",
+    )
+    items: list[DriftItem] = Field(description="Every item diverged on the last executed pass, up to driftCap.")
+    dropped: int = Field(ge=0, description="Items past driftCap, so a capped report is never mistaken for a complete one.")
+    drift_cap: int = Field(alias="driftCap", ge=0, description="The per-pass cap on retained item detail.")
+    coverage_reported: bool = Field(
+        alias="coverageReported", description="Whether this reconciler reports work-query coverage at all."
+    )
+    coverage: list[CoverageEntry] = Field(description="The desired-state status histogram and what the work query selects.")
+    coverage_error: str | SkipJsonSchema[None] = absent(
+        "A failed coverage query, reported instead of failing the response.", "coverageError"
+    )
 
 
 class ReconcilerSummary(_Out):
@@ -109,16 +161,18 @@ class ReconcilerSummary(_Out):
 
     ALWAYS = frozenset({"as_of", "last_ran_at"})
 
-    name: str
-    health: Health
-    drift: int
-    blocked: int
-    as_of: datetime | None = Field(default=None, alias="asOf")
-    last_ran_at: datetime | None = Field(default=None, alias="lastRanAt")
-    items_reported: bool = Field(alias="itemsReported")
-    coverage_reported: bool = Field(alias="coverageReported")
-    stranded: int
-    error: str | None = None
+    name: str = Field(description="The reconciler's stable name.")
+    health: Health = Field(description=_HEALTH)
+    drift: int = Field(ge=0, description="Diverged items, blocked_on_owner items excluded.")
+    blocked: int = Field(ge=0, description="Items waiting on their owner (blocked_on_owner).")
+    as_of: datetime | None = _rfc3339(_AS_OF, "asOf")
+    last_ran_at: datetime | None = _rfc3339(_LAST_RAN, "lastRanAt")
+    items_reported: bool = Field(alias="itemsReported", description="Whether this reconciler can report items at all.")
+    coverage_reported: bool = Field(
+        alias="coverageReported", description="Whether this reconciler reports work-query coverage at all."
+    )
+    stranded: int = Field(ge=0, description="How many coverage rows are stranded.")
+    error: str | SkipJsonSchema[None] = absent(_ERROR)
 
 
 def _retry_after(passes: int | None, anchor: datetime | None, interval: timedelta | None) -> datetime | None:

@@ -15,7 +15,11 @@ from datum.store import Store
 
 router = APIRouter(prefix="/v1/buckets", tags=["buckets"])
 
-NameParam = Path(description="3-63 of a-z, 0-9 and '-', starting and ending with a letter or digit.", max_length=63)
+NameParam = Path(
+    description="3-63 of a-z, 0-9 and '-', starting and ending with a letter or digit.",
+    pattern=buckets._SAFE_NAME.pattern,  # the one rule, published in the schema
+    max_length=63,
+)
 _OUT = {"response_model_by_alias": True, "response_model_exclude_none": True}
 
 

@@ -7,7 +7,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from datum.api.authz import Action
 from datum.api.errors import error_responses
-from datum.api.models import Status
+from datum.api.models import ApiRoot, Endpoint, Status
 from datum.api.security import needs
 from datum.api.state import state_of
 
@@ -29,6 +29,21 @@ def readyz(request: Request) -> Status:
     _registry, store = state_of(request).wired()
     store.ping()  # 503 naming the store and why: it does not answer, or its file was deleted under us
     return Status(status="ready")
+
+
+@router.get(
+    "/v1",
+    response_model=ApiRoot,
+    summary="This API's endpoints, and where they are documented. No token needed.",
+)
+async def api_root(request: Request) -> ApiRoot:
+    document = request.app.openapi()
+    endpoints = [
+        Endpoint(method=method.upper(), path=path, summary=operation.get("summary", ""))
+        for path, operations in document["paths"].items()
+        for method, operation in operations.items()
+    ]
+    return ApiRoot(endpoints=endpoints, openapi=request.app.openapi_url or "/openapi.json", docs="/docs")
 
 
 @router.get(

@@ -1,0 +1,74 @@
+"""The outermost ASGI layer: what every request meets before the guard and the fast path.
+
+- ``HEAD`` is answered wherever ``GET`` is (load balancers probe with it): the
+  request is served as ``GET`` and the body dropped, headers (``Content-Length``
+  included) kept.
+- A trailing slash is not a different resource: ``/v1/hosts/`` is served as
+  ``/v1/hosts``, with no redirect (Starlette's would name an absolute URL built
+  from the ``Host`` header, wrong behind a proxy).
+- An exception that escapes everything below, before a response started, is
+  ``500 INTERNAL`` in the contract's shape, its detail in the log; never
+  uvicorn's plain-text answer.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+log = logging.getLogger("datum.api")
+
+_INTERNAL = json.dumps(
+    {"issues": [{"code": "INTERNAL", "message": "the server could not answer this request; see its log"}]}
+).encode()
+
+
+class Edge:
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        path: str = scope["path"]
+        head = scope["method"] == "HEAD"
+        if head or (len(path) > 1 and path.endswith("/")):
+            scope = dict(scope)
+            if head:
+                scope["method"] = "GET"
+            if len(path) > 1 and path.endswith("/"):
+                scope["path"] = path.rstrip("/") or "/"
+                raw = scope.get("raw_path")
+                if raw:
+                    scope["raw_path"] = raw.rstrip(b"/") or b"/"
+        started = False
+
+        async def sending(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            elif head and message["type"] == "http.response.body":
+                message = {**message, "body": b""}
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        except Exception:
+            log.exception("unexpected error serving %s %s", scope["method"], scope["path"])
+            if started:
+                raise
+            await sending(
+                {
+                    "type": "http.response.start",
+                    "status": 500,
+                    "headers": [
+                        (b"content-type", b"application/json"),
+                        (b"content-length", str(len(_INTERNAL)).encode()),
+                        (b"connection", b"close"),
+                    ],
+                }
+            )
+            await sending({"type": "http.response.body", "body": _INTERNAL})
