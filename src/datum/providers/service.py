@@ -36,6 +36,9 @@ def unit_name(name: str) -> str:
 
 
 JOURNAL_LINES = 5
+# After a start, how long a unit must stay up before the pass believes it (Type=simple
+# units are "active" the moment their process is forked).
+SETTLE_SECONDS = 0.25
 
 
 def journal_tail(ctx: HostContext, unit: str) -> str:
@@ -120,6 +123,9 @@ class ServiceProvider(Provider["ServiceSpec", SvcWant, SvcHave]):
         """As the base class, waiting out ``activating``; a unit down after a start adds its journal."""
         import time
 
+        started = change.action is Action.RESTART or any("want running" in d for d in change.differences)
+        if started and want.ensure == "running":
+            time.sleep(SETTLE_SECONDS)  # a unit that dies at once is failed, not converged
         have = self.observe(want, ctx)
         for _ in range(50):  # up to 5 s for a unit still on its way up or down
             if have.active not in ("activating", "deactivating", "reloading"):
