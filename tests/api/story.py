@@ -152,13 +152,13 @@ def free_port() -> int:
 
 
 @contextmanager
-def serving(cfg: Path, log: Path) -> Iterator[str]:
-    """``datum serve --config cfg`` in its own process on a free loopback port; yields its base URL."""
+def serving(cfg: Path, log: Path, *extra: str) -> Iterator[str]:
+    """``datum serve --config cfg [extra...]`` in its own process on a free loopback port; yields its base URL."""
     port = free_port()
     with log.open("w") as sink:
         proc = subprocess.Popen(
             [sys.executable, "-c", "from datum.cli.main import main; main()",
-             "serve", "--config", str(cfg), "--port", str(port)],
+             "serve", "--config", str(cfg), "--port", str(port), *extra],
             stdout=sink,
             stderr=subprocess.STDOUT,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},

@@ -154,15 +154,16 @@ def allowed_methods(request: Request) -> list[str]:
     """Every method some route answers at the request's path (not only the first route's): the ``Allow`` header."""
     methods: set[str] = set()
     for route in request.app.router.routes:
-        match, _child = route.matches({**request.scope, "method": "GET"})
-        route_methods = getattr(route, "methods", None)
-        if match != Match.NONE and route_methods:
-            methods |= set(route_methods)
-        elif match != Match.NONE and isinstance(route, Mount):
-            methods |= {"GET"}  # static files
+        if isinstance(route, Mount):  # static files: GET (and HEAD)
+            if route.matches(request.scope)[0] != Match.NONE:
+                methods.add("GET")
+            continue
+        for method in _METHOD_ORDER:
+            if method not in methods and route.matches({**request.scope, "method": method})[0] == Match.FULL:
+                methods.add(method)
     if "GET" in methods:
         methods.add("HEAD")  # Edge answers HEAD wherever GET is
-    return sorted(methods, key=lambda m: (_METHOD_ORDER.index(m) if m in _METHOD_ORDER else 99, m))
+    return sorted(methods, key=_METHOD_ORDER.index)
 
 
 _SOURCES = frozenset({"body", "path", "query", "header", "cookie"})

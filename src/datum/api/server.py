@@ -9,13 +9,17 @@ e.g. when the app is mounted by another ASGI server that skips lifespans).
 from __future__ import annotations
 
 import asyncio
+import copy
 import gc
 import json
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from datetime import UTC, datetime
+from typing import Any
 
 import uvicorn
+import uvicorn.config
 from fastapi import FastAPI
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
@@ -71,6 +75,13 @@ class QueryStringDropped(logging.Filter):
         return True
 
 
+_REASONS = {
+    400: b"400 Bad Request",
+    414: b"414 URI Too Long",
+    431: b"431 Request Header Fields Too Large",
+}
+
+
 class HeaderDeadline(HttpToolsProtocol):
     """uvicorn's HTTP protocol, closing a connection whose request line and headers take too long.
 
@@ -83,8 +94,32 @@ class HeaderDeadline(HttpToolsProtocol):
 
     header_timeout: float = 10.0
     max_header_bytes: int = 64 * 1024
+    max_url_bytes: int = 8 * 1024
     _header_timer: asyncio.TimerHandle | None = None
     _header_bytes: int = 0
+    _refusal: tuple[int, str] | None = None
+
+    def send_400_response(self, msg: str) -> None:
+        """uvicorn's answer to a request it cannot parse, in the contract's error shape (it says plain text)."""
+        status, message = self._refusal or (400, "the request is not valid HTTP: it cannot be parsed")
+        self._refusal = None
+        self._refuse(status, message)
+
+    def _refuse(self, status: int, message: str) -> None:
+        self._disarm()
+        body = json.dumps({"issues": [{"code": "INVALID_INPUT", "message": message}]}).encode()
+        self.transport.write(
+            b"HTTP/1.1 " + _REASONS[status] + b"\r\ncontent-type: application/json\r\n"
+            b"connection: close\r\ncontent-length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+        )
+        self.transport.close()
+
+    def on_url(self, url: bytes) -> None:
+        super().on_url(url)
+        if len(self.url) > self.max_url_bytes:
+            # Raising stops the parser; uvicorn then calls send_400_response, which answers this instead.
+            self._refusal = (414, f"the request target is longer than {self.max_url_bytes} bytes")
+            raise ValueError("request target too long")
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -96,16 +131,7 @@ class HeaderDeadline(HttpToolsProtocol):
             return
         self._header_bytes += len(data)  # still in a request line and headers: bounded too
         if self._header_bytes > self.max_header_bytes:
-            self._disarm()
-            body = json.dumps(
-                {"issues": [{"code": "INVALID_INPUT",
-                             "message": f"the request line and headers exceed {self.max_header_bytes} bytes"}]}
-            ).encode()
-            self.transport.write(
-                b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: application/json\r\n"
-                b"connection: close\r\ncontent-length: " + str(len(body)).encode() + b"\r\n\r\n" + body
-            )
-            self.transport.close()
+            self._refuse(431, f"the request line and headers exceed {self.max_header_bytes} bytes")
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
@@ -135,7 +161,47 @@ class HeaderDeadline(HttpToolsProtocol):
             self.transport.close()
 
 
-def uvicorn_config(app: FastAPI, host: str, port: int, access_log: bool = True) -> uvicorn.Config:
+class JsonLines(logging.Formatter):
+    """One JSON object per line, for log shippers: time, level, logger, message; an access line's parts apart."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        out: dict[str, object] = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        args = record.args
+        if record.name == "uvicorn.access" and isinstance(args, tuple) and len(args) == 5:
+            client, method, path, version, status = args
+            out.update(client=client, method=method, path=path, httpVersion=version, status=status)
+        if record.exc_info:
+            out["exception"] = self.formatException(record.exc_info)
+        return json.dumps(out, default=str)
+
+
+def log_config(log_format: str) -> dict[str, Any]:
+    """uvicorn's logging configuration, as text (its own) or JSON lines (every logger, Datum's included)."""
+    if log_format == "text":
+        return copy.deepcopy(uvicorn.config.LOGGING_CONFIG)
+    handler = {"formatter": "json", "class": "logging.StreamHandler", "stream": "ext://sys.stderr"}
+    return {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {"json": {"()": JsonLines}},
+        "handlers": {"json": handler},
+        "loggers": {
+            "uvicorn": {"handlers": ["json"], "level": "INFO", "propagate": False},
+            "uvicorn.error": {"level": "INFO"},
+            "uvicorn.access": {"handlers": ["json"], "level": "INFO", "propagate": False},
+        },
+        "root": {"handlers": ["json"], "level": "INFO"},
+    }
+
+
+def uvicorn_config(
+    app: FastAPI, host: str, port: int, access_log: bool = True, log_format: str = "text"
+) -> uvicorn.Config:
     """The uvicorn configuration of ``app``: its ``[server]`` limits and timeouts applied."""
     server = app.state.datum.settings.server
     protocol = type("DatumHTTP", (HeaderDeadline,), {"header_timeout": server.header_timeout.total_seconds()})
@@ -146,14 +212,15 @@ def uvicorn_config(app: FastAPI, host: str, port: int, access_log: bool = True) 
         http=protocol,
         access_log=access_log,
         log_level="info",
+        log_config=log_config(log_format),
         server_header=False,
         timeout_keep_alive=max(1, round(server.keep_alive.total_seconds())),
         h11_max_incomplete_event_size=64 * 1024,
     )
 
 
-def run(app: FastAPI, host: str, port: int, access_log: bool = True) -> None:
+def run(app: FastAPI, host: str, port: int, access_log: bool = True, log_format: str = "text") -> None:
     """Serve ``app`` until interrupted. Access log lines carry method, path and status: never headers, never a query."""
-    config = uvicorn_config(app, host, port, access_log)
+    config = uvicorn_config(app, host, port, access_log, log_format)
     logging.getLogger("uvicorn.access").addFilter(QueryStringDropped())
     uvicorn.Server(config).run()
