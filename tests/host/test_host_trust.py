@@ -127,6 +127,7 @@ resources:
       template: page.j2
   - Directory[/srv/www]:
       purge: true
+      force: true
       requires: [Line[/srv/www/hosts], Exec[make], Symlink[/srv/www/current], File[/srv/www/page.html]]
 """
     )

@@ -84,7 +84,8 @@ def test_directory_purge_removes_only_unmanaged_entries(ctx):
     (www / "old").mkdir()
     (www / "old" / "deep").write_text("x")
     ctx.managed_paths = frozenset({"/srv/www", "/srv/www/index.html", "/srv/www/site/a/b.html"})
-    change, after = converge(DIRECTORY, DirectorySpec(path="/srv/www", purge=True), ctx)
+    spec = DirectorySpec(path="/srv/www", purge=True, force=True)  # old/ holds a file
+    change, after = converge(DIRECTORY, spec, ctx)
     assert change.differences == ("unmanaged entries: junk.txt, old",)
     assert sorted(os.listdir(www)) == ["index.html", "site"]
     assert after.action is Action.NONE

@@ -269,21 +269,18 @@ def lstat(path: Path) -> os.stat_result | None:
 
 
 def remove(path: Path) -> None:
-    """Remove a file, a symlink or a whole directory tree, never following a link.
+    """Remove a file, a symlink or a special file, never following a link (its target stays).
 
-    A link is unlinked (its target stays); a directory tree is removed with
-    ``shutil.rmtree``, which on Linux walks by file descriptor and never
-    follows a link inside the tree, nor one swapped in for the top.
+    A directory is never removed here: one found at ``path`` now was something
+    else when the pass decided, so it is left alone (``datum.safefs`` removes
+    directories, counting what they hold).
     """
     st = lstat(path)
     if st is None:
         return
     if stat.S_ISDIR(st.st_mode):
-        import shutil
-
-        shutil.rmtree(path)
-    else:
-        os.unlink(path)
+        raise ProviderError(f"{path} is a directory now, not what the pass decided on; left alone")
+    os.unlink(path)
     fsync_dir(path.parent)
 
 
