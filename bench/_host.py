@@ -115,7 +115,7 @@ def expect(t: Timed, codes: set[int], what: str) -> None:
 
 
 def idle_runs(b: Bench, runs: int, env_for: Callable[[int], dict[str, str]] | None = None,
-              before: Callable[[int], None] | None = None) -> list[float]:
+              before: Callable[[int], None] | None = None) -> list[Timed]:
     """``runs`` idle passes, each checked to exit 0 and to change nothing under the root."""
     samples = []
     for k in range(runs):
@@ -126,7 +126,7 @@ def idle_runs(b: Bench, runs: int, env_for: Callable[[int], dict[str, str]] | No
         expect(t, {0}, "an idle pass")
         if diff := changed(snap, snapshot(b.root)):
             raise SystemExit(f"the idle pass changed {diff[:3]}")
-        samples.append(t.wall)
+        samples.append(t)
     return samples
 
 
@@ -152,15 +152,17 @@ def idle(files: int = 1000, runs: int = 10, limit: float = 0.12, bare_factor: fl
         for _ in range(runs):
             t = b.bare(BARE_IDLE)
             expect(t, {0}, "the bare loop")
-            bare.append(t.wall)
-    m, mb = median(samples), median(bare)
+            bare.append(t)
+    m, mb = median([t.wall for t in samples]), median([t.wall for t in bare])
+    cpu, cpu_bare = median([t.cpu for t in samples]), median([t.cpu for t in bare])
     print(f"first pass:      {first.wall:.3f} s (creates every file, validates the manifest)")
-    print(f"idle pass:       {spread(samples)}")
-    print(f"bare loop:       {spread(bare)} (a process that lstats, reads and compares the same files)")
+    print(f"idle pass:       {spread([t.wall for t in samples])}, CPU {cpu:.3f} s")
+    print(f"bare loop:       {spread([t.wall for t in bare])}, CPU {cpu_bare:.3f} s "
+          "(a process that lstats, reads and compares the same files)")
     ok = m < limit and (bare_factor is None or m <= bare_factor * mb)
     against = f" and at most {bare_factor:g}x the bare loop" if bare_factor else ""
-    print(f"idle {files} File: {m:.3f} s, {m / mb:.1f}x the bare loop ({mb:.3f} s), load {os.getloadavg()[0]:.2f}; "
-          f"target under {limit:g} s{against}: {verdict(ok)}")
+    print(f"idle {files} File: {m:.3f} s wall (CPU {cpu:.3f} s), {m / mb:.1f}x the bare loop ({mb:.3f} s; "
+          f"CPU {cpu / cpu_bare:.1f}x), load {os.getloadavg()[0]:.2f}; target under {limit:g} s{against}: {verdict(ok)}")
     return ok
 
 
@@ -172,11 +174,11 @@ def nocache(files: int = 1000, runs: int = 10, limit: float = 0.3) -> bool:
         expect(b.apply(), {2}, "the first pass")
         # each run changes the manifest (a comment), so each validates it in full; the files stay as they are
         samples = idle_runs(b, runs, before=lambda k: write_manifest(b.base, files, comment=f"change {k}"))
-    m = median(samples)
-    print(f"idle pass, manifest changed: {spread(samples)}")
+    m, cpu = median([t.wall for t in samples]), median([t.cpu for t in samples])
+    print(f"idle pass, manifest changed: {spread([t.wall for t in samples])}, CPU {cpu:.3f} s")
     ok = m < limit
-    print(f"idle {files} File after a manifest change (no cache): {m:.3f} s, load {os.getloadavg()[0]:.2f}; "
-          f"target under {limit:g} s: {verdict(ok)}")
+    print(f"idle {files} File after a manifest change (no cache): {m:.3f} s wall (CPU {cpu:.3f} s), "
+          f"load {os.getloadavg()[0]:.2f}; target under {limit:g} s: {verdict(ok)}")
     return ok
 
 
@@ -185,7 +187,7 @@ def first(files: int = 1000, runs: int = 5, factor: float = 1.5) -> bool:
     print(header(f"first pass, {files} File"))
     with tempfile.TemporaryDirectory(prefix="datum-bench-host-") as tmp:
         b = Bench(Path(tmp), files)
-        datum, datum_cached, bare = [], [], []
+        datum, datum_cached, bare, datum_cpu, bare_cpu = [], [], [], [], []
         for k in range(runs):
             root = b.base / f"root-{k}"
             root.mkdir()
@@ -193,6 +195,7 @@ def first(files: int = 1000, runs: int = 5, factor: float = 1.5) -> bool:
             t = b.apply({**b.env, "DATUM_CACHE_DIR": str(b.base / f"cache-{k}")}, root)
             expect(t, {2}, "the first pass")
             datum.append(t.wall)
+            datum_cpu.append(t.cpu)
             root = b.base / f"root-cached-{k}"
             root.mkdir()
             t = b.apply(root=root)  # the shared cache: warm after the first run
@@ -203,14 +206,15 @@ def first(files: int = 1000, runs: int = 5, factor: float = 1.5) -> bool:
             t = b.bare(BARE_WRITE, root)
             expect(t, {0}, "the bare loop")
             bare.append(t.wall)
+            bare_cpu.append(t.cpu)
             if snapshot(root).keys() != snapshot(b.base / f"root-{k}").keys():
                 raise SystemExit("the bare loop and Datum made different trees")
             for d in (b.base / f"root-{k}", b.base / f"root-cached-{k}", root):
                 shutil.rmtree(d)
     m, mc, mb = median(datum), median(datum_cached[1:] or datum_cached), median(bare)
-    print(f"first pass:      {spread(datum)} (manifest validated in the pass)")
+    print(f"first pass:      {spread(datum)}, CPU {median(datum_cpu):.3f} s (manifest validated in the pass)")
     print(f"first pass, manifest cached: median {mc:.3f} s")
-    print(f"bare loop:       {spread(bare)} (mkdir, temporary file, write, fchmod, fsync, rename, fsync dir)")
+    print(f"bare loop:       {spread(bare)}, CPU {median(bare_cpu):.3f} s (mkdir, temporary file, write, fchmod, fsync, rename, fsync dir)")
     ok = m <= factor * mb
     print(f"first pass {files} File: {m:.3f} s, {m / mb:.2f}x the bare atomic-write loop ({mb:.3f} s; "
           f"{mc / mb:.2f}x with the manifest cached), load {os.getloadavg()[0]:.2f}; "
