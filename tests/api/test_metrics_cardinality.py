@@ -1,0 +1,35 @@
+"""Series per host are bounded, so the count documented in docs/server.md for 10,000 hosts holds."""
+
+from __future__ import annotations
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from datum.store.hosts import record_pass
+
+from .story import pass_report
+
+
+def series(story) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for family in text_string_to_metric_families(story.get("/metrics").text):
+        for s in family.samples:
+            counts[s.name] = counts.get(s.name, 0) + 1
+    return counts
+
+
+def test_host_series_grow_by_two_plus_the_resource_states_of_each_host(story):
+    converged = pass_report(state="converged") | {
+        "reason": None, "counts": {"converged": 40},
+        "resources": [{"id": "Package[nginx]", "type": "Package", "name": "nginx", "action": "none", "state": "converged"}],
+    }
+    for i in range(50):
+        record_pass(story.store, f"web{i}", converged | {"host": f"web{i}"})
+    record_pass(story.store, "db1", pass_report("db1"))  # failed: converged, failed, blocked resources
+    counts = series(story)
+    host_series = sum(n for name, n in counts.items() if name.startswith("datum_host"))
+    assert counts["datum_hosts"] == 6  # one per host state, whatever the fleet's size
+    assert host_series == 6 + 50 * (2 + 1) + (2 + 3)
+    # per reconciler: a fixed set, plus three per coverage row
+    per_reconciler = sum(n for name, n in counts.items() if name.startswith("datum_reconciler"))
+    assert counts["datum_reconciler_items"] == 20 * 3
+    assert per_reconciler <= 85 + 3 * counts["datum_reconciler_coverage_rows"]
