@@ -44,23 +44,14 @@ class Edge:
                 raw = scope.get("raw_path")
                 if raw:
                     scope["raw_path"] = raw.rstrip(b"/") or b"/"
-        started = False
-
-        async def sending(message: Message) -> None:
-            nonlocal started
-            if message["type"] == "http.response.start":
-                started = True
-            elif head and message["type"] == "http.response.body":
-                message = {**message, "body": b""}
-            await send(message)
-
+        if head:
+            send = _bodiless(send)
         try:
-            await self.app(scope, receive, sending)
+            await self.app(scope, receive, send)
         except Exception:
             log.exception("unexpected error serving %s %s", scope["method"], scope["path"])
-            if started:
-                raise
-            await sending(
+            # If a response had started, this start is refused by the server and the connection dropped.
+            await send(
                 {
                     "type": "http.response.start",
                     "status": 500,
@@ -71,4 +62,15 @@ class Edge:
                     ],
                 }
             )
-            await sending({"type": "http.response.body", "body": _INTERNAL})
+            await send({"type": "http.response.body", "body": _INTERNAL})
+
+
+def _bodiless(send: Send) -> Send:
+    """``send`` with every body dropped: the answer to a HEAD (headers, Content-Length included, kept)."""
+
+    async def sending(message: Message) -> None:
+        if message["type"] == "http.response.body":
+            message = {**message, "body": b""}
+        await send(message)
+
+    return sending
