@@ -9,6 +9,7 @@ and the marker is gone; in a root it is not).
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from datetime import datetime
@@ -17,6 +18,7 @@ from typing import Any
 
 from datum.core.vocab import RebootPolicy
 from datum.providers import fs
+from datum.providers.base import ProviderError
 
 MARKERS = ("/run/reboot-required", "/var/run/reboot-required")
 
@@ -35,11 +37,14 @@ def _version_key(version: str) -> tuple[Any, ...]:
 
 
 def newer_kernel(root: Path, running: str) -> str | None:
-    """The newest kernel under /boot when it is newer than ``running``."""
+    """The newest kernel under /boot when it is newer than ``running``.
+
+    A /boot that cannot be read (or links out of the root) has none.
+    """
     try:
         boot = fs.resolve(root, "/boot")
         versions = [p.name.removeprefix("vmlinuz-") for p in boot.glob("vmlinuz-*")]
-    except OSError:
+    except (OSError, ProviderError):
         return None
     if not versions:
         return None
@@ -48,27 +53,69 @@ def newer_kernel(root: Path, running: str) -> str | None:
 
 
 def detect(root: Path, running_kernel: str, changes: list[str]) -> Found:
-    """Every reason a reboot is needed now: ``changes`` from this pass, markers, a newer kernel."""
+    """Every reason a reboot is needed now: ``changes`` from this pass, markers, a newer kernel.
+
+    Reading a marker never fails the pass nor blocks: one that cannot be read
+    (a link out of the root, a FIFO or a device for its ``.pkgs`` list, no
+    permission) is a reason that says so, remembered like a readable one so a
+    reboot does not bring it back as a new need.
+    """
     reasons = list(changes)
     markers: dict[str, int] = {}
     seen: set[Path] = set()
     for marker in MARKERS:
-        try:
-            real = fs.resolve(root, marker)
-            st = fs.lstat(real)
-        except OSError:
+        seen_as, mtime, reason = _marker(root, marker)
+        if reason is None or seen_as in seen:
             continue
-        if st is None or real in seen:
-            continue
-        seen.add(real)
-        markers[marker] = st.st_mtime_ns
-        pkgs = fs.read_bytes(real.with_name("reboot-required.pkgs")) or b""
-        names = sorted(set(pkgs.decode("utf-8", "replace").split()))
-        reasons.append(f"{marker} present" + (f" ({', '.join(names)})" if names else ""))
+        seen.add(seen_as)
+        markers[marker] = mtime
+        reasons.append(reason)
     kernel = newer_kernel(root, running_kernel)
     if kernel:
         reasons.append(kernel_reason(kernel, running_kernel))
     return Found(tuple(reasons), markers, kernel)
+
+
+def _marker(root: Path, marker: str) -> tuple[Path, int, str | None]:
+    """(where it is, its mtime, the reason it gives) for one marker; no reason when it is absent."""
+    try:
+        real = fs.resolve(root, marker)
+        st = os.lstat(real)
+    except (FileNotFoundError, NotADirectoryError):
+        return Path(marker), 0, None  # absent (a parent that is a file included)
+    except (OSError, ProviderError) as exc:
+        where, mtime = _link_itself(root, marker)
+        return where, mtime, f"{marker} present but could not be read ({_why(exc, root)})"
+    try:
+        pkgs = fs.read_bytes(fs.resolve(root, f"{marker}.pkgs")) or b""
+    except (OSError, ProviderError) as exc:
+        return (
+            real,
+            st.st_mtime_ns,
+            f"{marker} present ({marker}.pkgs could not be read: {_why(exc, root)})",
+        )
+    names = sorted(set(pkgs.decode("utf-8", "replace").split()))
+    return real, st.st_mtime_ns, f"{marker} present" + (f" ({', '.join(names)})" if names else "")
+
+
+def _link_itself(root: Path, marker: str) -> tuple[Path, int]:
+    """The marker's own path and mtime, its last link not followed; (the marker, 0) when even that fails."""
+    try:
+        real = fs.resolve(root, marker, follow_last=False)
+        st = fs.lstat(real)
+    except (OSError, ProviderError):
+        return Path(marker), 0
+    return real, st.st_mtime_ns if st is not None else 0
+
+
+def _why(exc: BaseException, root: Path) -> str:
+    """The error as one line, paths under the root shown as host paths (as the pass lines show them)."""
+    if isinstance(exc, OSError) and exc.strerror:
+        text = f"{exc.strerror}: {exc.filename}" if exc.filename else exc.strerror
+    else:
+        text = str(exc)
+    top = os.path.abspath(root)
+    return text if top == "/" else text.replace(top + "/", "/")
 
 
 def kernel_reason(kernel: str, running: str) -> str:
