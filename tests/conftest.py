@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import uuid
 
 import pytest
@@ -72,3 +73,17 @@ def datum_cli(capsys):
         return code, out, err
 
     return run
+
+
+@pytest.fixture
+def deadline():
+    """Fail, rather than hang, when something blocks (opening a FIFO for read does): 10 s, then every second."""
+
+    def expired(_signum, _frame):
+        raise TimeoutError("blocked for 10 s")
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.setitimer(signal.ITIMER_REAL, 10, 1)
+    yield
+    signal.setitimer(signal.ITIMER_REAL, 0)
+    signal.signal(signal.SIGALRM, previous)

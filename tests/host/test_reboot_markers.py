@@ -8,7 +8,6 @@ leads out of the root, used to raise out of ``detect`` and crash the pass.
 from __future__ import annotations
 
 import os
-import signal
 import stat
 
 import pytest
@@ -16,20 +15,6 @@ import pytest
 from datum.host import reboot as rb
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (mknod)")
-
-
-@pytest.fixture
-def deadline():
-    """Fail, rather than hang, when something blocks (opening a FIFO for read does)."""
-
-    def expired(_signum, _frame):
-        raise TimeoutError("blocked for 10 s")
-
-    previous = signal.signal(signal.SIGALRM, expired)
-    signal.setitimer(signal.ITIMER_REAL, 10, 1)
-    yield
-    signal.setitimer(signal.ITIMER_REAL, 0)
-    signal.signal(signal.SIGALRM, previous)
 
 
 @pytest.fixture

@@ -9,7 +9,6 @@ These run as root (chown, setuid and mknod work).
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import stat
 
@@ -28,20 +27,6 @@ from datum.providers.symlink import PROVIDER as SYMLINK
 NOT_READABLE = "(diff redacted: file is not world-readable)\n"
 SENSITIVE = "(diff redacted: sensitive: true)\n"
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (chown, setuid, mknod)")
-
-
-@pytest.fixture
-def deadline():
-    """Fail, rather than hang, when something blocks (opening a FIFO for read does)."""
-
-    def expired(_signum, _frame):
-        raise TimeoutError("blocked for 5 s")
-
-    previous = signal.signal(signal.SIGALRM, expired)
-    signal.setitimer(signal.ITIMER_REAL, 5, 1)  # and again every second after
-    yield
-    signal.setitimer(signal.ITIMER_REAL, 0)
-    signal.signal(signal.SIGALRM, previous)
 
 
 def converge(provider, spec, ctx):
