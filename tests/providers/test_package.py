@@ -79,3 +79,24 @@ def test_ensure_values(ensure):
 def test_bad_ensure_values(ensure):
     with pytest.raises(ValueError):
         PackageSpec(name="nginx", ensure=ensure)
+
+
+def _want(ensure: str):
+    from datum.providers.package import PkgWant
+
+    return PkgWant("tzdata", ensure, None, None, False)
+
+
+def test_plan_latest_purged_and_config_files():
+    """Pure plans: latest against apt's candidate; purged against files a removal left."""
+    from datum.providers.package import PkgHave
+
+    assert PACKAGE.plan(_want("latest"), PkgHave("1", candidate="2")).action is Action.UPDATE
+    assert PACKAGE.plan(_want("latest"), PkgHave("2", candidate="2")).action is Action.NONE
+    assert PACKAGE.plan(_want("latest"), PkgHave("2", candidate=None)).action is Action.NONE
+    assert PACKAGE.plan(_want("latest"), PkgHave(None, candidate="2")).action is Action.CREATE
+    left = PkgHave(None, config_files=True)
+    assert PACKAGE.plan(_want("absent"), left).action is Action.NONE
+    change = PACKAGE.plan(_want("purged"), left)
+    assert change.action is Action.DELETE
+    assert change.summary == "configuration files left, want purged"

@@ -8,6 +8,7 @@ marked ``smoke`` (seconds); ``scripts/test-host`` runs them all
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import time
 
@@ -15,7 +16,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-from container import Container, unavailable  # noqa: E402
+from container import REPO, Container, unavailable  # noqa: E402
 
 ALL = os.environ.get("DATUM_REALHOST") == "all"
 
@@ -41,6 +42,8 @@ def host():
     why = unavailable()
     if why:
         pytest.skip(why)
+    # Datum inside is the tree under test: the wheelhouse is rebuilt when a source changed.
+    subprocess.run([str(REPO / "scripts" / "test-host"), "wheels"], check=True)
     box = Container()
     start = time.monotonic()
     box.boot()

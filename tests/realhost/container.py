@@ -40,7 +40,7 @@ def unavailable() -> str | None:
             return f"{tool} is not installed: run scripts/test-host build"
     if not (ROOTFS / ".datum-root-ok").exists():
         return f"no Debian root at {ROOTFS}: run scripts/test-host build (about a minute, once)"
-    if not (WHEELS / ".stamp").exists():
+    if not (WHEELS / ".stamp").exists() or not (WHEELS / ".deps").exists():
         return f"no wheelhouse at {WHEELS}: run scripts/test-host build"
     return None
 
@@ -191,17 +191,24 @@ class Container:
         import fcntl
 
         start = time.monotonic()
-        key = str((WHEELS / ".stamp").stat().st_mtime_ns)
+        deps = str((WHEELS / ".deps").stat().st_mtime_ns)
+        own = str((WHEELS / ".stamp").stat().st_mtime_ns)
         with open(VENV.parent / "realhost-venv.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             made = VENV / ".from-wheelhouse"
-            if not made.exists() or made.read_text() != key:
+            have = made.read_text().split() if made.exists() else []
+            if len(have) != 2 or have[0] != deps:
                 self.sh(
                     "find /opt/datum-test -mindepth 1 -delete && "
                     "python3 -m venv /opt/datum-test && "
                     "/opt/datum-test/bin/pip install -q --no-index --find-links /opt/wheels datum"
                 )
-                made.write_text(key)
+            elif have[1] != own:
+                self.sh(
+                    "/opt/datum-test/bin/pip install -q --no-index --no-deps --force-reinstall "
+                    "/opt/wheels/datum-*.whl"
+                )
+            made.write_text(f"{deps} {own}")
         return time.monotonic() - start
 
     def apply(
