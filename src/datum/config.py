@@ -174,6 +174,8 @@ class ServerSettings(_Strict):
     header_timeout: Duration = timedelta(seconds=10)
     body_timeout: Duration = timedelta(seconds=30)
     keep_alive: Duration = timedelta(seconds=5)
+    # How long pass history (the page's strips, datum.store.history) is kept; older rows are pruned.
+    history: Duration = timedelta(days=14)
 
     @field_validator("tokens", mode="before")
     @classmethod

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
+import struct
 import subprocess
 from pathlib import Path
 
@@ -55,16 +57,47 @@ def browser_context(tmp_path):
             shutil.rmtree(profile, ignore_errors=True)
 
 
-def test_the_page_shows_why_an_item_is_stuck(tmp_path, browser_context):
+def png_size(path: Path) -> tuple[int, int]:
+    """Width and height from a PNG's IHDR chunk."""
+    head = path.read_bytes()[:24]
+    assert head[:8] == b"\x89PNG\r\n\x1a\n"
+    return struct.unpack(">II", head[16:24])
+
+
+def keep(shot: Path) -> None:
+    """A screenshot is a test artifact under the tmp dir; the latest of each is also copied to artifacts/."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    shutil.copy(shot, ARTIFACTS / shot.name)
+
+
+def story_on_disk(tmp_path: Path) -> str:
+    """The buckets story in the store ``datum serve`` will open; returns the operator's token."""
     story = build_story(tmp_path)
     play(story)
-    story.client.post("/v1/hosts/web1/passes", json=pass_report(), headers=story.auth("agent"))
+    for _ in range(2):
+        story.client.post("/v1/hosts/web1/passes", json=pass_report(), headers=story.auth("agent"))
     token = story.tokens["operator"]
     with story.store.begin() as conn:  # a row in a status nobody selects, owns or finishes: stranded
         conn.execute(sa.update(b.buckets).where(b.buckets.c.name == "alpha").values(status="archiving"))
     story.client.close()
     story.store.dispose()
+    return token
 
+
+def sign_in(page, base: str, token: str) -> None:
+    page.goto(base)
+    page.fill("#token", token)
+    page.click("#token-form button[type=submit]")
+    page.locator("#summary").wait_for(timeout=10_000)
+
+
+def next_refresh(page) -> None:
+    first = page.inner_text("#status")
+    page.wait_for_function("s => document.getElementById('status').textContent !== s", arg=first, timeout=5000)
+
+
+def test_the_page_shows_why_an_item_is_stuck(tmp_path, browser_context):
+    token = story_on_disk(tmp_path)
     with serving(config_file(tmp_path, scheduler=False), tmp_path / "serve.log") as base:
         page = browser_context.new_page()
         page.goto(base)
@@ -72,31 +105,110 @@ def test_the_page_shows_why_an_item_is_stuck(tmp_path, browser_context):
         page.fill("#token", "datum_wrong")
         page.click("#token-form button[type=submit]")
         page.wait_for_selector("text=that token is not known to this server")
-        page.fill("#token", token)
-        page.click("#token-form button[type=submit]")
+        sign_in(page, base, token)
+
+        # at a glance: counts, and what needs a human first, each a link to its detail
+        glance = page.locator("#summary")
+        assert "degraded 1" in glance.locator(".tile").first.inner_text().replace("\n", " ")
+        needs = glance.locator("ul.attention li")
+        assert needs.count() == 3
+        assert "stranded in archiving" in needs.nth(0).inner_text()
+        assert "host web1 failed" in needs.nth(1).inner_text()
+        assert "3 reaps held: breaker reap > 2" in needs.nth(2).inner_text()
+        assert all("go and look" in needs.nth(i).inner_text() for i in range(3))
 
         delta = page.locator("table.items tr", has_text="bucket/delta")
-        delta.wait_for(timeout=10_000)
         assert delta.locator(".reason").inner_text() == "backoff"
         assert "delta exists and is not a directory" in delta.locator("td.err").inner_text()
         assert "not a directory (8 bytes)" in delta.inner_text()
-        gamma = page.locator("table.items tr", has_text="bucket/gamma")
-        assert "blocked_on_owner" in gamma.inner_text()
-        assert "bucket still holds 1 object" in gamma.inner_text()
+        assert "next pass" in delta.inner_text()
+        assert "diverged since" in delta.inner_text()
+        # the reason explained in place, not in a tooltip: what it means and what to do
+        group = page.locator("details.group", has=delta)
+        assert "What to do: Failed once or twice and retrying soon: wait." in group.inner_text()
+
+        # twelve reaps held by the breaker are one row, expandable
+        breaker = page.locator("details.group.reason-circuit_breaker")
+        assert breaker.count() == 1
+        assert breaker.locator("summary").inner_text().startswith("3 reaps held: breaker reap > 2")
+        x1 = page.locator("table.items tr", has_text="bucket/x1")
+        assert not x1.is_visible()
+        breaker.locator("summary").click()
+        assert x1.is_visible() and "circuit_breaker" in x1.inner_text()
         assert page.locator("table.items tr", has_text="circuit_breaker").count() == 3
+        next_refresh(page)  # a refresh keeps it open
+        assert x1.is_visible()
+
+        # blocked_on_owner apart and muted
+        gamma = page.locator(".owners table.items tr", has_text="bucket/gamma")
+        assert "blocked_on_owner" in gamma.inner_text() and "bucket still holds 1 object" in gamma.inner_text()
+        assert float(page.eval_on_selector(".owners", "e => getComputedStyle(e).opacity")) < 1
+
+        # history strips: per reconciler, per item, per host
+        strips = page.locator(".strip")
+        assert strips.count() >= 8
+        assert "2 circuit_breaker" in x1.locator(".strip").get_attribute("aria-label")
+        host = page.locator("table.hosts tr", has_text="web1")
+        assert "failed" in host.inner_text() and "File[motd]" in host.inner_text()
+        assert host.locator(".strip").get_attribute("aria-label").endswith("2 failed")
+        assert "failed since" in host.inner_text()
+
         assert page.locator("table.coverage tr", has_text="delete_blocked").is_visible()
         stranded = page.locator("table.coverage tr.stranded")
         assert stranded.count() == 1 and "archiving stranded" in stranded.inner_text()
-        assert "next pass" in delta.inner_text()
-        host = page.locator("table.hosts tr", has_text="web1")
-        assert "failed" in host.inner_text() and "File[motd]" in host.inner_text()
         assert not page.is_visible("#token-form")
 
-        # it refreshes itself (refresh = 1s): the status line changes without a reload
-        first = page.inner_text("#status")
-        page.wait_for_function("s => document.getElementById('status').textContent !== s", arg=first, timeout=5000)
+        # a link in the summary leads to its detail
+        page.locator("#summary a", has_text="host web1 failed").click()
+        page.wait_for_function("() => location.hash === '#host-web1'")
+        assert page.locator("#host-web1").is_visible()
 
-        ARTIFACTS.mkdir(exist_ok=True)
-        shot = ARTIFACTS / "page.png"
+        # the favicon
+        icon = page.eval_on_selector("link[rel=icon]", "e => e.href")
+        answer = page.request.get(icon)
+        assert answer.status == 200 and answer.headers["content-type"].startswith("image/svg+xml")
+
+        # it refreshes itself (refresh = 1s): the status line changes without a reload
+        next_refresh(page)
+        page.evaluate("window.scrollTo(0, 0)")
+        shot = tmp_path / "page-desktop.png"
         page.screenshot(path=str(shot), full_page=True)
         assert shot.stat().st_size > 10_000
+        assert png_size(shot)[0] == 1400
+        keep(shot)
+
+
+def test_on_a_phone_and_when_the_server_goes_away(tmp_path, browser_context):
+    token = story_on_disk(tmp_path)
+    page = browser_context.new_page()
+    page.set_viewport_size({"width": 390, "height": 844})
+    with serving(config_file(tmp_path, scheduler=False), tmp_path / "serve.log") as base:
+        sign_in(page, base, token)
+        page.evaluate("document.querySelectorAll('details').forEach(d => d.open = true)")
+        # no sideways scrolling at 390 px, with every group open
+        assert page.evaluate("document.scrollingElement.scrollWidth") <= 390
+        # tables become cards: no header row, each cell labelled
+        assert page.eval_on_selector("table.items thead", "e => getComputedStyle(e).display") == "none"
+        assert page.eval_on_selector("table.items tr", "e => getComputedStyle(e).display") == "block"
+        label = page.eval_on_selector("table.items td[data-label=item]", "e => getComputedStyle(e, '::before').content")
+        assert label == '"item"'
+        # the coverage histogram stays readable: its bars use the card's width
+        width = page.eval_on_selector("table.coverage tr.stranded td.bar span", "e => e.getBoundingClientRect().width")
+        assert width > 250
+        assert page.locator("table.coverage tr.stranded").inner_text().count("archiving") == 1
+        shot = tmp_path / "page-phone.png"
+        page.screenshot(path=str(shot), full_page=True)
+        assert png_size(shot)[0] == 390
+        keep(shot)
+        assert page.is_hidden("#stale")
+    # the server is gone: the page greys out and says since when
+    banner = page.locator("#stale")
+    banner.wait_for(state="visible", timeout=10_000)
+    assert re.search(r"The server is unreachable since \d\d:\d\d:\d\d: this is what it said at", banner.inner_text())
+    assert page.evaluate("document.body.classList.contains('stale')")
+    assert float(page.eval_on_selector("#app", "e => getComputedStyle(e).opacity")) < 1
+    assert page.inner_text("#status") == "stale"
+    assert page.locator("table.items tr", has_text="bucket/delta").count() == 1  # what it last said stays
+    shot = tmp_path / "page-stale.png"
+    page.screenshot(path=str(shot))
+    keep(shot)

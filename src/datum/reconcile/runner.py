@@ -45,6 +45,7 @@ from datum.core.vocab import Health
 from datum.reconcile.context import PassContext, PassStopped
 from datum.reconcile.registry import Reconciler, Registry
 from datum.store import Store
+from datum.store.history import record_reconciler_pass
 from datum.store.locks import SESSION_HOLDER, SessionLock, release, session_lock, try_acquire
 from datum.store.memory import save_memory
 from datum.store.runs import (
@@ -299,6 +300,8 @@ class Runner:
                 for kind, memory in ctx.memories.items():
                     save_memory(conn, name, kind, memory)
                 record_executed(conn, name, values)
+                # The pass's history row, fenced with it: an overtaken pass leaves no history either.
+                record_reconciler_pass(conn, name, values, self.settings.server.history)
         except LostClaim as exc:
             return self._lost(name, exc)
         return Tick(

@@ -7,10 +7,12 @@ page shows nothing its viewer could not read from the API.
 
 from __future__ import annotations
 
-from functools import cache
+from functools import cache, partial
+from importlib.resources import files
 
+import anyio.to_thread
 from fastapi import APIRouter, Depends, Request
-from fastapi.responses import HTMLResponse
+from fastapi.responses import HTMLResponse, Response
 from jinja2 import Environment, PackageLoader, select_autoescape
 
 from datum.api.authz import Action
@@ -18,10 +20,15 @@ from datum.api.errors import error_responses
 from datum.api.models import host_status
 from datum.api.security import may, needs
 from datum.api.state import state_of
+from datum.config import Settings
+from datum.core.explain import ACT_LABEL
 from datum.core.humanize import age, when
-from datum.core.vocab import DESCRIPTIONS, Reason
+from datum.reconcile.registry import Registry
 from datum.reconcile.report import DriftReport
+from datum.store import Store
+from datum.store.history import HOST, RECONCILER, STRIP, first_seen, recent
 from datum.store.hosts import list_hosts
+from datum.web import view as v
 
 router = APIRouter(tags=["page"])
 
@@ -41,16 +48,32 @@ PAGE_HEADERS = {
 @cache
 def templates() -> Environment:
     env = Environment(loader=PackageLoader("datum.web", "templates"), autoescape=select_autoescape(["html"]))
-    env.globals.update(when=when, age=age, describe=_describe, stranded=_stranded)
+    env.globals.update(when=when, age=age, act_label=ACT_LABEL, history_passes=STRIP)
     return env
 
 
-def _describe(reason: Reason) -> str:
-    return DESCRIPTIONS.get(reason, "")
-
-
-def _stranded(report: DriftReport) -> int:
-    return sum(1 for c in report.coverage if c.stranded)
+def _view(reports: list[DriftReport], registry: Registry, settings: Settings, store: Store, with_hosts: bool) -> v.Overview:
+    """The page's view: the reports with their history, and (when readable) the hosts with theirs."""
+    views = []
+    with store.connect() as conn:
+        for report in reports:
+            name = report.reconciler
+            views.append(
+                v.reconciler_view(
+                    report,
+                    registry.settings(settings, name),
+                    recent(conn, RECONCILER, name),
+                    partial(first_seen, conn, RECONCILER, name),
+                )
+            )
+        if not with_hosts:
+            return v.overview(views, None, None)
+        statuses = sorted((host_status(row) for row in list_hosts(store)), key=v.host_order)
+        counts: dict[str, int] = {}
+        for h in statuses:
+            counts[h.state.value] = counts.get(h.state.value, 0) + 1
+        hosts = [v.host_view(h, recent(conn, HOST, h.host)) for h in statuses[: v.MAX_HOSTS]]
+    return v.overview(views, hosts, counts)
 
 
 @router.get("/", response_class=HTMLResponse, include_in_schema=False)
@@ -75,6 +98,16 @@ async def overview(request: Request, principal: str = Depends(needs(Action.READ_
     state = state_of(request)
     registry, store = state.wired()
     reports = [(await state.reports.get(name)).report for name in registry]
-    hosts = [host_status(row) for row in list_hosts(store)] if may(request, principal, Action.READ_HOST) else None
-    html = templates().get_template("overview.html").render(reports=reports, hosts=hosts)
+    with_hosts = may(request, principal, Action.READ_HOST)
+    view = await anyio.to_thread.run_sync(_view, reports, registry, state.settings, store, with_hosts)
+    html = templates().get_template("overview.html").render(view=view)
     return HTMLResponse(html, headers=PAGE_HEADERS)
+
+
+_FAVICON = files("datum.web").joinpath("static", "favicon.svg")
+
+
+@router.get("/favicon.ico", include_in_schema=False)
+def favicon() -> Response:
+    """Browsers ask for it whatever the page links: the same SVG as ``/static/favicon.svg``."""
+    return Response(_FAVICON.read_bytes(), media_type="image/svg+xml", headers={"Cache-Control": "max-age=86400"})

@@ -1,5 +1,7 @@
 // Datum's page: ask for a bearer token once (kept in sessionStorage, this tab only),
 // then fetch the server-rendered overview with it and refresh it every few seconds.
+// When the server cannot be reached the page greys out and says since when; what is
+// shown is then what the server last said, and the banner says when that was.
 (() => {
   "use strict";
   const KEY = "datum.token";
@@ -7,13 +9,36 @@
   const form = document.getElementById("token-form");
   const status = document.getElementById("status");
   const forget = document.getElementById("forget");
+  const banner = document.getElementById("stale");
   const every = Math.max(1, Number(document.body.dataset.refresh) || 10) * 1000;
+  const opened = new Map(); // group id -> open, as the viewer left it (survives refreshes)
+  let lastGood = null; // when the shown data arrived
+  let failingSince = null; // first failed refresh since then
+
+  const clock = (d) => d.toLocaleTimeString([], { hour12: false });
 
   function signedOut(message) {
     sessionStorage.removeItem(KEY);
     form.hidden = false;
     forget.hidden = true;
     status.textContent = message;
+  }
+
+  function stale(why) {
+    failingSince = failingSince || new Date();
+    document.body.classList.add("stale");
+    banner.hidden = false;
+    banner.textContent = `${why} since ${clock(failingSince)}` +
+      (lastGood ? `: this is what it said at ${clock(lastGood)}, and it may have changed.` : ".") + " Retrying.";
+    status.textContent = "stale";
+  }
+
+  function fresh() {
+    failingSince = null;
+    lastGood = new Date();
+    document.body.classList.remove("stale");
+    banner.hidden = true;
+    status.textContent = "updated " + clock(lastGood);
   }
 
   async function load() {
@@ -23,21 +48,39 @@
     try {
       r = await fetch("/ui/overview", { headers: { Authorization: "Bearer " + token }, cache: "no-store" });
     } catch (e) {
-      status.textContent = "server unreachable; retrying";
-      return;
+      return stale("The server is unreachable");
     }
     if (r.status === 401) return signedOut("that token is not known to this server");
     if (!r.ok) {
       const body = await r.json().catch(() => null);
-      status.textContent = (body && body.issues && body.issues[0].message) || "HTTP " + r.status;
-      return;
+      return stale((body && body.issues && body.issues[0].message) || "The server answers HTTP " + r.status);
     }
-    app.innerHTML = await r.text(); // server-rendered and escaped by Jinja2
+    const html = await r.text(); // server-rendered and escaped by Jinja2
+    app.innerHTML = html;
+    for (const d of app.querySelectorAll("details[id]")) {
+      if (opened.has(d.id)) d.open = opened.get(d.id);
+    }
+    if (location.hash && !app.dataset.jumped) { // a link to a detail, opened before the data came
+      app.dataset.jumped = "1";
+      const target = document.getElementById(decodeURIComponent(location.hash.slice(1)));
+      if (target) target.scrollIntoView();
+    }
     form.hidden = true;
     forget.hidden = false;
-    status.textContent = "updated " + new Date().toLocaleTimeString();
+    fresh();
   }
 
+  app.addEventListener("toggle", (ev) => {
+    if (ev.target.id) opened.set(ev.target.id, ev.target.open);
+  }, true);
+  // a link to an item inside a closed group opens the group
+  app.addEventListener("click", (ev) => {
+    const a = ev.target.closest("a[href^='#']");
+    if (!a) return;
+    const target = document.getElementById(decodeURIComponent(a.getAttribute("href").slice(1)));
+    const group = target && target.closest("details");
+    if (group && !group.open) { group.open = true; opened.set(group.id, true); }
+  });
   form.addEventListener("submit", (ev) => {
     ev.preventDefault();
     sessionStorage.setItem(KEY, form.elements.token.value.trim());

@@ -1,0 +1,229 @@
+"""Pass history: one row per executed reconciler pass and per stored host pass, kept ``[server] history`` long.
+
+What the page draws its strips from ("failing since Tuesday"). A row is
+proportional to what diverged, never to what exists:
+
+- ``outcome`` (the reconciler's health, or the host state), ``completed``,
+  ``drift``, ``blocked`` and ``counts`` (items by reason, or a host's
+  resources by state): a handful of numbers whatever the size of the fleet;
+- ``items``: the diverged items' reasons, grouped ``{reason: [kind/id, ...]}``,
+  only for the items the pass retained (a reconciler's ``driftCap``), and only
+  when they differ from the last row that stored them (or that row is
+  ``KEYFRAME`` rows back): NULL means "the same as before". A million items
+  stuck the same way for a week cost one map, not one per pass.
+
+A pass that could not complete stores no items (NULL with ``completed``
+false): what it saw is unknown. Rows older than the retention are pruned by
+the writer of the same subject, in the writer's transaction. Times are the
+writer's clock (the reconciler's tick; the server's receipt of a host pass),
+so rows of one subject are in order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from datum.store.engine import Store
+from datum.store.runs import store_now
+from datum.store.schema import pass_history as t
+
+RECONCILER = "reconciler"
+HOST = "host"
+STRIP = 50  # passes per strip on the page
+ITEMS = t.c["items"]  # not t.c.items: that is the column collection's own method
+KEYFRAME = STRIP  # an items map is stored at least this often, so any STRIP rows can be read back
+
+
+@dataclass(frozen=True)
+class PassRow:
+    """One pass as the page reads it; ``items`` maps an item to its reason, None when not observed."""
+
+    at: datetime
+    outcome: str
+    completed: bool
+    drift: int
+    blocked: int
+    counts: dict[str, int]
+    items: dict[str, str] | None = field(default=None)
+
+
+def _subject(subject: str, name: str) -> Any:
+    return sa.and_(t.c.subject == subject, t.c.name == name)
+
+
+def grouped(items: Iterable[tuple[str, str]]) -> dict[str, list[str]]:
+    """``[(item, reason), ...]`` as stored: ``{reason: [item, ...]}``, each list sorted."""
+    out: dict[str, list[str]] = {}
+    for item, reason in items:
+        out.setdefault(reason, []).append(item)
+    return {reason: sorted(ids) for reason, ids in sorted(out.items())}
+
+
+def _items_to_store(conn: Connection, subject: str, name: str, items: dict[str, list[str]]) -> dict[str, list[str]] | None:
+    """``items``, or None when the last stored map is the same and fewer than ``KEYFRAME`` rows back."""
+    last = conn.execute(
+        sa.select(t.c.id, t.c.at, ITEMS)
+        .where(_subject(subject, name), ITEMS.is_not(None))
+        .order_by(t.c.at.desc(), t.c.id.desc())
+        .limit(1)
+    ).first()
+    if last is None or last.items != items:
+        return items
+    since = conn.execute(
+        sa.select(sa.func.count()).select_from(t).where(_subject(subject, name), t.c.at >= last.at, t.c.id != last.id)
+    ).scalar_one()
+    return items if since >= KEYFRAME - 1 else None
+
+
+def record(
+    conn: Connection,
+    subject: str,
+    name: str,
+    at: datetime,
+    *,
+    outcome: str,
+    completed: bool,
+    drift: int = 0,
+    blocked: int = 0,
+    counts: Mapping[str, int] | None = None,
+    items: dict[str, list[str]] | None = None,
+    keep: timedelta | None = None,
+) -> None:
+    """Append one pass of ``subject``/``name`` in the caller's transaction; prune what is older than ``keep``.
+
+    ``items`` (see ``grouped``) only for a completed pass; None for one that could not complete.
+    """
+    stored = _items_to_store(conn, subject, name, items) if completed and items is not None else None
+    conn.execute(
+        sa.insert(t).values(
+            subject=subject,
+            name=name,
+            at=at,
+            outcome=outcome,
+            completed=completed,
+            drift=drift,
+            blocked=blocked,
+            counts=dict(counts or {}),
+            items=stored,
+        )
+    )
+    if keep is not None:
+        prune(conn, subject, name, at - keep)
+
+
+def prune(conn: Connection, subject: str, name: str, before: datetime) -> int:
+    """Delete the rows of one subject older than ``before``; how many went."""
+    return int(conn.execute(sa.delete(t).where(_subject(subject, name), t.c.at < before)).rowcount or 0)
+
+
+def recent(conn: Connection, subject: str, name: str, n: int = STRIP) -> list[PassRow]:
+    """The last ``n`` passes of ``subject``/``name``, oldest first, each with its items read back."""
+    rows = conn.execute(
+        sa.select(t).where(_subject(subject, name)).order_by(t.c.at.desc(), t.c.id.desc()).limit(n)
+    ).mappings().all()
+    rows = list(reversed(rows))
+    if not rows:
+        return []
+    base: dict[str, list[str]] | None = None
+    first = rows[0]
+    if first["completed"] and first["items"] is None:
+        found = conn.execute(
+            sa.select(ITEMS)
+            .where(
+                _subject(subject, name),
+                ITEMS.is_not(None),
+                sa.or_(t.c.at < first["at"], sa.and_(t.c.at == first["at"], t.c.id < first["id"])),
+            )
+            .order_by(t.c.at.desc(), t.c.id.desc())
+            .limit(1)
+        ).first()
+        base = found.items if found is not None else None
+    out = []
+    for r in rows:
+        if r["items"] is not None:
+            base = r["items"]
+        items = None
+        if r["completed"] and base is not None:
+            items = {item: reason for reason, ids in base.items() for item in ids}
+        out.append(
+            PassRow(
+                at=r["at"],
+                outcome=r["outcome"],
+                completed=r["completed"],
+                drift=r["drift"],
+                blocked=r["blocked"],
+                counts=dict(r["counts"] or {}),
+                items=items,
+            )
+        )
+    return out
+
+
+def record_reconciler_pass(
+    conn: Connection, name: str, values: Mapping[str, Any], keep: timedelta | None
+) -> None:
+    """The history row of one executed pass, from the values the runner gives ``record_executed``."""
+    completed = bool(values.get("completed"))
+    items = None
+    if completed:
+        items = grouped((f"{i['kind']}/{i['id']}", str(i["reason"])) for i in values.get("items") or [])
+    record(
+        conn,
+        RECONCILER,
+        name,
+        values["last_ran_at"],
+        outcome=str(values["health"]),
+        completed=completed,
+        drift=int(values.get("drift") or 0),
+        blocked=int(values.get("blocked") or 0),
+        counts=values.get("reasons") or {},
+        items=items,
+        keep=keep,
+    )
+
+
+def record_host_pass(
+    conn: Connection, host: str, report: Mapping[str, Any], at: datetime, keep: timedelta | None
+) -> None:
+    """The history row of one host pass (a ``PassReport`` in its JSON form), received at ``at``."""
+    resources = [r for r in report.get("resources") or [] if isinstance(r, dict)]
+    counts: dict[str, int] = {}
+    for r in resources:
+        counts[str(r.get("state"))] = counts.get(str(r.get("state")), 0) + 1
+    attention = [(str(r.get("id")), str(r.get("state"))) for r in resources if r.get("state") != "converged"]
+    record(
+        conn,
+        HOST,
+        host,
+        at,
+        outcome=str(report.get("state")),
+        completed=not report.get("incomplete"),
+        drift=len(attention),
+        counts=counts,
+        items=grouped(attention),
+        keep=keep,
+    )
+
+
+def first_seen(conn: Connection, subject: str, name: str, streak: int) -> datetime | None:
+    """When the completed pass ``streak - 1`` before the latest completed one ran: when an item with that
+    streak (consecutive passes that saw it diverged) first diverged. A pass that could not complete saw no
+    item, so it is not counted. None when history does not reach that far back (pruned, or older).
+    """
+    if streak < 1:
+        return None
+    return conn.execute(
+        sa.select(t.c.at).where(_subject(subject, name), t.c.completed.is_(True)).order_by(t.c.at.desc(), t.c.id.desc()).offset(streak - 1).limit(1)
+    ).scalar()
+
+
+def record_host(store: Store, host: str, report: Mapping[str, Any], keep: timedelta | None) -> None:
+    """For report intake: the history row of a host pass just stored, received now (the store's clock)."""
+    with store.begin() as conn:
+        record_host_pass(conn, host, report, store_now(conn), keep)
