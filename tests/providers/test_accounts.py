@@ -99,3 +99,41 @@ def test_accounts_in_an_empty_root(ctx):
     step(USER, UserSpec(name="web", group="web"), ctx)
     assert etc(ctx, "passwd") == ["web:x:1000:1000::/home/web:/bin/sh"]
     assert not (ctx.root / "etc/shadow").exists()  # no shadow file is invented
+
+
+HASH = "$6$saltsalt$" + "A" * 86
+
+
+def test_password_hash_lock_and_home_from_skel_in_a_root(ctx):
+    seed(ctx)
+    (ctx.root / "etc/skel").mkdir()
+    (ctx.root / "etc/skel/.profile").write_text("# profile\n")
+    (ctx.root / "etc/skel/link").symlink_to("/etc/passwd")  # copied as a link, never followed
+    (ctx.root / "etc/login.defs").write_text("UMASK 022\nHOME_MODE 0750\n")
+    spec = UserSpec(name="web", manage_home=True, password=HASH, locked=True)
+    change, unconfirmed = step(USER, spec, ctx)
+    assert change.action is Action.CREATE and unconfirmed is None
+    row = next(r for r in etc(ctx, "shadow") if r.startswith("web:"))
+    assert row.split(":")[1] == "!" + HASH
+    home = ctx.root / "home/web"
+    assert (home / ".profile").read_text() == "# profile\n"
+    assert (home / "link").is_symlink()
+    assert stat.S_IMODE(home.stat().st_mode) == 0o750
+    assert step(USER, spec, ctx)[0].action is Action.NONE
+    # Unlock: the hash stays, the "!" goes; the plan names no hash.
+    other = UserSpec(name="web", password="$6$other$" + "B" * 86, locked=False)
+    want = USER.desired("web", other, ctx)
+    change = USER.plan(want, USER.observe(want, ctx))
+    assert change.differences == ("password differs", "locked, want unlocked")
+    assert HASH not in repr(USER.observe(want, ctx)) and HASH not in repr(ctx.cache)
+
+
+def test_plain_text_passwords_are_refused_without_being_repeated():
+    import pytest
+    from pydantic import ValidationError
+
+    for value in ("hunter2", "!" + HASH, "$6$"):
+        with pytest.raises(ValidationError) as info:
+            UserSpec(name="web", password=value)
+        assert "hunter2" not in str(info.value).replace("input_value='hunter2'", "")
+    assert UserSpec(name="web", password="*").password == "*"

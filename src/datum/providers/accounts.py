@@ -28,6 +28,11 @@ class Table:
     path: str
     rows: tuple[tuple[str, ...], ...]
 
+    def __repr__(self) -> str:  # shadow and gshadow hold hashes: never in a repr or a traceback
+        if self.path in _SECRET:
+            return f"Table({self.path!r}, {len(self.rows)} rows)"
+        return f"Table({self.path!r}, {self.rows!r})"
+
     def get(self, name: str) -> tuple[str, ...] | None:
         for row in self.rows:
             if row and row[0] == name:

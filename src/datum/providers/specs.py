@@ -245,6 +245,10 @@ class LineSpec(Spec):
         return self
 
 
+# A crypt(3) hash: $id$[params$]salt$hash, in crypt's alphabet (yescrypt, SHA-512, SHA-256, bcrypt, ...).
+CRYPT_HASH = re.compile(r"^\$[0-9a-z]+(\$[A-Za-z0-9./=,+-]+){2,4}$")
+
+
 class PackageSpec(Spec):
     namevar = "name"
 
@@ -308,6 +312,33 @@ class UserSpec(Spec):
     )
     comment: str = Field(default="", pattern=r"^[^:\n]*$")
     system: bool = False
+    manage_home: bool = Field(
+        default=False,
+        description="Create the home directory from the root's /etc/skel when it does not exist.",
+    )
+    password: str | None = Field(
+        default=None,
+        repr=False,
+        description="A crypt(3) hash ($y$..., $6$..., $5$...) or '*'; plain text is refused. "
+        "Never shown in plans or reports.",
+    )
+    locked: bool | None = Field(
+        default=None,
+        description="Lock (true) or unlock (false) password login, as passwd -l / -u.",
+    )
+
+    @field_validator("password")
+    @classmethod
+    def _password_is_a_hash(cls, value: str | None) -> str | None:
+        # The message never repeats the value: it may be a password written in plain text.
+        if value is None or value == "*" or CRYPT_HASH.match(value):
+            return value
+        if value.startswith("!"):
+            raise ValueError("give the hash without '!': lock the account with locked: true")
+        raise ValueError(
+            "not a crypt(3) hash (such as $y$... or $6$... from mkpasswd); "
+            "a password in plain text is refused"
+        )
 
 
 class GroupSpec(Spec):

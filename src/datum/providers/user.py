@@ -1,12 +1,21 @@
 """``User``: an account in the root's etc/passwd (and etc/shadow when it exists), edited atomically.
 
 A user without ``group`` gets a private group of its own name, as useradd
-does on Debian. The home directory is not created: a ``Directory`` does that.
+does on Debian. With ``manage_home: true`` a missing home directory is made
+from the root's ``/etc/skel`` (as ``useradd -m``: mode from login.defs,
+everything owned by the user, links copied as links); an existing one is left
+alone, and removing the user never removes it. ``password`` is a crypt(3)
+hash written to etc/shadow and never shown: a plan says ``password differs``.
+``locked`` prefixes the shadow hash with ``!`` (as ``passwd -l``); like it,
+it stops password logins, not SSH keys.
 """
 
 from __future__ import annotations
 
+import os
+import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from datum.core.vocab import Action
@@ -30,6 +39,53 @@ class UserHave:
     row: tuple[str, ...] | None
     gid_name: str | None
     groups: frozenset[str]
+    shadow: tuple[str, ...] | None = None  # its etc/shadow row, when there is one
+    home_exists: bool = True  # looked at only with manage_home
+
+    def __repr__(self) -> str:  # the shadow row carries a hash: never in a repr or a traceback
+        return f"UserHave(row={self.row!r}, groups={sorted(self.groups)!r})"
+
+
+def locked_hash(field: str) -> tuple[bool, str]:
+    """A shadow password field as (locked, the hash without its lock)."""
+    return (True, field[1:]) if field.startswith("!") else (False, field)
+
+
+def home_mode(ctx: HostContext) -> int:
+    """The mode useradd -m gives a home: HOME_MODE from the root's login.defs, else 0777 & ~UMASK."""
+    values: dict[str, str] = {}
+    try:
+        for line in ctx.path("/etc/login.defs").read_text(errors="replace").splitlines():
+            parts = line.split()
+            if len(parts) >= 2 and not parts[0].startswith("#"):
+                values[parts[0]] = parts[1]
+        if "HOME_MODE" in values:
+            return int(values["HOME_MODE"], 8)
+        return 0o777 & ~int(values.get("UMASK", "077"), 8)
+    except (OSError, ValueError):
+        return 0o700
+
+
+def make_home(ctx: HostContext, home: str, uid: int, gid: int) -> None:
+    """``home`` from the root's /etc/skel, owned by uid:gid; links are copied, never followed."""
+    import shutil
+
+    target = ctx.path(home)
+    if target.exists() or target.is_symlink():
+        return
+    target.parent.mkdir(parents=True, exist_ok=True)
+    skel = ctx.path("/etc/skel")
+    tmp = target.with_name(f".datum-tmp-home-{os.getpid()}")
+    if skel.is_dir():
+        shutil.copytree(skel, tmp, symlinks=True)
+    else:
+        tmp.mkdir()
+    for dirpath, dirnames, filenames in os.walk(tmp):
+        for entry in (*dirnames, *filenames):
+            os.lchown(Path(dirpath) / entry, uid, gid)
+    os.chown(tmp, uid, gid)
+    os.chmod(tmp, home_mode(ctx))
+    os.rename(tmp, target)
 
 
 class UserProvider(Provider["UserSpec", UserWant, UserHave]):
@@ -45,7 +101,13 @@ class UserProvider(Provider["UserSpec", UserWant, UserHave]):
         groups = db.read_table(ctx, db.GROUP)
         gid_row = groups.by_id(int(row[3])) if row and len(row) > 3 and row[3].isdigit() else None
         member = frozenset(r[0] for r in groups.rows if want.spec.name in members_of(r))
-        return UserHave(row, gid_row[0] if gid_row else None, member)
+        shadow = None
+        if db.exists(ctx, db.SHADOW):
+            shadow = db.read_table(ctx, db.SHADOW).get(want.spec.name)
+        home = True
+        if want.spec.manage_home and row is not None:
+            home = ctx.path(want.home).is_dir()
+        return UserHave(row, gid_row[0] if gid_row else None, member, shadow, home)
 
     def plan(self, want: UserWant, have: UserHave) -> Change:
         s = want.spec
@@ -71,6 +133,13 @@ class UserProvider(Provider["UserSpec", UserWant, UserHave]):
             differences.append(
                 f"groups {','.join(sorted(have.groups)) or '-'}, want {','.join(sorted(s.groups)) or '-'}"
             )
+        if s.manage_home and not have.home_exists:
+            differences.append(f"no home directory {want.home}")
+        locked, current = locked_hash(have.shadow[1] if have.shadow and len(have.shadow) > 1 else "")
+        if s.password is not None and current != s.password:
+            differences.append("password differs")  # never the hash, old or new
+        if s.locked is not None and s.locked != locked:
+            differences.append("unlocked, want locked" if s.locked else "locked, want unlocked")
         return Change(Action.UPDATE, tuple(differences)) if differences else Change()
 
     def apply(self, want: UserWant, have: UserHave, change: Change, ctx: HostContext) -> str | None:
@@ -78,6 +147,7 @@ class UserProvider(Provider["UserSpec", UserWant, UserHave]):
         if change.action is Action.DELETE:
             db.remove_name(ctx, s.name, db.PASSWD, db.SHADOW)
             return None
+        shadow_row = self._shadow_row(ctx, s)  # refusals come before anything is written
         passwd = db.read_table(ctx, db.PASSWD)
         uid = (
             s.uid
@@ -98,15 +168,40 @@ class UserProvider(Provider["UserSpec", UserWant, UserHave]):
                 s.name, (s.name, "x", str(uid), str(gid), s.comment, want.home, want.shell)
             ),
         )
-        if db.exists(ctx, db.SHADOW):
-            shadow = db.read_table(ctx, db.SHADOW)
-            if shadow.get(s.name) is None:
-                db.write_table(
-                    ctx, shadow.with_row(s.name, (s.name, "!", "", "0", "99999", "7", "", "", ""))
-                )
+        if shadow_row is not None:
+            db.write_table(ctx, db.read_table(ctx, db.SHADOW).with_row(s.name, shadow_row))
         if s.groups is not None:
             self._memberships(ctx, s.name, set(s.groups))
+        if s.manage_home:
+            make_home(ctx, want.home, uid, gid)
         return None
+
+    def _shadow_row(self, ctx: HostContext, s: UserSpec) -> tuple[str, ...] | None:
+        """The etc/shadow row to write (None: none to write): created locked without a
+        password, then hash and lock as asked. Unlocking to no password is refused."""
+        if not db.exists(ctx, db.SHADOW):
+            if s.password is not None or s.locked is not None:
+                raise ProviderError(f"no {db.SHADOW} in the root: password and locked need it")
+            return None
+        shadow = db.read_table(ctx, db.SHADOW)
+        old = shadow.get(s.name)
+        today = str(int(time.time() // 86400))
+        row = list(old) if old else [s.name, "!", "", "0", "99999", "7", "", "", ""]
+        row += [""] * (9 - len(row))
+        locked, current = locked_hash(row[1])
+        if s.password is not None and s.password != current:
+            current = s.password
+            row[2] = today  # the date of the last password change, as passwd sets it
+            if old is None or s.locked is None:
+                locked = False
+        if s.locked is not None:
+            locked = s.locked
+        if not locked and current in ("", "*"):
+            if s.locked is False:
+                raise ProviderError(f"cannot unlock {s.name}: it has no password (give password:)")
+            locked = True
+        row[1] = ("!" if locked else "") + current
+        return tuple(row) if old is None or tuple(row) != old else None
 
     def _private_group(self, ctx: HostContext, name: str, uid: int, system: bool) -> int:
         """The gid of the group named like the user, created with gid = uid when that is free."""
