@@ -29,7 +29,7 @@ LOCK_NAME = "host-pass"
 # The store schema (Alembic revision of datum.store.migrations) whose ``hosts``
 # and ``locks`` columns the sqlite3 path below writes. Any other revision goes
 # through datum.store; a test fails when the store's HEAD moves past this.
-SCHEMA_REVISION = "0002"
+SCHEMA_REVISION = "0004"
 _SQLITE_TIME = "%Y-%m-%d %H:%M:%S.%f"  # SQLAlchemy's DATETIME text on SQLite
 
 
