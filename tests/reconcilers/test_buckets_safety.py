@@ -97,6 +97,42 @@ def test_a_root_that_reads_empty_once_settles_nothing_and_reaps_nothing(datum_cl
     assert datum.items()["logs"]["reason"] == "blocked_on_owner"
 
 
+def test_a_failed_pass_breaks_the_streak_so_an_outage_never_completes_a_confirmation(
+    datum_cli, both
+):
+    """Empty read, then a pass that cannot read the root at all, then another empty read.
+
+    Streaks count consecutive passes that saw the item diverged: the failed pass
+    saw nothing, so the read after the outage starts over instead of settling.
+    """
+    root, cfg = both
+    datum = Datum(datum_cli, cfg)
+    datum.active("logs", "photos")
+    (root / "logs" / "access.log").write_text("GET /")
+    datum("bucket", "delete", "logs")
+    datum.passes(2)
+    assert datum.statuses()["logs"] == "delete_blocked"
+
+    away = root.with_name("buckets.mounted")
+    root.rename(away)
+    root.mkdir()  # the mount point, nothing mounted on it
+    datum.passes(1)
+    assert datum.items()["logs"]["streak"] == 1
+    root.rmdir()
+    root.write_text("")  # the root cannot be read: the pass fails
+    datum.passes(1)
+    root.unlink()
+    root.mkdir()  # empty again after the outage
+    datum.passes(1)
+    assert datum.statuses() == {"logs": "delete_blocked", "photos": "active"}
+    assert datum.items()["logs"]["streak"] == 1
+    root.rmdir()
+    away.rename(root)
+    datum.passes(2)
+    assert (root / "logs" / "access.log").read_text() == "GET /"
+    assert datum.statuses() == {"logs": "delete_blocked", "photos": "active"}
+
+
 def test_a_directory_removed_by_hand_settles_only_after_confirmation(datum_cli, both):
     root, cfg = both
     datum = Datum(datum_cli, cfg)

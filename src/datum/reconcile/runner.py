@@ -47,7 +47,7 @@ from datum.reconcile.registry import Reconciler, Registry
 from datum.store import Store
 from datum.store.history import record_reconciler_pass
 from datum.store.locks import SESSION_HOLDER, SessionLock, release, session_lock, try_acquire
-from datum.store.memory import save_memory
+from datum.store.memory import break_streaks, save_memory
 from datum.store.runs import (
     LostClaim,
     NotDue,
@@ -299,6 +299,8 @@ class Runner:
                 claim.fence(conn)
                 for kind, memory in ctx.memories.items():
                     save_memory(conn, name, kind, memory)
+                if not completed:
+                    break_streaks(conn, name, ctx.memories.keys())
                 record_executed(conn, name, values)
                 # The pass's history row, fenced with it: an overtaken pass leaves no history either.
                 record_reconciler_pass(conn, name, values, self.settings.server.history)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 import sqlalchemy as sa
@@ -55,3 +55,17 @@ def save_memory(
                 for key, m in memory.items()
             ],
         )
+
+
+def break_streaks(conn: Connection, reconciler: str, observed: Collection[str]) -> None:
+    """A pass that could not observe a kind breaks its items' confirmation streaks.
+
+    Streaks count *consecutive* executed passes that saw the item diverged. A
+    pass that failed before it read a kind saw nothing, so the next read must
+    not complete a streak begun before the outage (and finalise on one read
+    after it). Failures and backoff are kept: they are about applies, not reads.
+    """
+    query = sa.update(t).where(t.c.reconciler == reconciler)
+    if observed:
+        query = query.where(t.c.kind.not_in(list(observed)))
+    conn.execute(query.values(streak=0))
