@@ -56,3 +56,36 @@ def test_with_a_cached_report_errors_still_come_from_the_routes(story):
     assert story.client.get(DRIFT).status_code == 401
     assert story.get(DRIFT + "?x=1").status_code == 200  # through the route: the same answer
     assert story.get(DRIFT + "?x=1").content == story.get(DRIFT).content
+
+
+def test_the_fast_path_never_asks_the_store_and_a_store_fault_is_answered_in_shape(story):
+    """An unknown token on a cached drift report must not block the event loop on the store.
+
+    The store lookup of a token the server has not seen fails (as a locked
+    store does after lock_wait): the fast path does not call it; the route does,
+    off the event loop, and answers 503 in the contract's shape.
+    """
+    from datum.core.findings import Problem
+
+    play(story)
+    assert story.get(DRIFT).status_code == 200  # cached, and the operator's token too
+    book = story.app.state.datum.tokens
+    asked: list[str] = []
+
+    def locked(digest: str) -> str | None:
+        import asyncio
+
+        try:
+            asyncio.get_running_loop()
+            asked.append("on the event loop")
+        except RuntimeError:
+            asked.append("in a worker thread")
+        raise Problem.one("UNAVAILABLE", "the store is locked")
+
+    book._lookup = locked
+    assert story.get(DRIFT).status_code == 200  # a cached token: the store is not asked
+    assert asked == []
+    r = story.client.get(DRIFT, headers={"Authorization": "Bearer datum_never_seen_before"})
+    assert r.status_code == 503, r.text
+    assert r.json()["issues"][0]["code"] == "UNAVAILABLE"
+    assert asked == ["in a worker thread"]

@@ -12,6 +12,7 @@ import logging
 from enum import StrEnum
 from typing import Any
 
+import anyio
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -201,8 +202,8 @@ def install(app: FastAPI) -> None:
         if request.url.path.startswith("/v1/"):
             from datum.api.security import authenticate
 
-            try:
-                authenticate(request)
+            try:  # may ask the store: off the event loop
+                await anyio.to_thread.run_sync(authenticate, request)
             except Problem as problem:
                 return problem_response(problem)
         return problem_response(_validation_problem(exc))

@@ -7,9 +7,11 @@ of CPU, which under 100 concurrent pollers on two cores puts the tail past
 is already known and good: the token resolves to a principal, Cedar's
 (memoised) decision is Allow, the registry is wired, the name is registered
 and a report is cached (a stale one starts its refresh, as through the
-route). Anything else (no token, a refusal, no report yet, an unknown name)
-falls through to the routes, so every error still
-has exactly one code path and one shape.
+route). The token must be known without asking the store (configured, or
+cached from an earlier request): nothing here blocks the event loop.
+Anything else (no token, a refusal, no report yet, an unknown name) falls
+through to the routes, so every error still has exactly one code path and
+one shape.
 """
 
 from __future__ import annotations
@@ -55,7 +57,8 @@ class DriftFastPath:
         if entry is None:
             return None
         token = bearer(scope)
-        principal = state.tokens.principal(token) if token else None
+        # Only a token known without the store: this runs on the event loop.
+        principal = state.tokens.known(token) if token else None
         if principal is None or not state.authorizer.allowed(principal, Action.READ_SUBSTRATE, reconciler(name)):
             return None
         return entry.body

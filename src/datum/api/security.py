@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
+import anyio
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
@@ -35,15 +36,32 @@ def path_resource(kind: str, param: str) -> ResourceOf:
     return resource
 
 
-def principal_of(request: Request, credentials: HTTPAuthorizationCredentials | None) -> str:
-    """The principal behind the request's bearer token, or ``401 UNAUTHENTICATED``."""
+def _presented(credentials: HTTPAuthorizationCredentials | None) -> str:
     if credentials is None or credentials.scheme.lower() != "bearer":
         raise Problem.one("UNAUTHENTICATED", "this request needs an 'Authorization: Bearer <token>' header")
-    principal = state_of(request).tokens.principal(credentials.credentials)
+    return credentials.credentials
+
+
+def _known(request: Request, principal: str | None) -> str:
     if principal is None:
         raise Problem.one("UNAUTHENTICATED", "the bearer token is not known to this server")
     request.state.principal = principal
     return principal
+
+
+def principal_of(request: Request, credentials: HTTPAuthorizationCredentials | None) -> str:
+    """The principal behind the request's bearer token, or ``401 UNAUTHENTICATED`` (may ask the store)."""
+    return _known(request, state_of(request).tokens.principal(_presented(credentials)))
+
+
+async def resolve(request: Request, credentials: HTTPAuthorizationCredentials | None) -> str:
+    """``principal_of`` for the event loop: a token not known in memory is looked up in a worker thread."""
+    token = _presented(credentials)
+    book = state_of(request).tokens
+    principal = book.known(token)
+    if principal is None:
+        principal = await anyio.to_thread.run_sync(book.principal, token)
+    return _known(request, principal)
 
 
 def authenticate(request: Request) -> str:
@@ -77,13 +95,14 @@ def needs(action: Action, resource: ResourceOf = _server) -> Callable[..., str]:
     """A dependency that authenticates the request and authorizes ``action``; returns the principal.
 
     It is ``async`` so a cached read never pays a thread hop: the decision is
-    memoised and a known token is an in-memory lookup.
+    memoised and a known token is an in-memory lookup; a token that is not
+    known yet is looked up in the store off the event loop.
     """
 
     async def dependency(
         request: Request, credentials: HTTPAuthorizationCredentials | None = Depends(bearer)
     ) -> str:
-        principal = principal_of(request, credentials)
+        principal = await resolve(request, credentials)
         decide(request, principal, action, resource(request))
         return principal
 

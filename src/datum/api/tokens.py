@@ -91,8 +91,13 @@ class TokenBook:
         self._store = store
         self._cache.clear()
 
-    def principal(self, token: str) -> str | None:
-        """The principal ``token`` belongs to, or None."""
+    def known(self, token: str) -> str | None:
+        """The principal of ``token`` when it is known without asking the store, else None.
+
+        For the event loop's fast path: never blocks on the store; a token it
+        cannot vouch for goes the long way, where a store fault is answered in
+        the contract's shape.
+        """
         if not token or len(token) > 200:
             return None
         h = digest(token)
@@ -100,9 +105,15 @@ class TokenBook:
             if hmac.compare_digest(known, h):
                 return principal
         hit = self._cache.get(h)
+        return hit[0] if hit is not None and hit[1] > time.monotonic() else None
+
+    def principal(self, token: str) -> str | None:
+        """The principal ``token`` belongs to, or None."""
+        found = self.known(token)
+        if found is not None or not token or len(token) > 200:
+            return found
+        h = digest(token)
         now = time.monotonic()
-        if hit is not None and hit[1] > now:
-            return hit[0]
         found = self._lookup(h)
         if found is not None:
             if len(self._cache) > 10_000:
