@@ -261,6 +261,17 @@ class HostSettings(_Strict):
         return self
 
 
+class FleetSettings(_Strict):
+    """The ``[fleet]`` section: the server's manifests and node classification (``docs/fleet.md``)."""
+
+    manifests: Path | None = Field(
+        default=None, description="Directory of manifests with nodes.yaml; GET /v1/hosts/{host}/manifest serves from it."
+    )
+    stale_after: float = Field(
+        default=3.0, gt=0, description="A host silent for this many of its agent's intervals reads unknown."
+    )
+
+
 class Settings(_Strict):
     """The whole configuration file."""
 
@@ -269,6 +280,7 @@ class Settings(_Strict):
     reconcilers: dict[str, dict[str, Any]] = Field(default_factory=dict)
     host: HostSettings = HostSettings()
     server: ServerSettings = ServerSettings()
+    fleet: FleetSettings = FleetSettings()
 
     @property
     def store_url(self) -> str:
@@ -307,6 +319,10 @@ def load_settings(path: str | os.PathLike[str] | None = None) -> Settings:
             raise Problem(
                 [Finding("INVALID_INPUT", f"configuration file {file} is not valid TOML: {exc}",
                          fields=(FieldError("", str(exc)),))]
+            ) from exc
+        except UnicodeDecodeError as exc:
+            raise Problem.one(
+                "INVALID_INPUT", f"configuration file {file} is not UTF-8 (byte {exc.start})"
             ) from exc
         except OSError as exc:
             raise Problem.one("INVALID_INPUT", f"cannot read {file}: {exc.strerror}") from exc

@@ -150,7 +150,7 @@ def test_apply_on_a_full_disk_prints_the_pass_lines_then_the_real_error(tmp_path
         first = datum("apply", str(manifest), "--root", str(root), "--state", str(state))
         assert first.returncode == 2, first.stderr
         (root / "big").write_text("edited by hand\n")
-        fill(small, leave=64 * 1024)  # room to open the store, not for a report with a 300 kB diff
+        fill(small, leave=4 * 1024)  # room to open the store, not for a report with a 20 kB diff
         run = datum("apply", str(manifest), "--root", str(root), "--state", str(state), "--mode", "observe")
     assert run.stdout.startswith("File[big]"), run.stdout + run.stderr  # the pass lines, first
     assert "host state: drifted" in run.stdout

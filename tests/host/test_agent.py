@@ -35,15 +35,21 @@ def test_a_second_pass_waits_then_refuses_clearly(host):
     assert host.apply(manifest).code == 0  # released
 
 
+def _table_state(host) -> str:
+    """A store URL as ``--state``: the lease lives in the store's ``locks`` table (not a local file)."""
+    return f"sqlite+pysqlite:///{host.base / 'table.db'}"
+
+
 def test_an_expired_lease_does_not_wedge_the_host(host):
     manifest = host.manifest(MANIFEST)
-    host.apply(manifest)
-    store = StateStore(store_url(str(host.state)))
+    url = _table_state(host)
+    host.apply(manifest, "--state", url)
+    store = StateStore(url)
     try:
         assert store._try_acquire("crashed-agent", timedelta(seconds=-1))  # already expired
     finally:
         store.close()
-    assert host.apply(manifest).code == 0
+    assert host.apply(manifest, "--state", url).code == 0
 
 
 class _Collector(BaseHTTPRequestHandler):
@@ -122,7 +128,7 @@ def test_exit_code_bits(states, changed, reboot, code):
 
 
 def test_state_store_on_any_store_url(store_url):
-    """The agent's store works on PostgreSQL too, through datum.store."""
+    """The agent's state works on a local file and, as a store URL, on PostgreSQL through datum.store."""
     from datum.store import open_store
     from datum.store.hosts import get_host
 
@@ -135,6 +141,8 @@ def test_state_store_on_any_store_url(store_url):
         assert agent_store.hosts() == ["h1"]
     finally:
         agent_store.close()
+    if store_url.startswith("sqlite:///"):
+        return  # a SQLite path is the agent's local file: the server's store never sees it
     store = open_store(store_url)
     try:
         assert get_host(store, "h1")["report"] == report
@@ -147,7 +155,7 @@ def test_an_unreadable_report_reads_as_unknown(host):
 
     host.apply(host.manifest(MANIFEST))
     db = sqlite3.connect(host.state)
-    db.execute("UPDATE hosts SET report = 'not json {'")
+    db.execute("UPDATE agent_reports SET report = 'not json {'")
     db.commit()
     db.close()
     status = host.status("--json")
@@ -184,8 +192,9 @@ def test_a_long_pass_renews_its_lease(host):
 def test_renew_refuses_a_lease_someone_else_holds(host):
     from datum.core.findings import Problem
 
-    host.apply(host.manifest(MANIFEST))
-    store = StateStore(store_url(str(host.state)))
+    url = _table_state(host)
+    host.apply(host.manifest(MANIFEST), "--state", url)
+    store = StateStore(url)
     try:
         assert store._try_acquire("me", timedelta(minutes=1))
         store.renew("me", timedelta(minutes=1))
@@ -195,30 +204,16 @@ def test_renew_refuses_a_lease_someone_else_holds(host):
         store.close()
 
 
-def test_the_sqlite3_path_knows_the_store_schema_revision():
-    """A new store migration must be looked at here: the agent writes those tables without SQLAlchemy."""
-    from datum.host.statefile import SCHEMA_REVISION
-    from datum.store.migrate import HEAD
-
-    assert SCHEMA_REVISION == HEAD
-
-
-def test_a_store_not_at_the_known_revision_goes_through_datum_store(host):
+def test_the_local_state_file_holds_no_table_of_the_servers_store(host):
+    """One writer per table: the agent's file has its own tables only, made without SQLAlchemy."""
     import sqlite3
 
     host.apply(host.manifest(MANIFEST))
     db = sqlite3.connect(host.state)
-    db.execute("DROP TABLE alembic_version")  # as a store made before migrations existed
-    db.commit()
+    names = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     db.close()
-    store = StateStore(store_url(str(host.state)))
-    try:
-        assert store._db is None and store._store is not None  # migrated through SQLAlchemy
-        assert store.get(store.hosts()[0])["state"] == "converged"
-    finally:
-        store.close()
-    again = StateStore(store_url(str(host.state)))
-    try:
-        assert again._db is not None  # current now: the sqlite3 path
-    finally:
-        again.close()
+    assert "agent_reports" in names
+    assert not names & {"hosts", "locks", "alembic_version", "tokens", "item_memory"}
+    after = host.status()
+    assert after.code == 0
+    assert "host state: converged" in after.out

@@ -218,21 +218,19 @@ def test_status_reads_the_persisted_state_without_a_pass(host):
     assert "File[index.html]" in after.out
 
 
-def test_report_is_readable_through_the_store_layer(host):
-    """The agent writes the hosts table without SQLAlchemy; the server reads it with SQLAlchemy."""
-    from datum.store import open_store
-    from datum.store.hosts import get_host, list_hosts
+def test_the_report_is_kept_in_the_local_state_file_not_the_servers_store(host):
+    """The agent writes its own file (no SQLAlchemy); the server learns about hosts from reports only."""
+    import sqlite3
 
     result = host.apply(host.manifest(WEB), "--json")
-    store = open_store(f"sqlite:///{host.state}")
+    db = sqlite3.connect(host.state)
     try:
-        (row,) = list_hosts(store)
-        assert row["state"] == "converged"
-        assert row["report"] == result.json
-        assert row["finishedAt"].isoformat() == result.json["finishedAt"]
-        assert get_host(store, row["host"])["bootId"] == "boot-1"
+        (stored,) = db.execute("SELECT report FROM agent_reports").fetchall()
+        names = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     finally:
-        store.dispose()
+        db.close()
+    assert json.loads(stored[0]) == result.json
+    assert "hosts" not in names
 
 
 def test_plan_shows_diffs_and_changes_nothing(host):

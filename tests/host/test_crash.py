@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from datum.core.findings import Problem
-from datum.host.statefile import StateStore, lock_path, store_url
+from datum.host.statefile import StateStore, lock_path
 
 from .conftest import DATUM, Host
 
@@ -148,8 +148,7 @@ def test_sigkill_mid_pass_on_any_store(host, store_url):
 
 
 def _table_store(tmp_path: Path) -> StateStore:
-    store = StateStore(store_url(str(tmp_path / "state.db")))  # a new file: through datum.store
-    store._path = None  # as for a store URL: the lease lives in the locks table
+    store = StateStore(f"sqlite+pysqlite:///{tmp_path / 'state.db'}")  # a store URL: through datum.store
     return store
 
 

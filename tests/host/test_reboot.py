@@ -149,7 +149,7 @@ def test_automatic_reboots_once_per_boot_and_after_the_report_is_persisted(host)
     assert flag.exists()
     import sqlite3
 
-    row = sqlite3.connect(snapshot).execute("SELECT state FROM hosts").fetchone()
+    row = sqlite3.connect(snapshot).execute("SELECT state FROM agent_reports").fetchone()
     assert row == ("awaiting-reboot",)
     flag.unlink()
     again = host.apply(host.manifest(IDLE))

@@ -25,12 +25,41 @@ class Action(StrEnum):
     READ_SUBSTRATE = "observability:ReadSubstrate"
     READ_HOST = "fleet:ReadHost"
     REPORT_PASS = "fleet:ReportPass"
+    READ_MANIFEST = "fleet:ReadManifest"
     BUCKETS_READ = "buckets:Read"
     BUCKETS_WRITE = "buckets:Write"
 
 
 Resource = tuple[str, str]
 SERVER: Resource = ("Server", "datum")
+
+
+# A token bound to one host speaks for ``<principal>@host:<host>``: a Cedar ``Principal`` whose
+# ``host`` attribute is that ``Host`` (':' is not allowed in a principal's own name).
+BOUND = "@host:"
+
+
+def bound(principal: str, host: str) -> str:
+    """The principal of a token bound to ``host``."""
+    return f"{principal}{BOUND}{host}"
+
+
+def _entities(principal: str) -> str:
+    """The Cedar entities a decision for ``principal`` needs: a bound principal and its host attribute."""
+    import json
+
+    if BOUND not in principal:
+        return "[]"
+    name, _, host = principal.partition(BOUND)
+    return json.dumps(
+        [
+            {
+                "uid": {"type": "Principal", "id": principal},
+                "attrs": {"name": name, "host": {"__entity": {"type": "Host", "id": host}}},
+                "parents": [],
+            }
+        ]
+    )
 
 
 def reconciler(name: str) -> Resource:
@@ -110,7 +139,7 @@ class Authorizer:
                 "context": {},
             },
             self.policies,
-            self.entities,
+            self.entities if BOUND not in principal else cedarpy.Entities.from_json_str(_entities(principal), self.schema),
             self.schema,
         )
         decision = result.decision == cedarpy.Decision.Allow

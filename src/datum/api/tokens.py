@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 
 import sqlalchemy as sa
 
+from datum.api.authz import bound
 from datum.core.findings import FieldError, invalid
 from datum.store import Store
 from datum.store.types import UTCDateTime
@@ -33,6 +34,8 @@ tokens = sa.Table(
     sa.Column("sha256", sa.String(64), primary_key=True),
     sa.Column("principal", sa.String(100), nullable=False, index=True),
     sa.Column("created_at", UTCDateTime, nullable=False),
+    # The one host a token may speak for (datum token create --host); added by migration 0003.
+    sa.Column("host", sa.String(253)),
 )
 
 _PRINCIPAL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,99}$")
@@ -53,14 +56,21 @@ def digest(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8", "surrogateescape")).hexdigest()
 
 
-def create(store: Store, principal: str) -> str:
-    """Mint a token for ``principal``, store its hash, and return the token (shown once)."""
+def create(store: Store, principal: str, host: str | None = None) -> str:
+    """Mint a token for ``principal`` (bound to ``host`` when given), store its hash, return the token (shown once)."""
     check_principal(principal)
+    if host is not None and not re.match(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,252}$", host):
+        raise invalid(
+            [FieldError("host", "1-253 of letters, digits and '_.-', starting with a letter or digit")],
+            f"host {host!r} is not a valid host name",
+        )
     token = PREFIX + secrets.token_urlsafe(32)
     store.ensure(metadata)
     with store.begin() as conn:
         conn.execute(
-            sa.insert(tokens).values(sha256=digest(token), principal=principal, created_at=datetime.now(UTC))
+            sa.insert(tokens).values(
+                sha256=digest(token), principal=principal, created_at=datetime.now(UTC), host=host
+            )
         )
     return token
 
@@ -125,5 +135,7 @@ class TokenBook:
         if self._store is None:
             return None
         with self._store.connect() as conn:
-            row = conn.execute(sa.select(tokens.c.principal).where(tokens.c.sha256 == h)).first()
-        return None if row is None else str(row.principal)
+            row = conn.execute(sa.select(tokens.c.principal, tokens.c.host).where(tokens.c.sha256 == h)).first()
+        if row is None:
+            return None
+        return bound(str(row.principal), str(row.host)) if row.host else str(row.principal)

@@ -55,6 +55,8 @@ def _prepare(manifest: str, config: str | None, allow_outside: bool = False) -> 
     from datum.host import compiled
 
     key = compiled.cache_key(manifest, config)
+    if key is not None and _includes(manifest):  # the cache keys one file's bytes, not its includes'
+        key = None
     if key is not None and allow_outside:  # validated under another rule: another entry
         key = f"{key[:48]}-outside"
     hit = compiled.load(key)
@@ -66,6 +68,14 @@ def _prepare(manifest: str, config: str | None, allow_outside: bool = False) -> 
     loaded = load_manifest(manifest, allow_source_outside=allow_outside)
     compiled.store(key, host_config, loaded)
     return host_config, loaded
+
+
+def _includes(manifest: str) -> bool:
+    try:
+        with open(manifest, "rb") as f:
+            return b"include" in f.read()
+    except OSError:
+        return False
 
 
 def _state_url(state: str | None, host_config: Any) -> str:
@@ -191,12 +201,33 @@ def plan(manifest: str, root: str, as_json: bool, config: str | None, allow_outs
 
 
 @click.command()
-@click.argument("manifest", type=click.Path(dir_okay=False))
+@click.argument("manifest", type=click.Path(dir_okay=False), required=False)
 @_JSON
 @_OUTSIDE
-def validate(manifest: str, as_json: bool, allow_outside: bool) -> int:
+@click.option(
+    "--fleet",
+    "fleet",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Validate a fleet directory instead: nodes.yaml and every rule's manifests, at once.",
+)
+def validate(manifest: str | None, as_json: bool, allow_outside: bool, fleet: str | None) -> int:
     """Validate MANIFEST whole: every finding at once, at its field path; exit 65 when not valid."""
     from datum.host.manifest import load_manifest
+
+    if fleet is not None:
+        from pathlib import Path
+
+        from datum.fleet.effective import check_fleet
+
+        rules, manifests = check_fleet(Path(fleet))
+        if as_json:
+            click.echo(json.dumps({"valid": True, "rules": rules, "manifests": manifests}))
+        else:
+            click.echo(f"{fleet}: valid, {rules} rules, {manifests} manifests")
+        return 0
+    if manifest is None:
+        raise click.UsageError("give a MANIFEST, or --fleet DIR")
 
     loaded = load_manifest(manifest, allow_source_outside=allow_outside)
     if as_json:

@@ -193,8 +193,13 @@ def run(
     state_url: str | None,
     progress: Progress | None = None,
     persist: bool = True,
+    extra: dict[str, Any] | None = None,
 ) -> PassResult:
-    """One pass over a validated manifest; persist the report unless ``persist`` is False (``datum plan``)."""
+    """One pass over a validated manifest; persist the report unless ``persist`` is False (``datum plan``).
+
+    ``extra`` adds fields to the report before it is persisted (``datum agent``: ``passId``,
+    ``seq``, ``manifestDigest``, ...); a report with a ``seq`` is spooled with it, in one transaction.
+    """
     from datum.providers.facts import read_boot_id
 
     root_path = Path(os.path.realpath(root))  # a symlinked --root: resolved once, every write under it
@@ -256,6 +261,7 @@ def run(
             report["bootId"] = boot_id
         if reboot:
             report["reboot"] = reboot
+        report.update(extra or {})
         if store:
             store.record(host, report)
     return PassResult(report, outcomes, code, reboot_now and persist, warnings)

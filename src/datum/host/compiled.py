@@ -55,7 +55,8 @@ class HostConfig:
             reboot_policy=h.reboot_policy,
             maintenance_window=h.maintenance_window,
             reboot_command=h.reboot_command,
-            store_url=store_url(h.state) if h.state else str(settings.store_url),
+            # The agent's own local state file; the server's store is the server's alone.
+            store_url=store_url(h.state or str(Path(settings.home) / "agent.db")),
             boot_id_file=h.boot_id_file,
             lock_wait=h.lock_wait,
             lock_ttl=h.lock_ttl,

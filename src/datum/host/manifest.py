@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from datum.providers.specs import Spec
 
 IDENTITY = re.compile(r"^([A-Z][A-Za-z0-9]*)\[(.+)\]$")
-_TOP = {"resources"}
+_TOP = {"resources", "include"}
 
 
 @dataclass(frozen=True)
@@ -296,6 +296,12 @@ def parse_manifest(
     doc, found = _yaml(text, source)
     if doc is None:
         doc = {}
+    if isinstance(doc, dict) and "include" in doc:
+        from datum.host.include import expand
+
+        top = Path(source) if Path(source).is_absolute() else directory / "<manifest>"
+        doc, included = expand(doc, top, directory)
+        found.extend(included)
     if not isinstance(doc, dict):
         raise invalid(
             [FieldError("", "a manifest is a mapping with a 'resources' list")],

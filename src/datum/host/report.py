@@ -95,4 +95,23 @@ class PassReport(_Model):
     )
     counts: dict[ResourceState, int] = Field(default_factory=dict)
     reboot: RebootStatus | None = None
+    pass_id: str | None = Field(
+        default=None, alias="passId", max_length=64, description="The pass's id (a UUID), set by `datum agent`."
+    )
+    seq: int | None = Field(
+        default=None, ge=0, le=2**62,
+        description="The agent's per-host sequence number: a report never replaces one with a higher number.",
+    )
+    manifest_digest: str | None = Field(
+        default=None, alias="manifestDigest", max_length=100,
+        description="The digest of the effective manifest the pass ran (`sha256:...`), as the server's ETag.",
+    )
+    manifest_origin: str | None = Field(
+        default=None, alias="manifestOrigin", max_length=500,
+        description="Where `datum agent` got the manifest: `server`, or `cached: <why the server's was not fetched>`.",
+    )
+    interval_seconds: float | None = Field(
+        default=None, alias="intervalSeconds", ge=0,
+        description="The agent's interval; a host silent for a few of them reads unknown.",
+    )
     resources: list[ResourceReport] = Field(default_factory=list)

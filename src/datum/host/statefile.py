@@ -1,15 +1,18 @@
-"""The agent's state store: the last pass report per host, and the lease that keeps passes one at a time.
+"""The host's own state: the last pass report per host, and the lock that keeps passes one at a time.
 
-The tables are the store's (``datum.store.hosts``, ``datum.store.schema.locks``).
-For a SQLite store whose schema exists, the agent reads and writes them with
-the standard library's ``sqlite3`` in the same formats SQLAlchemy uses,
-because importing SQLAlchemy alone costs more than the whole idle-pass budget
-(measured: about 0.3-0.6 s on the 2-core machine). Any other store, or a
-SQLite file without the schema yet, goes through ``datum.store``.
+A SQLite path (``--state PATH``, default ``$DATUM_HOME/agent.db``) is the
+agent's *local* state file: its tables (``agent_reports`` here, the spool and
+the last fetched manifest of ``datum.agent.state``) are made and written by
+the agent alone with the standard library's ``sqlite3``, never by the server,
+and share no table with the server's store. The server learns about hosts
+from their reports only. Importing SQLAlchemy alone costs more than the whole
+idle-pass budget (about 0.3-0.6 s on the 2-core machine), so this path never
+imports it. A store URL (``postgresql://...``) given as ``--state`` still goes
+through ``datum.store`` (its ``hosts`` and ``locks`` tables).
 
-One pass at a time: a SQLite store is locked with ``flock`` beside its file,
-which the kernel releases with the process however it dies; any other store
-keeps a lease in ``locks`` that a holder proven dead loses at once.
+One pass at a time: a SQLite state file is locked with ``flock`` beside it,
+which the kernel releases with the process however it dies; a store URL keeps
+a lease in ``locks`` that a holder proven dead loses at once.
 """
 
 from __future__ import annotations
@@ -26,11 +29,35 @@ from typing import Any
 from datum.core.findings import Problem
 
 LOCK_NAME = "host-pass"
-# The store schema (Alembic revision of datum.store.migrations) whose ``hosts``
-# and ``locks`` columns the sqlite3 path below writes. Any other revision goes
-# through datum.store; a test fails when the store's HEAD moves past this.
-SCHEMA_REVISION = "0004"
-_SQLITE_TIME = "%Y-%m-%d %H:%M:%S.%f"  # SQLAlchemy's DATETIME text on SQLite
+# The local file's own schema: one table here, more in datum.agent.state. Made with
+# CREATE TABLE IF NOT EXISTS, so a version is only needed when a column changes.
+LOCAL_SCHEMA = """
+CREATE TABLE IF NOT EXISTS agent_reports (
+    host TEXT PRIMARY KEY,
+    state TEXT NOT NULL,
+    finished_at TEXT,
+    updated_at TEXT NOT NULL,
+    report TEXT NOT NULL
+);
+-- datum agent: reports not yet delivered to the server, in sequence order.
+CREATE TABLE IF NOT EXISTS agent_spool (
+    seq INTEGER PRIMARY KEY,
+    pass_id TEXT NOT NULL,
+    report TEXT NOT NULL
+);
+-- datum agent: the last manifest the server gave (applied when it cannot be fetched).
+CREATE TABLE IF NOT EXISTS agent_manifest (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    digest TEXT NOT NULL,
+    body BLOB NOT NULL,
+    fetched_at TEXT NOT NULL
+);
+-- datum agent: counters (the per-host sequence number).
+CREATE TABLE IF NOT EXISTS agent_meta (
+    key TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+"""
 
 
 class Unreadable(Exception):
@@ -66,10 +93,6 @@ def sqlite_path(url: str) -> str | None:
     return None
 
 
-def _when(value: datetime) -> str:
-    return value.astimezone(UTC).strftime(_SQLITE_TIME)
-
-
 class StateStore:
     """Where pass reports live, keyed by host name."""
 
@@ -82,38 +105,13 @@ class StateStore:
         self._durable = False
         # The record of a pass that died holding the lock this process took next.
         self.taken_over: dict[str, Any] | None = None
-        if self._path is None or not self._current():
+        if self._path is None:
             from datum.store import open_store
 
             # Creates or migrates the schema; this process then stays on SQLAlchemy.
             self._store = open_store(self.url)
-
-    # -- backends ---------------------------------------------------------------------------
-    def _current(self) -> bool:
-        """Whether the SQLite file has the schema revision this module writes; then keep it open."""
-        import sqlite3
-
-        assert self._path is not None
-        if not os.path.exists(self._path):
-            return False
-        try:
-            db = sqlite3.connect(self._path, timeout=10, isolation_level=None)
-            names = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-            revision = (
-                db.execute("SELECT version_num FROM alembic_version").fetchone()
-                if "alembic_version" in names
-                else None
-            )
-        except sqlite3.Error as exc:
-            raise Problem.one(
-                "UNAVAILABLE", f"cannot open the state store {self._path}: {_why(exc, self._path)}"
-            ) from exc
-        if revision == (SCHEMA_REVISION,) and {"hosts", "locks"} <= names:
-            db.execute("PRAGMA busy_timeout=10000")
-            self._db = db
-            return True
-        db.close()
-        return False
+        else:
+            self._db = open_local(self._path)
 
     def close(self) -> None:
         if self._db is not None:
@@ -125,7 +123,7 @@ class StateStore:
     def get(self, host: str) -> dict[str, Any] | None:
         """The last persisted pass report of ``host``, or None; ``Unreadable`` when it cannot be read."""
         if self._db is not None:
-            row = self._db.execute("SELECT report FROM hosts WHERE host = ?", (host,)).fetchone()
+            row = self._db.execute("SELECT report FROM agent_reports WHERE host = ?", (host,)).fetchone()
             try:
                 report = json.loads(row[0]) if row else None
             except ValueError as exc:
@@ -143,7 +141,7 @@ class StateStore:
 
     def hosts(self) -> list[str]:
         if self._db is not None:
-            return [r[0] for r in self._db.execute("SELECT host FROM hosts ORDER BY host")]
+            return [r[0] for r in self._db.execute("SELECT host FROM agent_reports ORDER BY host")]
         from datum.store.hosts import list_hosts
 
         return [h["host"] for h in list_hosts(self._store)]
@@ -167,26 +165,18 @@ class StateStore:
             record_pass(self._store, host, report)
             return
         finished = report.get("finishedAt")
-        values = (
-            report["state"],
-            report.get("reason"),
-            report.get("bootId"),
-            _when(datetime.fromisoformat(finished)) if finished else None,
-            _when(datetime.now(UTC)),
-            json.dumps(report),
-        )
         db = self._db
         db.execute("BEGIN IMMEDIATE")
         try:
-            cur = db.execute(
-                "UPDATE hosts SET state=?, reason=?, boot_id=?, finished_at=?, updated_at=?, report=? WHERE host=?",
-                (*values, host),
+            db.execute(
+                "INSERT OR REPLACE INTO agent_reports (host, state, finished_at, updated_at, report)"
+                " VALUES (?, ?, ?, ?, ?)",
+                (host, report["state"], finished, datetime.now(UTC).isoformat(), json.dumps(report)),
             )
-            if cur.rowcount == 0:
+            if isinstance(report.get("seq"), int):  # datum agent's pass: to be delivered, with it
                 db.execute(
-                    "INSERT INTO hosts (state, reason, boot_id, finished_at, updated_at, report, host)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    (*values, host),
+                    "INSERT OR IGNORE INTO agent_spool (seq, pass_id, report) VALUES (?, ?, ?)",
+                    (report["seq"], str(report.get("passId", "")), json.dumps(report)),
                 )
             db.execute("COMMIT")
         except BaseException:
@@ -196,33 +186,9 @@ class StateStore:
 
     # -- the one-pass-at-a-time lease -------------------------------------------------------
     def _try_acquire(self, holder: str, ttl: timedelta) -> bool:
-        now = datetime.now(UTC)
-        if self._db is None:
-            from datum.store.locks import try_acquire
+        from datum.store.locks import try_acquire
 
-            return try_acquire(self._store, LOCK_NAME, holder, now, ttl)
-        db = self._db
-        db.execute("BEGIN IMMEDIATE")
-        try:
-            exists = db.execute("SELECT name FROM locks WHERE name = ?", (LOCK_NAME,)).fetchone()
-            if exists is None:
-                db.execute(
-                    "INSERT INTO locks (name, holder, expires_at) VALUES (?, ?, ?)",
-                    (LOCK_NAME, holder, _when(now + ttl)),
-                )
-                taken = 1
-            else:
-                taken = db.execute(
-                    "UPDATE locks SET holder=?, expires_at=? WHERE name=?"
-                    " AND (holder IS NULL OR expires_at < ? OR holder = ?)",
-                    (holder, _when(now + ttl), LOCK_NAME, _when(now), holder),
-                ).rowcount
-            db.execute("COMMIT")
-        except BaseException:
-            if db.in_transaction:  # SQLite already rolled back on a full disk: keep the real error
-                db.execute("ROLLBACK")
-            raise
-        return taken == 1
+        return try_acquire(self._store, LOCK_NAME, holder, datetime.now(UTC), ttl)
 
     def _acquire_or_refuse(
         self, holder: str, ttl: timedelta, wait: timedelta, errors: type[Exception]
@@ -265,15 +231,9 @@ class StateStore:
         return f"{holder} (lease until {expires} UTC)" if holder else "another agent"
 
     def _release(self, holder: str) -> None:
-        if self._db is None:
-            from datum.store.locks import release
+        from datum.store.locks import release
 
-            release(self._store, LOCK_NAME, holder)
-            return
-        self._db.execute(
-            "UPDATE locks SET holder=NULL, expires_at=NULL WHERE name=? AND holder=?",
-            (LOCK_NAME, holder),
-        )
+        release(self._store, LOCK_NAME, holder)
 
     def _take_from_dead(self, holder: str, ttl: timedelta, boot_id: str) -> dict[str, Any] | None:
         """Take the lease from a holder proven dead (this host, this boot, its process gone): its record."""
@@ -409,6 +369,22 @@ class StateStore:
             expired = expires is not None and expires.replace(tzinfo=UTC) < datetime.now(UTC)
             running = record is not None and not expired and _alive(record, boot_id)
         return {**record, "running": running} if record else None
+
+
+def open_local(path: str) -> Any:
+    """The agent's local state file, its tables made when missing (``sqlite3``, autocommit)."""
+    import sqlite3
+
+    try:
+        db = sqlite3.connect(path, timeout=10, isolation_level=None)
+        db.execute("PRAGMA busy_timeout=10000")
+        if not db.execute("SELECT 1 FROM sqlite_master WHERE name='agent_meta'").fetchone():
+            db.executescript(LOCAL_SCHEMA)
+    except sqlite3.Error as exc:
+        raise Problem.one(
+            "UNAVAILABLE", f"cannot open the state file {path}: {_why(exc, path)}"
+        ) from exc
+    return db
 
 
 # -- who holds the pass lock ------------------------------------------------------------------

@@ -12,9 +12,18 @@ from datum.store.engine import Store
 from datum.store.schema import hosts
 
 
-def record_pass(store: Store, host: str, report: dict[str, Any]) -> None:
-    """Persist ``report`` (a ``PassReport`` in its JSON form) as ``host``'s latest pass."""
+def record_pass(store: Store, host: str, report: dict[str, Any]) -> str:
+    """Persist ``report`` (a ``PassReport`` in its JSON form) as ``host``'s latest pass.
+
+    A report with a ``seq`` (an agent's per-host sequence number) replaces the
+    stored one only when it is newer: the same pass again is ``"duplicate"``,
+    an older one ``"older"``; both leave the row alone. Returns ``"stored"``
+    otherwise. The comparison and the write are one statement, so two servers
+    taking the same host's reports at once cannot put an older pass last.
+    """
     finished = report.get("finishedAt")
+    seq = report.get("seq")
+    seq = seq if isinstance(seq, int) and not isinstance(seq, bool) else None
     values = {
         "state": report["state"],
         "reason": report.get("reason"),
@@ -22,11 +31,20 @@ def record_pass(store: Store, host: str, report: dict[str, Any]) -> None:
         "finished_at": datetime.fromisoformat(finished) if isinstance(finished, str) else finished,
         "updated_at": datetime.now(UTC),
         "report": report,
+        "pass_id": report.get("passId"),
+        "seq": seq,
     }
+    newer = sa.true() if seq is None else sa.or_(hosts.c.seq.is_(None), hosts.c.seq < seq)
     with store.begin() as conn:
-        updated = conn.execute(sa.update(hosts).where(hosts.c.host == host).values(**values))
-        if updated.rowcount == 0:
+        updated = conn.execute(sa.update(hosts).where(hosts.c.host == host, newer).values(**values))
+        if updated.rowcount:
+            return "stored"
+        row = conn.execute(sa.select(hosts.c.pass_id, hosts.c.seq).where(hosts.c.host == host)).first()
+        if row is None:
             conn.execute(sa.insert(hosts).values(host=host, **values))
+            return "stored"
+    same = row.pass_id is not None and row.pass_id == report.get("passId")
+    return "duplicate" if same or row.seq == seq else "older"
 
 
 # The report column as the store holds it: text that may not be JSON at all (a torn write, a
@@ -57,6 +75,8 @@ def _row(r: Any) -> dict[str, Any]:
         "finishedAt": r["finished_at"],
         "updatedAt": r["updated_at"],
         "report": report,
+        "passId": r["pass_id"],
+        "seq": r["seq"],
     }
     if unreadable:
         row["unreadable"] = unreadable

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Body, Depends, Path, Request
+import json
+from typing import Any
+
+from fastapi import APIRouter, Body, Depends, Header, Path, Request, Response
 
 from datum.api.authz import Action
 from datum.api.errors import error_responses
@@ -11,6 +14,7 @@ from datum.api.models import HostStatus, host_status
 from datum.api.security import needs, path_resource
 from datum.api.state import state_of
 from datum.core.findings import FieldError, Problem, invalid
+from datum.fleet.stale import stale
 from datum.host.report import PassReport
 from datum.store.hosts import get_host, list_hosts, record_pass
 
@@ -30,7 +34,8 @@ _OUT = {"response_model_by_alias": True, "response_model_exclude_none": True}
 )
 def hosts(request: Request, _p: str = Depends(needs(Action.READ_HOST))) -> list[HostStatus]:
     _registry, store = state_of(request).wired()
-    return [host_status(row) for row in list_hosts(store)]
+    multiple = state_of(request).settings.fleet.stale_after
+    return [host_status(stale(row, multiple)) for row in list_hosts(store)]
 
 
 @router.get(
@@ -50,25 +55,31 @@ def host(
     row = get_host(store, host)
     if row is None:
         raise Problem.one("NOT_FOUND", f"no host named {host!r} has reported a pass")
-    return host_status(row)
+    return host_status(stale(row, state_of(request).settings.fleet.stale_after))
 
 
 @router.post(
     "/{host}/passes",
     status_code=201,
     response_model=HostStatus,
-    summary="An agent reports a completed pass (datum apply --report-to URL).",
+    summary="An agent reports a completed pass (datum agent, datum apply --report-to URL).",
     description=(
         "Cedar action `fleet:ReportPass` on `Host::\"{host}\"`. The body is the pass report of "
         "`datum apply --json`; its `host` must be the host of the path, every number finite, and its `state` "
         "the rollup of its resources. Stored as the host's latest pass, each diff cut at `[server] max_diff_bytes` "
-        "and the diff of a sensitive resource never stored. A body over `[server] max_body_bytes` is 413."
+        "and the diff of a sensitive resource never stored. A body over `[server] max_body_bytes` is 413. "
+        "A report with a `seq` lower than or equal to the stored one's is not stored: 200 with "
+        "`Datum-Pass: duplicate` (the same pass again) or `older`."
     ),
-    responses=error_responses(401, 403, 413, 422, 503),
+    responses={
+        200: {"model": HostStatus, "description": "Not stored: the same pass again or an older one (`Datum-Pass`)."},
+        **error_responses(401, 403, 413, 422, 503),
+    },
     **_OUT,
 )
 def report_pass(
     request: Request,
+    response: Response,
     report: PassReport = Body(),
     host: str = HostParam,
     _p: str = Depends(needs(Action.REPORT_PASS, path_resource("Host", "host"))),
@@ -80,8 +91,54 @@ def report_pass(
             "a pass can only be reported for the host it ran on",
         )
     report = accept(report, state_of(request).settings.server.max_diff_bytes)
-    record_pass(store, host, report.dump())
+    outcome = record_pass(store, host, report.dump())
+    if outcome != "stored":  # the same pass again, or one older than the stored: kept as it was
+        response.status_code = 200
+        response.headers["Datum-Pass"] = outcome
     row = get_host(store, host)
     if row is None:  # pragma: no cover - just written
         raise Problem.one("INTERNAL", "the pass was not stored")
     return host_status(row)
+
+
+def _facts(header: str | None) -> dict[str, Any]:
+    if not header:
+        return {}
+    try:
+        facts = json.loads(header)
+    except ValueError as exc:
+        raise invalid([FieldError("X-Datum-Facts", "not JSON")], "the facts header does not parse") from exc
+    if not isinstance(facts, dict):
+        raise invalid([FieldError("X-Datum-Facts", "a JSON object")], "the facts header is not an object")
+    return facts
+
+
+@router.get(
+    "/{host}/manifest",
+    summary="The host's effective manifest: its node rules' manifests composed and validated (datum agent).",
+    description=(
+        "Cedar action `fleet:ReadManifest` on `Host::\"{host}\"`. From `[fleet] manifests` and its `nodes.yaml`; "
+        "the agent's facts come in the `X-Datum-Facts` header (JSON). `ETag` is the manifest's digest; "
+        "`If-None-Match` with it is 304. 404 when no rule matches the host or no fleet is configured; "
+        "422 with every finding when the composition is not valid."
+    ),
+    responses={200: {"content": {"application/json": {}}}, 304: {"description": "Not modified"},
+               **error_responses(401, 403, 404, 422, 503)},
+)
+def manifest(
+    request: Request,
+    host: str = HostParam,
+    facts: str | None = Header(default=None, alias="X-Datum-Facts", max_length=65536),
+    if_none_match: str | None = Header(default=None, alias="If-None-Match"),
+    _p: str = Depends(needs(Action.READ_MANIFEST, path_resource("Host", "host"))),
+) -> Response:
+    from datum.fleet.effective import effective
+
+    directory = state_of(request).settings.fleet.manifests
+    if directory is None:
+        raise Problem.one("NOT_FOUND", "this server serves no manifests ([fleet] manifests is not set)")
+    found = effective(directory, host, _facts(facts))
+    etag = f'"{found.digest}"'
+    if if_none_match and etag in [t.strip() for t in if_none_match.split(",")]:
+        return Response(status_code=304, headers={"ETag": etag})
+    return Response(found.body, media_type="application/json", headers={"ETag": etag})

@@ -1,0 +1,97 @@
+"""Fetching this host's effective manifest (``ETag``, 304) and making it runnable on the host.
+
+The server sends the composed manifest as JSON with the files its resources
+name (templates, sources). The agent writes them under its state file's
+directory (``<state>.manifest/<digest>/``) and validates the manifest there,
+as ``datum apply`` would a file.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from datum.host.remote import _NoRedirects
+
+
+@dataclass(frozen=True)
+class Fetched:
+    body: bytes | None  # the server's answer (None: not modified, or not fetched)
+    digest: str | None
+    why: str | None = None  # why it was not fetched
+
+
+def fetch(
+    server: str, host: str, token: str, etag: str | None, facts: dict[str, Any], timeout: float = 30
+) -> Fetched:
+    url = f"{server.rstrip('/')}/v1/hosts/{urllib.parse.quote(host, safe='')}/manifest"
+    headers = {
+        "Accept": "application/json",
+        "Authorization": f"Bearer {token}",
+        "X-Datum-Facts": json.dumps(facts, separators=(",", ":"), default=str),
+    }
+    if etag:
+        headers["If-None-Match"] = f'"{etag}"'
+    request = urllib.request.Request(url, headers=headers, method="GET")
+    try:
+        with urllib.request.build_opener(_NoRedirects).open(request, timeout=timeout) as response:
+            body = response.read()
+            return Fetched(body, (response.headers.get("ETag") or "").strip('"') or None)
+    except urllib.error.HTTPError as exc:
+        if exc.code == 304:
+            return Fetched(None, etag)
+        detail = ""
+        try:
+            issues = json.loads(exc.read()).get("issues") or []
+            detail = ": " + "; ".join(str(i.get("message")) for i in issues)[:2000]
+        except (ValueError, AttributeError, OSError):
+            pass
+        return Fetched(None, None, f"{url} answered {exc.code} {exc.reason}{detail}")
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        return Fetched(None, None, f"cannot reach {url}: {getattr(exc, 'reason', exc)}")
+
+
+def materialize(body: bytes, base: Path) -> tuple[Any, str]:
+    """The validated ``Manifest`` of a served body, with its files under ``base/<digest>``; and its digest.
+
+    A Problem with every finding when it does not validate here.
+    """
+    from datum.core.findings import Problem
+    from datum.host.manifest import parse_manifest
+
+    try:
+        served = json.loads(body)
+        digest = str(served["digest"])
+        doc = served["manifest"]
+        files = served.get("files") or {}
+    except (ValueError, KeyError, TypeError) as exc:
+        raise Problem.one("INVALID_INPUT", f"the server's manifest is not one: {exc}") from exc
+    where = base / digest.replace(":", "-")
+    if not where.is_dir():
+        partial = base / f".{digest.replace(':', '-')}.tmp{os.getpid()}"
+        shutil.rmtree(partial, ignore_errors=True)
+        partial.mkdir(parents=True)
+        for rel, data in files.items():
+            target = (partial / rel).resolve()
+            if not target.is_relative_to(partial.resolve()):
+                raise Problem.one("INVALID_INPUT", f"the server's manifest names a file outside it: {rel}")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(base64.b64decode(data))
+        (partial / "manifest.json").write_text(json.dumps(doc))
+        try:
+            partial.rename(where)
+        except OSError:  # another agent got there first: the same digest, the same content
+            shutil.rmtree(partial, ignore_errors=True)
+        for old in base.iterdir():  # keep the one in use
+            if old != where and not old.name.startswith("."):
+                shutil.rmtree(old, ignore_errors=True)
+    manifest = parse_manifest(json.dumps(doc), where, f"served manifest {digest}")
+    return manifest, digest

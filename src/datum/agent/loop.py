@@ -1,0 +1,190 @@
+"""One agent cycle (fetch, pass, persist and spool, deliver) and the loop that repeats it.
+
+A cycle:
+
+1. takes the next sequence number and a pass id (durable before anything runs);
+2. fetches this host's effective manifest; when it cannot, applies the last
+   one fetched (``manifestOrigin: "cached: <why>"``); with none, persists a
+   report ``unknown`` saying why, and runs nothing;
+3. runs a pass through the host pass engine (``datum.host.agent.run``: the
+   lock, SIGTERM after the current resource, incomplete reports), which
+   persists the report and spools it in one transaction;
+4. sends every spooled report, oldest first, until the server stops answering.
+
+It logs one line. The loop waits ``interval`` plus a random part of ``splay``
+between cycles; SIGTERM or SIGINT while it waits ends it at once, during a
+pass after the current resource (and after delivering the report).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import sys
+import threading
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from datum.agent.fetch import fetch, materialize
+from datum.agent.post import flush
+from datum.agent.state import AgentState
+from datum.core.findings import Problem
+from datum.core.vocab import Mode
+from datum.host.compiled import HostConfig
+from datum.host.statefile import StateStore, sqlite_path
+
+EXIT_UNKNOWN = 4  # the host state is not known: bit 4, "something is not known to be in place"
+
+
+@dataclass(frozen=True)
+class Options:
+    server: str
+    token: str
+    root: str
+    state_url: str
+    config: HostConfig
+    mode: Mode
+    interval: timedelta
+    splay: timedelta
+
+
+@dataclass(frozen=True)
+class Cycle:
+    report: dict[str, Any]
+    exit_code: int
+    line: str
+    stopped: bool  # a signal stopped the pass
+
+
+def _facts(root: str, config: HostConfig) -> dict[str, Any]:
+    from datum.providers.facts import read_facts
+
+    facts = read_facts(Path(os.path.realpath(root)), config.boot_id_file).as_dict()
+    return {k: v for k, v in facts.items() if k != "facts"}
+
+
+def _manifest(opts: Options, state: AgentState, host: str, base: Path) -> tuple[Any, str | None, str]:
+    """(the manifest to apply or None, its digest, where it came from or why there is none)."""
+    last = state.last_manifest()
+    got = fetch(opts.server, host, opts.token, last[0] if last else None, _facts(opts.root, opts.config))
+    why = got.why
+    if got.body is not None:
+        try:
+            manifest, digest = materialize(got.body, base)
+        except Problem as problem:
+            why = f"the served manifest does not validate here: {problem.findings[0].message}"
+        else:
+            state.keep_manifest(digest, got.body)
+            return manifest, digest, "server"
+    elif why is None and last is not None:  # 304: unchanged
+        try:
+            manifest, digest = materialize(last[1], base)
+            return manifest, digest, "server"
+        except Problem as problem:
+            why = f"the kept manifest does not validate: {problem.findings[0].message}"
+    if last is None:
+        return None, None, f"no manifest has ever been fetched: {why}"
+    try:
+        manifest, digest = materialize(last[1], base)
+    except Problem as problem:
+        return None, None, f"{why}; and the kept manifest does not validate: {problem.findings[0].message}"
+    return manifest, digest, f"cached: {why}; applied the manifest fetched at {last[2]}"
+
+
+def _unknown(opts: Options, host: str, why: str, extra: dict[str, Any]) -> dict[str, Any]:
+    """The report of a cycle that had no manifest to apply: persisted and spooled like a pass's."""
+    from datum.providers.facts import read_boot_id
+
+    now = datetime.now(UTC).isoformat()
+    report: dict[str, Any] = {
+        "host": host,
+        "mode": opts.mode.value,
+        "state": "unknown",
+        "reason": why,
+        "startedAt": now,
+        "finishedAt": now,
+        "durationSeconds": 0.0,
+        "exitCode": EXIT_UNKNOWN,
+        "incomplete": True,
+        "counts": {},
+        "resources": [],
+        **extra,
+    }
+    boot = read_boot_id(opts.config.boot_id_file)
+    if boot:
+        report["bootId"] = boot
+    store = StateStore(opts.state_url)
+    try:
+        with store.lease(opts.config.lock_wait, opts.config.lock_ttl, boot):
+            store.record(host, report)
+    finally:
+        store.close()
+    return report
+
+
+def cycle(opts: Options) -> Cycle:
+    from datum.host import agent
+
+    path = sqlite_path(opts.state_url)
+    if path is None:
+        raise Problem.one("USAGE", "datum agent keeps its state in a local file: --state PATH, not a store URL")
+    host = agent.host_name(opts.config)
+    state = AgentState(path)
+    try:
+        seq = state.next_seq()
+        extra: dict[str, Any] = {
+            "passId": str(uuid.uuid4()),
+            "seq": seq,
+            "intervalSeconds": opts.interval.total_seconds(),
+        }
+        manifest, digest, origin = _manifest(opts, state, host, Path(f"{path}.manifest"))
+        if manifest is None:
+            report = _unknown(opts, host, origin, {**extra, "manifestOrigin": origin})
+            code, stopped = EXIT_UNKNOWN, False
+        else:
+            extra.update(manifestDigest=digest, manifestOrigin=origin)
+            result = agent.run(
+                manifest, root=opts.root, mode=opts.mode, config=opts.config,
+                state_url=opts.state_url, extra=extra,
+            )
+            report, code, stopped = result.report, result.exit_code, bool(result.report.get("incomplete"))
+        sent = flush(state, opts.server, host, opts.token)
+    finally:
+        state.close()
+    line = (
+        f"datum agent: pass {seq} ({report.get('passId', '')[:8]}) host {host} state {report['state']}, "
+        f"exit {code}, manifest {digest or 'none'} ({origin.split(';')[0] if manifest is not None else 'none'})"
+        f"; delivered {sent.delivered}"
+        + (f", {sent.left} kept for later: {sent.why}" if sent.left else "")
+        + (f", {sent.dropped} dropped" if sent.dropped else "")
+        + (f"; reason: {report['reason']}" if report.get("reason") and report["state"] != "converged" else "")
+    )
+    return Cycle(report, code, line, stopped)
+
+
+def run_forever(opts: Options, log: Any = None) -> int:
+    """Cycles every ``interval`` (plus up to ``splay``) until SIGTERM or SIGINT; 0 on a clean stop."""
+    import signal
+
+    log = log or (lambda text: print(text, file=sys.stderr, flush=True))
+    stop = threading.Event()
+
+    def handler(signum: int, _frame: Any) -> None:
+        stop.set()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, handler)
+    while not stop.is_set():
+        try:
+            done = cycle(opts)
+            log(done.line)
+            if done.stopped:
+                return 0
+        except Problem as problem:  # one bad cycle (a lock held, a full disk) is logged; the loop goes on
+            log(f"datum agent: the pass did not run: {problem.findings[0].message}")
+        wait = opts.interval.total_seconds() + random.uniform(0, opts.splay.total_seconds())
+        stop.wait(max(wait, 0.0))
+    return 0

@@ -1,0 +1,120 @@
+"""``datum agent``: fetch this host's effective manifest, run a pass, keep the report and send it; repeat."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import click
+
+# The same text as contrib/systemd/datum-agent.service (a test keeps them equal).
+UNIT = """# datum agent as a systemd service (also printed by `datum agent --print-systemd-unit`).
+# Put the host's bound token (datum token create --principal agent --host NAME) in
+# /etc/datum/agent.token, mode 0600, and set the server's URL below.
+[Unit]
+Description=Datum host agent: converge this host to its effective manifest
+Documentation=https://github.com/datum/datum/blob/main/docs/fleet.md
+Wants=network-online.target
+After=network-online.target
+
+[Service]
+Type=simple
+Environment=DATUM_SERVER=https://datum.example.com
+ExecStart=/usr/bin/datum agent --server ${DATUM_SERVER} --token-file /etc/datum/agent.token --interval 30m --splay 5m
+# SIGTERM stops a pass after the resource being applied; an Exec may take up to its timeout (300 s).
+KillSignal=SIGTERM
+TimeoutStopSec=330
+Restart=on-failure
+RestartSec=30s
+StateDirectory=datum
+Environment=DATUM_HOME=/var/lib/datum
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+
+def _unit() -> str:
+    return UNIT
+
+
+def _duration(_ctx: Any, _param: Any, value: str) -> Any:
+    from datum.config import parse_duration
+
+    try:
+        return parse_duration(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from exc
+
+
+def _token(path: str) -> str:
+    from datum.core.findings import Problem
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            token = f.read().strip()
+    except OSError as exc:
+        raise Problem.one("INVALID_INPUT", f"cannot read the token file {path}: {exc.strerror}") from exc
+    if not token:
+        raise Problem.one("INVALID_INPUT", f"the token file {path} is empty")
+    return token
+
+
+@click.command()
+@click.option("--server", default=None, help="The Datum server's URL (http://host:port).")
+@click.option("--token-file", "token_file", type=click.Path(dir_okay=False), default=None,
+              help="A file holding this host's bearer token (datum token create --principal agent --host NAME).")
+@click.option("--root", type=click.Path(file_okay=False), default="/", show_default=True,
+              help="Every path resolves inside it.")
+@click.option("--interval", default="30m", show_default=True, callback=_duration, help="Time between passes.")
+@click.option("--splay", default="5m", show_default=True, callback=_duration,
+              help="Up to this much more, at random, so a fleet does not run in step.")
+@click.option("--once", is_flag=True, help="One cycle, then exit with the pass's exit code.")
+@click.option("--state", default=None, help="The agent's local state file (default: $DATUM_HOME/agent.db).")
+@click.option("--mode", type=click.Choice(["enforce", "observe"]), default=None)
+@click.option("--config", type=click.Path(dir_okay=False), default=None, help="TOML configuration.")
+@click.option("--print-systemd-unit", "print_unit", is_flag=True, help="Print the systemd unit and exit.")
+def agent(
+    server: str | None,
+    token_file: str | None,
+    root: str,
+    interval: Any,
+    splay: Any,
+    once: bool,
+    state: str | None,
+    mode: str | None,
+    config: str | None,
+    print_unit: bool,
+) -> int:
+    """Run this host as a Datum agent: fetch its manifest from SERVER, converge, report; keep reports while the server is away."""
+    if print_unit:
+        click.echo(_unit(), nl=False)
+        return 0
+    if not server or not token_file:
+        raise click.UsageError("--server and --token-file are required")
+    from datum.agent.loop import Options, cycle, run_forever
+    from datum.config import load_settings
+    from datum.core.vocab import Mode
+    from datum.host.compiled import HostConfig
+    from datum.host.statefile import store_url
+
+    host_config = HostConfig.from_settings(load_settings(config))
+    url = store_url(state) if state else host_config.store_url
+    path = url.removeprefix("sqlite:///")
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    opts = Options(
+        server=server,
+        token=_token(token_file),
+        root=root,
+        state_url=url,
+        config=host_config,
+        mode=Mode(mode) if mode else host_config.mode,
+        interval=interval,
+        splay=splay,
+    )
+    if once:
+        done = cycle(opts)
+        click.echo(done.line, err=True)
+        code: int = done.exit_code
+        return code
+    return run_forever(opts, lambda line: click.echo(line, err=True))

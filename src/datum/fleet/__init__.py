@@ -1,0 +1,1 @@
+"""The server's side of hosts: node classification, effective manifests, and how stale a host is."""

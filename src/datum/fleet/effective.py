@@ -1,0 +1,110 @@
+"""A host's effective manifest: the manifests its node rules give it, composed, with their ``vars``, validated.
+
+What the server sends (``GET /v1/hosts/{host}/manifest``) is JSON: the
+composed manifest, the files its resources name (``template``, ``source``;
+base64) and a digest of both, which is the response's ``ETag`` and the
+``manifestDigest`` of the pass reports made from it.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from datum.core.findings import FieldError, Problem, invalid
+from datum.fleet.nodes import NODES, Rule, classify, load_rules
+
+
+@dataclass(frozen=True)
+class Effective:
+    host: str
+    digest: str
+    body: bytes  # the JSON the server sends
+
+
+def _with_vars(resources: list[Any], variables: dict[str, Any]) -> list[Any]:
+    """Each templated resource's ``vars``: the node rules' under its own (its own win)."""
+    if not variables:
+        return resources
+    out = []
+    for item in resources:
+        if isinstance(item, dict) and len(item) == 1:
+            ((key, body),) = item.items()
+            if isinstance(body, dict) and "template" in body:
+                given = body.get("vars")
+                own: dict[str, Any] = given if isinstance(given, dict) else {}
+                item = {key: {**body, "vars": {**variables, **own}}}
+        out.append(item)
+    return out
+
+
+def compose(directory: Path, manifests: list[str], variables: dict[str, Any], what: str) -> dict[str, Any]:
+    """The validated composition of ``manifests`` (paths in ``directory``): ``{"resources": [...]}``.
+
+    A Problem with every finding (include cycles, identities declared twice, any manifest finding).
+    """
+    from datum.host.include import expand
+    from datum.host.manifest import parse_manifest
+
+    directory = directory.resolve()
+    doc, found = expand({"include": manifests}, directory / NODES, directory)
+    doc["resources"] = _with_vars(doc["resources"], variables)
+    if found:
+        raise invalid(found, f"the effective manifest of {what} is not valid: {len(found)} findings")
+    try:
+        parse_manifest(json.dumps(doc), directory, f"the effective manifest of {what}")
+    except Problem as problem:
+        raise problem from None
+    return doc
+
+
+def _files(directory: Path, doc: dict[str, Any]) -> dict[str, str]:
+    """The ``template`` and ``source`` files the resources name, by relative path, base64."""
+    files: dict[str, str] = {}
+    for item in doc["resources"]:
+        ((_key, body),) = item.items()
+        for attr in ("template", "source"):
+            rel = body.get(attr) if isinstance(body, dict) else None
+            if isinstance(rel, str) and rel not in files:
+                real = (directory / rel).resolve()
+                if real.is_relative_to(directory):
+                    files[rel] = base64.b64encode(real.read_bytes()).decode()
+    return files
+
+
+def effective(directory: Path, host: str, facts: dict[str, Any]) -> Effective:
+    """``host``'s effective manifest; NOT_FOUND when no rule matches it, INVALID_INPUT with every finding."""
+    directory = directory.resolve()
+    rules = load_rules(directory)
+    manifests, variables, _matched = classify(rules, host, facts)
+    if not manifests:
+        raise Problem.one("NOT_FOUND", f"no rule of {NODES} matches host {host!r}")
+    doc = compose(directory, manifests, variables, f"host {host!r}")
+    files = _files(directory, doc)
+    canonical = json.dumps({"manifest": doc, "files": files}, sort_keys=True, separators=(",", ":"))
+    digest = "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
+    body = {"host": host, "digest": digest, "manifests": manifests, "manifest": doc, "files": files}
+    return Effective(host, digest, json.dumps(body, separators=(",", ":")).encode())
+
+
+def check_fleet(directory: Path) -> tuple[int, int]:
+    """Validate ``nodes.yaml`` and every rule's composition at once: (rules, manifests), or a Problem."""
+    directory = directory.resolve()
+    rules: list[Rule] = load_rules(directory)
+    found: list[FieldError] = []
+    seen: set[str] = set()
+    for rule in rules:
+        seen.update(rule.manifests)
+        try:
+            compose(directory, list(rule.manifests), rule.vars, f"{NODES} nodes[{rule.index}]")
+        except Problem as problem:
+            for finding in problem.findings:
+                fields = finding.fields or (FieldError("", finding.message),)
+                found.extend(FieldError(f"nodes[{rule.index}]: {f.field}", f.message) for f in fields)
+    if found:
+        raise invalid(found, f"the fleet in {directory} is not valid: {len(found)} findings")
+    return len(rules), len(seen)

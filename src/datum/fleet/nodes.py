@@ -1,0 +1,137 @@
+"""Node classification: ``nodes.yaml``, ordered rules that give a host its manifests and template ``vars``.
+
+```yaml
+nodes:
+  - match: {name: "web*"}                       # a glob on the host name
+    manifests: [common.yaml, web.yaml]
+    vars: {port: 8080}
+  - match: {facts: {os_release.ID: debian}}     # dotted paths into the agent's facts; values globbed
+    manifests: [debian.yaml]
+```
+
+Every rule whose ``match`` fits contributes, in file order: its manifests
+(each once), and its ``vars`` (a later rule's value wins). A rule with both
+``name`` and ``facts`` needs both. A host no rule matches has no manifest.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from datum.core.findings import FieldError, Problem, invalid
+
+NODES = "nodes.yaml"
+_RULE_KEYS = {"match", "manifests", "vars"}
+_MATCH_KEYS = {"name", "facts"}
+
+
+@dataclass(frozen=True)
+class Rule:
+    index: int
+    name: str | None
+    facts: dict[str, str]
+    manifests: tuple[str, ...]
+    vars: dict[str, Any] = field(default_factory=dict)
+
+    def matches(self, host: str, facts: dict[str, Any]) -> bool:
+        if self.name is not None and not fnmatch.fnmatchcase(host, self.name):
+            return False
+        return all(_fits(_fact(facts, path), want) for path, want in self.facts.items())
+
+
+def _fact(facts: dict[str, Any], path: str) -> Any:
+    value: Any = facts
+    for part in path.split("."):
+        if not isinstance(value, dict) or part not in value:
+            return None
+        value = value[part]
+    return value
+
+
+def _fits(value: Any, want: str) -> bool:
+    if value is None or isinstance(value, dict | list):
+        return False
+    text = str(value).lower() if isinstance(value, bool) else str(value)
+    return fnmatch.fnmatchcase(text, want)
+
+
+def load_rules(directory: Path) -> list[Rule]:
+    """The rules of ``directory/nodes.yaml``; a Problem with every finding when it is not valid."""
+    from datum.host.manifest import _yaml
+
+    path = directory / NODES
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise Problem.one("INVALID_INPUT", f"cannot read {path}: {exc.strerror or exc}") from exc
+    doc, found = _yaml(text, str(path))
+    found = [FieldError(f"{NODES}: {f.field}", f.message) for f in found]
+    rules: list[Rule] = []
+    items = doc.get("nodes") if isinstance(doc, dict) else None
+    if not isinstance(items, list):
+        found.append(FieldError(f"{NODES}: nodes", "a list of rules: {match, manifests, vars}"))
+        items = []
+    if isinstance(doc, dict):
+        found.extend(FieldError(f"{NODES}: {k}", "unknown field") for k in doc if k != "nodes")
+    for i, item in enumerate(items):
+        rule = _rule(i, item, directory, found)
+        if rule is not None:
+            rules.append(rule)
+    if found:
+        raise invalid(found, f"{path} is not valid: {len(found)} finding{'s' if len(found) > 1 else ''}")
+    return rules
+
+
+def _rule(i: int, item: Any, directory: Path, found: list[FieldError]) -> Rule | None:
+    here = f"{NODES}: nodes[{i}]"
+    if not isinstance(item, dict):
+        found.append(FieldError(here, "a rule is a mapping: {match, manifests, vars}"))
+        return None
+    bad = len(found)
+    found.extend(FieldError(f"{here}.{k}", "unknown field") for k in item if k not in _RULE_KEYS)
+    match = item.get("match")
+    if not isinstance(match, dict) or not match:
+        found.append(FieldError(f"{here}.match", "required: {name: GLOB} and/or {facts: {PATH: VALUE}}"))
+        match = {}
+    found.extend(FieldError(f"{here}.match.{k}", "unknown field") for k in match if k not in _MATCH_KEYS)
+    name = match.get("name")
+    if name is not None and not (isinstance(name, str) and name):
+        found.append(FieldError(f"{here}.match.name", "a glob on the host name"))
+    facts = match.get("facts") or {}
+    if not isinstance(facts, dict) or any(isinstance(v, dict | list) or v is None for v in facts.values()):
+        found.append(FieldError(f"{here}.match.facts", "a mapping of fact paths to values (globs)"))
+        facts = {}
+    manifests = item.get("manifests")
+    if not isinstance(manifests, list) or not manifests or not all(isinstance(m, str) and m for m in manifests):
+        found.append(FieldError(f"{here}.manifests", "required: a list of manifest paths in the fleet directory"))
+        manifests = []
+    for j, rel in enumerate(manifests):
+        real = (directory / rel).resolve()
+        if not real.is_relative_to(directory.resolve()):
+            found.append(FieldError(f"{here}.manifests[{j}]", f"{rel} is outside the fleet directory"))
+        elif not real.is_file():
+            found.append(FieldError(f"{here}.manifests[{j}]", f"no manifest {rel} in the fleet directory"))
+    variables = item.get("vars") or {}
+    if not isinstance(variables, dict):
+        found.append(FieldError(f"{here}.vars", "a mapping of template variables"))
+        variables = {}
+    if len(found) > bad:
+        return None
+    flat = {str(k): str(v).lower() if isinstance(v, bool) else str(v) for k, v in facts.items()}
+    return Rule(i, name, flat, tuple(manifests), dict(variables))
+
+
+def classify(rules: list[Rule], host: str, facts: dict[str, Any]) -> tuple[list[str], dict[str, Any], list[int]]:
+    """The manifests (each once, in order), the merged ``vars`` and the indexes of the rules that matched."""
+    manifests: list[str] = []
+    variables: dict[str, Any] = {}
+    matched: list[int] = []
+    for rule in rules:
+        if rule.matches(host, facts):
+            matched.append(rule.index)
+            manifests.extend(m for m in rule.manifests if m not in manifests)
+            variables.update(rule.vars)
+    return manifests, variables, matched

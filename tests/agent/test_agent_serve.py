@@ -1,0 +1,150 @@
+"""``datum agent --once`` processes against a real ``datum serve`` on loopback (SQLite and PostgreSQL)."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+
+import httpx
+
+from .conftest import Agent, Fleet
+
+
+def _spooled(agent: Agent) -> list[int]:
+    db = sqlite3.connect(agent.state)
+    try:
+        return [r[0] for r in db.execute("SELECT seq FROM agent_spool ORDER BY seq")]
+    finally:
+        db.close()
+
+
+def test_once_fetches_the_effective_manifest_applies_it_and_reports(fleet: Fleet):
+    operator = fleet.token("operator")
+    agent = Agent(fleet, "web1", fleet.token("agent", "--host", "web1"))
+    run = agent.once()
+    assert run.code == 2, run.err
+    assert (agent.root / "srv" / "index.html").read_text().startswith("hello from")  # rule vars reach the template
+    assert run.err.count("\n") == 1 and "datum agent: pass" in run.err  # one log line per pass
+    etag = fleet.get("/v1/hosts/web1/manifest", operator).headers["ETag"]
+    row = fleet.get("/v1/hosts/web1", operator).json()
+    assert row["state"] == "converged"
+    report = row["report"]
+    assert f'"{report["manifestDigest"]}"' == etag
+    assert report["manifestOrigin"] == "server"
+    assert report["passId"] and report["seq"] > 0
+    assert _spooled(agent) == []  # delivered: nothing kept
+    again = agent.once()
+    assert again.code == 0, again.err  # 304: the kept manifest, unchanged, converged
+    assert fleet.get("/v1/hosts/web1", operator).json()["report"]["seq"] == report["seq"] + 1
+
+
+def test_an_unchanged_manifest_is_304(fleet: Fleet):
+    token = fleet.token("agent", "--host", "web1")
+    first = fleet.get("/v1/hosts/web1/manifest", token)
+    assert first.status_code == 200
+    etag = first.headers["ETag"]
+    body = first.json()
+    assert [next(iter(r)) for r in body["manifest"]["resources"]] == ["Directory[/srv]", "File[/srv/index.html]"]
+    assert body["files"] and f'"{body["digest"]}"' == etag
+    second = fleet.get("/v1/hosts/web1/manifest", token, **{"If-None-Match": etag})
+    assert second.status_code == 304 and second.headers["ETag"] == etag and second.content == b""
+    (fleet.manifests / "common.yaml").write_text("resources:\n  - Directory[/srv]:\n      mode: '0755'\n")
+    changed = fleet.get("/v1/hosts/web1/manifest", token, **{"If-None-Match": etag})
+    assert changed.status_code == 200 and changed.headers["ETag"] != etag
+
+
+def test_store_and_forward_across_an_outage_and_agent_restarts(fleet: Fleet):
+    operator = fleet.token("operator")
+    agent = Agent(fleet, "web1", fleet.token("agent", "--host", "web1"))
+    assert agent.once().code == 2
+    first = fleet.get("/v1/hosts/web1", operator).json()["report"]
+    fleet.stop()
+    down = [agent.once(), agent.once()]  # each a new process: an agent restart every time
+    for run in down:
+        assert run.code == 0, run.err
+        assert "kept for later" in run.err and "cached" in run.err
+    kept = _spooled(agent)
+    assert kept == [first["seq"] + 1, first["seq"] + 2]
+    fleet.start()
+    up = agent.once()
+    assert up.code == 0, up.err
+    assert "delivered 3" in up.err
+    assert _spooled(agent) == []
+    row = fleet.get("/v1/hosts/web1", operator).json()
+    assert row["report"]["seq"] == first["seq"] + 3 and row["state"] == "converged"
+    cached = json.loads(
+        sqlite3.connect(agent.state).execute("SELECT report FROM agent_reports").fetchone()[0]
+    )
+    assert cached["seq"] == first["seq"] + 3
+    # The server ignores the same pass again, and an older one never replaces the newer.
+    token = agent.token
+    auth = {"Authorization": f"Bearer {token}"}
+    same = httpx.post(fleet.url + "/v1/hosts/web1/passes", json=row["report"], headers=auth)
+    assert same.status_code == 200 and same.headers["Datum-Pass"] == "duplicate"
+    older = {**first, "passId": "00000000-0000-0000-0000-000000000000"}
+    old = httpx.post(fleet.url + "/v1/hosts/web1/passes", json=older, headers=auth)
+    assert old.status_code == 200 and old.headers["Datum-Pass"] == "older"
+    assert fleet.get("/v1/hosts/web1", operator).json()["report"]["seq"] == first["seq"] + 3
+
+
+def test_an_outage_reported_passes_say_they_ran_the_kept_manifest(fleet: Fleet):
+    operator = fleet.token("operator")
+    agent = Agent(fleet, "web1", fleet.token("agent", "--host", "web1"))
+    agent.once()
+    fleet.stop()
+    agent.once()
+    fleet.start()
+    agent.once()
+    # the server's row is the newest pass; the one before it, delivered on the way, said cached
+    spool_log = fleet.get("/v1/hosts/web1", operator).json()["report"]
+    assert spool_log["manifestOrigin"] == "server"
+
+
+def test_with_no_manifest_ever_the_host_reports_unknown_saying_why(sqlite_fleet: Fleet):
+    fleet = sqlite_fleet
+    operator = fleet.token("operator")
+    agent = Agent(fleet, "lonely", fleet.token("agent", "--host", "lonely"))
+    run = agent.once()
+    assert run.code == 4, run.err
+    row = fleet.get("/v1/hosts/lonely", operator).json()
+    assert row["state"] == "unknown"
+    assert "no manifest has ever been fetched" in row["reason"] and "no rule" in row["reason"]
+    status = fleet.datum("status", "--state", str(agent.state), "--config", str(agent.base / "agent.toml"), "--json")
+    assert json.loads(status.out)["state"] == "unknown"
+
+
+def test_a_bound_token_speaks_for_its_host_only(fleet: Fleet):
+    web1 = fleet.token("agent", "--host", "web1")
+    assert fleet.get("/v1/hosts/web1/manifest", web1).status_code == 200
+    refused = fleet.get("/v1/hosts/web2/manifest", web1)
+    assert refused.status_code == 403
+    assert refused.json()["issues"][0]["action"] == "fleet:ReadManifest"
+    report = {"host": "web2", "mode": "enforce", "state": "converged", "startedAt": "2026-11-30T00:00:00+00:00",
+              "finishedAt": "2026-11-30T00:00:01+00:00", "durationSeconds": 1, "exitCode": 0}
+    posted = httpx.post(fleet.url + "/v1/hosts/web2/passes", json=report, headers={"Authorization": f"Bearer {web1}"})
+    assert posted.status_code == 403 and posted.json()["issues"][0]["action"] == "fleet:ReportPass"
+    assert fleet.get("/v1/hosts", web1).status_code == 403  # an agent reads no host state
+    # An agent on web2 holding web1's token: its pass runs nothing and is refused on delivery.
+    impostor = Agent(fleet, "web2", web1)
+    run = impostor.once()
+    assert "403" in run.err
+
+
+def test_node_rules_choose_manifests_by_facts(fleet: Fleet):
+    agent = Agent(fleet, "db1", fleet.token("agent", "--host", "db1"))
+    (agent.root / "etc").mkdir(parents=True)
+    (agent.root / "etc" / "os-release").write_text("ID=testos\nVERSION_ID=1\n")
+    run = agent.once()
+    assert run.code == 2, run.err
+    assert (agent.root / "etc" / "testos.conf").read_text() == "testos\n"
+    assert not (agent.root / "srv").exists()  # db1 is not web*
+
+
+def test_an_include_cycle_or_duplicate_is_a_finding_served_as_422(sqlite_fleet: Fleet):
+    fleet = sqlite_fleet
+    (fleet.manifests / "common.yaml").write_text("include: [web.yaml]\nresources:\n  - File[/srv/index.html]:\n      content: x\n")
+    answer = fleet.get("/v1/hosts/web1/manifest", fleet.token("agent", "--host", "web1"))
+    assert answer.status_code == 422
+    text = json.dumps(answer.json())
+    assert "include cycle: web.yaml -> common.yaml -> web.yaml" in text
+    assert "File[/srv/index.html] in web.yaml duplicates the one in common.yaml" in text
