@@ -193,6 +193,13 @@ class _NeverRecreate:
             cparams["uri"] = True
 
 
+# The backends and DBAPI drivers Datum ships with; anything else is refused up front
+# (a missing driver module is an import error deep inside SQLAlchemy otherwise).
+_DRIVERS = frozenset(
+    {"sqlite", "sqlite+pysqlite", "postgresql", "postgres", "postgresql+psycopg"}
+)
+
+
 def open_store(url: str, *, lock_wait: timedelta | None = None) -> Store:
     """Open the store at ``url`` (``sqlite:///path`` or ``postgresql://...``) and create its schema.
 
@@ -206,6 +213,13 @@ def open_store(url: str, *, lock_wait: timedelta | None = None) -> Store:
         shown = url.split("://", 1)[0] + "://..." if "://" in url else "(not a URL)"
         raise Problem.one("INVALID_INPUT", f"store URL {shown} is not a database URL") from exc
     backend = parsed.get_backend_name()
+    if parsed.drivername not in _DRIVERS:
+        raise Problem.one(
+            "INVALID_INPUT",
+            f"store {parsed.drivername!r} is not supported: use sqlite:/// or postgresql://",
+        )
+    if "\x00" in (parsed.database or ""):
+        raise Problem.one("INVALID_INPUT", "the store's database name holds a NUL byte")
     path: str | None = None
     never_recreate: _NeverRecreate | None = None
     if backend == "sqlite":
