@@ -72,3 +72,21 @@ hosts = sa.Table(
     sa.Column("pass_id", sa.String(64)),
     sa.Column("seq", sa.BigInteger),
 )
+
+# One row per executed reconciler pass and per stored host pass (datum.store.history), kept
+# ``[server] history`` long: counts always, diverged items' reasons only when they changed.
+pass_history = sa.Table(
+    "pass_history",
+    metadata,
+    sa.Column("id", sa.BigInteger().with_variant(sa.Integer, "sqlite"), primary_key=True, autoincrement=True),
+    sa.Column("subject", sa.String(16), nullable=False),
+    sa.Column("name", sa.String(253), nullable=False),
+    sa.Column("at", UTCDateTime, nullable=False),
+    sa.Column("outcome", sa.String(32), nullable=False),
+    sa.Column("completed", sa.Boolean, nullable=False),
+    sa.Column("drift", sa.Integer, nullable=False),
+    sa.Column("blocked", sa.Integer, nullable=False),
+    sa.Column("counts", sa.JSON, nullable=False),
+    sa.Column("items", sa.JSON(none_as_null=True)),
+    sa.Index("ix_pass_history_subject_at", "subject", "name", "at"),
+)

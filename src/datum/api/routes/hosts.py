@@ -16,6 +16,7 @@ from datum.api.state import state_of
 from datum.core.findings import FieldError, Problem, invalid
 from datum.fleet.stale import stale
 from datum.host.report import PassReport
+from datum.store.history import record_host
 from datum.store.hosts import get_host, list_hosts, record_pass
 
 router = APIRouter(prefix="/v1/hosts", tags=["fleet"])
@@ -92,6 +93,8 @@ def report_pass(
         )
     report = accept(report, state_of(request).settings.server.max_diff_bytes)
     outcome = record_pass(store, host, report.dump())
+    if outcome == "stored":  # the page's history strip (datum.store.history); not for a pass re-sent
+        record_host(store, host, report.dump(), state_of(request).settings.server.history)
     if outcome != "stored":  # the same pass again, or one older than the stored: kept as it was
         response.status_code = 200
         response.headers["Datum-Pass"] = outcome
