@@ -77,16 +77,23 @@ class ThresholdSettings(_Strict):
 
 
 class ReapThresholdSettings(ThresholdSettings):
-    """The reap threshold: its fraction (of what exists) is on unless the table sets another."""
+    """The reap threshold: a key the table leaves out keeps its default (10, a tenth of what exists)."""
 
+    count: int | None = Field(default=10, ge=0)
     fraction: float | None = Field(default=0.1, ge=0, le=1)
+
+
+class WriteThresholdSettings(ThresholdSettings):
+    """The restore and align thresholds: a table without ``count`` keeps the count of 100."""
+
+    count: int | None = Field(default=100, ge=0)
 
 
 def _threshold(value: Any) -> Any:
     return {"count": value} if isinstance(value, int) and not isinstance(value, bool) else value
 
 
-Limit = Annotated[ThresholdSettings | None, BeforeValidator(_threshold)]
+Limit = Annotated[WriteThresholdSettings | None, BeforeValidator(_threshold)]
 ReapLimit = Annotated[ReapThresholdSettings | None, BeforeValidator(_threshold)]
 
 
@@ -94,14 +101,15 @@ class BreakerSettings(_Strict):
     """Per-direction breaker thresholds; a bare number is a count.
 
     A reap trips past 10 candidates or past a tenth of what exists, whichever
-    comes first; a bare number replaces the count and keeps the fraction
-    (``fraction = 1`` switches the fraction off). Restores and aligns trip
-    past 100, and on a fraction of what is desired only when one is given.
+    comes first; a bare number replaces the count and keeps the fraction, and
+    a table keeps the default of every key it leaves out (``fraction = 1``
+    switches the fraction off). Restores and aligns trip past 100, and on a
+    fraction of what is desired only when one is given.
     """
 
-    restore: Limit = ThresholdSettings(count=100)
-    reap: ReapLimit = ReapThresholdSettings(count=10, fraction=0.1)
-    align: Limit = ThresholdSettings(count=100)
+    restore: Limit = WriteThresholdSettings()
+    reap: ReapLimit = ReapThresholdSettings()
+    align: Limit = WriteThresholdSettings()
 
 
 class BackoffSettings(_Strict):

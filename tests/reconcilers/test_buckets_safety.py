@@ -362,3 +362,22 @@ def test_create_and_delete_are_compare_and_set(store_url):
             buckets.create(store, "logs")
     finally:
         store.dispose()
+
+
+def test_a_reap_table_keeps_the_count_it_leaves_out(datum_cli, tmp_path):
+    """``reap = { fraction = 0.95 }`` still trips past 10: a key left out keeps its default."""
+    root, cfg = config(
+        tmp_path, f"sqlite:///{tmp_path / 'datum.db'}", breaker="{ reap = { fraction = 0.95 } }"
+    )
+    datum = Datum(datum_cli, cfg)
+    names = [f"b{n:02d}" for n in range(30)]
+    datum.active(*names)
+    from sqlalchemy import text
+
+    store = open_store(f"sqlite:///{tmp_path / 'datum.db'}")
+    with store.begin() as conn:  # the store lost 27 rows (a restore from an old backup)
+        conn.execute(text("DELETE FROM buckets WHERE name NOT IN ('b00', 'b01', 'b02')"))
+    store.dispose()
+    datum.passes(3)
+    assert sorted(p.name for p in root.iterdir()) == names
+    assert {i["reason"] for i in datum.items().values()} == {"circuit_breaker"}
