@@ -137,3 +137,14 @@ def test_an_item_parked_at_the_backoff_cap_needs_a_human_and_one_failed_once_wai
     glance = v.overview([rv], [], {})
     assert [a.text for a in glance.attention] == ["k/parked (r) is parked at the backoff cap after 4 failures"]
     assert glance.attention[0].href == "#item-r-k/parked"
+
+
+def test_a_silent_host_reads_unknown_and_needs_a_human(tmp_path):
+    story = build_story(tmp_path)
+    report = pass_report()
+    report["intervalSeconds"] = 60  # an agent's report, finished weeks ago: its agent fell silent
+    assert story.client.post("/v1/hosts/web1/passes", json=report, headers=story.auth("agent")).status_code == 201
+    page = story.get("/ui/overview").text
+    glance = text(section(page, 'id="summary"', 'id="reconcilers"'))
+    assert "host web1 is unknown stale: the last report is" in glance
+    assert re.search(r'<span class="state unknown">unknown</span> <b>1</b>', page)

@@ -351,9 +351,10 @@ def overview(reconcilers: list[ReconcilerView], hosts: list[HostView] | None, ho
                         f"oldest {age(c.oldest_age_seconds)}; no work query selects this status and nothing owns it",
                     )
                 )
-    for h in hosts or []:
-        if h.status.state is HostState.FAILED:
-            attention.append(Attention(Act.LOOK, f"host {h.status.host} failed", f"#{h.anchor}", h.status.reason or ""))
+    for state, words in ((HostState.FAILED, "failed"), (HostState.UNKNOWN, "is unknown")):
+        for h in hosts or []:
+            if h.status.state is state:
+                attention.append(Attention(Act.LOOK, f"host {h.status.host} {words}", f"#{h.anchor}", h.status.reason or ""))
     for r in reconcilers:
         for g in r.groups:
             if g.act is Act.LOOK and g.reason is not Reason.BACKOFF:

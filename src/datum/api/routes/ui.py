@@ -23,6 +23,7 @@ from datum.api.state import state_of
 from datum.config import Settings
 from datum.core.explain import ACT_LABEL
 from datum.core.humanize import age, when
+from datum.fleet.stale import stale
 from datum.reconcile.registry import Registry
 from datum.reconcile.report import DriftReport
 from datum.store import Store
@@ -68,7 +69,8 @@ def _view(reports: list[DriftReport], registry: Registry, settings: Settings, st
             )
         if not with_hosts:
             return v.overview(views, None, None)
-        statuses = sorted((host_status(row) for row in list_hosts(store)), key=v.host_order)
+        silent = settings.fleet.stale_after  # a host whose agent fell silent reads unknown, as in /v1/hosts
+        statuses = sorted((host_status(stale(row, silent)) for row in list_hosts(store)), key=v.host_order)
         counts: dict[str, int] = {}
         for h in statuses:
             counts[h.state.value] = counts.get(h.state.value, 0) + 1
