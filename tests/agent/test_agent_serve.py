@@ -87,17 +87,56 @@ def test_store_and_forward_across_an_outage_and_agent_restarts(fleet: Fleet):
     assert fleet.get("/v1/hosts/web1", operator).json()["report"]["seq"] == first["seq"] + 3
 
 
-def test_an_outage_reported_passes_say_they_ran_the_kept_manifest(fleet: Fleet):
-    operator = fleet.token("operator")
+def _local_report(agent: Agent) -> dict:
+    db = sqlite3.connect(agent.state)
+    try:
+        return json.loads(db.execute("SELECT report FROM agent_reports").fetchone()[0])
+    finally:
+        db.close()
+
+
+def test_a_pass_during_an_outage_says_it_ran_the_kept_manifest(sqlite_fleet: Fleet):
+    fleet = sqlite_fleet
     agent = Agent(fleet, "web1", fleet.token("agent", "--host", "web1"))
     agent.once()
+    digest = _local_report(agent)["manifestDigest"]
     fleet.stop()
-    agent.once()
+    assert agent.once().code == 0
+    during = _local_report(agent)
+    assert during["manifestOrigin"].startswith("cached: cannot reach")
+    assert "applied the manifest fetched at" in during["manifestOrigin"]
+    assert during["manifestDigest"] == digest
     fleet.start()
-    agent.once()
-    # the server's row is the newest pass; the one before it, delivered on the way, said cached
-    spool_log = fleet.get("/v1/hosts/web1", operator).json()["report"]
-    assert spool_log["manifestOrigin"] == "server"
+    assert agent.once().code == 0
+    assert _local_report(agent)["manifestOrigin"] == "server"
+
+
+def test_the_agent_loop_runs_on_its_interval_and_stops_on_sigterm(sqlite_fleet: Fleet):
+    import os
+    import signal
+    import subprocess
+    import time
+
+    from .conftest import DATUM
+
+    fleet = sqlite_fleet
+    agent = Agent(fleet, "web1", fleet.token("agent", "--host", "web1"))
+    agent.once()  # writes the agent's files
+    proc = subprocess.Popen(
+        [*DATUM, "agent", "--server", fleet.url, "--token-file", str(agent.base / "token"),
+         "--root", str(agent.root), "--state", str(agent.state), "--interval", "1s", "--splay", "0s",
+         "--config", str(agent.base / "agent.toml")],
+        stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "DATUM_HOME": str(agent.base / "home"), "DATUM_BOOT_ID_FILE": str(agent.base / "boot_id")},
+    )
+    seq = _local_report(agent)["seq"]
+    deadline = time.monotonic() + 60
+    while _local_report(agent)["seq"] < seq + 2 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(30) == 0
+    lines = proc.stderr.read().splitlines()
+    assert len(lines) >= 2 and all(line.startswith("datum agent: pass") for line in lines)
 
 
 def test_with_no_manifest_ever_the_host_reports_unknown_saying_why(sqlite_fleet: Fleet):

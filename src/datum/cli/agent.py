@@ -38,9 +38,13 @@ def _unit() -> str:
     return UNIT
 
 
-def _duration(_ctx: Any, _param: Any, value: str) -> Any:
+def _duration(_ctx: Any, param: Any, value: str) -> Any:
+    from datetime import timedelta
+
     from datum.config import parse_duration
 
+    if param.name == "splay" and value.strip() in ("0", "0s"):
+        return timedelta(0)  # no splay: every host on the interval exactly
     try:
         return parse_duration(value)
     except ValueError as exc:
