@@ -154,6 +154,7 @@ class Container:
             self.proc.wait()
         self.log.close()
         shutil.rmtree(self.work, ignore_errors=True)
+        (self.work.parent / f"{self.name}.console").unlink(missing_ok=True)
         return time.monotonic() - start
 
     # --- inside --------------------------------------------------------------------------------
