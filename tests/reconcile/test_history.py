@@ -15,6 +15,7 @@ from datum.store.history import (
     KEYFRAME,
     RECONCILER,
     first_seen,
+    first_seen_many,
     recent,
     record,
     record_host_pass,
@@ -54,6 +55,9 @@ def test_every_executed_pass_leaves_one_row_and_a_steady_divergence_is_stored_on
     with story.store.connect() as conn:
         assert first_seen(conn, RECONCILER, "buckets", 5) == passes[0].at
         assert first_seen(conn, RECONCILER, "buckets", 6) is None  # history does not reach that far
+        assert first_seen_many(conn, RECONCILER, "buckets", [1, 5, 6, 5]) == {
+            1: passes[-1].at, 5: passes[0].at, 6: None
+        }
     story.client.close()
 
 
@@ -99,6 +103,13 @@ def test_items_are_stored_when_they_change_and_at_least_every_keyframe(store):
     assert all(p.items == {"bucket/a": "backoff"} for p in passes[:-2])
     assert passes[-2].items is None and not passes[-2].completed  # a pass that could not complete saw nothing
     assert passes[-1].items == {}
+
+
+def test_history_is_kept_14_days_unless_configured():
+    from datum.config import Settings
+
+    assert Settings().server.history == timedelta(days=14)
+    assert Settings.model_validate({"server": {"history": "36h"}}).server.history == timedelta(hours=36)
 
 
 def test_rows_older_than_the_retention_are_pruned(store):

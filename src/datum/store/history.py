@@ -227,3 +227,17 @@ def record_host(store: Store, host: str, report: Mapping[str, Any], keep: timede
     """For report intake: the history row of a host pass just stored, received now (the store's clock)."""
     with store.begin() as conn:
         record_host_pass(conn, host, report, store_now(conn), keep)
+
+
+def first_seen_many(conn: Connection, subject: str, name: str, streaks: Iterable[int]) -> dict[int, datetime | None]:
+    """``first_seen`` for many streaks in one query (the page asks for every item's)."""
+    wanted = sorted({s for s in streaks if s >= 1})
+    if not wanted:
+        return {}
+    times = conn.execute(
+        sa.select(t.c.at)
+        .where(_subject(subject, name), t.c.completed.is_(True))
+        .order_by(t.c.at.desc(), t.c.id.desc())
+        .limit(wanted[-1])
+    ).scalars().all()
+    return {s: times[s - 1] if s <= len(times) else None for s in wanted}

@@ -7,7 +7,7 @@ page shows nothing its viewer could not read from the API.
 
 from __future__ import annotations
 
-from functools import cache, partial
+from functools import cache
 from importlib.resources import files
 
 import anyio.to_thread
@@ -27,7 +27,7 @@ from datum.fleet.stale import stale
 from datum.reconcile.registry import Registry
 from datum.reconcile.report import DriftReport
 from datum.store import Store
-from datum.store.history import HOST, RECONCILER, STRIP, first_seen, recent
+from datum.store.history import HOST, RECONCILER, STRIP, first_seen_many, recent
 from datum.store.hosts import list_hosts
 from datum.web import view as v
 
@@ -59,13 +59,9 @@ def _view(reports: list[DriftReport], registry: Registry, settings: Settings, st
     with store.connect() as conn:
         for report in reports:
             name = report.reconciler
+            since = first_seen_many(conn, RECONCILER, name, (i.streak for i in report.items))
             views.append(
-                v.reconciler_view(
-                    report,
-                    registry.settings(settings, name),
-                    recent(conn, RECONCILER, name),
-                    partial(first_seen, conn, RECONCILER, name),
-                )
+                v.reconciler_view(report, registry.settings(settings, name), recent(conn, RECONCILER, name), since.get)
             )
         if not with_hosts:
             return v.overview(views, None, None)
