@@ -32,6 +32,7 @@ class FileWant:
     uid: int | None
     gid: int | None
     sensitive: bool = False
+    validate: str | None = None  # a command with %s for the candidate's path
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,28 @@ class FileHave:
     kind: str
     content: bytes | None
     st: os.stat_result | None
+    rejected: str | None = None  # why ``validate`` refused the new content
+
+
+def validate_candidate(command: str, data: bytes, ctx: HostContext) -> str | None:
+    """Run ``command`` on a private copy of ``data`` (mode 0600, in the temporary directory,
+    %s standing for its path); None when it succeeds, else why it refused."""
+    import shlex
+    import tempfile
+
+    fd, name = tempfile.mkstemp(prefix="datum-validate-")
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+        done = ctx.runner([command.replace("%s", shlex.quote(name))], shell=True, timeout=300)
+    finally:
+        os.unlink(name)
+    if done.returncode == 0:
+        return None
+    tail = (done.stderr or done.stdout).strip().splitlines()
+    return f"validate rejected the content: {command} exited {done.returncode}" + (
+        f": {tail[-1].replace(name, '%s')}" if tail else ""
+    )
 
 
 def render_content(spec: FileSpec, ctx: HostContext) -> bytes | None:
@@ -179,13 +202,18 @@ class FileProvider(PathProvider["FileSpec", FileWant, FileHave]):
             uid,
             gid,
             bool(getattr(spec, "sensitive", False)),
+            getattr(spec, "validate_cmd", None),
         )
 
     def observe(self, want: FileWant, ctx: HostContext) -> FileHave:
         st = fs.lstat(want.real)
         kind = fs.kind(st)
         content = fs.read_bytes(want.real) if kind == "file" and want.content is not None else None
-        return FileHave(kind, content, st)
+        rejected = None
+        if want.validate and want.content is not None and content != want.content:
+            if kind in ("absent", "file"):  # observe and plan say what apply would refuse
+                rejected = validate_candidate(want.validate, want.content, ctx)
+        return FileHave(kind, content, st, rejected)
 
     @staticmethod
     def _refuse(want: FileWant, have: FileHave) -> None:
@@ -202,6 +230,8 @@ class FileProvider(PathProvider["FileSpec", FileWant, FileHave]):
 
     def plan(self, want: FileWant, have: FileHave) -> Change:
         self._refuse(want, have)
+        if have.rejected and want.ensure == "present":
+            raise ProviderError(have.rejected)
         if want.ensure == "absent":
             if have.kind == "absent":
                 return Change()

@@ -164,12 +164,22 @@ class FileSpec(PathSpec):
         default=False,
         description="Never show the content's diff (plans, reports, the store, datum status).",
     )
+    validate_cmd: str | None = Field(
+        default=None,
+        alias="validate",
+        description="A command that checks the new content before it replaces the file, "
+        "%s standing for a copy of it (e.g. 'visudo -cf %s'); a failure leaves the file as it was.",
+    )
 
     @model_validator(mode="after")
     def _one_content(self) -> FileSpec:
         given = [k for k in ("content", "source", "template") if getattr(self, k) is not None]
         if len(given) > 1:
             raise ValueError(f"give one of content, source and template, not {' and '.join(given)}")
+        if self.validate_cmd is not None and "%s" not in self.validate_cmd:
+            raise ValueError("validate needs %s where the candidate file's path goes")
+        if self.validate_cmd is not None and not given:
+            raise ValueError("validate needs content, source or template to check")
         if self.path == "/":
             raise ValueError("/ is the root: a File never removes or replaces it")
         return self
