@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -76,9 +77,42 @@ def _files(directory: Path, doc: dict[str, Any]) -> dict[str, str]:
     return files
 
 
+_CACHE: dict[tuple[str, str, str, str], Effective] = {}
+_CACHE_MAX = 10_000
+
+
+def _signature(directory: Path) -> str:
+    """Every file of the fleet directory with its size and mtime: any edit is another signature."""
+    parts = []
+    for top, dirs, files in os.walk(directory):
+        dirs.sort()
+        for name in sorted(files):
+            try:
+                st = os.stat(os.path.join(top, name))
+            except OSError:
+                continue
+            parts.append(f"{top}/{name}:{st.st_size}:{st.st_mtime_ns}")
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
 def effective(directory: Path, host: str, facts: dict[str, Any]) -> Effective:
-    """``host``'s effective manifest; NOT_FOUND when no rule matches it, INVALID_INPUT with every finding."""
+    """``host``'s effective manifest; NOT_FOUND when no rule matches it, INVALID_INPUT with every finding.
+
+    Remembered per (directory, host, facts) until a file of the directory changes (size or mtime).
+    """
     directory = directory.resolve()
+    key = (str(directory), host, json.dumps(facts, sort_keys=True, default=str), _signature(directory))
+    hit = _CACHE.get(key)
+    if hit is not None:
+        return hit
+    found = _effective(directory, host, facts)
+    if len(_CACHE) >= _CACHE_MAX:
+        _CACHE.clear()
+    _CACHE[key] = found
+    return found
+
+
+def _effective(directory: Path, host: str, facts: dict[str, Any]) -> Effective:
     rules = load_rules(directory)
     manifests, variables, _matched = classify(rules, host, facts)
     if not manifests:
