@@ -1,0 +1,45 @@
+"""Migration 0003 on a store that exists: hosts gain pass id and sequence, tokens gain their host binding."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import command
+from alembic.config import Config
+
+from datum.api.tokens import TokenBook, create
+from datum.store import open_store
+from datum.store.hosts import get_host, record_pass
+from datum.store.migrate import MIGRATIONS
+
+
+def _report(seq: int | None, pass_id: str, state: str = "converged") -> dict:
+    report = {"host": "web1", "state": state, "finishedAt": "2026-11-30T00:00:00+00:00", "passId": pass_id}
+    return report | ({"seq": seq} if seq is not None else {})
+
+
+def test_a_store_at_0002_with_tokens_gains_the_binding_and_the_sequence(store_url):
+    engine = sa.create_engine(store_url.replace("postgresql://", "postgresql+psycopg://", 1))
+    with engine.begin() as conn:
+        cfg = Config()
+        cfg.set_main_option("script_location", str(MIGRATIONS))
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "0002")
+        conn.execute(sa.text(
+            "CREATE TABLE tokens (sha256 VARCHAR(64) PRIMARY KEY, principal VARCHAR(100) NOT NULL,"
+            " created_at TIMESTAMP NOT NULL)"
+        ))
+    engine.dispose()
+    store = open_store(store_url)
+    try:
+        token = create(store, "agent", "web1")
+        assert TokenBook({}, store).principal(token) == "agent@host:web1"
+        assert TokenBook({}, store).principal(create(store, "agent")) == "agent"
+        assert record_pass(store, "web1", _report(5, "a")) == "stored"
+        assert record_pass(store, "web1", _report(5, "a")) == "duplicate"
+        assert record_pass(store, "web1", _report(4, "b", "failed")) == "older"
+        assert record_pass(store, "web1", _report(6, "c", "failed")) == "stored"
+        row = get_host(store, "web1")
+        assert (row["seq"], row["passId"], row["state"]) == (6, "c", "failed")
+        assert record_pass(store, "web1", _report(None, "apply")) == "stored"  # datum apply --report-to
+    finally:
+        store.dispose()
