@@ -1,8 +1,10 @@
 """``Line``: one line in a file, found by exact text or by a regular expression.
 
 With ``match``, the last matching line is replaced (as Ansible's lineinfile
-does); without a match the line is appended. ``absent`` removes every line
-equal to ``line`` or matching ``match``.
+does; the first with ``first_match``); without a match the line is appended,
+or inserted ``after`` / ``before`` the last (first) line matching a regex
+(``BOF`` puts it first; no line matching appends). ``absent`` removes every
+line equal to ``line`` or matching ``match``.
 
 Everything else in the file stays as it was, byte for byte: lines are split on
 ``\\n`` only (not on ``\\x0c``, ``\\u2028`` and the rest ``str.splitlines``
@@ -62,18 +64,39 @@ def edit(text: str, spec: LineSpec) -> str:
     assert spec.line is not None
     bodies = [_body(x) for x in lines]
     matches = [i for i, b in enumerate(bodies) if pattern and pattern.search(b)]
+    first = bool(getattr(spec, "first_match", False))
     if matches:
-        i = matches[-1]
+        i = matches[0] if first else matches[-1]
         if bodies[i] != spec.line:
             lines[i] = spec.line + lines[i][len(bodies[i]) :]  # keeps that line's ending
     elif spec.line not in bodies:
         # The file's own line ending: the one of its last terminated line.
         pairs = zip(reversed(lines), reversed(bodies), strict=True)
         ending = next((x[len(b) :] for x, b in pairs if x.endswith("\n")), "\n")
+        at = insert_at(bodies, spec, first)
+        if at < len(lines):
+            lines.insert(at, spec.line + ending)
+            return "".join(lines)
         if lines and not lines[-1].endswith("\n"):
             lines[-1] += ending
         lines.append(spec.line + ending)
     return "".join(lines)
+
+
+def insert_at(bodies: list[str], spec: LineSpec, first: bool) -> int:
+    """Pure: the index a new line goes to (``len(bodies)``: appended)."""
+    after, before = getattr(spec, "after", None), getattr(spec, "before", None)
+    if before == "BOF":
+        return 0
+    anchor = after if after not in (None, "EOF") else before
+    if anchor is None:
+        return len(bodies)
+    pattern = re.compile(anchor)
+    hits = [i for i, b in enumerate(bodies) if pattern.search(b)]
+    if not hits:
+        return len(bodies)
+    i = hits[0] if first else hits[-1]
+    return i + 1 if after is not None else i
 
 
 class LineProvider(Provider["LineSpec", LineWant, LineHave]):

@@ -226,6 +226,36 @@ class LineSpec(Spec):
     )
     ensure: Literal["present", "absent"] = "present"
     create: bool = Field(default=False, description="Create the file when it does not exist.")
+    after: str | None = Field(
+        default=None,
+        description="Where a new line goes: after the last line matching this regex, or EOF.",
+    )
+    before: str | None = Field(
+        default=None,
+        description="Where a new line goes: before the last line matching this regex, or BOF.",
+    )
+    first_match: bool = Field(
+        default=False,
+        description="Use the first line matching match, after or before, not the last.",
+    )
+
+    @field_validator("after", "before")
+    @classmethod
+    def _anchor(cls, value: str | None) -> str | None:
+        if value is not None and value not in ("EOF", "BOF"):
+            try:
+                re.compile(value)
+            except re.error as exc:
+                raise ValueError(f"not a regular expression: {exc}") from None
+        return value
+
+    @model_validator(mode="after")
+    def _one_anchor(self) -> LineSpec:
+        if self.after is not None and self.before is not None:
+            raise ValueError("give after or before, not both")
+        if self.after == "BOF" or self.before == "EOF":
+            raise ValueError("after takes EOF (the default), before takes BOF")
+        return self
 
     @field_validator("line")
     @classmethod
