@@ -187,3 +187,38 @@ def test_an_include_cycle_or_duplicate_is_a_finding_served_as_422(sqlite_fleet: 
     text = json.dumps(answer.json())
     assert "include cycle: web.yaml -> common.yaml -> web.yaml" in text
     assert "File[/srv/index.html] in web.yaml duplicates the one in common.yaml" in text
+
+
+def test_sigterm_during_a_pass_stops_after_the_resource_and_the_report_is_still_delivered(sqlite_fleet: Fleet):
+    import os
+    import signal
+    import subprocess
+    import time
+
+    from .conftest import DATUM
+
+    fleet = sqlite_fleet
+    (fleet.manifests / "slow.yaml").write_text(
+        "resources:\n" + "".join(f"  - Exec[step{i}]:\n      command: 'sleep 0.5'\n" for i in range(8))
+    )
+    (fleet.manifests / "nodes.yaml").write_text(
+        (fleet.manifests / "nodes.yaml").read_text() + "  - match: {name: slow1}\n    manifests: [slow.yaml]\n"
+    )
+    operator = fleet.token("operator")
+    agent = Agent(fleet, "slow1", fleet.token("agent", "--host", "slow1"))
+    agent.once()  # the agent's files; a whole pass
+    proc = subprocess.Popen(
+        [*DATUM, "agent", "--server", fleet.url, "--token-file", str(agent.base / "token"),
+         "--root", str(agent.root), "--state", str(agent.state), "--once",
+         "--config", str(agent.base / "agent.toml")],
+        stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "DATUM_HOME": str(agent.base / "home"), "DATUM_BOOT_ID_FILE": str(agent.base / "boot_id")},
+    )
+    time.sleep(2.5)  # inside the pass: the manifest fetched, a few Execs run
+    proc.send_signal(signal.SIGTERM)
+    code = proc.wait(30)
+    assert code & 4, proc.stderr.read()
+    row = fleet.get("/v1/hosts/slow1", operator).json()
+    assert row["state"] == "unknown" and row["report"]["incomplete"] is True
+    assert "stopped by SIGTERM" in row["reason"]
+    assert _spooled(agent) == []
