@@ -33,6 +33,8 @@ class FileWant:
     gid: int | None
     sensitive: bool = False
     validate: str | None = None  # a command with %s for the candidate's path
+    replace: bool = True  # False: content only when the file is created
+    backups: int = 0  # how many backups of replaced content to keep (0: none)
 
 
 @dataclass(frozen=True)
@@ -71,7 +73,8 @@ def render_content(spec: FileSpec, ctx: HostContext) -> bytes | None:
     if spec.source is not None:
         return _read_source(spec.source, ctx.manifest_dir)
     if spec.template is not None:
-        return _render(spec.template, spec.vars, ctx)
+        options = (bool(getattr(spec, "trim_blocks", False)), bool(getattr(spec, "lstrip_blocks", False)))
+        return _render(spec.template, spec.vars, ctx, options)
     return None
 
 
@@ -95,7 +98,12 @@ def _read_source(source: str, manifest_dir: Path) -> bytes:
 MAX_RENDERED = 64 * 1024 * 1024
 
 
-def _render(template: str, variables: dict[str, object], ctx: HostContext) -> bytes:
+def _render(
+    template: str,
+    variables: dict[str, object],
+    ctx: HostContext,
+    options: tuple[bool, bool] = (False, False),
+) -> bytes:
     """Render a Jinja2 template in a sandbox, the same in apply, plan and observe.
 
     The sandbox refuses Python internals (``''.__class__.__mro__``), loads templates and
@@ -104,7 +112,7 @@ def _render(template: str, variables: dict[str, object], ctx: HostContext) -> by
     """
     import jinja2
 
-    env = _sandbox(str(ctx.manifest_dir))
+    env = _sandbox(str(ctx.manifest_dir), options)
     facts = ctx.facts.as_dict()
     try:
         text = env.get_template(template).render({**variables, **facts, "facts": facts})
@@ -126,15 +134,21 @@ def _render(template: str, variables: dict[str, object], ctx: HostContext) -> by
 _SANDBOXES: dict[str, object] = {}
 
 
-def _sandbox(manifest_dir: str) -> jinja2.sandbox.ImmutableSandboxedEnvironment:
-    """One sandboxed environment per manifest directory (it caches compiled templates)."""
-    env = _SANDBOXES.get(manifest_dir)
+def _sandbox(
+    manifest_dir: str, options: tuple[bool, bool] = (False, False)
+) -> jinja2.sandbox.ImmutableSandboxedEnvironment:
+    """One sandboxed environment per manifest directory and (trim_blocks, lstrip_blocks): it
+    caches compiled templates, and one compiled with other options must not be reused."""
+    key = f"{manifest_dir}\0{options}"
+    env = _SANDBOXES.get(key)
     if env is None:
-        env = _SANDBOXES[manifest_dir] = _make_sandbox(manifest_dir)
+        env = _SANDBOXES[key] = _make_sandbox(manifest_dir, options)
     return env  # type: ignore[return-value]
 
 
-def _make_sandbox(manifest_dir: str) -> jinja2.sandbox.ImmutableSandboxedEnvironment:
+def _make_sandbox(
+    manifest_dir: str, options: tuple[bool, bool] = (False, False)
+) -> jinja2.sandbox.ImmutableSandboxedEnvironment:
     import operator
 
     import jinja2
@@ -180,7 +194,24 @@ def _make_sandbox(manifest_dir: str) -> jinja2.sandbox.ImmutableSandboxedEnviron
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
         autoescape=False,
+        trim_blocks=options[0],
+        lstrip_blocks=options[1],
     )
+
+
+def keep_backup(real: Path, old: bytes, st: os.stat_result | None, keep: int) -> None:
+    """``old`` beside the file as NAME.datum-backup-TIMESTAMP (its mode and owner), then only
+    the newest ``keep`` backups of it stay."""
+    import glob
+    from datetime import UTC, datetime
+
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
+    mode = stat.S_IMODE(st.st_mode) if st is not None else 0o600
+    uid, gid = (st.st_uid, st.st_gid) if st is not None else (-1, -1)
+    fs.write_atomic(real.with_name(f"{real.name}.datum-backup-{stamp}"), old, mode=mode, uid=uid, gid=gid)
+    backups = sorted(real.parent.glob(f"{glob.escape(real.name)}.datum-backup-*"))
+    for path in backups[:-keep]:
+        path.unlink(missing_ok=True)
 
 
 class FileProvider(PathProvider["FileSpec", FileWant, FileHave]):
@@ -203,6 +234,8 @@ class FileProvider(PathProvider["FileSpec", FileWant, FileHave]):
             gid,
             bool(getattr(spec, "sensitive", False)),
             getattr(spec, "validate_cmd", None),
+            bool(getattr(spec, "replace", True)),
+            int(getattr(spec, "backups", 5)) if getattr(spec, "backup", False) else 0,
         )
 
     def observe(self, want: FileWant, ctx: HostContext) -> FileHave:
@@ -210,7 +243,9 @@ class FileProvider(PathProvider["FileSpec", FileWant, FileHave]):
         kind = fs.kind(st)
         content = fs.read_bytes(want.real) if kind == "file" and want.content is not None else None
         rejected = None
-        if want.validate and want.content is not None and content != want.content:
+        if want.validate and want.content is not None and content != want.content and (
+            want.replace or kind == "absent"
+        ):
             if kind in ("absent", "file"):  # observe and plan say what apply would refuse
                 rejected = validate_candidate(want.validate, want.content, ctx)
         return FileHave(kind, content, st, rejected)
@@ -238,7 +273,7 @@ class FileProvider(PathProvider["FileSpec", FileWant, FileHave]):
             return Change(Action.DELETE, (f"{have.kind} present, want absent",))
         if have.kind == "absent":
             return self._with_diff(Change(Action.CREATE, ("absent",)), want, have, None)
-        content = want.content is not None and have.content != want.content
+        content = want.content is not None and have.content != want.content and want.replace
         differences = ["content"] if content else []
         differences += fs.meta_differences(have.st, want.mode, want.uid, want.gid)
         if not differences:
@@ -259,8 +294,11 @@ class FileProvider(PathProvider["FileSpec", FileWant, FileHave]):
         if change.action is Action.DELETE:
             fs.remove(want.real)
             return None
-        if have.kind == "absent" or (want.content is not None and have.content != want.content):
+        rewrite = want.content is not None and have.content != want.content and want.replace
+        if have.kind == "absent" or rewrite:
             data = want.content if want.content is not None else (have.content or b"")
+            if want.backups and have.kind == "file" and have.content is not None:
+                keep_backup(want.real, have.content, have.st, want.backups)
             fs.write_atomic(
                 want.real,
                 data,

@@ -170,6 +170,22 @@ class FileSpec(PathSpec):
         description="A command that checks the new content before it replaces the file, "
         "%s standing for a copy of it (e.g. 'visudo -cf %s'); a failure leaves the file as it was.",
     )
+    replace: bool = Field(
+        default=True, description="false: create the file when missing, never change its content."
+    )
+    backup: bool = Field(
+        default=False,
+        description="Keep the content a change replaces as PATH.datum-backup-TIMESTAMP.",
+    )
+    backups: int = Field(
+        default=5, ge=1, le=1000, description="How many backups of this file to keep (oldest go)."
+    )
+    trim_blocks: bool = Field(
+        default=False, description="Jinja2: drop the first newline after a block tag."
+    )
+    lstrip_blocks: bool = Field(
+        default=False, description="Jinja2: strip spaces and tabs before a block tag."
+    )
 
     @model_validator(mode="after")
     def _one_content(self) -> FileSpec:
@@ -180,6 +196,8 @@ class FileSpec(PathSpec):
             raise ValueError("validate needs %s where the candidate file's path goes")
         if self.validate_cmd is not None and not given:
             raise ValueError("validate needs content, source or template to check")
+        if (self.trim_blocks or self.lstrip_blocks) and self.template is None:
+            raise ValueError("trim_blocks and lstrip_blocks apply to a template")
         if self.path == "/":
             raise ValueError("/ is the root: a File never removes or replaces it")
         return self
