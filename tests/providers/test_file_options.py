@@ -11,17 +11,12 @@ from pydantic import ValidationError
 from datum.core.vocab import Action
 from datum.providers.file import PROVIDER as FILE
 from datum.providers.specs import FileSpec
+from providers.test_accounts import step as converge
 
 
 def step(ctx, **attrs):
     spec = FileSpec.model_validate({"path": "/etc/app.conf", **attrs})
-    want = FILE.desired(spec.path, spec, ctx)
-    have = FILE.observe(want, ctx)
-    change = FILE.plan(want, have)
-    if change.action is not Action.NONE:
-        FILE.apply(want, have, change, ctx)
-        ctx.changed()
-    return change
+    return converge(FILE, spec, ctx)[0]
 
 
 def test_replace_false_creates_but_never_rewrites_content(ctx):
