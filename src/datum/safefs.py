@@ -43,7 +43,9 @@ class Appeared(Exception):
     """A tree to be removed holds more entries than when the pass decided to remove it: left alone."""
 
     def __init__(self, now: int, decided: int) -> None:
-        super().__init__(f"{entries_text(now - decided)} appeared since the pass decided; left alone")
+        super().__init__(
+            f"{entries_text(now - decided)} appeared since the pass decided; left alone"
+        )
         self.now = now
         self.decided = decided
 
@@ -130,9 +132,9 @@ def tally_fd(fd: int, limit: int | None = None) -> Tally:
     return Tally(entries, objects)
 
 
-def tally(path: Path | str, limit: int | None = None) -> Tally:
+def tally(path: Path | str, limit: int | None = None, *, dir_fd: int | None = None) -> Tally:
     """What the directory ``path`` holds; ``NotADirectoryError`` when it is not one (a link included)."""
-    fd = open_dir(path)
+    fd = open_dir(path, dir_fd=dir_fd)
     try:
         return tally_fd(fd, limit)
     finally:
