@@ -11,7 +11,8 @@ walked into. Walks are iterative and hold one descriptor per level.
   count makes an ``rmdir`` fail (``Occupied``). Nothing is unlinked.
 - ``remove_tree`` removes a whole tree (``force``) only when it holds no more
   entries than when the caller decided (``Appeared`` otherwise), counted again
-  through the descriptor it then removes through.
+  through the descriptor it then removes through, and never across a mount
+  point (``OtherFilesystem``).
 """
 
 from __future__ import annotations
@@ -81,12 +82,17 @@ def _listing(fd: int) -> list[os.DirEntry[str]]:
         return list(it)
 
 
-def _walk(fd: int) -> Iterator[tuple[int, os.DirEntry[str] | str]]:
+class OtherFilesystem(Exception):
+    """A tree to be removed is, or holds, a mount point: never crossed (as ``rm --one-file-system``)."""
+
+
+def _walk(fd: int, device: int | None = None) -> Iterator[tuple[int, os.DirEntry[str] | str]]:
     """Every entry under the directory open at ``fd``, depth first, without following links.
 
     Yields ``(parent fd, entry)`` on the way down and ``(parent fd, name)`` once
     a subdirectory has been walked (post-order, for ``rmdir``). A subdirectory
-    that is no longer one when opened is yielded as an entry only.
+    that is no longer one when opened is yielded as an entry only. With
+    ``device``, a subdirectory on another filesystem raises ``OtherFilesystem``.
     """
     stack = [_Level(os.dup(fd), "", [])]
     try:
@@ -112,16 +118,21 @@ def _walk(fd: int) -> Iterator[tuple[int, os.DirEntry[str] | str]]:
                     raise
                 level = _Level(sub, e.name, [])
                 stack.append(level)
+                if device is not None and os.fstat(sub).st_dev != device:
+                    raise OtherFilesystem(f"holds a mount point ({e.name}); left alone")
                 level.todo = _listing(sub)
     finally:
         for level in stack:
             os.close(level.fd)
 
 
-def tally_fd(fd: int, limit: int | None = None) -> Tally:
-    """What the directory open at ``fd`` holds; stops once ``limit`` entries are counted."""
+def tally_fd(fd: int, limit: int | None = None, *, device: int | None = None) -> Tally:
+    """What the directory open at ``fd`` holds; stops once ``limit`` entries are counted.
+
+    With ``device``, a subdirectory on another filesystem raises ``OtherFilesystem``.
+    """
     entries = objects = 0
-    for _parent, e in _walk(fd):
+    for _parent, e in _walk(fd, device):
         if isinstance(e, str):
             continue
         entries += 1
@@ -180,19 +191,23 @@ def remove_tree(parent: Path | str | int, name: str, *, decided: int) -> int:
     """Remove the tree ``parent/name`` and all it holds, if it holds no more than ``decided`` entries now.
 
     Counts again through the descriptor it then removes through; more entries
-    than ``decided`` raises ``Appeared`` and nothing is removed. Links are
-    unlinked, never followed. ``NotADirectoryError`` when ``name`` is not a
-    directory (a link included); ``FileNotFoundError`` when it is gone.
+    than ``decided`` raises ``Appeared`` and nothing is removed. A tree that is
+    or holds a mount point raises ``OtherFilesystem`` and nothing is removed.
+    Links are unlinked, never followed. ``NotADirectoryError`` when ``name`` is
+    not a directory (a link included); ``FileNotFoundError`` when it is gone.
     Returns how many entries it removed besides ``name`` itself.
     """
     with _parent(parent) as parent_fd:
         fd = open_dir(name, dir_fd=parent_fd)
         removed = 0
         try:
-            now = tally_fd(fd, limit=decided + 1).entries
+            device = os.fstat(parent_fd).st_dev
+            if os.fstat(fd).st_dev != device:
+                raise OtherFilesystem("is a mount point; left alone")
+            now = tally_fd(fd, device=device).entries
             if now > decided:
-                raise Appeared(tally_fd(fd).entries, decided)
-            for at, e in _walk(fd):
+                raise Appeared(now, decided)
+            for at, e in _walk(fd, device):
                 if isinstance(e, str):
                     os.rmdir(e, dir_fd=at)
                     removed += 1

@@ -247,7 +247,7 @@ def _remove_directory(want: DirWant, have: DirHave) -> None:
         else:
             os.rmdir(name, dir_fd=parent)
         os.fsync(parent)
-    except safefs.Appeared as exc:
+    except (safefs.Appeared, safefs.OtherFilesystem) as exc:
         raise ProviderError(f"{want.host_path}: {exc}") from exc
     except NotADirectoryError as exc:
         raise ProviderError(
@@ -321,7 +321,7 @@ def _purge_entry(fd: int, name: str, held: Mapping[str, safefs.Tally | None], fo
     counted = held.get(name)  # not a directory when observed: nothing was decided about content
     try:
         safefs.remove_tree(fd, name, decided=counted.entries if counted else 0)
-    except safefs.Appeared as exc:
+    except (safefs.Appeared, safefs.OtherFilesystem) as exc:
         raise ProviderError(str(exc)) from None
 
 
