@@ -87,3 +87,28 @@ def deadline():
     yield
     signal.setitimer(signal.ITIMER_REAL, 0)
     signal.signal(signal.SIGALRM, previous)
+
+
+@pytest.fixture
+def tmpfs():
+    """``tmpfs(path, size="1m")`` mounts a small tmpfs at ``path`` until the test ends; skipped where refused."""
+    import subprocess
+
+    mounted: list[str] = []
+
+    def mount(path, size: str = "1m"):
+        path.mkdir(parents=True, exist_ok=True)
+        run = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size},mode=0755", "tmpfs", str(path)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if run.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here: {run.stderr.strip()}")
+        mounted.append(str(path))
+        return path
+
+    yield mount
+    for path in reversed(mounted):
+        subprocess.run(["umount", "-l", path], capture_output=True, check=False)

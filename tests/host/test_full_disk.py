@@ -9,26 +9,15 @@ left behind; the resources after it still run.
 from __future__ import annotations
 
 import os
-import subprocess
 
 import pytest
 
 
 @pytest.fixture
-def full_root(host):
+def full_root(host, tmpfs):
     """``host.root`` as a 1 MiB tmpfs."""
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=1m,mode=0755", "tmpfs", str(host.root)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
-    try:
-        yield host
-    finally:
-        subprocess.run(["umount", "-l", str(host.root)], capture_output=True, check=False)
+    tmpfs(host.root, "1m")
+    return host
 
 
 def test_a_file_bigger_than_the_disk_fails_and_keeps_the_old_file(full_root):

@@ -244,32 +244,8 @@ def test_file_absent_never_removes_a_directory_that_replaced_the_file_since_obse
     assert (ctx.root / "f" / "data").read_text() == "appeared"
 
 
-@pytest.fixture
-def mounted(tmp_path):
-    """Mount a small tmpfs at a path; skipped where mounting is refused."""
-    import subprocess
-
-    done: list[str] = []
-
-    def mount(path):
-        path.mkdir(parents=True, exist_ok=True)
-        run = subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(path)],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        if run.returncode != 0:
-            pytest.skip(f"cannot mount a tmpfs here: {run.stderr.strip()}")
-        done.append(str(path))
-
-    yield mount
-    for path in reversed(done):
-        subprocess.run(["umount", "-l", path], capture_output=True, check=False)
-
-
-def test_force_never_crosses_a_mount_point(ctx, www, mounted):
-    mounted(www / "old" / "disk")
+def test_force_never_crosses_a_mount_point(ctx, www, tmpfs):
+    tmpfs(www / "old" / "disk")
     (www / "old" / "disk" / "data").write_text("on another filesystem")
     (www / "old" / "mine").write_text("x")
     want, have, change = decide(DirectorySpec(path="/srv/www", purge=True, force=True), ctx)
@@ -282,8 +258,8 @@ def test_force_never_crosses_a_mount_point(ctx, www, mounted):
     assert not (www / "junk.txt").exists()
 
 
-def test_absent_with_force_never_removes_a_mounted_filesystem(ctx, mounted):
-    mounted(ctx.root / "mnt" / "data")
+def test_absent_with_force_never_removes_a_mounted_filesystem(ctx, tmpfs):
+    tmpfs(ctx.root / "mnt" / "data")
     (ctx.root / "mnt" / "data" / "db").write_text("on another filesystem")
     want, have, change = decide(DirectorySpec(path="/mnt/data", ensure="absent", force=True), ctx)
     with pytest.raises(ProviderError, match="/mnt/data: is a mount point; left alone"):
