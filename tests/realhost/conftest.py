@@ -7,6 +7,7 @@ marked ``smoke`` (seconds); ``scripts/test-host`` runs them all
 
 from __future__ import annotations
 
+import fcntl
 import os
 import subprocess
 import sys
@@ -42,12 +43,19 @@ def host():
     why = unavailable()
     if why:
         pytest.skip(why)
-    # Datum inside is the tree under test: the wheelhouse is rebuilt when a source changed.
-    subprocess.run([str(REPO / "scripts" / "test-host"), "wheels"], check=True)
     box = Container()
     start = time.monotonic()
-    box.boot()
-    box.install_seconds = box.install_datum()
+    # Datum inside is the tree under test: the wheelhouse is rebuilt when a source changed,
+    # under a lock that parallel workers share until their virtualenv is installed from it.
+    with open(REPO / ".cache" / "wheelhouse.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        subprocess.run(
+            [str(REPO / "scripts" / "test-host"), "wheels"],
+            check=True,
+            env={**os.environ, "DATUM_WHEELS_LOCKED": "1"},
+        )
+        box.boot()
+        box.install_seconds = box.install_datum()
     box.ready_seconds = time.monotonic() - start
     try:
         yield box
