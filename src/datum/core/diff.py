@@ -9,7 +9,7 @@ from __future__ import annotations
 import operator
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from datum.core.vocab import Direction
 
@@ -18,6 +18,8 @@ A = TypeVar("A")
 
 Equal = Callable[[D, A], bool]
 Tombstone = Callable[[D], bool]
+
+_MISSING = object()
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,16 +61,23 @@ def diff(
     set: the record is to be finalised, which waits for confirmation like any
     other transition.
     """
+    get: Callable[[str, object], Any] = actual.get  # one lookup per desired item
+    present = 0  # desired keys found in actual: when that is all of actual, nothing is to reap
     for key, want in desired.items():
+        have = get(key, _MISSING)
         gone_wanted = tombstone is not None and tombstone(want)
-        present = key in actual
-        have = actual[key] if present else None
-        if present and (gone_wanted or not equal(want, actual[key])):
+        if have is _MISSING:
+            if not gone_wanted:
+                yield Divergence(key, Direction.RESTORE, want, None)
+            elif unsettled is not None and unsettled(want):
+                yield Divergence(key, Direction.ALIGN, want, None, settle=True, gone=True)
+            continue
+        present += 1
+        if gone_wanted or not equal(want, have):
             yield Divergence(key, Direction.ALIGN, want, have, gone=gone_wanted)
-        elif not present and not gone_wanted:
-            yield Divergence(key, Direction.RESTORE, want, None)
         elif unsettled is not None and unsettled(want):
             yield Divergence(key, Direction.ALIGN, want, have, settle=True, gone=gone_wanted)
-    for key, have in actual.items():
-        if key not in desired:
-            yield Divergence(key, Direction.REAP, None, have)
+    if len(actual) > present:
+        for key, have in actual.items():
+            if key not in desired:
+                yield Divergence(key, Direction.REAP, None, have)
