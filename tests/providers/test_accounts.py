@@ -138,3 +138,20 @@ def test_plain_text_passwords_are_refused_without_being_repeated():
             UserSpec(name="web", password=value)
         assert "hunter2" not in str(info.value).replace("input_value='hunter2'", "")
     assert UserSpec(name="web", password="*").password == "*"
+
+
+def test_a_new_hash_keeps_a_lock_unless_told_and_system_users_need_a_home(ctx):
+    import pytest
+    from pydantic import ValidationError
+
+    seed(ctx)
+    step(USER, UserSpec(name="web", password=HASH, locked=True), ctx)
+    step(USER, UserSpec(name="web", password="$6$new$" + "C" * 86), ctx)
+    row = next(r for r in etc(ctx, "shadow") if r.startswith("web:"))
+    assert row.split(":")[1] == "!$6$new$" + "C" * 86  # still locked
+    # A user created without a password is "!" only: its first hash unlocks it.
+    step(USER, UserSpec(name="api"), ctx)
+    step(USER, UserSpec(name="api", password=HASH), ctx)
+    assert next(r for r in etc(ctx, "shadow") if r.startswith("api:")).split(":")[1] == HASH
+    with pytest.raises(ValidationError, match="give home"):
+        UserSpec(name="svc", system=True, manage_home=True)

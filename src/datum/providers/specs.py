@@ -385,6 +385,12 @@ class UserSpec(Spec):
         description="Lock (true) or unlock (false) password login, as passwd -l / -u.",
     )
 
+    @model_validator(mode="after")
+    def _home_to_manage(self) -> UserSpec:
+        if self.manage_home and self.system and self.home is None:
+            raise ValueError("a system user's home is /nonexistent: give home to manage one")
+        return self
+
     @field_validator("password")
     @classmethod
     def _password_is_a_hash(cls, value: str | None) -> str | None:

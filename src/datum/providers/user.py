@@ -190,10 +190,12 @@ class UserProvider(Provider["UserSpec", UserWant, UserHave]):
         row += [""] * (9 - len(row))
         locked, current = locked_hash(row[1])
         if s.password is not None and s.password != current:
+            # A "!" that only stood for "no password yet" goes with the first hash; a lock put
+            # on an account that had one stays unless locked: false says otherwise.
+            if current in ("", "*"):
+                locked = False
             current = s.password
             row[2] = today  # the date of the last password change, as passwd sets it
-            if old is None or s.locked is None:
-                locked = False
         if s.locked is not None:
             locked = s.locked
         if not locked and current in ("", "*"):
