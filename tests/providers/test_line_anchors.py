@@ -53,3 +53,21 @@ def test_first_match_replaces_the_first_matching_line():
 def test_anchor_findings(kw, message):
     with pytest.raises(ValidationError, match=message):
         line(line="x", **kw)
+
+
+def test_create_with_mode_owner_and_group(ctx):
+    import stat
+
+    from datum.core.vocab import Action
+    from datum.providers.line import PROVIDER as LINE
+    from providers.test_accounts import seed, step
+
+    seed(ctx)
+    spec = line(line="secret=1", create=True, mode="0640", owner="alice", group="adm")
+    change, unconfirmed = step(LINE, spec, ctx)
+    assert change.action is Action.CREATE and unconfirmed is None
+    assert change.diff.strip() == "(diff redacted: file is not world-readable)"
+    st = (ctx.root / "etc/x.ini").stat()
+    assert (stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid) == (0o640, 1000, 4)
+    with pytest.raises(ValidationError, match="create: true makes"):
+        line(line="x", mode="0600")

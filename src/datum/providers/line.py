@@ -123,6 +123,7 @@ class LineProvider(Provider["LineSpec", LineWant, LineHave]):
     def plan(self, want: LineWant, have: LineHave) -> Change:
         marker = fs.redaction(False, have.mode)
         if have.content is None:
+            marker = fs.redaction(False, getattr(want.spec, "mode", None))  # the file it makes
             if want.spec.ensure == "absent":
                 return Change()
             after = edit("", want.spec).encode(*_CODEC)
@@ -138,8 +139,18 @@ class LineProvider(Provider["LineSpec", LineWant, LineHave]):
 
     def apply(self, want: LineWant, have: LineHave, change: Change, ctx: HostContext) -> str | None:
         before = (have.content or b"").decode(*_CODEC)
-        # Mode and owner: write_atomic keeps the existing file's (owner first, then mode).
-        fs.write_atomic(want.real, edit(before, want.spec).encode(*_CODEC))
+        # Mode and owner: write_atomic keeps the existing file's (owner first, then mode);
+        # a file create: true makes gets the Line's, when given.
+        mode, uid, gid = None, -1, -1
+        if have.content is None:
+            from datum.providers.accounts import owner_ids
+
+            mode = getattr(want.spec, "mode", None)
+            owner, group = owner_ids(
+                ctx, getattr(want.spec, "owner", None), getattr(want.spec, "group", None)
+            )
+            uid, gid = -1 if owner is None else owner, -1 if group is None else group
+        fs.write_atomic(want.real, edit(before, want.spec).encode(*_CODEC), mode=mode, uid=uid, gid=gid)
         return None
 
 

@@ -256,6 +256,11 @@ class LineSpec(Spec):
         default=False,
         description="Use the first line matching match, after or before, not the last.",
     )
+    mode: FileMode | None = Field(
+        default=None, description="The mode of a file create: true makes (octal string)."
+    )
+    owner: Account | None = Field(default=None, description="The owner of a file create: true makes.")
+    group: Account | None = Field(default=None, description="The group of a file create: true makes.")
 
     @field_validator("after", "before")
     @classmethod
@@ -273,6 +278,8 @@ class LineSpec(Spec):
             raise ValueError("give after or before, not both")
         if self.after == "BOF" or self.before == "EOF":
             raise ValueError("after takes EOF (the default), before takes BOF")
+        if not self.create and (self.mode, self.owner, self.group) != (None, None, None):
+            raise ValueError("mode, owner and group are for the file create: true makes")
         return self
 
     @field_validator("line")
