@@ -1,0 +1,93 @@
+"""The agent under systemd: the shipped unit starts, runs passes on its interval, stops cleanly."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import pytest
+from container import DATUM, REPO
+
+UNIT = REPO / "contrib" / "systemd" / "datum-agent.service"
+
+
+def free_port() -> int:
+    """A port free on the host's loopback, which the container shares (never 5432, 8080, ...)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(predicate, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.2)
+
+
+@pytest.mark.skipif(not UNIT.exists(), reason="no contrib/systemd/datum-agent.service")
+def test_the_shipped_unit_runs_passes_on_its_interval_and_stops_cleanly(host):
+    port = free_port()
+    host.write("/srv/fleet/nodes.yaml", 'nodes:\n  - match: {name: "*"}\n    manifests: [agent.yaml]\n')
+    host.write(
+        "/srv/fleet/agent.yaml",
+        "resources:\n  - Exec[count]:\n      command: \"date +%s.%N >> /var/tmp/agent-passes\"\n",
+    )
+    host.write(
+        "/etc/datum-test/server.toml",
+        'store = "sqlite:////var/lib/datum-server/datum.db"\n'
+        "[server]\nscheduler = false\n[fleet]\nmanifests = \"/srv/fleet\"\n",
+    )
+    host.run("mkdir", "-p", "/var/lib/datum-server")
+    host.run(
+        "systemd-run", "--unit=datum-test-serve", "--property=Environment=DATUM_HOME=/var/lib/datum-server",
+        DATUM, "serve", "--config", "/etc/datum-test/server.toml", "--port", str(port),
+    )
+
+    def serving() -> bool:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return True
+        except OSError:
+            return False
+
+    wait_for(serving, 60, f"datum serve on 127.0.0.1:{port}")
+    name = host.run("hostname").stdout.strip()
+    token = host.run(
+        DATUM, "token", "create", "--principal", "agent", "--host", name,
+        "--config", "/etc/datum-test/server.toml", env={"DATUM_HOME": "/var/lib/datum-server"},
+    ).stdout.strip().splitlines()[-1]
+    host.write("/etc/datum/agent.token", token + "\n", mode="0600")
+    # The shipped unit as it is, its server and interval overridden by a drop-in, as an operator would.
+    host.write("/etc/systemd/system/datum-agent.service", UNIT.read_text())
+    host.write(
+        "/etc/systemd/system/datum-agent.service.d/test.conf",
+        f"[Service]\nEnvironment=DATUM_SERVER=http://127.0.0.1:{port}\nExecStart=\n"
+        "ExecStart=/usr/bin/datum agent --server ${DATUM_SERVER} "
+        "--token-file /etc/datum/agent.token --interval 1s --splay 0s\n",
+    )
+    host.run("ln", "-sf", DATUM, "/usr/bin/datum")
+    host.run("systemctl", "daemon-reload")
+    host.run("systemctl", "start", "datum-agent")
+
+    def passes() -> int:
+        out = host.run("cat", "/var/tmp/agent-passes", check=False).stdout
+        return len(out.splitlines())
+
+    wait_for(lambda: passes() >= 3, 60, "three passes of the agent")
+    assert host.run("systemctl", "is-active", "datum-agent").stdout.strip() == "active"
+    stamps = [float(x) for x in host.run("cat", "/var/tmp/agent-passes").stdout.split()]
+    assert all(b - a >= 0.9 for a, b in zip(stamps, stamps[1:], strict=False)), stamps  # its interval
+
+    started = time.monotonic()
+    host.run("systemctl", "stop", "datum-agent")
+    assert time.monotonic() - started < 20
+    assert host.run("systemctl", "show", "-P", "Result", "datum-agent").stdout.strip() == "success"
+    journal = host.run("journalctl", "-u", "datum-agent", "--no-pager", "-o", "cat").stdout
+    assert "datum agent: pass" in journal, journal[-2000:]
+    assert "Traceback" not in journal, journal[-2000:]
+    host.run("systemctl", "stop", "datum-test-serve", check=False)
