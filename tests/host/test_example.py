@@ -42,4 +42,4 @@ def test_bench_smoke(tmp_path):
         capture_output=True, text=True, timeout=300, check=False,
     )
     assert done.returncode == 0, done.stderr
-    assert "idle pass:" in done.stdout and "resources:       50 File" in done.stdout
+    assert "idle pass, 50 File:" in done.stdout and "first pass:" in done.stdout  # bench_host.py's report (bfae249)
