@@ -59,7 +59,8 @@ class Done:
 class Container:
     """One boot of the cached root. ``run`` executes inside, in every namespace of its PID 1."""
 
-    def __init__(self) -> None:
+    def __init__(self, binds: dict[Path, str] | None = None) -> None:
+        self.binds = binds or {}  # host directory -> where it is inside; kept across reboots
         self.name = f"datum-{uuid.uuid4().hex[:8]}"
         self.work = WORK / self.name  # bound at /srv/work inside
         self.proc: subprocess.Popen[bytes] | None = None
@@ -71,6 +72,7 @@ class Container:
     def boot(self, timeout: float = 60) -> None:
         self.work.mkdir(parents=True, exist_ok=True)
         VENV.mkdir(parents=True, exist_ok=True)
+        self.pid1 = None
         self.log = open(self.work.parent / f"{self.name}.console", "wb")  # noqa: SIM115
         start = time.monotonic()
         self.proc = subprocess.Popen(
@@ -88,6 +90,7 @@ class Container:
                 f"--bind-ro={WHEELS}:/opt/wheels",
                 f"--bind={self.work}:/srv/work",
                 f"--bind={VENV}:/opt/datum-test",
+                *(f"--bind={src}:{dst}" for src, dst in self.binds.items()),
             ],
             stdin=subprocess.DEVNULL,
             stdout=self.log,
@@ -140,6 +143,16 @@ class Container:
                 return pid
             todo.extend(children.get(pid, []))
         return None
+
+    def rebooted(self, timeout: float = 60) -> None:
+        """After a reboot asked for inside: nspawn exits 133 (its "reboot me" status), and the
+        container boots again from the cached root; only ``binds`` and /srv/work carry over."""
+        assert self.proc is not None
+        code = self.proc.wait(timeout=timeout)
+        self.log.close()
+        if code != 133:
+            raise AssertionError(f"systemd-nspawn exited {code}, not 133 (a reboot)")
+        self.boot()
 
     def shutdown(self, timeout: float = 30) -> float:
         """Power off (SIGRTMIN+4 to nspawn's init, as machinectl poweroff does); the seconds it took."""
