@@ -48,6 +48,7 @@ def test_an_unchanged_manifest_is_304(fleet: Fleet):
     assert body["files"] and f'"{body["digest"]}"' == etag
     second = fleet.get("/v1/hosts/web1/manifest", token, **{"If-None-Match": etag})
     assert second.status_code == 304 and second.headers["ETag"] == etag and second.content == b""
+    assert fleet.get("/v1/hosts/web1/manifest", token, **{"If-None-Match": f'"x", W/{etag}'}).status_code == 304
     (fleet.manifests / "common.yaml").write_text("resources:\n  - Directory[/srv]:\n      mode: '0755'\n")
     changed = fleet.get("/v1/hosts/web1/manifest", token, **{"If-None-Match": etag})
     assert changed.status_code == 200 and changed.headers["ETag"] != etag

@@ -126,6 +126,14 @@ def test_include_works_for_datum_apply_too(tmp_path):
     )
     assert done.returncode == 2, done.stdout + done.stderr
     assert (root / "b").read_text() == "bee\n" and (root / "a").read_text() == "a"
+    # An edit of an included file is seen at once (the validated-manifest cache keys one file only).
+    (tmp_path / "sub" / "common.yaml").write_text("resources:\n  - File[/b]:\n      content: changed\n")
+    again = subprocess.run(
+        [*DATUM, "apply", str(tmp_path / "m.yaml"), "--root", str(root), "--state", str(tmp_path / "s.db")],
+        capture_output=True, text=True, check=False,
+    )
+    assert again.returncode == 2, again.stdout + again.stderr
+    assert (root / "b").read_text() == "changed"
 
 
 def _row(age: timedelta, interval: float | None) -> dict:

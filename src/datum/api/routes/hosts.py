@@ -104,6 +104,12 @@ def report_pass(
     return host_status(row)
 
 
+def _matches(if_none_match: str, etag: str) -> bool:
+    """RFC 9110's weak comparison for ``If-None-Match``: ``*``, or any listed tag, ``W/`` or not."""
+    tags = [t.strip().removeprefix("W/") for t in if_none_match.split(",")]
+    return "*" in tags or etag in tags
+
+
 def _facts(header: str | None) -> dict[str, Any]:
     if not header:
         return {}
@@ -142,6 +148,6 @@ def manifest(
         raise Problem.one("NOT_FOUND", "this server serves no manifests ([fleet] manifests is not set)")
     found = effective(directory, host, _facts(facts))
     etag = f'"{found.digest}"'
-    if if_none_match and etag in [t.strip() for t in if_none_match.split(",")]:
+    if if_none_match and _matches(if_none_match, etag):
         return Response(status_code=304, headers={"ETag": etag})
     return Response(found.body, media_type="application/json", headers={"ETag": etag})
