@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
@@ -162,3 +163,21 @@ def test_the_printed_systemd_unit_is_the_shipped_one():
     assert done.returncode == 0
     assert done.stdout == (ROOT / "contrib" / "systemd" / "datum-agent.service").read_text()
     assert "ExecStart=/usr/bin/datum agent --server" in done.stdout
+
+
+def test_the_agent_refuses_a_server_that_is_not_a_url_and_warns_of_a_readable_token(tmp_path):
+    token = tmp_path / "token"
+    token.write_text("datum_x\n")
+    token.chmod(0o644)
+    bad = subprocess.run([*DATUM, "agent", "--server", "ftp://x", "--token-file", str(token), "--once"],
+                         capture_output=True, text=True, check=False)
+    assert bad.returncode == 64 and "not an http" in bad.stderr
+    root = tmp_path / "root"
+    root.mkdir()
+    run = subprocess.run(
+        [*DATUM, "agent", "--server", "http://127.0.0.1:9", "--token-file", str(token), "--once",
+         "--root", str(root), "--state", str(tmp_path / "agent.db")],
+        capture_output=True, text=True, check=False, env={**os.environ, "DATUM_HOME": str(tmp_path)},
+    )
+    assert "readable by every user" in run.stderr and "datum_x" not in run.stderr + run.stdout
+    assert run.returncode == 4 and "no manifest has ever been fetched: cannot reach" in run.stderr

@@ -61,6 +61,8 @@ def _token(path: str) -> str:
         raise Problem.one("INVALID_INPUT", f"cannot read the token file {path}: {exc.strerror}") from exc
     if not token:
         raise Problem.one("INVALID_INPUT", f"the token file {path} is empty")
+    if os.stat(path).st_mode & 0o004:
+        click.echo(f"warning: the token file {path} is readable by every user; chmod 600 it", err=True)
     return token
 
 
@@ -96,6 +98,8 @@ def agent(
         return 0
     if not server or not token_file:
         raise click.UsageError("--server and --token-file are required")
+    if not server.startswith(("http://", "https://")):
+        raise click.UsageError(f"--server {server!r} is not an http:// or https:// URL")
     from datum.agent.loop import Options, cycle, run_forever
     from datum.config import load_settings
     from datum.core.vocab import Mode
