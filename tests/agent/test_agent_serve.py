@@ -223,3 +223,19 @@ def test_sigterm_during_a_pass_stops_after_the_resource_and_the_report_is_still_
     assert row["state"] == "unknown" and row["report"]["incomplete"] is True
     assert "stopped by SIGTERM" in row["reason"]
     assert _spooled(agent) == []
+
+
+def test_a_host_whose_agent_fell_silent_reads_unknown_saying_how_stale(sqlite_fleet: Fleet):
+    fleet = sqlite_fleet
+    operator = fleet.token("operator")
+    token = fleet.token("agent", "--host", "quiet")
+    report = {"host": "quiet", "mode": "enforce", "state": "converged", "startedAt": "2026-11-29T00:00:00+00:00",
+              "finishedAt": "2026-11-29T00:00:01+00:00", "durationSeconds": 1, "exitCode": 0,
+              "intervalSeconds": 1800, "seq": 1, "passId": "p1"}
+    posted = httpx.post(fleet.url + "/v1/hosts/quiet/passes", json=report, headers={"Authorization": f"Bearer {token}"})
+    assert posted.status_code == 201, posted.text
+    row = fleet.get("/v1/hosts/quiet", operator).json()
+    assert row["state"] == "unknown"
+    assert row["reason"].startswith("stale: the last report is ") and "more than 3 x its 30m interval" in row["reason"]
+    listed = {h["host"]: h for h in fleet.get("/v1/hosts", operator).json()}
+    assert listed["quiet"]["state"] == "unknown"
