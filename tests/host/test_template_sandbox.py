@@ -67,3 +67,28 @@ def test_escapes_fail_at_their_resource_with_the_reason(tree, datum_cli, how):
     if how == "apply":
         assert (tree / "root" / "fine").read_text() == "hello from True\n"
     assert sorted(p.name for p in (tree / "root").iterdir()) == (["fine"] if how == "apply" else [])
+
+
+def test_a_template_that_loops_too_long_fails_its_resource_and_the_pass_goes_on(
+    tmp_path, datum_cli, monkeypatch
+):
+    """The sandbox bounds what a template touches, the time limit how long it loops."""
+    from datum.providers import file as file_provider
+
+    monkeypatch.setattr(file_provider, "RENDER_SECONDS", 0.5)
+    m = tmp_path / "m"
+    m.mkdir()
+    (m / "spin.j2").write_text("{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}")
+    (m / "manifest.yaml").write_text(
+        "resources:\n  - File[/spin]: {template: spin.j2}\n  - File[/after]: {content: ok}\n"
+    )
+    (tmp_path / "root").mkdir()
+    code, out, err = datum_cli(
+        "apply", str(m / "manifest.yaml"), "--root", str(tmp_path / "root"),
+        "--state", str(tmp_path / "s.db"), "--json",
+    )
+    report = {r["id"]: r for r in json.loads(out)["resources"]}
+    assert report["File[/spin]"]["state"] == "failed"
+    assert "still rendering after 0.5 s" in report["File[/spin]"]["error"]
+    assert report["File[/after]"]["state"] == "converged"
+    assert (tmp_path / "root" / "after").read_text() == "ok"

@@ -439,3 +439,35 @@ def test_diffs_are_bounded():
 def test_diff_splits_on_newlines_only():
     diff = fs.unified("/f", b"a\x0cb\nc\n", b"a\x0cb\nd\n")
     assert " a\x0cb\n" in diff and "-c\n" in diff and "+d\n" in diff
+
+
+# --- no content lost to a Symlink or a concurrent writer ---------------------------------------------
+
+
+@pytest.mark.parametrize("ensure", ["present", "absent"])
+def test_a_symlink_never_replaces_a_file_without_force(ctx, ensure):
+    f = ctx.root / "etc" / "motd"
+    f.parent.mkdir()
+    f.write_text("the only copy\n")
+    spec = SymlinkSpec(path="/etc/motd", target="/run/motd", ensure=ensure)
+    want = SYMLINK.desired("x", spec, ctx)
+    with pytest.raises(ProviderError, match="is a file; set force: true"):
+        SYMLINK.plan(want, SYMLINK.observe(want, ctx))
+    assert f.read_text() == "the only copy\n"
+    forced = SymlinkSpec(path="/etc/motd", target="/run/motd", ensure=ensure, force=True)
+    change, after = converge(SYMLINK, forced, ctx)
+    assert change.action is not Action.NONE and after.action is Action.NONE
+    assert os.path.islink(f) == (ensure == "present")
+
+
+def test_line_keeps_a_line_written_between_observe_and_apply(ctx):
+    f = ctx.root / "hosts"
+    f.write_text("127.0.0.1 localhost\n")
+    spec = LineSpec(path="/hosts", line="10.0.0.1 db")
+    want = LINE.desired("x", spec, ctx)
+    have = LINE.observe(want, ctx)
+    change = LINE.plan(want, have)
+    with f.open("a") as other_writer:  # another tool adds its line in the meantime
+        other_writer.write("10.0.0.2 cache\n")
+    LINE.apply(want, have, change, ctx)
+    assert f.read_text() == "127.0.0.1 localhost\n10.0.0.2 cache\n10.0.0.1 db\n"

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import os
 import stat
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -98,6 +101,44 @@ def _read_source(source: str, manifest_dir: Path) -> bytes:
 MAX_RENDERED = 64 * 1024 * 1024
 
 
+# The sandbox bounds what a template may touch, not how long it may loop:
+# a template still rendering after this long fails its resource.
+RENDER_SECONDS = 10.0
+
+
+class _TooLong(Exception):
+    pass
+
+
+@contextmanager
+def _time_limit(seconds: float) -> Iterator[None]:
+    """Raise ``_TooLong`` in the block after ``seconds`` (main thread only; elsewhere no limit).
+
+    The timer and handler in place before (a test's deadline, say) are put back after.
+    """
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def expired(_signum: int, _frame: object) -> None:
+        raise _TooLong
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    before, interval = signal.setitimer(signal.ITIMER_REAL, seconds)
+    started = time.monotonic()
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        if before:
+            left = max(before - (time.monotonic() - started), 0.001)
+            signal.setitimer(signal.ITIMER_REAL, left, interval)
+
+
 def _render(
     template: str,
     variables: dict[str, object],
@@ -115,7 +156,12 @@ def _render(
     env = _sandbox(str(ctx.manifest_dir), options)
     facts = ctx.facts.as_dict()
     try:
-        text = env.get_template(template).render({**variables, **facts, "facts": facts})
+        with _time_limit(RENDER_SECONDS):
+            text = env.get_template(template).render({**variables, **facts, "facts": facts})
+    except _TooLong as exc:
+        raise ProviderError(
+            f"template {template}: still rendering after {RENDER_SECONDS:g} s; refused"
+        ) from exc
     except jinja2.TemplateNotFound as exc:
         raise ProviderError(f"template {template}: {exc.message or exc.name}") from exc
     except jinja2.sandbox.SecurityError as exc:

@@ -138,7 +138,12 @@ class LineProvider(Provider["LineSpec", LineWant, LineHave]):
         return Change(Action.UPDATE, (what,), diff, marker is not None)
 
     def apply(self, want: LineWant, have: LineHave, change: Change, ctx: HostContext) -> str | None:
+        # Read again: the edit applies to the file as it is now, so a line another
+        # writer added since observe is kept (the write itself is atomic).
+        have = self.observe(want, ctx)
         before = (have.content or b"").decode(*_CODEC)
+        if have.content is not None and edit(before, want.spec) == before:
+            return None
         # Mode and owner: write_atomic keeps the existing file's (owner first, then mode);
         # a file create: true makes gets the Line's, when given.
         mode, uid, gid = None, -1, -1

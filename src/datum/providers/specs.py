@@ -226,6 +226,11 @@ class SymlinkSpec(Spec):
         default=None, min_length=1, description="What the link points to, as written."
     )
     ensure: Literal["present", "absent"] = "present"
+    force: bool = Field(
+        default=False,
+        description="Replace (or, with ensure: absent, remove) a regular file at the path; "
+        "without it a file there is refused and kept.",
+    )
 
     @model_validator(mode="after")
     def _target(self) -> SymlinkSpec:

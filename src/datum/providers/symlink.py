@@ -21,6 +21,7 @@ class LinkWant:
     real: Path
     ensure: str
     target: str | None
+    force: bool = False
 
 
 @dataclass(frozen=True)
@@ -36,7 +37,7 @@ class SymlinkProvider(PathProvider["SymlinkSpec", LinkWant, LinkHave]):
         real = ctx.path(spec.path, follow_last=False)
         if real == ctx.root:
             raise ProviderError(f"{spec.path} is the root; a Symlink never removes or replaces it")
-        return LinkWant(spec.path, real, spec.ensure, spec.target)
+        return LinkWant(spec.path, real, spec.ensure, spec.target, spec.force)
 
     def observe(self, want: LinkWant, ctx: HostContext) -> LinkHave:
         kind = fs.kind(fs.lstat(want.real))
@@ -49,6 +50,10 @@ class SymlinkProvider(PathProvider["SymlinkSpec", LinkWant, LinkHave]):
         )
         if have.kind == "directory":
             raise ProviderError(f"{want.host_path} is a directory; refusing to replace it")
+        if have.kind == "file" and not want.force:
+            # A file's content would be lost: only on the manifest's explicit word (Ansible's force).
+            what = "replace it with a link" if want.ensure == "present" else "remove it"
+            raise ProviderError(f"{want.host_path} is a file; set force: true to {what}")
         if want.ensure == "absent":
             if have.kind == "absent":
                 return Change()
