@@ -142,6 +142,7 @@ class Agent:
         (self.base / "boot_id").write_text("boot-1\n")
         (self.base / "agent.toml").write_text(f'[host]\nname = "{self.name}"\n')
         (self.base / "token").write_text(self.token + "\n")
+        (self.base / "token").chmod(0o600)
         return self.fleet.datum(
             "agent", "--server", self.fleet.url, "--token-file", str(self.base / "token"),
             "--root", str(self.root), "--state", str(self.state), "--once",
