@@ -13,12 +13,17 @@ walked into. Walks are iterative and hold one descriptor per level.
   entries than when the caller decided (``Appeared`` otherwise), counted again
   through the descriptor it then removes through, and never across a mount
   point (``OtherFilesystem``).
+
+``below`` walks a tree on its own filesystem for ``Directory`` ``recurse``:
+each subdirectory comes with its open descriptor, so what changes it changes
+the directory that was opened, never what a link swapped in for it leads to.
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -124,6 +129,78 @@ def _walk(fd: int, device: int | None = None) -> Iterator[tuple[int, os.DirEntry
     finally:
         for level in stack:
             os.close(level.fd)
+
+
+@dataclass(frozen=True, slots=True)
+class Below:
+    """An entry under a walked directory: its path from there, its ``lstat``, and for a directory its descriptor.
+
+    ``fd`` is open only until the walk goes on; ``parent`` is the descriptor of
+    the directory that holds ``name``.
+    """
+
+    parent: int
+    name: str
+    path: str
+    st: os.stat_result
+    fd: int | None
+
+
+def below(fd: int) -> Iterator[Below]:
+    """Every entry under the directory open at ``fd`` on its filesystem, depth first, sorted by name.
+
+    Iterative, one descriptor per level, links never followed. A subdirectory is
+    opened ``O_NOFOLLOW`` and yielded with its descriptor and that descriptor's
+    ``fstat``; one on another filesystem (a mount point) is neither yielded nor
+    entered. An entry gone since the listing, or a directory swapped for
+    something else, is skipped (or yielded as what it is now).
+    """
+    device = os.fstat(fd).st_dev
+    stack = [_Level(os.dup(fd), "", [])]
+    try:
+        stack[0].todo = _sorted_listing(stack[0].fd)
+        while stack:
+            top = stack[-1]
+            if not top.todo:
+                os.close(stack.pop().fd)
+                continue
+            e = top.todo.pop()
+            path = f"{top.name}/{e.name}" if top.name else e.name
+            try:
+                st = e.stat(follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            if not stat.S_ISDIR(st.st_mode):
+                yield Below(top.fd, e.name, path, st, None)
+                continue
+            try:
+                sub = os.open(e.name, DIR_FLAGS, dir_fd=top.fd)
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                if exc.errno not in _NOT_DIR:
+                    raise
+                try:  # swapped for a link or a file since the listing: what it is now
+                    st = os.stat(e.name, dir_fd=top.fd, follow_symlinks=False)
+                except FileNotFoundError:
+                    continue
+                yield Below(top.fd, e.name, path, st, None)
+                continue
+            st = os.fstat(sub)
+            if st.st_dev != device:  # a mount point: never crossed
+                os.close(sub)
+                continue
+            stack.append(_Level(sub, path, []))
+            yield Below(top.fd, e.name, path, st, sub)
+            stack[-1].todo = _sorted_listing(sub)
+    finally:
+        for level in stack:
+            os.close(level.fd)
+
+
+def _sorted_listing(fd: int) -> list[os.DirEntry[str]]:
+    """The entries of the directory open at ``fd``, last name first (popped in name order)."""
+    return sorted(_listing(fd), key=lambda e: e.name, reverse=True)
 
 
 def tally_fd(fd: int, limit: int | None = None, *, device: int | None = None) -> Tally:

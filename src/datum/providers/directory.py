@@ -6,6 +6,18 @@ Whatever can hold data is counted when observed and again when removed
 (``datum.safefs``): without ``force`` only files, links and directories
 holding nothing but empty directories go; with ``force`` a tree goes only if
 nothing appeared in it since the pass decided. Links are never followed.
+
+With ``recurse`` the owner, group and mode apply below too, as ``chown -R``
+and ``chmod -R`` would, walked through directory descriptors on the
+directory's own filesystem (``safefs.below``): directories get the mode with
+x added where it gives r (``0644`` makes them ``0755``, as Puppet does);
+regular files get its permission bits (its setuid, setgid and sticky bits are
+for directories); a link is ``lchown``-ed, never followed and never
+``chmod``-ed; a FIFO, socket or device is left alone; a mount point is never
+crossed. An entry another resource of the manifest gives a mode, owner or
+group is left to it, and so is everything below a Directory that recurses
+itself. Observe finds what differs (plan shows a bounded list); apply walks
+again and changes only what differs then.
 """
 
 from __future__ import annotations
@@ -13,7 +25,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -40,6 +52,14 @@ class DirWant:
     purge: bool
     force: bool
     keep: frozenset[str]
+    recurse: bool = False
+    # Below, with ``recurse``: entries another resource sets mode, owner or group on,
+    # and trees a Directory below recurses over itself (paths from ``real``).
+    left: frozenset[str] = frozenset()
+    left_trees: frozenset[str] = frozenset()
+    # Below, with ``recurse``: a regular file's mode, the permission bits of the
+    # mode given (``mode`` is the directories', x added where it gives r).
+    file_mode: int | None = None
 
 
 @dataclass(frozen=True)
@@ -50,6 +70,22 @@ class DirHave:
     # What each directory to be removed holds, counted by observe (None: it could
     # not be counted); ``SELF`` for the directory itself when it is to be absent.
     held: Mapping[str, safefs.Tally | None] = field(default_factory=dict)
+    # With ``recurse``: how many entries below differ, and the first few of them.
+    below: Below | None = None
+
+
+@dataclass(frozen=True)
+class Below:
+    """Entries below a recursing directory whose mode or ownership differ."""
+
+    count: int
+    shown: tuple[str, ...]
+
+    def text(self) -> str:
+        listed = "; ".join(self.shown)
+        more = f"; and {self.count - len(self.shown)} more" if self.count > len(self.shown) else ""
+        differ = "differs" if self.count == 1 else "differ"
+        return f"{safefs.entries_text(self.count)} below {differ}: {listed}{more}"
 
 
 def kept_paths(ctx: HostContext) -> frozenset[str]:
@@ -102,23 +138,30 @@ class DirectoryProvider(PathProvider["DirectorySpec", DirWant, DirHave]):
             keep = frozenset(
                 p[len(inside) :].split("/", 1)[0] for p in kept if p.startswith(inside)
             )
+        recurse = spec.recurse and spec.ensure == "present"
+        left, left_trees = _left_to_others(ctx, real, spec) if recurse else ((), ())
         return DirWant(
             spec.path,
             real,
             spec.ensure,
-            spec.mode,
+            searchable(spec.mode) if recurse else spec.mode,
             uid,
             gid,
             spec.purge,
             spec.force,
             keep,
+            recurse,
+            frozenset(left),
+            frozenset(left_trees),
+            None if spec.mode is None or not recurse else spec.mode & 0o777,
         )
 
     def observe(self, want: DirWant, ctx: HostContext) -> DirHave:
         st = fs.lstat(want.real)
         kind = fs.kind(st)
+        below = _observe_below(want) if want.recurse and kind == "directory" else None
         if kind != "directory" or not (want.purge or want.ensure == "absent"):
-            return DirHave(kind, st, frozenset())
+            return DirHave(kind, st, frozenset(), below=below)
         # What each directory to be removed holds, counted now: apply counts again.
         try:
             fd = safefs.open_dir(want.real)
@@ -135,7 +178,7 @@ class DirectoryProvider(PathProvider["DirectorySpec", DirWant, DirHave]):
                     held.update(_tally_entry(fd, name))
         finally:
             os.close(fd)
-        return DirHave(kind, st, entries, held)
+        return DirHave(kind, st, entries, held, below)
 
     def plan(self, want: DirWant, have: DirHave) -> Change:
         # What apply would refuse, plan refuses too (the pass line says why, not "update").
@@ -165,6 +208,8 @@ class DirectoryProvider(PathProvider["DirectorySpec", DirWant, DirHave]):
                 f"{want.host_path} is a {have.kind}; refusing to replace it with a directory"
             )
         differences = fs.meta_differences(have.st, want.mode, want.uid, want.gid)
+        if have.below is not None and have.below.count:
+            differences.append(have.below.text())
         unmanaged = sorted(have.entries - want.keep) if want.purge else []
         refused = {n: why for n in unmanaged if (why := _refusal(have.held, n, want.force))}
         removed = [n for n in unmanaged if n not in refused]
@@ -194,9 +239,168 @@ class DirectoryProvider(PathProvider["DirectorySpec", DirWant, DirHave]):
             want.real.mkdir(parents=True, exist_ok=True)
             fs.fsync_dir(want.real.parent)
         fs.set_meta(want.real, want.mode, want.uid, want.gid)
-        if want.purge:
-            purge(want, have)
+        try:
+            if want.purge:
+                purge(want, have)
+        finally:
+            if want.recurse:
+                _apply_below(want)
         return None
+
+
+SHOWN = 5  # entries below named in a plan line; the rest are counted
+
+
+def searchable(mode: int | None) -> int | None:
+    """A directory's mode under ``recurse``: x added for each of owner, group and others given r."""
+    if mode is None:
+        return None
+    return mode | ((mode & 0o444) >> 2)
+
+
+def _left_to_others(ctx: HostContext, real: Path, spec: DirectorySpec) -> tuple[set[str], set[str]]:
+    """Paths below ``real`` other resources set mode, owner or group on, and trees recursing Directories below cover."""
+    left: set[str] = set()
+    trees: set[str] = set()
+    manifest = ctx.manifest
+    if manifest is None:
+        return left, trees
+    inside = str(real).rstrip("/") + "/"
+    for r in manifest.resources:
+        path = getattr(r.spec, "path", None)
+        if r.spec is spec or not isinstance(path, str):
+            continue
+        if all(getattr(r.spec, a, None) is None for a in ("mode", "owner", "group")):
+            continue
+        try:
+            there = str(ctx.path(path))
+        except ProviderError:
+            continue
+        if not there.startswith(inside):
+            continue
+        (trees if getattr(r.spec, "recurse", False) else left).add(there[len(inside) :])
+    return left, trees
+
+
+def _wanted_below(
+    want: DirWant, st: os.stat_result
+) -> tuple[int | None, int | None, int | None] | None:
+    """The mode, owner and group an entry below should have (None each: not managed), or None: left alone."""
+    if stat.S_ISDIR(st.st_mode):
+        return want.mode, want.uid, want.gid
+    if stat.S_ISREG(st.st_mode):
+        return want.file_mode, want.uid, want.gid
+    if stat.S_ISLNK(st.st_mode):
+        return None, want.uid, want.gid  # lchown only: a link has no mode of its own
+    return None  # a FIFO, socket or device: never touched
+
+
+def _walk_below(
+    want: DirWant, fd: int
+) -> Iterator[tuple[safefs.Below, tuple[int | None, int | None, int | None]]]:
+    """Each entry below that recurse manages, with what it should have; trees left to others are skipped."""
+    skipping: str | None = None
+    for e in safefs.below(fd):
+        if skipping is not None and e.path.startswith(skipping):
+            continue
+        skipping = None
+        if e.path in want.left_trees:
+            skipping = e.path + "/"
+            continue
+        if e.path in want.left:
+            continue
+        wanted = _wanted_below(want, e.st)
+        if wanted is not None:
+            yield e, wanted
+
+
+def _open_top(want: DirWant) -> int:
+    try:
+        return safefs.open_dir(want.real)
+    except NotADirectoryError as exc:
+        raise ProviderError(f"{want.host_path} changed while it was read; try again") from exc
+
+
+def _observe_below(want: DirWant) -> Below:
+    fd = _open_top(want)
+    count = 0
+    shown: list[str] = []
+    try:
+        for e, (mode, uid, gid) in _walk_below(want, fd):
+            differs = fs.meta_differences(e.st, mode, uid, gid)
+            if differs:
+                count += 1
+                if len(shown) < SHOWN:
+                    shown.append(f"{e.path} {', '.join(differs)}")
+    finally:
+        os.close(fd)
+    return Below(count, tuple(shown))
+
+
+def _apply_below(want: DirWant) -> None:
+    """Walk again and change, entry by entry, what differs now; raise naming those that failed."""
+    fd = _open_top(want)
+    failed: list[str] = []
+    count = 0
+    try:
+        for e, wanted in _walk_below(want, fd):
+            if not fs.meta_differences(e.st, *wanted):
+                continue
+            try:
+                _fix(e, *wanted)
+            except OSError as exc:
+                count += 1
+                if len(failed) < SHOWN:
+                    failed.append(f"{e.path}: {exc.strerror}")
+    finally:
+        os.close(fd)
+    if count:
+        more = f"; and {count - len(failed)} more" if count > len(failed) else ""
+        raise ProviderError(
+            f"could not change {safefs.entries_text(count)} below: {'; '.join(failed)}{more}"
+        )
+
+
+_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+
+
+def _fix(e: safefs.Below, mode: int | None, uid: int | None, gid: int | None) -> None:
+    """Set what differs on the entry ``e``: owner first, then the mode (as ``fs.set_meta``)."""
+    if stat.S_ISLNK(e.st.st_mode):
+        os.chown(e.name, _id(uid), _id(gid), dir_fd=e.parent, follow_symlinks=False)
+        return
+    if e.fd is not None:  # a directory, through the descriptor the walk opened
+        _fix_fd(e.fd, e.st, mode, uid, gid)
+        return
+    fd = os.open(e.name, _FILE_FLAGS, dir_fd=e.parent)  # a link swapped in is refused (ELOOP)
+    try:
+        now = os.fstat(fd)
+        if not stat.S_ISREG(now.st_mode) or (now.st_dev, now.st_ino) != (e.st.st_dev, e.st.st_ino):
+            return  # replaced since it was listed: left for the next pass
+        _fix_fd(fd, now, mode, uid, gid)
+    finally:
+        os.close(fd)
+
+
+def _fix_fd(
+    fd: int, st: os.stat_result, mode: int | None, uid: int | None, gid: int | None
+) -> None:
+    before = stat.S_IMODE(st.st_mode)
+    new_uid = -1 if uid is None or st.st_uid == uid else uid
+    new_gid = -1 if gid is None or st.st_gid == gid else gid
+    if (new_uid, new_gid) != (-1, -1):
+        os.fchown(fd, new_uid, new_gid)
+        if mode is None and before & (stat.S_ISUID | stat.S_ISGID):
+            mode = before  # a chown clears setuid and setgid: put them back
+        if mode is not None:
+            os.fchmod(fd, mode)
+            return
+    if mode is not None and before != mode:
+        os.fchmod(fd, mode)
+
+
+def _id(value: int | None) -> int:
+    return -1 if value is None else value
 
 
 SELF = "."  # in ``DirHave.held``: the directory itself (``ensure: absent``)
