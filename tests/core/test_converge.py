@@ -277,6 +277,21 @@ def test_drift_cap_keeps_what_an_operator_must_see_first():
     assert all(i.reason is Reason.ACTING for i in result.items[1:])
 
 
+def test_counts_by_reason_and_direction_cover_the_items_past_drift_cap():
+    h = Harness(confirmation_ticks=2, drift_cap=2)
+    h.fail["f"] = RuntimeError("broken")
+    desired = {k: 1 for k in "abcdef"}
+    h.run(desired, {})
+    result = h.run({**desired, "g": 1, "h": 1}, {})
+    assert len(result.items) == 2 and result.dropped == 6
+    assert result.by_direction == {
+        (Reason.APPLY_FAILED, Direction.RESTORE): 1,
+        (Reason.ACTING, Direction.RESTORE): 5,
+        (Reason.AWAITING_CONFIRMATION, Direction.RESTORE): 2,
+    }
+    assert sum(result.by_direction.values()) == sum(result.reasons.values()) == 8
+
+
 def test_retain_order_is_deterministic():
     items = [
         ItemReport("k", Direction.RESTORE, f"i{n}", n % 3 + 1, 2, r)

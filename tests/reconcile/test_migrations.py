@@ -41,28 +41,46 @@ def test_opening_twice_is_harmless_and_a_pre_migration_store_is_adopted(tmp_path
         store.dispose()
 
 
-def test_a_store_at_the_baseline_gains_the_claim_token_and_keeps_its_rows(store_url):
-    from alembic import command
+# One executed run row as the baseline's columns hold it.
+_RUN_ROW = (
+    "INSERT INTO reconciler_runs (reconciler, as_of, completed, health, drift, blocked,"
+    " dropped, reasons, items, executed_passes, skipped_passes)"
+    " VALUES ('buckets', '2026-01-01 00:00:00', false, 'ok', 0, 0, 0, '{}', '[]', 3, 0)"
+)
 
-    from datum.store.migrate import BASELINE
+
+def _store_at(store_url: str, revision: str, *statements: str) -> None:
+    """Upgrade an empty store to ``revision`` only, then run ``statements`` in it."""
+    from alembic import command
 
     engine = sa.create_engine(store_url.replace("postgresql://", "postgresql+psycopg://", 1))
     with engine.begin() as conn:
         cfg = Config()
         cfg.set_main_option("script_location", str(MIGRATIONS))
         cfg.attributes["connection"] = conn
-        command.upgrade(cfg, BASELINE)
-        conn.execute(
-            sa.text(
-                "INSERT INTO reconciler_runs (reconciler, as_of, completed, health, drift, blocked,"
-                " dropped, reasons, items, executed_passes, skipped_passes)"
-                " VALUES ('buckets', '2026-01-01 00:00:00', false, 'ok', 0, 0, 0, '{}', '[]', 3, 0)"
-            )
-        )
+        command.upgrade(cfg, revision)
+        for statement in statements:
+            conn.execute(sa.text(statement))
     engine.dispose()
+
+
+def _opened(store_url: str, query: str) -> tuple[object, ...]:
+    """Open the store (migrating it to HEAD) and answer ``query``'s one row."""
     store = open_store(store_url)
     with store.connect() as conn:
         assert current_revision(conn) == HEAD
-        row = conn.execute(sa.text("SELECT executed_passes, claim FROM reconciler_runs")).one()
-    assert tuple(row) == (3, 0)
+        row = tuple(conn.execute(sa.text(query)).one())
     store.dispose()
+    return row
+
+
+def test_a_store_at_the_baseline_gains_the_claim_token_and_keeps_its_rows(store_url):
+    from datum.store.migrate import BASELINE
+
+    _store_at(store_url, BASELINE, _RUN_ROW)
+    assert _opened(store_url, "SELECT executed_passes, claim FROM reconciler_runs") == (3, 0)
+
+
+def test_a_store_at_0004_gains_the_run_metrics_column_empty_until_the_next_pass(store_url):
+    _store_at(store_url, "0004", _RUN_ROW)
+    assert _opened(store_url, "SELECT executed_passes, metrics FROM reconciler_runs") == (3, None)

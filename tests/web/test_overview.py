@@ -148,3 +148,8 @@ def test_a_silent_host_reads_unknown_and_needs_a_human(tmp_path):
     glance = text(section(page, 'id="summary"', 'id="reconcilers"'))
     assert "host web1 is unknown stale: the last report is" in glance
     assert re.search(r'<span class="state unknown">unknown</span> <b>1</b>', page)
+    # Its row in the hosts table: unknown, and the reason says how stale and what it said last.
+    row = text(section(page, 'class="host-unknown"', "</tr>"))
+    assert row.startswith('class="host-unknown"> web1 unknown')
+    assert re.search(r"stale: the last report is \S+ old, more than 3 x its 60s interval \(it said failed\)", row)
+    assert 'class="host-failed"' not in page

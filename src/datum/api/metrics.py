@@ -3,7 +3,8 @@
 A custom collector rather than counters updated in-process: with several
 servers (PostgreSQL) or the CLI ticking reconcilers, only the store knows the
 truth. A scrape costs one query for the run rows, one for the hosts (their
-state, last report time and resource counts, not their reports) and each
+state, when their last pass finished, their agent's interval, last report
+time and resource counts, not their reports) and each
 reconciler's (cached) drift report.
 
 Series an alert reads are always there: every reason and direction of every
@@ -29,6 +30,8 @@ from prometheus_client.registry import Collector
 from datum.api.state import ServerState
 from datum.core.memory import BackoffPolicy
 from datum.core.vocab import Direction, Health, HostState, Reason, ResourceState
+from datum.fleet.stale import stale
+from datum.reconcile.report import DriftReport
 from datum.store.hosts import hosts as hosts_table
 from datum.store.runs import load_runs
 
@@ -70,8 +73,8 @@ class StoreCollector(Collector):
         dropped = _gauge("datum_reconciler_dropped_items", "Items past driftCap on the last executed pass.", L)
         items = _gauge(
             "datum_reconciler_items",
-            "Items of the last executed pass by reason and direction (0 when none; counted over the retained "
-            "items, see datum_reconciler_dropped_items).",
+            "Items of the last executed pass by reason and direction (0 when none), every diverged item "
+            "including those past driftCap.",
             L, "reason", "direction",
         )
         at_cap = _gauge(
@@ -134,22 +137,15 @@ class StoreCollector(Collector):
             drift.add_metric([name], report.drift)
             blocked.add_metric([name], report.blocked)
             dropped.add_metric([name], report.dropped)
-            by = Counter((i.reason.value, i.direction.value) for i in report.items)
+            policy = BackoffPolicy(own.backoff.base_passes, own.backoff.cap_passes)
+            by, trips, parked = _exact(run, report, policy)
             for reason in Reason:
                 for direction in Direction:
                     items.add_metric([name, reason.value, direction.value], by[(reason.value, direction.value)])
-            policy = BackoffPolicy(own.backoff.base_passes, own.backoff.cap_passes)
-            at_cap.add_metric(
-                [name],
-                sum(
-                    1
-                    for i in report.items
-                    if i.reason.value in _BACKING_OFF and i.failures and policy.window(i.failures) >= policy.cap_passes
-                ),
-            )
+            at_cap.add_metric([name], parked)
             for direction in Direction:
                 d = direction.value
-                tripped.add_metric([name, d], 1.0 if by[(Reason.CIRCUIT_BREAKER.value, d)] else 0.0)
+                tripped.add_metric([name, d], 1.0 if d in trips else 0.0)
                 t = getattr(own.breaker, d)
                 if t is not None and t.count is not None:
                     threshold.add_metric([name, d], t.count)
@@ -183,18 +179,34 @@ class StoreCollector(Collector):
         now = datetime.now(UTC)  # reports are stamped with the store's wall clock, not the app's
         t = hosts_table
         with store.connect() as conn:
-            rows = conn.execute(sa.select(t.c.host, t.c.state, t.c.updated_at, t.c.report["counts"])).all()
-        fleet = _gauge("datum_hosts", "Hosts by the state of their last pass.", "state")
-        per_host = _gauge("datum_host_state", "1, with the host's state (of its last pass) as a label.", "host", "state")
+            rows = conn.execute(
+                sa.select(
+                    t.c.host, t.c.state, t.c.updated_at, t.c.report["counts"], t.c.finished_at,
+                    t.c.report["intervalSeconds"],
+                )
+            ).all()
+        multiple = self.state.settings.fleet.stale_after
+        fleet = _gauge(
+            "datum_hosts", "Hosts by state: of their last pass, or unknown when their agent fell silent.", "state"
+        )
+        per_host = _gauge(
+            "datum_host_state",
+            "1, with the host's state as a label: of its last pass, or unknown when its agent fell silent "
+            "(as in /v1/hosts).",
+            "host", "state",
+        )
         silent = _gauge("datum_host_seconds_since_last_report", "Seconds since the host's last pass was stored.", "host")
         resources = _gauge(
             "datum_host_resources", "Resources of the host's last pass by state (states it has none in are absent).",
             "host", "state",
         )
         tally: Counter[str] = Counter()
-        for host, stored, updated, counts in rows:
-            # A stored state that is not a host state reads unknown, as in /v1/hosts.
-            s = stored if stored in HostState._value2member_map_ else HostState.UNKNOWN.value
+        for host, stored, updated, counts, finished, interval in rows:
+            # A host whose agent fell silent, or whose stored state is not a host state, reads unknown, as in
+            # /v1/hosts and on the page (the same rule: datum.fleet.stale).
+            row = {"state": stored, "finishedAt": finished, "report": {"intervalSeconds": interval}}
+            s = stale(row, multiple, now)["state"]
+            s = s if s in HostState._value2member_map_ else HostState.UNKNOWN.value
             tally[s] += 1
             per_host.add_metric([host, s], 1.0)
             age = _age(now, updated)
@@ -205,6 +217,39 @@ class StoreCollector(Collector):
         for s in HostState:
             fleet.add_metric([s.value], tally[s.value])
         yield from (fleet, per_host, silent, resources)
+
+
+def _exact(
+    run: dict[str, Any], report: DriftReport, policy: BackoffPolicy
+) -> tuple[Counter[tuple[str, str]], set[str], int]:
+    """The last executed pass's items by (reason, direction), its tripped directions, its items at the backoff cap.
+
+    From the run row's ``metrics`` (every diverged item, written with the pass);
+    a row written before migration 0005 has none until its next pass, and reads
+    the retained items meanwhile.
+    """
+    stored = run.get("metrics")
+    if not isinstance(stored, dict):
+        by = Counter((i.reason.value, i.direction.value) for i in report.items)
+        parked = sum(
+            1
+            for i in report.items
+            if i.reason.value in _BACKING_OFF and i.failures and policy.window(i.failures) >= policy.cap_passes
+        )
+        return by, {d for r, d in by if r == Reason.CIRCUIT_BREAKER.value}, parked
+    exact: Counter[tuple[str, str]] = Counter()
+    items = stored.get("items")
+    for reason, per in items.items() if isinstance(items, dict) else ():
+        for direction, n in per.items() if isinstance(per, dict) else ():
+            if isinstance(n, int) and not isinstance(n, bool):
+                exact[(str(reason), str(direction))] += n
+    tripped = stored.get("tripped")
+    parked = stored.get("atBackoffCap")
+    return (
+        exact,
+        {str(d) for d in tripped} if isinstance(tripped, list) else set(),
+        parked if isinstance(parked, int) and not isinstance(parked, bool) else 0,
+    )
 
 
 def _counts(raw: Any) -> dict[str, float]:

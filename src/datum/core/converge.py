@@ -124,6 +124,10 @@ class PassResult:
     memory: dict[str, ItemMemory]
     reasons: Counter[Reason]
     tripped: frozenset[Direction]
+    # Every diverged item by reason and direction, the ones past driftCap too (what metrics count).
+    by_direction: Counter[tuple[Reason, Direction]] = field(default_factory=Counter)
+    # Items in backoff or apply_failed parked at the backoff cap, the ones past driftCap too.
+    at_backoff_cap: int = 0
 
     @property
     def degrading(self) -> bool:
@@ -155,6 +159,14 @@ def _rank(item: ItemReport) -> tuple[int, int, int, str, str]:
         item.direction.value,
         item.id,
     )
+
+
+_BACKING_OFF = frozenset({Reason.BACKOFF, Reason.APPLY_FAILED})
+
+
+def parked(reason: Reason, mem: ItemMemory, policy: BackoffPolicy) -> bool:
+    """An item in backoff or apply_failed whose window has reached the policy's cap: go and look."""
+    return reason in _BACKING_OFF and mem.failures > 0 and policy.window(mem.failures) >= policy.cap_passes
 
 
 def retain(items: list[ItemReport], cap: int) -> tuple[list[ItemReport], int]:
@@ -314,6 +326,8 @@ class Converge(Generic[D, A]):
             for key in seen
         ]
         counts = Counter(reasons.values())
+        by_direction = Counter((reasons[key], item.direction) for key, item in seen.items())
+        at_cap = sum(1 for key, why in reasons.items() if parked(why, mem[key], self.config.backoff))
         blocked = counts[Reason.BLOCKED_ON_OWNER]
         kept, dropped = retain(reports, self.config.drift_cap)
         return PassResult(
@@ -325,6 +339,8 @@ class Converge(Generic[D, A]):
             memory=mem,
             reasons=counts,
             tripped=frozenset(tripped),
+            by_direction=by_direction,
+            at_backoff_cap=at_cap,
         )
 
     def _report(

@@ -20,7 +20,7 @@ from typing import TypeVar
 import sqlalchemy as sa
 
 from datum.config import ReconcilerSettings
-from datum.core.converge import ApplyFn, Converge, PassResult, SettleFn
+from datum.core.converge import ApplyFn, Converge, PassResult, SettleFn, parked
 from datum.core.memory import ItemMemory
 from datum.core.vocab import Direction, Reason
 from datum.store import Store
@@ -163,9 +163,18 @@ class PassContext:
         # Converge counted each as apply_failed (the guard raised in its place): uncount them.
         reasons = Counter(result.reasons)
         reasons[Reason.APPLY_FAILED] -= len(keys)
+        by_direction = Counter(result.by_direction)
+        policy = self.settings.converge_config().backoff
+        for key in keys:
+            by_direction[(Reason.APPLY_FAILED, result.memory[key].direction)] -= 1
+        at_cap = result.at_backoff_cap - sum(
+            1 for key in keys if parked(Reason.APPLY_FAILED, result.memory[key], policy)
+        )
         return dataclasses.replace(
             result,
             memory=memory,
             items=tuple(i for i in result.items if i.id not in keys),
             reasons=+reasons,
+            by_direction=+by_direction,
+            at_backoff_cap=at_cap,
         )

@@ -102,6 +102,23 @@ def item_json(item: ItemReport) -> dict[str, object]:
     return out
 
 
+def metrics_json(results: list[PassResult]) -> dict[str, object]:
+    """The stored form of a pass's exact metric counts: every diverged item, not only the retained.
+
+    ``{"items": {reason: {direction: n}}, "tripped": [direction, ...], "atBackoffCap": n}``:
+    at most one number per reason and direction, whatever diverged.
+    """
+    items: dict[str, dict[str, int]] = {}
+    tripped: set[str] = set()
+    for r in results:
+        for (reason, direction), n in r.by_direction.items():
+            if n > 0:
+                per = items.setdefault(reason.value, {})
+                per[direction.value] = per.get(direction.value, 0) + n
+        tripped.update(d.value for d in r.tripped)
+    return {"items": items, "tripped": sorted(tripped), "atBackoffCap": sum(r.at_backoff_cap for r in results)}
+
+
 class _Claim:
     """The fencing token a pass holds; remembers when a write found it lost."""
 
@@ -293,6 +310,7 @@ class Runner:
                 dropped=sum(r.dropped for r in results) + over,
                 items=[item_json(i) for i in kept],
                 reasons=dict(reasons),
+                metrics=metrics_json(results),
             )
         try:
             with self.store.begin() as conn:

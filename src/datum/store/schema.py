@@ -46,6 +46,9 @@ reconciler_runs = sa.Table(
     # The fencing token: raised by one on every claim of the reconciler. A pass
     # writes only while the row still carries the token it claimed with.
     sa.Column("claim", sa.BigInteger, nullable=False, default=0, server_default="0"),
+    # What the metrics read of the last executed pass, exact past driftCap (migration 0005):
+    # ``{"items": {reason: {direction: n}}, "tripped": [direction, ...]}``; NULL before it.
+    sa.Column("metrics", sa.JSON(none_as_null=True)),
 )
 
 # Leases that keep one pass of a reconciler (or one host pass) running at a time.
