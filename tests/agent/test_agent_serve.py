@@ -239,3 +239,85 @@ def test_a_host_whose_agent_fell_silent_reads_unknown_saying_how_stale(sqlite_fl
     assert row["reason"].startswith("stale: the last report is ") and "more than 3 x its 30m interval" in row["reason"]
     listed = {h["host"]: h for h in fleet.get("/v1/hosts", operator).json()}
     assert listed["quiet"]["state"] == "unknown"
+
+
+def _templated(fleet: Fleet) -> None:
+    """index.j2 includes a partial (which extends a base) and imports a macro file, in subdirectories."""
+    m = fleet.manifests
+    (m / "index.j2").write_text(
+        '{% import "lib/macros.j2" as lib %}{{ lib.greet(greeting) }}\n{% include "partials/footer.j2" %}'
+    )
+    (m / "lib").mkdir()
+    (m / "lib" / "macros.j2").write_text("{% macro greet(word) %}{{ word | upper }}, world{% endmacro %}")
+    (m / "partials").mkdir()
+    (m / "partials" / "footer.j2").write_text('{% extends "partials/base.j2" %}{% block body %}footer v1{% endblock %}')
+    (m / "partials" / "base.j2").write_text("-- {% block body %}{% endblock %} --\n")
+
+
+def test_files_a_template_includes_imports_and_extends_are_served_and_applied(sqlite_fleet: Fleet):
+    fleet = sqlite_fleet
+    _templated(fleet)
+    token = fleet.token("agent", "--host", "web1")
+    served = fleet.get("/v1/hosts/web1/manifest", token)
+    assert served.status_code == 200, served.text
+    assert set(served.json()["files"]) == {"index.j2", "lib/macros.j2", "partials/footer.j2", "partials/base.j2"}
+    agent = Agent(fleet, "web1", token)
+    run = agent.once()
+    assert run.code == 2, run.err
+    index = agent.root / "srv" / "index.html"
+    assert index.read_text() == "HELLO, world\n-- footer v1 --\n"
+    # An edit of the included file alone is another manifest: another ETag, and the agent applies it.
+    etag = served.headers["ETag"]
+    (fleet.manifests / "partials" / "footer.j2").write_text(
+        '{% extends "partials/base.j2" %}{% block body %}footer v2, changed{% endblock %}'
+    )
+    changed = fleet.get("/v1/hosts/web1/manifest", token, **{"If-None-Match": etag})
+    assert changed.status_code == 200 and changed.headers["ETag"] != etag
+    run = agent.once()
+    assert run.code == 2, run.err
+    assert index.read_text() == "HELLO, world\n-- footer v2, changed --\n"
+    assert _local_report(agent)["manifestDigest"] == changed.json()["digest"]
+    assert agent.once().code == 0  # 304: converged on it
+
+
+def test_a_template_loading_a_file_outside_the_directory_or_by_an_expression_is_refused(sqlite_fleet: Fleet):
+    fleet = sqlite_fleet
+    m = fleet.manifests
+    (fleet.base / "secret.j2").write_text("the server's secret\n")
+    (m / "link.j2").symlink_to(fleet.base / "secret.j2")
+    token = fleet.token("agent", "--host", "web1")
+    for text, why in [
+        ('{% include "../secret.j2" %}', "../secret.j2 is outside the manifest's directory"),
+        ('{% import "link.j2" as s %}', "link.j2 is outside the manifest's directory"),
+        ("{% include greeting ~ '.j2' %}", "cannot be resolved statically"),
+    ]:
+        (m / "index.j2").write_text(text)
+        answer = fleet.get("/v1/hosts/web1/manifest", token)
+        assert answer.status_code == 422, answer.text
+        body = json.dumps(answer.json())
+        assert "template index.j2" in body and why in body
+        assert "secret" not in answer.json().get("files", {})
+        done = fleet.datum("validate", "--fleet", str(m))
+        assert done.code == 65 and "template index.j2" in done.out + done.err and why in done.out + done.err
+    agent = Agent(fleet, "web1", token)
+    run = agent.once()
+    assert run.code == 4 and "no manifest has ever been fetched" in run.err + _local_report(agent)["reason"]
+    assert not (agent.root / "srv" / "index.html").exists()
+
+
+def test_the_agent_refuses_a_served_manifest_without_the_files_its_templates_load(tmp_path):
+    import base64
+
+    import pytest
+
+    from datum.agent.fetch import materialize
+    from datum.core.findings import Problem
+
+    body = {
+        "digest": "sha256:" + "0" * 64,
+        "manifest": {"resources": [{"File[/x]": {"template": "t.j2"}}]},
+        "files": {"t.j2": base64.b64encode(b'{% include "gone.j2" %}').decode()},
+    }
+    with pytest.raises(Problem) as caught:
+        materialize(json.dumps(body).encode(), tmp_path)
+    assert "template t.j2: loads gone.j2" in caught.value.findings[0].message

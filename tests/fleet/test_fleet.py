@@ -181,3 +181,32 @@ def test_the_agent_refuses_a_server_that_is_not_a_url_and_warns_of_a_readable_to
     )
     assert "readable by every user" in run.stderr and "datum_x" not in run.stderr + run.stdout
     assert run.returncode == 4 and "no manifest has ever been fetched: cannot reach" in run.stderr
+
+
+def test_the_effective_manifest_carries_every_file_its_templates_load_and_only_those(tmp_path):
+    import base64
+    import json
+
+    d = _fleet(
+        tmp_path,
+        "nodes:\n  - match: {name: '*'}\n    manifests: [roles/web.yaml]\n",
+        **{
+            "roles__web.yaml": "resources:\n  - File[/b]:\n      template: b.j2\n",
+            # names are the loader's, from the fleet directory: roles/b.j2 includes inc/x.j2
+            "roles__b.j2": '{% include "inc/./x.j2" %}{% include "none.j2" ignore missing %}'
+            '{% include ["gone.j2", "inc/alt.j2"] %}{% from "inc/m.j2" import f %}{{ f() }}',
+            "inc__x.j2": '{% include "inc/m.j2" %}',  # loaded twice, sent once
+            "inc__alt.j2": "alt",
+            "inc__m.j2": "{% macro f() %}m{% endmacro %}",
+            "inc__unused.j2": "not loaded, not sent",
+        },
+    )
+    body = json.loads(effective(d, "h", {}).body)
+    assert sorted(body["files"]) == ["inc/alt.j2", "inc/m.j2", "inc/x.j2", "roles/b.j2"]
+    assert base64.b64decode(body["files"]["inc/alt.j2"]) == b"alt"
+    assert check_fleet(d) == (1, 1)
+    (d / "inc" / "m.j2").write_text("{% macro f() %}{{ x {% endmacro %}")
+    with pytest.raises(Problem) as caught:
+        check_fleet(d)
+    text = json.dumps(caught.value.to_json())
+    assert "nodes[0]: template inc/m.j2" in text and "line 1" in text

@@ -1,7 +1,9 @@
 """Fetching this host's effective manifest (``ETag``, 304) and making it runnable on the host.
 
 The server sends the composed manifest as JSON with the files its resources
-name (templates, sources). The agent writes them under its state file's
+name (templates, sources) and every file those templates load
+(``{% include %}``, ``{% import %}``, ``{% extends %}``); a served manifest
+whose templates load a file it does not carry does not validate here. The agent writes them under its state file's
 directory (``<state>.manifest/<digest>/``) and validates the manifest there,
 as ``datum apply`` would a file.
 """
@@ -94,4 +96,25 @@ def materialize(body: bytes, base: Path) -> tuple[Any, str]:
             if old != where and not old.name.startswith("."):
                 shutil.rmtree(old, ignore_errors=True)
     manifest = parse_manifest(json.dumps(doc), where, f"served manifest {digest}")
+    _complete(doc, where, digest)
     return manifest, digest
+
+
+def _complete(doc: dict[str, Any], where: Path, digest: str) -> None:
+    """Refuse a served manifest whose templates load a file it did not send (or one outside it):
+    applied, those resources would fail; the last complete one is applied instead."""
+    from datum.core.findings import FieldError, invalid
+    from datum.providers.file import template_closure
+
+    templates: list[str] = []
+    for item in doc.get("resources") or []:
+        body = next(iter(item.values())) if isinstance(item, dict) and len(item) == 1 else None
+        rel = body.get("template") if isinstance(body, dict) else None
+        if isinstance(rel, str) and rel not in templates:
+            templates.append(rel)
+    _loaded, problems = template_closure(str(where), templates)
+    if problems:
+        raise invalid(
+            [FieldError(f"template {name}", wrong) for name, wrong in problems],
+            f"served manifest {digest}: " + "; ".join(f"template {n}: {w}" for n, w in problems[:3]),
+        )

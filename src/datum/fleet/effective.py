@@ -1,8 +1,9 @@
 """A host's effective manifest: the manifests its node rules give it, composed, with their ``vars``, validated.
 
 What the server sends (``GET /v1/hosts/{host}/manifest``) is JSON: the
-composed manifest, the files its resources name (``template``, ``source``;
-base64) and a digest of both, which is the response's ``ETag`` and the
+composed manifest, the files its resources name (``template``, ``source``)
+and every file those templates load (``{% include %}``, ``{% import %}``,
+``{% extends %}``, found by Jinja2's parser; base64) and a digest of both, which is the response's ``ETag`` and the
 ``manifestDigest`` of the pass reports made from it.
 """
 
@@ -60,11 +61,32 @@ def compose(directory: Path, manifests: list[str], variables: dict[str, Any], wh
         parse_manifest(json.dumps(doc), directory, f"the effective manifest of {what}")
     except Problem as problem:
         raise problem from None
+    _loaded, problems = _closure(directory, doc)
+    if problems:
+        raise invalid(
+            [FieldError(f"template {name}", wrong) for name, wrong in problems],
+            f"the effective manifest of {what}: {len(problems)} findings in its templates",
+        )
     return doc
 
 
+def _closure(directory: Path, doc: dict[str, Any]) -> tuple[dict[str, Path], list[tuple[str, str]]]:
+    """Every file the resources' templates load ({% include %}, {% import %}, {% extends %}),
+    found by Jinja2's parser inside the sandbox's rules, with what is wrong (see ``template_closure``)."""
+    from datum.providers.file import template_closure
+
+    templates = []
+    for item in doc["resources"]:
+        ((_key, body),) = item.items()
+        rel = body.get("template") if isinstance(body, dict) else None
+        if isinstance(rel, str) and rel not in templates:
+            templates.append(rel)
+    return template_closure(str(directory), templates)
+
+
 def _files(directory: Path, doc: dict[str, Any]) -> dict[str, str]:
-    """The ``template`` and ``source`` files the resources name, by relative path, base64."""
+    """The ``template`` and ``source`` files the resources name and every file those templates
+    load, by relative path, base64."""
     files: dict[str, str] = {}
     for item in doc["resources"]:
         ((_key, body),) = item.items()
@@ -74,6 +96,10 @@ def _files(directory: Path, doc: dict[str, Any]) -> dict[str, str]:
                 real = (directory / rel).resolve()
                 if real.is_relative_to(directory):
                     files[rel] = base64.b64encode(real.read_bytes()).decode()
+    loaded, _problems = _closure(directory, doc)  # none: compose refused them
+    for name, real in loaded.items():
+        if name not in files:
+            files[name] = base64.b64encode(real.read_bytes()).decode()
     return files
 
 

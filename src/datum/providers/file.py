@@ -358,3 +358,67 @@ class FileProvider(PathProvider["FileSpec", FileWant, FileHave]):
 
 
 PROVIDER = FileProvider()
+
+
+def template_closure(manifest_dir: str, templates: list[str]) -> tuple[dict[str, Path], list[tuple[str, str]]]:
+    """Every file the ``templates`` load, themselves included: ``{name: real path}`` and findings.
+
+    Found with Jinja2's own parser (``jinja2.meta.find_referenced_templates`` on each parsed
+    template, recursively) and resolved by the sandbox's own loader, so only files whose real
+    path is inside ``manifest_dir`` count. A finding is ``(template, what is wrong)``: a name
+    that cannot be resolved statically (``{% include name %}``), one outside the directory or
+    missing (unless ``ignore missing`` or one of a list of alternatives), a syntax error.
+    The names are the loader's (``a/./b.j2`` is ``a/b.j2``), as the agent must lay them out.
+    """
+    import jinja2
+    import jinja2.meta
+    import jinja2.nodes
+
+    env = _sandbox(manifest_dir)
+    loader = env.loader
+    assert loader is not None
+    found: dict[str, Path] = {}
+    problems: list[tuple[str, str]] = []
+    todo: list[tuple[str, str | None, bool]] = [(t, None, False) for t in templates]
+    while todo:
+        name, by, optional = todo.pop(0)
+        try:
+            key = "/".join(jinja2.loaders.split_template_path(name))
+        except jinja2.TemplateNotFound:
+            key = name
+        if key in found:
+            continue
+        try:
+            source, filename, _ = loader.get_source(env, name)
+        except jinja2.TemplateNotFound as exc:
+            if not optional:
+                what = exc.message if exc.message and exc.message != name else f"no template {name}"
+                problems.append((by or name, what if by is None else f"loads {name}: {what}"))
+            continue
+        found[key] = Path(filename or os.path.join(manifest_dir, key))
+        try:
+            ast = env.parse(source, name, filename)
+        except jinja2.TemplateSyntaxError as exc:
+            problems.append((key, f"line {exc.lineno}: {exc.message}"))
+            continue
+        alternatives: set[str] = set()
+        for node in ast.find_all((jinja2.nodes.Include, jinja2.nodes.Extends, jinja2.nodes.Import, jinja2.nodes.FromImport)):
+            target = node.template  # type: ignore[attr-defined]
+            if isinstance(target, jinja2.nodes.Const) and isinstance(target.value, str):
+                if isinstance(node, jinja2.nodes.Include) and node.ignore_missing:
+                    alternatives.add(target.value)
+            elif isinstance(target, jinja2.nodes.Tuple | jinja2.nodes.List):
+                alternatives.update(
+                    i.value for i in target.items if isinstance(i, jinja2.nodes.Const) and isinstance(i.value, str)
+                )
+        for ref in jinja2.meta.find_referenced_templates(ast):
+            if ref is None:
+                problems.append((
+                    key,
+                    "loads a template whose name cannot be resolved statically "
+                    "({% include %}, {% import %} or {% extends %} of an expression); "
+                    "name it with a string so its file can be sent",
+                ))
+            else:
+                todo.append((ref, key, ref in alternatives))
+    return found, problems
