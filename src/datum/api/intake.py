@@ -12,6 +12,7 @@ Pydantic has already checked the shape; this checks what a shape cannot say:
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -42,9 +43,25 @@ def truncated(diff: str, limit: int) -> str:
     return f"{kept}\n... (diff truncated at {limit} bytes)\n"
 
 
+def _finite(doc: dict[str, Any]) -> bool:
+    """Whether every number of ``doc`` (a JSON-form dump, which keeps ``inf``) is finite: one pass in C."""
+    try:
+        json.dumps(doc, allow_nan=False)
+    except ValueError:
+        return False
+    return True
+
+
 def accept(report: PassReport, max_diff_bytes: int) -> PassReport:
     """``report`` as the server stores it, or ``422 INVALID_INPUT`` naming every field at fault."""
-    problems = _non_finite(report.model_dump(by_alias=True), [])
+    return accepted(report, max_diff_bytes)[0]
+
+
+def accepted(report: PassReport, max_diff_bytes: int) -> tuple[PassReport, dict[str, Any]]:
+    """``accept``, with the report's JSON form (``PassReport.dump``), dumped once for the check and the store."""
+    doc = report.dump()
+    # the walk that names each field only when the one-pass check found something
+    problems = [] if _finite(doc) else _non_finite(report.model_dump(by_alias=True), [])
     states = [r.state for r in report.resources]
     awaiting = report.reboot is not None and report.reboot.required
     expected = host_state(states, awaiting_reboot=awaiting)
@@ -59,6 +76,7 @@ def accept(report: PassReport, max_diff_bytes: int) -> PassReport:
         )
     if problems:
         raise invalid(problems, "the pass report does not hold together")
+    kept = report
     report = redacted(report)
     if any(r.diff and len(r.diff) * 4 > max_diff_bytes for r in report.resources):
         report = report.model_copy(
@@ -69,4 +87,4 @@ def accept(report: PassReport, max_diff_bytes: int) -> PassReport:
                 ]
             }
         )
-    return report
+    return report, doc if report is kept else report.dump()

@@ -80,8 +80,11 @@ def _unreadable_why(exc: ValidationError) -> str:
     return f"the last pass report cannot be read: {where}: {first.get('msg', 'invalid')}{more}"
 
 
-def host_status(row: dict[str, Any]) -> HostStatus:
+def host_status(row: dict[str, Any], parsed: PassReport | None = None) -> HostStatus:
     """The API's view of a stored host row (``store.hosts``).
+
+    ``parsed`` is the row's report already validated (report intake, which just
+    wrote it): it is used as it is rather than read into a ``PassReport`` again.
 
     A stored report that is not JSON, or no longer reads as a ``PassReport``,
     makes the host ``unknown`` (contract section 2), with the reason saying why;
@@ -98,6 +101,8 @@ def host_status(row: dict[str, Any]) -> HostStatus:
     report: PassReport | None = None
     if row.get("unreadable"):
         values.update(state=HostState.UNKNOWN, reason=f"the last pass report cannot be read: {row['unreadable']}")
+    elif parsed is not None:
+        report = parsed
     else:
         try:
             report = PassReport.model_validate(row.get("report") or {})

@@ -3,21 +3,23 @@
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from typing import Any
 
 from fastapi import APIRouter, Body, Depends, Header, Path, Request, Response
+from sqlalchemy.engine import Connection
 
 from datum.api.authz import Action
 from datum.api.errors import error_responses
-from datum.api.intake import accept
+from datum.api.intake import accepted
 from datum.api.models import HostStatus, host_status
 from datum.api.security import needs, path_resource
 from datum.api.state import state_of
 from datum.core.findings import FieldError, Problem, invalid
 from datum.fleet.stale import stale
 from datum.host.report import PassReport
-from datum.store.history import record_host
-from datum.store.hosts import get_host, list_hosts, record_pass
+from datum.store.history import record_host_pass
+from datum.store.hosts import get_host, list_hosts, take_pass
 
 router = APIRouter(prefix="/v1/hosts", tags=["fleet"])
 
@@ -80,28 +82,35 @@ def host(
 )
 def report_pass(
     request: Request,
-    response: Response,
     report: PassReport = Body(),
     host: str = HostParam,
     _p: str = Depends(needs(Action.REPORT_PASS, path_resource("Host", "host"))),
-) -> HostStatus:
-    _registry, store = state_of(request).wired()
+) -> Response:
+    state = state_of(request)
+    _registry, store = state.wired()
     if report.host != host:
         raise invalid(
             [FieldError("host", f"the report is for host {report.host!r}, the path names {host!r}")],
             "a pass can only be reported for the host it ran on",
         )
-    report = accept(report, state_of(request).settings.server.max_diff_bytes)
-    outcome = record_pass(store, host, report.dump())
-    if outcome == "stored":  # the page's history strip (datum.store.history); not for a pass re-sent
-        record_host(store, host, report.dump(), state_of(request).settings.server.history)
-    if outcome != "stored":  # the same pass again, or one older than the stored: kept as it was
-        response.status_code = 200
-        response.headers["Datum-Pass"] = outcome
-    row = get_host(store, host)
-    if row is None:  # pragma: no cover - just written
-        raise Problem.one("INTERNAL", "the pass was not stored")
-    return host_status(row)
+    report, doc = accepted(report, state.settings.server.max_diff_bytes)
+    keep = state.settings.server.history
+
+    def history(conn: Connection, now: datetime) -> None:  # the page's history strip; not for a pass re-sent
+        record_host_pass(conn, host, doc, now, keep)
+
+    taken = take_pass(store, host, doc, on_stored=history)
+    # The report was validated once, on the way in: the answer is built from it, not read back nor
+    # validated again (a Response, so FastAPI does not validate it against response_model either).
+    if taken.outcome == "stored":
+        status = host_status(taken.row, parsed=report)
+        code, headers = 201, None
+    else:  # the same pass again, or one older than the stored: kept as it was
+        status = host_status(taken.row)
+        code, headers = 200, {"Datum-Pass": taken.outcome}
+    return Response(
+        status.model_dump_json(by_alias=True, exclude_none=True), code, headers, media_type="application/json"
+    )
 
 
 def _matches(if_none_match: str, etag: str) -> bool:
