@@ -70,20 +70,27 @@ class Datum:
         assert {n: self.statuses()[n] for n in names} == dict.fromkeys(names, "active")
 
 
-def test_a_root_that_reads_empty_once_settles_nothing_and_reaps_nothing(datum_cli, both):
-    """An unmounted mount point for one pass: rows keep their status, objects stay."""
-    root, cfg = both
-    datum = Datum(datum_cli, cfg)
+def blocked_delete_then_unmounted(datum: Datum, root: Path) -> Path:
+    """``logs`` asked deleted while it holds an object (``delete_blocked``), ``photos`` active;
+    then the root reads empty: the mount point is left, nothing mounted on it. Returns where
+    the real root went."""
     datum.active("logs", "photos")
     (root / "logs" / "access.log").write_text("GET /")
     (root / "photos" / "cat.jpg").write_text("jpeg")
     datum("bucket", "delete", "logs")
     datum.passes(2)
     assert datum.statuses()["logs"] == "delete_blocked"
-
     away = root.with_name("buckets.mounted")
     root.rename(away)
-    root.mkdir()  # the mount point, nothing mounted on it
+    root.mkdir()
+    return away
+
+
+def test_a_root_that_reads_empty_once_settles_nothing_and_reaps_nothing(datum_cli, both):
+    """An unmounted mount point for one pass: rows keep their status, objects stay."""
+    root, cfg = both
+    datum = Datum(datum_cli, cfg)
+    away = blocked_delete_then_unmounted(datum, root)
     datum.passes(1)
     item = datum.items()["logs"]
     assert (item["direction"], item["reason"], item["streak"]) == ("align", "awaiting_confirmation", 1)
@@ -107,15 +114,7 @@ def test_a_failed_pass_breaks_the_streak_so_an_outage_never_completes_a_confirma
     """
     root, cfg = both
     datum = Datum(datum_cli, cfg)
-    datum.active("logs", "photos")
-    (root / "logs" / "access.log").write_text("GET /")
-    datum("bucket", "delete", "logs")
-    datum.passes(2)
-    assert datum.statuses()["logs"] == "delete_blocked"
-
-    away = root.with_name("buckets.mounted")
-    root.rename(away)
-    root.mkdir()  # the mount point, nothing mounted on it
+    away = blocked_delete_then_unmounted(datum, root)
     datum.passes(1)
     assert datum.items()["logs"]["streak"] == 1
     root.rmdir()

@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import json
 import signal
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 import click
@@ -44,7 +41,9 @@ def reconcile(name: str, passes: int, config: str | None, as_json: bool) -> None
     w.registry.entry(name)
     runner = Runner(w.registry, w.settings, w.store)
     ticks: list[Tick] = []
-    with _stop_on_sigterm() as stop:
+    from datum.signals import stop_on
+
+    with stop_on(signal.SIGTERM) as stop:
         for _ in range(passes):
             if stop.is_set():
                 break
@@ -77,24 +76,6 @@ def reconcile(name: str, passes: int, config: str | None, as_json: bool) -> None
     if ticks[-1].health is Health.FAILING or ticks[-1].outcome is TickOutcome.LOST_CLAIM:
         # The last pass could not read desired or actual state: say so to scripts too.
         click.get_current_context().exit(EXIT_PASS_FAILED)
-
-
-@contextmanager
-def _stop_on_sigterm() -> Iterator[threading.Event]:
-    """An event set by SIGTERM while the block runs (the pass then stops after its current item)."""
-    stop = threading.Event()
-    if threading.current_thread() is not threading.main_thread():
-        yield stop
-        return
-
-    def on_term(_signum: int, _frame: object) -> None:
-        stop.set()
-
-    previous = signal.signal(signal.SIGTERM, on_term)
-    try:
-        yield stop
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def _print_ticks(ticks: list[Tick]) -> None:

@@ -9,8 +9,8 @@ from __future__ import annotations
 import os
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -200,7 +200,10 @@ def run(
     ``extra`` adds fields to the report before it is persisted (``datum agent``: ``passId``,
     ``seq``, ``manifestDigest``, ...); a report with a ``seq`` is spooled with it, in one transaction.
     """
+    from signal import SIGINT, SIGTERM
+
     from datum.providers.facts import read_boot_id
+    from datum.signals import stop_on
 
     root_path = Path(os.path.realpath(root))  # a symlinked --root: resolved once, every write under it
     if not root_path.is_dir():
@@ -227,7 +230,11 @@ def run(
         previous = _previous(store, host)
         if store is not None and unfinished(store.taken_over, previous):
             warnings.append(f"{unfinished_reason(store.taken_over or {})}; this pass replaces it")
-        stopped = stack.enter_context(_stop_on_signals()) if persist else None
+        stopped = (
+            stack.enter_context(stop_on(SIGTERM, SIGINT, once=True))
+            if persist
+            else None
+        )
         started = datetime.now(UTC)
         clock = time.perf_counter()
         outcomes = run_pass(manifest, ctx, progress, stopped.is_set if stopped else None)
@@ -295,44 +302,6 @@ def _stopped_reason(signal: str | None, outcomes: list[Outcome], pending: list[O
         bad = [o for o in outcomes if o.state is state]
         why += f"; {_names(bad, state.value)}" if bad else ""
     return why
-
-
-class _Stop:
-    """Set by SIGTERM (or SIGINT): the pass ends after the resource it is applying."""
-
-    def __init__(self) -> None:
-        self.signal: str | None = None
-
-    def is_set(self) -> bool:
-        return self.signal is not None
-
-
-@contextmanager
-def _stop_on_signals() -> Iterator[_Stop]:
-    """While a pass runs, SIGTERM and SIGINT ask it to stop after the current resource.
-
-    A second signal gets its usual handling (the process dies; the kernel
-    releases the lock and ``datum status`` says the pass did not finish).
-    """
-    import signal
-
-    stop = _Stop()
-    before: dict[int, Any] = {}
-
-    def handler(signum: int, _frame: Any) -> None:
-        stop.signal = signal.Signals(signum).name
-        signal.signal(signum, before[signum])
-
-    try:
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            before[sig] = signal.signal(sig, handler)
-    except ValueError:  # not the main thread (an embedding): no handlers, nothing to restore
-        pass
-    try:
-        yield stop
-    finally:
-        for sig, old in before.items():
-            signal.signal(sig, old)
 
 
 def _first_change(hook: Callable[[], None]) -> Progress:

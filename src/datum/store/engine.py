@@ -212,7 +212,6 @@ def open_store(url: str, *, lock_wait: timedelta | None = None) -> Store:
     except (sa.exc.ArgumentError, ValueError) as exc:
         shown = url.split("://", 1)[0] + "://..." if "://" in url else "(not a URL)"
         raise Problem.one("INVALID_INPUT", f"store URL {shown} is not a database URL") from exc
-    backend = parsed.get_backend_name()
     if parsed.drivername not in _DRIVERS:
         raise Problem.one(
             "INVALID_INPUT",
@@ -222,7 +221,7 @@ def open_store(url: str, *, lock_wait: timedelta | None = None) -> Store:
         raise Problem.one("INVALID_INPUT", "the store's database name holds a NUL byte")
     path: str | None = None
     never_recreate: _NeverRecreate | None = None
-    if backend == "sqlite":
+    if parsed.get_backend_name() == "sqlite":
         database = parsed.database
         if database and database != ":memory:" and not database.startswith("file:"):
             folder = Path(database).expanduser().parent
@@ -238,7 +237,7 @@ def open_store(url: str, *, lock_wait: timedelta | None = None) -> Store:
         if path is not None:
             never_recreate = _NeverRecreate(path)
             sa.event.listen(engine, "do_connect", never_recreate)
-    elif backend in ("postgresql", "postgres"):
+    else:  # PostgreSQL: the only other backend _DRIVERS lets through
         if parsed.drivername in ("postgresql", "postgres"):
             parsed = parsed.set(drivername="postgresql+psycopg")
         # A row or table another session holds is waited for lock_wait, a server that does not answer
@@ -249,10 +248,6 @@ def open_store(url: str, *, lock_wait: timedelta | None = None) -> Store:
             "connect_timeout": max(2, round(wait.total_seconds())),
         }
         engine = sa.create_engine(parsed, pool_pre_ping=True, connect_args=connect_args)
-    else:
-        raise Problem.one(
-            "INVALID_INPUT", f"store {backend!r} is not supported: use sqlite:/// or postgresql://"
-        )
     from datum.store.migrate import migrate
 
     shown = parsed.render_as_string(hide_password=True)
