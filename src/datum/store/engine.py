@@ -134,7 +134,7 @@ class Store:
         """
         if id(metadata) in self._ensured:
             return
-        with self.faults(), self.engine.begin() as conn, exclusive(conn):
+        with self.faults(), exclusive(self.engine) as conn:
             metadata.create_all(conn, checkfirst=True)
         self._ensured.add(id(metadata))
 

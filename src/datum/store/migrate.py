@@ -50,18 +50,8 @@ def current_revisions(conn: Connection) -> frozenset[str]:
 
 
 @contextmanager
-def exclusive(conn: Connection) -> Iterator[None]:
-    """Serialise schema changes between processes until ``conn``'s transaction ends (SQLite: the block).
-
-    PostgreSQL: an advisory lock of the transaction, released at commit,
-    rollback or the end of the session. SQLite: ``flock`` on
-    ``DATABASE.migrate-lock``, released when the block ends or the process dies.
-    """
-    if conn.dialect.name == "postgresql":
-        conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtext('datum-migrate'))"))
-        yield
-        return
-    database = conn.engine.url.database
+def _file_lock(database: str | None) -> Iterator[None]:
+    """``flock`` on ``DATABASE.migrate-lock`` for the block (nothing for an in-memory database)."""
     if not database or database == ":memory:":
         yield
         return
@@ -73,6 +63,25 @@ def exclusive(conn: Connection) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+@contextmanager
+def exclusive(engine: Engine) -> Iterator[Connection]:
+    """A transaction that changes the schema while no other process does: held until it committed.
+
+    PostgreSQL: an advisory lock of the transaction, released at commit,
+    rollback or the end of the session. SQLite: ``flock`` on
+    ``DATABASE.migrate-lock`` taken before the transaction begins and released
+    after it ends (or when the process dies), so the next holder reads what
+    this one committed.
+    """
+    if engine.dialect.name == "postgresql":
+        with engine.begin() as conn:
+            conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtext('datum-migrate'))"))
+            yield conn
+        return
+    with _file_lock(engine.url.database), engine.begin() as conn:
+        yield conn
+
+
 def migrate(engine: Engine) -> Migrated:
     """Upgrade the store to every head of the migration scripts; nothing when it is there already."""
     with engine.connect() as probe:
@@ -82,7 +91,7 @@ def migrate(engine: Engine) -> Migrated:
     from alembic import command
     from alembic.config import Config
 
-    with engine.begin() as conn, exclusive(conn):
+    with exclusive(engine) as conn:
         before = current_revisions(conn)  # another process may have upgraded it while we waited
         if before == HEADS:
             return Migrated(before, before)
