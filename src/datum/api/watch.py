@@ -56,11 +56,12 @@ class RunWatch:
                 self.changed(name)
 
     def start(self) -> None:
-        self.poll()
+        """Poll on a thread of its own from now on, the first time at once (never on the caller's thread)."""
         self._thread = threading.Thread(target=self._loop, name="run-watch", daemon=True)
         self._thread.start()
 
     def _loop(self) -> None:
+        self.poll()
         while not self._stop.wait(self.period):
             self.poll()
 
