@@ -221,9 +221,12 @@ class Runner:
                 return False
             raise_claim(conn, name)
         log.warning("the claim on %s timed out (lock_ttl %s): taking the reconciler over", name, own.lock_ttl)
-        session.break_held()
-        if session.try_acquire():
-            return True
+        try:
+            session.break_held()
+            if session.try_acquire():
+                return True
+        except Exception as exc:  # noqa: BLE001 - e.g. a role not allowed to end the other's session
+            log.warning("could not end the timed-out holder's lock on %s: %s", name, exc)
         release(self.store, lease, self.holder)
         return False
 
