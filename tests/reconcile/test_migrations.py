@@ -132,3 +132,18 @@ def test_a_store_without_tokens_gets_the_table_from_the_migration(store_url):
         assert TokenBook({}, store).principal(create(store, "agent", "web1")) == "agent@host:web1"
     finally:
         store.dispose()
+
+
+def test_migrating_a_current_store_again_does_nothing_whatever_heads_the_fast_path_knows(store_url, monkeypatch):
+    """Under the lock the scripts' own heads decide: a plugin branch's head the constant does not name
+    (here: a constant out of step) makes migrate look, never upgrade twice or fail."""
+    from datum.store import migrate as m
+
+    open_store(store_url).dispose()
+    monkeypatch.setattr(m, "HEADS", frozenset({"0005"}))
+    engine = sa.create_engine(store_url.replace("postgresql://", "postgresql+psycopg://", 1))
+    try:
+        done = m.migrate(engine)
+        assert (done.before, done.upgraded) == (frozenset({HEAD}), False)
+    finally:
+        engine.dispose()

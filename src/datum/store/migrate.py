@@ -24,7 +24,8 @@ from sqlalchemy.engine import Connection, Engine
 
 # The newest revision in migrations/versions; a test checks they agree.
 HEAD = "0006_tokens"
-# Every head the scripts have (one per Alembic branch); the store is current at exactly these.
+# Every head the scripts have (one per Alembic branch): a store at exactly these is current
+# without importing Alembic. Under the lock, the scripts' own heads decide.
 HEADS = frozenset({HEAD})
 BASELINE = "0001"
 MIGRATIONS = Path(__file__).parent / "migrations"
@@ -90,13 +91,15 @@ def migrate(engine: Engine) -> Migrated:
         return Migrated(before, before)
     from alembic import command
     from alembic.config import Config
+    from alembic.script import ScriptDirectory
 
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    heads = frozenset(ScriptDirectory.from_config(cfg).get_heads())  # whatever branches there are
     with exclusive(engine) as conn:
         before = current_revisions(conn)  # another process may have upgraded it while we waited
-        if before == HEADS:
+        if before == heads:
             return Migrated(before, before)
-        cfg = Config()
-        cfg.set_main_option("script_location", str(MIGRATIONS))
         cfg.attributes["connection"] = conn
         if not before and sa.inspect(conn).has_table("item_memory"):
             # Made by create_all before migrations existed: it is the baseline.
