@@ -11,8 +11,7 @@ import time
 from datetime import UTC, datetime
 
 import pytest
-
-from conftest import wait_for
+from replica_harness import wait_for
 
 pytestmark = pytest.mark.parametrize(
     "store_url", [pytest.param("postgresql", marks=pytest.mark.postgres)], indirect=True
