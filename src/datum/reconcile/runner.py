@@ -212,7 +212,8 @@ class Runner:
 
         One transaction takes the expired lease (one winner) and raises the claim
         token, so the timed-out pass can write nothing from then on; then its
-        session lock is ended and taken. False leaves everything as it was.
+        session lock is ended and taken. When it cannot be ended, the lease is
+        kept until it expires, so that another tick tries again after ``lock_ttl``.
         """
         lease = f"reconciler:{name}"
         with self.store.begin() as conn:
@@ -223,10 +224,12 @@ class Runner:
         log.warning("the claim on %s timed out (lock_ttl %s): taking the reconciler over", name, own.lock_ttl)
         try:
             session.break_held()
-            if session.try_acquire():
-                return True
         except Exception as exc:  # noqa: BLE001 - e.g. a role not allowed to end the other's session
+            # The lease stays ours until it expires: then the next taker tries again.
             log.warning("could not end the timed-out holder's lock on %s: %s", name, exc)
+            return False
+        if session.try_acquire():
+            return True
         release(self.store, lease, self.holder)
         return False
 
