@@ -51,11 +51,12 @@ def fleet(tmp_path: Path, store_url: str) -> Iterator[Callable[..., Fleet]]:
         for i in range(count):
             log = tmp_path / f"serve-{i}.log"
             port = free_port()
-            proc = subprocess.Popen(
-                [sys.executable, str(SLOW), "serve", "--config", str(config), "--host", "127.0.0.1",
-                 "--port", str(port)],
-                stdout=log.open("w"), stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"},
-            )
+            with log.open("w") as out:  # the child keeps its own descriptor
+                proc = subprocess.Popen(
+                    [sys.executable, str(SLOW), "serve", "--config", str(config), "--host", "127.0.0.1",
+                     "--port", str(port)],
+                    stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                )
             replicas.append(Replica(config, log, port, proc))
         started.extend(replicas)
         for r in replicas:  # all of them opened (and migrated) the new store at once
