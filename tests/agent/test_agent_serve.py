@@ -200,7 +200,7 @@ def test_sigterm_during_a_pass_stops_after_the_resource_and_the_report_is_still_
 
     fleet = sqlite_fleet
     (fleet.manifests / "slow.yaml").write_text(
-        "resources:\n" + "".join(f"  - Exec[step{i}]:\n      command: 'sleep 0.5'\n" for i in range(8))
+        "resources:\n" + "".join(f"  - Exec[step{i}]:\n      command: 'touch step{i}.ran; sleep 0.5'\n" for i in range(8))
     )
     (fleet.manifests / "nodes.yaml").write_text(
         (fleet.manifests / "nodes.yaml").read_text() + "  - match: {name: slow1}\n    manifests: [slow.yaml]\n"
@@ -208,6 +208,8 @@ def test_sigterm_during_a_pass_stops_after_the_resource_and_the_report_is_still_
     operator = fleet.token("operator")
     agent = Agent(fleet, "slow1", fleet.token("agent", "--host", "slow1"))
     agent.once()  # the agent's files; a whole pass
+    for ran in agent.root.glob("step*.ran"):
+        ran.unlink()
     proc = subprocess.Popen(
         [*DATUM, "agent", "--server", fleet.url, "--token-file", str(agent.base / "token"),
          "--root", str(agent.root), "--state", str(agent.state), "--once",
@@ -215,7 +217,9 @@ def test_sigterm_during_a_pass_stops_after_the_resource_and_the_report_is_still_
         stderr=subprocess.PIPE, text=True,
         env={**os.environ, "DATUM_HOME": str(agent.base / "home"), "DATUM_BOOT_ID_FILE": str(agent.base / "boot_id")},
     )
-    time.sleep(2.5)  # inside the pass: the manifest fetched, a few Execs run
+    deadline = time.monotonic() + 60  # inside the pass: the manifest fetched, two Execs begun (any load)
+    while not (agent.root / "step1.ran").exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
     proc.send_signal(signal.SIGTERM)
     code = proc.wait(30)
     assert code & 4, proc.stderr.read()
