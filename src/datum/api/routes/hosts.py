@@ -11,8 +11,8 @@ from pydantic import AfterValidator
 
 from datum.api.authz import Action
 from datum.api.errors import error_responses
-from datum.api.intake import accepted
 from datum.api.models import HostList, HostStatus, host_status, host_summary
+from datum.api.passes import take
 from datum.api.security import needs, path_resource
 from datum.api.state import state_of
 from datum.core.findings import FieldError, Problem, invalid
@@ -20,7 +20,7 @@ from datum.core.vocab import HostState
 from datum.fleet.listing import DEFAULT_LIMIT, MAX_LIMIT, host_after, page
 from datum.fleet.stale import stale
 from datum.host.report import PassReport
-from datum.store.hosts import get_host, take_pass
+from datum.store.hosts import get_host
 
 router = APIRouter(prefix="/v1/hosts", tags=["fleet"])
 
@@ -122,27 +122,10 @@ def report_pass(
     host: str = HostParam,
     _p: str = Depends(needs(Action.REPORT_PASS, path_resource("Host", "host"))),
 ) -> Response:
-    state = state_of(request)
-    _registry, store = state.wired()
-    if report.host != host:
-        raise invalid(
-            [FieldError("host", f"the report is for host {report.host!r}, the path names {host!r}")],
-            "a pass can only be reported for the host it ran on",
-        )
-    report, doc = accepted(report, state.settings.server.max_diff_bytes)
-    # with the page's history strip (not for a pass re-sent), in the same statement on PostgreSQL
-    taken = take_pass(store, host, doc, history=True, keep=state.settings.server.history)
-    # The report was validated once, on the way in: the answer is built from it, not read back nor
-    # validated again (a Response, so FastAPI does not validate it against response_model either).
-    if taken.outcome == "stored":
-        status = host_status(taken.row, parsed=report)
-        code, headers = 201, None
-    else:  # the same pass again, or one older than the stored: kept as it was
-        status = host_status(taken.row)
-        code, headers = 200, {"Datum-Pass": taken.outcome}
-    return Response(
-        status.model_dump_json(by_alias=True, exclude_none=True), code, headers, media_type="application/json"
-    )
+    answer = take(state_of(request), host, report)
+    headers = None if answer.status == 201 else {"Datum-Pass": answer.outcome}
+    # a Response, so FastAPI does not validate the answer against response_model again
+    return Response(answer.body, answer.status, headers, media_type="application/json")
 
 
 def _matches(if_none_match: str, etag: str) -> bool:
