@@ -21,11 +21,22 @@ route's own code) without FastAPI's routing and dependencies. A body that
 does not validate, a refusal or an unknown token goes to the route with the
 body replayed, for its one error path; a store fault is answered in the
 contract's shape (503).
+
+``ManifestFastPath`` answers ``GET /v1/hosts/{host}/manifest`` (every agent,
+every interval) when the effective manifest is already composed for the fleet
+directory's files as they are now (``datum.fleet.effective.remembered``: a
+``stat`` per file, no read, so an edit is seen by the next request), the token
+is known and Cedar lets it read the host's manifest; a matching
+``If-None-Match`` is a bodiless 304. A first request, an edited directory,
+facts that do not parse: the route, which composes in a worker thread.
 """
 
 from __future__ import annotations
 
+import json
 import re
+from functools import cache
+from pathlib import Path
 
 import anyio.to_thread
 from pydantic import ValidationError
@@ -37,10 +48,12 @@ from datum.api.guard import bearer, header, replayed
 from datum.api.passes import take
 from datum.api.state import ServerState
 from datum.core.findings import Problem
+from datum.fleet.effective import Effective, remembered
 from datum.host.report import PassReport
 
 _DRIFT = re.compile(r"/v1/observability/admin/reconcilers/([^/]{1,100})/drift")
 _PASSES = re.compile(r"/v1/hosts/([^/]{1,253})/passes")
+_MANIFEST = re.compile(r"/v1/hosts/([^/]{1,253})/manifest")
 _HEADERS = [(b"content-type", b"application/json")]
 
 
@@ -119,3 +132,57 @@ class ReportFastPath:
         principal = state.tokens.known(token) if token else None
         return principal is not None and state.authorizer.allowed(principal, Action.REPORT_PASS, host(name))
 
+
+
+class ManifestFastPath:
+    """``GET /v1/hosts/{host}/manifest`` without the framework, when the manifest is composed already."""
+
+    def __init__(self, app: ASGIApp, state: ServerState) -> None:
+        self.app = app
+        self.state = state
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "GET" and not scope.get("query_string"):
+            match = _MANIFEST.fullmatch(scope["path"])
+            found = self._known_answer(scope, match.group(1)) if match else None
+            if found is not None:
+                etag = f'"{found.digest}"'.encode()
+                wanted = header(scope, b"if-none-match")
+                if wanted is not None and matches(wanted.decode("latin-1"), etag.decode()):
+                    await send({"type": "http.response.start", "status": 304, "headers": [(b"etag", etag)]})
+                    await send({"type": "http.response.body", "body": b""})
+                else:
+                    await _send_json(send, 200, found.body, [(b"etag", etag)])
+                return
+        await self.app(scope, receive, send)
+
+    def _known_answer(self, scope: Scope, name: str) -> Effective | None:
+        state = self.state
+        directory = state.settings.fleet.manifests
+        token = bearer(scope)
+        # Only a token known without the store: this runs on the event loop.
+        principal = state.tokens.known(token) if token else None
+        if directory is None or principal is None:
+            return None
+        if not state.authorizer.allowed(principal, Action.READ_MANIFEST, host(name)):
+            return None
+        raw = header(scope, b"x-datum-facts")
+        try:
+            facts = json.loads(raw) if raw else {}
+        except ValueError:
+            return None
+        if not isinstance(facts, dict):
+            return None
+        return remembered(_resolved(str(directory)), name, facts)
+
+
+@cache
+def _resolved(directory: str) -> Path:
+    """The fleet directory, resolved once per process (the route resolves it on every request)."""
+    return Path(directory).resolve()
+
+
+def matches(if_none_match: str, etag: str) -> bool:
+    """RFC 9110's weak comparison for ``If-None-Match``: ``*``, or any listed tag, ``W/`` or not."""
+    tags = [t.strip().removeprefix("W/") for t in if_none_match.split(",")]
+    return "*" in tags or etag in tags

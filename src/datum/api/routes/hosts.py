@@ -11,6 +11,7 @@ from pydantic import AfterValidator
 
 from datum.api.authz import Action
 from datum.api.errors import error_responses
+from datum.api.fastpath import matches
 from datum.api.models import HostList, HostStatus, host_status, host_summary
 from datum.api.passes import take
 from datum.api.security import needs, path_resource
@@ -128,12 +129,6 @@ def report_pass(
     return Response(answer.body, answer.status, headers, media_type="application/json")
 
 
-def _matches(if_none_match: str, etag: str) -> bool:
-    """RFC 9110's weak comparison for ``If-None-Match``: ``*``, or any listed tag, ``W/`` or not."""
-    tags = [t.strip().removeprefix("W/") for t in if_none_match.split(",")]
-    return "*" in tags or etag in tags
-
-
 def _facts(header: str | None) -> dict[str, Any]:
     if not header:
         return {}
@@ -172,6 +167,6 @@ def manifest(
         raise Problem.one("NOT_FOUND", "this server serves no manifests ([fleet] manifests is not set)")
     found = effective(directory, host, _facts(facts))
     etag = f'"{found.digest}"'
-    if if_none_match and _matches(if_none_match, etag):
+    if if_none_match and matches(if_none_match, etag):
         return Response(status_code=304, headers={"ETag": etag})
     return Response(found.body, media_type="application/json", headers={"ETag": etag})
