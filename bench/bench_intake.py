@@ -136,6 +136,12 @@ def post_reports(base: str, token: str, hosts: int, resources: int, concurrency:
     return json.loads(out)  # type: ignore[no-any-return]
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process ``pid`` so far (``/proc``): what a busy machine does not stretch."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def time_listing(base: str, token: str, runs: int) -> tuple[list[float], int, float, int]:
     """The first page with the fleet's counts (what the target names), ``runs`` times; then one walk of
     every page (default limit), timed whole: (times in ms, hosts counted, walk in ms, hosts walked)."""
@@ -178,16 +184,21 @@ def main(hosts: int = 10_000, resources: int = 50, concurrency: int = 16, list_r
             warm = httpx.post(f"{base}/v1/hosts/warm-up/passes", json=report("warm-up", resources),
                               headers={"Authorization": f"Bearer {agent}"}, timeout=30)
             assert warm.status_code == 201, warm.text
+            cpu = cpu_seconds(server.pid)
             intake = post_reports(base, agent, hosts, resources, concurrency, load_pin)
+            intake_cpu, cpu = cpu_seconds(server.pid) - cpu, cpu_seconds(server.pid)
             listing, listed, walk_ms, walked = time_listing(base, operator, list_runs)
             manifest_url = f"{base}/v1/hosts/host-00000/manifest"
             probe = httpx.get(manifest_url, headers={"Authorization": f"Bearer {agent}"}, timeout=30)
             assert probe.status_code == 200, probe.text
             if shutil.which("wrk"):
                 wrk(manifest_url, agent, manifest_concurrency, 2, load_pin)  # warm-up
+                cpu = cpu_seconds(server.pid)
                 manifest = wrk(manifest_url, agent, manifest_concurrency, manifest_seconds, load_pin)
             else:
+                cpu = cpu_seconds(server.pid)
                 manifest = pyload(manifest_url, agent, manifest_concurrency, int(manifest_seconds * 1000), load_pin)
+            manifest_cpu = cpu_seconds(server.pid) - cpu
         finally:
             server.terminate()
             server.wait(10)
@@ -206,6 +217,7 @@ def main(hosts: int = 10_000, resources: int = 50, concurrency: int = 16, list_r
         "reports_per_s": round(intake["rps"]),
         "post_p50_ms": round(intake["p50_ms"], 2),
         "post_p99_ms": round(intake["p99_ms"], 2),
+        "server_cpu_ms_per_report": round(intake_cpu * 1000 / max(1, intake["reports"]), 3),
         "listed": listed,
         "list_ms_median": round(median(listing), 1),
         "list_ms_worst": round(max(listing), 1),
@@ -216,6 +228,7 @@ def main(hosts: int = 10_000, resources: int = 50, concurrency: int = 16, list_r
         "manifest_errors": manifest["errors"],
         "manifest_p50_ms": round(float(manifest["p50_ms"]), 2),
         "manifest_p99_ms": round(float(manifest["p99_ms"]), 2),
+        "server_cpu_us_per_manifest": round(manifest_cpu * 1e6 / max(1, int(manifest["requests"])), 1),
         "load_average": load(),
     }
 

@@ -39,13 +39,12 @@ def take(state: ServerState, host: str, report: PassReport) -> Answer:
     """Accept ``report`` (``422`` naming every field at fault), store it, answer. Blocks on the store."""
     _registry, store = state.wired()
     check_host(report, host)
-    report, doc = accepted(report, state.settings.server.max_diff_bytes)
+    report, doc, text = accepted(report, state.settings.server.max_diff_bytes)
     # with the page's history strip (not for a pass re-sent), in the same statement on PostgreSQL
-    taken = take_pass(store, host, doc, history=True, keep=state.settings.server.history)
+    taken = take_pass(store, host, doc, history=True, keep=state.settings.server.history, text=text)
+    if taken.outcome != "stored":  # the same pass again, or one older than the stored: kept as it was
+        return Answer(200, host_status(taken.row).model_dump_json(by_alias=True, exclude_none=True).encode(), taken.outcome)
     # The report was validated once, on the way in: the answer is built from it, not read back nor
-    # validated again.
-    if taken.outcome == "stored":
-        status, code = host_status(taken.row, parsed=report), 201
-    else:  # the same pass again, or one older than the stored: kept as it was
-        status, code = host_status(taken.row), 200
-    return Answer(code, status.model_dump_json(by_alias=True, exclude_none=True).encode(), taken.outcome)
+    # validated again, and its report is the text just stored, not serialized again.
+    head = host_status(taken.row, parsed=report).model_dump_json(by_alias=True, exclude_none=True, exclude={"report"})
+    return Answer(201, f'{head[:-1]},"report":{text}}}'.encode(), taken.outcome)

@@ -69,6 +69,7 @@ def take_pass(
     *,
     history: bool = False,
     keep: timedelta | None = None,
+    text: str | None = None,
 ) -> Taken:
     """Persist ``report`` (a ``PassReport`` in its JSON form) as ``host``'s latest pass, with its summary.
 
@@ -81,11 +82,12 @@ def take_pass(
     ``history`` a stored pass also gets its history row (``store.history``,
     pruned ``keep`` back) in the same transaction, at the store's clock: on
     PostgreSQL in the same statement, so a stored pass costs one round trip.
+    ``text`` is ``report`` as JSON text when the caller has it already.
     """
     values, seq = _values(report)
     with store.begin() as conn:
         if history and store.dialect == "postgresql":
-            now = conn.execute(_PG_TAKE_WITH_HISTORY, _pg_params(host, values, report, keep)).scalar()
+            now = conn.execute(_PG_TAKE_WITH_HISTORY, _pg_params(host, values, report, keep, text)).scalar()
         else:
             now = conn.execute(_upsert(store.dialect, host, values, seq)).scalar()
             if now is not None and history:
@@ -162,8 +164,13 @@ SELECT now FROM up
 """)
 
 
-def _pg_params(host: str, values: dict[str, Any], report: dict[str, Any], keep: timedelta | None) -> dict[str, Any]:
-    row = {c: json.dumps(values[c]) if c in _JSON_COLUMNS else values[c] for c in _HOST_COLUMNS[1:]}
+def _pg_params(
+    host: str, values: dict[str, Any], report: dict[str, Any], keep: timedelta | None, text: str | None
+) -> dict[str, Any]:
+    given = {"report": text} if text is not None else {}
+    row = {
+        c: given.get(c) or json.dumps(values[c]) if c in _JSON_COLUMNS else values[c] for c in _HOST_COLUMNS[1:]
+    }
     passed = host_pass_values(report)
     items = passed["items"] if passed["completed"] else None
     return {
