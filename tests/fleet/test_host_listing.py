@@ -159,3 +159,27 @@ def test_the_migration_fills_in_the_summaries_of_hosts_already_there(store_url):
         assert rows["bad"]["summary"] == {"counts": {}, "attention": []}
     finally:
         store.dispose()
+
+
+def test_datum_hosts_pages_the_same_listing(store_url, tmp_path, datum_cli):
+    cfg = tmp_path / "datum.toml"
+    cfg.write_text(f'store = "{store_url}"\n')
+    store = open_store(store_url)
+    try:
+        for n in range(3):
+            take_pass(store, f"web{n}", report(f"web{n}", 1, failed=1 if n == 1 else 0))
+    finally:
+        store.dispose()
+    code, out, err = datum_cli("hosts", "--config", str(cfg), "--limit", "2")
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0].startswith("converged 2  drifted 0  failed 1") and lines[0].endswith("(total 3)")
+    assert [line.split()[0] for line in lines[1:3]] == ["web0", "web1"]
+    nxt = lines[-1].split("--cursor ")[1]
+    code, out, err = datum_cli("hosts", "--config", str(cfg), "--json", "--limit", "2", "--cursor", nxt)
+    doc = json.loads(out)
+    assert [h["host"] for h in doc["hosts"]] == ["web2"] and "next" not in doc and doc["total"] == 3
+    code, out, _ = datum_cli("hosts", "--config", str(cfg), "--json", "--state", "failed")
+    assert [h["host"] for h in json.loads(out)["hosts"]] == ["web1"]
+    code, out, _ = datum_cli("hosts", "--config", str(cfg), "--json", "--cursor", "bogus")
+    assert code == 65 and json.loads(out)["issues"][0]["fields"][0]["field"] == "--cursor"

@@ -13,6 +13,7 @@ from pydantic.json_schema import SkipJsonSchema
 
 from datum.core.hostsummary import count_states
 from datum.core.vocab import HostState, ResourceState
+from datum.fleet.listing import Page
 from datum.host.report import PassReport, ResourceReport
 from datum.reconcile.report import absent
 
@@ -206,3 +207,13 @@ def redacted(report: PassReport) -> PassReport:
         for r in report.resources
     ]
     return report.model_copy(update={"resources": resources})
+
+
+def host_list(found: Page) -> HostList:
+    """The API's view of a page of the host listing (``datum.fleet.listing.page``)."""
+    return HostList(
+        hosts=[host_summary(row) for row in found.hosts],
+        counts=found.counts,  # type: ignore[arg-type]
+        total=sum(found.counts.values()),
+        next=found.next,
+    )

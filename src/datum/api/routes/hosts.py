@@ -12,7 +12,7 @@ from pydantic import AfterValidator
 from datum.api.authz import Action
 from datum.api.errors import error_responses
 from datum.api.fastpath import matches
-from datum.api.models import HostList, HostStatus, host_status, host_summary
+from datum.api.models import HostList, HostStatus, host_list, host_status
 from datum.api.passes import take
 from datum.api.security import needs, path_resource
 from datum.api.state import state_of
@@ -62,12 +62,7 @@ def hosts(
     _registry, store = state_of(request).wired()
     multiple = state_of(request).settings.fleet.stale_after
     found = page(store, multiple, datetime.now(UTC), state=state.value if state else None, after=after, limit=limit)
-    listing = HostList(
-        hosts=[host_summary(row) for row in found.hosts],
-        counts=found.counts,  # type: ignore[arg-type]
-        total=sum(found.counts.values()),
-        next=found.next,
-    )
+    listing = host_list(found)
     headers = {"Link": f'<{_next_url(request, found.next)}>; rel="next"'} if found.next else None
     return Response(
         listing.model_dump_json(by_alias=True, exclude_none=True), media_type="application/json", headers=headers
