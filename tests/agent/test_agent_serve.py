@@ -235,7 +235,7 @@ def test_a_host_whose_agent_fell_silent_reads_unknown_saying_how_stale(sqlite_fl
     posted = httpx.post(fleet.url + "/v1/hosts/quiet/passes", json=report, headers={"Authorization": f"Bearer {token}"})
     assert posted.status_code == 201, posted.text
     row = fleet.get("/v1/hosts/quiet", operator).json()
-    assert row["state"] == "unknown"
+    assert row["state"] == "unknown" and row["stale"] is True
     assert row["reason"].startswith("stale: the last report is ") and "more than 3 x its 30m interval" in row["reason"]
     listing = fleet.get("/v1/hosts", operator).json()
     listed = {h["host"]: h for h in listing["hosts"]}

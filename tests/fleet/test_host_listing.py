@@ -122,6 +122,7 @@ def test_the_stale_rule_applies_to_rows_filter_and_counts_as_it_does_to_one_host
         one = stale(get_host(store, name), 3.0, NOW)
         assert by_host[name]["state"] == one["state"], name
         assert by_host[name]["reason"] == one["reason"], name
+        assert by_host[name]["stale"] == one.get("stale", False), name
     assert by_host["quiet"]["stale"] and not by_host["live"]["stale"] and not by_host["once"]["stale"]
     assert found.counts["unknown"] == 1 and found.counts["converged"] == 2
     assert [r["host"] for r in page(store, 3.0, NOW, state="unknown").hosts] == ["quiet"]

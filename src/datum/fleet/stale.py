@@ -11,7 +11,7 @@ from typing import Any
 
 
 def stale(row: dict[str, Any], multiple: float, now: datetime | None = None) -> dict[str, Any]:
-    """``row`` (a stored host) as ``unknown`` with how stale, when its agent's report is overdue.
+    """``row`` (a stored host) as ``unknown``, ``stale`` and with how stale, when its agent's report is overdue.
 
     Only reports that carry their agent's interval (``datum agent``) can be
     overdue; a one-off ``datum apply`` has no schedule to miss.
@@ -27,7 +27,7 @@ def stale(row: dict[str, Any], multiple: float, now: datetime | None = None) -> 
     age = (now - finished).total_seconds()
     if age <= multiple * interval:
         return row
-    return {**row, "state": "unknown", "reason": stale_reason(age, multiple, interval, row.get("state"))}
+    return {**row, "state": "unknown", "stale": True, "reason": stale_reason(age, multiple, interval, row.get("state"))}
 
 
 def stale_reason(age: float, multiple: float, interval: float, said: object) -> str:
