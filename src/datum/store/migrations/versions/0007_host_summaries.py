@@ -2,7 +2,7 @@
 ``hosts.interval_seconds``, an index on state then name), filled in for the rows already there.
 
 Revision ID: host_summaries
-Revises: 0005
+Revises: 0006_tokens
 """
 
 import json
@@ -13,7 +13,7 @@ from alembic import op
 from datum.core.hostsummary import interval_of, summarize
 
 revision = "host_summaries"
-down_revision = "0005"
+down_revision = "0006_tokens"
 branch_labels = None
 depends_on = None
 
