@@ -239,10 +239,16 @@ def test_a_host_whose_agent_fell_silent_reads_unknown_saying_how_stale(sqlite_fl
     posted = httpx.post(fleet.url + "/v1/hosts/quiet/passes", json=report, headers={"Authorization": f"Bearer {token}"})
     assert posted.status_code == 201, posted.text
     row = fleet.get("/v1/hosts/quiet", operator).json()
-    assert row["state"] == "unknown"
+    assert row["state"] == "unknown" and row["stale"] is True
     assert row["reason"].startswith("stale: the last report is ") and "more than 3 x its 30m interval" in row["reason"]
-    listed = {h["host"]: h for h in fleet.get("/v1/hosts", operator).json()}
-    assert listed["quiet"]["state"] == "unknown"
+    listing = fleet.get("/v1/hosts", operator).json()
+    listed = {h["host"]: h for h in listing["hosts"]}
+    assert listed["quiet"]["state"] == "unknown" and listed["quiet"]["stale"] is True
+    assert listed["quiet"]["reason"] == row["reason"]
+    assert listing["counts"]["unknown"] == 1 and listing["counts"]["converged"] == 0
+    only = fleet.get("/v1/hosts?state=unknown", operator).json()["hosts"]
+    assert [h["host"] for h in only] == ["quiet"]
+    assert fleet.get("/v1/hosts?state=converged", operator).json()["hosts"] == []
 
 
 def _templated(fleet: Fleet) -> None:
