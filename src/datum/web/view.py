@@ -229,6 +229,21 @@ class Attention:
     detail: str = ""
 
 
+@dataclass(frozen=True)
+class Rebooting:
+    """A host holding its group's reboot lease (``datum.store.leases.Lease``), or one past its timeout."""
+
+    host: str
+    group: str
+    since: datetime
+    expires_at: datetime
+    overdue: bool
+
+    @property
+    def anchor(self) -> str:
+        return f"host-{self.host}"
+
+
 @dataclass
 class Overview:
     reconcilers: list[ReconcilerView]
@@ -237,6 +252,8 @@ class Overview:
     health_counts: list[tuple[str, int]]
     host_counts: list[tuple[str, int]]
     attention: list[Attention] = field(default_factory=list)
+    rebooting: list[Rebooting] = field(default_factory=list)  # the fleet's reboot budget, when hosts are readable
+    reboot_limit: int = 0
 
 
 def _since_text(first: datetime | None, count: int, before: bool, word: str) -> str:
@@ -314,7 +331,13 @@ def host_order(status: Any) -> tuple[int, str]:
     return (_HOST_ORDER.index(status.state), status.host)
 
 
-def overview(reconcilers: list[ReconcilerView], hosts: list[HostView] | None, hosts_by_state: dict[str, int] | None) -> Overview:
+def overview(
+    reconcilers: list[ReconcilerView],
+    hosts: list[HostView] | None,
+    hosts_by_state: dict[str, int] | None,
+    rebooting: Sequence[Rebooting] = (),
+    reboot_limit: int = 0,
+) -> Overview:
     health_counts = [(h.value, sum(1 for r in reconcilers if r.report.health is h)) for h in _HEALTH_ORDER]
     host_counts = [(s.value, (hosts_by_state or {}).get(s.value, 0)) for s in _HOST_ORDER]
     out = Overview(
@@ -323,6 +346,8 @@ def overview(reconcilers: list[ReconcilerView], hosts: list[HostView] | None, ho
         hosts_total=sum((hosts_by_state or {}).values()),
         health_counts=health_counts,
         host_counts=host_counts,
+        rebooting=list(rebooting),
+        reboot_limit=reboot_limit,
     )
     attention = out.attention
     for r in reconcilers:
@@ -355,6 +380,15 @@ def overview(reconcilers: list[ReconcilerView], hosts: list[HostView] | None, ho
         for h in hosts or []:
             if h.status.state is state:
                 attention.append(Attention(Act.LOOK, f"host {h.status.host} {words}", f"#{h.anchor}", h.status.reason or ""))
+    for b in out.rebooting:
+        if b.overdue:
+            attention.append(
+                Attention(
+                    Act.LOOK, f"host {b.host} has not come back from its reboot", f"#{b.anchor}",
+                    f"its reboot lease of group {b.group} (since {when(b.since)}) expired at {when(b.expires_at)} "
+                    "with no report from a new boot; the slot is free again",
+                )
+            )
     for r in reconcilers:
         for g in r.groups:
             if g.act is Act.LOOK and g.reason is not Reason.BACKOFF:
@@ -362,4 +396,4 @@ def overview(reconcilers: list[ReconcilerView], hosts: list[HostView] | None, ho
     return out
 
 
-__all__ = ["ACT_LABEL", "Overview", "overview", "reconciler_view", "host_view", "host_order", "MAX_HOSTS"]
+__all__ = ["ACT_LABEL", "Overview", "Rebooting", "overview", "reconciler_view", "host_view", "host_order", "MAX_HOSTS"]

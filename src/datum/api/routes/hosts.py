@@ -13,6 +13,7 @@ from datum.api.authz import Action
 from datum.api.errors import error_responses
 from datum.api.intake import accepted
 from datum.api.models import HostStatus, host_status
+from datum.api.routes.reboots import with_lease
 from datum.api.security import needs, path_resource
 from datum.api.state import state_of
 from datum.core.findings import FieldError, Problem, invalid
@@ -20,6 +21,8 @@ from datum.fleet.stale import stale
 from datum.host.report import PassReport
 from datum.store.history import record_host_pass
 from datum.store.hosts import get_host, list_hosts, take_pass
+from datum.store.leases import read as read_leases
+from datum.store.leases import release_rebooted
 
 router = APIRouter(prefix="/v1/hosts", tags=["fleet"])
 
@@ -38,7 +41,8 @@ _OUT = {"response_model_by_alias": True, "response_model_exclude_none": True}
 def hosts(request: Request, _p: str = Depends(needs(Action.READ_HOST))) -> list[HostStatus]:
     _registry, store = state_of(request).wired()
     multiple = state_of(request).settings.fleet.stale_after
-    return [host_status(stale(row, multiple)) for row in list_hosts(store)]
+    leases = read_leases(store)
+    return [with_lease(host_status(stale(row, multiple)), leases) for row in list_hosts(store)]
 
 
 @router.get(
@@ -58,7 +62,7 @@ def host(
     row = get_host(store, host)
     if row is None:
         raise Problem.one("NOT_FOUND", f"no host named {host!r} has reported a pass")
-    return host_status(stale(row, state_of(request).settings.fleet.stale_after))
+    return with_lease(host_status(stale(row, state_of(request).settings.fleet.stale_after)), read_leases(store, host))
 
 
 @router.post(
@@ -98,6 +102,7 @@ def report_pass(
 
     def history(conn: Connection, now: datetime) -> None:  # the page's history strip; not for a pass re-sent
         record_host_pass(conn, host, doc, now, keep)
+        release_rebooted(conn, host, doc.get("bootId"))  # back from a reboot: its lease frees the group's slot
 
     taken = take_pass(store, host, doc, on_stored=history)
     # The report was validated once, on the way in: the answer is built from it, not read back nor

@@ -71,7 +71,18 @@ def _view(reports: list[DriftReport], registry: Registry, settings: Settings, st
         for h in statuses:
             counts[h.state.value] = counts.get(h.state.value, 0) + 1
         hosts = [v.host_view(h, recent(conn, HOST, h.host)) for h in statuses[: v.MAX_HOSTS]]
-    return v.overview(views, hosts, counts)
+    return v.overview(views, hosts, counts, _rebooting(store), settings.fleet.reboot_concurrency)
+
+
+def _rebooting(store: Store) -> list[v.Rebooting]:
+    """The hosts holding a reboot lease, then those past its timeout (``datum.store.leases``)."""
+    from datum.store.leases import read
+
+    leases = read(store)
+    return [
+        v.Rebooting(x.host, x.group, x.since, x.expires_at, overdue=not x.live(leases.now))
+        for x in [*leases.rebooting, *leases.overdue]
+    ]
 
 
 @router.get("/", response_class=HTMLResponse, include_in_schema=False)
