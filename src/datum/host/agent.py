@@ -141,12 +141,15 @@ def _reboot_status(
     previous: dict[str, Any] | None,
     boot_id: str,
     budget: Budget | None = None,
+    stopped: bool = False,
 ) -> tuple[dict[str, Any] | None, bool, str | None]:
     """The report's ``reboot`` (None when none is needed), whether to reboot once it is persisted, and
     the host reason when the reboot budget holds it back.
 
     With ``budget``, a reboot the policy would make now is asked for first, after every resource
-    ran: no slot (the group is full, the server cannot be asked) is no reboot, said so.
+    ran: no slot (the group is full, the server cannot be asked) is no reboot, said so. A pass
+    ``stopped`` part-way never reboots, asks for no slot and records no request: the next whole
+    pass decides.
     """
     from datum.host import reboot as rb
     from datum.providers.facts import running_kernel
@@ -168,6 +171,8 @@ def _reboot_status(
         decision = rb.Decision(
             False, "none in observe mode; an enforce pass applies the reboot policy"
         )
+    elif stopped:
+        decision = rb.Decision(False, "none: the pass was stopped part-way; the next whole pass decides")
     elif attempted is not None and len(reasons) == 1 and not already:
         decision = rb.Decision(
             False,
@@ -260,11 +265,13 @@ def run(
         started = datetime.now(UTC)
         clock = time.perf_counter()
         outcomes = run_pass(manifest, ctx, progress, stopped.is_set if stopped else None)
-        reboot, reboot_now, held = _reboot_status(config, mode, outcomes, root_path, previous, boot_id, budget)
-        state = host_state([o.state for o in outcomes], awaiting_reboot=reboot is not None)
-        code = exit_code(outcomes, reboot is not None)
         pending = [o for o in outcomes if o.state is ResourceState.PENDING]
         incomplete = bool(stopped and stopped.signal and pending)
+        reboot, reboot_now, held = _reboot_status(
+            config, mode, outcomes, root_path, previous, boot_id, budget, stopped=incomplete
+        )
+        state = host_state([o.state for o in outcomes], awaiting_reboot=reboot is not None)
+        code = exit_code(outcomes, reboot is not None)
         if incomplete:
             state, code, reboot_now = HostState.UNKNOWN, code | EXIT_FAILED, False
         report: dict[str, Any] = {

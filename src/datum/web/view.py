@@ -24,6 +24,7 @@ from datum.core.explain import (
     advice,
     at_backoff_cap,
     explain,
+    lookup,
 )
 from datum.core.humanize import age, when
 from datum.core.memory import BackoffPolicy
@@ -319,9 +320,11 @@ def reconciler_view(
 def host_view(status: Any, passes: Sequence[PassRow]) -> HostView:
     state = status.state
     first, count, before = since(passes, lambda p: p.outcome == state.value)
+    # A reason with an explanation of its own (waiting for the group's reboot budget) says more than the state's.
+    own = [e for e in lookup(status.reason or "") if e.vocabulary is Vocabulary.HOST_REASON]
     return HostView(
         status=status,
-        explanation=explain(Vocabulary.HOST_STATE, state.value),
+        explanation=own[0] if own else explain(Vocabulary.HOST_STATE, state.value),
         strip=host_strip(passes, status.host),
         state_since=_since_text(first, count, before, state.value) if state is not HostState.CONVERGED else "",
     )
