@@ -116,3 +116,15 @@ def test_groups_come_from_node_rules_the_last_that_gives_one(tmp_path: Path):
     with pytest.raises(Problem) as refused:
         load_rules(tmp_path)
     assert "nodes[0].group" in str(refused.value.findings[0].fields)
+
+
+def test_a_rule_that_gives_only_a_group_validates_and_serves_no_manifest(tmp_path: Path):
+    from datum.fleet.effective import check_fleet, effective
+
+    (tmp_path / "m.yaml").write_text("resources: []\n")
+    (tmp_path / "nodes.yaml").write_text(NODES)
+    assert check_fleet(tmp_path) == (3, 1)
+    assert effective(tmp_path, "web1", {}).digest  # its manifests come from the first rule
+    with pytest.raises(Problem) as none:
+        effective(tmp_path, "db1", {"os_release": {"ID": "debian"}})  # a group, and no manifest
+    assert none.value.findings[0].code == "NOT_FOUND"
