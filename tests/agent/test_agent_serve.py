@@ -215,7 +215,12 @@ def test_sigterm_during_a_pass_stops_after_the_resource_and_the_report_is_still_
         stderr=subprocess.PIPE, text=True,
         env={**os.environ, "DATUM_HOME": str(agent.base / "home"), "DATUM_BOOT_ID_FILE": str(agent.base / "boot_id")},
     )
-    time.sleep(2.5)  # inside the pass: the manifest fetched, a few Execs run
+    lock = agent.base / "agent.db.host-pass.lock"  # holds the running pass's record, emptied when it ends
+    deadline = time.monotonic() + 60
+    while not (lock.exists() and lock.stat().st_size):  # not a fixed sleep: a loaded machine starts slowly
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.05)
+    time.sleep(0.7)  # inside the pass: an Exec or two run
     proc.send_signal(signal.SIGTERM)
     code = proc.wait(30)
     assert code & 4, proc.stderr.read()
