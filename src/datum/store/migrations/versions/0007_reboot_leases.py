@@ -1,7 +1,7 @@
 """The fleet's reboot budget: ``reboot_groups`` (one row per group, the grant's lock) and ``reboot_leases``.
 
-Revision ID: 0006
-Revises: 0005
+Revision ID: 0007_reboot_leases
+Revises: 0006_tokens
 """
 
 import sqlalchemy as sa
@@ -9,8 +9,8 @@ from alembic import op
 
 from datum.store.types import UTCDateTime
 
-revision = "0006"
-down_revision = "0005"
+revision = "0007_reboot_leases"
+down_revision = "0006_tokens"
 branch_labels = None
 depends_on = None
 
