@@ -278,6 +278,14 @@ class FleetSettings(_Strict):
     stale_after: float = Field(
         default=3.0, gt=0, description="A host silent for this many of its agent's intervals reads unknown."
     )
+    reboot_concurrency: int = Field(
+        default=1, ge=1, le=10_000,
+        description="Hosts of one group (nodes.yaml `group`) that may reboot at once (reboot_policy automatic, maintenance).",
+    )
+    reboot_timeout: Duration = Field(
+        default=timedelta(hours=1),
+        description="A reboot lease whose host has not reported from a new boot by then frees its slot.",
+    )
 
 
 class Settings(_Strict):

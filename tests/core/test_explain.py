@@ -95,3 +95,17 @@ def test_datum_explain_without_a_name_lists_everything(datum_cli):
     rc, out, _err = datum_cli("explain")
     assert rc == 0
     assert len(out.splitlines()) == len(EXPLANATIONS)
+
+
+def test_the_reboot_budget_s_host_reasons_are_explained_as_the_host_shows_them(datum_cli):
+    from datum.core.budget import no_lease, waiting
+
+    assert waiting(2, 2) == "waiting for the group's reboot budget (2/2 rebooting)"
+    [e] = lookup(waiting(2, 2))
+    assert (e.vocabulary, e.name, e.act) == (Vocabulary.HOST_REASON, "reboot_budget", Act.WAIT)
+    assert [x.name for x in lookup("reboot-budget")] == ["reboot_budget"]
+    [e] = lookup(no_lease("cannot reach http://datum:8080/v1/hosts/web1/reboot-lease: refused"))
+    assert (e.name, e.act) == ("no_reboot_lease", Act.LOOK)
+    rc, out, _err = datum_cli("explain", waiting(1, 1))
+    assert rc == 0 and out.startswith("reboot_budget (host reason): ")
+    assert "reboot_concurrency" in out

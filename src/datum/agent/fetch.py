@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from datum.host.remote import _NoRedirects
+from datum.host.remote import _NoRedirects, issues_of
 
 
 @dataclass(frozen=True)
@@ -50,13 +50,7 @@ def fetch(
     except urllib.error.HTTPError as exc:
         if exc.code == 304:
             return Fetched(None, etag)
-        detail = ""
-        try:
-            issues = json.loads(exc.read()).get("issues") or []
-            detail = ": " + "; ".join(str(i.get("message")) for i in issues)[:2000]
-        except (ValueError, AttributeError, OSError):
-            pass
-        return Fetched(None, None, f"{url} answered {exc.code} {exc.reason}{detail}")
+        return Fetched(None, None, f"{url} answered {exc.code} {exc.reason}{issues_of(exc)}")
     except (urllib.error.URLError, OSError, ValueError) as exc:
         return Fetched(None, None, f"cannot reach {url}: {getattr(exc, 'reason', exc)}")
 

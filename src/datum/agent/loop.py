@@ -8,8 +8,12 @@ A cycle:
    report ``unknown`` saying why, and runs nothing;
 3. runs a pass through the host pass engine (``datum.host.agent.run``: the
    lock, SIGTERM after the current resource, incomplete reports), which
-   persists the report and spools it in one transaction;
-4. sends every spooled report, oldest first, until the server stops answering.
+   persists the report and spools it in one transaction; a reboot the policy
+   makes now is asked of the server first (the group's reboot budget,
+   ``datum.agent.lease``): no lease, no reboot, and the report says why;
+4. sends every spooled report, oldest first, until the server stops answering;
+5. with a lease, runs the reboot command (a failure is recorded, and the lease
+   given back).
 
 It logs one line. The loop waits ``interval`` plus a random part of ``splay``
 between cycles; SIGTERM or SIGINT while it waits ends it at once, during a
@@ -125,6 +129,31 @@ def _unknown(opts: Options, host: str, why: str, extra: dict[str, Any]) -> dict[
     return report
 
 
+def _budget(opts: Options, host: str) -> Any:
+    """The pass engine's reboot budget: this host's lease, asked of the server with its facts."""
+
+    def ask(boot_id: str) -> Any:
+        from datum.agent.lease import take
+
+        return take(opts.server, host, opts.token, boot_id, _facts(opts.root, opts.config))
+
+    return ask
+
+
+def _reboot(opts: Options, host: str, report: dict[str, Any]) -> str:
+    """Run the reboot command under the lease the pass took; give the lease back when it fails. The log's words."""
+    from datum.host.agent import reboot_and_record
+
+    command = opts.config.reboot_command
+    why = reboot_and_record(command, opts.state_url, report)
+    if why is None:
+        return f"; rebooting: {command}"
+    from datum.agent.lease import give_back
+
+    back = give_back(opts.server, host, opts.token, str(report.get("bootId") or ""))
+    return f"; the reboot command failed: {why}" + (f"; the reboot lease was not given back: {back}" if back else "")
+
+
 def cycle(opts: Options) -> Cycle:
     from datum.host import agent
 
@@ -133,6 +162,7 @@ def cycle(opts: Options) -> Cycle:
         raise Problem.one("USAGE", "datum agent keeps its state in a local file: --state PATH, not a store URL")
     host = agent.host_name(opts.config)
     state = AgentState(path)
+    reboot_now = False
     try:
         seq = state.next_seq()
         extra: dict[str, Any] = {
@@ -148,12 +178,14 @@ def cycle(opts: Options) -> Cycle:
             extra.update(manifestDigest=digest, manifestOrigin=origin)
             result = agent.run(
                 manifest, root=opts.root, mode=opts.mode, config=opts.config,
-                state_url=opts.state_url, extra=extra,
+                state_url=opts.state_url, extra=extra, budget=_budget(opts, host),
             )
             report, code, stopped = result.report, result.exit_code, bool(result.report.get("incomplete"))
+            reboot_now = result.reboot_now
         sent = flush(state, opts.server, host, opts.token)
     finally:
         state.close()
+    rebooting = _reboot(opts, host, report) if reboot_now else ""
     line = (
         f"datum agent: pass {seq} ({report.get('passId', '')[:8]}) host {host} state {report['state']}, "
         f"exit {code}, manifest {digest or 'none'} ({origin.split(';')[0] if manifest is not None else 'none'})"
@@ -161,6 +193,7 @@ def cycle(opts: Options) -> Cycle:
         + (f", {sent.left} kept for later: {sent.why}" if sent.left else "")
         + (f", {sent.dropped} dropped" if sent.dropped else "")
         + (f"; reason: {report['reason']}" if report.get("reason") and report["state"] != "converged" else "")
+        + rebooting
     )
     return Cycle(report, code, line, stopped)
 

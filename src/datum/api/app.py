@@ -24,7 +24,7 @@ from datum.api.edge import Edge
 from datum.api.fastpath import DriftFastPath, ManifestFastPath, ReportFastPath
 from datum.api.guard import RequestGuard
 from datum.api.metrics import metrics_registry
-from datum.api.routes import buckets, hosts, meta, observability, ui
+from datum.api.routes import buckets, hosts, meta, observability, reboots, ui
 from datum.api.state import Clock, ServerState
 from datum.api.tokens import TokenBook
 from datum.config import Settings
@@ -73,7 +73,7 @@ def create_app(
     app.state.datum = state
     app.state.metrics = metrics_registry(state)
     errors.install(app)
-    for module in (observability, hosts, buckets, meta, ui):
+    for module in (observability, hosts, reboots, buckets, meta, ui):
         app.include_router(module.router, responses=errors.error_responses(*errors.EVERYWHERE))
     app.mount("/static", StaticFiles(packages=[("datum.web", "static")]), name="static")
     _docs(app)

@@ -26,6 +26,7 @@ class Action(StrEnum):
     READ_HOST = "fleet:ReadHost"
     REPORT_PASS = "fleet:ReportPass"
     READ_MANIFEST = "fleet:ReadManifest"
+    TAKE_REBOOT_LEASE = "fleet:TakeRebootLease"
     BUCKETS_READ = "buckets:Read"
     BUCKETS_WRITE = "buckets:Write"
 

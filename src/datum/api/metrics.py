@@ -61,6 +61,7 @@ class StoreCollector(Collector):
             return
         yield from self._reconcilers()
         yield from self._hosts()
+        yield from self._reboots()
 
     def _reconcilers(self) -> Iterator[Metric]:
         state = self.state
@@ -217,6 +218,31 @@ class StoreCollector(Collector):
         for s in HostState:
             fleet.add_metric([s.value], tally[s.value])
         yield from (fleet, per_host, silent, resources)
+
+
+    def _reboots(self) -> Iterator[Metric]:
+        """Per group of the reboot budget: hosts rebooting now, and leases past their timeout."""
+        from datum.fleet.reboots import groups
+        from datum.store.leases import read
+
+        _registry, store = self.state.wired()
+        fleet = self.state.settings.fleet
+        leases = read(store)
+        rebooting = _gauge(
+            "datum_fleet_rebooting", "Hosts of the group holding a reboot lease (rebooting now).", "group"
+        )
+        overdue = _gauge(
+            "datum_fleet_reboots_overdue",
+            "Reboot leases past [fleet] reboot_timeout whose host has not reported from a new boot: go and look.",
+            "group",
+        )
+        limit = _gauge("datum_fleet_reboot_concurrency", "[fleet] reboot_concurrency: hosts of a group rebooting at once.")
+        live, late = Counter(x.group for x in leases.rebooting), Counter(x.group for x in leases.overdue)
+        for group in groups(fleet, leases):
+            rebooting.add_metric([group], live[group])
+            overdue.add_metric([group], late[group])
+        limit.add_metric([], fleet.reboot_concurrency)
+        yield from (rebooting, overdue, limit)
 
 
 def _exact(

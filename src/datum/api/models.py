@@ -25,6 +25,62 @@ class _Out(BaseModel):
         return self.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
+class RebootLease(_Out):
+    """A host rebooting: it holds one of its group's reboot slots (``[fleet] reboot_concurrency``)."""
+
+    host: str
+    group: str = Field(description="The host's group, from nodes.yaml (`default` when no rule gives one).")
+    boot_id: str = Field(alias="bootId", description="The boot the lease was taken in; a report from another releases it.")
+    since: datetime = Field(description="When the lease was granted.")
+    expires_at: datetime = Field(
+        alias="expiresAt", description="When the slot frees itself if the host has not reported from a new boot."
+    )
+
+
+class RebootLeaseRequest(BaseModel):
+    """An agent asking for its host's reboot slot (``datum agent``, before it runs the reboot command)."""
+
+    model_config = ConfigDict(populate_by_name=True, extra="forbid")
+
+    boot_id: str = Field(alias="bootId", min_length=1, max_length=100, description="The boot the host asks from.")
+    facts: dict[str, Any] = Field(
+        default_factory=dict, description="The host's facts, as in `X-Datum-Facts`: nodes.yaml rules match them."
+    )
+
+
+class RebootLeaseAnswer(_Out):
+    """Whether the host may reboot now, and who of its group is rebooting."""
+
+    host: str
+    group: str
+    granted: bool = Field(description="True: the host holds a slot and may reboot. False: it must not, and asks again.")
+    limit: int = Field(description="`[fleet] reboot_concurrency`: hosts of one group rebooting at once.")
+    rebooting: list[RebootLease] = Field(description="The group's live leases, the host's own included when granted.")
+    reason: str | SkipJsonSchema[None] = absent(
+        "Why not, when not granted: `waiting for the group's reboot budget (2/2 rebooting)`."
+    )
+    lease: RebootLease | SkipJsonSchema[None] = absent("The host's lease, when granted.")
+
+
+class RebootGroup(_Out):
+    """One group of the reboot budget."""
+
+    group: str
+    rebooting: list[RebootLease] = Field(description="Hosts holding a slot now, oldest first.")
+    overdue: list[RebootLease] = Field(
+        description="Leases past `[fleet] reboot_timeout` whose host has not reported from a new boot: "
+        "their slot is free again, the host may not have come back."
+    )
+
+
+class Reboots(_Out):
+    """Who is rebooting, group by group."""
+
+    limit: int = Field(description="`[fleet] reboot_concurrency`.")
+    timeout_seconds: float = Field(alias="timeoutSeconds", description="`[fleet] reboot_timeout`.")
+    groups: list[RebootGroup]
+
+
 class HostSummary(_Out):
     """A host as the listing shows it: the state it reads, why, and a summary of its last pass."""
 
@@ -50,6 +106,9 @@ class HostSummary(_Out):
     )
     attention_total: int | SkipJsonSchema[None] = absent(
         "How many resources are not converged, when the listing shows fewer.", "attentionTotal"
+    )
+    rebooting: RebootLease | SkipJsonSchema[None] = absent(
+        "The reboot lease the host holds while it reboots; absent when it holds none."
     )
 
 

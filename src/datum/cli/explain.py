@@ -1,4 +1,4 @@
-"""``datum explain NAME``: what a drift reason, host state, resource state or health means, and what to do.
+"""``datum explain NAME``: what a drift reason, host state, resource state, health or host reason means, and what to do.
 
 The text is ``datum.core.explain``'s, the same the web page shows in place.
 """
@@ -17,7 +17,7 @@ from datum.core.findings import Finding, Problem
 @click.argument("name", required=False)
 @json_option
 def explain(name: str | None, as_json: bool) -> None:
-    """What NAME (a drift reason, host or resource state, or health) means, and whether to wait or go and look.
+    """What NAME (a drift reason, host or resource state, health, or a host reason as shown) means, and whether to wait or go and look.
 
     Without NAME, every name that can be explained, with its one-line summary.
     An unknown NAME exits 64 and lists the known ones.
@@ -38,7 +38,7 @@ def explain(name: str | None, as_json: bool) -> None:
             [
                 Finding(
                     "NOT_FOUND",
-                    f"{name!r} is not a drift reason, host state, resource state or health; known: {', '.join(names)}",
+                    f"{name!r} is not a drift reason, host state, resource state, health or host reason; known: {', '.join(names)}",
                     details={"known": names},
                 )
             ]

@@ -331,23 +331,14 @@ def _unfinished(
 
 def _reboot(host_config: Any, url: str, report: dict[str, Any]) -> bool:
     """Run the reboot command after the report is persisted; record a failure. True when it started."""
-    from datum.host.agent import reboot_host
-    from datum.host.statefile import StateStore
+    from datum.host.agent import reboot_and_record
 
     command = host_config.reboot_command
     click.echo(f"rebooting: {command}", err=True)
-    why = reboot_host(command)
+    why = reboot_and_record(command, url, report)
     if why is None:
         return True
     _warn(f"the reboot command failed: {why}")
-    reboot = dict(report.get("reboot") or {})
-    reboot.pop("requestedAt", None)
-    reboot["action"] = f"the reboot command failed: {why}"
-    store = StateStore(url)
-    try:
-        store.record(report["host"], {**report, "reboot": reboot})
-    finally:
-        store.close()
     return False
 
 

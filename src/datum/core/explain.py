@@ -19,6 +19,7 @@ import textwrap
 from dataclasses import dataclass
 from enum import StrEnum
 
+from datum.core import budget
 from datum.core.memory import BackoffPolicy
 from datum.core.vocab import DESCRIPTIONS, Health, HostState, Reason, ResourceState
 
@@ -47,6 +48,7 @@ class Vocabulary(StrEnum):
     HOST_STATE = "host state"
     RESOURCE_STATE = "resource state"
     HEALTH = "reconciler health"
+    HOST_REASON = "host reason"
 
 
 @dataclass(frozen=True)
@@ -245,7 +247,8 @@ _OTHERS: dict[tuple[Vocabulary, str], tuple[str, str, str, Act]] = {
     (Vocabulary.HOST_STATE, HostState.AWAITING_REBOOT): (
         "a change needs a reboot that has not happened",
         "A change made by this or an earlier pass needs a reboot, and the boot id has not changed since.",
-        "With reboot policy maintenance or automatic, wait for the window. With manual or never, someone "
+        "With reboot policy maintenance or automatic, wait for the window, and for a slot of the group's "
+        "reboot budget (datum agent: the reason says when it waits for one). With manual or never, someone "
         "must reboot the host (datum reboot); it stays here until then.",
         Act.DEPENDS,
     ),
@@ -331,6 +334,34 @@ _OTHERS: dict[tuple[Vocabulary, str], tuple[str, str, str, Act]] = {
 }
 
 
+# Host reasons worth a word of their own: name -> (the reason's text starts with, summary, means, do, act).
+# ``datum explain`` takes the name or the reason as the host shows it.
+_HOST_REASONS: dict[str, tuple[str, str, str, str, Act]] = {
+    "reboot_budget": (
+        budget.WAITING,
+        "a reboot is due, and the group's reboot budget is full",
+        "The host needs a reboot its policy (automatic, or maintenance inside the window) would make now, "
+        "but as many hosts of its group (nodes.yaml group) as [fleet] reboot_concurrency allows are "
+        "rebooting: (2/2 rebooting) counts them. It does not reboot, and asks again at its next pass. A "
+        "slot frees when a rebooting host reports from a new boot id, or after [fleet] reboot_timeout.",
+        "Wait: it reboots at a pass after a slot frees. Go and look if it waits long: GET /v1/reboots or the "
+        "page's Rebooting section names the hosts holding the slots; one that has not come back holds its "
+        "slot until the timeout.",
+        Act.WAIT,
+    ),
+    "no_reboot_lease": (
+        budget.NO_LEASE,
+        "a reboot is due, and the server could not grant the reboot lease",
+        "The host needs a reboot its policy would make now, but datum agent reboots only under a lease of "
+        "its group's reboot budget, and the server could not be asked (unreachable, an error answer, a "
+        "policy that refuses fleet:TakeRebootLease): the reason says which. The host stays up.",
+        "Go and look at what the reason names: the server's reachability, the agent's token, the Cedar "
+        "policy (fleet:TakeRebootLease for the agent's own host). It asks again at its next pass.",
+        Act.LOOK,
+    ),
+}
+
+
 def _build() -> list[Explanation]:
     out = [
         Explanation(_R, r.value, DESCRIPTIONS[r], means, do, act) for r, (means, do, act) in _REASONS.items()
@@ -338,6 +369,10 @@ def _build() -> list[Explanation]:
     out += [
         Explanation(vocabulary, str(name), summary, means, do, act)
         for (vocabulary, name), (summary, means, do, act) in _OTHERS.items()
+    ]
+    out += [
+        Explanation(Vocabulary.HOST_REASON, name, summary, means, do, act)
+        for name, (_starts, summary, means, do, act) in _HOST_REASONS.items()
     ]
     return out
 
@@ -357,9 +392,16 @@ def known() -> list[str]:
 
 
 def lookup(name: str) -> list[Explanation]:
-    """Every explanation of ``name`` (``failed`` is a host state and a resource state), or []."""
+    """Every explanation of ``name`` (``failed`` is a host state and a resource state), or [].
+
+    A host reason may be given as the host shows it (``waiting for the group's reboot budget (2/2 rebooting)``).
+    """
     key = normalise(name)
-    return [e for e in EXPLANATIONS if normalise(e.name) == key]
+    found = [e for e in EXPLANATIONS if normalise(e.name) == key]
+    for reason, (starts, *_rest) in _HOST_REASONS.items():
+        if key.startswith(normalise(starts)) and reason != key:
+            found.append(_BY_KEY[(Vocabulary.HOST_REASON, reason)])
+    return found
 
 
 def explain(vocabulary: Vocabulary, name: str) -> Explanation:

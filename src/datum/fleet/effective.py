@@ -171,6 +171,8 @@ def check_fleet(directory: Path) -> tuple[int, int]:
     seen: set[str] = set()
     for rule in rules:
         seen.update(rule.manifests)
+        if not rule.manifests:  # a rule that gives only a reboot group
+            continue
         try:
             compose(directory, list(rule.manifests), rule.vars, f"{NODES} nodes[{rule.index}]")
         except Problem as problem:

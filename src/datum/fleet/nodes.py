@@ -5,13 +5,15 @@ nodes:
   - match: {name: "web*"}                       # a glob on the host name
     manifests: [common.yaml, web.yaml]
     vars: {port: 8080}
+    group: web                                  # its reboot budget's group ([fleet] reboot_concurrency)
   - match: {facts: {os_release.ID: debian}}     # dotted paths into the agent's facts; values globbed
     manifests: [debian.yaml]
 ```
 
 Every rule whose ``match`` fits contributes, in file order: its manifests
-(each once), and its ``vars`` (a later rule's value wins). A rule with both
-``name`` and ``facts`` needs both. A host no rule matches has no manifest.
+(each once), its ``vars`` and its ``group`` (a later rule's value wins). A
+rule with both ``name`` and ``facts`` needs both. A host no rule matches has
+no manifest. A rule may give only a ``group`` (no ``manifests``).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from typing import Any
 from datum.core.findings import FieldError, Problem, invalid
 
 NODES = "nodes.yaml"
-_RULE_KEYS = {"match", "manifests", "vars"}
+_RULE_KEYS = {"match", "manifests", "vars", "group"}
 _MATCH_KEYS = {"name", "facts"}
 
 
@@ -35,6 +37,7 @@ class Rule:
     facts: dict[str, str]
     manifests: tuple[str, ...]
     vars: dict[str, Any] = field(default_factory=dict)
+    group: str | None = None
 
     def matches(self, host: str, facts: dict[str, Any]) -> bool:
         if self.name is not None and not fnmatch.fnmatchcase(host, self.name):
@@ -104,8 +107,11 @@ def _rule(i: int, item: Any, directory: Path, found: list[FieldError]) -> Rule |
     if not isinstance(facts, dict) or any(isinstance(v, dict | list) or v is None for v in facts.values()):
         found.append(FieldError(f"{here}.match.facts", "a mapping of fact paths to values (globs)"))
         facts = {}
-    manifests = item.get("manifests")
-    if not isinstance(manifests, list) or not manifests or not all(isinstance(m, str) and m for m in manifests):
+    group = item.get("group")
+    if group is not None and not (isinstance(group, str) and group.strip() and len(group) <= 253):
+        found.append(FieldError(f"{here}.group", "a group name (reboot budget), 1 to 253 characters"))
+    manifests = item.get("manifests", [] if group is not None else None)
+    if not isinstance(manifests, list) or not (manifests or group) or not all(isinstance(m, str) and m for m in manifests):
         found.append(FieldError(f"{here}.manifests", "required: a list of manifest paths in the fleet directory"))
         manifests = []
     for j, rel in enumerate(manifests):
@@ -121,7 +127,7 @@ def _rule(i: int, item: Any, directory: Path, found: list[FieldError]) -> Rule |
     if len(found) > bad:
         return None
     flat = {str(k): str(v).lower() if isinstance(v, bool) else str(v) for k, v in facts.items()}
-    return Rule(i, name, flat, tuple(manifests), dict(variables))
+    return Rule(i, name, flat, tuple(manifests), dict(variables), group)
 
 
 def classify(rules: list[Rule], host: str, facts: dict[str, Any]) -> tuple[list[str], dict[str, Any], list[int]]:
@@ -135,3 +141,12 @@ def classify(rules: list[Rule], host: str, facts: dict[str, Any]) -> tuple[list[
             manifests.extend(m for m in rule.manifests if m not in manifests)
             variables.update(rule.vars)
     return manifests, variables, matched
+
+
+def group_of(rules: list[Rule], host: str, facts: dict[str, Any]) -> str | None:
+    """The ``group`` of the last rule that fits the host and gives one; None when none does."""
+    found = None
+    for rule in rules:
+        if rule.group is not None and rule.matches(host, facts):
+            found = rule.group
+    return found

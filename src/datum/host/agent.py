@@ -14,7 +14,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from datum.core.rollup import host_state
 from datum.core.vocab import HostState, Mode, ResourceState
@@ -23,6 +23,9 @@ from datum.host.executor import Outcome, Progress, run_pass
 from datum.host.manifest import Manifest
 from datum.host.statefile import StateStore, Unreadable
 from datum.providers.base import HostContext
+
+if TYPE_CHECKING:
+    from datum.host.reboot import Slot
 
 EXIT_CHANGED = 2
 EXIT_FAILED = 4
@@ -126,6 +129,10 @@ def _chain(first: Progress | None, second: Progress) -> Progress:
     return both
 
 
+# Asked before a policy reboot by ``datum agent``: the group's reboot budget (a lease from the server).
+Budget = Callable[[str], "Slot"]  # given the boot id the pass ran in
+
+
 def _reboot_status(
     config: HostConfig,
     mode: Mode,
@@ -133,8 +140,17 @@ def _reboot_status(
     root: Path,
     previous: dict[str, Any] | None,
     boot_id: str,
-) -> tuple[dict[str, Any] | None, bool]:
-    """The report's ``reboot`` (None when none is needed) and whether to reboot once it is persisted."""
+    budget: Budget | None = None,
+    stopped: bool = False,
+) -> tuple[dict[str, Any] | None, bool, str | None]:
+    """The report's ``reboot`` (None when none is needed), whether to reboot once it is persisted, and
+    the host reason when the reboot budget holds it back.
+
+    With ``budget``, a reboot the policy would make now is asked for first, after every resource
+    ran: no slot (the group is full, the server cannot be asked) is no reboot, said so. A pass
+    ``stopped`` part-way never reboots, asks for no slot and records no request: the next whole
+    pass decides.
+    """
     from datum.host import reboot as rb
     from datum.providers.facts import running_kernel
 
@@ -147,7 +163,7 @@ def _reboot_status(
     found = rb.detect(root, running, changes)
     reasons, markers, need_boot = rb.still_needed(found, previous, boot_id)
     if not reasons:
-        return None, False
+        return None, False, None
     before = (previous or {}).get("reboot") or {}
     already = bool(before.get("requestedAt")) and before.get("bootId") == boot_id
     reasons, attempted = rb.not_booted(reasons, found.kernel, running, before, boot_id)
@@ -155,6 +171,8 @@ def _reboot_status(
         decision = rb.Decision(
             False, "none in observe mode; an enforce pass applies the reboot policy"
         )
+    elif stopped:
+        decision = rb.Decision(False, "none: the pass was stopped part-way; the next whole pass decides")
     elif attempted is not None and len(reasons) == 1 and not already:
         decision = rb.Decision(
             False,
@@ -164,6 +182,13 @@ def _reboot_status(
     else:
         now = datetime.now().astimezone()
         decision = rb.decide(config.reboot_policy, config.maintenance_window, now, already)
+    held: str | None = None
+    if decision.reboot_now and budget is not None:
+        slot = budget(boot_id)
+        if slot.granted:
+            decision = rb.Decision(True, f"{decision.action}; {slot.words}")
+        else:
+            decision, held = rb.Decision(False, f"{slot.words}; asks again at the next pass"), slot.words
     reboot: dict[str, Any] = {
         "required": True,
         "reason": "; ".join(reasons),
@@ -181,7 +206,7 @@ def _reboot_status(
         reboot["requestedAt"] = before["requestedAt"]
     elif decision.reboot_now:
         reboot["requestedAt"] = datetime.now(UTC).isoformat()
-    return reboot, decision.reboot_now
+    return reboot, decision.reboot_now, held
 
 
 def run(
@@ -194,11 +219,13 @@ def run(
     progress: Progress | None = None,
     persist: bool = True,
     extra: dict[str, Any] | None = None,
+    budget: Budget | None = None,
 ) -> PassResult:
     """One pass over a validated manifest; persist the report unless ``persist`` is False (``datum plan``).
 
     ``extra`` adds fields to the report before it is persisted (``datum agent``: ``passId``,
     ``seq``, ``manifestDigest``, ...); a report with a ``seq`` is spooled with it, in one transaction.
+    ``budget`` is asked before a policy reboot (``datum agent``: the group's reboot lease).
     """
     from signal import SIGINT, SIGTERM
 
@@ -238,11 +265,13 @@ def run(
         started = datetime.now(UTC)
         clock = time.perf_counter()
         outcomes = run_pass(manifest, ctx, progress, stopped.is_set if stopped else None)
-        reboot, reboot_now = _reboot_status(config, mode, outcomes, root_path, previous, boot_id)
-        state = host_state([o.state for o in outcomes], awaiting_reboot=reboot is not None)
-        code = exit_code(outcomes, reboot is not None)
         pending = [o for o in outcomes if o.state is ResourceState.PENDING]
         incomplete = bool(stopped and stopped.signal and pending)
+        reboot, reboot_now, held = _reboot_status(
+            config, mode, outcomes, root_path, previous, boot_id, budget, stopped=incomplete
+        )
+        state = host_state([o.state for o in outcomes], awaiting_reboot=reboot is not None)
+        code = exit_code(outcomes, reboot is not None)
         if incomplete:
             state, code, reboot_now = HostState.UNKNOWN, code | EXIT_FAILED, False
         report: dict[str, Any] = {
@@ -257,7 +286,7 @@ def run(
             "counts": dict(Counter(o.state.value for o in outcomes)),
             "resources": [o.as_report() for o in outcomes],
         }
-        reason = reason_for(state, outcomes, reboot["reason"] if reboot else None)
+        reason = reason_for(state, outcomes, held or (reboot["reason"] if reboot else None))
         if incomplete:
             assert stopped is not None
             report["incomplete"] = True
@@ -314,6 +343,26 @@ def _first_change(hook: Callable[[], None]) -> Progress:
             hook()
 
     return first
+
+
+def reboot_and_record(command: str, state_url: str, report: dict[str, Any]) -> str | None:
+    """Run the reboot command once the report is persisted; None when it started.
+
+    A command that fails is recorded in the host's last report (``the reboot command failed: ...``,
+    no ``requestedAt``, so the next pass tries again), and why is returned.
+    """
+    why = reboot_host(command)
+    if why is None:
+        return None
+    reboot = dict(report.get("reboot") or {})
+    reboot.pop("requestedAt", None)
+    reboot["action"] = f"the reboot command failed: {why}"
+    store = StateStore(state_url)
+    try:
+        store.record(report["host"], {**report, "reboot": reboot})
+    finally:
+        store.close()
+    return why
 
 
 def reboot_host(command: str) -> str | None:

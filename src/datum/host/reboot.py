@@ -213,6 +213,14 @@ def decide(
     return Decision(True, "rebooting now (reboot_policy automatic)")
 
 
+@dataclass(frozen=True)
+class Slot:
+    """The group's reboot budget's answer: a slot to reboot in, or why not (the host's reason then)."""
+
+    granted: bool
+    words: str
+
+
 def reboot_argv(command: str) -> list[str]:
     import shlex
 

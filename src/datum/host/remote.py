@@ -20,6 +20,15 @@ class _NoRedirects(urllib.request.HTTPRedirectHandler):
         return None  # urllib then raises the 3xx as an HTTPError
 
 
+def issues_of(exc: urllib.error.HTTPError) -> str:
+    """The messages of an error answer in the contract's shape, as ``": msg; msg"``; "" when it has none."""
+    try:
+        issues = json.loads(exc.read()).get("issues") or []
+        return ": " + "; ".join(str(i.get("message")) for i in issues)[:2000]
+    except (ValueError, AttributeError, OSError):
+        return ""
+
+
 def post_report(
     base_url: str, host: str, report: dict[str, Any], token: str | None, timeout: float = 10
 ) -> str | None:

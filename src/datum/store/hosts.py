@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -70,6 +71,7 @@ def take_pass(
     history: bool = False,
     keep: timedelta | None = None,
     text: str | None = None,
+    on_stored: Callable[[sa.Connection], object] | None = None,
 ) -> Taken:
     """Persist ``report`` (a ``PassReport`` in its JSON form) as ``host``'s latest pass, with its summary.
 
@@ -83,6 +85,7 @@ def take_pass(
     pruned ``keep`` back) in the same transaction, at the store's clock: on
     PostgreSQL in the same statement, so a stored pass costs one round trip.
     ``text`` is ``report`` as JSON text when the caller has it already.
+    ``on_stored(conn)`` runs in the same transaction once the pass is stored.
     """
     values, seq = _values(report)
     with store.begin() as conn:
@@ -92,6 +95,8 @@ def take_pass(
             now = conn.execute(_upsert(store.dialect, host, values, seq)).scalar()
             if now is not None and history:
                 record_host_pass(conn, host, report, _as_utc(now), keep)
+        if now is not None and on_stored is not None:
+            on_stored(conn)
         if now is not None:
             return Taken("stored", {
                 "host": host,

@@ -110,3 +110,24 @@ tokens = sa.Table(
     # The one host a token may speak for (datum token create --host; migration 0003 on an older table).
     sa.Column("host", sa.String(253)),
 )
+
+# The fleet's reboot budget (datum.store.leases, migration 0008_reboot_leases): one row per group, locked by every
+# grant in it so two servers cannot both hand out its last slot; and one lease per host rebooting.
+reboot_groups = sa.Table(
+    "reboot_groups",
+    metadata,
+    sa.Column("group_name", sa.String(253), primary_key=True),
+    sa.Column("grants", sa.BigInteger, nullable=False, default=0, server_default="0"),
+)
+
+reboot_leases = sa.Table(
+    "reboot_leases",
+    metadata,
+    sa.Column("host", sa.String(253), primary_key=True),
+    sa.Column("group_name", sa.String(253), nullable=False),
+    # The boot the host asked from: a report from another boot id releases the lease.
+    sa.Column("boot_id", sa.String(100), nullable=False),
+    sa.Column("since", UTCDateTime, nullable=False),
+    sa.Column("expires_at", UTCDateTime, nullable=False),
+    sa.Index("ix_reboot_leases_group", "group_name", "expires_at"),
+)

@@ -24,6 +24,7 @@ from datum.core.explain import (
     advice,
     at_backoff_cap,
     explain,
+    lookup,
 )
 from datum.core.humanize import age, when
 from datum.core.memory import BackoffPolicy
@@ -237,6 +238,21 @@ class HostsPage:
     next: str | None = None
 
 
+@dataclass(frozen=True)
+class Rebooting:
+    """A host holding its group's reboot lease (``datum.store.leases.Lease``), or one past its timeout."""
+
+    host: str
+    group: str
+    since: datetime
+    expires_at: datetime
+    overdue: bool
+
+    @property
+    def anchor(self) -> str:
+        return f"host-{self.host}"
+
+
 @dataclass
 class Overview:
     reconcilers: list[ReconcilerView]
@@ -246,6 +262,8 @@ class Overview:
     host_counts: list[tuple[str, int]]
     hosts_page: HostsPage = field(default_factory=lambda: HostsPage())
     attention: list[Attention] = field(default_factory=list)
+    rebooting: list[Rebooting] = field(default_factory=list)  # the fleet's reboot budget, when hosts are readable
+    reboot_limit: int = 0
 
 
 def _since_text(first: datetime | None, count: int, before: bool, word: str) -> str:
@@ -311,9 +329,11 @@ def reconciler_view(
 def host_view(status: Any, passes: Sequence[PassRow]) -> HostView:
     state = status.state
     first, count, before = since(passes, lambda p: p.outcome == state.value)
+    # A reason with an explanation of its own (waiting for the group's reboot budget) says more than the state's.
+    own = [e for e in lookup(status.reason or "") if e.vocabulary is Vocabulary.HOST_REASON]
     return HostView(
         status=status,
-        explanation=explain(Vocabulary.HOST_STATE, state.value),
+        explanation=own[0] if own else explain(Vocabulary.HOST_STATE, state.value),
         strip=host_strip(passes, status.host),
         state_since=_since_text(first, count, before, state.value) if state is not HostState.CONVERGED else "",
     )
@@ -324,6 +344,8 @@ def overview(
     hosts: list[HostView] | None,
     hosts_by_state: dict[str, int] | None,
     hosts_page: HostsPage | None = None,
+    rebooting: Sequence[Rebooting] = (),
+    reboot_limit: int = 0,
 ) -> Overview:
     health_counts = [(h.value, sum(1 for r in reconcilers if r.report.health is h)) for h in _HEALTH_ORDER]
     host_counts = [(s.value, (hosts_by_state or {}).get(s.value, 0)) for s in HOST_ORDER]
@@ -334,6 +356,8 @@ def overview(
         health_counts=health_counts,
         host_counts=host_counts,
         hosts_page=hosts_page or HostsPage(),
+        rebooting=list(rebooting),
+        reboot_limit=reboot_limit,
     )
     attention = out.attention
     for r in reconcilers:
@@ -366,6 +390,15 @@ def overview(
         for h in hosts or []:
             if h.status.state is state:
                 attention.append(Attention(Act.LOOK, f"host {h.status.host} {words}", f"#{h.anchor}", h.status.reason or ""))
+    for b in out.rebooting:
+        if b.overdue:
+            attention.append(
+                Attention(
+                    Act.LOOK, f"host {b.host} has not come back from its reboot", f"#{b.anchor}",
+                    f"its reboot lease of group {b.group} (since {when(b.since)}) expired at {when(b.expires_at)} "
+                    "with no report from a new boot; the slot is free again",
+                )
+            )
     for r in reconcilers:
         for g in r.groups:
             if g.act is Act.LOOK and g.reason is not Reason.BACKOFF:
@@ -373,4 +406,6 @@ def overview(
     return out
 
 
-__all__ = ["ACT_LABEL", "HOST_ORDER", "HostsPage", "Overview", "overview", "reconciler_view", "host_view", "MAX_HOSTS"]
+__all__ = [
+    "ACT_LABEL", "HOST_ORDER", "HostsPage", "Overview", "Rebooting", "overview", "reconciler_view", "host_view", "MAX_HOSTS",
+]

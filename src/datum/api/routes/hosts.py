@@ -14,6 +14,7 @@ from datum.api.errors import error_responses
 from datum.api.fastpath import matches
 from datum.api.models import HostList, HostStatus, host_list, host_status
 from datum.api.passes import take
+from datum.api.routes.reboots import with_lease
 from datum.api.security import needs, path_resource
 from datum.api.state import state_of
 from datum.core.findings import FieldError, Problem, invalid
@@ -22,6 +23,7 @@ from datum.fleet.listing import DEFAULT_LIMIT, MAX_LIMIT, host_after, page
 from datum.fleet.stale import stale
 from datum.host.report import PassReport
 from datum.store.hosts import get_host
+from datum.store.leases import read as read_leases
 
 router = APIRouter(prefix="/v1/hosts", tags=["fleet"])
 
@@ -62,7 +64,9 @@ def hosts(
     _registry, store = state_of(request).wired()
     multiple = state_of(request).settings.fleet.stale_after
     found = page(store, multiple, datetime.now(UTC), state=state.value if state else None, after=after, limit=limit)
+    leases = read_leases(store)
     listing = host_list(found)
+    listing.hosts = [with_lease(row, leases) for row in listing.hosts]
     headers = {"Link": f'<{_next_url(request, found.next)}>; rel="next"'} if found.next else None
     return Response(
         listing.model_dump_json(by_alias=True, exclude_none=True), media_type="application/json", headers=headers
@@ -90,7 +94,7 @@ def host(
     row = get_host(store, host)
     if row is None:
         raise Problem.one("NOT_FOUND", f"no host named {host!r} has reported a pass")
-    return host_status(stale(row, state_of(request).settings.fleet.stale_after))
+    return with_lease(host_status(stale(row, state_of(request).settings.fleet.stale_after)), read_leases(store, host))
 
 
 @router.post(

@@ -90,7 +90,21 @@ def _view(
             return v.overview(views, None, None)
         found = _hosts(store, settings, shown)
         hosts = [v.host_view(h, recent(conn, HOST, h.host)) for h in map(host_summary, found.hosts)]
-    return v.overview(views, hosts, found.counts, v.HostsPage(shown.state, found.next))
+    return v.overview(
+        views, hosts, found.counts, v.HostsPage(shown.state, found.next), _rebooting(store),
+        settings.fleet.reboot_concurrency,
+    )
+
+
+def _rebooting(store: Store) -> list[v.Rebooting]:
+    """The hosts holding a reboot lease, then those past its timeout (``datum.store.leases``)."""
+    from datum.store.leases import read
+
+    leases = read(store)
+    return [
+        v.Rebooting(x.host, x.group, x.since, x.expires_at, overdue=not x.live(leases.now))
+        for x in [*leases.rebooting, *leases.overdue]
+    ]
 
 
 @router.get("/", response_class=HTMLResponse, include_in_schema=False)

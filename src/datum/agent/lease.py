@@ -1,0 +1,69 @@
+"""The agent's side of the fleet's reboot budget: ask the server for a lease before a policy reboot, give it back when the reboot command fails.
+
+No lease, no reboot: a full group, a server that cannot be reached, an error
+answer or one that does not read as a grant all keep the host up, each with
+the host reason saying why (``waiting for the group's reboot budget (2/2
+rebooting)``, ``not rebooting: no reboot lease from the server (...)``). The
+standard library's urllib only, redirects not followed (the token goes to the
+configured server and nowhere else).
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.parse
+import urllib.request
+from typing import Any
+
+from datum.core.budget import no_lease, waiting
+from datum.host.reboot import Slot
+from datum.host.remote import _NoRedirects, issues_of
+
+
+def _url(server: str, host: str) -> str:
+    return f"{server.rstrip('/')}/v1/hosts/{urllib.parse.quote(host, safe='')}/reboot-lease"
+
+
+def _headers(token: str) -> dict[str, str]:
+    return {"Content-Type": "application/json", "Accept": "application/json", "Authorization": f"Bearer {token}"}
+
+
+def take(server: str, host: str, token: str, boot_id: str, facts: dict[str, Any], timeout: float = 10) -> Slot:
+    """Ask for ``host``'s slot in its group's reboot budget, from boot ``boot_id``."""
+    url = _url(server, host)
+    body = json.dumps({"bootId": boot_id, "facts": facts}, default=str).encode()
+    request = urllib.request.Request(url, data=body, headers=_headers(token), method="POST")
+    try:
+        with urllib.request.build_opener(_NoRedirects).open(request, timeout=timeout) as response:
+            answer = json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        return Slot(False, no_lease(f"{url} answered {exc.code} {exc.reason}{issues_of(exc)}"))
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        return Slot(False, no_lease(f"cannot reach {url}: {getattr(exc, 'reason', exc)}"))
+    return _slot(answer, url)
+
+
+def _slot(answer: Any, url: str) -> Slot:
+    """The server's answer as a slot; anything but a clear grant is no reboot."""
+    if not isinstance(answer, dict) or not isinstance(answer.get("granted"), bool):
+        return Slot(False, no_lease(f"{url} answered something that is not a reboot lease"))
+    group, limit = str(answer.get("group")), answer.get("limit")
+    rebooting = answer.get("rebooting") if isinstance(answer.get("rebooting"), list) else []
+    if not answer["granted"]:
+        return Slot(False, waiting(len(rebooting), int(limit) if isinstance(limit, int) else 0))
+    return Slot(True, f"holds a reboot lease of group {group} ({len(rebooting)}/{limit} rebooting)")
+
+
+def give_back(server: str, host: str, token: str, boot_id: str, timeout: float = 10) -> str | None:
+    """Give the lease taken in ``boot_id`` back (the host is not rebooting); None when done, else why not."""
+    url = f"{_url(server, host)}?{urllib.parse.urlencode({'bootId': boot_id})}"
+    request = urllib.request.Request(url, headers=_headers(token), method="DELETE")
+    try:
+        with urllib.request.build_opener(_NoRedirects).open(request, timeout=timeout) as response:
+            response.read()
+            return None
+    except urllib.error.HTTPError as exc:
+        return f"{url} answered {exc.code} {exc.reason}{issues_of(exc)}"
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        return f"cannot reach {url}: {getattr(exc, 'reason', exc)}"

@@ -1,0 +1,124 @@
+"""The fleet's reboot budget over HTTP: an agent takes or gives back its lease; anyone who reads hosts sees who reboots."""
+
+from __future__ import annotations
+
+from typing import TypeVar
+
+from fastapi import APIRouter, Body, Depends, Path, Query, Request
+
+from datum.api.authz import Action
+from datum.api.errors import error_responses
+from datum.api.models import (
+    HostSummary,
+    RebootGroup,
+    RebootLease,
+    RebootLeaseAnswer,
+    RebootLeaseRequest,
+    Reboots,
+)
+from datum.api.security import needs, path_resource
+from datum.api.state import state_of
+from datum.store.leases import Lease, Leases
+
+router = APIRouter(tags=["fleet"])
+
+HostParam = Path(description="The host's name, as its agent reports it.", min_length=1, max_length=253)
+S = TypeVar("S", bound=HostSummary)
+_OUT = {"response_model_by_alias": True, "response_model_exclude_none": True}
+
+
+def lease_model(lease: Lease) -> RebootLease:
+    return RebootLease.model_validate(lease.as_json())
+
+
+def with_lease(status: S, leases: Leases) -> S:
+    """``status`` with the reboot lease its host holds, when it holds one (the host listing and detail)."""
+    mine = leases.of(status.host)
+    return status if mine is None else status.model_copy(update={"rebooting": lease_model(mine)})
+
+
+@router.post(
+    "/v1/hosts/{host}/reboot-lease",
+    response_model=RebootLeaseAnswer,
+    summary="An agent asks for its host's slot of its group's reboot budget before it reboots (datum agent).",
+    description=(
+        "Cedar action `fleet:TakeRebootLease` on `Host::\"{host}\"`. At most `[fleet] reboot_concurrency` hosts "
+        "of one group (nodes.yaml `group`, from the host's name and the `facts` sent; `default` when no rule "
+        "gives one) hold a lease at once; the grant is atomic across requests and servers. `granted: false` "
+        "says why in `reason`: the agent must not reboot and asks again at its next pass. The same boot asking "
+        "again keeps its lease. A lease ends when the host reports a pass from another boot id, when the agent "
+        "gives it back (DELETE), or after `[fleet] reboot_timeout`."
+    ),
+    responses=error_responses(401, 403, 422, 503),
+    **_OUT,
+)
+def take_lease(
+    request: Request,
+    body: RebootLeaseRequest = Body(),
+    host: str = HostParam,
+    _p: str = Depends(needs(Action.TAKE_REBOOT_LEASE, path_resource("Host", "host"))),
+) -> RebootLeaseAnswer:
+    from datum.core.budget import waiting
+    from datum.fleet.reboots import ask
+
+    state = state_of(request)
+    _registry, store = state.wired()
+    grant = ask(store, state.settings.fleet, host, body.boot_id, body.facts)
+    return RebootLeaseAnswer(
+        host=host,
+        group=grant.group,
+        granted=grant.granted,
+        limit=grant.limit,
+        rebooting=[lease_model(lease) for lease in grant.rebooting],
+        reason=None if grant.granted else waiting(len(grant.rebooting), grant.limit),
+        lease=lease_model(grant.lease) if grant.lease is not None else None,
+    )
+
+
+@router.delete(
+    "/v1/hosts/{host}/reboot-lease",
+    status_code=204,
+    summary="An agent gives its reboot lease back: its reboot command failed, the host is not rebooting.",
+    description="Cedar action `fleet:TakeRebootLease` on `Host::\"{host}\"`. Only the lease taken in `bootId`; 204 either way.",
+    responses=error_responses(401, 403, 422, 503),
+)
+def give_back_lease(
+    request: Request,
+    host: str = HostParam,
+    boot_id: str = Query(alias="bootId", min_length=1, max_length=100),
+    _p: str = Depends(needs(Action.TAKE_REBOOT_LEASE, path_resource("Host", "host"))),
+) -> None:
+    from datum.store.leases import give_back
+
+    _registry, store = state_of(request).wired()
+    give_back(store, host, boot_id)
+
+
+@router.get(
+    "/v1/reboots",
+    response_model=Reboots,
+    summary="Who is rebooting, group by group, and leases past their timeout.",
+    description="Cedar action `fleet:ReadHost` on `Server::\"datum\"`.",
+    responses=error_responses(401, 403, 503),
+    **_OUT,
+)
+def reboots(request: Request, _p: str = Depends(needs(Action.READ_HOST))) -> Reboots:
+    from datum.fleet.reboots import groups
+    from datum.store.leases import read
+
+    state = state_of(request)
+    _registry, store = state.wired()
+    fleet = state.settings.fleet
+    leases = read(store)
+    return Reboots(
+        limit=fleet.reboot_concurrency,
+        timeout_seconds=fleet.reboot_timeout.total_seconds(),
+        groups=[
+            RebootGroup(
+                group=g,
+                rebooting=[lease_model(x) for x in leases.rebooting if x.group == g],
+                overdue=[lease_model(x) for x in leases.overdue if x.group == g],
+            )
+            for g in groups(fleet, leases)
+        ],
+    )

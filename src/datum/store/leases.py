@@ -1,0 +1,159 @@
+"""Reboot leases: at most ``limit`` hosts of a group rebooting at once, granted atomically in the store.
+
+A grant is one transaction that first writes its group's row in
+``reboot_groups`` (an upsert that bumps a counter). On PostgreSQL that takes
+the row's lock, so grants in one group are serialised across every server
+replica until commit, and each statement after it (READ COMMITTED) sees the
+leases the previous grant committed. On SQLite the same write takes the
+database's write lock before anything is read. Only then are the group's live
+leases counted and the host's lease written: two agents asking at once, on one
+server or two, can never both take the last slot.
+
+A lease holds from the grant until the host reports from another boot id
+(``release_rebooted``, in the pass intake's transaction), the agent gives it
+back (its reboot command failed), or ``expires_at`` passes: an expired lease
+frees its slot but stays readable (``overdue``) until its host reports again.
+Times are the store's clock, the one every server shares.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from datum.core.budget import room
+from datum.store.engine import Store
+from datum.store.runs import store_now
+from datum.store.schema import reboot_groups as groups
+from datum.store.schema import reboot_leases as t
+
+
+@dataclass(frozen=True)
+class Lease:
+    """One host's reboot lease."""
+
+    host: str
+    group: str
+    boot_id: str
+    since: datetime
+    expires_at: datetime
+
+    def live(self, now: datetime) -> bool:
+        return self.expires_at > now
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "host": self.host,
+            "group": self.group,
+            "bootId": self.boot_id,
+            "since": self.since.isoformat(),
+            "expiresAt": self.expires_at.isoformat(),
+        }
+
+
+@dataclass(frozen=True)
+class Grant:
+    """The answer to one request: granted or not, and the group's live leases after it (the host's included)."""
+
+    granted: bool
+    group: str
+    limit: int
+    rebooting: tuple[Lease, ...]
+    lease: Lease | None  # the host's own lease, when granted
+
+
+def _lease(r: Any) -> Lease:
+    return Lease(r.host, r.group_name, r.boot_id, r.since, r.expires_at)
+
+
+def _lock_group(conn: Connection, group: str) -> None:
+    """Write the group's row first thing in the transaction: the lock every grant in the group waits on."""
+    if conn.dialect.name == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert
+    else:
+        from sqlalchemy.dialects.sqlite import insert
+    stmt = insert(groups).values(group_name=group, grants=1)
+    conn.execute(
+        stmt.on_conflict_do_update(index_elements=[groups.c.group_name], set_={"grants": groups.c.grants + 1})
+    )
+
+
+def _live(conn: Connection, group: str, now: datetime) -> list[Lease]:
+    rows = conn.execute(
+        sa.select(t).where(t.c.group_name == group, t.c.expires_at > now).order_by(t.c.since, t.c.host)
+    )
+    return [_lease(r) for r in rows]
+
+
+def take(store: Store, host: str, group: str, boot_id: str, limit: int, ttl: timedelta) -> Grant:
+    """Grant ``host`` (in boot ``boot_id``) a lease in ``group`` when fewer than ``limit`` hold one.
+
+    Asking again in the same boot while the lease lives is granted again,
+    unchanged (an agent that restarts before it reboots). A lease from another
+    boot is over (the host rebooted since) and replaced; an expired one no
+    longer counts and is replaced when there is room.
+    """
+    with store.begin() as conn:
+        _lock_group(conn, group)
+        now = store_now(conn)
+        mine = conn.execute(sa.select(t).where(t.c.host == host)).first()
+        if mine is not None and mine.boot_id == boot_id and mine.expires_at > now:
+            return Grant(True, mine.group_name, limit, tuple(_live(conn, mine.group_name, now)), _lease(mine))
+        others = [lease for lease in _live(conn, group, now) if lease.host != host]
+        if not room(len(others), limit):
+            return Grant(False, group, limit, tuple(others), None)
+        values = {"group_name": group, "boot_id": boot_id, "since": now, "expires_at": now + ttl}
+        if mine is None:
+            conn.execute(sa.insert(t).values(host=host, **values))
+        else:
+            conn.execute(sa.update(t).where(t.c.host == host).values(**values))
+        lease = Lease(host, group, boot_id, now, now + ttl)
+        return Grant(True, group, limit, tuple(sorted([*others, lease], key=lambda x: (x.since, x.host))), lease)
+
+
+def give_back(store: Store, host: str, boot_id: str) -> bool:
+    """Drop ``host``'s lease taken in ``boot_id`` (its reboot command failed); whether there was one."""
+    with store.begin() as conn:
+        gone = conn.execute(sa.delete(t).where(t.c.host == host, t.c.boot_id == boot_id))
+    return gone.rowcount > 0
+
+
+def release_rebooted(conn: Connection, host: str, boot_id: str | None) -> bool:
+    """In the caller's transaction: drop ``host``'s lease when ``boot_id`` is another boot (it rebooted)."""
+    if not boot_id:
+        return False
+    gone = conn.execute(sa.delete(t).where(t.c.host == host, t.c.boot_id != boot_id))
+    return gone.rowcount > 0
+
+
+@dataclass(frozen=True)
+class Leases:
+    """Every lease the store holds, read at the store's ``now``: live ones rebooting, expired ones overdue."""
+
+    now: datetime
+    all: tuple[Lease, ...]
+
+    @property
+    def rebooting(self) -> list[Lease]:
+        return [lease for lease in self.all if lease.live(self.now)]
+
+    @property
+    def overdue(self) -> list[Lease]:
+        return [lease for lease in self.all if not lease.live(self.now)]
+
+    def of(self, host: str) -> Lease | None:
+        return next((lease for lease in self.rebooting if lease.host == host), None)
+
+
+def read(store: Store, host: str | None = None) -> Leases:
+    """The leases (of ``host`` only, when given), oldest first."""
+    with store.connect() as conn:
+        now = store_now(conn)
+        query = sa.select(t).order_by(t.c.group_name, t.c.since, t.c.host)
+        if host is not None:
+            query = query.where(t.c.host == host)
+        return Leases(now, tuple(_lease(r) for r in conn.execute(query)))

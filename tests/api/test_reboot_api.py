@@ -1,0 +1,49 @@
+"""The reboot budget's endpoints and the hosts' ``rebooting`` field walk the typed OpenAPI document."""
+
+from __future__ import annotations
+
+from .story import build_story, pass_report
+from .test_typed_api import Checker
+
+LEASE = "/v1/hosts/{host}/reboot-lease"
+
+
+def test_lease_answers_hosts_and_the_reboots_list_are_typed(tmp_path):
+    s = build_story(tmp_path)
+    try:
+        checker = Checker(s.app.openapi())
+        check = checker.check
+        s.client.post("/v1/hosts/web1/passes", json=pass_report(), headers=s.auth("agent"))  # boot b00t
+        granted = check(
+            s.client.post("/v1/hosts/web1/reboot-lease", json={"bootId": "b00t", "facts": {"kernel": "6.1"}},
+                          headers=s.auth("agent")), LEASE,
+        )
+        assert granted["granted"] and granted["group"] == "default" and granted["limit"] == 1
+        assert granted["lease"]["host"] == "web1" and "reason" not in granted
+        waiting = check(s.client.post("/v1/hosts/web2/reboot-lease", json={"bootId": "b1"}, headers=s.auth("agent")), LEASE)
+        assert not waiting["granted"] and "lease" not in waiting
+        assert waiting["reason"] == "waiting for the group's reboot budget (1/1 rebooting)"
+        assert [x["host"] for x in waiting["rebooting"]] == ["web1"]
+        one = check(s.get("/v1/hosts/web1"), "/v1/hosts/{host}")
+        assert one["rebooting"] == granted["lease"]
+        assert check(s.get("/v1/hosts"), "/v1/hosts")["hosts"][0]["rebooting"] == granted["lease"]
+        listed = check(s.get("/v1/reboots"), "/v1/reboots")
+        assert listed["limit"] == 1 and listed["timeoutSeconds"] == 3600
+        assert listed["groups"] == [{"group": "default", "rebooting": [granted["lease"]], "overdue": []}]
+        # refusals: no boot id; a principal that may not take leases
+        assert check(s.client.post("/v1/hosts/web1/reboot-lease", json={}, headers=s.auth("agent")), LEASE)[
+            "issues"][0]["code"] == "INVALID_INPUT"
+        refused = check(s.client.post("/v1/hosts/web1/reboot-lease", json={"bootId": "b"}, headers=s.auth("operator")), LEASE)
+        assert refused["issues"][0]["action"] == "fleet:TakeRebootLease"
+        # back from a reboot: the next report from another boot id releases the lease
+        s.client.post("/v1/hosts/web1/passes", json=pass_report() | {"bootId": "b00t-2"}, headers=s.auth("agent"))
+        assert "rebooting" not in s.get("/v1/hosts/web1").json()
+        # given back (the reboot command failed): only the lease of that boot
+        assert s.client.post("/v1/hosts/web2/reboot-lease", json={"bootId": "b1"}, headers=s.auth("agent")).json()["granted"]
+        assert s.client.delete("/v1/hosts/web2/reboot-lease?bootId=b0", headers=s.auth("agent")).status_code == 204
+        assert s.get("/v1/reboots").json()["groups"][0]["rebooting"]
+        assert s.client.delete("/v1/hosts/web2/reboot-lease?bootId=b1", headers=s.auth("agent")).status_code == 204
+        assert s.get("/v1/reboots").json()["groups"][0]["rebooting"] == []
+    finally:
+        s.client.close()
+        s.store.dispose()

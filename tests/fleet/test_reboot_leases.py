@@ -1,0 +1,130 @@
+"""The reboot budget's leases in a real store (SQLite and PostgreSQL): atomic grants, release, expiry; groups from nodes.yaml."""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from datum.core.findings import Problem
+from datum.fleet.nodes import group_of, load_rules
+from datum.fleet.reboots import group_for
+from datum.store import open_store
+from datum.store.leases import give_back, read, release_rebooted, take
+
+HOUR = timedelta(hours=1)
+
+
+def test_concurrent_asks_from_several_servers_never_grant_more_than_the_limit(store_url):
+    """Ten hosts of one group ask at once, each through its own Store (a server replica): two get a slot."""
+    open_store(store_url).dispose()  # migrated once, before the race
+    hosts = [f"web{i}" for i in range(10)] + ["db1", "db2"]
+    stores = [open_store(store_url) for _ in hosts]
+    start = threading.Barrier(len(hosts))
+    granted: dict[str, bool] = {}
+    errors: list[BaseException] = []
+
+    def ask(store, host):
+        try:
+            start.wait()
+            group = "db" if host.startswith("db") else "web"
+            granted[host] = take(store, host, group, "boot-1", 2, HOUR).granted
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=ask, args=(s, h)) for s, h in zip(stores, hosts, strict=True)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert errors == []
+    assert sum(granted[h] for h in hosts if h.startswith("web")) == 2
+    assert granted["db1"] and granted["db2"]  # another group is not affected
+    leases = read(stores[0])
+    assert sorted(x.group for x in leases.rebooting) == ["db", "db", "web", "web"]
+    for s in stores:
+        s.dispose()
+
+
+def test_a_lease_is_kept_in_its_boot_released_by_a_new_one_and_given_back(store):
+    first = take(store, "web1", "web", "boot-1", 1, HOUR)
+    assert first.granted and first.lease is not None
+    again = take(store, "web1", "web", "boot-1", 1, HOUR)  # an agent restarted before it rebooted
+    assert again.granted and again.lease == first.lease
+    waiting = take(store, "web2", "web", "boot-1", 1, HOUR)
+    assert not waiting.granted and [x.host for x in waiting.rebooting] == ["web1"]
+    with store.begin() as conn:
+        assert not release_rebooted(conn, "web1", "boot-1")  # a report from the same boot: still rebooting
+    assert read(store).of("web1") is not None
+    with store.begin() as conn:
+        assert release_rebooted(conn, "web1", "boot-2")  # back from its reboot
+    assert read(store).all == ()
+    assert take(store, "web2", "web", "boot-1", 1, HOUR).granted
+    assert not give_back(store, "web2", "boot-0")  # only the lease of that boot
+    assert give_back(store, "web2", "boot-1")
+    assert take(store, "web3", "web", "boot-1", 1, HOUR).granted
+
+
+def test_an_expired_lease_frees_its_slot_and_reads_overdue(store):
+    assert take(store, "web1", "web", "boot-1", 1, timedelta(milliseconds=300)).granted
+    assert not take(store, "web2", "web", "boot-1", 1, HOUR).granted
+    time.sleep(0.5)
+    leases = read(store)
+    assert leases.rebooting == [] and [x.host for x in leases.overdue] == ["web1"]
+    granted = take(store, "web2", "web", "boot-1", 1, HOUR)
+    assert granted.granted and [x.host for x in granted.rebooting] == ["web2"]
+    # The overdue host asking again in the same boot is a new request, and waits like any other.
+    assert not take(store, "web1", "web", "boot-1", 1, HOUR).granted
+    with store.begin() as conn:
+        release_rebooted(conn, "web1", "boot-2")  # it came back after all
+    assert [x.host for x in read(store).all] == ["web2"]
+
+
+def test_a_lease_from_another_boot_is_replaced(store):
+    assert take(store, "web1", "web", "boot-1", 1, HOUR).granted
+    # web1 rebooted and needs another reboot before its first report reached the server
+    second = take(store, "web1", "web", "boot-2", 1, HOUR)
+    assert second.granted and second.lease is not None and second.lease.boot_id == "boot-2"
+    assert len(read(store).all) == 1
+
+
+NODES = """\
+nodes:
+  - match: {name: "web*"}
+    manifests: [m.yaml]
+    group: web
+  - match: {facts: {os_release.ID: debian}}
+    group: debian-first
+  - match: {name: "web9"}
+    group: canary
+"""
+
+
+def test_groups_come_from_node_rules_the_last_that_gives_one(tmp_path: Path):
+    (tmp_path / "m.yaml").write_text("resources: []\n")
+    (tmp_path / "nodes.yaml").write_text(NODES)
+    rules = load_rules(tmp_path)
+    assert group_of(rules, "web1", {}) == "web"
+    assert group_of(rules, "web9", {}) == "canary"
+    assert group_of(rules, "db1", {"os_release": {"ID": "debian"}}) == "debian-first"
+    assert group_for(tmp_path, "db2", {}) == "default"
+    assert group_for(None, "web1", {}) == "default"  # no fleet directory: one group
+    (tmp_path / "nodes.yaml").write_text("nodes:\n  - match: {name: x}\n    group: ''\n")
+    with pytest.raises(Problem) as refused:
+        load_rules(tmp_path)
+    assert "nodes[0].group" in str(refused.value.findings[0].fields)
+
+
+def test_a_rule_that_gives_only_a_group_validates_and_serves_no_manifest(tmp_path: Path):
+    from datum.fleet.effective import check_fleet, effective
+
+    (tmp_path / "m.yaml").write_text("resources: []\n")
+    (tmp_path / "nodes.yaml").write_text(NODES)
+    assert check_fleet(tmp_path) == (3, 1)
+    assert effective(tmp_path, "web1", {}).digest  # its manifests come from the first rule
+    with pytest.raises(Problem) as none:
+        effective(tmp_path, "db1", {"os_release": {"ID": "debian"}})  # a group, and no manifest
+    assert none.value.findings[0].code == "NOT_FOUND"
