@@ -121,20 +121,61 @@ def _code_stamp() -> str:
     return "\0".join(parts)
 
 
+def _environment() -> str:
+    """What else validation reads: where ``datum.config.default_home`` and the store default to."""
+    env = os.environ
+    return "\0".join(
+        (str(os.geteuid()), env.get("DATUM_HOME", ""), env.get("XDG_STATE_HOME", ""), env.get("HOME", ""))
+    )
+
+
+def _digest(*parts: bytes) -> str:
+    digest = blake2b(f"{FORMAT}\0{_code_stamp()}\0{_environment()}\0".encode(), digest_size=32)
+    for part in parts:
+        digest.update(part + b"\0")
+    return digest.hexdigest()
+
+
+def _config_bytes(config: str | None) -> bytes:
+    conf = config_file(config)
+    return conf.read_bytes() if conf is not None else b"<no configuration>"
+
+
 def cache_key(manifest_path: str, config: str | None) -> str | None:
     """The key of this manifest and configuration; None when either cannot be read."""
-    digest = blake2b(
-        f"{FORMAT}\0{_code_stamp()}\0{os.environ.get('DATUM_HOME', '')}\0".encode(),
-        digest_size=32,
-    )
     try:
         manifest = Path(manifest_path).resolve()
-        digest.update(str(manifest).encode() + b"\0" + manifest.read_bytes() + b"\0")
-        conf = config_file(config)
-        digest.update(conf.read_bytes() if conf is not None else b"<no configuration>")
+        return _digest(str(manifest).encode(), manifest.read_bytes(), _config_bytes(config))
     except OSError:
         return None
-    return digest.hexdigest()
+
+
+def config_key(flag: str | None) -> str | None:
+    """The key of the configuration alone; None when its file cannot be read."""
+    try:
+        return "config-" + _digest(_config_bytes(flag))
+    except OSError:
+        return None  # datum.config says what is wrong with it
+
+
+def load_config(flag: str | None) -> HostConfig:
+    """The host configuration: validated by ``datum.config`` (pydantic) once, then from its own
+    cache entry while the file (or its absence) and the environment it reads are unchanged,
+    so a pass whose manifest changed does not validate an unchanged configuration again."""
+    key = config_key(flag)
+    if key is not None:
+        try:
+            data = json.loads((cache_dir() / f"{key}.json").read_text(encoding="utf-8"))
+            if data.get("format") == FORMAT:
+                return HostConfig.from_json(data["config"])
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+    from datum.config import load_settings
+
+    config = HostConfig.from_settings(load_settings(flag))
+    if key is not None and not config.token:  # a token stays in the configuration file only
+        _write(key, {"format": FORMAT, "config": config.to_json()})
+    return config
 
 
 def load(key: str | None) -> tuple[HostConfig, Manifest] | None:
@@ -187,8 +228,14 @@ def store(key: str | None, config: HostConfig, manifest: Manifest) -> None:
         text = json.dumps(data, separators=(",", ":"))
     except (TypeError, ValueError):
         return  # e.g. a template variable YAML parsed as a date: validate in full every time
+    _write(key, text)
+
+
+def _write(key: str, data: str | dict[str, Any]) -> None:
+    """One cache entry, written atomically; the oldest go past ``_MAX_ENTRIES``; never a failure."""
     from datum.providers.fs import write_atomic
 
+    text = data if isinstance(data, str) else json.dumps(data, separators=(",", ":"))
     directory = cache_dir()
     try:
         directory.mkdir(parents=True, exist_ok=True, mode=0o700)

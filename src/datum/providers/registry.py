@@ -20,8 +20,12 @@ TYPES: dict[str, str] = {
 }
 
 
+_LOADED: dict[str, Provider[Any, Any, Any]] = {}
+
+
 def provider(type_name: str) -> Provider[Any, Any, Any]:
     """The provider of ``type_name``; KeyError when there is none."""
-    module = importlib.import_module(TYPES[type_name])
-    found: Provider[Any, Any, Any] = module.PROVIDER
+    found = _LOADED.get(type_name)
+    if found is None:
+        found = _LOADED[type_name] = importlib.import_module(TYPES[type_name]).PROVIDER
     return found

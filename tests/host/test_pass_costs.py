@@ -1,0 +1,104 @@
+"""What a pass does not pay for: click on a plain ``datum apply``, the configuration's validation
+when only the manifest changed; and the caches never answer for inputs they were not keyed on."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from datum.cli.passes import parse_apply
+
+from .conftest import Host
+
+WEB = 'resources:\n  - File[/srv/index.html]:\n      content: "hi\\n"\n      mode: "0644"\n'
+
+
+def _imports(host: Host, *args: str, env: dict[str, str] | None = None) -> tuple[int, set[str], str]:
+    """Run ``datum ARGS`` under ``-X importtime``: its exit code, the modules it imported, stdout."""
+    environ = {**os.environ, "DATUM_HOME": str(host.base / "home"), "DATUM_BOOT_ID_FILE": str(host.boot_id)}
+    environ.pop("DATUM_CONFIG", None)
+    environ.update(env or {})
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", "from datum.cli.main import main; main()", *args],
+        env=environ, capture_output=True, text=True, check=False,
+    )
+    imported = {line.split("|")[-1].strip() for line in done.stderr.splitlines() if "|" in line}
+    return done.returncode, imported, done.stdout
+
+
+def test_a_plain_apply_never_imports_click_and_help_still_works(host):
+    manifest = host.manifest(WEB)
+    code, imported, out = _imports(host, "apply", str(manifest), "--root", str(host.root), "--state", str(host.state))
+    assert code == 2 and "File[/srv/index.html]" in out and "host state: converged" in out
+    assert "click" not in imported and "datum.host.agent" in imported
+    code, imported, out = _imports(host, "apply", "--help")
+    assert code == 0 and "--root" in out and "click" in imported
+
+
+def test_a_pass_after_a_manifest_change_reuses_the_validated_configuration(host):
+    host.configure('[host]\nname = "web-1"\n')
+    env = {"DATUM_CONFIG": str(host.config)}
+    args = ("apply", "--root", str(host.root), "--state", str(host.state), "--json")
+    code, imported, _out = _imports(host, *args[:1], str(host.manifest(WEB)), *args[1:], env=env)
+    assert code == 2 and "datum.config" in imported
+    changed = host.manifest("# changed\n" + WEB)
+    code, imported, out = _imports(host, *args[:1], str(changed), *args[1:], env=env)
+    assert code == 0 and '"host": "web-1"' in out
+    assert "datum.config" not in imported  # the configuration came from its cache entry
+    host.configure('[host]\nname = "web-2"\nbogus = 1\n')  # a changed file is validated again
+    result = host.apply(changed)
+    assert result.code == 65 and "bogus" in result.err
+
+
+@pytest.mark.parametrize("variable", ["DATUM_HOME", "XDG_STATE_HOME", "HOME"])
+def test_the_cache_keys_change_with_what_the_default_store_comes_from(tmp_path, monkeypatch, variable):
+    """Without a configuration the store defaults under DATUM_HOME, else XDG_STATE_HOME or HOME
+    (for a user other than root): a cached configuration must never keep the old one."""
+    from datum.host import compiled
+
+    manifest = tmp_path / "m.yaml"
+    manifest.write_text(WEB)
+    monkeypatch.delenv("DATUM_CONFIG", raising=False)
+    monkeypatch.setenv(variable, str(tmp_path / "one"))
+    before = compiled.cache_key(str(manifest), None), compiled.config_key(None)
+    monkeypatch.setenv(variable, str(tmp_path / "two"))
+    after = compiled.cache_key(str(manifest), None), compiled.config_key(None)
+    assert None not in before and before[0] != after[0] and before[1] != after[1]
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["m.yaml"], {"manifest": "m.yaml", "token": None}),
+        (["m.yaml", "--root", "/r", "--json", "--mode=observe"],
+         {"manifest": "m.yaml", "root": "/r", "as_json": True, "mode": "observe", "token": None}),
+        (["--state", "s.db", "m.yaml", "--token", "t", "--allow-source-outside"],
+         {"manifest": "m.yaml", "state": "s.db", "token": "t", "allow_outside": True}),
+        # everything else is click's to answer (help, usage errors, its own messages)
+        (["m.yaml", "--help"], None),
+        (["m.yaml", "-h"], None),
+        ([], None),
+        (["a.yaml", "b.yaml"], None),
+        (["m.yaml", "--mode", "sideways"], None),
+        (["m.yaml", "--root"], None),
+        (["m.yaml", "--root", "--json"], None),
+        (["m.yaml", "--json=yes"], None),
+        (["m.yaml", "--json", "--json"], None),
+        (["m.yaml", "--unknown"], None),
+        (["m.yaml", "--"], None),
+    ],
+)
+def test_parse_apply(args, expected):
+    assert parse_apply(args) == expected
+
+
+def test_parse_apply_leaves_what_click_refuses_to_click(tmp_path, monkeypatch):
+    monkeypatch.setenv("DATUM_TOKEN", "from-env")
+    (tmp_path / "file").write_text("")
+    assert parse_apply([str(tmp_path)]) is None  # the manifest is a directory
+    assert parse_apply(["m.yaml", "--root", str(tmp_path / "file")]) is None  # --root is a file
+    assert parse_apply(["m.yaml", "--config", str(tmp_path)]) is None
+    assert parse_apply(["m.yaml"]) == {"manifest": "m.yaml", "token": "from-env"}
