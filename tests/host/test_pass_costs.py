@@ -102,3 +102,27 @@ def test_parse_apply_leaves_what_click_refuses_to_click(tmp_path, monkeypatch):
     assert parse_apply(["m.yaml", "--root", str(tmp_path / "file")]) is None  # --root is a file
     assert parse_apply(["m.yaml", "--config", str(tmp_path)]) is None
     assert parse_apply(["m.yaml"]) == {"manifest": "m.yaml", "token": "from-env"}
+
+
+def test_a_pass_reads_of_the_last_report_only_what_it_needs(tmp_path):
+    from datum.host.statefile import StateStore, Unreadable, store_url
+
+    store = StateStore(store_url(str(tmp_path / "state.db")))
+    try:
+        assert store.summary("h1") is None
+        reboot = {"required": True, "reason": "kernel", "bootId": "b1", "markers": ["/run/reboot-required"]}
+        report = {"host": "h1", "state": "awaiting-reboot", "finishedAt": "2026-11-30T10:00:00+00:00",
+                  "reboot": reboot, "resources": [{"id": f"File[{i}]"} for i in range(3)]}
+        store.record("h1", report)
+        assert store.summary("h1") == {"state": "awaiting-reboot", "finishedAt": report["finishedAt"],
+                                       "reboot": reboot}
+        store.record("h1", {"host": "h1", "state": "converged"})
+        assert store.summary("h1") == {"state": "converged"}
+        for broken in ("not json {", '["a list"]', '{"state": 3}'):
+            store._db.execute("UPDATE agent_reports SET report = ?", (broken,))
+            with pytest.raises(Unreadable):
+                store.get("h1")
+            with pytest.raises(Unreadable):
+                store.summary("h1")
+    finally:
+        store.close()
