@@ -126,3 +126,46 @@ def test_a_pass_reads_of_the_last_report_only_what_it_needs(tmp_path):
                 store.summary("h1")
     finally:
         store.close()
+
+
+def test_a_changed_manifest_validates_only_the_resources_that_changed(tmp_path):
+    from datum.host.manifest import SpecMemory, parse_manifest
+
+    text = 'resources:\n  - File[/a]:\n      content: "a\\n"\n  - File[/b]:\n      content: "b\\n"\n'
+    first = SpecMemory()
+    parse_manifest(text, tmp_path, memory=first)
+    assert len(first.used) == 2
+    # What was remembered is used as it is: a marker put in it shows the model did not run again.
+    marked = {k: {**v, "content": "remembered\n"} if "File[/a]" in k else v for k, v in first.used.items()}
+    second = SpecMemory(known=marked)
+    changed = parse_manifest(text.replace('"b\\n"', '"B\\n"'), tmp_path, memory=second)
+    assert [r.spec.content for r in changed.resources] == ["remembered\n", "B\n"]
+    assert second.used.keys() != first.used.keys() and len(second.used) == 2
+
+
+@pytest.mark.parametrize("value", ['"0644"', "0644", "644", "true", "420", "0o644", "[1]"])
+def test_the_remembered_spec_key_tells_every_yaml_value_apart(tmp_path, value):
+    """``mode: 644`` (an int) must never be served what ``mode: "644"`` validated to."""
+    from datum.host.manifest import SpecMemory, parse_manifest, spec_key
+
+    keys = {spec_key("File", "/a", {"mode": v}) for v in ("0644", 644, 420, True, 1.0, 1, "1", [1])}
+    assert len(keys) == 8
+    valid = SpecMemory()
+    parse_manifest('resources:\n  - File[/a]:\n      mode: "0644"\n', tmp_path, memory=valid)
+    memory = SpecMemory(known=dict(valid.used))
+    text = f"resources:\n  - File[/a]:\n      mode: {value}\n"
+    if value == '"0644"':
+        assert parse_manifest(text, tmp_path, memory=memory).resources[0].spec.mode == 0o644
+    else:
+        with pytest.raises(Exception, match="not valid"):
+            parse_manifest(text, tmp_path, memory=memory)
+
+
+def test_a_comment_changed_in_a_manifest_imports_no_pydantic(host):
+    manifest = host.manifest(WEB)
+    args = ("apply", str(manifest), "--root", str(host.root), "--state", str(host.state))
+    assert _imports(host, *args)[0] == 2
+    manifest.write_text("# a comment\n" + WEB)
+    code, imported, out = _imports(host, *args)
+    assert code == 0 and "host state: converged" in out
+    assert "yaml" in imported and {"pydantic", "datum.config", "click"}.isdisjoint(imported)

@@ -41,8 +41,10 @@ def prepare(manifest: str, config: str | None, allow_outside: bool = False) -> t
     from datum.host.manifest import load_manifest
 
     chosen = compiled.load_config(config)
-    loaded = load_manifest(manifest, allow_source_outside=allow_outside)
+    memory = compiled.spec_memory(manifest)
+    loaded = load_manifest(manifest, allow_source_outside=allow_outside, memory=memory)
     compiled.store(key, chosen, loaded)
+    compiled.remember_specs(manifest, memory)
     return chosen, loaded
 
 

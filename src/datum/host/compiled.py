@@ -20,7 +20,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from datum.core.vocab import Mode, RebootPolicy
-from datum.host.manifest import Manifest, Resource
+from datum.host.manifest import Manifest, Resource, SpecMemory, spec_dump
 
 try:  # CPython's own BLAKE2: importing hashlib loads OpenSSL, ~4 ms of an idle pass
     from _blake2 import blake2b
@@ -178,6 +178,38 @@ def load_config(flag: str | None) -> HostConfig:
     return config
 
 
+def _memory_key(manifest_path: str) -> str | None:
+    try:
+        return "specs-" + _digest(str(Path(manifest_path).resolve()).encode())
+    except OSError:
+        return None
+
+
+def spec_memory(manifest_path: str) -> SpecMemory:
+    """The resources this manifest's last validation validated (keyed on the code of the
+    models, like every entry here), so a change to it validates only what changed."""
+    key = _memory_key(manifest_path)
+    try:
+        data = json.loads((cache_dir() / f"{key}.json").read_text(encoding="utf-8")) if key else None
+    except (OSError, ValueError):
+        data = None
+    if isinstance(data, dict) and data.get("format") == FORMAT and isinstance(data.get("specs"), dict):
+        return SpecMemory(known=data["specs"])
+    return SpecMemory()
+
+
+def remember_specs(manifest_path: str, memory: SpecMemory) -> None:
+    """Keep ``memory.used`` (this manifest's resources) for its next change; never a failure."""
+    key = _memory_key(manifest_path)
+    if key is None or not memory.used or memory.used == memory.known:
+        return
+    try:
+        text = json.dumps({"format": FORMAT, "specs": memory.used}, separators=(",", ":"))
+    except (TypeError, ValueError):
+        return  # a value JSON cannot hold (a date): validated in full next time
+    _write(key, text)
+
+
 def load(key: str | None) -> tuple[HostConfig, Manifest] | None:
     """The validated configuration and manifest for ``key``, or None on a miss."""
     if key is None:
@@ -220,7 +252,7 @@ def store(key: str | None, config: HostConfig, manifest: Manifest) -> None:
                 "order": list(manifest.order),
                 "paths": sorted(manifest.paths),
                 "resources": [
-                    {"index": r.index, "type": r.type, "name": r.name, "spec": r.spec.model_dump()}
+                    {"index": r.index, "type": r.type, "name": r.name, "spec": spec_dump(r.spec)}
                     for r in manifest.resources
                 ],
             },

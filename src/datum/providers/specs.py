@@ -112,7 +112,9 @@ Account = Annotated[
 class Spec(BaseModel):
     """The attributes every resource has; each type extends it with its own."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # defer_build: a model's validator is built when it first validates, so a manifest of
+    # Files never builds the other eight (pydantic builds them at class creation otherwise).
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     # The attribute filled from the resource's name when the manifest omits it
     # (``File[/etc/motd]`` means ``path: /etc/motd``), as Puppet's namevar.
