@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
@@ -34,8 +35,8 @@ class Resource:
     name: str
     spec: Spec
 
-    @property
-    def id(self) -> str:
+    @cached_property
+    def id(self) -> str:  # a pass asks for it several times per resource
         return f"{self.type}[{self.name}]"
 
     @property
