@@ -169,3 +169,24 @@ def test_a_comment_changed_in_a_manifest_imports_no_pydantic(host):
     code, imported, out = _imports(host, *args)
     assert code == 0 and "host state: converged" in out
     assert "yaml" in imported and {"pydantic", "datum.config", "click"}.isdisjoint(imported)
+
+
+def test_a_changed_resource_is_validated_without_scanning_the_installed_distributions(host):
+    """The entry points are remembered (datum.discovery), and pydantic is told it has no plugins:
+    a pass that validates a changed resource runs with importlib.metadata's scans made to fail."""
+    manifest = host.manifest(WEB)
+    args = ["apply", str(manifest), "--root", str(host.root), "--state", str(host.state)]
+    assert _imports(host, *args)[0] == 2  # the first process scans, and remembers
+    manifest.write_text(WEB.replace('"hi\\n"', '"hello\\n"'))
+    no_scan = (
+        "import importlib.metadata as m\n"
+        "def scan(*a, **k): raise AssertionError('scanned the installed distributions')\n"
+        "m.entry_points = m.distributions = scan\n"
+        "from datum.cli.main import main; main()\n"
+    )
+    env = {**os.environ, "DATUM_HOME": str(host.base / "home"), "DATUM_BOOT_ID_FILE": str(host.boot_id),
+           "DATUM_DEBUG": "1"}
+    done = subprocess.run([sys.executable, "-c", no_scan, *args], env=env, capture_output=True, text=True,
+                          check=False)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert (host.root / "srv/index.html").read_text() == "hello\n"

@@ -4,8 +4,9 @@ Validating a manifest needs PyYAML and pydantic; importing pydantic alone
 costs about half of the idle-pass budget on the 2-core machine. A manifest
 that validated once is stored here, in JSON, under a key made of everything
 validation depends on: the manifest's bytes, the configuration file's bytes,
-``DATUM_HOME``, Datum's version and the code of the models. Any change is a
-miss, and a miss validates in full. Files a manifest names (``source``,
+``DATUM_HOME`` (and where the default store comes from), Datum's version and
+the code of the models, and the installed distributions the resource types
+and pydantic come from (``datum.discovery``). Any change is a miss. Files a manifest names (``source``,
 ``template``) must still exist on a hit, or it is a miss and validation reports them.
 """
 
@@ -94,15 +95,12 @@ def config_file(flag: str | None) -> Path | None:
 
 
 def cache_dir() -> Path:
-    """``$DATUM_CACHE_DIR``, else under ``$DATUM_HOME``, else the system's cache directory."""
+    """``$DATUM_CACHE_DIR``, else ``manifests`` in Datum's cache (``datum.discovery.cache_root``)."""
     if chosen := os.environ.get("DATUM_CACHE_DIR"):
         return Path(chosen)
-    if home := os.environ.get("DATUM_HOME"):
-        return Path(home).expanduser() / "cache" / "manifests"
-    if os.geteuid() == 0:
-        return Path("/var/cache/datum/manifests")
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "datum" / "manifests"
+    from datum.discovery import cache_root
+
+    return cache_root() / "manifests"
 
 
 def _code_stamp() -> str:
@@ -118,7 +116,27 @@ def _code_stamp() -> str:
             )
     for single in (package / "config.py", package / "validation.py"):
         parts.append(f"{single.name}:{single.stat().st_mtime_ns}")
-    return "\0".join(parts)
+    return "\0".join([*parts, *_plugin_stamp()])
+
+
+def _plugin_stamp() -> list[str]:
+    """The installed distributions the resource types come from (a plugin or pydantic installed,
+    upgraded or removed), and each plugin's module file (an editable plugin edited in place)."""
+    from datum.discovery import entry_points, stamp
+
+    parts = [stamp()]
+    for ep in entry_points("datum.resources"):
+        if ep.value.startswith("datum."):
+            continue  # Datum's own modules: in the stamp above
+        import importlib.util
+
+        try:
+            spec = importlib.util.find_spec(ep.value.partition(":")[0].strip())
+            origin = spec.origin if spec is not None else None
+            parts.append(f"{ep.value}:{os.stat(origin).st_mtime_ns if origin else None}")
+        except (ImportError, ValueError, OSError):
+            parts.append(f"{ep.value}:?")
+    return parts
 
 
 def _environment() -> str:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from datum.core.findings import FieldError, Problem, invalid
 from datum.host.order import cycles, topological
 from datum.providers.facts import NAMES as FACT_NAMES
-from datum.providers.registry import TYPES, provider
+from datum.providers.registry import Unloadable, provider, types
 
 if TYPE_CHECKING:
     from datum.providers.specs import Spec
@@ -420,12 +420,18 @@ def _resource(
     if len(name) > 900:  # the pass report's limit, so a report is never refused for it
         found.append(FieldError(here, "a name is at most 900 characters"))
         return None, None
-    if type_name not in TYPES:
+    known = types()
+    if type_name not in known:
         found.append(
             FieldError(
-                here, f"unknown resource type {type_name!r}; known: {', '.join(sorted(TYPES))}"
+                here, f"unknown resource type {type_name!r}; known: {', '.join(sorted(known))}"
             )
         )
+        return key, None
+    try:
+        prov = provider(type_name)
+    except Unloadable as exc:  # a broken plugin refuses its own resources, not the manifest's others
+        found.append(FieldError(here, str(exc)))
         return key, None
     if body is None:
         body = {}
@@ -437,7 +443,7 @@ def _resource(
     if dump is not None:
         spec: Any = SimpleNamespace(**dump)
     else:
-        spec = _validate(type_name, name, body, here, found)
+        spec = _validate(prov, name, body, here, found)
         if spec is None:
             return key, None
     if memory is not None and remembered is not None:
@@ -466,17 +472,23 @@ def _resource(
     return key, None if missing else Resource(i, type_name, name, spec)
 
 
-def _validate(type_name: str, name: str, body: dict[str, Any], here: str, found: list[FieldError]) -> Any:
-    """The resource's attributes validated by its spec model, or None with its findings added."""
+def _validate(prov: Any, name: str, body: dict[str, Any], here: str, found: list[FieldError]) -> Any:
+    """The resource's attributes validated by its provider's spec model, or None with its findings added."""
     # Here, not at the top: a pass over a manifest validated before never needs pydantic.
+    from datum.discovery import no_pydantic_plugins
+
+    no_pydantic_plugins()
     from pydantic import ValidationError
 
-    from datum.providers.specs import SPECS
     from datum.validation import field_errors
 
-    spec_model = SPECS[type_name]
-    if spec_model.namevar and spec_model.namevar not in body:
-        body = {**body, spec_model.namevar: name}
+    try:
+        spec_model = prov.spec_model()
+    except Exception as exc:  # noqa: BLE001 - a plugin's model that cannot be loaded
+        found.append(FieldError(here, f"resource type {prov.type}: its spec model cannot be loaded: {exc}"))
+        return None
+    if prov.namevar and prov.namevar not in body:
+        body = {**body, prov.namevar: name}
     try:
         return spec_model.model_validate(body)
     except ValidationError as exc:

@@ -215,11 +215,28 @@ class Provider(Generic[S, W, H]):
     """One resource type on this host. ``W`` is its resolved desired state, ``H`` what it observed."""
 
     type: ClassVar[str]
+    # Its attributes' pydantic model (a ``datum.providers.specs.Spec``), as "module:Class" or
+    # the class: imported for validation only, so a pass over a validated manifest never loads it.
+    spec: ClassVar[str | type[Any]]
+    # The attribute the resource's name fills when the manifest leaves it out
+    # (``File[/etc/motd]`` means ``path: /etc/motd``), as Puppet's namevar.
+    namevar: ClassVar[str | None] = None
     # Whether a change in a resource it subscribes to makes it act (restart, refresh).
     refreshable: ClassVar[bool] = False
     # Whether its apply leaves directory fsyncs to ``fs.sync_dirs()`` (the executor runs it
     # before applying a resource of any other provider, and at the end of the pass).
     defers_dir_sync: ClassVar[bool] = False
+
+    @classmethod
+    def spec_model(cls) -> Any:
+        """The model of its attributes (``spec``, imported when it is a name)."""
+        spec = cls.spec
+        if isinstance(spec, str):
+            import importlib
+
+            module, _, attr = spec.partition(":")
+            spec = getattr(importlib.import_module(module), attr)
+        return spec
 
     def supported(self, ctx: HostContext) -> str | None:
         """None when this provider can manage resources here, else why not."""

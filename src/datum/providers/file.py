@@ -266,6 +266,8 @@ def keep_backup(real: Path, old: bytes, st: os.stat_result | None, keep: int) ->
 
 class FileProvider(PathProvider["FileSpec", FileWant, FileHave]):
     type = "File"
+    spec = "datum.providers.specs:FileSpec"
+    namevar = "path"
     defers_dir_sync = True
 
     def desired(self, name: str, spec: FileSpec, ctx: HostContext) -> FileWant:
