@@ -22,6 +22,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from datum.core.findings import Finding, Problem
+from datum.store.migrate import Migrated, exclusive, migrate
 
 DEFAULT_LOCK_WAIT = timedelta(seconds=10)
 
@@ -98,8 +99,11 @@ class Store:
         *,
         path: str | None = None,
         lock_wait: timedelta = DEFAULT_LOCK_WAIT,
+        migrated: Migrated | None = None,
     ) -> None:
         self.engine = engine
+        # What opening the store did to its schema (``datum store migrate`` reports it).
+        self.migrated = migrated
         self.name = engine.url.render_as_string(hide_password=True)
         self.lock_wait = lock_wait
         self._path = path
@@ -124,11 +128,14 @@ class Store:
             )
 
     def ensure(self, metadata: sa.MetaData) -> None:
-        """Create ``metadata``'s tables if they do not exist (once per process)."""
+        """Create ``metadata``'s tables if they do not exist (once per process).
+
+        Under the migrations' lock: replicas starting together never race to create one table.
+        """
         if id(metadata) in self._ensured:
             return
-        with self.faults():
-            metadata.create_all(self.engine, checkfirst=True)
+        with self.faults(), exclusive(self.engine) as conn:
+            metadata.create_all(conn, checkfirst=True)
         self._ensured.add(id(metadata))
 
     @contextmanager
@@ -248,11 +255,9 @@ def open_store(url: str, *, lock_wait: timedelta | None = None) -> Store:
             "connect_timeout": max(2, round(wait.total_seconds())),
         }
         engine = sa.create_engine(parsed, pool_pre_ping=True, connect_args=connect_args)
-    from datum.store.migrate import migrate
-
     shown = parsed.render_as_string(hide_password=True)
     try:
-        migrate(engine)
+        migrated = migrate(engine)
     except Exception as exc:
         if _is_fault(exc) or isinstance(exc, sa.exc.SQLAlchemyError):
             engine.dispose()
@@ -260,4 +265,4 @@ def open_store(url: str, *, lock_wait: timedelta | None = None) -> Store:
         raise
     if never_recreate is not None:
         never_recreate.opened = True
-    return Store(engine, path=path, lock_wait=wait)
+    return Store(engine, path=path, lock_wait=wait, migrated=migrated)
