@@ -23,7 +23,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 # The newest revision in migrations/versions; a test checks they agree.
-HEAD = "0006_tokens"
+HEAD = "host_summaries"
 # Every head the scripts have (one per Alembic branch): a store at exactly these is current
 # without importing Alembic. Under the lock, the scripts' own heads decide.
 HEADS = frozenset({HEAD})
