@@ -43,91 +43,15 @@ _ROOT = click.option(
 
 
 def _config(config: str | None) -> Any:
-    """The agent's configuration, validated in full (``datum.config``, pydantic)."""
-    from datum.config import load_settings
-    from datum.host.compiled import HostConfig
+    from datum.cli.passes import host_config
 
-    return HostConfig.from_settings(load_settings(config))
-
-
-def _prepare(manifest: str, config: str | None, allow_outside: bool = False) -> tuple[Any, Any]:
-    """The configuration and the validated manifest: from the cache when neither changed."""
-    from datum.host import compiled
-
-    key = compiled.cache_key(manifest, config)
-    if key is not None and _includes(manifest):  # the cache keys one file's bytes, not its includes'
-        key = None
-    if key is not None and allow_outside:  # validated under another rule: another entry
-        key = f"{key[:48]}-outside"
-    hit = compiled.load(key)
-    if hit is not None:
-        return hit
-    from datum.host.manifest import load_manifest
-
-    host_config = _config(config)
-    loaded = load_manifest(manifest, allow_source_outside=allow_outside)
-    compiled.store(key, host_config, loaded)
-    return host_config, loaded
-
-
-def _includes(manifest: str) -> bool:
-    try:
-        with open(manifest, "rb") as f:
-            return b"include" in f.read()
-    except OSError:
-        return False
+    return host_config(config)
 
 
 def _state_url(state: str | None, host_config: Any) -> str:
-    from datum.host.statefile import store_url
+    from datum.cli.passes import state_url
 
-    return store_url(state) if state else str(host_config.store_url)
-
-
-def _warn(message: str) -> None:
-    click.echo(f"warning: {message}", err=True)
-
-
-def _pass(
-    manifest: str,
-    root: str,
-    mode: str | None,
-    state: str | None,
-    config: str | None,
-    as_json: bool,
-    plan: bool,
-    allow_outside: bool = False,
-) -> Any:
-    from datum.core.vocab import Mode
-    from datum.host import agent
-    from datum.host.output import ProgressLine
-
-    host_config, loaded = _prepare(manifest, config, allow_outside)
-    chosen = Mode.OBSERVE if plan else Mode(mode) if mode else host_config.mode
-    progress = None if as_json else ProgressLine()
-    try:
-        result = agent.run(
-            loaded,
-            root=root,
-            mode=chosen,
-            config=host_config,
-            state_url=None if plan else _state_url(state, host_config),
-            progress=progress,
-            persist=not plan,
-        )
-    finally:
-        if progress is not None:
-            progress.close()
-    return host_config, result
-
-
-def _print_report(report: dict[str, Any], as_json: bool, plan: bool = False) -> None:
-    from datum.host.output import echo_lines, pass_lines
-
-    if as_json:
-        click.echo(json.dumps(report, indent=2))
-    else:
-        echo_lines(pass_lines(report, plan=plan))
+    return state_url(state, host_config)
 
 
 @click.command()
@@ -164,24 +88,9 @@ def apply(
     allow_outside: bool,
 ) -> int:
     """Converge this host (or --root) to MANIFEST in one pass, and persist where it stands."""
-    host_config, result = _pass(
-        manifest, root, mode, state, config, as_json, plan=False, allow_outside=allow_outside
-    )
-    report = result.report
-    _print_report(report, as_json)
-    for warning in result.warnings:
-        _warn(warning)
-    target = report_to or host_config.report_to
-    if target:
-        from datum.host.remote import post_report
+    from datum.cli import passes
 
-        why = post_report(target, report["host"], report, token or host_config.token)
-        if why:
-            _warn(f"the pass report was not delivered: {why}")
-    if result.reboot_now:
-        _reboot(host_config, _state_url(state, host_config), report)
-    code: int = result.exit_code
-    return code
+    return passes.apply(manifest, root, mode, state, as_json, config, report_to, token, allow_outside)
 
 
 @click.command()
@@ -192,12 +101,9 @@ def apply(
 @_OUTSIDE
 def plan(manifest: str, root: str, as_json: bool, config: str | None, allow_outside: bool) -> int:
     """Show what a pass would change, with unified diffs; change nothing, persist nothing."""
-    _config_, result = _pass(
-        manifest, root, None, None, config, as_json, plan=True, allow_outside=allow_outside
-    )
-    _print_report(result.report, as_json, plan=True)
-    code: int = result.exit_code
-    return code
+    from datum.cli import passes
+
+    return passes.plan(manifest, root, as_json, config, allow_outside)
 
 
 @click.command()
@@ -242,8 +148,17 @@ def schema() -> int:
     """Print the manifest's JSON Schema (for editors)."""
     from datum.host.schema import manifest_schema
 
-    click.echo(json.dumps(manifest_schema(), indent=2))
+    broken: dict[str, str] = {}
+    click.echo(json.dumps(manifest_schema(broken), indent=2))
+    for why in broken.values():  # the others are in the schema all the same
+        _warn(why)
     return 0
+
+
+def _warn(message: str) -> None:
+    from datum.cli.passes import warn
+
+    warn(message)
 
 
 def _load(state: str | None, config: str | None) -> tuple[Any, str, Any, dict[str, Any] | None]:
@@ -329,19 +244,6 @@ def _unfinished(
     return unknown
 
 
-def _reboot(host_config: Any, url: str, report: dict[str, Any]) -> bool:
-    """Run the reboot command after the report is persisted; record a failure. True when it started."""
-    from datum.host.agent import reboot_and_record
-
-    command = host_config.reboot_command
-    click.echo(f"rebooting: {command}", err=True)
-    why = reboot_and_record(command, url, report)
-    if why is None:
-        return True
-    _warn(f"the reboot command failed: {why}")
-    return False
-
-
 @click.command()
 @_STATE
 @_CONFIG
@@ -374,7 +276,9 @@ def reboot(state: str | None, config: str | None, force: bool) -> int:
         store.close()
         report = {**report, "reboot": need}
     click.echo(f"reboot needed: {need.get('reason', 'forced')}")
-    started = _reboot(
+    from datum.cli.passes import reboot as run_reboot
+
+    started = run_reboot(
         host_config, _state_url(state, host_config), report or {"host": host, "state": "unknown"}
     )
     return 0 if started else 1

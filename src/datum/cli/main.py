@@ -1,7 +1,8 @@
 """The ``datum`` entry point: a lazy command group, and one way to report an error.
 
 Subcommands are imported only when they run, so ``datum apply`` never pays
-for the HTTP server stack.
+for the HTTP server stack; an ``apply`` with plain arguments does not import
+click at all (``datum.cli.passes``).
 """
 
 from __future__ import annotations
@@ -10,11 +11,12 @@ import importlib
 import json
 import os
 import sys
-from typing import Any
-
-import click
+from typing import TYPE_CHECKING, Any
 
 from datum.core.findings import Finding, Problem
+
+if TYPE_CHECKING:
+    import click
 
 # command name -> (module, attribute, one-line help)
 COMMANDS: dict[str, tuple[str, str, str]] = {
@@ -50,30 +52,39 @@ _EXIT_BY_CODE = {
 }
 
 
-class LazyGroup(click.Group):
-    """A group whose subcommands are imported on first use."""
+def _group() -> click.Group:
+    """The click group of every command (click imported here, not for a plain ``apply``)."""
+    import click
 
-    def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted(COMMANDS)
+    class LazyGroup(click.Group):
+        """A group whose subcommands are imported on first use."""
 
-    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        spec = COMMANDS.get(cmd_name)
-        if spec is None:
-            return None
-        module, attr, _help = spec
-        command: click.Command = getattr(importlib.import_module(module), attr)
-        return command
+        def list_commands(self, ctx: click.Context) -> list[str]:
+            return sorted(COMMANDS)
 
-    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        rows = [(name, COMMANDS[name][2]) for name in self.list_commands(ctx)]
-        with formatter.section("Commands"):
-            formatter.write_dl(rows)
+        def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+            spec = COMMANDS.get(cmd_name)
+            if spec is None:
+                return None
+            module, attr, _help = spec
+            command: click.Command = getattr(importlib.import_module(module), attr)
+            return command
+
+        def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+            rows = [(name, COMMANDS[name][2]) for name in self.list_commands(ctx)]
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+    @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+    @click.version_option(package_name="datum")
+    def cli() -> None:
+        """Datum converges hosts and control-plane resources to their desired state, and says where they stand."""
+
+    return cli
 
 
-@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="datum")
-def cli() -> None:
-    """Datum converges hosts and control-plane resources to their desired state, and says where they stand."""
+def _echo(text: str, err: bool = False) -> None:
+    print(text, file=sys.stderr if err else sys.stdout, flush=True)
 
 
 def report_problem(problem: Problem, as_json: bool) -> int:
@@ -88,13 +99,13 @@ def report_problem(problem: Problem, as_json: bool) -> int:
 
         echo_lines(pass_lines(report))
     if as_json:
-        click.echo(json.dumps(problem.to_json(), indent=2))
+        _echo(json.dumps(problem.to_json(), indent=2))
     else:
         for finding in problem.findings:
-            click.echo(f"error: {finding.message}", err=True)
+            _echo(f"error: {finding.message}", err=True)
             for f in finding.fields:
                 where = f.field or "(document)"
-                click.echo(f"  {where}: {f.message}", err=True)
+                _echo(f"  {where}: {f.message}", err=True)
     return _EXIT_BY_CODE.get(problem.code, EXIT_SOFTWARE)
 
 
@@ -129,27 +140,47 @@ def main(argv: list[str] | None = None) -> Any:
     args = sys.argv[1:] if argv is None else argv
     as_json = "--json" in args
     try:
-        rc = cli.main(args=args, prog_name="datum", standalone_mode=False)
+        rc = _plain_apply(args)
+        if rc is None:
+            rc = _click(args, as_json)
     except Problem as problem:
         sys.exit(report_problem(problem, as_json))
-    except click.exceptions.NoArgsIsHelpError as exc:
-        click.echo(exc.ctx.get_help() if exc.ctx else str(exc))
-        sys.exit(EXIT_USAGE)
-    except click.UsageError as exc:
-        hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx else ""
-        sys.exit(report_problem(Problem([Finding("USAGE", exc.format_message() + hint)]), as_json))
-    except click.exceptions.Abort:
-        click.echo("aborted", err=True)
-        sys.exit(130)
-    except click.exceptions.Exit as exc:
-        sys.exit(exc.exit_code)
-    except click.ClickException as exc:
-        sys.exit(report_problem(Problem([Finding("INVALID_INPUT", exc.format_message())]), as_json))
     except KeyboardInterrupt:
-        click.echo("interrupted", err=True)
+        _echo("interrupted", err=True)
         sys.exit(130)
     except Exception as exc:  # noqa: BLE001 - never a stack trace; DATUM_DEBUG=1 shows it
         if os.environ.get("DATUM_DEBUG"):
             raise
         sys.exit(report_problem(unexpected(exc), as_json))
     sys.exit(rc if isinstance(rc, int) else 0)
+
+
+def _plain_apply(args: list[str]) -> int | None:
+    """``datum apply`` run without click when its arguments are plain; None otherwise."""
+    if not args or args[0] != "apply":
+        return None
+    from datum.cli.passes import apply, parse_apply
+
+    given = parse_apply(args[1:])
+    return None if given is None else apply(**given)
+
+
+def _click(args: list[str], as_json: bool) -> Any:
+    """The click group's answer; click's own errors turned into the contract's shape and codes."""
+    import click
+
+    try:
+        return _group().main(args=args, prog_name="datum", standalone_mode=False)
+    except click.exceptions.NoArgsIsHelpError as exc:
+        click.echo(exc.ctx.get_help() if exc.ctx else str(exc))
+        return EXIT_USAGE
+    except click.UsageError as exc:
+        hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx else ""
+        return report_problem(Problem([Finding("USAGE", exc.format_message() + hint)]), as_json)
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        return 130
+    except click.exceptions.Exit as exc:
+        return exc.exit_code
+    except click.ClickException as exc:
+        return report_problem(Problem([Finding("INVALID_INPUT", exc.format_message())]), as_json)

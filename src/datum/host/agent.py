@@ -96,11 +96,12 @@ def reason_for(state: HostState, outcomes: list[Outcome], reboot_reason: str | N
 
 
 def _previous(store: StateStore | None, host: str) -> dict[str, Any] | None:
-    """The last pass's report; an unreadable one counts as none (the host state was ``unknown``)."""
+    """What a pass needs of the last one (its state, ``finishedAt``, ``reboot``); an unreadable
+    report counts as none (the host state was ``unknown``)."""
     if store is None:
         return None
     try:
-        return store.get(host)
+        return store.summary(host)
     except Unreadable:
         return None
 

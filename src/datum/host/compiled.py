@@ -4,8 +4,9 @@ Validating a manifest needs PyYAML and pydantic; importing pydantic alone
 costs about half of the idle-pass budget on the 2-core machine. A manifest
 that validated once is stored here, in JSON, under a key made of everything
 validation depends on: the manifest's bytes, the configuration file's bytes,
-``DATUM_HOME``, Datum's version and the code of the models. Any change is a
-miss, and a miss validates in full. Files a manifest names (``source``,
+``DATUM_HOME`` (and where the default store comes from), Datum's version and
+the code of the models, and the installed distributions the resource types
+and pydantic come from (``datum.discovery``). Any change is a miss. Files a manifest names (``source``,
 ``template``) must still exist on a hit, or it is a miss and validation reports them.
 """
 
@@ -20,7 +21,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from datum.core.vocab import Mode, RebootPolicy
-from datum.host.manifest import Manifest, Resource
+from datum.host.manifest import Manifest, Resource, SpecMemory, spec_dump
 
 try:  # CPython's own BLAKE2: importing hashlib loads OpenSSL, ~4 ms of an idle pass
     from _blake2 import blake2b
@@ -94,15 +95,12 @@ def config_file(flag: str | None) -> Path | None:
 
 
 def cache_dir() -> Path:
-    """``$DATUM_CACHE_DIR``, else under ``$DATUM_HOME``, else the system's cache directory."""
+    """``$DATUM_CACHE_DIR``, else ``manifests`` in Datum's cache (``datum.discovery.cache_root``)."""
     if chosen := os.environ.get("DATUM_CACHE_DIR"):
         return Path(chosen)
-    if home := os.environ.get("DATUM_HOME"):
-        return Path(home).expanduser() / "cache" / "manifests"
-    if os.geteuid() == 0:
-        return Path("/var/cache/datum/manifests")
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "datum" / "manifests"
+    from datum.discovery import cache_root
+
+    return cache_root() / "manifests"
 
 
 def _code_stamp() -> str:
@@ -118,23 +116,116 @@ def _code_stamp() -> str:
             )
     for single in (package / "config.py", package / "validation.py"):
         parts.append(f"{single.name}:{single.stat().st_mtime_ns}")
-    return "\0".join(parts)
+    return "\0".join([*parts, *_plugin_stamp()])
+
+
+def _plugin_stamp() -> list[str]:
+    """The installed distributions the resource types come from (a plugin or pydantic installed,
+    upgraded or removed), and each plugin's module file (an editable plugin edited in place)."""
+    from datum.discovery import entry_points, stamp
+
+    parts = [stamp()]
+    for ep in entry_points("datum.resources"):
+        if ep.value.startswith("datum."):
+            continue  # Datum's own modules: in the stamp above
+        import importlib.util
+
+        try:
+            spec = importlib.util.find_spec(ep.value.partition(":")[0].strip())
+            origin = spec.origin if spec is not None else None
+            parts.append(f"{ep.value}:{os.stat(origin).st_mtime_ns if origin else None}")
+        except (ImportError, ValueError, OSError):
+            parts.append(f"{ep.value}:?")
+    return parts
+
+
+def _environment() -> str:
+    """What else validation reads: where ``datum.config.default_home`` and the store default to."""
+    env = os.environ
+    return "\0".join(
+        (str(os.geteuid()), env.get("DATUM_HOME", ""), env.get("XDG_STATE_HOME", ""), env.get("HOME", ""))
+    )
+
+
+def _digest(*parts: bytes) -> str:
+    digest = blake2b(f"{FORMAT}\0{_code_stamp()}\0{_environment()}\0".encode(), digest_size=32)
+    for part in parts:
+        digest.update(part + b"\0")
+    return digest.hexdigest()
+
+
+def _config_bytes(config: str | None) -> bytes:
+    conf = config_file(config)
+    return conf.read_bytes() if conf is not None else b"<no configuration>"
 
 
 def cache_key(manifest_path: str, config: str | None) -> str | None:
     """The key of this manifest and configuration; None when either cannot be read."""
-    digest = blake2b(
-        f"{FORMAT}\0{_code_stamp()}\0{os.environ.get('DATUM_HOME', '')}\0".encode(),
-        digest_size=32,
-    )
     try:
         manifest = Path(manifest_path).resolve()
-        digest.update(str(manifest).encode() + b"\0" + manifest.read_bytes() + b"\0")
-        conf = config_file(config)
-        digest.update(conf.read_bytes() if conf is not None else b"<no configuration>")
+        return _digest(str(manifest).encode(), manifest.read_bytes(), _config_bytes(config))
     except OSError:
         return None
-    return digest.hexdigest()
+
+
+def config_key(flag: str | None) -> str | None:
+    """The key of the configuration alone; None when its file cannot be read."""
+    try:
+        return "config-" + _digest(_config_bytes(flag))
+    except OSError:
+        return None  # datum.config says what is wrong with it
+
+
+def load_config(flag: str | None) -> HostConfig:
+    """The host configuration: validated by ``datum.config`` (pydantic) once, then from its own
+    cache entry while the file (or its absence) and the environment it reads are unchanged,
+    so a pass whose manifest changed does not validate an unchanged configuration again."""
+    key = config_key(flag)
+    if key is not None:
+        try:
+            data = json.loads((cache_dir() / f"{key}.json").read_text(encoding="utf-8"))
+            if data.get("format") == FORMAT:
+                return HostConfig.from_json(data["config"])
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+    from datum.config import load_settings
+
+    config = HostConfig.from_settings(load_settings(flag))
+    if key is not None and not config.token:  # a token stays in the configuration file only
+        _write(key, {"format": FORMAT, "config": config.to_json()})
+    return config
+
+
+def _memory_key(manifest_path: str) -> str | None:
+    try:
+        return "specs-" + _digest(str(Path(manifest_path).resolve()).encode())
+    except OSError:
+        return None
+
+
+def spec_memory(manifest_path: str) -> SpecMemory:
+    """The resources this manifest's last validation validated (keyed on the code of the
+    models, like every entry here), so a change to it validates only what changed."""
+    key = _memory_key(manifest_path)
+    try:
+        data = json.loads((cache_dir() / f"{key}.json").read_text(encoding="utf-8")) if key else None
+    except (OSError, ValueError):
+        data = None
+    if isinstance(data, dict) and data.get("format") == FORMAT and isinstance(data.get("specs"), dict):
+        return SpecMemory(known=data["specs"])
+    return SpecMemory()
+
+
+def remember_specs(manifest_path: str, memory: SpecMemory) -> None:
+    """Keep ``memory.used`` (this manifest's resources) for its next change; never a failure."""
+    key = _memory_key(manifest_path)
+    if key is None or not memory.used or memory.used == memory.known:
+        return
+    try:
+        text = json.dumps({"format": FORMAT, "specs": memory.used}, separators=(",", ":"))
+    except (TypeError, ValueError):
+        return  # a value JSON cannot hold (a date): validated in full next time
+    _write(key, text)
 
 
 def load(key: str | None) -> tuple[HostConfig, Manifest] | None:
@@ -179,7 +270,7 @@ def store(key: str | None, config: HostConfig, manifest: Manifest) -> None:
                 "order": list(manifest.order),
                 "paths": sorted(manifest.paths),
                 "resources": [
-                    {"index": r.index, "type": r.type, "name": r.name, "spec": r.spec.model_dump()}
+                    {"index": r.index, "type": r.type, "name": r.name, "spec": spec_dump(r.spec)}
                     for r in manifest.resources
                 ],
             },
@@ -187,8 +278,14 @@ def store(key: str | None, config: HostConfig, manifest: Manifest) -> None:
         text = json.dumps(data, separators=(",", ":"))
     except (TypeError, ValueError):
         return  # e.g. a template variable YAML parsed as a date: validate in full every time
+    _write(key, text)
+
+
+def _write(key: str, data: str | dict[str, Any]) -> None:
+    """One cache entry, written atomically; the oldest go past ``_MAX_ENTRIES``; never a failure."""
     from datum.providers.fs import write_atomic
 
+    text = data if isinstance(data, str) else json.dumps(data, separators=(",", ":"))
     directory = cache_dir()
     try:
         directory.mkdir(parents=True, exist_ok=True, mode=0o700)

@@ -5,6 +5,10 @@ blocked is ``blocked`` and names what blocked it; a resource no provider
 supports here is ``skipped``; in observe mode nothing is applied and a
 difference is ``drifted``. After applying, the provider observes again and the
 resource is ``failed`` unless that confirms the result.
+
+Directory fsyncs a provider deferred (``File``'s atomic writes) are made before
+any other resource is applied and before the pass returns: a pass's outcomes,
+and the report built from them, never get ahead of what is durable.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from typing import Any
 from datum.core.vocab import Action, Mode, ResourceState
 from datum.host.manifest import Manifest, Resource
 from datum.providers.base import Change, HostContext, Provider, ProviderError
+from datum.providers.fs import sync_dirs
 from datum.providers.registry import provider
 
 # (position, total, resource id, state) for a progress display.
@@ -96,16 +101,19 @@ def run_pass(
     outcomes = {r.id: Outcome(r) for r in ordered}
     unsupported: dict[str, str | None] = {}
     total = len(ordered)
-    for position, resource in enumerate(ordered, 1):
-        if stop is not None and stop():
-            break
-        out = outcomes[resource.id]
-        started = time.perf_counter()
-        announce = partial(progress, position, total, resource.id) if progress else None
-        _walk(resource, out, outcomes, unsupported, ctx, announce)
-        out.duration_seconds = time.perf_counter() - started
-        if progress:
-            progress(position, total, resource.id, out.state)
+    try:
+        for position, resource in enumerate(ordered, 1):
+            if stop is not None and stop():
+                break
+            out = outcomes[resource.id]
+            started = time.perf_counter()
+            announce = partial(progress, position, total, resource.id) if progress else None
+            _walk(resource, out, outcomes, unsupported, ctx, announce)
+            out.duration_seconds = time.perf_counter() - started
+            if progress:
+                progress(position, total, resource.id, out.state)
+    finally:
+        sync_dirs()  # the renames of this pass are durable before anyone reads its outcomes
     return [outcomes[r.id] for r in ordered]
 
 
@@ -163,6 +171,8 @@ def _walk(
     out.state = ResourceState.APPLYING
     if announce:
         announce(out.state)
+    if not prov.defers_dir_sync:
+        sync_dirs()  # nothing else acts (runs a command, say) while a rename is not yet durable
     _apply(prov, want, have, change, ctx, out)
 
 

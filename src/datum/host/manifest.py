@@ -9,13 +9,15 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 from datum.core.findings import FieldError, Problem, invalid
 from datum.host.order import cycles, topological
 from datum.providers.facts import NAMES as FACT_NAMES
-from datum.providers.registry import TYPES, provider
+from datum.providers.registry import Unloadable, provider, types
 
 if TYPE_CHECKING:
     from datum.providers.specs import Spec
@@ -33,8 +35,8 @@ class Resource:
     name: str
     spec: Spec
 
-    @property
-    def id(self) -> str:
+    @cached_property
+    def id(self) -> str:  # a pass asks for it several times per resource
         return f"{self.type}[{self.name}]"
 
     @property
@@ -56,7 +58,40 @@ class Manifest:
         return [self.resources[i] for i in self.order]
 
 
-def load_manifest(path: str | Path, *, allow_source_outside: bool = False) -> Manifest:
+@dataclass
+class SpecMemory:
+    """Resources validated before, so a changed manifest validates only what changed in it.
+
+    ``known`` maps a resource's key (``spec_key``: its type, name and attributes as
+    YAML built them) to its validated attributes (the spec model's dump); a resource
+    found there is not validated by pydantic again, and a manifest whose every
+    resource is found imports no pydantic at all. ``used`` collects the key and dump
+    of every resource of this manifest, found or validated now, for next time.
+    Whoever keeps it keys the whole of it on the code of the models (``datum.host.compiled``).
+    """
+
+    known: dict[str, dict[str, Any]] = field(default_factory=dict)
+    used: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+def spec_key(type_name: str, name: str, body: dict[str, Any]) -> str | None:
+    """``repr`` tells every YAML value apart (``1``, ``"1"``, ``true`` and ``1.0`` are four
+    reprs; dates and nested maps in order), so equal keys mean equal input to the model."""
+    try:
+        return f"{type_name}[{name}]\0{body!r}"
+    except RecursionError:
+        return None
+
+
+def spec_dump(spec: Any) -> dict[str, Any]:
+    """The attributes of a validated spec: a pydantic model's dump, or a remembered one's."""
+    dump = getattr(spec, "model_dump", None)
+    return dump() if dump is not None else dict(vars(spec))
+
+
+def load_manifest(
+    path: str | Path, *, allow_source_outside: bool = False, memory: SpecMemory | None = None
+) -> Manifest:
     """Read and validate the manifest at ``path``; raise a Problem listing every finding.
 
     ``allow_source_outside`` lets a ``source`` name a file outside the manifest's directory
@@ -83,7 +118,7 @@ def load_manifest(path: str | Path, *, allow_source_outside: bool = False) -> Ma
         ) from exc
     resolved = file.resolve()
     return parse_manifest(
-        text, resolved.parent, str(resolved), allow_source_outside=allow_source_outside
+        text, resolved.parent, str(resolved), allow_source_outside=allow_source_outside, memory=memory
     )
 
 
@@ -289,7 +324,12 @@ def _yaml(text: str, source: str) -> tuple[Any, list[FieldError]]:
 
 
 def parse_manifest(
-    text: str, directory: Path, source: str = "<manifest>", *, allow_source_outside: bool = False
+    text: str,
+    directory: Path,
+    source: str = "<manifest>",
+    *,
+    allow_source_outside: bool = False,
+    memory: SpecMemory | None = None,
 ) -> Manifest:
     """Validate a manifest's text; ``directory`` is where ``source`` and ``template`` files are."""
     directory = directory.resolve()
@@ -324,7 +364,7 @@ def parse_manifest(
         str, int
     ] = {}  # every identity, valid or not, so a reference to a broken one is not a second finding
     for i, item in enumerate(items):
-        identity, resource = _resource(i, item, directory, found, allow_source_outside)
+        identity, resource = _resource(i, item, directory, found, allow_source_outside, memory)
         if identity is None:
             continue
         if identity in declared:
@@ -358,7 +398,12 @@ def parse_manifest(
 
 
 def _resource(
-    i: int, item: Any, directory: Path, found: list[FieldError], allow_source_outside: bool = False
+    i: int,
+    item: Any,
+    directory: Path,
+    found: list[FieldError],
+    allow_source_outside: bool = False,
+    memory: SpecMemory | None = None,
 ) -> tuple[str | None, Resource | None]:
     """The item's identity (None when it has none) and the resource (None when it is not valid)."""
     here = f"resources[{i}]"
@@ -375,35 +420,34 @@ def _resource(
     if len(name) > 900:  # the pass report's limit, so a report is never refused for it
         found.append(FieldError(here, "a name is at most 900 characters"))
         return None, None
-    if type_name not in TYPES:
+    known = types()
+    if type_name not in known:
         found.append(
             FieldError(
-                here, f"unknown resource type {type_name!r}; known: {', '.join(sorted(TYPES))}"
+                here, f"unknown resource type {type_name!r}; known: {', '.join(sorted(known))}"
             )
         )
+        return key, None
+    try:
+        prov = provider(type_name)
+    except Unloadable as exc:  # a broken plugin refuses its own resources, not the manifest's others
+        found.append(FieldError(here, str(exc)))
         return key, None
     if body is None:
         body = {}
     if not isinstance(body, dict):
         found.append(FieldError(here, "the attributes of a resource are a mapping"))
         return key, None
-    # Here, not at the top: a pass over a manifest validated before never needs pydantic.
-    from pydantic import ValidationError
-
-    from datum.providers.specs import SPECS
-    from datum.validation import field_errors
-
-    spec_model = SPECS[type_name]
-    if spec_model.namevar and spec_model.namevar not in body:
-        body = {**body, spec_model.namevar: name}
-    try:
-        spec = spec_model.model_validate(body)
-    except ValidationError as exc:
-        found.extend(
-            FieldError(e.field, e.message.removeprefix("Value error, "))
-            for e in field_errors(exc, here)
-        )
-        return key, None
+    remembered = spec_key(type_name, name, body) if memory is not None else None
+    dump = memory.known.get(remembered) if memory is not None and remembered is not None else None
+    if dump is not None:
+        spec: Any = SimpleNamespace(**dump)
+    else:
+        spec = _validate(prov, name, body, here, found)
+        if spec is None:
+            return key, None
+    if memory is not None and remembered is not None:
+        memory.used[remembered] = dump if dump is not None else spec_dump(spec)
     missing = False
     for attr in ("source", "template"):
         value = getattr(spec, attr, None)
@@ -415,7 +459,7 @@ def _resource(
             missing = True
         elif outside is not None:
             # Allowed: the resolved path, so a pass reads exactly the file validated here.
-            spec = spec.model_copy(update={attr: outside})
+            spec = SimpleNamespace(**{**spec_dump(spec), attr: outside})
     for var in sorted(getattr(spec, "vars", None) or (), key=str):
         if var in FACT_NAMES:
             found.append(
@@ -426,6 +470,33 @@ def _resource(
             )
             missing = True
     return key, None if missing else Resource(i, type_name, name, spec)
+
+
+def _validate(prov: Any, name: str, body: dict[str, Any], here: str, found: list[FieldError]) -> Any:
+    """The resource's attributes validated by its provider's spec model, or None with its findings added."""
+    # Here, not at the top: a pass over a manifest validated before never needs pydantic.
+    from datum.discovery import no_pydantic_plugins
+
+    no_pydantic_plugins()
+    from pydantic import ValidationError
+
+    from datum.validation import field_errors
+
+    try:
+        spec_model = prov.spec_model()
+    except Exception as exc:  # noqa: BLE001 - a plugin's model that cannot be loaded
+        found.append(FieldError(here, f"resource type {prov.type}: its spec model cannot be loaded: {exc}"))
+        return None
+    if prov.namevar and prov.namevar not in body:
+        body = {**body, prov.namevar: name}
+    try:
+        return spec_model.model_validate(body)
+    except ValidationError as exc:
+        found.extend(
+            FieldError(e.field, e.message.removeprefix("Value error, "))
+            for e in field_errors(exc, here)
+        )
+        return None
 
 
 def _file_problem(

@@ -5,20 +5,30 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from datum.providers.specs import SPECS
+from datum.providers.registry import Unloadable, provider, types
 
 
-def manifest_schema() -> dict[str, Any]:
-    """A draft 2020-12 schema: ``resources`` is a list of one-key objects ``Type[name]: {attributes}``."""
+def manifest_schema(broken: dict[str, str] | None = None) -> dict[str, Any]:
+    """A draft 2020-12 schema: ``resources`` is a list of one-key objects ``Type[name]: {attributes}``.
+
+    Every declared resource type is in it, plugins' included; a type whose plugin cannot
+    be loaded is left out and, when ``broken`` is given, put there with why.
+    """
     defs: dict[str, Any] = {}
     patterns: dict[str, Any] = {}
-    for type_name in sorted(SPECS):
-        spec = SPECS[type_name]
+    for type_name in sorted(types()):
+        try:
+            prov = provider(type_name)
+            spec = prov.spec_model()
+        except Exception as exc:  # noqa: BLE001 - a broken plugin is reported, never fatal
+            if broken is not None:
+                broken[type_name] = str(exc) if isinstance(exc, Unloadable) else f"{type_name}: {exc}"
+            continue
         schema = spec.model_json_schema(ref_template="#/$defs/{model}")
         defs.update(schema.pop("$defs", {}))
-        if spec.namevar and spec.namevar in schema.get("required", []):
+        if prov.namevar and prov.namevar in schema.get("required", []):
             # The name fills the namevar, so a manifest may leave it out.
-            schema["required"] = [r for r in schema["required"] if r != spec.namevar]
+            schema["required"] = [r for r in schema["required"] if r != prov.namevar]
         schema["title"] = type_name
         defs[type_name] = schema
         patterns[f"^{re.escape(type_name)}\\[.+\\]$"] = {

@@ -10,7 +10,6 @@ provider supports is ``skipped`` with that reason, never attempted.
 from __future__ import annotations
 
 import os
-import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,7 +17,9 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 from datum.core.vocab import Action, Mode
 
-if TYPE_CHECKING:  # keeps the facts module out of idle passes
+if TYPE_CHECKING:  # keeps the facts module (and subprocess) out of idle passes
+    import subprocess
+
     from datum.providers.facts import Facts
 
 
@@ -62,6 +63,8 @@ def run(
     The command runs in a session (and process group) of its own. On timeout
     the whole group is killed, grandchildren included, and the status is 124.
     """
+    import subprocess
+
     try:
         proc = subprocess.Popen(
             list(argv) if not shell else argv[0],
@@ -91,6 +94,7 @@ def run(
 def _kill_group(proc: subprocess.Popen[str]) -> None:
     """SIGKILL the command's process group, then reap it (pipes held by escapees are let go)."""
     import signal
+    import subprocess
 
     try:
         os.killpg(proc.pid, signal.SIGKILL)
@@ -121,6 +125,7 @@ class HostContext:
     cache: dict[str, Any] = field(default_factory=dict)
     _facts: Facts | None = None
     _kept: frozenset[str] | None = None
+    _stat: tuple[str, os.stat_result] | None = None  # (path, lstat) of the last ``real()``
 
     def __post_init__(self) -> None:
         from datum.providers.fs import forget_sweeps
@@ -142,16 +147,37 @@ class HostContext:
 
     def path(self, host_path: str, *, follow_last: bool = True) -> Path:
         """``host_path`` resolved inside the root; raises ``Escape`` when it would leave it."""
-        from datum.providers.fs import resolve
+        return Path(self.real(host_path, follow_last=follow_last))
 
-        return resolve(
-            self.root, host_path, follow_last=follow_last, cache=self.cache.setdefault("paths", {})
+    def real(self, host_path: str, *, follow_last: bool = True) -> str:
+        """``path`` as a string; the ``lstat`` it made of the final component is kept for ``lstat``."""
+        from datum.providers.fs import real_path
+
+        found: dict[str, os.stat_result] = {}
+        real = real_path(
+            str(self.root),
+            host_path,
+            follow_last=follow_last,
+            cache=self.cache.get("paths") or self.cache.setdefault("paths", {}),
+            stats=found,
         )
+        self._stat = (real, found[real]) if found else None
+        return real
+
+    def lstat(self, real: str) -> os.stat_result | None:
+        """The ``lstat`` of ``real``: the one the last ``real()`` made of it (used once), else a new one."""
+        kept, self._stat = self._stat, None
+        if kept is not None and kept[0] == real:
+            return kept[1]
+        from datum.providers.fs import lstat
+
+        return lstat(real)
 
     def changed(self) -> None:
         """Something on the host changed: forget what was resolved or read before."""
         self.cache.clear()
         self._kept = None
+        self._stat = None
 
     def systemd_running(self) -> bool:
         """Whether systemd is PID 1 here, as sd_booted(3) tells it."""
@@ -189,8 +215,28 @@ class Provider(Generic[S, W, H]):
     """One resource type on this host. ``W`` is its resolved desired state, ``H`` what it observed."""
 
     type: ClassVar[str]
+    # Its attributes' pydantic model (a ``datum.providers.specs.Spec``), as "module:Class" or
+    # the class: imported for validation only, so a pass over a validated manifest never loads it.
+    spec: ClassVar[str | type[Any]]
+    # The attribute the resource's name fills when the manifest leaves it out
+    # (``File[/etc/motd]`` means ``path: /etc/motd``), as Puppet's namevar.
+    namevar: ClassVar[str | None] = None
     # Whether a change in a resource it subscribes to makes it act (restart, refresh).
     refreshable: ClassVar[bool] = False
+    # Whether its apply leaves directory fsyncs to ``fs.sync_dirs()`` (the executor runs it
+    # before applying a resource of any other provider, and at the end of the pass).
+    defers_dir_sync: ClassVar[bool] = False
+
+    @classmethod
+    def spec_model(cls) -> Any:
+        """The model of its attributes (``spec``, imported when it is a name)."""
+        spec = cls.spec
+        if isinstance(spec, str):
+            import importlib
+
+            module, _, attr = spec.partition(":")
+            spec = getattr(importlib.import_module(module), attr)
+        return spec
 
     def supported(self, ctx: HostContext) -> str | None:
         """None when this provider can manage resources here, else why not."""

@@ -124,6 +124,8 @@ def kept_paths(ctx: HostContext) -> frozenset[str]:
 
 class DirectoryProvider(PathProvider["DirectorySpec", DirWant, DirHave]):
     type = "Directory"
+    spec = "datum.providers.specs:DirectorySpec"
+    namevar = "path"
 
     def desired(self, name: str, spec: DirectorySpec, ctx: HostContext) -> DirWant:
         uid, gid = owner_ids(ctx, spec.owner, spec.group)

@@ -58,6 +58,8 @@ def guard(ctx: HostContext, want: ExecWant, name: str, command: str) -> bool:
 
 class ExecProvider(Provider["ExecSpec", ExecWant, ExecHave]):
     type = "Exec"
+    spec = "datum.providers.specs:ExecSpec"
+    namevar = "command"
     refreshable = True
 
     def desired(self, name: str, spec: ExecSpec, ctx: HostContext) -> ExecWant:

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class FileWant:
     host_path: str
-    real: Path
+    where: str  # the real path under the root, as a string (a pass builds no Path per file)
     ensure: str
     content: bytes | None
     mode: int | None
@@ -38,6 +38,10 @@ class FileWant:
     validate: str | None = None  # a command with %s for the candidate's path
     replace: bool = True  # False: content only when the file is created
     backups: int = 0  # how many backups of replaced content to keep (0: none)
+
+    @property
+    def real(self) -> Path:
+        return Path(self.where)
 
 
 @dataclass(frozen=True)
@@ -262,13 +266,16 @@ def keep_backup(real: Path, old: bytes, st: os.stat_result | None, keep: int) ->
 
 class FileProvider(PathProvider["FileSpec", FileWant, FileHave]):
     type = "File"
+    spec = "datum.providers.specs:FileSpec"
+    namevar = "path"
+    defers_dir_sync = True
 
     def desired(self, name: str, spec: FileSpec, ctx: HostContext) -> FileWant:
         uid, gid = owner_ids(ctx, spec.owner, spec.group)
         # Present writes through a final link (to its target inside the root);
         # absent removes the link itself, never what it points to.
-        real = ctx.path(spec.path, follow_last=spec.ensure == "present")
-        if real == ctx.root:
+        real = ctx.real(spec.path, follow_last=spec.ensure == "present")
+        if real == str(ctx.root):
             raise ProviderError(f"{spec.path} is the root; a File never removes or replaces it")
         return FileWant(
             spec.path,
@@ -285,9 +292,11 @@ class FileProvider(PathProvider["FileSpec", FileWant, FileHave]):
         )
 
     def observe(self, want: FileWant, ctx: HostContext) -> FileHave:
-        st = fs.lstat(want.real)
+        st = ctx.lstat(want.where)
         kind = fs.kind(st)
-        content = fs.read_bytes(want.real) if kind == "file" and want.content is not None else None
+        content = (
+            fs.read_file(want.where, st) if st is not None and kind == "file" and want.content is not None else None
+        )
         rejected = None
         if want.validate and want.content is not None and content != want.content and (
             want.replace or kind == "absent"
@@ -338,23 +347,39 @@ class FileProvider(PathProvider["FileSpec", FileWant, FileHave]):
     def apply(self, want: FileWant, have: FileHave, change: Change, ctx: HostContext) -> str | None:
         self._refuse(want, have)  # whoever calls
         if change.action is Action.DELETE:
-            fs.remove(want.real)
+            fs.remove(want.where)
             return None
-        rewrite = want.content is not None and have.content != want.content and want.replace
-        if have.kind == "absent" or rewrite:
+        if self._writes(want, have):
             data = want.content if want.content is not None else (have.content or b"")
             if want.backups and have.kind == "file" and have.content is not None:
                 keep_backup(want.real, have.content, have.st, want.backups)
+            # The directory's fsync waits for the end of the pass (fs.sync_dirs, run by the
+            # executor before anything runs a command and before the report is stored).
             fs.write_atomic(
-                want.real,
+                want.where,
                 data,
                 mode=want.mode,
                 uid=-1 if want.uid is None else want.uid,
                 gid=-1 if want.gid is None else want.gid,
+                sync_dir=False,
             )
         else:
-            fs.set_meta(want.real, want.mode, want.uid, want.gid)
+            fs.set_meta(want.where, want.mode, want.uid, want.gid)
         return None
+
+    @staticmethod
+    def _writes(want: FileWant, have: FileHave) -> bool:
+        """Whether apply writes the whole file (created, or its content replaced)."""
+        rewrite = want.content is not None and have.content != want.content and want.replace
+        return have.kind == "absent" or rewrite
+
+    def verify(self, want: FileWant, change: Change, ctx: HostContext) -> str | None:
+        """A file ``write_atomic`` wrote is what it was given: its bytes, mode and owner were
+        written to the temporary file, fsynced, then renamed into place, or it raised. Only a
+        change of mode or owner alone, or a removal, is observed again."""
+        if change.action is Action.CREATE or "content" in change.differences:
+            return None
+        return super().verify(want, change, ctx)
 
 
 PROVIDER = FileProvider()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 
 from datum.providers.base import ProviderError
@@ -30,7 +31,28 @@ def resolve(
     resources that manage the link itself. ``cache`` remembers resolved parent
     directories within one pass (the pass drops it after every change).
     """
-    top = os.path.abspath(root)
+    return Path(real_path(str(root), host_path, follow_last=follow_last, cache=cache))
+
+
+def real_path(
+    root: str,
+    host_path: str,
+    *,
+    follow_last: bool = True,
+    cache: dict[str, str] | None = None,
+    stats: dict[str, os.stat_result] | None = None,
+) -> str:
+    """``resolve`` on strings, the form a pass uses for every path (no ``Path`` built per file).
+
+    ``stats``, when given, receives the ``lstat`` of the final component that the
+    check for a final link made, keyed by the returned path, so the provider that
+    observes it next need not ``lstat`` it again.
+    """
+    top = cache.get(root) if cache is not None else None
+    if top is None:
+        top = os.path.abspath(root)
+        if cache is not None:
+            cache[root] = top  # a root has no NUL: never a parent's key
     parent, _, last = host_path.rstrip("/").rpartition("/")
     key = f"{top}\0{parent}"
     base = cache.get(key) if cache is not None else None
@@ -39,12 +61,25 @@ def resolve(
         if cache is not None:
             cache[key] = base
     if not last or last == ".":
-        return Path(base)
-    candidate = os.path.join(base, last)
-    if last != ".." and not (follow_last and os.path.islink(candidate)):
-        return Path(candidate)  # the common case: nothing left to resolve
-    start = [p for p in base[len(top) :].split("/") if p]
-    return Path(_walk(top, last, follow_last, host_path, start))
+        return base
+    candidate = f"{base}{last}" if base.endswith("/") else f"{base}/{last}"
+    if last == "..":
+        return _walk(top, last, follow_last, host_path, _from(top, base))
+    if not follow_last:
+        return candidate
+    try:
+        st = os.lstat(candidate)
+    except OSError:  # absent, or a parent that is not a directory: the observer says which
+        return candidate
+    if not stat.S_ISLNK(st.st_mode):
+        if stats is not None:
+            stats[candidate] = st
+        return candidate  # the common case: nothing left to resolve
+    return _walk(top, last, follow_last, host_path, _from(top, base))
+
+
+def _from(top: str, base: str) -> list[str]:
+    return [p for p in base[len(top) :].split("/") if p]
 
 
 def _walk(
@@ -144,7 +179,7 @@ def forget_sweeps() -> None:
     _swept.clear()
 
 
-def sweep_temporaries(directory: Path) -> None:
+def sweep_temporaries(directory: Path | str) -> None:
     """Remove temporary files a killed pass left in ``directory``, once per pass and directory.
 
     Only regular files and links named as Datum names them; a link is removed,
@@ -170,23 +205,40 @@ def sweep_temporaries(directory: Path) -> None:
             pass
 
 
-def temporary_name(directory: Path) -> Path:
+def temporary_name(directory: Path | str) -> Path:
     """A short, unused-looking name in ``directory`` for a file or link about to be renamed into place."""
-    return directory / f"{TMP_PREFIX}{os.urandom(6).hex()}"
+    return Path(directory) / f"{TMP_PREFIX}{os.urandom(6).hex()}"
+
+
+# Directories a deferred write renamed into and did not fsync yet (``write_atomic(sync_dir=False)``).
+_unsynced: set[str] = set()
 
 
 def write_atomic(
-    path: Path, data: bytes, *, mode: int | None = None, uid: int = -1, gid: int = -1
+    path: Path | str,
+    data: bytes,
+    *,
+    mode: int | None = None,
+    uid: int = -1,
+    gid: int = -1,
+    sync_dir: bool = True,
 ) -> None:
     """Replace ``path`` with ``data`` so a crash leaves the old file or the new one, never half.
 
     The temporary file gets its owner, then its mode (a chown clears setuid and
-    setgid bits, so the mode comes last), before the rename; an existing file's
-    mode and owner are kept when not given. Its name is short (``.datum-tmp-``
-    and 12 characters), so a target name of 255 bytes works.
+    setgid bits, so the mode comes last), and is fsynced before the rename; an
+    existing file's mode and owner are kept when not given. Its name is short
+    (``.datum-tmp-`` and 12 characters), so a target name of 255 bytes works.
+
+    ``sync_dir=False`` leaves the fsync of the directory, which makes the rename
+    itself durable, to ``sync_dirs()``: one per directory, not one per file. Until
+    then a power loss may undo the rename (the old file, or none, and at most a
+    temporary file beside it): the next pass finds the difference and writes it
+    again, and removes the temporary file.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    sweep_temporaries(path.parent)
+    path = os.fspath(path)
+    directory = os.path.dirname(path) or "."
+    sweep_temporaries(directory)
     try:
         old = os.lstat(path)
     except FileNotFoundError:
@@ -196,23 +248,31 @@ def write_atomic(
     if old is not None and stat.S_ISREG(old.st_mode):
         uid = old.st_uid if uid == -1 else uid
         gid = old.st_gid if gid == -1 else gid
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    made = False
     while True:
-        tmp = temporary_name(path.parent)
+        tmp = f"{directory}/{TMP_PREFIX}{os.urandom(6).hex()}"
         try:
-            fd = os.open(
-                tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600
-            )
+            fd = os.open(tmp, flags, 0o600)
             break
         except FileExistsError:
             continue
+        except FileNotFoundError:  # the directory is not there yet: make it (and its parents)
+            if made:
+                raise
+            os.makedirs(directory, exist_ok=True)
+            made = True
     try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
             if uid != -1 or gid != -1:
-                os.fchown(fh.fileno(), uid, gid)
-            os.fchmod(fh.fileno(), mode)
-            os.fsync(fh.fileno())
+                os.fchown(fd, uid, gid)
+            os.fchmod(fd, mode)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -220,10 +280,26 @@ def write_atomic(
         except FileNotFoundError:
             pass
         raise
-    fsync_dir(path.parent)
+    if sync_dir:
+        fsync_dir(directory)
+    else:
+        _unsynced.add(directory)
 
 
-def fsync_dir(path: Path) -> None:
+def sync_dirs() -> None:
+    """fsync every directory a deferred ``write_atomic`` renamed into: its renames are durable after."""
+    while _unsynced:
+        directory = _unsynced.pop()
+        try:
+            fsync_dir(directory)
+        except FileNotFoundError:
+            continue  # removed since (by a later resource): nothing of it to make durable
+        except BaseException:
+            _unsynced.add(directory)
+            raise
+
+
+def fsync_dir(path: Path | str) -> None:
     """Make a rename or an unlink in ``path`` durable."""
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
@@ -232,7 +308,7 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def read_bytes(path: Path) -> bytes | None:
+def read_bytes(path: Path | str) -> bytes | None:
     """A regular file's content, or None when it does not exist.
 
     Never hangs and never follows a final link: the kind is checked before the
@@ -240,8 +316,11 @@ def read_bytes(path: Path) -> bytes | None:
     what was opened must be a regular file.
     """
     st = lstat(path)
-    if st is None:
-        return None
+    return None if st is None else read_file(path, st)
+
+
+def read_file(path: Path | str, st: os.stat_result) -> bytes | None:
+    """``read_bytes`` for a path whose ``lstat`` was just made (``st``): no second one."""
     what = kind(st)
     if what == "directory":
         raise ProviderError(f"{path} is a directory")
@@ -253,13 +332,20 @@ def read_bytes(path: Path) -> bytes | None:
         return None
     except OSError as exc:
         raise ProviderError(f"cannot read {path}: {exc.strerror}") from exc
-    with os.fdopen(fd, "rb") as fh:
+    try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise ProviderError(f"{path} is not a regular file; refusing to read it")
-        return fh.read()
+        parts = []
+        size = st.st_size + 1  # all of it in one read, unless it grew since
+        while chunk := os.read(fd, size):
+            parts.append(chunk)
+            size = 1 << 20
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+    finally:
+        os.close(fd)
 
 
-def lstat(path: Path) -> os.stat_result | None:
+def lstat(path: Path | str) -> os.stat_result | None:
     try:
         return os.lstat(path)
     except FileNotFoundError:
@@ -268,7 +354,7 @@ def lstat(path: Path) -> os.stat_result | None:
         raise ProviderError(f"a parent of {path} is not a directory") from exc
 
 
-def remove(path: Path) -> None:
+def remove(path: Path | str) -> None:
     """Remove a file, a symlink or a special file, never following a link (its target stays).
 
     A directory is never removed here: one found at ``path`` now was something
@@ -281,7 +367,7 @@ def remove(path: Path) -> None:
     if stat.S_ISDIR(st.st_mode):
         raise ProviderError(f"{path} is a directory now, not what the pass decided on; left alone")
     os.unlink(path)
-    fsync_dir(path.parent)
+    fsync_dir(os.path.dirname(os.fspath(path)) or ".")
 
 
 _KINDS = (
@@ -328,7 +414,7 @@ def meta_differences(
     return out
 
 
-def set_meta(path: Path, mode: int | None, uid: int | None, gid: int | None) -> None:
+def set_meta(path: Path | str, mode: int | None, uid: int | None, gid: int | None) -> None:
     """Set the mode and ownership that are managed, leave the rest alone.
 
     Ownership first, then the mode: a chown clears setuid and setgid bits, so
@@ -378,8 +464,6 @@ def split_lines(text: str) -> list[str]:
 
 def unified(host_path: str, before: bytes | None, after: bytes | None) -> str:
     """A unified diff of file content for plans and drift reports, bounded in size."""
-    import difflib
-
     size_a, size_b = len(before or b""), len(after or b"")
     if max(size_a, size_b) > DIFF_MAX_BYTES:
         return f"content differs ({size_a} bytes, want {size_b}); too large to diff\n"
@@ -388,12 +472,15 @@ def unified(host_path: str, before: bytes | None, after: bytes | None) -> str:
         b = (after or b"").decode("utf-8")
     except UnicodeDecodeError:
         return f"binary content differs ({size_a} bytes, want {size_b})\n"
-    lines = difflib.unified_diff(
-        split_lines(a),
-        split_lines(b),
-        fromfile=f"a{host_path}" if before is not None else "/dev/null",
-        tofile=f"b{host_path}" if after is not None else "/dev/null",
-    )
+    fromfile = f"a{host_path}" if before is not None else "/dev/null"
+    tofile = f"b{host_path}" if after is not None else "/dev/null"
+    lines: Iterator[str]
+    if a:
+        import difflib
+
+        lines = difflib.unified_diff(split_lines(a), split_lines(b), fromfile=fromfile, tofile=tofile)
+    else:
+        lines = _all_added(fromfile, tofile, split_lines(b))
     out: list[str] = []
     chars = 0
     for n, line in enumerate(lines):
@@ -405,3 +492,15 @@ def unified(host_path: str, before: bytes | None, after: bytes | None) -> str:
         out.append(shown)
         chars += len(shown)
     return "".join(out)
+
+
+def _all_added(fromfile: str, tofile: str, lines: list[str]) -> Iterator[str]:
+    """What ``difflib.unified_diff`` yields when there was nothing before (a created file),
+    without its matcher: one hunk adding every line."""
+    if not lines:
+        return
+    yield f"--- {fromfile}\n"
+    yield f"+++ {tofile}\n"
+    yield f"@@ -0,0 +1{'' if len(lines) == 1 else f',{len(lines)}'} @@\n"
+    for line in lines:
+        yield "+" + line

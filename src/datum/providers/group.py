@@ -54,6 +54,8 @@ def put_group(
 
 class GroupProvider(Provider["GroupSpec", GroupWant, GroupHave]):
     type = "Group"
+    spec = "datum.providers.specs:GroupSpec"
+    namevar = "name"
 
     def desired(self, name: str, spec: GroupSpec, ctx: HostContext) -> GroupWant:
         return GroupWant(spec)

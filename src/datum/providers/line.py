@@ -101,6 +101,7 @@ def insert_at(bodies: list[str], spec: LineSpec, first: bool) -> int:
 
 class LineProvider(Provider["LineSpec", LineWant, LineHave]):
     type = "Line"
+    spec = "datum.providers.specs:LineSpec"
 
     def touches(self, spec: LineSpec) -> list[str]:
         return [spec.path]  # not owned (many Lines and a File may share it), but kept by a purge

@@ -86,6 +86,8 @@ def admindir(ctx: HostContext) -> Path:
 
 class PackageProvider(Provider["PackageSpec", PkgWant, PkgHave]):
     type = "Package"
+    spec = "datum.providers.specs:PackageSpec"
+    namevar = "name"
 
     def supported(self, ctx: HostContext) -> str | None:
         if shutil.which("dpkg") is None:

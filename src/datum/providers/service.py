@@ -69,6 +69,8 @@ def commands(want: SvcWant, have: SvcHave, action: Action) -> list[list[str]]:
 
 class ServiceProvider(Provider["ServiceSpec", SvcWant, SvcHave]):
     type = "Service"
+    spec = "datum.providers.specs:ServiceSpec"
+    namevar = "name"
     refreshable = True
 
     def supported(self, ctx: HostContext) -> str | None:

@@ -1,4 +1,4 @@
-"""The attributes of every resource type: the pydantic models that validate a manifest and generate its JSON Schema.
+"""The attributes of the built-in resource types: the pydantic models each provider names as its ``spec``.
 
 Providers only read attributes, so a pass over an already validated manifest
 never imports this module (nor pydantic).
@@ -7,7 +7,7 @@ never imports this module (nor pydantic).
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
@@ -112,11 +112,10 @@ Account = Annotated[
 class Spec(BaseModel):
     """The attributes every resource has; each type extends it with its own."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # defer_build: a model's validator is built when it first validates, so a manifest of
+    # Files never builds the other eight (pydantic builds them at class creation otherwise).
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
-    # The attribute filled from the resource's name when the manifest omits it
-    # (``File[/etc/motd]`` means ``path: /etc/motd``), as Puppet's namevar.
-    namevar: ClassVar[str | None] = None
 
     requires: list[str] = Field(default_factory=list, description="Resources this one needs first.")
     subscribes: list[str] = Field(
@@ -128,7 +127,6 @@ class Spec(BaseModel):
 class PathSpec(Spec):
     """A filesystem object at a path, with the mode and ownership conventions of Puppet's ``file``."""
 
-    namevar = "path"
 
     path: HostPath = Field(description="Absolute path on the host; defaults to the name.")
     ensure: Literal["present", "absent"] = "present"
@@ -231,7 +229,6 @@ class DirectorySpec(PathSpec):
 
 
 class SymlinkSpec(Spec):
-    namevar = "path"
 
     path: HostPath = Field(description="Where the link is; defaults to the name.")
     target: str | None = Field(
@@ -332,7 +329,6 @@ CRYPT_HASH = re.compile(r"^\$[0-9a-z]+(\$[A-Za-z0-9./=,+-]+){2,4}$")
 
 
 class PackageSpec(Spec):
-    namevar = "name"
 
     name: str = Field(
         min_length=1,
@@ -359,7 +355,6 @@ class PackageSpec(Spec):
 
 
 class ServiceSpec(Spec):
-    namevar = "name"
 
     name: str = Field(
         min_length=1,
@@ -371,7 +366,6 @@ class ServiceSpec(Spec):
 
 
 class UserSpec(Spec):
-    namevar = "name"
 
     name: str = Field(min_length=1, max_length=32, pattern=NAME)
     ensure: Literal["present", "absent"] = "present"
@@ -430,7 +424,6 @@ class UserSpec(Spec):
 
 
 class GroupSpec(Spec):
-    namevar = "name"
 
     name: str = Field(min_length=1, max_length=32, pattern=NAME)
     ensure: Literal["present", "absent"] = "present"
@@ -442,7 +435,6 @@ class GroupSpec(Spec):
 
 
 class ExecSpec(Spec):
-    namevar = "command"
 
     command: str = Field(
         min_length=1, description="A shell command; defaults to the resource name."
@@ -456,16 +448,3 @@ class ExecSpec(Spec):
     cwd: HostPath | None = Field(default=None, description="Working directory under the root (default: the root).")
     environment: dict[str, str] = Field(default_factory=dict)
     timeout: float = Field(default=300, gt=0, allow_inf_nan=False)
-
-
-SPECS: dict[str, type[Spec]] = {
-    "File": FileSpec,
-    "Directory": DirectorySpec,
-    "Symlink": SymlinkSpec,
-    "Line": LineSpec,
-    "Package": PackageSpec,
-    "Service": ServiceSpec,
-    "User": UserSpec,
-    "Group": GroupSpec,
-    "Exec": ExecSpec,
-}

@@ -32,6 +32,8 @@ class LinkHave:
 
 class SymlinkProvider(PathProvider["SymlinkSpec", LinkWant, LinkHave]):
     type = "Symlink"
+    spec = "datum.providers.specs:SymlinkSpec"
+    namevar = "path"
 
     def desired(self, name: str, spec: SymlinkSpec, ctx: HostContext) -> LinkWant:
         real = ctx.path(spec.path, follow_last=False)

@@ -90,6 +90,8 @@ def make_home(ctx: HostContext, home: str, uid: int, gid: int) -> None:
 
 class UserProvider(Provider["UserSpec", UserWant, UserHave]):
     type = "User"
+    spec = "datum.providers.specs:UserSpec"
+    namevar = "name"
 
     def desired(self, name: str, spec: UserSpec, ctx: HostContext) -> UserWant:
         home = spec.home or ("/nonexistent" if spec.system else f"/home/{spec.name}")

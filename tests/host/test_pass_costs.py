@@ -1,0 +1,192 @@
+"""What a pass does not pay for: click on a plain ``datum apply``, the configuration's validation
+when only the manifest changed; and the caches never answer for inputs they were not keyed on."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from datum.cli.passes import parse_apply
+
+from .conftest import Host
+
+WEB = 'resources:\n  - File[/srv/index.html]:\n      content: "hi\\n"\n      mode: "0644"\n'
+
+
+def _imports(host: Host, *args: str, env: dict[str, str] | None = None) -> tuple[int, set[str], str]:
+    """Run ``datum ARGS`` under ``-X importtime``: its exit code, the modules it imported, stdout."""
+    environ = {**os.environ, "DATUM_HOME": str(host.base / "home"), "DATUM_BOOT_ID_FILE": str(host.boot_id)}
+    environ.pop("DATUM_CONFIG", None)
+    environ.update(env or {})
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", "from datum.cli.main import main; main()", *args],
+        env=environ, capture_output=True, text=True, check=False,
+    )
+    imported = {line.split("|")[-1].strip() for line in done.stderr.splitlines() if "|" in line}
+    return done.returncode, imported, done.stdout
+
+
+def test_a_plain_apply_never_imports_click_and_help_still_works(host):
+    manifest = host.manifest(WEB)
+    code, imported, out = _imports(host, "apply", str(manifest), "--root", str(host.root), "--state", str(host.state))
+    assert code == 2 and "File[/srv/index.html]" in out and "host state: converged" in out
+    assert "click" not in imported and "datum.host.agent" in imported
+    code, imported, out = _imports(host, "apply", "--help")
+    assert code == 0 and "--root" in out and "click" in imported
+
+
+def test_a_pass_after_a_manifest_change_reuses_the_validated_configuration(host):
+    host.configure('[host]\nname = "web-1"\n')
+    env = {"DATUM_CONFIG": str(host.config)}
+    args = ("apply", "--root", str(host.root), "--state", str(host.state), "--json")
+    code, imported, _out = _imports(host, *args[:1], str(host.manifest(WEB)), *args[1:], env=env)
+    assert code == 2 and "datum.config" in imported
+    changed = host.manifest("# changed\n" + WEB)
+    code, imported, out = _imports(host, *args[:1], str(changed), *args[1:], env=env)
+    assert code == 0 and '"host": "web-1"' in out
+    assert "datum.config" not in imported  # the configuration came from its cache entry
+    host.configure('[host]\nname = "web-2"\nbogus = 1\n')  # a changed file is validated again
+    result = host.apply(changed)
+    assert result.code == 65 and "bogus" in result.err
+
+
+@pytest.mark.parametrize("variable", ["DATUM_HOME", "XDG_STATE_HOME", "HOME"])
+def test_the_cache_keys_change_with_what_the_default_store_comes_from(tmp_path, monkeypatch, variable):
+    """Without a configuration the store defaults under DATUM_HOME, else XDG_STATE_HOME or HOME
+    (for a user other than root): a cached configuration must never keep the old one."""
+    from datum.host import compiled
+
+    manifest = tmp_path / "m.yaml"
+    manifest.write_text(WEB)
+    monkeypatch.delenv("DATUM_CONFIG", raising=False)
+    monkeypatch.setenv(variable, str(tmp_path / "one"))
+    before = compiled.cache_key(str(manifest), None), compiled.config_key(None)
+    monkeypatch.setenv(variable, str(tmp_path / "two"))
+    after = compiled.cache_key(str(manifest), None), compiled.config_key(None)
+    assert None not in before and before[0] != after[0] and before[1] != after[1]
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["m.yaml"], {"manifest": "m.yaml", "token": None}),
+        (["m.yaml", "--root", "/r", "--json", "--mode=observe"],
+         {"manifest": "m.yaml", "root": "/r", "as_json": True, "mode": "observe", "token": None}),
+        (["--state", "s.db", "m.yaml", "--token", "t", "--allow-source-outside"],
+         {"manifest": "m.yaml", "state": "s.db", "token": "t", "allow_outside": True}),
+        # everything else is click's to answer (help, usage errors, its own messages)
+        (["m.yaml", "--help"], None),
+        (["m.yaml", "-h"], None),
+        ([], None),
+        (["a.yaml", "b.yaml"], None),
+        (["m.yaml", "--mode", "sideways"], None),
+        (["m.yaml", "--root"], None),
+        (["m.yaml", "--root", "--json"], None),
+        (["m.yaml", "--json=yes"], None),
+        (["m.yaml", "--json", "--json"], None),
+        (["m.yaml", "--unknown"], None),
+        (["m.yaml", "--"], None),
+    ],
+)
+def test_parse_apply(args, expected):
+    assert parse_apply(args) == expected
+
+
+def test_parse_apply_leaves_what_click_refuses_to_click(tmp_path, monkeypatch):
+    monkeypatch.setenv("DATUM_TOKEN", "from-env")
+    (tmp_path / "file").write_text("")
+    assert parse_apply([str(tmp_path)]) is None  # the manifest is a directory
+    assert parse_apply(["m.yaml", "--root", str(tmp_path / "file")]) is None  # --root is a file
+    assert parse_apply(["m.yaml", "--config", str(tmp_path)]) is None
+    assert parse_apply(["m.yaml"]) == {"manifest": "m.yaml", "token": "from-env"}
+
+
+def test_a_pass_reads_of_the_last_report_only_what_it_needs(tmp_path):
+    from datum.host.statefile import StateStore, Unreadable, store_url
+
+    store = StateStore(store_url(str(tmp_path / "state.db")))
+    try:
+        assert store.summary("h1") is None
+        reboot = {"required": True, "reason": "kernel", "bootId": "b1", "markers": ["/run/reboot-required"]}
+        report = {"host": "h1", "state": "awaiting-reboot", "finishedAt": "2026-11-30T10:00:00+00:00",
+                  "reboot": reboot, "resources": [{"id": f"File[{i}]"} for i in range(3)]}
+        store.record("h1", report)
+        assert store.summary("h1") == {"state": "awaiting-reboot", "finishedAt": report["finishedAt"],
+                                       "reboot": reboot}
+        store.record("h1", {"host": "h1", "state": "converged"})
+        assert store.summary("h1") == {"state": "converged"}
+        for broken in ("not json {", '["a list"]', '{"state": 3}'):
+            store._db.execute("UPDATE agent_reports SET report = ?", (broken,))
+            with pytest.raises(Unreadable):
+                store.get("h1")
+            with pytest.raises(Unreadable):
+                store.summary("h1")
+    finally:
+        store.close()
+
+
+def test_a_changed_manifest_validates_only_the_resources_that_changed(tmp_path):
+    from datum.host.manifest import SpecMemory, parse_manifest
+
+    text = 'resources:\n  - File[/a]:\n      content: "a\\n"\n  - File[/b]:\n      content: "b\\n"\n'
+    first = SpecMemory()
+    parse_manifest(text, tmp_path, memory=first)
+    assert len(first.used) == 2
+    # What was remembered is used as it is: a marker put in it shows the model did not run again.
+    marked = {k: {**v, "content": "remembered\n"} if "File[/a]" in k else v for k, v in first.used.items()}
+    second = SpecMemory(known=marked)
+    changed = parse_manifest(text.replace('"b\\n"', '"B\\n"'), tmp_path, memory=second)
+    assert [r.spec.content for r in changed.resources] == ["remembered\n", "B\n"]
+    assert second.used.keys() != first.used.keys() and len(second.used) == 2
+
+
+@pytest.mark.parametrize("value", ['"0644"', "0644", "644", "true", "420", "0o644", "[1]"])
+def test_the_remembered_spec_key_tells_every_yaml_value_apart(tmp_path, value):
+    """``mode: 644`` (an int) must never be served what ``mode: "644"`` validated to."""
+    from datum.host.manifest import SpecMemory, parse_manifest, spec_key
+
+    keys = {spec_key("File", "/a", {"mode": v}) for v in ("0644", 644, 420, True, 1.0, 1, "1", [1])}
+    assert len(keys) == 8
+    valid = SpecMemory()
+    parse_manifest('resources:\n  - File[/a]:\n      mode: "0644"\n', tmp_path, memory=valid)
+    memory = SpecMemory(known=dict(valid.used))
+    text = f"resources:\n  - File[/a]:\n      mode: {value}\n"
+    if value == '"0644"':
+        assert parse_manifest(text, tmp_path, memory=memory).resources[0].spec.mode == 0o644
+    else:
+        with pytest.raises(Exception, match="not valid"):
+            parse_manifest(text, tmp_path, memory=memory)
+
+
+def test_a_comment_changed_in_a_manifest_imports_no_pydantic(host):
+    manifest = host.manifest(WEB)
+    args = ("apply", str(manifest), "--root", str(host.root), "--state", str(host.state))
+    assert _imports(host, *args)[0] == 2
+    manifest.write_text("# a comment\n" + WEB)
+    code, imported, out = _imports(host, *args)
+    assert code == 0 and "host state: converged" in out
+    assert "yaml" in imported and {"pydantic", "datum.config", "click"}.isdisjoint(imported)
+
+
+def test_a_changed_resource_is_validated_without_scanning_the_installed_distributions(host):
+    """The entry points are remembered (datum.discovery), and pydantic is told it has no plugins:
+    a pass that validates a changed resource runs with importlib.metadata's scans made to fail."""
+    manifest = host.manifest(WEB)
+    args = ["apply", str(manifest), "--root", str(host.root), "--state", str(host.state)]
+    assert _imports(host, *args)[0] == 2  # the first process scans, and remembers
+    manifest.write_text(WEB.replace('"hi\\n"', '"hello\\n"'))
+    no_scan = (
+        "import importlib.metadata as m\n"
+        "def scan(*a, **k): raise AssertionError('scanned the installed distributions')\n"
+        "m.entry_points = m.distributions = scan\n"
+        "from datum.cli.main import main; main()\n"
+    )
+    env = {**os.environ, "DATUM_HOME": str(host.base / "home"), "DATUM_BOOT_ID_FILE": str(host.boot_id),
+           "DATUM_DEBUG": "1"}
+    done = subprocess.run([sys.executable, "-c", no_scan, *args], env=env, capture_output=True, text=True,
+                          check=False)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert (host.root / "srv/index.html").read_text() == "hello\n"
