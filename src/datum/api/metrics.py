@@ -29,7 +29,7 @@ from prometheus_client.registry import Collector
 
 from datum.api.state import ServerState
 from datum.core.memory import BackoffPolicy
-from datum.core.vocab import Direction, Health, HostState, Reason, ResourceState
+from datum.core.vocab import Direction, Health, HostState, Reason, ResourceState, all_reasons
 from datum.fleet.stale import stale
 from datum.reconcile.report import DriftReport
 from datum.store.hosts import hosts as hosts_table
@@ -139,7 +139,7 @@ class StoreCollector(Collector):
             dropped.add_metric([name], report.dropped)
             policy = BackoffPolicy(own.backoff.base_passes, own.backoff.cap_passes)
             by, trips, parked = _exact(run, report, policy)
-            for reason in Reason:
+            for reason in all_reasons():
                 for direction in Direction:
                     items.add_metric([name, reason.value, direction.value], by[(reason.value, direction.value)])
             at_cap.add_metric([name], parked)

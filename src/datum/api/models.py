@@ -1,4 +1,4 @@
-"""The HTTP schema of the hosts and buckets endpoints (the drift report's lives in ``reconcile.report``).
+"""The HTTP schema of the hosts endpoints (the drift report's lives in ``reconcile.report``; a plugin's in its routes).
 
 Fields that do not apply are absent, never null, as everywhere in the contract.
 """
@@ -6,7 +6,7 @@ Fields that do not apply are absent, never null, as everywhere in the contract.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.json_schema import SkipJsonSchema
@@ -16,14 +16,16 @@ from datum.host.report import PassReport, ResourceReport
 from datum.reconcile.report import absent
 
 
-class _Out(BaseModel):
+class Out(BaseModel):
+    """A response body: camelCase by alias, fields that do not apply left out."""
+
     model_config = ConfigDict(populate_by_name=True)
 
     def dump(self) -> dict[str, Any]:
         return self.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
-class HostStatus(_Out):
+class HostStatus(Out):
     """A host's persisted state: the rollup of its last pass, why when it is not converged, and the pass."""
 
     host: str
@@ -40,24 +42,13 @@ class HostStatus(_Out):
     )
 
 
-class Bucket(_Out):
-    """One bucket's desired state."""
-
-    name: str
-    status: Literal["creating", "active", "deleting", "delete_blocked", "deleted"] = Field(
-        description="Where the bucket stands; deleted is terminal."
-    )
-    created_at: datetime | SkipJsonSchema[None] = absent("When it was first asked for.", "createdAt")
-    updated_at: datetime | SkipJsonSchema[None] = absent("When its status last changed.", "updatedAt")
-
-
-class Status(_Out):
+class Status(Out):
     """A probe's answer."""
 
     status: str
 
 
-class Endpoint(_Out):
+class Endpoint(Out):
     """One operation of the API."""
 
     method: str = Field(description="GET, PUT, POST or DELETE; HEAD is answered wherever GET is.")
@@ -65,7 +56,7 @@ class Endpoint(_Out):
     summary: str = Field(description="What it answers.")
 
 
-class ApiRoot(_Out):
+class ApiRoot(Out):
     """``GET /v1``: what this API answers, and where it is documented."""
 
     endpoints: list[Endpoint]

@@ -12,16 +12,20 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from datum.core.findings import Finding, Problem
+
+if TYPE_CHECKING:
+    from datum.store.migrate import Branch
 
 DEFAULT_LOCK_WAIT = timedelta(seconds=10)
 
@@ -105,6 +109,7 @@ class Store:
         self._path = path
         self._identity = _identity(path)
         self._ensured: set[int] = set()
+        self._migrated: set[str] = set()
 
     @property
     def dialect(self) -> str:
@@ -130,6 +135,16 @@ class Store:
         with self.faults():
             metadata.create_all(self.engine, checkfirst=True)
         self._ensured.add(id(metadata))
+
+    def require(self, branch: Branch) -> None:
+        """Bring a plugin's migration branch to its heads (once per process): its tables exist after."""
+        if branch.version_table in self._migrated:
+            return
+        from datum.store.migrate import migrate
+
+        with self.faults():
+            migrate(self.engine, [branch])
+        self._migrated.add(branch.version_table)
 
     @contextmanager
     def faults(self) -> Iterator[None]:
@@ -200,8 +215,12 @@ _DRIVERS = frozenset(
 )
 
 
-def open_store(url: str, *, lock_wait: timedelta | None = None) -> Store:
+def open_store(
+    url: str, *, lock_wait: timedelta | None = None, branches: Iterable[Branch] = ()
+) -> Store:
     """Open the store at ``url`` (``sqlite:///path`` or ``postgresql://...``) and create its schema.
+
+    The framework's tables are migrated, then every plugin branch in ``branches``.
 
     ``lock_wait`` is how long a statement waits for a SQLite store another
     process holds locked before the command gives up (``UNAVAILABLE``, exit 69).
@@ -248,11 +267,12 @@ def open_store(url: str, *, lock_wait: timedelta | None = None) -> Store:
             "connect_timeout": max(2, round(wait.total_seconds())),
         }
         engine = sa.create_engine(parsed, pool_pre_ping=True, connect_args=connect_args)
-    from datum.store.migrate import migrate
+    from datum.store.migrate import CORE, migrate
 
     shown = parsed.render_as_string(hide_password=True)
+    branches = [CORE, *branches]
     try:
-        migrate(engine)
+        migrate(engine, branches)
     except Exception as exc:
         if _is_fault(exc) or isinstance(exc, sa.exc.SQLAlchemyError):
             engine.dispose()
@@ -260,4 +280,6 @@ def open_store(url: str, *, lock_wait: timedelta | None = None) -> Store:
         raise
     if never_recreate is not None:
         never_recreate.opened = True
-    return Store(engine, path=path, lock_wait=wait)
+    store = Store(engine, path=path, lock_wait=wait)
+    store._migrated.update(b.version_table for b in branches)
+    return store

@@ -30,14 +30,26 @@ from typing import Any, Literal
 
 import sqlalchemy as sa
 
-from datum.config import ReconcilerSettings
-from datum.core.coverage import CoverageDecl
-from datum.core.findings import FieldError, Problem, invalid
-from datum.core.vocab import Direction, Reason
-from datum.reconcile import BlockedOnOwner, CoverageSpec, PassContext, SubstrateError, Waiting
-from datum.safefs import Occupied, count_objects, remove_empty
-from datum.store import Store
-from datum.store.types import UTCDateTime
+from datum.sdk import (
+    BlockedOnOwner,
+    Branch,
+    CoverageDecl,
+    CoverageSpec,
+    Direction,
+    FieldError,
+    Occupied,
+    PassContext,
+    Problem,
+    Reason,
+    ReconcilerSettings,
+    Store,
+    SubstrateError,
+    UTCDateTime,
+    Waiting,
+    count_objects,
+    invalid,
+    remove_empty,
+)
 
 log = logging.getLogger("datum.buckets")
 
@@ -54,6 +66,9 @@ CREATING, ACTIVE, DELETING, DELETE_BLOCKED, DELETED = (
 STATUSES = (CREATING, ACTIVE, DELETING, DELETE_BLOCKED, DELETED)
 WORK_QUERY = (CREATING, ACTIVE, DELETING, DELETE_BLOCKED)
 TOMBSTONES = frozenset({DELETING, DELETE_BLOCKED})
+
+# The table comes from this plugin's own Alembic branch (migrations/); ``store.require`` runs it.
+BRANCH = Branch.of_plugin(NAME, Path(__file__).parent / "migrations")
 
 metadata = sa.MetaData()
 buckets = sa.Table(
@@ -103,7 +118,7 @@ def _now() -> datetime:
 def create(store: Store, name: str) -> str:
     """Ask for a bucket. Re-asking for a deleted bucket brings it back; otherwise it must be new."""
     check_name(name)
-    store.ensure(metadata)
+    store.require(BRANCH)
     now = _now()
     with store.begin() as conn:
         row = conn.execute(sa.select(buckets.c.status).where(buckets.c.name == name)).first()
@@ -119,7 +134,7 @@ def create(store: Store, name: str) -> str:
 def delete(store: Store, name: str) -> str:
     """Ask for a bucket to be deleted; the reconciler deletes it once it is empty."""
     check_name(name)
-    store.ensure(metadata)
+    store.require(BRANCH)
     with store.begin() as conn:
         if _set_status(conn, name, DELETING, {CREATING, ACTIVE}):
             return DELETING
@@ -131,7 +146,7 @@ def delete(store: Store, name: str) -> str:
 
 def rows(store: Store) -> list[dict[str, Any]]:
     """Every bucket row, by name."""
-    store.ensure(metadata)
+    store.require(BRANCH)
     with store.connect() as conn:
         return [dict(r) for r in conn.execute(sa.select(buckets).order_by(buckets.c.name)).mappings()]
 
@@ -215,7 +230,7 @@ class BucketsReconciler:
         )
         self.coverage = [CoverageSpec(decl, buckets)]
         self._ctx: PassContext | None = None
-        store.ensure(metadata)
+        store.require(BRANCH)
 
     def run(self, ctx: PassContext) -> None:
         if not self.root.exists() and ctx.first_pass:
