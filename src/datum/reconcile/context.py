@@ -13,13 +13,14 @@ lost; items not reached keep the memory the last executed pass left them.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import operator
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 
@@ -28,11 +29,14 @@ from datum.core.converge import ApplyFn, Converge, ItemReport, PassResult, Settl
 from datum.core.coverage import CoverageDecl, CoverageRow, histogram
 from datum.core.memory import ItemMemory
 from datum.core.vocab import AnyReason, Direction, Reason, registered
+from datum.reconcile.desired import set_status
 from datum.store import Store
 from datum.store.memory import load_memory
 from datum.store.runs import LostClaim
 
 __all__ = ["Item", "LostClaim", "PassContext", "PassStopped", "SubstrateError"]
+
+log = logging.getLogger("datum.reconcile")
 
 D = TypeVar("D")
 A = TypeVar("A")
@@ -120,6 +124,21 @@ class PassContext:
             if self.fence is not None:
                 self.fence(conn)
             yield conn
+
+    def compare_and_set(self, table: sa.Table, key: str, read: str, status: str, **options: Any) -> bool:
+        """Move one desired-state row from the status this pass read to ``status``, fenced; whether it moved.
+
+        Nothing is written when ``read == status`` or when someone moved the
+        row meanwhile (a tenant's delete during the pass is never overwritten).
+        ``options`` are ``set_status``'s (``key_column``, ``status_column``, ...).
+        """
+        if read == status:
+            return False
+        with self.begin() as conn:
+            moved = set_status(conn, table, key, status, {read}, **options)
+        if not moved:
+            log.info("%s %s left as it is: no longer %s, so not moved to %s", table.name, key, read, status)
+        return moved
 
     def converge(
         self,

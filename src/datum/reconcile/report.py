@@ -23,6 +23,7 @@ from pydantic import (
 from pydantic.json_schema import SkipJsonSchema
 
 from datum.config import Settings
+from datum.core.coverage import CoverageRow
 from datum.core.vocab import Direction, Health, Reason
 from datum.reconcile.coverage import measure
 from datum.reconcile.registry import Registry, declared_coverage, declared_items_reported
@@ -210,7 +211,7 @@ def drift_report(
     specs = declared_coverage(reconciler)
     reported = metrics.get(COVERAGE) if specs is None else None
     if reported is not None:
-        coverage = [CoverageEntry.model_validate(row) for row in reported]
+        coverage = [CoverageEntry.model_validate(CoverageRow(**row), from_attributes=True) for row in reported]
     if specs is not None:
         try:
             coverage = [

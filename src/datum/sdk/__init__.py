@@ -18,7 +18,8 @@ Reasons
 Coverage
     ``CoverageDecl``, ``CoverageSpec``, ``CoverageRow``.
 Storage
-    ``Store``, ``Branch`` (a plugin's own Alembic branch: ``store.require``), ``UTCDateTime``.
+    ``set_status`` (compare-and-set on a desired-state row's status; during a
+    pass, ``ctx.compare_and_set``), ``Store``, ``Branch`` (a plugin's own Alembic branch: ``store.require``), ``UTCDateTime``.
 Removing what may hold data (count first, never through a symlink)
     ``remove_empty``, ``count_objects``, ``Occupied``.
 Findings
@@ -61,6 +62,7 @@ _WHERE: dict[str, str] = {
     "CoverageRow": "datum.core.coverage",
     "CoverageSpec": "datum.reconcile.coverage",
     "Store": "datum.store.engine",
+    "set_status": "datum.reconcile.desired",
     "Branch": "datum.store.migrate",
     "UTCDateTime": "datum.store.types",
     "Problem": "datum.core.findings",
@@ -109,6 +111,7 @@ __all__ = [
     "SubstrateError",
     "TemporaryError",
     "UTCDateTime",
+    "set_status",
     "Waiting",
     "count_objects",
     "invalid",
@@ -142,6 +145,7 @@ if TYPE_CHECKING:
     from datum.providers.specs import Spec
     from datum.reconcile.context import Item, PassContext, SubstrateError
     from datum.reconcile.coverage import CoverageSpec
+    from datum.reconcile.desired import set_status
     from datum.reconcile.registry import Reconciler
     from datum.reconcile.result import Result
     from datum.safefs import Occupied, count_objects, remove_empty

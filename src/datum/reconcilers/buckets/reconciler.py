@@ -19,7 +19,6 @@ a tenant's ``datum bucket delete`` during a pass is never overwritten.
 
 from __future__ import annotations
 
-import logging
 import os
 import re
 from collections.abc import Collection
@@ -49,9 +48,8 @@ from datum.sdk import (
     count_objects,
     invalid,
     remove_empty,
+    set_status,
 )
-
-log = logging.getLogger("datum.buckets")
 
 NAME = "buckets"
 KIND = "bucket"
@@ -151,20 +149,9 @@ def rows(store: Store) -> list[dict[str, Any]]:
         return [dict(r) for r in conn.execute(sa.select(buckets).order_by(buckets.c.name)).mappings()]
 
 
-def _set_status(
-    conn: sa.Connection,
-    name: str,
-    status: str,
-    expected: Collection[str],
-    **values: Any,
-) -> bool:
+def _set_status(conn: sa.Connection, name: str, status: str, expected: Collection[str], **values: Any) -> bool:
     """Compare-and-set: move ``name`` to ``status`` only from one of ``expected``; whether it moved."""
-    done = conn.execute(
-        sa.update(buckets)
-        .where(buckets.c.name == name, buckets.c.status.in_(expected))
-        .values(status=status, updated_at=_now(), **values)
-    )
-    return bool(done.rowcount == 1)
+    return set_status(conn, buckets, name, status, expected, **values)
 
 
 # -- substrate ---------------------------------------------------------------------
@@ -320,13 +307,9 @@ class BucketsReconciler:
 
     def _status(self, name: str, read: str, status: str) -> None:
         """Compare-and-set on the status this pass read: a change made meanwhile is left alone."""
-        if read == status:
-            return
         if self._ctx is None:
             raise RuntimeError("bucket statuses are written only during a pass")
-        with self._ctx.begin() as conn:
-            if not _set_status(conn, name, status, {read}):
-                log.info("bucket %s left as it is: no longer %s, so not moved to %s", name, read, status)
+        self._ctx.compare_and_set(buckets, name, read, status)
 
 
 def _count_or_none(path: Path) -> int | None:

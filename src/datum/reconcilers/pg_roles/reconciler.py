@@ -23,7 +23,6 @@ role sits in a status the work query does not select is never reaped.
 
 from __future__ import annotations
 
-import logging
 import re
 from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
@@ -52,9 +51,8 @@ from datum.sdk import (
     UTCDateTime,
     Waiting,
     invalid,
+    set_status,
 )
-
-log = logging.getLogger("datum.pg_roles")
 
 NAME = "pg_roles"
 KIND = "role"
@@ -177,13 +175,7 @@ def rows(store: Store) -> list[dict[str, Any]]:
 
 
 def _set_status(conn: sa.Connection, name: str, status: str, expected: Collection[str]) -> bool:
-    """Compare-and-set: move ``name`` to ``status`` only from one of ``expected``."""
-    done = conn.execute(
-        sa.update(desired_roles)
-        .where(desired_roles.c.name == name, desired_roles.c.status.in_(expected))
-        .values(status=status, updated_at=_now())
-    )
-    return bool(done.rowcount == 1)
+    return set_status(conn, desired_roles, name, status, expected)
 
 
 # -- substrate ---------------------------------------------------------------------
@@ -431,8 +423,5 @@ class PgRolesReconciler:
 
     def _status(self, name: str, read: str, status: str) -> None:
         """Compare-and-set on the status this pass read, in the pass's fenced transaction."""
-        if read == status or self._ctx is None:
-            return
-        with self._ctx.begin() as conn:
-            if not _set_status(conn, name, status, {read}):
-                log.info("role %s left as it is: no longer %s, so not moved to %s", name, read, status)
+        if self._ctx is not None:
+            self._ctx.compare_and_set(desired_roles, name, read, status)
