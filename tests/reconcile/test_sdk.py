@@ -223,3 +223,8 @@ def test_a_plugin_reason_is_registered_under_its_namespace_and_checked(world):
         register_reason("scripted", "jammed", "another meaning")
     with pytest.raises(ValueError):
         register_reason("Bad-Name", "x", "d")
+
+
+def test_datum_explain_knows_a_loaded_plugins_reason(datum_cli):
+    code, out, _ = datum_cli("explain", "pg_roles.membership_outside_prefix")
+    assert code == 0 and "pg_roles reconciler plugin" in out and "outside the prefix" in out

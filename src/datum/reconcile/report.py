@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 from typing import Annotated, Any, ClassVar
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -24,14 +25,16 @@ from pydantic.json_schema import SkipJsonSchema
 
 from datum.config import Settings
 from datum.core.coverage import CoverageRow
-from datum.core.vocab import Direction, Health, Reason
+from datum.core.vocab import Direction, Health, PluginReason, Reason
 from datum.reconcile.coverage import measure
 from datum.reconcile.registry import Registry, declared_coverage, declared_items_reported
 from datum.store import Store
 from datum.store.runs import COVERAGE, ITEMS_REPORTED, load_run
 
 # A reason a plugin registered under its namespace (``pg_roles.still_owns``).
-PluginReasonText = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]*\.[a-z][a-z0-9_]*$")]
+PluginReasonText = Annotated[
+    str, StringConstraints(pattern=r"^[a-z][a-z0-9_]*\.[a-z][a-z0-9_]*$"), AfterValidator(PluginReason)
+]
 
 
 def _no_default(schema: dict[str, Any]) -> None:
