@@ -93,6 +93,13 @@ def test_two_plugins_of_one_name_the_second_is_refused(modules):
     assert "already loaded" in loaded.broken[0].error
 
 
+def test_a_second_plugin_on_a_taken_prefix_is_refused(modules):
+    routes = ", routes='x:y', prefix='/v1/same'"
+    loaded = _load([modules("first", good("first", routes)), modules("second", good("second", routes))])
+    assert [p.name for p in loaded.plugins] == ["first"]
+    assert "prefix /v1/same is already plugin 'first'" in loaded.broken[0].error
+
+
 def test_routes_that_do_not_import_or_a_fragment_that_does_not_merge_leave_the_server_up(modules):
     from datum.api.plugins import mount_plugins, schema_fragments
 
@@ -108,3 +115,14 @@ def test_routes_that_do_not_import_or_a_fragment_that_does_not_merge_leave_the_s
     assert set(problems) == {"noroutes", "badcedar"}
     assert "ModuleNotFoundError" in problems["noroutes"] and "does not merge" in problems["badcedar"]
     assert fragments == {}
+
+
+def test_a_configured_section_of_a_broken_plugin_stops_nothing(modules):
+    from datum.config import Settings
+    from datum.core.findings import Problem
+
+    loaded = _load([modules("bad2", "raise RuntimeError('boom')"), modules("fine3", good("fine3"))])
+    registry = loaded.registry()
+    registry.validate(Settings(reconcilers={"bad2": {"anything": 1}, "fine3": {}}))
+    with pytest.raises(Problem, match="not registered"):
+        registry.validate(Settings(reconcilers={"never_installed": {}}))

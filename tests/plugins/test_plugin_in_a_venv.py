@@ -63,6 +63,8 @@ def config(tmp_path: Path, **tiny_section: str) -> Path:
         f'[reconcilers.buckets]\nroot = "{tmp_path / "buckets"}"\ninterval = "200ms"\n'
         f'[reconcilers.tiny]\nroot = "{tmp_path / "notes"}"\nconfirmation_ticks = 1\n'
         'want = ["a", "b"]\njammed = ["b"]\ninterval = "200ms"\n' + section + "\n"
+        # The broken plugin is configured too: its section must not stop the others.
+        "[reconcilers.broken]\nanything = 1\n"
     )
     return cfg
 

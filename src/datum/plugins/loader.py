@@ -14,13 +14,15 @@ import logging
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
-from importlib.metadata import EntryPoint, entry_points
+from importlib.metadata import EntryPoint
 from pathlib import Path
 
 from datum.config import ReconcilerSettings
 from datum.core.vocab import register_reason, unregister_namespace
+from datum.plugins.commands import declared as _declared
+from datum.plugins.commands import discover
 from datum.plugins.reasons import sources, unregistered
-from datum.plugins.spec import GROUP, ReconcilerPlugin, resolve
+from datum.plugins.spec import ReconcilerPlugin, resolve
 from datum.reconcile.registry import Registry
 from datum.store.migrate import Branch
 
@@ -57,23 +59,9 @@ class Loaded:
         return [Branch.of_plugin(p.name, Path(p.migrations)) for p in self.plugins if p.migrations is not None]
 
 
-def discover() -> list[EntryPoint]:
-    """The ``datum.reconcilers`` entry points of every installed distribution, by name."""
-    return sorted(entry_points(group=GROUP), key=lambda ep: (ep.name, ep.value))
-
-
 def _error(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
-def _declared(ep: EntryPoint) -> ReconcilerPlugin:
-    plugin = ep.load()
-    if not isinstance(plugin, ReconcilerPlugin):
-        raise TypeError(f"{ep.value} is a {type(plugin).__name__}, not a datum.sdk.ReconcilerPlugin")
-    if plugin.name != ep.name:
-        raise ValueError(f"entry point {ep.name!r} declares a plugin named {plugin.name!r}")
-    return plugin
 
 
 def _check(ep: EntryPoint, plugin: ReconcilerPlugin) -> None:
@@ -98,12 +86,15 @@ def _check(ep: EntryPoint, plugin: ReconcilerPlugin) -> None:
 def _load(eps: Iterable[EntryPoint]) -> Loaded:
     plugins: dict[str, ReconcilerPlugin] = {}
     broken: list[Broken] = []
+    prefixes: dict[str, str] = {}
     for ep in eps:
         if ep.name in plugins:
             broken.append(Broken(ep.name, ep.value, f"another plugin named {ep.name!r} is already loaded"))
             continue
         try:
             plugin = _declared(ep)
+            if plugin.prefix is not None and plugin.prefix in prefixes:
+                raise ValueError(f"prefix {plugin.prefix} is already plugin {prefixes[plugin.prefix]!r}'s")
             _check(ep, plugin)
         except Exception as exc:  # noqa: BLE001 - a broken plugin is reported, never fatal
             unregister_namespace(ep.name)
@@ -111,6 +102,8 @@ def _load(eps: Iterable[EntryPoint]) -> Loaded:
             log.warning("plugin %s (%s) not loaded: %s", ep.name, ep.value, _error(exc))
             continue
         plugins[plugin.name] = plugin
+        if plugin.prefix is not None:
+            prefixes[plugin.prefix] = plugin.name
     return Loaded(tuple(plugins.values()), tuple(broken))
 
 
@@ -125,16 +118,3 @@ def load(*, refresh: bool = False) -> Loaded:
         if _loaded is None or refresh:
             _loaded = _load(discover())
         return _loaded
-
-
-def plugin_commands() -> dict[str, tuple[str, str]]:
-    """CLI commands the plugins declare: ``{name: (target, plugin)}``; only declarations are imported."""
-    found: dict[str, tuple[str, str]] = {}
-    for ep in discover():
-        try:
-            plugin = _declared(ep)
-        except Exception:  # noqa: BLE001 - `datum reconcilers` says why
-            continue
-        for name, target in plugin.commands.items():
-            found.setdefault(name, (target, plugin.name))
-    return found

@@ -13,9 +13,10 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from datum.config import ReconcilerSettings
+if TYPE_CHECKING:
+    from datum.config import ReconcilerSettings
 
 # The version of datum.sdk. A plugin written against a newer one is refused;
 # within a version, names are only ever added.
@@ -63,7 +64,7 @@ class ReconcilerPlugin:
 
     name: str
     reconciler: Callable[..., Any] | str
-    settings: type[ReconcilerSettings] | str = ReconcilerSettings
+    settings: type[ReconcilerSettings] | str = "datum.config:ReconcilerSettings"
     reasons: Mapping[str, str] = field(default_factory=dict)
     migrations: Path | str | None = None
     cedar_schema: str | None = None

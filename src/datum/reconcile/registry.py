@@ -94,7 +94,11 @@ class Registry:
     def validate(self, settings: Settings) -> None:
         """Check every reconciler section of the configuration; report every finding at once."""
         findings: list[Finding] = []
+        # A plugin that did not load is reported as broken; its section must not stop the others.
+        broken = {getattr(b, "name", None) for b in self.broken}
         for name in settings.reconcilers:
+            if name in broken:
+                continue
             if name not in self._entries:
                 findings.append(
                     Finding(
