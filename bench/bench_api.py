@@ -77,7 +77,7 @@ def prepare(home: Path, items: int, cap: int, access_log: bool, store_url: str) 
     )
     settings = load_settings(cfg)
     store = open_store(settings.store_url)
-    store.ensure(b.metadata)
+    store.require(b.BRANCH)
     now = datetime.now(UTC)
     with store.begin() as conn:
         conn.execute(

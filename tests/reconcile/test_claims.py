@@ -334,3 +334,109 @@ def test_a_stopped_or_killed_datum_serve_leaves_the_reconciler_free(tmp_path, st
     assert again.returncode == 0 and out.startswith("pass 1: health ok"), (out, err)
     assert sorted(p.name for p in (root / "items").iterdir()) == ["a", "b", "c"]
     store.dispose()
+
+
+def test_a_pass_hung_past_its_claims_timeout_is_taken_over_and_writes_nothing(tmp_path, store_url):
+    """A process alive but hung keeps its session lock: after ``lock_ttl`` another takes over,
+    ends that lock, and fences the hung pass out; when it wakes it applies and writes nothing more."""
+    root, (a, b), stores = runners(tmp_path, store_url, ["p", "q", "r"], lock_ttl="1s")
+    other = []
+
+    def hang(ctx, key):
+        Slow.on_apply = None
+        time.sleep(1.2)  # the hang: past the claim's timeout, with no renewal
+        other.append(b.tick(NAME))
+
+    Slow.on_apply = hang
+    tick = a.tick(NAME)
+    assert [t.outcome for t in other] == [TickOutcome.EXECUTED]
+    assert tick.outcome is TickOutcome.LOST_CLAIM
+    # The hung pass finished the apply it was stuck in; its status write was refused, nothing followed.
+    assert progress(root).count("applying p") == 2 and progress(root).count("applying q") == 1
+    assert writes(stores[1]) == {"p": 1, "q": 1, "r": 1}
+    row = run_row(stores[1])
+    assert (row["executed_passes"], row["completed"]) == (1, True)
+    for s in stores:
+        s.dispose()
+
+
+def test_a_long_pass_that_keeps_applying_renews_its_claim_and_is_not_taken_over(tmp_path, store_url):
+    root, (a, b), stores = runners(tmp_path, store_url, list("abcde"), lock_ttl="1s", delay=0.4)
+    meanwhile = []
+
+    def late(ctx, key):
+        if key == "e":  # 1.6 s into a pass whose claim times out after 1 s unless renewed
+            meanwhile.append(b.tick(NAME))
+
+    Slow.on_apply = late
+    tick = a.tick(NAME)
+    assert tick.outcome is TickOutcome.EXECUTED and not tick.stopped, tick.error
+    assert [t.outcome for t in meanwhile] == [TickOutcome.SKIPPED]
+    assert writes(stores[0]) == dict.fromkeys("abcde", 1)
+    for s in stores:
+        s.dispose()
+
+
+def test_a_pass_that_wakes_past_its_claims_timeout_applies_no_further_item(tmp_path, store_url):
+    """Nobody took over, so what it did is persisted; but it stops where another could have started."""
+    root, (a,), stores = runners(tmp_path, store_url, ["p", "q"], count=1, lock_ttl="1s")
+
+    def hang(ctx, key):
+        Slow.on_apply = None
+        time.sleep(1.2)
+
+    Slow.on_apply = hang
+    tick = a.tick(NAME)
+    assert tick.outcome is TickOutcome.EXECUTED and tick.stopped
+    assert "claim timed out" in tick.error
+    assert progress(root) == ["applying p", "applied p"]
+    assert a.tick(NAME).outcome is TickOutcome.EXECUTED
+    assert writes(stores[0]) == {"p": 1, "q": 1}
+    for s in stores:
+        s.dispose()
+
+
+@pytest.mark.parametrize("store_url", [pytest.param("postgresql", marks=pytest.mark.postgres)], indirect=True)
+def test_a_taker_not_allowed_to_end_the_hung_session_keeps_the_lease_for_a_later_try(tmp_path, store_url):
+    """A replica whose database role may not end another's session (no superuser, no
+    pg_signal_backend) takes nothing over; the hung pass is still fenced out, and the lease
+    waits for the next try."""
+    import uuid
+
+    root, (a,), stores = runners(tmp_path, store_url, ["p", "q"], count=1, lock_ttl="1s")
+    role = f"datum_weak_{uuid.uuid4().hex[:8]}"
+    writes(stores[0])  # the reconciler's own table exists before the grants
+    admin = sa.create_engine(store_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(sa.text(f'CREATE ROLE "{role}" LOGIN'))
+        conn.execute(sa.text(f'GRANT ALL ON ALL TABLES IN SCHEMA public TO "{role}"'))
+        conn.execute(sa.text(f'GRANT ALL ON ALL SEQUENCES IN SCHEMA public TO "{role}"'))
+    weak = open_store(sa.engine.make_url(store_url).set(username=role).render_as_string(hide_password=False))
+    b = Runner(registry(), a.settings, weak)
+    other = []
+
+    def hang(ctx, key):
+        Slow.on_apply = None
+        time.sleep(1.2)
+        other.append(b.tick(NAME))
+
+    try:
+        Slow.on_apply = hang
+        tick = a.tick(NAME)
+        assert [t.outcome for t in other] == [TickOutcome.SKIPPED]
+        assert tick.outcome is TickOutcome.LOST_CLAIM  # its claim was raised all the same
+        with stores[0].connect() as conn:
+            holder = conn.execute(sa.select(locks.c.holder).where(locks.c.name == f"reconciler:{NAME}")).scalar()
+        assert holder == b.holder  # kept for the next try, not dropped
+        assert b.tick(NAME).outcome is TickOutcome.EXECUTED  # the hung pass is gone now
+        # p: applied by the hung pass, its status write refused; q: by the later pass
+        assert writes(stores[0]) == {"q": 1}
+        assert sorted(p.name for p in (root / "items").iterdir()) == ["p", "q"]
+    finally:
+        weak.dispose()
+        for s in stores:
+            s.dispose()
+        with admin.connect() as conn:
+            conn.execute(sa.text(f'DROP OWNED BY "{role}"'))
+            conn.execute(sa.text(f'DROP ROLE "{role}"'))
+        admin.dispose()

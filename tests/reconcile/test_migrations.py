@@ -9,10 +9,17 @@ from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 
 from datum.store import open_store
-from datum.store.migrate import CORE, MIGRATIONS, Branch, current_revisions, heads, migrate
+from datum.store.migrate import (
+    CORE,
+    HEAD,
+    HEADS,
+    MIGRATIONS,
+    Branch,
+    current_revisions,
+    heads,
+    migrate,
+)
 from datum.store.schema import metadata
-
-HEADS = heads(CORE)
 
 
 def _alembic_heads(versions) -> set[str]:
@@ -24,7 +31,7 @@ def _alembic_heads(versions) -> set[str]:
 
 
 def test_heads_read_from_the_files_are_alembics():
-    assert set(HEADS) == _alembic_heads(CORE.versions)
+    assert set(HEADS) == _alembic_heads(CORE.versions) == {HEAD}
     from datum.reconcilers.buckets.reconciler import BRANCH
 
     assert set(heads(BRANCH)) == _alembic_heads(BRANCH.versions) == {"buckets_0001"}
@@ -97,9 +104,70 @@ def test_a_store_at_0004_gains_the_run_metrics_column_empty_until_the_next_pass(
     assert _opened(store_url, "SELECT executed_passes, metrics FROM reconciler_runs") == (3, None)
 
 
-def test_a_store_at_0005_gains_the_permanent_mark_empty(store_url):
+def _schema_diff(store) -> list[object]:
+    with store.connect() as conn:
+        diff = compare_metadata(MigrationContext.configure(conn), metadata)
+    return [d for d in diff if d[0] != "modify_type"]
+
+
+def test_a_tokens_table_made_by_create_all_is_adopted_with_its_tokens(store_url):
+    """Before 0006 ``datum token create`` made ``tokens`` with ``create_all``: it upgrades in place."""
+    from datum.api.tokens import TokenBook, digest
+    from datum.store.schema import tokens
+
+    _store_at(store_url, "0005")
+    old = sa.MetaData()  # the table as datum.api.tokens defined it for create_all: the same columns
+    tokens.to_metadata(old)
+    engine = sa.create_engine(store_url.replace("postgresql://", "postgresql+psycopg://", 1))
+    old.create_all(engine)
+    with engine.begin() as conn:
+        conn.execute(
+            sa.text("INSERT INTO tokens VALUES (:h, 'operator', '2026-01-01 00:00:00', NULL)"),
+            {"h": digest("datum_minted_before")},
+        )
+    engine.dispose()
+    store = open_store(store_url)
+    try:
+        with store.connect() as conn:
+            assert current_revisions(conn) == HEADS
+        assert _schema_diff(store) == []
+        assert TokenBook({}, store).principal("datum_minted_before") == "operator"
+    finally:
+        store.dispose()
+
+
+def test_a_store_without_tokens_gets_the_table_from_the_migration(store_url):
+    from datum.api.tokens import TokenBook, create
+
+    _store_at(store_url, "0005")
+    store = open_store(store_url)
+    try:
+        with store.connect() as conn:
+            assert sa.inspect(conn).has_table("tokens")
+        assert _schema_diff(store) == []
+        assert TokenBook({}, store).principal(create(store, "agent", "web1")) == "agent@host:web1"
+    finally:
+        store.dispose()
+
+
+def test_migrating_a_current_store_again_does_nothing_whatever_heads_the_fast_path_knows(store_url, monkeypatch):
+    """Under the lock the scripts' own heads decide: a plugin branch's head the constant does not name
+    (here: a constant out of step) makes migrate look, never upgrade twice or fail."""
+    from datum.store import migrate as m
+
+    open_store(store_url).dispose()
+    monkeypatch.setattr(m, "HEADS", frozenset({"0005"}))
+    engine = sa.create_engine(store_url.replace("postgresql://", "postgresql+psycopg://", 1))
+    try:
+        done = m.migrate(engine)
+        assert (done.before, done.upgraded) == (frozenset({HEAD}), False)
+    finally:
+        engine.dispose()
+
+
+def test_a_store_at_0006_gains_the_permanent_mark_empty(store_url):
     row = "INSERT INTO item_memory (reconciler, kind, item_id, direction, streak, failures, retry_after_passes)"
-    _store_at(store_url, "0005", row + " VALUES ('buckets', 'bucket', 'a', 'restore', 1, 0, 0)")
+    _store_at(store_url, "0006_tokens", row + " VALUES ('buckets', 'bucket', 'a', 'restore', 1, 0, 0)")
     assert _opened(store_url, "SELECT streak, permanent FROM item_memory") == (1, None)
 
 

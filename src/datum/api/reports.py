@@ -6,8 +6,9 @@ endpoint at ~100 requests a second. So the server keeps each reconciler's last
 report with its JSON body:
 
 - none yet, or forgotten (this process ticked the reconciler or wrote its
-  desired state): the request waits for one computation, shared by every
-  request that arrives meanwhile;
+  desired state, or any process recorded a tick of it: ``datum.api.watch``):
+  the request waits for one computation, shared by every request that
+  arrives meanwhile;
 - older than ``ttl`` (default 1 s): the request gets it at once while one
   refresh runs in a worker thread, so under steady traffic a report is never
   older than ``ttl`` plus one computation, and no request waits on a refresh;

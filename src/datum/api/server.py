@@ -1,7 +1,9 @@
 """Running the app: uvicorn on the configured address, with the scheduler ticking the reconcilers.
 
 The registry and the store are wired in the app's lifespan, which uvicorn runs
-before it opens the socket; then the scheduler starts. ``503 UNAVAILABLE`` is
+before it opens the socket; then the scheduler starts, and the watch that
+forgets a cached drift report when any process records a tick of its
+reconciler (``datum.api.watch``). ``503 UNAVAILABLE`` is
 what an app answers before it is wired (``create_app`` without a registry,
 e.g. when the app is mounted by another ASGI server that skips lifespans).
 """
@@ -24,6 +26,7 @@ from fastapi import FastAPI
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from datum.api.app import create_app
+from datum.api.watch import RunWatch
 from datum.config import Settings
 from datum.reconcile.registry import Registry
 from datum.reconcile.runner import Runner, Tick
@@ -42,6 +45,15 @@ def serving_app(settings: Settings, wire: Callable[[], tuple[Registry, Store]]) 
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         registry, store = wire()
         state.wire(registry, store)
+        loop = asyncio.get_running_loop()
+
+        def forget(name: str | None) -> None:
+            # On the event loop, where the cache is read and filled: never between its check and its store.
+            loop.call_soon_threadsafe(state.reports.invalidate, name)
+
+        # Ticks recorded by any process on the store (other replicas, datum reconcile).
+        watch = RunWatch(store, forget)
+        watch.start()
         # Everything allocated so far lives as long as the process: take it out of the
         # collector's sight, so a full collection under load scans only request garbage.
         gc.collect()
@@ -50,7 +62,7 @@ def serving_app(settings: Settings, wire: Callable[[], tuple[Registry, Store]]) 
         if settings.server.scheduler:
 
             def ticked(tick: Tick) -> None:
-                state.reports.invalidate(tick.reconciler)
+                forget(tick.reconciler)
 
             scheduler = Scheduler(Runner(registry, settings, store), on_tick=ticked)
             scheduler.start()
@@ -59,6 +71,7 @@ def serving_app(settings: Settings, wire: Callable[[], tuple[Registry, Store]]) 
         finally:
             if scheduler is not None:
                 scheduler.stop()
+            watch.stop()
             store.dispose()
 
     app.router.lifespan_context = lifespan

@@ -23,20 +23,10 @@ import sqlalchemy as sa
 from datum.api.authz import bound
 from datum.core.findings import FieldError, invalid
 from datum.store import Store
-from datum.store.types import UTCDateTime
+from datum.store.schema import tokens
 
 PREFIX = "datum_"
 
-metadata = sa.MetaData()
-tokens = sa.Table(
-    "tokens",
-    metadata,
-    sa.Column("sha256", sa.String(64), primary_key=True),
-    sa.Column("principal", sa.String(100), nullable=False, index=True),
-    sa.Column("created_at", UTCDateTime, nullable=False),
-    # The one host a token may speak for (datum token create --host); added by migration 0003.
-    sa.Column("host", sa.String(253)),
-)
 
 _PRINCIPAL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,99}$")
 
@@ -65,7 +55,6 @@ def create(store: Store, principal: str, host: str | None = None) -> str:
             f"host {host!r} is not a valid host name",
         )
     token = PREFIX + secrets.token_urlsafe(32)
-    store.ensure(metadata)
     with store.begin() as conn:
         conn.execute(
             sa.insert(tokens).values(
@@ -97,7 +86,6 @@ class TokenBook:
 
     def attach(self, store: Store) -> None:
         """Read the ``tokens`` table of ``store`` from now on."""
-        store.ensure(metadata)
         self._store = store
         self._cache.clear()
 

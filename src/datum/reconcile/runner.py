@@ -5,8 +5,10 @@ A tick *claims* the reconciler before it executes a pass, in this order:
 1. this process's own lock (a predecessor in this process is still running);
 2. the store's session lock (``datum.store.locks.session_lock``): released by
    the kernel or the database server when its process dies, so a pass killed
-   by SIGKILL never holds the reconciler for a lease time;
-3. the ``locks`` lease (expiring), for holders that know no session lock;
+   by SIGKILL never holds the reconciler for a lease time. Held elsewhere, it
+   is taken over only from a pass whose lease expired (``lock_ttl``, the
+   claim's timeout: a hung process), which is then fenced out;
+3. the ``locks`` lease (expiring; a running pass renews it, ``datum.reconcile.lease``);
 4. the fencing token in the run row, raised by one (``take_claim``); a
    scheduled tick is refused there, by the store's clock, before
    ``lastRanAt + interval``.
@@ -44,11 +46,19 @@ from datum.core.coverage import CoverageRow
 from datum.core.rollup import reconciler_health
 from datum.core.vocab import Health
 from datum.reconcile.context import PassContext, PassStopped
+from datum.reconcile.lease import PassLease
 from datum.reconcile.registry import Reconciler, Registry
 from datum.reconcile.result import Result
 from datum.store import Store
 from datum.store.history import record_reconciler_pass
-from datum.store.locks import SESSION_HOLDER, SessionLock, release, session_lock, try_acquire
+from datum.store.locks import (
+    SESSION_HOLDER,
+    SessionLock,
+    release,
+    session_lock,
+    take_expired,
+    try_acquire,
+)
 from datum.store.memory import break_streaks, save_memory
 from datum.store.runs import (
     COVERAGE,
@@ -58,6 +68,7 @@ from datum.store.runs import (
     NotDue,
     check_claim,
     load_run,
+    raise_claim,
     record_executed,
     record_skipped,
     store_now,
@@ -228,7 +239,7 @@ class Runner:
             return self._skip(name)
         try:
             session = session_lock(self.store, f"reconciler:{name}")
-            if not session.try_acquire():
+            if not session.try_acquire() and not self._take_over(name, own, session):
                 return self._skip(name)
             try:
                 return self._leased(name, reconciler, own, scheduled, should_stop, session)
@@ -236,6 +247,32 @@ class Runner:
                 session.release()
         finally:
             local.release()
+
+    def _take_over(self, name: str, own: ReconcilerSettings, session: SessionLock) -> bool:
+        """The session lock is held elsewhere: take the reconciler only from a pass whose claim timed out.
+
+        One transaction takes the expired lease (one winner) and raises the claim
+        token, so the timed-out pass can write nothing from then on; then its
+        session lock is ended and taken. When it cannot be ended, the lease is
+        kept until it expires, so that another tick tries again after ``lock_ttl``.
+        """
+        lease = f"reconciler:{name}"
+        with self.store.begin() as conn:
+            now = self.clock() if self.clock is not None else store_now(conn)
+            if not take_expired(conn, lease, self.holder, now, own.lock_ttl):
+                return False
+            raise_claim(conn, name)
+        log.warning("the claim on %s timed out (lock_ttl %s): taking the reconciler over", name, own.lock_ttl)
+        try:
+            session.break_held()
+        except Exception as exc:  # noqa: BLE001 - e.g. a role not allowed to end the other's session
+            # The lease stays ours until it expires: then the next taker tries again.
+            log.warning("could not end the timed-out holder's lock on %s: %s", name, exc)
+            return False
+        if session.try_acquire():
+            return True
+        release(self.store, lease, self.holder)
+        return False
 
     def _leased(
         self,
@@ -248,8 +285,10 @@ class Runner:
     ) -> Tick:
         lease = f"reconciler:{name}"
         takeover = _session_bound if session.dies_with_process else None
+        taken_at = time.monotonic()
         if not try_acquire(self.store, lease, self.holder, self._now(), own.lock_ttl, takeover=takeover):
             return self._skip(name)
+        kept = PassLease(self.store, lease, self.holder, own.lock_ttl, self._now, taken_at)
         try:
             try:
                 with self.store.begin() as conn:
@@ -264,7 +303,7 @@ class Runner:
                 log.debug("tick of %s not due for %.3fs", name, wait)
                 return Tick(name, TickOutcome.NOT_DUE, due_in=wait)
             claim = _Claim(name, claimed.token)
-            return self._execute(name, reconciler, own, claimed.now, claim, should_stop, session)
+            return self._execute(name, reconciler, own, claimed.now, claim, should_stop, session, kept)
         finally:
             release(self.store, lease, self.holder)
 
@@ -288,6 +327,7 @@ class Runner:
         claim: _Claim,
         should_stop: Callable[[], bool] | None,
         session: SessionLock,
+        lease: PassLease,
     ) -> Tick:
         with self.store.connect() as conn:
             previous = load_run(conn, name)
@@ -300,6 +340,8 @@ class Runner:
                 return True
             if should_stop is not None and should_stop():
                 why.append("the process was asked to stop")
+            elif (lapsed := lease.lapsed()) is not None:
+                why.append(lapsed)
             elif not session.held():
                 why.append("its session lock was lost (another pass may claim the reconciler)")
             return bool(why)

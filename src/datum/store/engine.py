@@ -16,16 +16,13 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from datum.core.findings import Finding, Problem
-
-if TYPE_CHECKING:
-    from datum.store.migrate import Branch
+from datum.store.migrate import CORE, Branch, Migrated, exclusive, migrate
 
 DEFAULT_LOCK_WAIT = timedelta(seconds=10)
 
@@ -102,8 +99,11 @@ class Store:
         *,
         path: str | None = None,
         lock_wait: timedelta = DEFAULT_LOCK_WAIT,
+        migrated: Migrated | None = None,
     ) -> None:
         self.engine = engine
+        # What opening the store did to its schema (``datum store migrate`` reports it).
+        self.migrated = migrated
         self.name = engine.url.render_as_string(hide_password=True)
         self.lock_wait = lock_wait
         self._path = path
@@ -129,19 +129,20 @@ class Store:
             )
 
     def ensure(self, metadata: sa.MetaData) -> None:
-        """Create ``metadata``'s tables if they do not exist (once per process)."""
+        """Create ``metadata``'s tables if they do not exist (once per process).
+
+        Under the migrations' lock: replicas starting together never race to create one table.
+        """
         if id(metadata) in self._ensured:
             return
-        with self.faults():
-            metadata.create_all(self.engine, checkfirst=True)
+        with self.faults(), exclusive(self.engine) as conn:
+            metadata.create_all(conn, checkfirst=True)
         self._ensured.add(id(metadata))
 
     def require(self, branch: Branch) -> None:
         """Bring a plugin's migration branch to its heads (once per process): its tables exist after."""
         if branch.version_table in self._migrated:
             return
-        from datum.store.migrate import migrate
-
         with self.faults():
             migrate(self.engine, [branch])
         self._migrated.add(branch.version_table)
@@ -267,12 +268,10 @@ def open_store(
             "connect_timeout": max(2, round(wait.total_seconds())),
         }
         engine = sa.create_engine(parsed, pool_pre_ping=True, connect_args=connect_args)
-    from datum.store.migrate import CORE, migrate
-
     shown = parsed.render_as_string(hide_password=True)
     branches = [CORE, *branches]
     try:
-        migrate(engine, branches)
+        migrated = migrate(engine, branches)
     except Exception as exc:
         if _is_fault(exc) or isinstance(exc, sa.exc.SQLAlchemyError):
             engine.dispose()
@@ -280,6 +279,6 @@ def open_store(
         raise
     if never_recreate is not None:
         never_recreate.opened = True
-    store = Store(engine, path=path, lock_wait=wait)
+    store = Store(engine, path=path, lock_wait=wait, migrated=migrated)
     store._migrated.update(b.version_table for b in branches)
     return store

@@ -7,6 +7,12 @@ server (a session-level advisory lock on a connection held for the pass) the
 moment its process dies: SIGKILL included, no expiry to wait for. The
 reconciler runner holds both; a lease whose holder is session-bound (see
 ``SESSION_HOLDER``) is stale as soon as its session lock can be taken.
+
+A process that is alive but hung (stopped, stuck in a system call) keeps its
+session lock forever: its lease's expiry is then the claim's timeout. Whoever
+takes an expired lease (``take_expired``, one winner) may end the other's
+session lock (``SessionLock.break_held``); a holder that is not hung renews
+its lease well before it expires (``renew``).
 """
 
 from __future__ import annotations
@@ -65,6 +71,28 @@ def try_acquire(
         return taken.rowcount == 1
 
 
+def take_expired(conn: sa.Connection, name: str, holder: str, now: datetime, ttl: timedelta) -> bool:
+    """In ``conn``'s transaction, take the lease ``name`` only from another holder whose lease expired by ``now``.
+
+    A free lease is not taken here: its session lock's holder may be about to take it.
+    """
+    taken = conn.execute(
+        sa.update(t)
+        .where(t.c.name == name, t.c.holder.is_not(None), t.c.holder != holder, t.c.expires_at < now)
+        .values(holder=holder, expires_at=now + ttl)
+    )
+    return taken.rowcount == 1
+
+
+def renew(store: Store, name: str, holder: str, now: datetime, ttl: timedelta) -> bool:
+    """Move the expiry of ``holder``'s lease to ``now + ttl``; False when it is no longer ``holder``'s."""
+    with store.begin() as conn:
+        renewed = conn.execute(
+            sa.update(t).where(t.c.name == name, t.c.holder == holder).values(expires_at=now + ttl)
+        )
+        return renewed.rowcount == 1
+
+
 def release(store: Store, name: str, holder: str) -> None:
     """Give the lease back, if ``holder`` still holds it."""
     with store.begin() as conn:
@@ -89,6 +117,9 @@ class SessionLock(Protocol):
 
     def release(self) -> None:
         """Give it back; harmless when it is not held."""
+
+    def break_held(self) -> None:
+        """End another holder's hold (its claim timed out): it finds ``held()`` False from now on."""
 
 
 class _FileLock:
@@ -136,6 +167,14 @@ class _FileLock:
         fd, self._fd = self._fd, None
         if fd is not None:
             os.close(fd)  # closing the only descriptor drops the flock
+
+    def break_held(self) -> None:
+        # The holder's descriptor stays locked on a file nobody can open again: the next
+        # try_acquire makes a new one, and the holder's held() sees another file.
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
 
 
 _KEEPALIVE = {"tcp_keepalives_idle": 30, "tcp_keepalives_interval": 10, "tcp_keepalives_count": 3}
@@ -194,6 +233,21 @@ class _AdvisoryLock:
             conn.close()
 
 
+    def break_held(self) -> None:
+        hi, lo = (self.key & 0xFFFFFFFFFFFFFFFF) >> 32, self.key & 0xFFFFFFFF
+        with self.store.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            # pg_locks shows a bigint key as its high and low halves; waits up to 10 s for each end.
+            conn.execute(
+                sa.text(
+                    "SELECT pg_terminate_backend(pid, 10000) FROM pg_locks WHERE locktype = 'advisory'"
+                    " AND granted AND classid = :hi AND objid = :lo AND objsubid = 1"
+                    " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+                    " AND pid <> pg_backend_pid()"
+                ),
+                {"hi": hi, "lo": lo},
+            )
+
+
 class _ProcessOnly:
     """An in-memory database is private to this process: the runner's own locks suffice."""
 
@@ -206,6 +260,9 @@ class _ProcessOnly:
         return True
 
     def release(self) -> None:
+        return None
+
+    def break_held(self) -> None:
         return None
 
 

@@ -36,6 +36,17 @@ def load_runs(conn: Connection) -> dict[str, dict[str, Any]]:
     return {r["reconciler"]: dict(r) for r in conn.execute(sa.select(t)).mappings()}
 
 
+def versions(conn: Connection) -> dict[str, int]:
+    """Each reconciler's version: how many ticks it recorded (executed and skipped), by name.
+
+    Every write that changes a drift report's run row (``record_executed``,
+    ``record_skipped``) raises it by one, whichever process ticked: a reader
+    that saw it change knows its report is out of date. One small read.
+    """
+    rows = conn.execute(sa.select(t.c.reconciler, t.c.executed_passes + t.c.skipped_passes))
+    return {name: int(n) for name, n in rows}
+
+
 def record_skipped(conn: Connection, reconciler: str, now: datetime) -> None:
     """A tick that did not execute: only ``asOf`` moves."""
     updated = conn.execute(
@@ -124,6 +135,17 @@ def store_now(conn: Connection) -> datetime:
     return datetime.fromisoformat(text).replace(tzinfo=UTC)
 
 
+def raise_claim(conn: Connection, reconciler: str) -> bool:
+    """Raise the fencing token by one: every pass holding an older one writes nothing from now on.
+
+    False when the reconciler has no run row yet (no pass ever claimed it).
+    """
+    raised = conn.execute(
+        sa.update(t).where(t.c.reconciler == reconciler).values(claim=t.c.claim + 1)
+    )
+    return raised.rowcount == 1
+
+
 def take_claim(
     conn: Connection,
     reconciler: str,
@@ -139,19 +161,15 @@ def take_claim(
     The token increment takes the run row's write lock, so two claimers are
     serialised by the database even without the session lock.
     """
-    raised = conn.execute(
-        sa.update(t).where(t.c.reconciler == reconciler).values(claim=t.c.claim + 1)
-    )
+    raised = raise_claim(conn, reconciler)
     if now is None:
         now = store_now(conn)
-    if raised.rowcount == 0:
+    if not raised:
         try:
             with conn.begin_nested():
                 conn.execute(sa.insert(t).values(_first_row(reconciler, now, claim=1)))
         except sa.exc.IntegrityError:
-            conn.execute(
-                sa.update(t).where(t.c.reconciler == reconciler).values(claim=t.c.claim + 1)
-            )
+            raise_claim(conn, reconciler)
     row = conn.execute(
         sa.select(t.c.claim, t.c.last_ran_at, t.c.metrics).where(t.c.reconciler == reconciler)
     ).one()

@@ -1,4 +1,4 @@
-"""The framework's own tables: item memory, reconciler run state, locks and host state.
+"""The framework's own tables: item memory, reconciler run state, locks, host state and tokens.
 
 Changing one means adding an Alembic migration in ``migrations/versions``.
 """
@@ -23,7 +23,7 @@ item_memory = sa.Table(
     sa.Column("failures", sa.Integer, nullable=False, default=0),
     sa.Column("last_err", sa.Text),
     sa.Column("retry_after_passes", sa.Integer, nullable=False, default=0),
-    # A permanent failure's fingerprint of the desired value it failed on (migration 0006_permanent).
+    # A permanent failure's fingerprint of the desired value it failed on (migration 0007_permanent).
     sa.Column("permanent", sa.String(64)),
 )
 
@@ -96,4 +96,16 @@ pass_history = sa.Table(
     sa.Column("counts", sa.JSON, nullable=False),
     sa.Column("items", sa.JSON(none_as_null=True)),
     sa.Index("ix_pass_history_subject_at", "subject", "name", "at"),
+)
+
+# Bearer tokens that ``datum token create`` minted (datum.api.tokens): only their SHA-256 is kept.
+# Made by ``create_all`` on first use before migration 0006 took it over.
+tokens = sa.Table(
+    "tokens",
+    metadata,
+    sa.Column("sha256", sa.String(64), primary_key=True),
+    sa.Column("principal", sa.String(100), nullable=False, index=True),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+    # The one host a token may speak for (datum token create --host; migration 0003 on an older table).
+    sa.Column("host", sa.String(253)),
 )

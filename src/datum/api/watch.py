@@ -1,0 +1,72 @@
+"""Across replicas: forget a cached drift report as soon as any process records a tick of its reconciler.
+
+Several ``datum serve`` on one store each keep their reports in memory
+(``datum.api.reports``). A thread of each reads every reconciler's version
+(``datum.store.runs.versions``: one small query) every ``period`` seconds and
+forgets the report of each one whose version moved, so every replica answers a
+pass's report within ``period`` plus one computation of it, however long
+``report_ttl`` is; requests between passes are still answered from memory. A
+store that does not answer is retried at the next period; once it answers
+again every report is forgotten (a tick may have been missed meanwhile).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+from datum.store import Store
+from datum.store.runs import versions
+
+log = logging.getLogger("datum.api")
+
+# How often the versions are read: well inside the second a replica may lag a pass.
+PERIOD = 0.2
+
+
+class RunWatch:
+    """Calls ``changed(name)`` for each reconciler whose version moved, ``changed(None)`` for all."""
+
+    def __init__(
+        self, store: Store, changed: Callable[[str | None], None], period: float = PERIOD
+    ) -> None:
+        self.store = store
+        self.changed = changed
+        self.period = period
+        self._seen: dict[str, int] | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def poll(self) -> None:
+        """Read the versions once and report what moved since the last read (all, on the first)."""
+        try:
+            with self.store.connect() as conn:
+                now = versions(conn)
+        except Exception as exc:  # noqa: BLE001 - a store fault is retried, never ends the watch
+            log.debug("reading reconciler versions failed: %s", exc)
+            self._seen = None
+            return
+        seen, self._seen = self._seen, now
+        if seen is None:
+            self.changed(None)
+            return
+        for name, version in now.items():
+            if seen.get(name) != version:
+                self.changed(name)
+
+    def start(self) -> None:
+        """Poll on a thread of its own from now on, the first time at once (never on the caller's thread)."""
+        self._thread = threading.Thread(target=self._loop, name="run-watch", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        self.poll()
+        while not self._stop.wait(self.period):
+            self.poll()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(10)
+            self._thread = None
