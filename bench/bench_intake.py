@@ -3,8 +3,8 @@
 
 Targets (issue 9, Performance): 10,000 simulated hosts posting one pass report
 each (50 resources) to ``POST /v1/hosts/{host}/passes``: at least 500 reports/s
-on one server process on PostgreSQL; ``GET /v1/hosts`` with those 10,000 hosts
-in under 200 ms; ``GET /v1/hosts/{host}/manifest`` under 10 ms at p99 with 100
+on one server process on PostgreSQL; ``GET /v1/hosts`` (a page of host summaries with
+every state's count) with those 10,000 hosts in under 200 ms; ``GET /v1/hosts/{host}/manifest`` under 10 ms at p99 with 100
 concurrent clients.
 
 The server is ``datum serve`` in its own process on a fresh PostgreSQL database
@@ -13,8 +13,9 @@ off, pinned to CPU 0 with the load on CPU 1 when there are two. The reports come
 from a small asyncio HTTP/1.1 client in a second process (``--concurrency``
 keep-alive connections, bodies built before the clock starts), every one
 answered 201 or it counts as an error; the token is an agent token, so each post
-goes through Cedar's ``fleet:ReportPass`` on its ``Host``. The listing is timed
-``--list-runs`` times (median and worst, the whole JSON body read). The manifest
+goes through Cedar's ``fleet:ReportPass`` on its ``Host``. The listing's first page
+with the fleet's counts is timed ``--list-runs`` times (median and worst, the
+whole JSON body read), then one walk of every page of 1,000. The manifest
 load is ``wrk`` when installed (else the Python client of ``bench_api``).
 Run as ``.venv/bin/python bench/bench_intake.py [--hosts N] [--resources N]``.
 """
@@ -135,7 +136,15 @@ def post_reports(base: str, token: str, hosts: int, resources: int, concurrency:
     return json.loads(out)  # type: ignore[no-any-return]
 
 
-def time_listing(base: str, token: str, runs: int) -> tuple[list[float], int]:
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process ``pid`` so far (``/proc``): what a busy machine does not stretch."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def time_listing(base: str, token: str, runs: int) -> tuple[list[float], int, float, int]:
+    """The first page with the fleet's counts (what the target names), ``runs`` times; then one walk of
+    every page (default limit), timed whole: (times in ms, hosts counted, walk in ms, hosts walked)."""
     times, count = [], 0
     with httpx.Client(headers={"Authorization": f"Bearer {token}"}, timeout=60) as client:
         for _ in range(runs):
@@ -143,8 +152,17 @@ def time_listing(base: str, token: str, runs: int) -> tuple[list[float], int]:
             r = client.get(f"{base}/v1/hosts")
             times.append((time.perf_counter() - started) * 1000)
             r.raise_for_status()
-            count = len(r.json())
-    return times, count
+            doc = r.json()
+            count = doc["total"] if isinstance(doc, dict) else len(doc)  # a list before the paged listing
+        if not isinstance(doc, dict):
+            return times, count, 0.0, count
+        walked, url, started = 0, f"{base}/v1/hosts?limit=1000", time.perf_counter()
+        while url:
+            doc = client.get(url).raise_for_status().json()
+            walked += len(doc["hosts"])
+            url = f"{base}/v1/hosts?limit=1000&cursor={doc['next']}" if "next" in doc else ""
+        walk = (time.perf_counter() - started) * 1000
+    return times, count, walk, walked
 
 
 def main(hosts: int = 10_000, resources: int = 50, concurrency: int = 16, list_runs: int = 5,
@@ -169,16 +187,21 @@ def main(hosts: int = 10_000, resources: int = 50, concurrency: int = 16, list_r
             warm = httpx.post(f"{base}/v1/hosts/warm-up/passes", json=report("warm-up", resources),
                               headers={"Authorization": f"Bearer {agent}"}, timeout=30)
             assert warm.status_code == 201, warm.text
+            cpu = cpu_seconds(server.pid)
             intake = post_reports(base, agent, hosts, resources, concurrency, load_pin)
-            listing, listed = time_listing(base, operator, list_runs)
+            intake_cpu, cpu = cpu_seconds(server.pid) - cpu, cpu_seconds(server.pid)
+            listing, listed, walk_ms, walked = time_listing(base, operator, list_runs)
             manifest_url = f"{base}/v1/hosts/host-00000/manifest"
             probe = httpx.get(manifest_url, headers={"Authorization": f"Bearer {agent}"}, timeout=30)
             assert probe.status_code == 200, probe.text
             if shutil.which("wrk"):
                 wrk(manifest_url, agent, manifest_concurrency, 2, load_pin)  # warm-up
+                cpu = cpu_seconds(server.pid)
                 manifest = wrk(manifest_url, agent, manifest_concurrency, manifest_seconds, load_pin)
             else:
+                cpu = cpu_seconds(server.pid)
                 manifest = pyload(manifest_url, agent, manifest_concurrency, int(manifest_seconds * 1000), load_pin)
+            manifest_cpu = cpu_seconds(server.pid) - cpu
         finally:
             server.terminate()
             server.wait(10)
@@ -197,14 +220,18 @@ def main(hosts: int = 10_000, resources: int = 50, concurrency: int = 16, list_r
         "reports_per_s": round(intake["rps"]),
         "post_p50_ms": round(intake["p50_ms"], 2),
         "post_p99_ms": round(intake["p99_ms"], 2),
+        "server_cpu_ms_per_report": round(intake_cpu * 1000 / max(1, intake["reports"]), 3),
         "listed": listed,
         "list_ms_median": round(median(listing), 1),
         "list_ms_worst": round(max(listing), 1),
+        "walk_ms": round(walk_ms, 1),
+        "walked": walked,
         "manifest_concurrency": manifest_concurrency,
         "manifest_requests": manifest["requests"],
         "manifest_errors": manifest["errors"],
         "manifest_p50_ms": round(float(manifest["p50_ms"]), 2),
         "manifest_p99_ms": round(float(manifest["p99_ms"]), 2),
+        "server_cpu_us_per_manifest": round(manifest_cpu * 1e6 / max(1, int(manifest["requests"])), 1),
         "load_average": load(),
     }
 

@@ -200,7 +200,7 @@ def test_sigterm_during_a_pass_stops_after_the_resource_and_the_report_is_still_
 
     fleet = sqlite_fleet
     (fleet.manifests / "slow.yaml").write_text(
-        "resources:\n" + "".join(f"  - Exec[step{i}]:\n      command: 'sleep 0.5'\n" for i in range(8))
+        "resources:\n" + "".join(f"  - Exec[step{i}]:\n      command: 'touch step{i}.ran; sleep 0.5'\n" for i in range(8))
     )
     (fleet.manifests / "nodes.yaml").write_text(
         (fleet.manifests / "nodes.yaml").read_text() + "  - match: {name: slow1}\n    manifests: [slow.yaml]\n"
@@ -208,6 +208,8 @@ def test_sigterm_during_a_pass_stops_after_the_resource_and_the_report_is_still_
     operator = fleet.token("operator")
     agent = Agent(fleet, "slow1", fleet.token("agent", "--host", "slow1"))
     agent.once()  # the agent's files; a whole pass
+    for ran in agent.root.glob("step*.ran"):
+        ran.unlink()
     proc = subprocess.Popen(
         [*DATUM, "agent", "--server", fleet.url, "--token-file", str(agent.base / "token"),
          "--root", str(agent.root), "--state", str(agent.state), "--once",
@@ -215,7 +217,9 @@ def test_sigterm_during_a_pass_stops_after_the_resource_and_the_report_is_still_
         stderr=subprocess.PIPE, text=True,
         env={**os.environ, "DATUM_HOME": str(agent.base / "home"), "DATUM_BOOT_ID_FILE": str(agent.base / "boot_id")},
     )
-    time.sleep(2.5)  # inside the pass: the manifest fetched, a few Execs run
+    deadline = time.monotonic() + 60  # inside the pass: the manifest fetched, two Execs begun (any load)
+    while not (agent.root / "step1.ran").exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
     proc.send_signal(signal.SIGTERM)
     code = proc.wait(30)
     assert code & 4, proc.stderr.read()
@@ -235,10 +239,16 @@ def test_a_host_whose_agent_fell_silent_reads_unknown_saying_how_stale(sqlite_fl
     posted = httpx.post(fleet.url + "/v1/hosts/quiet/passes", json=report, headers={"Authorization": f"Bearer {token}"})
     assert posted.status_code == 201, posted.text
     row = fleet.get("/v1/hosts/quiet", operator).json()
-    assert row["state"] == "unknown"
+    assert row["state"] == "unknown" and row["stale"] is True
     assert row["reason"].startswith("stale: the last report is ") and "more than 3 x its 30m interval" in row["reason"]
-    listed = {h["host"]: h for h in fleet.get("/v1/hosts", operator).json()}
-    assert listed["quiet"]["state"] == "unknown"
+    listing = fleet.get("/v1/hosts", operator).json()
+    listed = {h["host"]: h for h in listing["hosts"]}
+    assert listed["quiet"]["state"] == "unknown" and listed["quiet"]["stale"] is True
+    assert listed["quiet"]["reason"] == row["reason"]
+    assert listing["counts"]["unknown"] == 1 and listing["counts"]["converged"] == 0
+    only = fleet.get("/v1/hosts?state=unknown", operator).json()["hosts"]
+    assert [h["host"] for h in only] == ["quiet"]
+    assert fleet.get("/v1/hosts?state=converged", operator).json()["hosts"] == []
 
 
 def _templated(fleet: Fleet) -> None:

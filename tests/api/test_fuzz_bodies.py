@@ -104,8 +104,8 @@ def test_a_stored_fuzzed_report_reads_back():
     s = story()
     for path in ("/v1/hosts", "/v1/hosts/web1", "/ui/overview"):
         assert_shaped(s.get(path))
-    for host in s.get("/v1/hosts").json():
-        report = host.get("report") or {}
+    for listed in s.get("/v1/hosts").json()["hosts"]:
+        report = s.get(f"/v1/hosts/{listed['host']}").json().get("report") or {}
         assert all(math.isfinite(v) for v in _numbers(report))
 
 

@@ -17,11 +17,18 @@ def test_an_agent_reports_a_pass_and_an_operator_reads_it(story):
     assert (stored["host"], stored["state"], stored["reason"]) == ("web1", "failed", "File[motd] failed: permission denied")
     assert [a["id"] for a in stored["attention"]] == ["File[motd]", "Service[nginx]"]
 
-    (listed,) = story.get("/v1/hosts").json()
-    assert listed == stored
+    listing = story.get("/v1/hosts").json()
+    (listed,) = listing["hosts"]
+    assert listing["counts"]["failed"] == 1 and listing["total"] == 1 and "next" not in listing
+    # the listing's row is the summary: the same fields but the report, the attention without diffs
+    assert {k: v for k, v in stored.items() if k not in ("report", "attention")} == {
+        k: v for k, v in listed.items() if k != "attention"
+    }
+    assert listed["attention"] == [{k: v for k, v in a.items() if k != "diff"} for a in stored["attention"]]
+    assert listed["counts"] == {"converged": 1, "failed": 1, "blocked": 1} and listed["stale"] is False
 
     one = story.get("/v1/hosts/web1").json()
-    assert one == listed
+    assert one == stored
     assert one["report"] == PassReport.model_validate(pass_report()).dump()  # defaults filled in
     assert one["bootId"] == "b00t" and one["finishedAt"] == "2026-11-01T12:00:02Z"
     assert "updatedAt" in one
@@ -42,7 +49,7 @@ def test_the_host_of_the_path_must_be_the_host_of_the_report(story):
     (issue,) = r.json()["issues"]
     assert issue["code"] == "INVALID_INPUT"
     assert issue["fields"][0]["field"] == "host"
-    assert story.get("/v1/hosts").json() == []
+    assert story.get("/v1/hosts").json()["hosts"] == []
 
 
 def test_an_invalid_report_lists_every_field_finding(story):

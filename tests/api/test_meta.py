@@ -56,10 +56,10 @@ def test_unknown_paths_and_methods_answer_in_the_error_shape(story):
 def test_an_unexpected_error_is_a_generic_500_without_a_stack_trace(story, monkeypatch):
     import datum.api.routes.hosts as hosts_route
 
-    def boom(_store):
+    def boom(*_args, **_kwargs):
         raise RuntimeError("secret internals at /srv/x.py line 3")
 
-    monkeypatch.setattr(hosts_route, "list_hosts", boom)
+    monkeypatch.setattr(hosts_route, "page", boom)
     r = story.get("/v1/hosts")
     assert r.status_code == 500
     assert r.json() == {

@@ -47,7 +47,7 @@ def test_a_report_with_a_number_that_is_not_finite_is_422(story, number):
     text = json.dumps(nested).replace('"durationSeconds": 0.5', f'"durationSeconds": {number}')
     r = post_raw(story, text.encode())
     assert r.status_code == 422 and "resources[0].durationSeconds" in fields_of(r), r.text
-    assert story.get("/v1/hosts").json() == []  # nothing stored
+    assert story.get("/v1/hosts").json()["hosts"] == []  # nothing stored
 
 
 def test_a_converged_report_with_a_failed_resource_is_422(story):
@@ -129,21 +129,36 @@ def test_a_stored_report_that_does_not_read_makes_its_host_unknown_with_why(stor
         )
     listed = story.get("/v1/hosts")
     assert listed.status_code == 200, listed.text
-    by_host = {h["host"]: h for h in listed.json()}
+    by_host = {h["host"]: h for h in listed.json()["hosts"]}
     assert by_host["web1"]["state"] == "failed"
-    assert by_host["web2"]["state"] == "unknown" and why in by_host["web2"]["reason"]
+    assert by_host["web2"]["state"] == "failed"  # the listing reads the summary written at intake, not the report
     assert "report" not in by_host["web2"]
     one = story.get("/v1/hosts/web2")
-    assert one.status_code == 200 and one.json()["state"] == "unknown"
+    assert one.status_code == 200 and one.json()["state"] == "unknown" and why in one.json()["reason"]
     page = story.get("/ui/overview")
     assert page.status_code == 200 and "web2" in page.text
+
+
+@pytest.mark.parametrize(("raw", "why"), [("{not json", "not valid JSON"), ('"a string"', "not an object")])
+def test_a_stored_summary_that_does_not_read_makes_its_host_unknown_in_the_listing(story, raw, why):
+    assert post(story, pass_report("web1")).status_code == 201
+    assert post(story, pass_report("web2"), host="web2").status_code == 201
+    with story.store.begin() as conn:
+        conn.execute(sa.text("UPDATE hosts SET summary = :raw WHERE host = 'web2'"), {"raw": raw})
+    listed = story.get("/v1/hosts")
+    assert listed.status_code == 200, listed.text
+    by_host = {h["host"]: h for h in listed.json()["hosts"]}
+    assert by_host["web1"]["state"] == "failed" and by_host["web1"]["counts"] == {"converged": 1, "failed": 1, "blocked": 1}
+    assert by_host["web2"]["state"] == "unknown" and why in by_host["web2"]["reason"]
+    assert by_host["web2"]["counts"] == {} and by_host["web2"]["attention"] == []
+    assert story.get("/v1/hosts/web2").json()["state"] == "failed"  # the report itself reads
 
 
 def test_a_stored_state_that_is_not_a_host_state_reads_unknown(story):
     assert post(story, pass_report("web1")).status_code == 201
     with story.store.begin() as conn:
         conn.execute(sa.text("UPDATE hosts SET state = 'exploded' WHERE host = 'web1'"))
-    (one,) = story.get("/v1/hosts").json()
+    (one,) = story.get("/v1/hosts").json()["hosts"]
     assert one["state"] == "unknown" and "exploded" in one["reason"]
     metrics = story.get("/metrics", principal="admin").text
     assert 'datum_hosts{state="unknown"} 1.0' in metrics

@@ -259,7 +259,7 @@ def test_the_api_answers_503_naming_a_locked_store_and_keeps_reading(tmp_path):
     assert issue["code"] == "UNAVAILABLE" and "locked" in issue["message"]
     assert str(tmp_path / "datum.db") in issue["message"]
     assert not any(word in refused.text for word in SQL_WORDS)
-    assert listed.status_code == 200 and listed.json()[0]["host"] == "web1"  # readers are not blocked
+    assert listed.status_code == 200 and listed.json()["hosts"][0]["host"] == "web1"  # readers are not blocked
     client.close()
     store.dispose()
 

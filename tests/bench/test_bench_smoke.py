@@ -110,6 +110,6 @@ def test_intake_benchmark_posts_lists_and_fetches_manifests():
     bench = load("bench_intake")
     out = bench.main(hosts=20, resources=5, concurrency=2, list_runs=1, manifest_seconds=1,
                      manifest_concurrency=4, store="sqlite", pin=False)
-    assert (out["reports"], out["errors"], out["listed"]) == (20, 0, 21)
+    assert (out["reports"], out["errors"], out["listed"], out["walked"]) == (20, 0, 21, 21)
     assert out["reports_per_s"] > 0 and out["list_ms_median"] > 0
     assert out["manifest_requests"] > 0 and not out["manifest_errors"]

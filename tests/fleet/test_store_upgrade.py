@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import sqlalchemy as sa
-from alembic import command
-from alembic.config import Config
 
 from datum.api.tokens import TokenBook, create
 from datum.store import open_store
 from datum.store.hosts import get_host, record_pass
-from datum.store.migrate import MIGRATIONS
+
+from .migrated import at_revision
 
 
 def _report(seq: int | None, pass_id: str, state: str = "converged") -> dict:
@@ -18,17 +17,11 @@ def _report(seq: int | None, pass_id: str, state: str = "converged") -> dict:
 
 
 def test_a_store_at_0002_with_tokens_gains_the_binding_and_the_sequence(store_url):
-    engine = sa.create_engine(store_url.replace("postgresql://", "postgresql+psycopg://", 1))
-    with engine.begin() as conn:
-        cfg = Config()
-        cfg.set_main_option("script_location", str(MIGRATIONS))
-        cfg.attributes["connection"] = conn
-        command.upgrade(cfg, "0002")
+    with at_revision(store_url, "0002") as conn:
         conn.execute(sa.text(
             "CREATE TABLE tokens (sha256 VARCHAR(64) PRIMARY KEY, principal VARCHAR(100) NOT NULL,"
             " created_at TIMESTAMP NOT NULL)"
         ))
-    engine.dispose()
     store = open_store(store_url)
     try:
         token = create(store, "agent", "web1")

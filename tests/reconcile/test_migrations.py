@@ -165,9 +165,9 @@ def test_migrating_a_current_store_again_does_nothing_whatever_heads_the_fast_pa
         engine.dispose()
 
 
-def test_a_store_at_0006_gains_the_permanent_mark_empty(store_url):
+def test_a_store_at_host_summaries_gains_the_permanent_mark_empty(store_url):
     row = "INSERT INTO item_memory (reconciler, kind, item_id, direction, streak, failures, retry_after_passes)"
-    _store_at(store_url, "0006_tokens", row + " VALUES ('buckets', 'bucket', 'a', 'restore', 1, 0, 0)")
+    _store_at(store_url, "host_summaries", row + " VALUES ('buckets', 'bucket', 'a', 'restore', 1, 0, 0)")
     assert _opened(store_url, "SELECT streak, permanent FROM item_memory") == (1, None)
 
 

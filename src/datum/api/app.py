@@ -21,7 +21,7 @@ from starlette.types import ASGIApp
 from datum.api import errors
 from datum.api.authz import Authorizer
 from datum.api.edge import Edge
-from datum.api.fastpath import DriftFastPath
+from datum.api.fastpath import DriftFastPath, ManifestFastPath, ReportFastPath
 from datum.api.guard import RequestGuard
 from datum.api.metrics import metrics_registry
 from datum.api.plugins import mount_plugins, schema_fragments
@@ -84,7 +84,10 @@ def create_app(
     state.broken_routes = mount_plugins(app, plugins, fragments)
     app.mount("/static", StaticFiles(packages=[("datum.web", "static")]), name="static")
     _docs(app)
-    _outermost(app, lambda inner: Edge(RequestGuard(DriftFastPath(inner, state), state)))
+    def fast(inner: ASGIApp) -> ASGIApp:  # the hot requests, answered before routing when nothing is in doubt
+        return ManifestFastPath(ReportFastPath(DriftFastPath(inner, state), state), state)
+
+    _outermost(app, lambda inner: Edge(RequestGuard(fast(inner), state)))
     return app
 
 

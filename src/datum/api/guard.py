@@ -30,7 +30,8 @@ from datum.api.state import ServerState
 from datum.core.findings import Problem
 
 
-def _header(scope: Scope, name: bytes) -> bytes | None:
+def header(scope: Scope, name: bytes) -> bytes | None:
+    """The value of the request header ``name`` (lower case), or None."""
     for key, value in scope["headers"]:
         if key == name:
             return bytes(value)
@@ -39,7 +40,7 @@ def _header(scope: Scope, name: bytes) -> bytes | None:
 
 def bearer(scope: Scope) -> str | None:
     """The bearer token of the request, or None."""
-    value = _header(scope, b"authorization")
+    value = header(scope, b"authorization")
     if value is None:
         return None
     scheme, _, token = value.decode("latin-1").partition(" ")
@@ -68,8 +69,8 @@ class RequestGuard:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        length = _header(scope, b"content-length")
-        chunked = _header(scope, b"transfer-encoding") is not None
+        length = header(scope, b"content-length")
+        chunked = header(scope, b"transfer-encoding") is not None
         if not chunked and (length is None or length.strip() in (b"", b"0")):
             await self.app(scope, receive, send)
             return
@@ -83,7 +84,7 @@ class RequestGuard:
             return
         if body is None:  # the client left
             return
-        await self.app(scope, _replay(body, receive), send)
+        await self.app(scope, replayed(body, receive), send)
 
     async def _who(self, scope: Scope) -> Problem | None:
         token = bearer(scope)
@@ -91,8 +92,10 @@ class RequestGuard:
             return Problem.one(
                 "UNAUTHENTICATED", "this request needs an 'Authorization: Bearer <token>' header"
             )
+        principal = self.state.tokens.known(token)  # in memory: no thread hop for the hot requests
         try:  # a token not cached asks the store: off the event loop
-            principal = await anyio.to_thread.run_sync(self.state.tokens.principal, token)
+            if principal is None:
+                principal = await anyio.to_thread.run_sync(self.state.tokens.principal, token)
         except Problem as problem:
             return problem
         if principal is None:
@@ -142,7 +145,8 @@ class RequestGuard:
         )
 
 
-def _replay(body: bytes, receive: Receive) -> Receive:
+def replayed(body: bytes, receive: Receive) -> Receive:
+    """``receive`` that gives ``body`` (read already) first, as one message."""
     sent = False
 
     async def replay() -> Message:

@@ -43,13 +43,12 @@ def truncated(diff: str, limit: int) -> str:
     return f"{kept}\n... (diff truncated at {limit} bytes)\n"
 
 
-def _finite(doc: dict[str, Any]) -> bool:
-    """Whether every number of ``doc`` (a JSON-form dump, which keeps ``inf``) is finite: one pass in C."""
+def _text(doc: dict[str, Any]) -> str | None:
+    """``doc`` (a JSON-form dump, which keeps ``inf``) as JSON text, or None when a number is not finite."""
     try:
-        json.dumps(doc, allow_nan=False)
+        return json.dumps(doc, allow_nan=False, separators=(",", ":"))
     except ValueError:
-        return False
-    return True
+        return None
 
 
 def accept(report: PassReport, max_diff_bytes: int) -> PassReport:
@@ -57,11 +56,13 @@ def accept(report: PassReport, max_diff_bytes: int) -> PassReport:
     return accepted(report, max_diff_bytes)[0]
 
 
-def accepted(report: PassReport, max_diff_bytes: int) -> tuple[PassReport, dict[str, Any]]:
-    """``accept``, with the report's JSON form (``PassReport.dump``), dumped once for the check and the store."""
+def accepted(report: PassReport, max_diff_bytes: int) -> tuple[PassReport, dict[str, Any], str]:
+    """``accept``, with the report's JSON form (``PassReport.dump``) and its text, made once for the check,
+    the store and the answer."""
     doc = report.dump()
+    text = _text(doc)
     # the walk that names each field only when the one-pass check found something
-    problems = [] if _finite(doc) else _non_finite(report.model_dump(by_alias=True), [])
+    problems = [] if text is not None else _non_finite(report.model_dump(by_alias=True), [])
     states = [r.state for r in report.resources]
     awaiting = report.reboot is not None and report.reboot.required
     expected = host_state(states, awaiting_reboot=awaiting)
@@ -87,4 +88,7 @@ def accepted(report: PassReport, max_diff_bytes: int) -> tuple[PassReport, dict[
                 ]
             }
         )
-    return report, doc if report is kept else report.dump()
+    if report is not kept:
+        doc = report.dump()
+        text = json.dumps(doc, separators=(",", ":"))
+    return report, doc, text if text is not None else json.dumps(doc)  # not None: checked above

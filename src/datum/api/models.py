@@ -6,12 +6,14 @@ Fields that do not apply are absent, never null, as everywhere in the contract.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.json_schema import SkipJsonSchema
 
+from datum.core.hostsummary import count_states
 from datum.core.vocab import HostState, ResourceState
+from datum.fleet.listing import Page
 from datum.host.report import PassReport, ResourceReport
 from datum.reconcile.report import absent
 
@@ -25,20 +27,52 @@ class Out(BaseModel):
         return self.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
-class HostStatus(Out):
-    """A host's persisted state: the rollup of its last pass, why when it is not converged, and the pass."""
+class HostSummary(Out):
+    """A host as the listing shows it: the state it reads, why, and a summary of its last pass."""
 
     host: str
-    state: HostState
+    state: HostState = Field(description="The rollup of its last pass; `unknown` when its agent fell silent.")
     reason: str | SkipJsonSchema[None] = absent("The resources behind a non-converged state.")
     boot_id: str | SkipJsonSchema[None] = absent("The boot id the last pass ran under.", "bootId")
     finished_at: datetime | SkipJsonSchema[None] = absent("When the last pass finished.", "finishedAt")
     updated_at: datetime = Field(alias="updatedAt", description="When the server stored the last pass.")
-    attention: list[ResourceReport] = Field(
-        default_factory=list, description="The resources of the last pass that are not converged."
+    stale: bool = Field(
+        default=False,
+        description="The agent fell silent: its last report is older than `[fleet] stale_after` of its "
+        "intervals, so the host reads `unknown` whatever the pass said.",
     )
+    pass_id: str | SkipJsonSchema[None] = absent("The last pass's id (datum agent).", "passId")
+    seq: int | SkipJsonSchema[None] = absent("The last pass's per-host sequence number (datum agent).")
+    manifest_digest: str | SkipJsonSchema[None] = absent("The digest of the manifest the last pass ran.", "manifestDigest")
+    counts: dict[str, int] = Field(default_factory=dict, description="The last pass's resources by state.")
+    attention: list[ResourceReport] = Field(
+        default_factory=list,
+        description="The resources of the last pass that are not converged (in the listing: without their "
+        "diffs, at most 20; `GET /v1/hosts/{host}` has them all).",
+    )
+    attention_total: int | SkipJsonSchema[None] = absent(
+        "How many resources are not converged, when the listing shows fewer.", "attentionTotal"
+    )
+
+
+class HostStatus(HostSummary):
+    """A host's persisted state: the rollup of its last pass, why when it is not converged, and the pass."""
+
     report: PassReport | SkipJsonSchema[None] = absent(
         "The last pass report; absent when it cannot be read (state unknown)."
+    )
+
+
+class HostList(Out):
+    """``GET /v1/hosts``: one page of host summaries by name, and the whole fleet's counts."""
+
+    hosts: list[HostSummary] = Field(description="This page's hosts, by name.")
+    counts: dict[HostState, int] = Field(
+        description="Every host of the fleet by the state it reads (stale ones `unknown`), whatever the filter."
+    )
+    total: int = Field(description="How many hosts the fleet has.")
+    next: str | SkipJsonSchema[None] = absent(
+        "The cursor of the next page (`?cursor=`, with the same filter); absent on the last page."
     )
 
 
@@ -81,14 +115,7 @@ def host_status(row: dict[str, Any], parsed: PassReport | None = None) -> HostSt
     makes the host ``unknown`` (contract section 2), with the reason saying why;
     so does a stored state that is not a host state. One bad row never fails a list.
     """
-    values: dict[str, Any] = {
-        "host": row["host"],
-        "state": row["state"],
-        "reason": row.get("reason"),
-        "bootId": row.get("bootId"),
-        "finishedAt": row.get("finishedAt"),
-        "updatedAt": row["updatedAt"],
-    }
+    values = _common(row)
     report: PassReport | None = None
     if row.get("unreadable"):
         values.update(state=HostState.UNKNOWN, reason=f"the last pass report cannot be read: {row['unreadable']}")
@@ -104,11 +131,54 @@ def host_status(row: dict[str, Any], parsed: PassReport | None = None) -> HostSt
     if report is not None:
         report = redacted(report)
         values["attention"] = [r for r in report.resources if r.state != ResourceState.CONVERGED]
+        values["manifestDigest"] = report.manifest_digest
+        values["counts"] = count_states([{"state": r.state.value} for r in report.resources])
+    return _validated(HostStatus, {**values, "report": report})
+
+
+def _common(row: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "host": row["host"],
+        "state": row["state"],
+        "reason": row.get("reason"),
+        "bootId": row.get("bootId"),
+        "finishedAt": row.get("finishedAt"),
+        "updatedAt": row["updatedAt"],
+        "stale": bool(row.get("stale")),
+        "passId": row.get("passId"),
+        "seq": row.get("seq"),
+    }
+
+
+def _validated(model: type[_H], values: dict[str, Any]) -> _H:
+    """``model`` of ``values``; a stored value that is not what it should be makes the host ``unknown``."""
     try:
-        return HostStatus.model_validate({**values, "report": report})
+        return model.model_validate(values)
     except ValidationError as exc:  # e.g. a stored boot id or time that is not one
         values.update(state=HostState.UNKNOWN, reason=_unreadable_why(exc), bootId=None, finishedAt=None)
-        return HostStatus.model_validate({**values, "attention": [], "report": None})
+        kept = {k: v for k, v in values.items() if k in _ALWAYS_VALID}
+        return model.model_validate({**kept, "attention": [], "report": None})
+
+
+_ALWAYS_VALID = ("host", "state", "reason", "updatedAt", "stale")
+_H = TypeVar("_H", bound=HostSummary)
+
+
+def host_summary(row: dict[str, Any]) -> HostSummary:
+    """The listing's view of a host row of ``store.hosts.host_page`` (its summary, not its report)."""
+    values = _common(row)
+    if values["state"] not in HostState._value2member_map_:  # pragma: no cover - host_page maps it to unknown
+        values.update(state=HostState.UNKNOWN)
+    summary = row.get("summary") or {}
+    values["counts"] = summary.get("counts") or {}
+    values["attention"] = summary.get("attention") or []
+    values["attentionTotal"] = summary.get("attentionTotal")
+    values["manifestDigest"] = summary.get("manifestDigest")
+    if row.get("unreadable"):
+        values.update(state=HostState.UNKNOWN, reason=f"the summary of the last pass cannot be read: {row['unreadable']}")
+    elif row.get("reported") not in HostState._value2member_map_ and not row.get("stale"):
+        values["reason"] = f"the stored host state {str(row.get('reported'))[:40]!r} is not a host state"
+    return _validated(HostSummary, values)
 
 
 REDACTED = "(diff redacted: the resource is sensitive)"
@@ -128,3 +198,13 @@ def redacted(report: PassReport) -> PassReport:
         for r in report.resources
     ]
     return report.model_copy(update={"resources": resources})
+
+
+def host_list(found: Page) -> HostList:
+    """The API's view of a page of the host listing (``datum.fleet.listing.page``)."""
+    return HostList(
+        hosts=[host_summary(row) for row in found.hosts],
+        counts=found.counts,  # type: ignore[arg-type]
+        total=sum(found.counts.values()),
+        next=found.next,
+    )

@@ -25,6 +25,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "plan": ("datum.cli.host", "plan", "Show what a pass would change, with diffs."),
     "validate": ("datum.cli.host", "validate", "Validate a manifest: every finding at once."),
     "status": ("datum.cli.host", "status", "The persisted host state, without running a pass."),
+    "hosts": ("datum.cli.fleet", "hosts", "The fleet's hosts a page at a time: state, reason, counts."),
     "schema": ("datum.cli.host", "schema", "Print the manifest's JSON Schema."),
     "reboot": ("datum.cli.host", "reboot", "Reboot when the last pass found it needed."),
     "serve": ("datum.cli.serve", "serve", "Serve the HTTP API and the web page, ticking the reconcilers."),

@@ -121,13 +121,18 @@ def _signature(directory: Path) -> str:
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 
+def _key(directory: Path, host: str, facts: dict[str, Any]) -> tuple[str, str, str, str]:
+    """What an effective manifest is remembered by: ``directory`` (resolved) and its files' state, the host, its facts."""
+    return (str(directory), host, json.dumps(facts, sort_keys=True, default=str), _signature(directory))
+
+
 def effective(directory: Path, host: str, facts: dict[str, Any]) -> Effective:
     """``host``'s effective manifest; NOT_FOUND when no rule matches it, INVALID_INPUT with every finding.
 
     Remembered per (directory, host, facts) until a file of the directory changes (size or mtime).
     """
     directory = directory.resolve()
-    key = (str(directory), host, json.dumps(facts, sort_keys=True, default=str), _signature(directory))
+    key = _key(directory, host, facts)
     hit = _CACHE.get(key)
     if hit is not None:
         return hit
@@ -136,6 +141,13 @@ def effective(directory: Path, host: str, facts: dict[str, Any]) -> Effective:
         _CACHE.clear()
     _CACHE[key] = found
     return found
+
+
+def remembered(resolved: Path, host: str, facts: dict[str, Any]) -> Effective | None:
+    """``effective`` when it is remembered for the directory's files as they are now, else None; never
+    composes. ``resolved`` is the fleet directory already resolved. Costs a ``stat`` per file of the
+    directory (a handful), no read: the manifest fast path calls it on the event loop."""
+    return _CACHE.get(_key(resolved, host, facts))
 
 
 def _effective(directory: Path, host: str, facts: dict[str, Any]) -> Effective:

@@ -1,4 +1,8 @@
-"""A host whose agent fell silent: its last report is older than a few of its intervals, so ``unknown``."""
+"""A host whose agent fell silent: its last report is older than a few of its intervals, so ``unknown``.
+
+The rule over one row; the host listing applies it in SQL (``datum.store.hosts.silent``) so that
+its counts and its ``state=`` filter see it too.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +11,7 @@ from typing import Any
 
 
 def stale(row: dict[str, Any], multiple: float, now: datetime | None = None) -> dict[str, Any]:
-    """``row`` (a stored host) as ``unknown`` with how stale, when its agent's report is overdue.
+    """``row`` (a stored host) as ``unknown``, ``stale`` and with how stale, when its agent's report is overdue.
 
     Only reports that carry their agent's interval (``datum agent``) can be
     overdue; a one-off ``datum apply`` has no schedule to miss.
@@ -23,11 +27,15 @@ def stale(row: dict[str, Any], multiple: float, now: datetime | None = None) -> 
     age = (now - finished).total_seconds()
     if age <= multiple * interval:
         return row
-    reason = (
+    return {**row, "state": "unknown", "stale": True, "reason": stale_reason(age, multiple, interval, row.get("state"))}
+
+
+def stale_reason(age: float, multiple: float, interval: float, said: object) -> str:
+    """Why a host reads ``unknown``: its last report, ``age`` seconds old, is overdue."""
+    return (
         f"stale: the last report is {_span(age)} old, more than {multiple:g} x its "
-        f"{_span(interval)} interval (it said {row.get('state')})"
+        f"{_span(interval)} interval (it said {said})"
     )
-    return {**row, "state": "unknown", "reason": reason}
 
 
 def _span(seconds: float) -> str:

@@ -142,9 +142,9 @@ class StateStore:
     def hosts(self) -> list[str]:
         if self._db is not None:
             return [r[0] for r in self._db.execute("SELECT host FROM agent_reports ORDER BY host")]
-        from datum.store.hosts import list_hosts
+        from datum.store.hosts import host_names
 
-        return [h["host"] for h in list_hosts(self._store)]
+        return host_names(self._store)
 
     def record(self, host: str, report: dict[str, Any]) -> None:
         """Persist ``report`` as ``host``'s latest pass; ``NotPersisted`` (carrying it) when the store refuses."""

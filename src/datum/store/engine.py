@@ -216,6 +216,10 @@ _DRIVERS = frozenset(
 )
 
 
+POOL_SIZE = 40  # PostgreSQL connections a process keeps (opened as needed): anyio's worker threads
+POOL_OVERFLOW = 10  # and a few more, opened and closed, for a burst past them
+
+
 def open_store(
     url: str, *, lock_wait: timedelta | None = None, branches: Iterable[Branch] = ()
 ) -> Store:
@@ -267,7 +271,12 @@ def open_store(
             "options": f"-c lock_timeout={wait_ms}",
             "connect_timeout": max(2, round(wait.total_seconds())),
         }
-        engine = sa.create_engine(parsed, pool_pre_ping=True, connect_args=connect_args)
+        # A server's worker threads (40) each may hold a connection: with SQLAlchemy's default pool of 5
+        # (+10 overflow) every request past the fifth opened a new PostgreSQL connection and closed it after
+        # (a backend forked per report under load). Connections are opened on demand, kept once opened.
+        engine = sa.create_engine(
+            parsed, pool_pre_ping=True, pool_size=POOL_SIZE, max_overflow=POOL_OVERFLOW, connect_args=connect_args
+        )
     shown = parsed.render_as_string(hide_password=True)
     branches = [CORE, *branches]
     try:

@@ -29,6 +29,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from datum.core.hostsummary import count_states, needs_attention, resources_of
 from datum.store.engine import Store
 from datum.store.runs import store_now
 from datum.store.schema import pass_history as t
@@ -188,27 +189,24 @@ def record_reconciler_pass(
     )
 
 
+def host_pass_values(report: Mapping[str, Any]) -> dict[str, Any]:
+    """``record``'s keywords for one host pass (a ``PassReport`` in its JSON form): outcome, counts, items."""
+    resources = resources_of(report)
+    attention = [(str(r.get("id")), str(r.get("state"))) for r in resources if needs_attention(r)]
+    return {
+        "outcome": str(report.get("state")),
+        "completed": not report.get("incomplete"),
+        "drift": len(attention),
+        "counts": count_states(resources),
+        "items": grouped(attention),
+    }
+
+
 def record_host_pass(
     conn: Connection, host: str, report: Mapping[str, Any], at: datetime, keep: timedelta | None
 ) -> None:
     """The history row of one host pass (a ``PassReport`` in its JSON form), received at ``at``."""
-    resources = [r for r in report.get("resources") or [] if isinstance(r, dict)]
-    counts: dict[str, int] = {}
-    for r in resources:
-        counts[str(r.get("state"))] = counts.get(str(r.get("state")), 0) + 1
-    attention = [(str(r.get("id")), str(r.get("state"))) for r in resources if r.get("state") != "converged"]
-    record(
-        conn,
-        HOST,
-        host,
-        at,
-        outcome=str(report.get("state")),
-        completed=not report.get("incomplete"),
-        drift=len(attention),
-        counts=counts,
-        items=grouped(attention),
-        keep=keep,
-    )
+    record(conn, HOST, host, at, keep=keep, **host_pass_values(report))
 
 
 def first_seen(conn: Connection, subject: str, name: str, streak: int) -> datetime | None:

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Connection
 
+from datum.core.hostsummary import interval_of, summarize
+from datum.core.vocab import HostState
 from datum.store.engine import Store
+from datum.store.history import HOST, KEYFRAME, host_pass_values, record_host_pass
 from datum.store.schema import hosts
+from datum.store.types import UTCDateTime
 
 
 def _values(report: dict[str, Any]) -> tuple[dict[str, Any], int | None]:
@@ -28,6 +30,8 @@ def _values(report: dict[str, Any]) -> tuple[dict[str, Any], int | None]:
         "report": report,
         "pass_id": report.get("passId"),
         "seq": seq,
+        "summary": summarize(report),
+        "interval_seconds": interval_of(report),
     }
     return values, seq
 
@@ -62,35 +66,33 @@ def take_pass(
     store: Store,
     host: str,
     report: dict[str, Any],
-    on_stored: Callable[[Connection, datetime], None] | None = None,
+    *,
+    history: bool = False,
+    keep: timedelta | None = None,
+    text: str | None = None,
 ) -> Taken:
-    """Persist ``report`` (a ``PassReport`` in its JSON form) as ``host``'s latest pass.
+    """Persist ``report`` (a ``PassReport`` in its JSON form) as ``host``'s latest pass, with its summary.
 
     A report with a ``seq`` (an agent's per-host sequence number) replaces the
     stored one only when it is newer: the same pass again is ``"duplicate"``,
     an older one ``"older"``; both leave the row alone. Otherwise it is
     ``"stored"``. The comparison and the write are one statement (an INSERT
     whose conflict updates only under the sequence rule), so two servers taking
-    the same host's reports at once cannot put an older pass last, and a stored
-    pass costs one round trip. ``on_stored(conn, now)`` runs in the same
-    transaction when the pass was stored, ``now`` the store's clock.
+    the same host's reports at once cannot put an older pass last. With
+    ``history`` a stored pass also gets its history row (``store.history``,
+    pruned ``keep`` back) in the same transaction, at the store's clock: on
+    PostgreSQL in the same statement, so a stored pass costs one round trip.
+    ``text`` is ``report`` as JSON text when the caller has it already.
     """
     values, seq = _values(report)
-    dialect = store.engine.dialect.name
-    if dialect == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert
-    else:
-        from sqlalchemy.dialects.sqlite import insert
-    stmt = insert(hosts).values(host=host, **values)
-    newer = None if seq is None else sa.or_(hosts.c.seq.is_(None), hosts.c.seq < seq)
-    stmt = stmt.on_conflict_do_update(
-        index_elements=[hosts.c.host], set_={k: stmt.excluded[k] for k in values}, where=newer
-    ).returning(_clock(dialect).label("now"))
     with store.begin() as conn:
-        now = conn.execute(stmt).scalar()
+        if history and store.dialect == "postgresql":
+            now = conn.execute(_PG_TAKE_WITH_HISTORY, _pg_params(host, values, report, keep, text)).scalar()
+        else:
+            now = conn.execute(_upsert(store.dialect, host, values, seq)).scalar()
+            if now is not None and history:
+                record_host_pass(conn, host, report, _as_utc(now), keep)
         if now is not None:
-            if on_stored is not None:
-                on_stored(conn, _as_utc(now))
             return Taken("stored", {
                 "host": host,
                 "state": values["state"],
@@ -110,6 +112,81 @@ def take_pass(
     return Taken("duplicate" if same or row["seq"] == seq else "older", row)
 
 
+def _upsert(dialect: str, host: str, values: dict[str, Any], seq: int | None) -> Any:
+    """The host row's INSERT ... ON CONFLICT DO UPDATE under the sequence rule, returning the store's clock."""
+    if dialect == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert
+    else:
+        from sqlalchemy.dialects.sqlite import insert
+    stmt = insert(hosts).values(host=host, **values)
+    newer = None if seq is None else sa.or_(hosts.c.seq.is_(None), hosts.c.seq < seq)
+    return stmt.on_conflict_do_update(
+        index_elements=[hosts.c.host], set_={k: stmt.excluded[k] for k in values}, where=newer
+    ).returning(_clock(dialect).label("now"))
+
+
+# PostgreSQL, report intake: the host row under the sequence rule and, when it was stored, its history row
+# (items only when they differ from the last row that stored them, or that row is KEYFRAME rows back, as
+# store.history.record decides) and the prune of what is older than :keep: one statement, one round trip.
+_HOST_COLUMNS = (
+    "host", "state", "reason", "boot_id", "finished_at", "updated_at", "report", "pass_id", "seq", "summary",
+    "interval_seconds",
+)
+_JSON_COLUMNS = {"report", "summary"}
+_PG_TAKE_WITH_HISTORY = sa.text(f"""
+WITH up AS (
+  INSERT INTO hosts AS h ({", ".join(_HOST_COLUMNS)})
+  VALUES ({", ".join(f"CAST(:{c} AS json)" if c in _JSON_COLUMNS else f":{c}" for c in _HOST_COLUMNS)})
+  ON CONFLICT (host) DO UPDATE SET {", ".join(f"{c} = excluded.{c}" for c in _HOST_COLUMNS[1:])}
+  WHERE CAST(:seq AS bigint) IS NULL OR h.seq IS NULL OR h.seq < CAST(:seq AS bigint)
+  RETURNING clock_timestamp() AS now
+), last AS (
+  SELECT id, at, items FROM pass_history
+  WHERE subject = :subject AND name = :host AND items IS NOT NULL ORDER BY at DESC, id DESC LIMIT 1
+), since AS (
+  SELECT count(*) AS n FROM pass_history p, last
+  WHERE p.subject = :subject AND p.name = :host AND p.at >= last.at AND p.id <> last.id
+), pruned AS (
+  DELETE FROM pass_history
+  WHERE subject = :subject AND name = :host AND CAST(:keep AS interval) IS NOT NULL
+    AND at < (SELECT now FROM up) - CAST(:keep AS interval)
+), recorded AS (
+  INSERT INTO pass_history (subject, name, at, outcome, completed, drift, blocked, counts, items)
+  SELECT :subject, :host, up.now, :outcome, :completed, :drift, 0, CAST(:counts AS json),
+    CASE WHEN CAST(:items AS jsonb) IS NULL THEN NULL
+         WHEN NOT EXISTS (SELECT 1 FROM last) THEN CAST(:items AS json)
+         WHEN (SELECT CAST(items AS jsonb) FROM last) IS DISTINCT FROM CAST(:items AS jsonb) THEN CAST(:items AS json)
+         WHEN (SELECT n FROM since) >= :keyframe THEN CAST(:items AS json)
+    END
+  FROM up
+)
+SELECT now FROM up
+""")
+
+
+def _pg_params(
+    host: str, values: dict[str, Any], report: dict[str, Any], keep: timedelta | None, text: str | None
+) -> dict[str, Any]:
+    given = {"report": text} if text is not None else {}
+    row = {
+        c: given.get(c) or json.dumps(values[c]) if c in _JSON_COLUMNS else values[c] for c in _HOST_COLUMNS[1:]
+    }
+    passed = host_pass_values(report)
+    items = passed["items"] if passed["completed"] else None
+    return {
+        **row,
+        "host": host,
+        "subject": HOST,
+        "keep": keep,
+        "outcome": passed["outcome"],
+        "completed": passed["completed"],
+        "drift": passed["drift"],
+        "counts": json.dumps(passed["counts"]),
+        "items": None if items is None else json.dumps(items),
+        "keyframe": KEYFRAME - 1,
+    }
+
+
 def record_pass(store: Store, host: str, report: dict[str, Any]) -> str:
     """``take_pass`` for who needs only the outcome: ``"stored"``, ``"duplicate"`` or ``"older"``."""
     return take_pass(store, host, report).outcome
@@ -117,12 +194,12 @@ def record_pass(store: Store, host: str, report: dict[str, Any]) -> str:
 
 # The report column as the store holds it: text that may not be JSON at all (a torn write, a
 # hand edit). It is parsed here, row by row, so one bad row makes one host unknown, not the list fail.
-_COLUMNS = [c for c in hosts.c if c.name != "report"]
+_COLUMNS = [c for c in hosts.c if c.name not in ("report", "summary")]
 _RAW = sa.type_coerce(hosts.c.report, sa.Text).label("report")
 
 
 def _report(raw: Any) -> tuple[Any, str | None]:
-    """The stored report and, when it cannot be read, why."""
+    """The stored report (or summary) and, when it cannot be read, why."""
     if raw is None or isinstance(raw, dict | list):
         return raw, None
     if isinstance(raw, bytes | bytearray | memoryview):
@@ -130,22 +207,26 @@ def _report(raw: Any) -> tuple[Any, str | None]:
     try:
         return json.loads(raw), None
     except ValueError as exc:
-        return None, f"the stored report is not valid JSON ({exc})"
+        return None, f"not valid JSON ({exc})"
 
 
-def _row(r: Any) -> dict[str, Any]:
-    report, unreadable = _report(r["report"])
-    row = {
+def _named(r: Any) -> dict[str, Any]:
+    """The columns of a host row every read gives, by their API names."""
+    return {
         "host": r["host"],
         "state": r["state"],
         "reason": r["reason"],
         "bootId": r["boot_id"],
         "finishedAt": r["finished_at"],
         "updatedAt": r["updated_at"],
-        "report": report,
         "passId": r["pass_id"],
         "seq": r["seq"],
     }
+
+
+def _row(r: Any) -> dict[str, Any]:
+    report, unreadable = _report(r["report"])
+    row = {**_named(r), "report": report}
     if unreadable:
         row["unreadable"] = unreadable
     return row
@@ -161,8 +242,80 @@ def get_host(store: Store, host: str) -> dict[str, Any] | None:
     return _row(r) if r else None
 
 
-def list_hosts(store: Store) -> list[dict[str, Any]]:
-    """Every known host's latest state, by name (a row whose report is not JSON: see ``get_host``)."""
+def host_names(store: Store) -> list[str]:
+    """Every known host's name, in order (no report read)."""
     with store.connect() as conn:
-        rows = conn.execute(sa.select(*_COLUMNS, _RAW).order_by(hosts.c.host)).mappings()
-        return [_row(r) for r in rows]
+        return list(conn.execute(sa.select(hosts.c.host).order_by(hosts.c.host)).scalars())
+
+
+_HOST_STATES = [s.value for s in HostState]
+
+
+def silent(dialect: str, multiple: float, now: datetime) -> Any:
+    """The stale rule (``datum.fleet.stale``) as SQL: the last report, of an agent with an interval, is
+    older than ``multiple`` of its intervals at ``now``."""
+    t = hosts
+    at = sa.literal(now, UTCDateTime)
+    if dialect == "postgresql":
+        age = sa.func.extract("epoch", at - t.c.finished_at)
+    else:
+        age = (sa.func.julianday(at) - sa.func.julianday(t.c.finished_at)) * 86400.0
+    overdue = sa.and_(t.c.interval_seconds > 0, t.c.finished_at.is_not(None), age > t.c.interval_seconds * multiple)
+    return sa.func.coalesce(overdue, sa.false())  # never NULL: NOT of it keeps the hosts without an interval
+
+
+def _effective(stale_now: Any) -> Any:
+    """The state a host reads: ``unknown`` when stale or when the stored state is not a host state."""
+    return sa.case((stale_now, HostState.UNKNOWN.value), (hosts.c.state.in_(_HOST_STATES), hosts.c.state),
+                   else_=HostState.UNKNOWN.value)
+
+
+def host_counts(store: Store, multiple: float, now: datetime) -> dict[str, int]:
+    """Every host by the state it reads at ``now`` (stale ones ``unknown``): one aggregate, no report read."""
+    states = sa.select(_effective(silent(store.dialect, multiple, now)).label("s")).select_from(hosts).subquery()
+    with store.connect() as conn:
+        rows = conn.execute(sa.select(states.c.s, sa.func.count()).group_by(states.c.s)).all()
+    return {state: int(n) for state, n in rows}
+
+
+def host_page(
+    store: Store, multiple: float, now: datetime, *, state: str | None = None, after: str | None = None, limit: int
+) -> list[dict[str, Any]]:
+    """Up to ``limit`` hosts by name after ``after`` (keyset), only those reading ``state`` when given.
+
+    Each row is the host's summary columns with the state it reads at ``now`` (``state``) and, when the
+    stale rule made it ``unknown``, ``stale`` True and the stored state as ``reported``. No report is read.
+    """
+    t = hosts
+    stale_now = silent(store.dialect, multiple, now)
+    query = sa.select(
+        t.c.host, _effective(stale_now).label("effective"), t.c.state, t.c.reason, t.c.boot_id, t.c.finished_at,
+        t.c.updated_at, t.c.pass_id, t.c.seq, _SUMMARY, t.c.interval_seconds, stale_now.label("stale"),
+    )
+    if state == HostState.UNKNOWN.value:
+        query = query.where(_effective(stale_now) == state)
+    elif state is not None:  # the index on (state, host) serves it
+        query = query.where(t.c.state == state, sa.not_(stale_now))
+    if after is not None:
+        query = query.where(t.c.host > after)
+    with store.connect() as conn:
+        rows = conn.execute(query.order_by(t.c.host).limit(limit)).mappings().all()
+    return [_summary_row(r) for r in rows]
+
+
+_SUMMARY = sa.type_coerce(hosts.c.summary, sa.Text).label("summary")  # parsed row by row, as the report
+
+
+def _summary_row(r: Any) -> dict[str, Any]:
+    summary, unreadable = _report(r["summary"])
+    row = {
+        **_named(r),
+        "state": r["effective"],
+        "reported": r["state"],
+        "stale": bool(r["stale"]),
+        "summary": summary if isinstance(summary, dict) else None,
+        "intervalSeconds": r["interval_seconds"],
+    }
+    if unreadable or (summary is not None and not isinstance(summary, dict)):
+        row["unreadable"] = unreadable or "the stored summary is not an object"
+    return row

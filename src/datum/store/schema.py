@@ -23,7 +23,7 @@ item_memory = sa.Table(
     sa.Column("failures", sa.Integer, nullable=False, default=0),
     sa.Column("last_err", sa.Text),
     sa.Column("retry_after_passes", sa.Integer, nullable=False, default=0),
-    # A permanent failure's fingerprint of the desired value it failed on (migration 0007_permanent).
+    # A permanent failure's fingerprint of the desired value it failed on (migration 0008_permanent).
     sa.Column("permanent", sa.String(64)),
 )
 
@@ -78,6 +78,11 @@ hosts = sa.Table(
     # Store and forward (migration 0003): the latest pass's id and its agent's per-host sequence number.
     sa.Column("pass_id", sa.String(64)),
     sa.Column("seq", sa.BigInteger),
+    # What the host listing reads instead of the report (migration host_summaries): datum.core.hostsummary's
+    # summary of the last pass, and its agent's interval (what makes a silent host stale, in SQL).
+    sa.Column("summary", sa.JSON(none_as_null=True)),
+    sa.Column("interval_seconds", sa.Float),
+    sa.Index("ix_hosts_state_host", "state", "host"),
 )
 
 # One row per executed reconciler pass and per stored host pass (datum.store.history), kept

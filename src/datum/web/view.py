@@ -33,7 +33,7 @@ from datum.store.history import STRIP, PassRow
 
 # The order a human reads them in: what needs them first.
 _HEALTH_ORDER = [Health.FAILING, Health.DEGRADED, Health.UNKNOWN, Health.OK]
-_HOST_ORDER = [
+HOST_ORDER = [
     HostState.FAILED,
     HostState.UNKNOWN,
     HostState.DRIFTED,
@@ -42,7 +42,7 @@ _HOST_ORDER = [
     HostState.CONVERGED,
 ]
 _ACT_ORDER = [Act.LOOK, Act.DEPENDS, Act.WAIT, Act.NONE, Act.OWNER]
-MAX_HOSTS = 200  # hosts listed one by one; the rest are counted
+MAX_HOSTS = 100  # hosts per page of the hosts table (the listing's pages); all are counted
 
 
 @dataclass(frozen=True)
@@ -229,6 +229,14 @@ class Attention:
     detail: str = ""
 
 
+@dataclass(frozen=True)
+class HostsPage:
+    """Which page of hosts the table shows: one state's (or, None, the worst first), and the next page's cursor."""
+
+    state: str | None = None
+    next: str | None = None
+
+
 @dataclass
 class Overview:
     reconcilers: list[ReconcilerView]
@@ -236,6 +244,7 @@ class Overview:
     hosts_total: int
     health_counts: list[tuple[str, int]]
     host_counts: list[tuple[str, int]]
+    hosts_page: HostsPage = field(default_factory=lambda: HostsPage())
     attention: list[Attention] = field(default_factory=list)
 
 
@@ -310,19 +319,21 @@ def host_view(status: Any, passes: Sequence[PassRow]) -> HostView:
     )
 
 
-def host_order(status: Any) -> tuple[int, str]:
-    return (_HOST_ORDER.index(status.state), status.host)
-
-
-def overview(reconcilers: list[ReconcilerView], hosts: list[HostView] | None, hosts_by_state: dict[str, int] | None) -> Overview:
+def overview(
+    reconcilers: list[ReconcilerView],
+    hosts: list[HostView] | None,
+    hosts_by_state: dict[str, int] | None,
+    hosts_page: HostsPage | None = None,
+) -> Overview:
     health_counts = [(h.value, sum(1 for r in reconcilers if r.report.health is h)) for h in _HEALTH_ORDER]
-    host_counts = [(s.value, (hosts_by_state or {}).get(s.value, 0)) for s in _HOST_ORDER]
+    host_counts = [(s.value, (hosts_by_state or {}).get(s.value, 0)) for s in HOST_ORDER]
     out = Overview(
         reconcilers=reconcilers,
         hosts=hosts,
         hosts_total=sum((hosts_by_state or {}).values()),
         health_counts=health_counts,
         host_counts=host_counts,
+        hosts_page=hosts_page or HostsPage(),
     )
     attention = out.attention
     for r in reconcilers:
@@ -362,4 +373,4 @@ def overview(reconcilers: list[ReconcilerView], hosts: list[HostView] | None, ho
     return out
 
 
-__all__ = ["ACT_LABEL", "Overview", "overview", "reconciler_view", "host_view", "host_order", "MAX_HOSTS"]
+__all__ = ["ACT_LABEL", "HOST_ORDER", "HostsPage", "Overview", "overview", "reconciler_view", "host_view", "MAX_HOSTS"]

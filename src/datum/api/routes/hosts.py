@@ -3,23 +3,25 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime
-from typing import Any
+from datetime import UTC, datetime
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Depends, Header, Path, Request, Response
-from sqlalchemy.engine import Connection
+from fastapi import APIRouter, Body, Depends, Header, Path, Query, Request, Response
+from pydantic import AfterValidator
 
 from datum.api.authz import Action
 from datum.api.errors import error_responses
-from datum.api.intake import accepted
-from datum.api.models import HostStatus, host_status
+from datum.api.fastpath import matches
+from datum.api.models import HostList, HostStatus, host_list, host_status
+from datum.api.passes import take
 from datum.api.security import needs, path_resource
 from datum.api.state import state_of
 from datum.core.findings import FieldError, Problem, invalid
+from datum.core.vocab import HostState
+from datum.fleet.listing import DEFAULT_LIMIT, MAX_LIMIT, host_after, page
 from datum.fleet.stale import stale
 from datum.host.report import PassReport
-from datum.store.history import record_host_pass
-from datum.store.hosts import get_host, list_hosts, take_pass
+from datum.store.hosts import get_host
 
 router = APIRouter(prefix="/v1/hosts", tags=["fleet"])
 
@@ -27,18 +29,48 @@ HostParam = Path(description="The host's name, as its agent reports it.", min_le
 _OUT = {"response_model_by_alias": True, "response_model_exclude_none": True}
 
 
+def cursor(value: str | None) -> str | None:
+    """A ``cursor`` query parameter: the host name it continues after (422 for one this server did not make)."""
+    return None if value is None else host_after(value)
+
+
 @router.get(
     "",
-    response_model=list[HostStatus],
-    summary="Every host the store knows: state, reason, the resources behind it, the last pass report.",
-    description="Cedar action `fleet:ReadHost` on `Server::\"datum\"`.",
-    responses=error_responses(401, 403, 503),
+    response_model=HostList,
+    summary="The fleet: a page of host summaries by name (state, reason, counts), every state's count.",
+    description=(
+        "Cedar action `fleet:ReadHost` on `Server::\"datum\"`. Hosts by name, `limit` per page (default "
+        f"{DEFAULT_LIMIT}, at most {MAX_LIMIT}); `state=` keeps the hosts that read that state (a host whose "
+        "agent fell silent reads `unknown`); `next` is the cursor of the following page, absent on the last. "
+        "`counts` covers the whole fleet whatever the filter. Each host is a summary of its last pass "
+        "(no report; `GET /v1/hosts/{host}` has it). A bad `state`, `limit` or `cursor` is 422 naming each."
+    ),
+    responses=error_responses(401, 403, 422, 503),
     **_OUT,
 )
-def hosts(request: Request, _p: str = Depends(needs(Action.READ_HOST))) -> list[HostStatus]:
+def hosts(
+    request: Request,
+    state: HostState | None = Query(default=None, description="Only the hosts that read this state."),
+    limit: int = Query(default=DEFAULT_LIMIT, ge=1, le=MAX_LIMIT, description="Hosts per page."),
+    after: Annotated[
+        str | None,
+        Query(alias="cursor", max_length=400, description="The `next` of the previous page."),
+        AfterValidator(cursor),
+    ] = None,
+    _p: str = Depends(needs(Action.READ_HOST)),
+) -> Response:
     _registry, store = state_of(request).wired()
     multiple = state_of(request).settings.fleet.stale_after
-    return [host_status(stale(row, multiple)) for row in list_hosts(store)]
+    found = page(store, multiple, datetime.now(UTC), state=state.value if state else None, after=after, limit=limit)
+    listing = host_list(found)
+    headers = {"Link": f'<{_next_url(request, found.next)}>; rel="next"'} if found.next else None
+    return Response(
+        listing.model_dump_json(by_alias=True, exclude_none=True), media_type="application/json", headers=headers
+    )
+
+
+def _next_url(request: Request, cursor: str) -> str:
+    return str(request.url.include_query_params(cursor=cursor))
 
 
 @router.get(
@@ -86,37 +118,10 @@ def report_pass(
     host: str = HostParam,
     _p: str = Depends(needs(Action.REPORT_PASS, path_resource("Host", "host"))),
 ) -> Response:
-    state = state_of(request)
-    _registry, store = state.wired()
-    if report.host != host:
-        raise invalid(
-            [FieldError("host", f"the report is for host {report.host!r}, the path names {host!r}")],
-            "a pass can only be reported for the host it ran on",
-        )
-    report, doc = accepted(report, state.settings.server.max_diff_bytes)
-    keep = state.settings.server.history
-
-    def history(conn: Connection, now: datetime) -> None:  # the page's history strip; not for a pass re-sent
-        record_host_pass(conn, host, doc, now, keep)
-
-    taken = take_pass(store, host, doc, on_stored=history)
-    # The report was validated once, on the way in: the answer is built from it, not read back nor
-    # validated again (a Response, so FastAPI does not validate it against response_model either).
-    if taken.outcome == "stored":
-        status = host_status(taken.row, parsed=report)
-        code, headers = 201, None
-    else:  # the same pass again, or one older than the stored: kept as it was
-        status = host_status(taken.row)
-        code, headers = 200, {"Datum-Pass": taken.outcome}
-    return Response(
-        status.model_dump_json(by_alias=True, exclude_none=True), code, headers, media_type="application/json"
-    )
-
-
-def _matches(if_none_match: str, etag: str) -> bool:
-    """RFC 9110's weak comparison for ``If-None-Match``: ``*``, or any listed tag, ``W/`` or not."""
-    tags = [t.strip().removeprefix("W/") for t in if_none_match.split(",")]
-    return "*" in tags or etag in tags
+    answer = take(state_of(request), host, report)
+    headers = None if answer.status == 201 else {"Datum-Pass": answer.outcome}
+    # a Response, so FastAPI does not validate the answer against response_model again
+    return Response(answer.body, answer.status, headers, media_type="application/json")
 
 
 def _facts(header: str | None) -> dict[str, Any]:
@@ -157,6 +162,6 @@ def manifest(
         raise Problem.one("NOT_FOUND", "this server serves no manifests ([fleet] manifests is not set)")
     found = effective(directory, host, _facts(facts))
     etag = f'"{found.digest}"'
-    if if_none_match and _matches(if_none_match, etag):
+    if if_none_match and matches(if_none_match, etag):
         return Response(status_code=304, headers={"ETag": etag})
     return Response(found.body, media_type="application/json", headers={"ETag": etag})

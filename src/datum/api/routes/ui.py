@@ -7,28 +7,33 @@ page shows nothing its viewer could not read from the API.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from functools import cache
 from importlib.resources import files
+from typing import Annotated
 
 import anyio.to_thread
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import HTMLResponse, Response
 from jinja2 import Environment, PackageLoader, select_autoescape
+from pydantic import AfterValidator
 
 from datum.api.authz import Action
 from datum.api.errors import error_responses
-from datum.api.models import host_status
+from datum.api.models import host_summary
+from datum.api.routes.hosts import cursor
 from datum.api.security import may, needs
 from datum.api.state import state_of
 from datum.config import Settings
 from datum.core.explain import ACT_LABEL
 from datum.core.humanize import age, when
-from datum.fleet.stale import stale
+from datum.core.vocab import HostState
+from datum.fleet import listing
 from datum.reconcile.registry import Registry
 from datum.reconcile.report import DriftReport
 from datum.store import Store
 from datum.store.history import HOST, RECONCILER, STRIP, first_seen_many, recent
-from datum.store.hosts import list_hosts
 from datum.web import view as v
 
 router = APIRouter(tags=["page"])
@@ -53,8 +58,26 @@ def templates() -> Environment:
     return env
 
 
-def _view(reports: list[DriftReport], registry: Registry, settings: Settings, store: Store, with_hosts: bool) -> v.Overview:
-    """The page's view: the reports with their history, and (when readable) the hosts with theirs."""
+@dataclass(frozen=True)
+class HostsShown:
+    """Which hosts the page lists: one state's page (``state``, ``after``), or without a state the worst first."""
+
+    state: str | None = None
+    after: str | None = None
+
+
+def _hosts(store: Store, settings: Settings, shown: HostsShown) -> listing.Page:
+    """The listing's page of hosts the page shows (a host whose agent fell silent reads unknown, as in /v1/hosts)."""
+    silent, now = settings.fleet.stale_after, datetime.now(UTC)
+    if shown.state is None:
+        return listing.worst_first(store, silent, now, [s.value for s in v.HOST_ORDER], v.MAX_HOSTS)
+    return listing.page(store, silent, now, state=shown.state, after=shown.after, limit=v.MAX_HOSTS)
+
+
+def _view(
+    reports: list[DriftReport], registry: Registry, settings: Settings, store: Store, shown: HostsShown | None
+) -> v.Overview:
+    """The page's view: the reports with their history, and (when readable) a page of hosts with theirs."""
     views = []
     with store.connect() as conn:
         for report in reports:
@@ -63,15 +86,11 @@ def _view(reports: list[DriftReport], registry: Registry, settings: Settings, st
             views.append(
                 v.reconciler_view(report, registry.settings(settings, name), recent(conn, RECONCILER, name), since.get)
             )
-        if not with_hosts:
+        if shown is None:
             return v.overview(views, None, None)
-        silent = settings.fleet.stale_after  # a host whose agent fell silent reads unknown, as in /v1/hosts
-        statuses = sorted((host_status(stale(row, silent)) for row in list_hosts(store)), key=v.host_order)
-        counts: dict[str, int] = {}
-        for h in statuses:
-            counts[h.state.value] = counts.get(h.state.value, 0) + 1
-        hosts = [v.host_view(h, recent(conn, HOST, h.host)) for h in statuses[: v.MAX_HOSTS]]
-    return v.overview(views, hosts, counts)
+        found = _hosts(store, settings, shown)
+        hosts = [v.host_view(h, recent(conn, HOST, h.host)) for h in map(host_summary, found.hosts)]
+    return v.overview(views, hosts, found.counts, v.HostsPage(shown.state, found.next))
 
 
 @router.get("/", response_class=HTMLResponse, include_in_schema=False)
@@ -92,12 +111,19 @@ def page(request: Request) -> HTMLResponse:
     ),
     responses=error_responses(401, 403, 503),
 )
-async def overview(request: Request, principal: str = Depends(needs(Action.READ_SUBSTRATE))) -> HTMLResponse:
+async def overview(
+    request: Request,
+    hosts: HostState | None = Query(default=None, description="List only the hosts that read this state."),
+    after: Annotated[
+        str | None, Query(alias="cursor", max_length=400, description="The hosts' next page."), AfterValidator(cursor)
+    ] = None,
+    principal: str = Depends(needs(Action.READ_SUBSTRATE)),
+) -> HTMLResponse:
     state = state_of(request)
     registry, store = state.wired()
     reports = [(await state.reports.get(name)).report for name in registry]
-    with_hosts = may(request, principal, Action.READ_HOST)
-    view = await anyio.to_thread.run_sync(_view, reports, registry, state.settings, store, with_hosts)
+    shown = HostsShown(hosts.value if hosts else None, after) if may(request, principal, Action.READ_HOST) else None
+    view = await anyio.to_thread.run_sync(_view, reports, registry, state.settings, store, shown)
     html = templates().get_template("overview.html").render(view=view)
     return HTMLResponse(html, headers=PAGE_HEADERS)
 

@@ -46,7 +46,7 @@
     if (!token) return signedOut("not signed in");
     let r;
     try {
-      r = await fetch("/ui/overview", { headers: { Authorization: "Bearer " + token }, cache: "no-store" });
+      r = await fetch("/ui/overview" + location.search, { headers: { Authorization: "Bearer " + token }, cache: "no-store" });
     } catch (e) {
       return stale("The server is unreachable");
     }

@@ -4,15 +4,15 @@ The fingerprint of the desired value an apply failed on with
 ``PermanentError``; the item is not retried until its desired value no longer
 matches it. NULL for every other item.
 
-Revision ID: 0007_permanent
-Revises: 0006_tokens
+Revision ID: 0008_permanent
+Revises: host_summaries
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0007_permanent"
-down_revision = "0006_tokens"
+revision = "0008_permanent"
+down_revision = "host_summaries"
 branch_labels = None
 depends_on = None
 

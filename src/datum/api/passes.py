@@ -1,0 +1,50 @@
+"""Taking one reported pass: accept it, store it with its history row, answer with the host's status.
+
+One code path for the route (``POST /v1/hosts/{host}/passes``) and the intake
+fast path (``datum.api.fastpath.ReportFastPath``): both call ``take`` in a
+worker thread, with a report already validated.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from datum.api.intake import accepted
+from datum.api.models import host_status
+from datum.api.state import ServerState
+from datum.core.findings import FieldError, invalid
+from datum.host.report import PassReport
+from datum.store.hosts import take_pass
+
+
+@dataclass(frozen=True)
+class Answer:
+    """The HTTP answer to a reported pass: 201 stored, 200 not (``Datum-Pass: duplicate`` or ``older``)."""
+
+    status: int
+    body: bytes
+    outcome: str
+
+
+def check_host(report: PassReport, host: str) -> None:
+    """``422`` unless the report is for the host of the path."""
+    if report.host != host:
+        raise invalid(
+            [FieldError("host", f"the report is for host {report.host!r}, the path names {host!r}")],
+            "a pass can only be reported for the host it ran on",
+        )
+
+
+def take(state: ServerState, host: str, report: PassReport) -> Answer:
+    """Accept ``report`` (``422`` naming every field at fault), store it, answer. Blocks on the store."""
+    _registry, store = state.wired()
+    check_host(report, host)
+    report, doc, text = accepted(report, state.settings.server.max_diff_bytes)
+    # with the page's history strip (not for a pass re-sent), in the same statement on PostgreSQL
+    taken = take_pass(store, host, doc, history=True, keep=state.settings.server.history, text=text)
+    if taken.outcome != "stored":  # the same pass again, or one older than the stored: kept as it was
+        return Answer(200, host_status(taken.row).model_dump_json(by_alias=True, exclude_none=True).encode(), taken.outcome)
+    # The report was validated once, on the way in: the answer is built from it, not read back nor
+    # validated again, and its report is the text just stored, not serialized again.
+    head = host_status(taken.row, parsed=report).model_dump_json(by_alias=True, exclude_none=True, exclude={"report"})
+    return Answer(201, f'{head[:-1]},"report":{text}}}'.encode(), taken.outcome)

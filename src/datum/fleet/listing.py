@@ -1,0 +1,91 @@
+"""The host listing: keyset pages of host summaries, the fleet's state counts, and the page cursor.
+
+A page is hosts by name after a cursor, ``limit`` of them, optionally only
+those that read one state; its cursor is opaque to clients (the last name
+listed, encoded), so a page never skips or repeats a host whatever is written
+meanwhile. The counts cover the whole fleet, whatever the filter. A host
+whose agent fell silent reads ``unknown`` (``datum.fleet.stale``) in the rows,
+the filter and the counts alike. No pass report is read: the summaries are
+written at intake (``datum.core.hostsummary``).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from datum.core.vocab import HostState
+from datum.fleet.stale import stale_reason
+from datum.store import Store
+from datum.store.hosts import host_counts, host_page
+
+DEFAULT_LIMIT = 100
+MAX_LIMIT = 1000
+_PREFIX = "h:"
+
+
+def cursor_after(host: str) -> str:
+    """The cursor of the page that starts after ``host``."""
+    return base64.urlsafe_b64encode(f"{_PREFIX}{host}".encode()).decode().rstrip("=")
+
+
+def host_after(cursor: str) -> str:
+    """The host name a cursor continues after; ``ValueError`` saying why for one this server did not make."""
+    try:
+        text = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        text = ""
+    if not text.startswith(_PREFIX) or not 0 < len(text) - len(_PREFIX) <= 253:
+        raise ValueError("not a cursor of this listing: pass the `next` of a previous page as it is")
+    return text[len(_PREFIX):]
+
+
+@dataclass(frozen=True)
+class Page:
+    """One page: its host rows (``store.hosts.host_page``, stale ones with why), the fleet's counts, the next cursor."""
+
+    hosts: list[dict[str, Any]]
+    counts: dict[str, int]
+    next: str | None
+
+
+def _with_why(row: dict[str, Any], multiple: float, now: datetime) -> dict[str, Any]:
+    if row["stale"] and row["finishedAt"] is not None and row["intervalSeconds"]:
+        age = (now - row["finishedAt"]).total_seconds()
+        return {**row, "reason": stale_reason(age, multiple, row["intervalSeconds"], row["reported"])}
+    return row
+
+
+def page(
+    store: Store, multiple: float, now: datetime, *, state: str | None = None, after: str | None = None,
+    limit: int = DEFAULT_LIMIT,
+) -> Page:
+    """Hosts by name after ``after``, at most ``limit``, those reading ``state`` when given; with every state's count."""
+    rows = host_page(store, multiple, now, state=state, after=after, limit=limit + 1)
+    more = len(rows) > limit
+    rows = [_with_why(r, multiple, now) for r in rows[:limit]]
+    return Page(rows, _counts(store, multiple, now), cursor_after(rows[-1]["host"]) if more and rows else None)
+
+
+def _counts(store: Store, multiple: float, now: datetime) -> dict[str, int]:
+    """Every host state's count, zero included."""
+    counted = host_counts(store, multiple, now)
+    return {s.value: counted.get(s.value, 0) for s in HostState}
+
+
+def worst_first(store: Store, multiple: float, now: datetime, order: list[str], limit: int) -> Page:
+    """The first ``limit`` hosts taking the states in ``order`` (the page's: failed first), each state's by name.
+
+    One indexed page per state until ``limit`` is reached; the rest are in the counts, and in the pages of
+    each state (``page`` with ``state``).
+    """
+    rows: list[dict[str, Any]] = []
+    for state in order:
+        if len(rows) >= limit:
+            break
+        got = host_page(store, multiple, now, state=state, limit=limit - len(rows))
+        rows += [_with_why(r, multiple, now) for r in got]
+    return Page(rows, _counts(store, multiple, now), None)

@@ -1,0 +1,74 @@
+"""The manifest fast path: a composed manifest is served (or 304) without FastAPI's routing while the fleet
+directory's files are as they were; an edit, a first request, facts that do not parse or a refusal go to
+the route, which composes in a worker thread and keeps its one error path."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import datum.fleet.effective as eff
+
+from .story import build_story
+
+
+@pytest.fixture
+def fleet_story(tmp_path, monkeypatch):  # type: ignore[no-untyped-def]
+    fleet = tmp_path / "fleet"
+    fleet.mkdir()
+    (fleet / "nodes.yaml").write_text("nodes:\n  - match: {name: 'web*'}\n    manifests: [web.yaml]\n")
+    (fleet / "web.yaml").write_text("resources:\n  - File[/etc/motd]:\n      content: hello\n")
+    story = build_story(tmp_path)
+    state = story.app.state.datum
+    state.settings = state.settings.model_copy(
+        update={"fleet": state.settings.fleet.model_copy(update={"manifests": fleet})}
+    )
+    composed: list[str] = []  # the route's compositions (the fast path never composes)
+    real = eff.effective
+
+    def spy(directory, host, facts):  # type: ignore[no-untyped-def]
+        composed.append(host)
+        return real(directory, host, facts)
+
+    monkeypatch.setattr(eff, "effective", spy)
+    story.composed = composed  # type: ignore[attr-defined]
+    story.fleet = fleet  # type: ignore[attr-defined]
+    return story
+
+
+def get(story, host="web1", **headers):  # type: ignore[no-untyped-def]
+    return story.client.get(f"/v1/hosts/{host}/manifest", headers={**story.auth("agent"), **headers})
+
+
+def test_a_composed_manifest_is_served_from_memory_until_the_directory_changes(fleet_story):
+    s = fleet_story
+    first = get(s)
+    assert first.status_code == 200 and s.composed == ["web1"]
+    second = get(s)
+    assert s.composed == ["web1"]  # not through the route
+    assert second.content == first.content and second.headers["etag"] == first.headers["etag"]
+    assert second.headers["content-type"] == "application/json"
+    etag = first.headers["etag"]
+    cached = get(s, **{"If-None-Match": f'"x", W/{etag}'})
+    assert cached.status_code == 304 and cached.content == b"" and cached.headers["etag"] == etag
+    assert s.composed == ["web1"]
+    (s.fleet / "web.yaml").write_text("resources:\n  - File[/etc/motd]:\n      content: changed\n")
+    changed = get(s, **{"If-None-Match": etag})
+    assert changed.status_code == 200 and changed.headers["etag"] != etag and s.composed == ["web1", "web1"]
+    facts = json.dumps({"cpu_count": 4})
+    assert get(s, **{"X-Datum-Facts": facts}).status_code == 200 and len(s.composed) == 3  # other facts: composed
+    assert get(s, **{"X-Datum-Facts": facts}).status_code == 200 and len(s.composed) == 3
+
+
+def test_what_is_in_doubt_goes_to_the_route(fleet_story):
+    s = fleet_story
+    assert get(s).status_code == 200
+    bad = get(s, **{"X-Datum-Facts": "{nope"})
+    assert bad.status_code == 422 and bad.json()["issues"][0]["fields"][0]["field"] == "X-Datum-Facts"
+    assert get(s, host="db1").status_code == 404  # no rule matches it
+    refused = s.client.get("/v1/hosts/web1/manifest", headers=s.auth("stranger"))
+    assert refused.status_code == 403 and refused.json()["issues"][0]["action"] == "fleet:ReadManifest"
+    assert s.client.get("/v1/hosts/web1/manifest").status_code == 401
+    assert s.client.get("/v1/hosts/web1/manifest?x=1", headers=s.auth("agent")).status_code == 200
+    assert s.composed == ["web1", "db1", "web1"]  # the route composed; bad facts and refusals never got there
