@@ -60,9 +60,9 @@ def prepare(home: Path, items: int, cap: int, access_log: bool, store_url: str) 
     """A store whose buckets reconciler has ``items`` diverged items (all awaiting confirmation)."""
     from datum.api import tokens
     from datum.config import load_settings
+    from datum.plugins import load
     from datum.reconcile.runner import Runner
     from datum.reconcilers import buckets as b
-    from datum.reconcilers import builtin_registry
     from datum.store import open_store
 
     cfg = home / "datum.toml"
@@ -77,14 +77,14 @@ def prepare(home: Path, items: int, cap: int, access_log: bool, store_url: str) 
     )
     settings = load_settings(cfg)
     store = open_store(settings.store_url)
-    store.ensure(b.metadata)
+    store.require(b.BRANCH)
     now = datetime.now(UTC)
     with store.begin() as conn:
         conn.execute(
             sa.insert(b.buckets),
             [{"name": f"bucket-{n:06d}", "status": b.CREATING, "created_at": now, "updated_at": now} for n in range(items)],
         )
-    tick = Runner(builtin_registry(), settings, store).tick(b.NAME)
+    tick = Runner(load().registry(), settings, store).tick(b.NAME)
     assert tick.drift == items, tick
     token = tokens.create(store, "operator")
     store.dispose()

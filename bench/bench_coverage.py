@@ -38,7 +38,7 @@ def status_of(n: int) -> str:
 def fill(store, rows: int) -> None:  # type: ignore[no-untyped-def]
     from datum.reconcilers import buckets as b
 
-    store.ensure(b.metadata)
+    store.require(b.BRANCH)
     start = datetime(2026, 1, 1, tzinfo=UTC)
     chunk = 50_000
     for base in range(0, rows, chunk):

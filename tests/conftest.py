@@ -50,6 +50,12 @@ def store_url(request, tmp_path):
 
 
 @pytest.fixture
+def pg_database():
+    """The URL of a fresh PostgreSQL database of its own; dropped afterwards."""
+    yield from _pg_database()
+
+
+@pytest.fixture
 def store(store_url):
     from datum.store import open_store
 

@@ -20,10 +20,10 @@ from fastapi.testclient import TestClient
 from datum.api import tokens
 from datum.api.app import create_app
 from datum.config import Settings
+from datum.plugins import load as _load_plugins
 from datum.reconcile.registry import Registry
 from datum.reconcile.runner import Runner
 from datum.reconcilers import buckets as b
-from datum.reconcilers import builtin_registry
 from datum.store import Store, open_store
 
 INTERVAL = timedelta(seconds=30)
@@ -87,7 +87,7 @@ class Story:
 def build_story(tmp_path: Path, store: str | None = None, **server: object) -> Story:
     settings = settings_for(tmp_path, store, **server)
     store = open_store(settings.store_url)
-    registry = builtin_registry()
+    registry = _load_plugins().registry()
     clock = Clock()
     app = create_app(settings, registry, store, clock=clock)
     app.state.datum.reports.ttl = 0  # every request sees the latest tick

@@ -14,7 +14,6 @@ from datum.api.authz import (
     SERVER,
     Action,
     Authorizer,
-    bucket,
     host,
     reconciler,
     shipped_policies,
@@ -23,6 +22,21 @@ from datum.api.authz import (
 from datum.core.findings import Problem
 
 from .story import build_story, pass_report, settings_for
+
+# The buckets plugin's actions, declared by its own schema fragment.
+BUCKETS_READ = "buckets:Read"
+BUCKETS_WRITE = "buckets:Write"
+
+
+def bucket(name: str):
+    return ("Bucket", name)
+
+
+def schema_with_plugins() -> str:
+    from datum.api.plugins import schema_fragments
+    from datum.plugins import load
+
+    return shipped_schema(schema_fragments(load()).values())
 
 # (method, path, action, body)
 ENDPOINTS = [
@@ -33,16 +47,16 @@ ENDPOINTS = [
     ("GET", "/v1/hosts", Action.READ_HOST, None),
     ("GET", "/v1/hosts/web1", Action.READ_HOST, None),
     ("POST", "/v1/hosts/web1/passes", Action.REPORT_PASS, pass_report()),
-    ("GET", "/v1/buckets", Action.BUCKETS_READ, None),
-    ("PUT", "/v1/buckets/alpha", Action.BUCKETS_WRITE, None),
-    ("DELETE", "/v1/buckets/alpha", Action.BUCKETS_WRITE, None),
+    ("GET", "/v1/buckets", BUCKETS_READ, None),
+    ("PUT", "/v1/buckets/alpha", BUCKETS_WRITE, None),
+    ("DELETE", "/v1/buckets/alpha", BUCKETS_WRITE, None),
 ]
 
-READS = {Action.READ_SUBSTRATE, Action.READ_HOST, Action.BUCKETS_READ}
+READS = {Action.READ_SUBSTRATE, Action.READ_HOST, BUCKETS_READ}
 ALLOWED = {
     "operator": READS,
     "agent": {Action.REPORT_PASS},
-    "admin": set(Action),
+    "admin": {*Action, BUCKETS_READ, BUCKETS_WRITE},
     "stranger": set(),
 }
 
@@ -71,7 +85,7 @@ def test_each_action_for_each_principal(shared, method, path, action, body, prin
     else:
         assert r.status_code == 403
         (issue,) = r.json()["issues"]
-        assert (issue["code"], issue["action"]) == ("FORBIDDEN", action.value)
+        assert (issue["code"], issue["action"]) == ("FORBIDDEN", str(action))
         assert principal in issue["message"]
 
 
@@ -96,18 +110,19 @@ def test_401_comes_before_404_and_403_before_404(shared):
 
 
 def test_the_shipped_policies_validate_against_the_shipped_schema():
-    result = cedarpy.validate_policies(shipped_policies(), cedarpy.Schema.from_str(shipped_schema()))
-    assert result.validation_passed, result.errors
+    for schema in (shipped_schema(), schema_with_plugins()):
+        result = cedarpy.validate_policies(shipped_policies(), cedarpy.Schema.from_str(schema))
+        assert result.validation_passed, result.errors
 
 
 def test_decisions_of_the_shipped_policies():
-    authz = Authorizer(shipped_policies(), shipped_schema())
+    authz = Authorizer(shipped_policies(), schema_with_plugins())
     resources = {
         Action.READ_SUBSTRATE: reconciler("buckets"),
         Action.READ_HOST: host("web1"),
         Action.REPORT_PASS: host("web1"),
-        Action.BUCKETS_READ: SERVER,
-        Action.BUCKETS_WRITE: bucket("alpha"),
+        BUCKETS_READ: SERVER,
+        BUCKETS_WRITE: bucket("alpha"),
     }
     for principal, allowed in ALLOWED.items():
         for action, resource in resources.items():
@@ -115,16 +130,16 @@ def test_decisions_of_the_shipped_policies():
 
 
 def test_a_request_outside_the_schema_is_no_decision_and_so_a_deny():
-    authz = Authorizer(shipped_policies(), shipped_schema())
+    authz = Authorizer(shipped_policies(), schema_with_plugins())
     # buckets:Read applies to Server only: Cedar answers NoDecision, which must deny
-    assert authz.allowed("admin", Action.BUCKETS_READ, ("Host", "web1")) is False
+    assert authz.allowed("admin", BUCKETS_READ, ("Host", "web1")) is False
 
 
 def test_group_policies_work_because_entities_are_parsed_with_the_schema(tmp_path):
     policy = tmp_path / "p.cedar"
     policy.write_text('permit (principal == Principal::"ci", action in Action::"write", resource);\n')
-    authz = Authorizer.from_settings(policy)
-    assert authz.allowed("ci", Action.BUCKETS_WRITE, bucket("a"))
+    authz = Authorizer.from_settings(policy, _fragments())
+    assert authz.allowed("ci", BUCKETS_WRITE, bucket("a"))
     assert authz.allowed("ci", Action.REPORT_PASS, host("h"))
     assert not authz.allowed("ci", Action.READ_SUBSTRATE, SERVER)
 
@@ -183,3 +198,18 @@ def test_no_token_in_any_log_line_or_body(shared, caplog):
             bodies.append(r.text)
     for text in bodies + [rec.getMessage() for rec in caplog.records]:
         assert secret not in text
+
+
+def _fragments():
+    from datum.api.plugins import schema_fragments
+    from datum.plugins import load
+
+    return list(schema_fragments(load()).values())
+
+
+def test_a_plugins_fragment_that_does_not_merge_is_refused_alone():
+    from datum.api.authz import fragment_problem
+
+    assert fragment_problem(_fragments()[0]) is None
+    assert "does not merge" in fragment_problem("entity Host;")  # redeclares Datum's own
+    assert "does not merge" in fragment_problem("action oops")

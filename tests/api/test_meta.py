@@ -7,7 +7,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from datum.api import tokens
 from datum.api.app import create_app
-from datum.reconcilers import builtin_registry
+from datum.plugins import load as _load_plugins
 from datum.store import open_store
 
 from .story import pass_report, play, settings_for
@@ -33,7 +33,7 @@ def test_before_the_registry_is_wired_observability_answers_503(tmp_path):
         r = client.get("/readyz")
         assert r.status_code == 503
         assert r.json()["issues"][0]["code"] == "UNAVAILABLE"
-        app.state.datum.wire(builtin_registry(), store)
+        app.state.datum.wire(_load_plugins().registry(), store)
         assert client.get("/readyz").status_code == 200
         assert client.get("/v1/observability/admin/reconcilers/buckets/drift", headers=auth).status_code == 200
     store.dispose()

@@ -30,6 +30,7 @@ def test_host_series_grow_by_two_plus_the_resource_states_of_each_host(story):
     assert counts["datum_hosts"] == 6  # one per host state, whatever the fleet's size
     assert host_series == 6 + 50 * (2 + 1) + (2 + 3)
     # per reconciler: a fixed set, plus three per coverage row
+    # (buckets, and pg_roles with its one reason of its own: the contract's 20 reasons and its own, per direction)
     per_reconciler = sum(n for name, n in counts.items() if name.startswith("datum_reconciler"))
-    assert counts["datum_reconciler_items"] == 20 * 3
-    assert per_reconciler <= 85 + 3 * counts["datum_reconciler_coverage_rows"]
+    assert counts["datum_reconciler_items"] == 20 * 3 + (20 + 1) * 3
+    assert per_reconciler <= 2 * 85 + 3 + 3 * counts["datum_reconciler_coverage_rows"]

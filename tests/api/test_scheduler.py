@@ -5,9 +5,9 @@ from __future__ import annotations
 import threading
 import time
 
+from datum.plugins import load as _load_plugins
 from datum.reconcile.runner import Runner
 from datum.reconcile.scheduler import Scheduler
-from datum.reconcilers import builtin_registry
 from datum.store import open_store
 
 from .story import settings_for
@@ -25,7 +25,7 @@ def test_ticks_at_the_interval_and_reports_each_tick(tmp_path):
         if len(seen) >= 3:
             enough.set()
 
-    scheduler = Scheduler(Runner(builtin_registry(), settings, store), on_tick=on_tick)
+    scheduler = Scheduler(Runner(_load_plugins().registry(), settings, store), on_tick=on_tick)
     assert scheduler.names() == ["buckets"]
     started = time.monotonic()
     scheduler.start()
@@ -44,7 +44,7 @@ def test_a_disabled_reconciler_is_not_ticked(tmp_path):
     settings = settings_for(tmp_path)
     settings.reconcilers["buckets"]["enabled"] = False
     store = open_store(settings.store_url)
-    scheduler = Scheduler(Runner(builtin_registry(), settings, store))
+    scheduler = Scheduler(Runner(_load_plugins().registry(), settings, store))
     assert scheduler.names() == []
     scheduler.start()
     scheduler.stop()

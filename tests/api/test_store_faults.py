@@ -234,7 +234,7 @@ def test_the_api_answers_503_naming_a_locked_store_and_keeps_reading(tmp_path):
 
     from datum.api import tokens
     from datum.api.app import create_app
-    from datum.reconcilers import builtin_registry
+    from datum.plugins import load as _load_plugins
     from datum.store import open_store
 
     from .story import pass_report, settings_for
@@ -243,7 +243,7 @@ def test_the_api_answers_503_naming_a_locked_store_and_keeps_reading(tmp_path):
     store = open_store(settings.store_url, lock_wait=timedelta(milliseconds=300))
     agent = {"Authorization": f"Bearer {tokens.create(store, 'agent')}"}
     operator = {"Authorization": f"Bearer {tokens.create(store, 'operator')}"}
-    client = TestClient(create_app(settings, builtin_registry(), store), raise_server_exceptions=False)
+    client = TestClient(create_app(settings, _load_plugins().registry(), store), raise_server_exceptions=False)
     assert client.get("/v1/hosts", headers=operator).status_code == 200  # tokens cached, pool warm
     assert client.post("/v1/hosts/web1/passes", json=pass_report(), headers=agent).status_code == 201
     holder = sqlite3.connect(tmp_path / "datum.db", isolation_level=None)

@@ -153,7 +153,7 @@ def test_503_and_500_are_in_the_error_shape_and_documented(tmp_path, monkeypatch
         assert r.status_code == 503
         checker.check(r, "/readyz")
     s = build_story(tmp_path / "s")
-    from datum.api.routes import buckets as route
+    from datum.reconcilers.buckets import routes as route
 
     monkeypatch.setattr(route.buckets, "rows", lambda _store: 1 / 0)
     r = s.get("/v1/buckets")

@@ -108,12 +108,22 @@ class Slow:
 
 
 def registry() -> Registry:
-    from datum.reconcilers import buckets
+    from datum.plugins import load
 
-    r = Registry()
-    r.register(buckets.NAME, buckets.BucketsReconciler, buckets.BucketSettings)
+    r = load().registry()
     r.register(NAME, Slow, SlowSettings)
     return r
+
+
+def with_slow_plugin() -> None:
+    """Make this process's plugins the installed ones plus this reconciler (as a plugin would be)."""
+    import dataclasses
+
+    from datum.plugins import ReconcilerPlugin, load, loader
+
+    loaded = load()
+    plugin = ReconcilerPlugin(name=NAME, reconciler=Slow, settings=SlowSettings)
+    loader._loaded = dataclasses.replace(loaded, plugins=(*loaded.plugins, plugin))
 
 
 def writes(store) -> dict[str, int]:
@@ -142,9 +152,7 @@ def progress(root: Path) -> list[str]:
 
 
 if __name__ == "__main__":
-    import datum.reconcilers
-
-    datum.reconcilers.builtin_registry = registry
+    with_slow_plugin()
     from datum.cli.main import main
 
     main(sys.argv[1:])

@@ -9,16 +9,32 @@ from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 
 from datum.store import open_store
-from datum.store.migrate import HEAD, HEADS, MIGRATIONS, current_revisions
+from datum.store.migrate import (
+    CORE,
+    HEAD,
+    HEADS,
+    MIGRATIONS,
+    Branch,
+    current_revisions,
+    heads,
+    migrate,
+)
 from datum.store.schema import metadata
 
 
-def test_head_constant_is_the_newest_migration():
+def _alembic_heads(versions) -> set[str]:
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS))
-    scripts = ScriptDirectory.from_config(cfg)
-    assert scripts.get_current_head() == HEAD
-    assert set(scripts.get_heads()) == HEADS
+    cfg.set_main_option("path_separator", "os")
+    cfg.set_main_option("version_locations", str(versions))
+    return set(ScriptDirectory.from_config(cfg).get_heads())
+
+
+def test_heads_read_from_the_files_are_alembics():
+    assert set(HEADS) == _alembic_heads(CORE.versions) == {HEAD}
+    from datum.reconcilers.buckets.reconciler import BRANCH
+
+    assert set(heads(BRANCH)) == _alembic_heads(BRANCH.versions) == {"buckets_0001"}
 
 
 def test_a_new_store_is_at_head_and_matches_the_table_definitions(store_url):
@@ -67,7 +83,7 @@ def _store_at(store_url: str, revision: str, *statements: str) -> None:
 
 
 def _opened(store_url: str, query: str) -> tuple[object, ...]:
-    """Open the store (migrating it to HEAD) and answer ``query``'s one row."""
+    """Open the store (migrating it to its heads) and answer ``query``'s one row."""
     store = open_store(store_url)
     with store.connect() as conn:
         assert current_revisions(conn) == HEADS
@@ -147,3 +163,78 @@ def test_migrating_a_current_store_again_does_nothing_whatever_heads_the_fast_pa
         assert (done.before, done.upgraded) == (frozenset({HEAD}), False)
     finally:
         engine.dispose()
+
+
+def test_a_store_at_host_summaries_gains_the_permanent_mark_empty(store_url):
+    row = "INSERT INTO item_memory (reconciler, kind, item_id, direction, streak, failures, retry_after_passes)"
+    _store_at(store_url, "host_summaries", row + " VALUES ('buckets', 'bucket', 'a', 'restore', 1, 0, 0)")
+    assert _opened(store_url, "SELECT streak, permanent FROM item_memory") == (1, None)
+
+
+def _branch(tmp_path, *revisions: tuple[str, str | None]):
+    """A plugin branch whose revisions each create a table named after them."""
+    versions = tmp_path / "versions"
+    versions.mkdir()
+    for revision, down in revisions:
+        (versions / f"{revision}.py").write_text(
+            "import sqlalchemy as sa\nfrom alembic import op\n"
+            f"revision = {revision!r}\ndown_revision = {down!r}\nbranch_labels = None\ndepends_on = None\n"
+            f"def upgrade():\n    op.create_table({revision!r}, sa.Column('id', sa.Integer, primary_key=True))\n"
+        )
+    return Branch.of_plugin("widgets", versions)
+
+
+def test_a_branch_with_two_heads_is_upgraded_to_both_and_recorded_in_its_own_table(tmp_path):
+    branch = _branch(tmp_path, ("w1", None), ("w2a", "w1"), ("w2b", "w1"))
+    assert heads(branch) == {"w2a", "w2b"}
+    store = open_store(f"sqlite:///{tmp_path / 'd.db'}", branches=[branch])
+    with store.connect() as conn:
+        assert current_revisions(conn, branch) == {"w2a", "w2b"}
+        assert current_revisions(conn) == HEADS  # the core's own table is untouched by the plugin's
+        tables = set(sa.inspect(conn).get_table_names())
+    assert {"w1", "w2a", "w2b", "alembic_version_widgets"} <= tables
+    migrate(store.engine, [CORE, branch])  # current: nothing to do, nothing raised
+    store.dispose()
+
+
+def test_an_uninstalled_plugins_branch_never_stops_the_core_from_upgrading(tmp_path):
+    url = f"sqlite:///{tmp_path / 'd.db'}"
+    open_store(url, branches=[_branch(tmp_path, ("w1", None))]).dispose()
+    store = open_store(url)  # the plugin is gone: its revision is in its own table, not in the core's
+    with store.connect() as conn:
+        assert current_revisions(conn) == HEADS
+    store.dispose()
+
+
+def test_a_buckets_table_made_by_create_all_is_adopted_by_the_buckets_branch(store_url):
+    """Stores made before the branch existed have the table (store.ensure): it upgrades cleanly, rows kept."""
+    from datum.reconcilers.buckets import reconciler as buckets
+
+    engine = sa.create_engine(store_url.replace("postgresql://", "postgresql+psycopg://", 1))
+    metadata.create_all(engine)
+    buckets.metadata.create_all(engine)
+    with engine.begin() as conn:
+        conn.execute(sa.text(
+            "INSERT INTO buckets (name, status, created_at, updated_at)"
+            " VALUES ('old', 'active', '2026-01-01 00:00:00', '2026-01-01 00:00:00')"
+        ))
+    engine.dispose()
+    store = open_store(store_url, branches=[buckets.BRANCH])
+    with store.connect() as conn:
+        assert current_revisions(conn, buckets.BRANCH) == {"buckets_0001"}
+        diff = compare_metadata(MigrationContext.configure(conn), buckets.metadata)
+    assert [d for d in diff if d[0] not in ("modify_type", "remove_table", "remove_index")] == []
+    assert [r["name"] for r in buckets.rows(store)] == ["old"]
+    store.dispose()
+
+
+def test_a_new_store_gets_the_buckets_table_from_its_branch_as_declared(store_url):
+    from datum.reconcilers.buckets import reconciler as buckets
+
+    store = open_store(store_url)
+    buckets.create(store, "fresh")  # require(): the branch runs on first use
+    with store.connect() as conn:
+        assert current_revisions(conn, buckets.BRANCH) == {"buckets_0001"}
+        diff = compare_metadata(MigrationContext.configure(conn), buckets.metadata)
+    assert [d for d in diff if d[0] not in ("modify_type", "remove_table", "remove_index")] == []
+    store.dispose()

@@ -7,7 +7,8 @@ import sys
 
 import sqlalchemy as sa
 
-from datum.store.migrate import HEADS, current_revisions
+from datum.plugins import load
+from datum.store.migrate import HEADS, current_revisions, heads
 
 DATUM = [sys.executable, "-c", "from datum.cli.main import main; main()"]
 
@@ -23,9 +24,12 @@ def test_three_migrations_at_once_upgrade_the_store_once(tmp_path, store_url):
     done = [p.communicate(timeout=120) for p in procs]
     assert [p.returncode for p in procs] == [0, 0, 0], done
     said = sorted(out.split(": ", 1)[1].strip() for out, _err in done)
-    heads = ", ".join(sorted(HEADS))
-    assert said == [f"already at {heads}"] * 2 + [f"upgraded from empty to {heads}"], done
+    every = HEADS.union(*(heads(b) for b in load().branches()))  # the plugins' branches too
+    shown = ", ".join(sorted(every))
+    assert said == [f"already at {shown}"] * 2 + [f"upgraded from empty to {shown}"], done
     engine = sa.create_engine(store_url.replace("postgresql://", "postgresql+psycopg://", 1))
     with engine.connect() as conn:
         assert current_revisions(conn) == HEADS
+        for branch in load().branches():
+            assert current_revisions(conn, branch) == heads(branch)
     engine.dispose()

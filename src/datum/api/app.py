@@ -24,7 +24,8 @@ from datum.api.edge import Edge
 from datum.api.fastpath import DriftFastPath, ManifestFastPath, ReportFastPath
 from datum.api.guard import RequestGuard
 from datum.api.metrics import metrics_registry
-from datum.api.routes import buckets, hosts, meta, observability, reboots, ui
+from datum.api.plugins import mount_plugins, schema_fragments
+from datum.api.routes import hosts, meta, observability, reboots, ui
 from datum.api.state import Clock, ServerState
 from datum.api.tokens import TokenBook
 from datum.config import Settings
@@ -34,7 +35,8 @@ from datum.store import Store
 
 DESCRIPTION = """\
 Which items diverged, what desired and actual were, and why they are not converging;
-hosts and their last passes; the desired state of the buckets example reconciler.
+hosts and their last passes; the desired state of the reconciler plugins that serve routes
+(the buckets example reconciler's under `/v1/buckets`).
 
 Every request but `/healthz`, `/readyz`, `/v1` (this API's endpoints), `/docs`, `/openapi.json`
 and the page shell needs `Authorization: Bearer <token>` and is decided by Cedar policies. Every
@@ -62,9 +64,13 @@ def create_app(
         redoc_url=None,
     )
     app.router.redirect_slashes = False  # Edge serves /v1/hosts/ as /v1/hosts, without a redirect
+    from datum.plugins import load
+
+    plugins = load()
+    fragments = schema_fragments(plugins)
     state = ServerState(
         settings=settings,
-        authorizer=authorizer or Authorizer.from_settings(settings.server.policy),
+        authorizer=authorizer or Authorizer.from_settings(settings.server.policy, fragments.values()),
         tokens=TokenBook(settings.server.tokens, None),
         clock=clock,
     )
@@ -73,8 +79,9 @@ def create_app(
     app.state.datum = state
     app.state.metrics = metrics_registry(state)
     errors.install(app)
-    for module in (observability, hosts, reboots, buckets, meta, ui):
+    for module in (observability, hosts, reboots, meta, ui):
         app.include_router(module.router, responses=errors.error_responses(*errors.EVERYWHERE))
+    state.broken_routes = mount_plugins(app, plugins, fragments)
     app.mount("/static", StaticFiles(packages=[("datum.web", "static")]), name="static")
     _docs(app)
     def fast(inner: ASGIApp) -> ASGIApp:  # the hot requests, answered before routing when nothing is in doubt

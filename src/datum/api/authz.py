@@ -10,6 +10,7 @@ request does not fit the schema) is a deny. Decisions depend only on
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from enum import StrEnum
 from importlib import resources
 from pathlib import Path
@@ -20,15 +21,13 @@ from datum.core.findings import FieldError, Finding, Problem
 
 
 class Action(StrEnum):
-    """The Cedar actions a request can need."""
+    """The Cedar actions of Datum's own endpoints; a plugin's are strings its schema fragment declares."""
 
     READ_SUBSTRATE = "observability:ReadSubstrate"
     READ_HOST = "fleet:ReadHost"
     REPORT_PASS = "fleet:ReportPass"
     READ_MANIFEST = "fleet:ReadManifest"
     TAKE_REBOOT_LEASE = "fleet:TakeRebootLease"
-    BUCKETS_READ = "buckets:Read"
-    BUCKETS_WRITE = "buckets:Write"
 
 
 Resource = tuple[str, str]
@@ -71,17 +70,23 @@ def host(name: str) -> Resource:
     return ("Host", name)
 
 
-def bucket(name: str) -> Resource:
-    return ("Bucket", name)
-
-
 def shipped(name: str) -> str:
     """A file shipped in ``datum/api/policies``."""
     return resources.files("datum.api").joinpath("policies", name).read_text(encoding="utf-8")
 
 
-def shipped_schema() -> str:
-    return shipped("datum.cedarschema")
+def shipped_schema(fragments: Iterable[str] = ()) -> str:
+    """Datum's schema, with the plugins' fragments (their entities and actions) after it."""
+    return "\n".join([shipped("datum.cedarschema"), *fragments])
+
+
+def fragment_problem(fragment: str) -> str | None:
+    """Why a plugin's schema fragment cannot be merged with Datum's (it does not parse, or redeclares), or None."""
+    try:
+        cedarpy.Schema.from_str(shipped_schema([fragment]))
+    except Exception as exc:  # noqa: BLE001 - cedarpy raises its own kinds; reported, the plugin refused
+        return f"its Cedar schema fragment does not merge: {str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__}"
+    return None
 
 
 def shipped_policies() -> str:
@@ -117,25 +122,26 @@ class Authorizer:
         self._memo: dict[tuple[str, str, str, str], bool] = {}
 
     @classmethod
-    def from_settings(cls, policy: Path | None) -> Authorizer:
-        """The shipped schema with the configured policy file, else the shipped default policies."""
+    def from_settings(cls, policy: Path | None, fragments: Iterable[str] = ()) -> Authorizer:
+        """The shipped schema (with the plugins' ``fragments``) and the configured policy file, else the shipped default policies."""
+        schema = shipped_schema(fragments)
         if policy is None:
-            return cls(shipped_policies(), shipped_schema(), "the shipped default policies")
+            return cls(shipped_policies(), schema, "the shipped default policies")
         try:
             text = Path(policy).read_text(encoding="utf-8")
         except OSError as exc:
             raise Problem.one("INVALID_INPUT", f"cannot read the policy file {policy}: {exc.strerror}") from exc
-        return cls(text, shipped_schema(), str(policy))
+        return cls(text, schema, str(policy))
 
-    def allowed(self, principal: str, action: Action, resource: Resource) -> bool:
-        key = (principal, action.value, *resource)
+    def allowed(self, principal: str, action: Action | str, resource: Resource) -> bool:
+        key = (principal, str(action), *resource)
         known = self._memo.get(key)
         if known is not None:
             return known
         result = cedarpy.is_authorized(
             {
                 "principal": {"type": "Principal", "id": principal},
-                "action": {"type": "Action", "id": action.value},
+                "action": {"type": "Action", "id": str(action)},
                 "resource": {"type": resource[0], "id": resource[1]},
                 "context": {},
             },

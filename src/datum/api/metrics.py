@@ -29,7 +29,7 @@ from prometheus_client.registry import Collector
 
 from datum.api.state import ServerState
 from datum.core.memory import BackoffPolicy
-from datum.core.vocab import Direction, Health, HostState, Reason, ResourceState
+from datum.core.vocab import Direction, Health, HostState, Reason, ResourceState, plugin_reasons
 from datum.fleet.stale import stale
 from datum.reconcile.report import DriftReport
 from datum.store.hosts import hosts as hosts_table
@@ -140,7 +140,9 @@ class StoreCollector(Collector):
             dropped.add_metric([name], report.dropped)
             policy = BackoffPolicy(own.backoff.base_passes, own.backoff.cap_passes)
             by, trips, parked = _exact(run, report, policy)
-            for reason in Reason:
+            # The contract's reasons, and this reconciler's own (its plugin's namespace), never another's.
+            own_reasons = [r for r in plugin_reasons() if r.namespace == name]
+            for reason in [*Reason, *own_reasons]:
                 for direction in Direction:
                     items.add_metric([name, reason.value, direction.value], by[(reason.value, direction.value)])
             at_cap.add_metric([name], parked)
@@ -170,9 +172,16 @@ class StoreCollector(Collector):
             interval.add_metric([name], own.interval.total_seconds())
             passes.add_metric([name, "executed"], run.get("executed_passes") or 0)
             passes.add_metric([name, "skipped"], run.get("skipped_passes") or 0)
+        broken = _gauge(
+            "datum_plugin_broken",
+            "1 for each plugin that could not be loaded or whose routes are not served (datum reconcilers says why).",
+            "plugin",
+        )
+        for name in sorted({*(b.name for b in registry.broken), *state.broken_routes}):
+            broken.add_metric([name], 1.0)
         yield from (
             health, drift, blocked, dropped, items, at_cap, tripped, threshold, fraction, stranded_total,
-            stranded, coverage, oldest, duration, last_ran, since_pass, since_tick, interval, passes,
+            stranded, coverage, oldest, duration, last_ran, since_pass, since_tick, interval, passes, broken,
         )
 
     def _hosts(self) -> Iterator[Metric]:

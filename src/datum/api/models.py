@@ -1,4 +1,4 @@
-"""The HTTP schema of the hosts and buckets endpoints (the drift report's lives in ``reconcile.report``).
+"""The HTTP schema of the hosts endpoints (the drift report's lives in ``reconcile.report``; a plugin's in its routes).
 
 Fields that do not apply are absent, never null, as everywhere in the contract.
 """
@@ -6,7 +6,7 @@ Fields that do not apply are absent, never null, as everywhere in the contract.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.json_schema import SkipJsonSchema
@@ -18,14 +18,16 @@ from datum.host.report import PassReport, ResourceReport
 from datum.reconcile.report import absent
 
 
-class _Out(BaseModel):
+class Out(BaseModel):
+    """A response body: camelCase by alias, fields that do not apply left out."""
+
     model_config = ConfigDict(populate_by_name=True)
 
     def dump(self) -> dict[str, Any]:
         return self.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
-class RebootLease(_Out):
+class RebootLease(Out):
     """A host rebooting: it holds one of its group's reboot slots (``[fleet] reboot_concurrency``)."""
 
     host: str
@@ -48,7 +50,7 @@ class RebootLeaseRequest(BaseModel):
     )
 
 
-class RebootLeaseAnswer(_Out):
+class RebootLeaseAnswer(Out):
     """Whether the host may reboot now, and who of its group is rebooting."""
 
     host: str
@@ -62,7 +64,7 @@ class RebootLeaseAnswer(_Out):
     lease: RebootLease | SkipJsonSchema[None] = absent("The host's lease, when granted.")
 
 
-class RebootGroup(_Out):
+class RebootGroup(Out):
     """One group of the reboot budget."""
 
     group: str
@@ -73,7 +75,7 @@ class RebootGroup(_Out):
     )
 
 
-class Reboots(_Out):
+class Reboots(Out):
     """Who is rebooting, group by group."""
 
     limit: int = Field(description="`[fleet] reboot_concurrency`.")
@@ -81,7 +83,7 @@ class Reboots(_Out):
     groups: list[RebootGroup]
 
 
-class HostSummary(_Out):
+class HostSummary(Out):
     """A host as the listing shows it: the state it reads, why, and a summary of its last pass."""
 
     host: str
@@ -120,7 +122,7 @@ class HostStatus(HostSummary):
     )
 
 
-class HostList(_Out):
+class HostList(Out):
     """``GET /v1/hosts``: one page of host summaries by name, and the whole fleet's counts."""
 
     hosts: list[HostSummary] = Field(description="This page's hosts, by name.")
@@ -133,24 +135,13 @@ class HostList(_Out):
     )
 
 
-class Bucket(_Out):
-    """One bucket's desired state."""
-
-    name: str
-    status: Literal["creating", "active", "deleting", "delete_blocked", "deleted"] = Field(
-        description="Where the bucket stands; deleted is terminal."
-    )
-    created_at: datetime | SkipJsonSchema[None] = absent("When it was first asked for.", "createdAt")
-    updated_at: datetime | SkipJsonSchema[None] = absent("When its status last changed.", "updatedAt")
-
-
-class Status(_Out):
+class Status(Out):
     """A probe's answer."""
 
     status: str
 
 
-class Endpoint(_Out):
+class Endpoint(Out):
     """One operation of the API."""
 
     method: str = Field(description="GET, PUT, POST or DELETE; HEAD is answered wherever GET is.")
@@ -158,7 +149,7 @@ class Endpoint(_Out):
     summary: str = Field(description="What it answers.")
 
 
-class ApiRoot(_Out):
+class ApiRoot(Out):
     """``GET /v1``: what this API answers, and where it is documented."""
 
     endpoints: list[Endpoint]

@@ -80,18 +80,18 @@ def cedar_uid(kind: str, eid: str) -> str:
     return f"{kind}::{json.dumps(eid, ensure_ascii=False)}"
 
 
-def decide(request: Request, principal: str, action: Action, resource: Resource) -> None:
+def decide(request: Request, principal: str, action: Action | str, resource: Resource) -> None:
     """``403 FORBIDDEN`` naming ``action`` unless the policies permit it."""
     if not state_of(request).authorizer.allowed(principal, action, resource):
         raise Problem.one(
             "FORBIDDEN",
-            f"{cedar_uid('Principal', principal)} may not {cedar_uid('Action', action.value)} "
+            f"{cedar_uid('Principal', principal)} may not {cedar_uid('Action', str(action))} "
             f"on {cedar_uid(*resource)}",
-            action=action.value,
+            action=str(action),
         )
 
 
-def needs(action: Action, resource: ResourceOf = _server) -> Callable[..., str]:
+def needs(action: Action | str, resource: ResourceOf = _server) -> Callable[..., str]:
     """A dependency that authenticates the request and authorizes ``action``; returns the principal.
 
     It is ``async`` so a cached read never pays a thread hop: the decision is
@@ -109,6 +109,6 @@ def needs(action: Action, resource: ResourceOf = _server) -> Callable[..., str]:
     return dependency
 
 
-def may(request: Request, principal: str, action: Action, resource: Resource = SERVER) -> bool:
+def may(request: Request, principal: str, action: Action | str, resource: Resource = SERVER) -> bool:
     """Whether ``principal`` may take ``action``: for parts of a page, which leave out what is refused."""
     return state_of(request).authorizer.allowed(principal, action, resource)

@@ -31,6 +31,8 @@ class ServerState:
     store: Store | None = None
     registry: Registry | None = None
     reports: ReportCache = field(init=False)
+    # Plugins whose routes or Cedar fragment could not be served: {plugin: why}.
+    broken_routes: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.reports = ReportCache(self._report, ttl=self.settings.server.report_ttl.total_seconds())

@@ -39,10 +39,16 @@ class Wired:
 
 
 def wire(config: str | None) -> Wired:
-    """Load and validate the configuration, then open its store (waiting ``[host] lock_wait`` when locked)."""
-    from datum.reconcilers import builtin_registry
+    """Load and validate the configuration and the plugins, then open the store with their tables.
+
+    Waits ``[host] lock_wait`` when the store is locked. A plugin that does not
+    load is left out (``registry.broken`` says why); the others are wired.
+    """
+    from datum.plugins import load
 
     settings = load_settings(config)
-    registry = builtin_registry()
+    plugins = load()
+    registry = plugins.registry()
     registry.validate(settings)
-    return Wired(settings, registry, open_store(settings.store_url, lock_wait=settings.host.lock_wait))
+    store = open_store(settings.store_url, lock_wait=settings.host.lock_wait, branches=plugins.branches())
+    return Wired(settings, registry, store)

@@ -24,6 +24,10 @@ def explain(name: str | None, as_json: bool) -> None:
     """
     from datum.core.explain import EXPLANATIONS, known, lookup
 
+    if name is not None and "." in name:
+        from datum.plugins import load
+
+        load()  # a plugin's reason (``pg_roles.membership_outside_prefix``) is known once it is loaded
     if name is None:
         if as_json:
             click.echo(json.dumps({"explanations": [e.to_json() for e in EXPLANATIONS]}, indent=2))

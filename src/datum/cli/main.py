@@ -23,7 +23,6 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "reconcile": ("datum.cli.reconcile", "reconcile", "Run N passes of one reconciler now."),
     "drift": ("datum.cli.reconcile", "drift", "Show a reconciler's drift report."),
     "reconcilers": ("datum.cli.reconcile", "reconcilers", "List the reconcilers and their health."),
-    "bucket": ("datum.cli.buckets", "bucket", "Desired state of the buckets example reconciler."),
     "apply": ("datum.cli.host", "apply", "Converge this host to a manifest in one pass."),
     "plan": ("datum.cli.host", "plan", "Show what a pass would change, with diffs."),
     "validate": ("datum.cli.host", "validate", "Validate a manifest: every finding at once."),
@@ -52,26 +51,42 @@ _EXIT_BY_CODE = {
 }
 
 
+def _plugin_commands() -> dict[str, tuple[str, str]]:
+    from datum.plugins import plugin_commands
+
+    return {k: v for k, v in plugin_commands().items() if k not in COMMANDS}
+
+
 def _group() -> click.Group:
     """The click group of every command (click imported here, not for a plain ``apply``)."""
     import click
 
     class LazyGroup(click.Group):
-        """A group whose subcommands are imported on first use."""
+        """A group whose subcommands are imported on first use; plugins add theirs (``datum bucket``)."""
 
         def list_commands(self, ctx: click.Context) -> list[str]:
-            return sorted(COMMANDS)
+            return sorted({*COMMANDS, *_plugin_commands()})
 
         def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
             spec = COMMANDS.get(cmd_name)
-            if spec is None:
+            if spec is not None:
+                module, attr, _help = spec
+                command: click.Command = getattr(importlib.import_module(module), attr)
+                return command
+            declared = _plugin_commands().get(cmd_name)
+            if declared is None:
                 return None
-            module, attr, _help = spec
-            command: click.Command = getattr(importlib.import_module(module), attr)
-            return command
+            from datum.plugins.spec import resolve
+
+            found = resolve(declared[0])
+            return found if isinstance(found, click.Command) else None
 
         def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-            rows = [(name, COMMANDS[name][2]) for name in self.list_commands(ctx)]
+            plugins = _plugin_commands()
+            rows = [
+                (name, COMMANDS[name][2] if name in COMMANDS else f"The {plugins[name][1]} reconciler plugin's command.")
+                for name in self.list_commands(ctx)
+            ]
             with formatter.section("Commands"):
                 formatter.write_dl(rows)
 

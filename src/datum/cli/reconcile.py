@@ -111,7 +111,11 @@ def drift(name: str, config: str | None, as_json: bool) -> None:
 @config_option
 @json_option
 def reconcilers(config: str | None, as_json: bool) -> None:
-    """List the registered reconcilers with health, drift, blocked and stranded coverage rows."""
+    """List the registered reconcilers with health, drift, blocked and stranded coverage rows.
+
+    A plugin that could not be loaded is named with the reason, on standard
+    error (the listing itself stays the contract's shape); the others are listed.
+    """
     from datum.cli import render
     from datum.reconcile.report import summaries
     from datum.reconcile.runner import utcnow
@@ -122,3 +126,5 @@ def reconcilers(config: str | None, as_json: bool) -> None:
         click.echo(json.dumps([r.dump() for r in rows], indent=2))
     else:
         render.summaries(rows, render.console())
+    for broken in w.registry.broken:
+        click.echo(f"datum: plugin {broken.name} ({broken.target}) not loaded: {broken.error}", err=True)

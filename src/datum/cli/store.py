@@ -15,12 +15,13 @@ def store() -> None:
 @store.command()
 @config_option
 def migrate(config: str | None) -> None:
-    """Upgrade the store to every migration head; safe to run from several replicas at once."""
+    """Upgrade the store to every migration head, the plugins' branches included; safe to run from several replicas at once."""
     from datum.config import load_settings
+    from datum.plugins import load
     from datum.store import open_store
 
     settings = load_settings(config)
-    opened = open_store(settings.store_url, lock_wait=settings.host.lock_wait)
+    opened = open_store(settings.store_url, lock_wait=settings.host.lock_wait, branches=load().branches())
     try:
         done = opened.migrated
         after = ", ".join(sorted(done.after)) if done is not None else "?"

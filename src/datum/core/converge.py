@@ -12,7 +12,12 @@ The apply callback says how an item ended:
 - it raises ``BlockedOnOwner``: the item waits on its owner (``blocked_on_owner``,
   counted in ``blocked``, never in ``drift``);
 - it raises ``Waiting(reason)`` with a registered reconciler-specific reason;
-- anything else it raises is ``apply_failed``, and the item enters backoff.
+- it raises ``PermanentError``: ``apply_failed``, and the item is not tried
+  again until its desired value changes (its fingerprint, remembered);
+- anything else it raises (``TemporaryError`` says so explicitly) is
+  ``apply_failed``, and the item enters backoff.
+
+``datum.core.errors`` draws the hierarchy.
 
 Every transition waits for the confirmation streak, including the ones that
 only move a desired record on the strength of what the substrate showed: a
@@ -26,6 +31,7 @@ at construction (``unsettled=``, ``settle=``).
 
 from __future__ import annotations
 
+import hashlib
 import heapq
 import operator
 from collections import Counter
@@ -35,33 +41,38 @@ from typing import Generic, TypeVar
 
 from datum.core.breaker import Threshold, refusal
 from datum.core.diff import Divergence, diff
+from datum.core.errors import BlockedOnOwner, PermanentError, TemporaryError, Waiting
 from datum.core.memory import BackoffPolicy, ItemMemory
 from datum.core.vocab import (
     DEGRADING_REASONS,
-    SPECIFIC_REASONS,
+    AnyReason,
     ConvergeMode,
     Direction,
     Reason,
-    registered,
+    is_specific,
 )
+
+__all__ = [
+    "BlockedOnOwner",
+    "Converge",
+    "ConvergeConfig",
+    "ItemReport",
+    "PassResult",
+    "PermanentError",
+    "TemporaryError",
+    "Waiting",
+    "fingerprint",
+]
 
 D = TypeVar("D")
 A = TypeVar("A")
 
-
-class BlockedOnOwner(Exception):
-    """Raised by an apply callback: the item waits on its owner, not on the platform."""
+PERMANENT = "permanent: "
 
 
-class Waiting(Exception):
-    """Raised by an apply callback: the item waits for a reconciler-specific reason."""
-
-    def __init__(self, reason: Reason | str, message: str = "") -> None:
-        checked = registered(str(reason))
-        if checked not in SPECIFIC_REASONS:
-            raise ValueError(f"{checked.value!r} is a framework reason, not a reconciler's")
-        super().__init__(message or checked.value)
-        self.reason = checked
+def fingerprint(value: object) -> str:
+    """A short digest of a desired value: a permanent failure waits until it changes."""
+    return hashlib.sha256(repr(value).encode("utf-8", "backslashreplace")).hexdigest()[:32]
 
 
 ApplyFn = Callable[[Direction, str, D | None, A | None], None]
@@ -104,7 +115,7 @@ class ItemReport:
     id: str
     streak: int
     confirmations_needed: int
-    reason: Reason
+    reason: AnyReason
     last_err: str | None = None
     desired: str | None = None
     actual: str | None = None
@@ -122,10 +133,10 @@ class PassResult:
     drift: int
     blocked: int
     memory: dict[str, ItemMemory]
-    reasons: Counter[Reason]
+    reasons: Counter[AnyReason]
     tripped: frozenset[Direction]
     # Every diverged item by reason and direction, the ones past driftCap too (what metrics count).
-    by_direction: Counter[tuple[Reason, Direction]] = field(default_factory=Counter)
+    by_direction: Counter[tuple[AnyReason, Direction]] = field(default_factory=Counter)
     # Items in backoff or apply_failed parked at the backoff cap, the ones past driftCap too.
     at_backoff_cap: int = 0
 
@@ -137,7 +148,7 @@ class PassResult:
 
 # Which retained items an operator must look at first: failing and stuck
 # before waiting on confirmation. Lower sorts first.
-_PRIORITY: dict[Reason, int] = {
+_PRIORITY: dict[AnyReason, int] = {
     Reason.APPLY_FAILED: 0,
     Reason.BACKOFF: 1,
     Reason.CIRCUIT_BREAKER: 2,
@@ -164,7 +175,7 @@ def _rank(item: ItemReport) -> tuple[int, int, int, str, str]:
 _BACKING_OFF = frozenset({Reason.BACKOFF, Reason.APPLY_FAILED})
 
 
-def parked(reason: Reason, mem: ItemMemory, policy: BackoffPolicy) -> bool:
+def parked(reason: AnyReason, mem: ItemMemory, policy: BackoffPolicy) -> bool:
     """An item in backoff or apply_failed whose window has reached the policy's cap: go and look."""
     return reason in _BACKING_OFF and mem.failures > 0 and policy.window(mem.failures) >= policy.cap_passes
 
@@ -218,7 +229,7 @@ class Converge(Generic[D, A]):
         cfg = self.config
         settle = self.settle
         needed = cfg.confirmation_ticks
-        reasons: dict[str, Reason] = {}
+        reasons: dict[str, AnyReason] = {}
         mem: dict[str, ItemMemory] = {}
         seen: dict[str, Divergence[D, A]] = {}
         candidates: dict[Direction, list[str]] = {d: [] for d in Direction}
@@ -231,6 +242,13 @@ class Converge(Generic[D, A]):
                 else ItemMemory.first(item.direction, settling=item.settle, gone=item.gone)
             )
             seen[item.id] = item
+            if now.permanent is not None:
+                if now.permanent == fingerprint(item.desired):
+                    # Failed for good on this very desired value: reported, never retried.
+                    reasons[item.id] = Reason.APPLY_FAILED
+                    mem[item.id] = now
+                    continue
+                now = now.retried()  # its desired state changed: a fresh start
             if now.streak < needed:
                 reasons[item.id] = Reason.AWAITING_CONFIRMATION
             elif now.in_backoff:
@@ -260,6 +278,14 @@ class Converge(Generic[D, A]):
                 except Waiting as exc:
                     reasons[key] = exc.reason
                     mem[key] = _with_err(mem[key], str(exc))
+                except PermanentError as exc:
+                    reasons[key] = Reason.APPLY_FAILED
+                    mem[key] = mem[key].failed_for_good(
+                        PERMANENT + _error_text(exc), fingerprint(item.desired)
+                    )
+                except TemporaryError as exc:
+                    reasons[key] = Reason.APPLY_FAILED
+                    mem[key] = mem[key].failed(_error_text(exc), cfg.backoff, exc.delay_passes)
                 except Exception as exc:  # noqa: BLE001 - any other failure is apply_failed
                     reasons[key] = Reason.APPLY_FAILED
                     mem[key] = mem[key].failed(_error_text(exc), cfg.backoff)
@@ -269,7 +295,7 @@ class Converge(Generic[D, A]):
 
         return self._result(seen, mem, reasons, tripped)
 
-    def _suppress(self, candidates: dict[Direction, list[str]], reasons: dict[str, Reason]) -> None:
+    def _suppress(self, candidates: dict[Direction, list[str]], reasons: dict[str, AnyReason]) -> None:
         """Apply modes and the prerequisite check: these items are not candidates any more."""
         cfg = self.config
         if candidates[Direction.REAP] and (cfg.mode is ConvergeMode.RESTORE or cfg.no_reap):
@@ -292,7 +318,7 @@ class Converge(Generic[D, A]):
     def _trip(
         self,
         candidates: dict[Direction, list[str]],
-        reasons: dict[str, Reason],
+        reasons: dict[str, AnyReason],
         desired_total: int,
         actual_total: int,
     ) -> dict[Direction, str]:
@@ -318,7 +344,7 @@ class Converge(Generic[D, A]):
         self,
         seen: dict[str, Divergence[D, A]],
         mem: dict[str, ItemMemory],
-        reasons: dict[str, Reason],
+        reasons: dict[str, AnyReason],
         tripped: dict[Direction, str],
     ) -> PassResult:
         reports = [
@@ -344,10 +370,10 @@ class Converge(Generic[D, A]):
         )
 
     def _report(
-        self, item: Divergence[D, A], mem: ItemMemory, reason: Reason, breaker: str | None
+        self, item: Divergence[D, A], mem: ItemMemory, reason: AnyReason, breaker: str | None
     ) -> ItemReport:
         failing = reason in (Reason.BACKOFF, Reason.APPLY_FAILED)
-        says_why = failing or reason is Reason.BLOCKED_ON_OWNER or reason in SPECIFIC_REASONS
+        says_why = failing or reason is Reason.BLOCKED_ON_OWNER or is_specific(reason)
         last_err = mem.last_err if says_why else None
         if reason is Reason.CIRCUIT_BREAKER:
             last_err = breaker
@@ -378,7 +404,7 @@ class Converge(Generic[D, A]):
 
 def _with_err(mem: ItemMemory, message: str) -> ItemMemory:
     """Keep the owner's or reconciler's message as the item's last word, without a failure."""
-    return replace(mem, failures=0, last_err=message or None, retry_after_passes=0)
+    return replace(mem, failures=0, last_err=message or None, retry_after_passes=0, permanent=None)
 
 
 def _error_text(exc: BaseException) -> str:

@@ -21,7 +21,15 @@ from enum import StrEnum
 
 from datum.core import budget
 from datum.core.memory import BackoffPolicy
-from datum.core.vocab import DESCRIPTIONS, Health, HostState, Reason, ResourceState
+from datum.core.vocab import (
+    DESCRIPTIONS,
+    AnyReason,
+    Health,
+    HostState,
+    Reason,
+    ResourceState,
+    plugin_reasons,
+)
 
 
 class Act(StrEnum):
@@ -386,9 +394,24 @@ def normalise(name: str) -> str:
     return name.strip().lower().replace("-", "_")
 
 
+def _plugin_explanations() -> list[Explanation]:
+    """The reasons plugins registered: what their plugin says they mean; an operator goes and looks."""
+    return [
+        Explanation(
+            _R,
+            reason.value,
+            description,
+            f"A reason of the {reason.namespace} reconciler plugin: {description}.",
+            f"Go and look at the item's lastErr, and at the {reason.namespace} plugin's documentation.",
+            Act.LOOK,
+        )
+        for reason, description in plugin_reasons().items()
+    ]
+
+
 def known() -> list[str]:
     """Every name that can be explained, sorted, each once."""
-    return sorted({e.name for e in EXPLANATIONS})
+    return sorted({e.name for e in (*EXPLANATIONS, *_plugin_explanations())})
 
 
 def lookup(name: str) -> list[Explanation]:
@@ -397,7 +420,7 @@ def lookup(name: str) -> list[Explanation]:
     A host reason may be given as the host shows it (``waiting for the group's reboot budget (2/2 rebooting)``).
     """
     key = normalise(name)
-    found = [e for e in EXPLANATIONS if normalise(e.name) == key]
+    found = [e for e in (*EXPLANATIONS, *_plugin_explanations()) if normalise(e.name) == key]
     for reason, (starts, *_rest) in _HOST_REASONS.items():
         if key.startswith(normalise(starts)) and reason != key:
             found.append(_BY_KEY[(Vocabulary.HOST_REASON, reason)])
@@ -406,15 +429,22 @@ def lookup(name: str) -> list[Explanation]:
 
 def explain(vocabulary: Vocabulary, name: str) -> Explanation:
     """The explanation of ``name`` in ``vocabulary``; KeyError when there is none."""
-    return _BY_KEY[(vocabulary, str(name))]
+    found = _BY_KEY.get((vocabulary, str(name)))
+    if found is None and vocabulary is _R:
+        found = next((e for e in _plugin_explanations() if e.name == str(name)), None)
+    if found is None:
+        raise KeyError((vocabulary, str(name)))
+    return found
 
 
-def advice(reason: Reason, failures: int | None = None, backoff: BackoffPolicy | None = None) -> Act:
+def advice(reason: AnyReason, failures: int | None = None, backoff: BackoffPolicy | None = None) -> Act:
     """What one item calls for: wait or look, deciding ``depends`` from its failures and backoff window.
 
     ``backoff`` parked at the cap (see ``at_backoff_cap``), or failed three times or more, is *look*; fewer
     failures are *wait*. ``apply_failed`` is *wait* on its first failure, *look* after.
     """
+    if not isinstance(reason, Reason):
+        return Act.LOOK  # a plugin's reason: its plugin knows, so go and look
     act = _REASONS[reason][2]
     if act is not Act.DEPENDS:
         return act
@@ -424,7 +454,7 @@ def advice(reason: Reason, failures: int | None = None, backoff: BackoffPolicy |
     return Act.LOOK if n >= 3 or at_backoff_cap(reason, failures, backoff) else Act.WAIT
 
 
-def at_backoff_cap(reason: Reason, failures: int | None, backoff: BackoffPolicy | None) -> bool:
+def at_backoff_cap(reason: AnyReason, failures: int | None, backoff: BackoffPolicy | None) -> bool:
     """Whether an item sits in ``backoff`` with its window at the policy's cap: more waiting will not help."""
     if reason is not Reason.BACKOFF or not failures or backoff is None:
         return False

@@ -57,6 +57,8 @@ class ItemMemory:
     retry_after_passes: int = 0
     settling: bool = False
     gone: bool = False
+    # Set by a permanent failure: the fingerprint of the desired value it failed on.
+    permanent: str | None = None
 
     @staticmethod
     def first(direction: Direction, *, settling: bool = False, gone: bool = False) -> ItemMemory:
@@ -96,16 +98,26 @@ class ItemMemory:
         """One executed pass of the backoff window has gone by."""
         return replace(self, retry_after_passes=max(0, self.retry_after_passes - 1))
 
-    def failed(self, error: str, policy: BackoffPolicy) -> ItemMemory:
-        """An apply failed: count it and open the next backoff window."""
+    def failed(self, error: str, policy: BackoffPolicy, delay: int | None = None) -> ItemMemory:
+        """An apply failed: count it and open the next backoff window (``delay`` passes when given)."""
         failures = self.failures + 1
         return replace(
             self,
             failures=failures,
             last_err=error,
-            retry_after_passes=policy.window(failures),
+            retry_after_passes=policy.window(failures) if delay is None else delay,
         )
+
+    def failed_for_good(self, error: str, desired: str) -> ItemMemory:
+        """An apply failed permanently on the desired value fingerprinted ``desired``: no retry until it changes."""
+        return replace(
+            self, failures=self.failures + 1, last_err=error, retry_after_passes=0, permanent=desired
+        )
+
+    def retried(self) -> ItemMemory:
+        """The desired value a permanent failure waited on changed: try again from scratch."""
+        return replace(self, failures=0, last_err=None, retry_after_passes=0, permanent=None)
 
     def succeeded(self) -> ItemMemory:
         """An apply succeeded: failures and backoff are cleared."""
-        return replace(self, failures=0, last_err=None, retry_after_passes=0)
+        return replace(self, failures=0, last_err=None, retry_after_passes=0, permanent=None)

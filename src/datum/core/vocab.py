@@ -1,11 +1,14 @@
 """The contract's vocabularies as enums, and the closed registry of drift reasons.
 
 Every string an operator reads in a report comes from here. A reconciler may
-only emit a reason that is registered in this module (see ``REASONS``).
+only emit a reason that is registered in this module: one of the contract's
+(``Reason``), or one a plugin registered under its own namespace when it was
+loaded (``register_reason``: ``NAMESPACE.NAME``, a ``PluginReason``).
 """
 
 from __future__ import annotations
 
+import re
 from enum import StrEnum
 
 
@@ -184,9 +187,87 @@ DEGRADING_REASONS: frozenset[Reason] = frozenset(
 )
 
 
-def registered(reason: str) -> Reason:
+class PluginReason(str):
+    """A reconciler-specific reason a plugin registered under its namespace: ``namespace.name``.
+
+    A string, with the ``value`` a ``Reason`` has, so both read the same
+    wherever a reason is reported.
+    """
+
+    __slots__ = ()
+
+    @property
+    def value(self) -> str:
+        return str(self)
+
+    @property
+    def namespace(self) -> str:
+        return self.partition(".")[0]
+
+
+AnyReason = Reason | PluginReason
+
+_NAME = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
+_PLUGIN_REASONS: dict[str, PluginReason] = {}
+_PLUGIN_DESCRIPTIONS: dict[str, str] = {}
+
+
+def register_reason(namespace: str, name: str, description: str) -> PluginReason:
+    """Register ``namespace.name``; raise ``ValueError`` when it cannot be.
+
+    Names are lower-case identifiers; the description is what ``datum explain``
+    says. Registering the same reason again with the same description is
+    harmless (a plugin loaded twice); with another one it is refused.
+    """
+    for part, what in ((namespace, "namespace"), (name, "name")):
+        if not _NAME.match(part):
+            raise ValueError(f"reason {what} {part!r} is not a lower-case identifier ([a-z][a-z0-9_]*)")
+    if not description.strip():
+        raise ValueError(f"reason {namespace}.{name} needs a description")
+    key = f"{namespace}.{name}"
+    known = _PLUGIN_DESCRIPTIONS.get(key)
+    if known is not None and known != description:
+        raise ValueError(f"reason {key!r} is already registered with another description")
+    _PLUGIN_DESCRIPTIONS[key] = description
+    return _PLUGIN_REASONS.setdefault(key, PluginReason(key))
+
+
+def unregister_namespace(namespace: str) -> None:
+    """Forget every reason of ``namespace`` (a plugin that failed to load after registering)."""
+    for key in [k for k in _PLUGIN_REASONS if k.partition(".")[0] == namespace]:
+        del _PLUGIN_REASONS[key]
+        del _PLUGIN_DESCRIPTIONS[key]
+
+
+def plugin_reasons() -> dict[PluginReason, str]:
+    """Every plugin reason registered so far, with its description."""
+    return {_PLUGIN_REASONS[k]: d for k, d in sorted(_PLUGIN_DESCRIPTIONS.items())}
+
+
+def all_reasons() -> list[AnyReason]:
+    """The contract's reasons, then the plugins' (what metrics enumerate)."""
+    return [*Reason, *plugin_reasons()]
+
+
+def describe(reason: AnyReason) -> str:
+    """What a registered reason means."""
+    if isinstance(reason, Reason):
+        return DESCRIPTIONS[reason]
+    return _PLUGIN_DESCRIPTIONS[str(reason)]
+
+
+def registered(reason: str) -> AnyReason:
     """Return the registered reason for ``reason``, or raise ``ValueError``."""
     try:
         return Reason(reason)
     except ValueError:
-        raise ValueError(f"reason {reason!r} is not in the registry") from None
+        pass
+    found = _PLUGIN_REASONS.get(str(reason))
+    if found is None:
+        raise ValueError(f"reason {reason!r} is not in the registry")
+    return found
+
+
+def is_specific(reason: AnyReason) -> bool:
+    """A reconciler's reason (the contract's specific ones, or any plugin's), not the framework's."""
+    return isinstance(reason, PluginReason) or reason in SPECIFIC_REASONS

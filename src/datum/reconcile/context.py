@@ -1,5 +1,9 @@
 """The pass context a reconciler runs in: its settings, the store, the tick's time, and ``converge``.
 
+A bespoke reconciler, which computes its own diff, reports what it found with
+``report_items`` (its items get streaks from the same item memory) and
+``report_coverage``; one that reports neither reads ``itemsReported: false``.
+
 It is also where a pass is fenced and stopped: ``begin()`` checks the pass's
 claim before any write (``LostClaim`` when it was overtaken), and ``converge``
 applies no further item once the process is asked to stop or the claim is
@@ -9,25 +13,30 @@ lost; items not reached keep the memory the last executed pass left them.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import operator
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 
 from datum.config import ReconcilerSettings
-from datum.core.converge import ApplyFn, Converge, PassResult, SettleFn, parked
+from datum.core.converge import ApplyFn, Converge, ItemReport, PassResult, SettleFn, parked, retain
+from datum.core.coverage import CoverageDecl, CoverageRow, histogram
 from datum.core.memory import ItemMemory
-from datum.core.vocab import Direction, Reason
+from datum.core.vocab import AnyReason, Direction, Reason, registered
+from datum.reconcile.desired import set_status
 from datum.store import Store
 from datum.store.memory import load_memory
 from datum.store.runs import LostClaim
 
-__all__ = ["LostClaim", "PassContext", "PassStopped", "SubstrateError"]
+__all__ = ["Item", "LostClaim", "PassContext", "PassStopped", "SubstrateError"]
+
+log = logging.getLogger("datum.reconcile")
 
 D = TypeVar("D")
 A = TypeVar("A")
@@ -53,6 +62,28 @@ class _NotReached(Exception):
 Fence = Callable[[sa.Connection], None]
 
 
+@dataclass(frozen=True)
+class Item:
+    """One diverged item a bespoke reconciler found, and why it is not converging.
+
+    ``reason`` must be registered (the contract's, or the plugin's own
+    ``namespace.name``); ``failures``/``retry_after_passes`` apply to
+    ``backoff`` and ``apply_failed``.
+    """
+
+    direction: Direction | str
+    id: str
+    reason: AnyReason | str
+    last_err: str | None = None
+    desired: str | None = None
+    actual: str | None = None
+    failures: int | None = None
+    retry_after_passes: int | None = None
+
+
+_FAILING = frozenset({Reason.BACKOFF, Reason.APPLY_FAILED})
+
+
 @dataclass
 class PassContext:
     """Everything one executed pass of one reconciler needs."""
@@ -70,6 +101,13 @@ class PassContext:
     should_stop: Callable[[], bool] | None = None
     # Set when an apply was left out because the pass was stopping.
     stopped: bool = False
+    # Coverage a bespoke reconciler measured itself (report_coverage); None: it reported none.
+    coverage: list[CoverageRow] | None = None
+
+    @property
+    def items_reported(self) -> bool:
+        """Whether this pass reported items (``converge`` or ``report_items``)."""
+        return bool(self.memories)
 
     def stopping(self) -> bool:
         return self.should_stop is not None and self.should_stop()
@@ -86,6 +124,21 @@ class PassContext:
             if self.fence is not None:
                 self.fence(conn)
             yield conn
+
+    def compare_and_set(self, table: sa.Table, key: str, read: str, status: str, **options: Any) -> bool:
+        """Move one desired-state row from the status this pass read to ``status``, fenced; whether it moved.
+
+        Nothing is written when ``read == status`` or when someone moved the
+        row meanwhile (a tenant's delete during the pass is never overwritten).
+        ``options`` are ``set_status``'s (``key_column``, ``status_column``, ...).
+        """
+        if read == status:
+            return False
+        with self.begin() as conn:
+            moved = set_status(conn, table, key, status, {read}, **options)
+        if not moved:
+            log.info("%s %s left as it is: no longer %s, so not moved to %s", table.name, key, read, status)
+        return moved
 
     def converge(
         self,
@@ -148,6 +201,77 @@ class PassContext:
         self.results.append(result)
         self.memories[kind] = result.memory
         return result
+
+    def report_items(self, kind: str, items: Iterable[Item]) -> PassResult:
+        """Report the diverged items of ``kind`` a bespoke reconciler found on this pass.
+
+        Every item it does not report is converged. Streaks come from the
+        item memory, as for ``converge``; an unregistered reason raises
+        ``ValueError`` (the pass fails and says so).
+        """
+        if kind in self.memories:
+            raise ValueError(f"kind {kind!r} reported twice in one pass")
+        with self.store.connect() as conn:
+            before = load_memory(conn, self.reconciler, kind)
+        needed = self.settings.confirmation_ticks
+        reports: list[ItemReport] = []
+        memory: dict[str, ItemMemory] = {}
+        for item in items:
+            direction = Direction(item.direction)
+            reason = registered(str(item.reason))
+            if item.id in memory:
+                raise ValueError(f"item {kind}/{item.id} reported twice")
+            prior = before.get(item.id)
+            mem = prior.seen_again(direction) if prior else ItemMemory.first(direction)
+            failing = reason in _FAILING
+            mem = dataclasses.replace(
+                mem,
+                failures=(item.failures or 1) if failing else 0,
+                last_err=item.last_err,
+                retry_after_passes=(item.retry_after_passes or 0) if failing else 0,
+            )
+            memory[item.id] = mem
+            reports.append(
+                ItemReport(
+                    kind=kind,
+                    direction=direction,
+                    id=item.id,
+                    streak=mem.streak,
+                    confirmations_needed=needed,
+                    reason=reason,
+                    last_err=item.last_err,
+                    desired=item.desired,
+                    actual=item.actual if direction is Direction.ALIGN else None,
+                    failures=mem.failures if failing else None,
+                    retry_after_passes=mem.retry_after_passes if failing else None,
+                )
+            )
+        reasons = Counter(r.reason for r in reports)
+        blocked = reasons[Reason.BLOCKED_ON_OWNER]
+        kept, dropped = retain(reports, self.settings.drift_cap)
+        result = PassResult(
+            kind=kind,
+            items=tuple(kept),
+            dropped=dropped,
+            drift=len(reports) - blocked,
+            blocked=blocked,
+            memory=memory,
+            reasons=reasons,
+            tripped=frozenset(),
+            by_direction=Counter((r.reason, r.direction) for r in reports),
+        )
+        self.results.append(result)
+        self.memories[kind] = memory
+        return result
+
+    def report_coverage(self, decl: CoverageDecl, counts: Mapping[str, int | tuple[int, float]]) -> None:
+        """Report the status histogram of one kind a bespoke reconciler measured itself.
+
+        ``counts`` maps a status to its row count, or to (count, age of its
+        oldest row in seconds). It is shown until the next completed pass.
+        """
+        pairs = {k: (v, 0.0) if isinstance(v, int) else (int(v[0]), float(v[1])) for k, v in counts.items()}
+        self.coverage = [*(self.coverage or []), *histogram(decl, pairs)]
 
     def _unreached(
         self, result: PassResult, keys: set[str], before: Mapping[str, ItemMemory]

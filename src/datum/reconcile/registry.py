@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from datum.config import ReconcilerSettings, Settings
 from datum.core.findings import FieldError, Finding, Problem
@@ -12,23 +12,34 @@ from datum.core.findings import FieldError, Finding, Problem
 if TYPE_CHECKING:
     from datum.reconcile.context import PassContext
     from datum.reconcile.coverage import CoverageSpec
+    from datum.reconcile.result import Result
     from datum.store import Store
 
 
 class Reconciler(Protocol):
     """What the runner needs of a reconciler.
 
-    ``items_reported``: whether it reports per-item drift (it calls
-    ``ctx.converge``); ``coverage``: its work-query coverage declarations, or
-    None when it does not report coverage.
+    ``items_reported`` (optional): True when it always reports per-item drift
+    (it calls ``ctx.converge``); left out, the last completed pass tells
+    (``ctx.report_items`` or ``converge`` called). ``coverage`` (optional):
+    its work-query coverage declarations over store tables, or None; a
+    bespoke reconciler may instead ``ctx.report_coverage`` on each pass.
     """
 
     name: str
-    items_reported: bool
-    coverage: Sequence[CoverageSpec] | None
 
-    def run(self, ctx: PassContext) -> None:
-        """One pass: read desired and actual state and converge them."""
+    def run(self, ctx: PassContext) -> Result | None:
+        """One pass: read desired and actual state and converge them; optionally say how it went."""
+
+
+def declared_items_reported(reconciler: Reconciler) -> bool | None:
+    value = getattr(reconciler, "items_reported", None)
+    return None if value is None else bool(value)
+
+
+def declared_coverage(reconciler: Reconciler) -> Sequence[CoverageSpec] | None:
+    value: Sequence[CoverageSpec] | None = getattr(reconciler, "coverage", None)
+    return value
 
 
 Factory = Callable[[ReconcilerSettings, "Store"], Reconciler]
@@ -46,6 +57,9 @@ class Registry:
 
     def __init__(self) -> None:
         self._entries: dict[str, Entry] = {}
+        # Filled by datum.plugins: each reconciler's plugin declaration, and the plugins that did not load.
+        self.plugins: dict[str, Any] = {}
+        self.broken: list[Any] = []
 
     def register(
         self, name: str, factory: Factory, settings_model: type[ReconcilerSettings] = ReconcilerSettings
@@ -80,7 +94,11 @@ class Registry:
     def validate(self, settings: Settings) -> None:
         """Check every reconciler section of the configuration; report every finding at once."""
         findings: list[Finding] = []
+        # A plugin that did not load is reported as broken; its section must not stop the others.
+        broken = {getattr(b, "name", None) for b in self.broken}
         for name in settings.reconcilers:
+            if name in broken:
+                continue
             if name not in self._entries:
                 findings.append(
                     Finding(

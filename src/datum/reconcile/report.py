@@ -9,24 +9,32 @@ null only before the first tick (there is no tick to name yet).
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
     SerializationInfo,
     SerializerFunctionWrapHandler,
+    StringConstraints,
     model_serializer,
 )
 from pydantic.json_schema import SkipJsonSchema
 
 from datum.config import Settings
-from datum.core.vocab import Direction, Health, Reason
+from datum.core.coverage import CoverageRow
+from datum.core.vocab import Direction, Health, PluginReason, Reason
 from datum.reconcile.coverage import measure
-from datum.reconcile.registry import Registry
+from datum.reconcile.registry import Registry, declared_coverage, declared_items_reported
 from datum.store import Store
-from datum.store.runs import load_run
+from datum.store.runs import COVERAGE, ITEMS_REPORTED, load_run
+
+# A reason a plugin registered under its namespace (``pg_roles.still_owns``).
+PluginReasonText = Annotated[
+    str, StringConstraints(pattern=r"^[a-z][a-z0-9_]*\.[a-z][a-z0-9_]*$"), AfterValidator(PluginReason)
+]
 
 
 def _no_default(schema: dict[str, Any]) -> None:
@@ -84,7 +92,10 @@ class DriftItem(_Out):
         alias="confirmationsNeeded", ge=0,
         description="The reconciler's confirmation_ticks: the streak an item needs before the framework acts on it.",
     )
-    reason: Reason = Field(description="Why this item did not converge on this pass (`datum explain REASON`).")
+    reason: Reason | PluginReasonText = Field(
+        description="Why this item did not converge on this pass (`datum explain REASON`): one of the contract's "
+        "reasons, or `NAMESPACE.NAME` that a plugin registered under its namespace."
+    )
     last_err: str | SkipJsonSchema[None] = absent(
         "Last apply error of this item; present for reason backoff and apply_failed.", "lastErr"
     )
@@ -125,7 +136,10 @@ class CoverageEntry(_Out):
 _AS_OF = "The latest tick (RFC 3339); null only before the first tick."
 _LAST_RAN = "The last tick that executed: items describe that pass. Null before the first executed pass."
 _HEALTH = "The reconciler's health rollup: ok, degraded, failing or unknown."
-_ERROR = "Why the last executed pass could not complete (health failing)."
+_ERROR = (
+    "Why the last executed pass could not complete (health failing), or why the reconciler said it is "
+    "degraded (health degraded)."
+)
 
 
 class DriftReport(_Out):
@@ -196,7 +210,11 @@ def drift_report(
         items.append(DriftItem.model_validate({**raw, "retry_after": retry}))
     coverage: list[CoverageEntry] = []
     coverage_error = None
-    specs = reconciler.coverage
+    metrics = run.get("metrics") if isinstance(run.get("metrics"), dict) else {}
+    specs = declared_coverage(reconciler)
+    reported = metrics.get(COVERAGE) if specs is None else None
+    if reported is not None:
+        coverage = [CoverageEntry.model_validate(CoverageRow(**row), from_attributes=True) for row in reported]
     if specs is not None:
         try:
             coverage = [
@@ -215,14 +233,21 @@ def drift_report(
         error=run.get("error"),
         drift=run.get("drift", 0),
         blocked=run.get("blocked", 0),
-        items_reported=reconciler.items_reported,
+        items_reported=_items_reported(declared_items_reported(reconciler), metrics),
         items=items,
         dropped=run.get("dropped", 0),
         drift_cap=own.drift_cap,
-        coverage_reported=specs is not None,
+        coverage_reported=specs is not None or reported is not None,
         coverage=coverage,
         coverage_error=coverage_error,
     )
+
+
+def _items_reported(declared: bool | None, metrics: dict[str, Any]) -> bool:
+    """Declared by the reconciler, else whether its last completed pass reported items."""
+    if declared is not None:
+        return declared
+    return bool(metrics.get(ITEMS_REPORTED, False))
 
 
 def summary(report: DriftReport) -> ReconcilerSummary:

@@ -42,11 +42,13 @@ import sqlalchemy as sa
 
 from datum.config import ReconcilerSettings, Settings
 from datum.core.converge import ItemReport, PassResult, retain
+from datum.core.coverage import CoverageRow
 from datum.core.rollup import reconciler_health
 from datum.core.vocab import Health
 from datum.reconcile.context import PassContext, PassStopped
 from datum.reconcile.lease import PassLease
 from datum.reconcile.registry import Reconciler, Registry
+from datum.reconcile.result import Result
 from datum.store import Store
 from datum.store.history import record_reconciler_pass
 from datum.store.locks import (
@@ -59,6 +61,9 @@ from datum.store.locks import (
 )
 from datum.store.memory import break_streaks, save_memory
 from datum.store.runs import (
+    COVERAGE,
+    ITEMS_REPORTED,
+    REQUEUE,
     LostClaim,
     NotDue,
     check_claim,
@@ -113,11 +118,23 @@ def item_json(item: ItemReport) -> dict[str, object]:
     return out
 
 
-def metrics_json(results: list[PassResult]) -> dict[str, object]:
+def _result(said: object) -> Result | None:
+    """What ``run`` returned: nothing or a ``Result``; anything else is the reconciler's bug."""
+    if said is None or isinstance(said, Result):
+        return said
+    raise TypeError(f"run() returned {type(said).__name__}, not a Result or None")
+
+
+def metrics_json(
+    results: list[PassResult], ctx: PassContext | None = None, requeue: int | None = None
+) -> dict[str, object]:
     """The stored form of a pass's exact metric counts: every diverged item, not only the retained.
 
     ``{"items": {reason: {direction: n}}, "tripped": [direction, ...], "atBackoffCap": n}``:
-    at most one number per reason and direction, whatever diverged.
+    at most one number per reason and direction, whatever diverged. With the
+    pass's context, also whether it reported items (``itemsReported``), the
+    coverage a bespoke reconciler measured (``coverage``) and the requeue it
+    asked for (``requeueAfterPasses``).
     """
     items: dict[str, dict[str, int]] = {}
     tripped: set[str] = set()
@@ -127,7 +144,31 @@ def metrics_json(results: list[PassResult]) -> dict[str, object]:
                 per = items.setdefault(reason.value, {})
                 per[direction.value] = per.get(direction.value, 0) + n
         tripped.update(d.value for d in r.tripped)
-    return {"items": items, "tripped": sorted(tripped), "atBackoffCap": sum(r.at_backoff_cap for r in results)}
+    out: dict[str, object] = {
+        "items": items,
+        "tripped": sorted(tripped),
+        "atBackoffCap": sum(r.at_backoff_cap for r in results),
+    }
+    if ctx is not None:
+        out[ITEMS_REPORTED] = ctx.items_reported
+        if ctx.coverage is not None:
+            out[COVERAGE] = [coverage_json(row) for row in ctx.coverage]
+    if requeue is not None:
+        out[REQUEUE] = requeue
+    return out
+
+
+def coverage_json(row: CoverageRow) -> dict[str, object]:
+    """The stored form of one coverage row a bespoke reconciler reported."""
+    return {
+        "kind": row.kind,
+        "status": row.status,
+        "count": row.count,
+        "selected": row.selected,
+        "terminal": row.terminal,
+        "owned_by": row.owned_by,
+        "oldest_age_seconds": row.oldest_age_seconds,
+    }
 
 
 class _Claim:
@@ -310,8 +351,9 @@ class Runner:
         )
         started = time.perf_counter()
         error: str | None = None
+        said: Result | None = None
         try:
-            reconciler.run(ctx)
+            said = _result(reconciler.run(ctx))
         except LostClaim as exc:
             claim.lost = claim.lost or exc
         except PassStopped:
@@ -325,11 +367,17 @@ class Runner:
         if ctx.stopped and error is None:
             error = "stopped before the pass finished: " + (why[0] if why else "the process was asked to stop")
             log.warning("pass of %s %s", name, error)
+        if error is None and said is not None and said.health is Health.FAILING:
+            error = said.why
+            log.warning("pass of %s says it is failing: %s", name, error)
         duration = time.perf_counter() - started
         results: list[PassResult] = ctx.results
         completed = error is None
         degrading = any(r.degrading for r in results)
         health = reconciler_health(executed=True, completed=completed, degrading=degrading)
+        if completed and said is not None and said.health is Health.DEGRADED:
+            health = Health.DEGRADED
+            error = said.why
         reasons: Counter[str] = Counter()
         for r in results:
             reasons.update({k.value: v for k, v in r.reasons.items()})
@@ -343,6 +391,7 @@ class Runner:
         }
         drift = sum(r.drift for r in results)
         blocked = sum(r.blocked for r in results)
+        requeue = said.requeue_after if said is not None else None
         if completed:
             # A pass that could not complete keeps the last complete answer's items.
             kept, over = retain([i for r in results for i in r.items], own.drift_cap)
@@ -352,8 +401,14 @@ class Runner:
                 dropped=sum(r.dropped for r in results) + over,
                 items=[item_json(i) for i in kept],
                 reasons=dict(reasons),
-                metrics=metrics_json(results),
+                metrics=metrics_json(results, ctx, requeue),
             )
+        else:
+            kept_metrics = dict((previous or {}).get("metrics") or {})
+            kept_metrics.pop(REQUEUE, None)
+            if requeue is not None:
+                kept_metrics[REQUEUE] = requeue
+            values["metrics"] = kept_metrics or None
         try:
             with self.store.begin() as conn:
                 claim.fence(conn)

@@ -1,14 +1,5 @@
-"""The reconcilers that ship with Datum, written only against the public framework API."""
+"""The reconcilers that ship with Datum, each a plugin in its own directory written only against ``datum.sdk``.
 
-from __future__ import annotations
-
-from datum.reconcile.registry import Registry
-
-
-def builtin_registry() -> Registry:
-    """A registry with every shipped reconciler."""
-    from datum.reconcilers import buckets
-
-    registry = Registry()
-    registry.register(buckets.NAME, buckets.BucketsReconciler, buckets.BucketSettings)
-    return registry
+They are found like any installed plugin, through the ``datum.reconcilers``
+entry points Datum's own ``pyproject.toml`` declares (``datum.plugins``).
+"""

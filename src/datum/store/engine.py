@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
@@ -22,7 +22,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from datum.core.findings import Finding, Problem
-from datum.store.migrate import Migrated, exclusive, migrate
+from datum.store.migrate import CORE, Branch, Migrated, exclusive, migrate
 
 DEFAULT_LOCK_WAIT = timedelta(seconds=10)
 
@@ -109,6 +109,7 @@ class Store:
         self._path = path
         self._identity = _identity(path)
         self._ensured: set[int] = set()
+        self._migrated: set[str] = set()
 
     @property
     def dialect(self) -> str:
@@ -137,6 +138,14 @@ class Store:
         with self.faults(), exclusive(self.engine) as conn:
             metadata.create_all(conn, checkfirst=True)
         self._ensured.add(id(metadata))
+
+    def require(self, branch: Branch) -> None:
+        """Bring a plugin's migration branch to its heads (once per process): its tables exist after."""
+        if branch.version_table in self._migrated:
+            return
+        with self.faults():
+            migrate(self.engine, [branch])
+        self._migrated.add(branch.version_table)
 
     @contextmanager
     def faults(self) -> Iterator[None]:
@@ -211,8 +220,12 @@ POOL_SIZE = 40  # PostgreSQL connections a process keeps (opened as needed): any
 POOL_OVERFLOW = 10  # and a few more, opened and closed, for a burst past them
 
 
-def open_store(url: str, *, lock_wait: timedelta | None = None) -> Store:
+def open_store(
+    url: str, *, lock_wait: timedelta | None = None, branches: Iterable[Branch] = ()
+) -> Store:
     """Open the store at ``url`` (``sqlite:///path`` or ``postgresql://...``) and create its schema.
+
+    The framework's tables are migrated, then every plugin branch in ``branches``.
 
     ``lock_wait`` is how long a statement waits for a SQLite store another
     process holds locked before the command gives up (``UNAVAILABLE``, exit 69).
@@ -265,8 +278,9 @@ def open_store(url: str, *, lock_wait: timedelta | None = None) -> Store:
             parsed, pool_pre_ping=True, pool_size=POOL_SIZE, max_overflow=POOL_OVERFLOW, connect_args=connect_args
         )
     shown = parsed.render_as_string(hide_password=True)
+    branches = [CORE, *branches]
     try:
-        migrated = migrate(engine)
+        migrated = migrate(engine, branches)
     except Exception as exc:
         if _is_fault(exc) or isinstance(exc, sa.exc.SQLAlchemyError):
             engine.dispose()
@@ -274,4 +288,6 @@ def open_store(url: str, *, lock_wait: timedelta | None = None) -> Store:
         raise
     if never_recreate is not None:
         never_recreate.opened = True
-    return Store(engine, path=path, lock_wait=wait, migrated=migrated)
+    store = Store(engine, path=path, lock_wait=wait, migrated=migrated)
+    store._migrated.update(b.version_table for b in branches)
+    return store

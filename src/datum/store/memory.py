@@ -30,6 +30,7 @@ def _memory(r: Mapping[str, Any]) -> ItemMemory:
         retry_after_passes=r["retry_after_passes"],
         settling=settling,
         gone=gone,
+        permanent=r.get("permanent"),
     )
 
 
@@ -51,6 +52,7 @@ def save_memory(
                     "failures": m.failures,
                     "last_err": m.last_err,
                     "retry_after_passes": m.retry_after_passes,
+                    "permanent": m.permanent,
                 }
                 for key, m in memory.items()
             ],

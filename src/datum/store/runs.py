@@ -19,6 +19,11 @@ from datum.core.vocab import Health
 from datum.store.schema import reconciler_runs as t
 from datum.store.types import UTCDateTime
 
+# Keys of ``reconciler_runs.metrics`` beside the metric counts (see the schema).
+ITEMS_REPORTED = "itemsReported"
+COVERAGE = "coverage"
+REQUEUE = "requeueAfterPasses"
+
 
 def load_run(conn: Connection, reconciler: str) -> dict[str, Any] | None:
     """The stored run state of one reconciler, or None before its first tick."""
@@ -151,7 +156,8 @@ def take_claim(
 
     ``now`` is the store's clock unless given (deterministic runs). With
     ``interval`` (a scheduled tick) the claim is refused with ``NotDue`` before
-    ``lastRanAt + interval``; the caller's transaction must then roll back.
+    ``lastRanAt + interval`` (times the requeue the last pass asked for); the
+    caller's transaction must then roll back.
     The token increment takes the run row's write lock, so two claimers are
     serialised by the database even without the session lock.
     """
@@ -165,10 +171,12 @@ def take_claim(
         except sa.exc.IntegrityError:
             raise_claim(conn, reconciler)
     row = conn.execute(
-        sa.select(t.c.claim, t.c.last_ran_at).where(t.c.reconciler == reconciler)
+        sa.select(t.c.claim, t.c.last_ran_at, t.c.metrics).where(t.c.reconciler == reconciler)
     ).one()
     if interval is not None and row.last_ran_at is not None:
-        due = row.last_ran_at + interval
+        # A pass that asked to be requeued after N passes is due N intervals on.
+        requeue = (row.metrics or {}).get(REQUEUE) if isinstance(row.metrics, dict) else None
+        due = row.last_ran_at + interval * max(1, int(requeue or 1))
         if now < due:
             raise NotDue(reconciler, now, due)
     return Claimed(int(row.claim), now)

@@ -23,6 +23,8 @@ item_memory = sa.Table(
     sa.Column("failures", sa.Integer, nullable=False, default=0),
     sa.Column("last_err", sa.Text),
     sa.Column("retry_after_passes", sa.Integer, nullable=False, default=0),
+    # A permanent failure's fingerprint of the desired value it failed on (migration 0008_permanent).
+    sa.Column("permanent", sa.String(64)),
 )
 
 # One row per reconciler: its latest tick, its last executed pass and what that pass found.
@@ -46,8 +48,10 @@ reconciler_runs = sa.Table(
     # The fencing token: raised by one on every claim of the reconciler. A pass
     # writes only while the row still carries the token it claimed with.
     sa.Column("claim", sa.BigInteger, nullable=False, default=0, server_default="0"),
-    # What the metrics read of the last executed pass, exact past driftCap (migration 0005):
-    # ``{"items": {reason: {direction: n}}, "tripped": [direction, ...]}``; NULL before it.
+    # What the metrics and the report read of the last executed pass, exact past driftCap (migration 0005):
+    # ``{"items": {reason: {direction: n}}, "tripped": [direction, ...], "atBackoffCap": n,
+    # "itemsReported": bool, "coverage": [row, ...] (a bespoke reconciler's ctx.report_coverage),
+    # "requeueAfterPasses": n}``; NULL before it.
     sa.Column("metrics", sa.JSON(none_as_null=True)),
 )
 
@@ -111,7 +115,7 @@ tokens = sa.Table(
     sa.Column("host", sa.String(253)),
 )
 
-# The fleet's reboot budget (datum.store.leases, migration 0008_reboot_leases): one row per group, locked by every
+# The fleet's reboot budget (datum.store.leases, migration 0009_reboot_leases): one row per group, locked by every
 # grant in it so two servers cannot both hand out its last slot; and one lease per host rebooting.
 reboot_groups = sa.Table(
     "reboot_groups",

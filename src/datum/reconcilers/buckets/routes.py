@@ -1,19 +1,22 @@
-"""``/v1/buckets``: desired state of the buckets example reconciler over HTTP."""
+"""``/v1/buckets``: desired state of the buckets example reconciler over HTTP (mounted under the plugin's prefix)."""
 
 from __future__ import annotations
 
+from datetime import datetime
+from typing import Literal
+
 from fastapi import APIRouter, Depends, Path, Request, Response
+from pydantic import Field
+from pydantic.json_schema import SkipJsonSchema
 
-from datum.api.authz import Action
-from datum.api.errors import error_responses
-from datum.api.models import Bucket
-from datum.api.security import needs, path_resource
-from datum.api.state import state_of
-from datum.core.findings import Problem
-from datum.reconcilers import buckets
-from datum.store import Store
+from datum.reconcilers.buckets import reconciler as buckets
+from datum.sdk import Problem, Store
+from datum.sdk.http import Out, absent, changed, error_responses, needs, path_resource, store_of
 
-router = APIRouter(prefix="/v1/buckets", tags=["buckets"])
+router = APIRouter(tags=["buckets"])
+
+READ = "buckets:Read"
+WRITE = "buckets:Write"
 
 NameParam = Path(
     description="3-63 of a-z, 0-9 and '-', starting and ending with a letter or digit.",
@@ -21,6 +24,17 @@ NameParam = Path(
     max_length=63,
 )
 _OUT = {"response_model_by_alias": True, "response_model_exclude_none": True}
+
+
+class Bucket(Out):
+    """One bucket's desired state."""
+
+    name: str
+    status: Literal["creating", "active", "deleting", "delete_blocked", "deleted"] = Field(
+        description="Where the bucket stands; deleted is terminal."
+    )
+    created_at: datetime | SkipJsonSchema[None] = absent("When it was first asked for.", "createdAt")
+    updated_at: datetime | SkipJsonSchema[None] = absent("When its status last changed.", "updatedAt")
 
 
 @router.get(
@@ -31,9 +45,8 @@ _OUT = {"response_model_by_alias": True, "response_model_exclude_none": True}
     responses=error_responses(401, 403, 503),
     **_OUT,
 )
-def list_buckets(request: Request, _p: str = Depends(needs(Action.BUCKETS_READ))) -> list[Bucket]:
-    _registry, store = state_of(request).wired()
-    return [Bucket.model_validate(row) for row in buckets.rows(store)]
+def list_buckets(request: Request, _p: str = Depends(needs(READ))) -> list[Bucket]:
+    return [Bucket.model_validate(row) for row in buckets.rows(store_of(request))]
 
 
 @router.put(
@@ -51,10 +64,9 @@ def put_bucket(
     request: Request,
     response: Response,
     name: str = NameParam,
-    _p: str = Depends(needs(Action.BUCKETS_WRITE, path_resource("Bucket", "name"))),
+    _p: str = Depends(needs(WRITE, path_resource("Bucket", "name"))),
 ) -> Bucket:
-    state = state_of(request)
-    _registry, store = state.wired()
+    store = store_of(request)
     try:
         status = buckets.create(store, name)
     except Problem as problem:
@@ -63,7 +75,7 @@ def put_bucket(
             raise
         response.status_code = 200
         status = current
-    state.reports.invalidate()
+    changed(request)
     return Bucket(name=name, status=status)
 
 
@@ -79,12 +91,10 @@ def put_bucket(
 def delete_bucket(
     request: Request,
     name: str = NameParam,
-    _p: str = Depends(needs(Action.BUCKETS_WRITE, path_resource("Bucket", "name"))),
+    _p: str = Depends(needs(WRITE, path_resource("Bucket", "name"))),
 ) -> Bucket:
-    state = state_of(request)
-    _registry, store = state.wired()
-    status = buckets.delete(store, name)
-    state.reports.invalidate()
+    status = buckets.delete(store_of(request), name)
+    changed(request)
     return Bucket(name=name, status=status)
 
 

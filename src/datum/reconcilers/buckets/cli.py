@@ -6,7 +6,7 @@ import json
 
 import click
 
-from datum.cli.common import config_option, json_option, wire
+from datum.sdk.cli import config_option, json_option, wire
 
 
 @click.group()
@@ -20,7 +20,7 @@ def bucket() -> None:
 @json_option
 def create(name: str, config: str | None, as_json: bool) -> None:
     """Ask for bucket NAME to exist."""
-    from datum.reconcilers import buckets
+    from datum.reconcilers.buckets import reconciler as buckets
 
     status = buckets.create(wire(config).store, name)
     click.echo(json.dumps({"name": name, "status": status}) if as_json else f"bucket {name}: {status}")
@@ -32,7 +32,7 @@ def create(name: str, config: str | None, as_json: bool) -> None:
 @json_option
 def delete(name: str, config: str | None, as_json: bool) -> None:
     """Ask for bucket NAME to be deleted once it is empty."""
-    from datum.reconcilers import buckets
+    from datum.reconcilers.buckets import reconciler as buckets
 
     status = buckets.delete(wire(config).store, name)
     click.echo(json.dumps({"name": name, "status": status}) if as_json else f"bucket {name}: {status}")
@@ -43,7 +43,7 @@ def delete(name: str, config: str | None, as_json: bool) -> None:
 @json_option
 def list_(config: str | None, as_json: bool) -> None:
     """List every bucket and its status."""
-    from datum.reconcilers import buckets
+    from datum.reconcilers.buckets import reconciler as buckets
 
     rows = buckets.rows(wire(config).store)
     if as_json:
@@ -64,7 +64,7 @@ def list_(config: str | None, as_json: bool) -> None:
         return
     from rich.table import Table
 
-    from datum.cli.render import console
+    from datum.sdk.cli import console
 
     table = Table()
     for col in ("name", "status", "created", "updated"):

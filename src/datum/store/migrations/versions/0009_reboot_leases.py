@@ -1,7 +1,7 @@
 """The fleet's reboot budget: ``reboot_groups`` (one row per group, the grant's lock) and ``reboot_leases``.
 
-Revision ID: 0008_reboot_leases
-Revises: host_summaries
+Revision ID: 0009_reboot_leases
+Revises: 0008_permanent
 """
 
 import sqlalchemy as sa
@@ -9,8 +9,8 @@ from alembic import op
 
 from datum.store.types import UTCDateTime
 
-revision = "0008_reboot_leases"
-down_revision = "host_summaries"
+revision = "0009_reboot_leases"
+down_revision = "0008_permanent"
 branch_labels = None
 depends_on = None
 

@@ -19,7 +19,6 @@ a tenant's ``datum bucket delete`` during a pass is never overwritten.
 
 from __future__ import annotations
 
-import logging
 import os
 import re
 from collections.abc import Collection
@@ -30,16 +29,27 @@ from typing import Any, Literal
 
 import sqlalchemy as sa
 
-from datum.config import ReconcilerSettings
-from datum.core.coverage import CoverageDecl
-from datum.core.findings import FieldError, Problem, invalid
-from datum.core.vocab import Direction, Reason
-from datum.reconcile import BlockedOnOwner, CoverageSpec, PassContext, SubstrateError, Waiting
-from datum.safefs import Occupied, count_objects, remove_empty
-from datum.store import Store
-from datum.store.types import UTCDateTime
-
-log = logging.getLogger("datum.buckets")
+from datum.sdk import (
+    BlockedOnOwner,
+    Branch,
+    CoverageDecl,
+    CoverageSpec,
+    Direction,
+    FieldError,
+    Occupied,
+    PassContext,
+    Problem,
+    Reason,
+    ReconcilerSettings,
+    Store,
+    SubstrateError,
+    UTCDateTime,
+    Waiting,
+    count_objects,
+    invalid,
+    remove_empty,
+    set_status,
+)
 
 NAME = "buckets"
 KIND = "bucket"
@@ -54,6 +64,9 @@ CREATING, ACTIVE, DELETING, DELETE_BLOCKED, DELETED = (
 STATUSES = (CREATING, ACTIVE, DELETING, DELETE_BLOCKED, DELETED)
 WORK_QUERY = (CREATING, ACTIVE, DELETING, DELETE_BLOCKED)
 TOMBSTONES = frozenset({DELETING, DELETE_BLOCKED})
+
+# The table comes from this plugin's own Alembic branch (migrations/); ``store.require`` runs it.
+BRANCH = Branch.of_plugin(NAME, Path(__file__).parent / "migrations")
 
 metadata = sa.MetaData()
 buckets = sa.Table(
@@ -103,7 +116,7 @@ def _now() -> datetime:
 def create(store: Store, name: str) -> str:
     """Ask for a bucket. Re-asking for a deleted bucket brings it back; otherwise it must be new."""
     check_name(name)
-    store.ensure(metadata)
+    store.require(BRANCH)
     now = _now()
     with store.begin() as conn:
         row = conn.execute(sa.select(buckets.c.status).where(buckets.c.name == name)).first()
@@ -119,7 +132,7 @@ def create(store: Store, name: str) -> str:
 def delete(store: Store, name: str) -> str:
     """Ask for a bucket to be deleted; the reconciler deletes it once it is empty."""
     check_name(name)
-    store.ensure(metadata)
+    store.require(BRANCH)
     with store.begin() as conn:
         if _set_status(conn, name, DELETING, {CREATING, ACTIVE}):
             return DELETING
@@ -131,25 +144,14 @@ def delete(store: Store, name: str) -> str:
 
 def rows(store: Store) -> list[dict[str, Any]]:
     """Every bucket row, by name."""
-    store.ensure(metadata)
+    store.require(BRANCH)
     with store.connect() as conn:
         return [dict(r) for r in conn.execute(sa.select(buckets).order_by(buckets.c.name)).mappings()]
 
 
-def _set_status(
-    conn: sa.Connection,
-    name: str,
-    status: str,
-    expected: Collection[str],
-    **values: Any,
-) -> bool:
+def _set_status(conn: sa.Connection, name: str, status: str, expected: Collection[str], **values: Any) -> bool:
     """Compare-and-set: move ``name`` to ``status`` only from one of ``expected``; whether it moved."""
-    done = conn.execute(
-        sa.update(buckets)
-        .where(buckets.c.name == name, buckets.c.status.in_(expected))
-        .values(status=status, updated_at=_now(), **values)
-    )
-    return bool(done.rowcount == 1)
+    return set_status(conn, buckets, name, status, expected, **values)
 
 
 # -- substrate ---------------------------------------------------------------------
@@ -215,7 +217,7 @@ class BucketsReconciler:
         )
         self.coverage = [CoverageSpec(decl, buckets)]
         self._ctx: PassContext | None = None
-        store.ensure(metadata)
+        store.require(BRANCH)
 
     def run(self, ctx: PassContext) -> None:
         if not self.root.exists() and ctx.first_pass:
@@ -305,13 +307,9 @@ class BucketsReconciler:
 
     def _status(self, name: str, read: str, status: str) -> None:
         """Compare-and-set on the status this pass read: a change made meanwhile is left alone."""
-        if read == status:
-            return
         if self._ctx is None:
             raise RuntimeError("bucket statuses are written only during a pass")
-        with self._ctx.begin() as conn:
-            if not _set_status(conn, name, status, {read}):
-                log.info("bucket %s left as it is: no longer %s, so not moved to %s", name, read, status)
+        self._ctx.compare_and_set(buckets, name, read, status)
 
 
 def _count_or_none(path: Path) -> int | None:

@@ -1,0 +1,56 @@
+"""The plugins' part of the server: their Cedar schema fragments and their routes, under their prefixes.
+
+The core API names no reconciler: whatever routes it serves beyond its own
+come from here. A plugin whose fragment does not merge with Datum's schema or
+whose routes do not import is left out of the server (the reason is logged
+and reported by ``datum reconcilers``); the server and the other plugins serve.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import APIRouter, FastAPI
+
+from datum.api import errors
+from datum.api.authz import fragment_problem
+from datum.plugins import Loaded
+from datum.plugins.spec import resolve
+
+log = logging.getLogger("datum.plugins")
+
+
+def schema_fragments(plugins: Loaded) -> dict[str, str]:
+    """The Cedar schema fragment of every plugin that declares one and whose fragment merges."""
+    merged: dict[str, str] = {}
+    for p in plugins.plugins:
+        if p.cedar_schema and fragment_problem(p.cedar_schema) is None:
+            merged[p.name] = p.cedar_schema
+    return merged
+
+
+def route_problems(plugins: Loaded, fragments: dict[str, str]) -> dict[str, str]:
+    """Why each plugin's routes cannot be served: a fragment that does not merge."""
+    problems: dict[str, str] = {}
+    for p in plugins.plugins:
+        if p.cedar_schema and p.name not in fragments:
+            problems[p.name] = fragment_problem(p.cedar_schema) or "its Cedar schema fragment does not merge"
+    return problems
+
+
+def mount_plugins(app: FastAPI, plugins: Loaded, fragments: dict[str, str]) -> dict[str, str]:
+    """Include every plugin's router under its prefix; ``{plugin: why}`` for those left out."""
+    problems = route_problems(plugins, fragments)
+    for p in plugins.plugins:
+        if p.routes is None or p.name in problems:
+            continue
+        try:
+            router = resolve(p.routes)
+            if not isinstance(router, APIRouter):
+                raise TypeError(f"{p.routes} is a {type(router).__name__}, not a fastapi.APIRouter")
+            app.include_router(router, prefix=p.prefix or "", responses=errors.error_responses(*errors.EVERYWHERE))
+        except Exception as exc:  # noqa: BLE001 - one plugin's routes never take the server down
+            problems[p.name] = f"its routes {p.routes} cannot be served: {type(exc).__name__}: {exc}"
+    for name, why in problems.items():
+        log.warning("plugin %s: %s", name, why)
+    return problems
