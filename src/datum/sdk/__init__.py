@@ -147,7 +147,15 @@ if TYPE_CHECKING:
     from datum.core.coverage import CoverageDecl, CoverageRow
     from datum.core.errors import BlockedOnOwner, PermanentError, TemporaryError, Waiting
     from datum.core.findings import FieldError, Finding, Problem, invalid
-    from datum.core.vocab import Action, ConvergeMode, Direction, Health, PluginReason, Reason, registered
+    from datum.core.vocab import (
+        Action,
+        ConvergeMode,
+        Direction,
+        Health,
+        PluginReason,
+        Reason,
+        registered,
+    )
     from datum.plugins.spec import ReconcilerPlugin
     from datum.providers.base import Change, HostContext, PathProvider, Provider
     from datum.providers.specs import HostPath, Spec
