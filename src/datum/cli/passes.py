@@ -31,8 +31,6 @@ def prepare(manifest: str, config: str | None, allow_outside: bool = False) -> t
     from datum.host import compiled
 
     key = compiled.cache_key(manifest, config)
-    if key is not None and _includes(manifest):  # the cache keys one file's bytes, not its includes'
-        key = None
     if key is not None and allow_outside:  # validated under another rule: another entry
         key = f"{key[:48]}-outside"
     hit = compiled.load(key)
@@ -46,14 +44,6 @@ def prepare(manifest: str, config: str | None, allow_outside: bool = False) -> t
     compiled.store(key, chosen, loaded)
     compiled.remember_specs(manifest, memory)
     return chosen, loaded
-
-
-def _includes(manifest: str) -> bool:
-    try:
-        with open(manifest, "rb") as f:
-            return b"include" in f.read()
-    except OSError:
-        return False
 
 
 def state_url(state: str | None, config: Any) -> str:

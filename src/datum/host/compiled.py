@@ -160,10 +160,14 @@ def _config_bytes(config: str | None) -> bytes:
 
 
 def cache_key(manifest_path: str, config: str | None) -> str | None:
-    """The key of this manifest and configuration; None when either cannot be read."""
+    """The key of this manifest and configuration; None when either cannot be read, or when
+    the manifest may ``include`` others (the key covers one file's bytes, not its includes')."""
     try:
         manifest = Path(manifest_path).resolve()
-        return _digest(str(manifest).encode(), manifest.read_bytes(), _config_bytes(config))
+        data = manifest.read_bytes()
+        if b"include" in data:
+            return None
+        return _digest(str(manifest).encode(), data, _config_bytes(config))
     except OSError:
         return None
 
