@@ -63,7 +63,14 @@ def time_measure(store, runs: int, counted: bool = True) -> tuple[float, float, 
     from datum.reconcile.coverage import measure
     from datum.reconcilers import buckets as b
 
-    spec = dataclasses.replace(b.coverage_spec(), counted=counted)
+    if hasattr(b, "coverage_spec"):
+        spec = dataclasses.replace(b.coverage_spec(), counted=counted)
+    else:  # a commit from before buckets_0002 (DATUM_BENCH_TREE=<commit>): the query then was the GROUP BY
+        from datum.core.coverage import CoverageDecl
+        from datum.reconcile.coverage import CoverageSpec
+
+        decl = CoverageDecl(kind="bucket", selected=frozenset(b.WORK_QUERY), terminal=frozenset({b.DELETED}))
+        spec = CoverageSpec(decl, b.buckets)
     now = datetime.now(UTC)
     started = time.perf_counter()
     rows = measure(store, [spec], now)  # first: caches, pool, and on PostgreSQL the fold of the fill's deltas

@@ -17,8 +17,10 @@ and a rolled-back writer leaves nothing. The count of a status is the sum of
 its deltas, read in one statement (one snapshot). ``compact`` folds the log
 into one row per status in one statement (``DELETE ... RETURNING`` feeding an
 ``INSERT``): a delta committed meanwhile is not in its snapshot and stays;
-one compaction at a time (an advisory lock). ``TRUNCATE`` of the table
-empties the counts (a statement trigger).
+one compaction at a time (an advisory lock); it then vacuums the log, whose
+folded rows every read would otherwise still scan. A coverage read folds a
+log longer than ``COMPACT_AT`` rows. ``TRUNCATE`` of the table empties the
+counts (a statement trigger).
 
 A plugin turns this on in a migration of its own branch (``count_statuses``),
 which also counts the rows already there, and declares it with
@@ -36,6 +38,7 @@ log = logging.getLogger(__name__)
 SUFFIX = "_status_counts"
 # A delta log longer than this is folded after a coverage read (PostgreSQL).
 COMPACT_AT = 1000
+_SMALL_PAGES = 16  # a folded log larger than this is folded once more, to give its pages back
 _MAX_IDENTIFIER = 63  # PostgreSQL truncates longer names silently
 
 
@@ -138,7 +141,11 @@ def _install_postgresql(conn: sa.Connection, table: str, names: dict[str, str], 
     # Held to the end of the migration's transaction: no write to the table between the
     # backfill's snapshot and the triggers (SHARE ROW EXCLUSIVE conflicts with every writer).
     conn.execute(sa.text(f"LOCK TABLE {t} IN SHARE ROW EXCLUSIVE MODE"))
-    conn.execute(sa.text(f"CREATE TABLE {c} (status TEXT NOT NULL, n BIGINT NOT NULL)"))
+    # Its dead tuples (folded or rolled-back deltas) are scanned by every read until vacuumed.
+    conn.execute(sa.text(
+        f"CREATE TABLE {c} (status TEXT NOT NULL, n BIGINT NOT NULL) "
+        "WITH (autovacuum_vacuum_threshold = 1000, autovacuum_vacuum_scale_factor = 0)"
+    ))
     conn.execute(sa.text(f"INSERT INTO {c} (status, n) SELECT {s}, count(*) FROM {t} GROUP BY {s}"))
     key = _lock_key(table).replace("'", "''")
     function = q(names["function"])
@@ -215,11 +222,24 @@ def compact(engine: sa.Engine, table: str) -> bool:
     if engine.dialect.name != "postgresql":
         return False  # SQLite's triggers keep one row per status already
     c = engine.dialect.identifier_preparer.quote(counts_name(table))
-    with engine.begin() as conn:
-        if not conn.execute(sa.text("SELECT pg_try_advisory_xact_lock(hashtext(:k))"), {"k": _lock_key(table)}).scalar():
-            return False
-        conn.execute(sa.text(
-            f"WITH moved AS (DELETE FROM {c} RETURNING status, n) "
-            f"INSERT INTO {c} (status, n) SELECT status, sum(n) FROM moved GROUP BY status HAVING sum(n) <> 0"
-        ))
+    for _ in range(2):
+        with engine.begin() as conn:
+            if not conn.execute(
+                sa.text("SELECT pg_try_advisory_xact_lock(hashtext(:k))"), {"k": _lock_key(table)}
+            ).scalar():
+                return False
+            conn.execute(sa.text(
+                f"WITH moved AS (DELETE FROM {c} RETURNING status, n) "
+                f"INSERT INTO {c} (status, n) SELECT status, sum(n) FROM moved GROUP BY status HAVING sum(n) <> 0"
+            ))
+        # The folded rows are dead tuples every read would still scan: reclaim them now (skipped when
+        # another vacuum of the table runs), not when autovacuum wakes.
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            conn.execute(sa.text(f"VACUUM (SKIP_LOCKED) {c}"))
+            pages = conn.execute(sa.text("SELECT pg_relation_size(:t) / current_setting('block_size')::int"),
+                                 {"t": counts_name(table)}).scalar_one()
+        # After a bulk load the folded rows sit on the last of many emptied pages, which a vacuum
+        # cannot cut off; folding once more puts them on the first free page, then it can.
+        if pages <= _SMALL_PAGES:
+            break
     return True
