@@ -328,7 +328,7 @@ def test_a_plugin_table_with_its_own_column_names_is_counted(store_url, tmp_path
         store.dispose()
 
 
-def test_a_nullable_status_column_is_refused(store_url):
+def test_a_nullable_status_column_or_a_name_too_long_is_refused(store_url):
     engine = sa.create_engine(store_url.replace("postgresql://", "postgresql+psycopg://", 1))
     try:
         with engine.begin() as conn:
@@ -337,5 +337,7 @@ def test_a_nullable_status_column_is_refused(store_url):
                 status_counts.count_statuses("loose", bind=conn)
             with pytest.raises(ValueError, match="no column"):
                 status_counts.count_statuses("loose", status_column="state", bind=conn)
+            with pytest.raises(ValueError, match="too long"):  # PostgreSQL would cut its trigger names silently
+                status_counts.count_statuses("t" * 49, bind=conn)
     finally:
         engine.dispose()

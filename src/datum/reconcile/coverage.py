@@ -46,14 +46,15 @@ def measure(store: Store, specs: Sequence[CoverageSpec], now: datetime) -> list[
     with store.connect() as conn:
         for spec in specs:
             counts: dict[str, tuple[int, float]] = {}
-            for value, count, oldest in conn.execute(_query(spec)):
+            logged = 0
+            for value, count, oldest, entries in conn.execute(_query(spec)):
+                logged += int(entries)
+                if not count:
+                    continue  # a status whose deltas sum to nothing: no rows, as a GROUP BY would say
                 age = (now - _aware(oldest)).total_seconds() if oldest is not None else 0.0
                 counts[str(value)] = (int(count), age)
-            if spec.counted and store.dialect == "postgresql":
-                logged = conn.execute(sa.select(sa.func.count()).select_from(
-                    status_counts.counts_table(spec.table.name))).scalar_one()
-                if logged > status_counts.COMPACT_AT:
-                    to_compact.append(spec.table.name)
+            if logged > status_counts.COMPACT_AT:
+                to_compact.append(spec.table.name)
             rows.extend(histogram(spec.decl, counts))
     for table in to_compact:
         try:
@@ -64,17 +65,20 @@ def measure(store: Store, specs: Sequence[CoverageSpec], now: datetime) -> list[
 
 
 def _query(spec: CoverageSpec) -> sa.Select[Any]:
-    """status, count, oldest ``since`` per status with rows: one statement, so one snapshot."""
+    """status, count, oldest ``since``, entries of the count log: per status, in one statement (one snapshot)."""
     status = spec.table.c[spec.status_column]
     since = spec.table.c[spec.since_column]
     if not spec.counted:
-        return sa.select(status, sa.func.count(), sa.func.min(since)).group_by(status)
+        return sa.select(status, sa.func.count(), sa.func.min(since), sa.literal(0)).group_by(status)
     c = status_counts.counts_table(spec.table.name)
-    total = sa.func.sum(c.c.n)
-    per_status = sa.select(c.c.status, total.label("n")).group_by(c.c.status).having(total != 0).subquery()
+    per_status = (
+        sa.select(c.c.status, sa.func.sum(c.c.n).label("n"), sa.func.count().label("entries"))
+        .group_by(c.c.status)
+        .subquery()
+    )
     # one probe of the (status, since) index per status
     oldest = sa.select(sa.func.min(since)).where(status == per_status.c.status).scalar_subquery()
-    return sa.select(per_status.c.status, per_status.c.n, oldest)
+    return sa.select(per_status.c.status, per_status.c.n, oldest, per_status.c.entries)
 
 
 def _aware(value: datetime | str) -> datetime:

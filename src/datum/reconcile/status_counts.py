@@ -90,8 +90,9 @@ def count_statuses(
     """
     conn = bind if bind is not None else _migration_connection()
     names = _names(table)
-    if any(len(n) > _MAX_IDENTIFIER for n in names.values()):
-        raise ValueError(f"table name {table!r} is too long to name its count table and triggers")
+    index = _index_name(table, status_column, since_column or "")
+    if any(len(n) > _MAX_IDENTIFIER for n in [*names.values(), index]):
+        raise ValueError(f"{table!r} is too long a name to name its count table, triggers and index after")
     columns = {c["name"]: c for c in sa.inspect(conn).get_columns(table)}
     if status_column not in columns:
         raise ValueError(f"{table} has no column {status_column!r}")
@@ -104,8 +105,7 @@ def count_statuses(
     else:
         _install_sqlite(conn, names, t, s, c)
     if since_column is not None:
-        index = q(_index_name(table, status_column, since_column))
-        conn.execute(sa.text(f"CREATE INDEX IF NOT EXISTS {index} ON {t} ({s}, {q(since_column)})"))
+        conn.execute(sa.text(f"CREATE INDEX IF NOT EXISTS {q(index)} ON {t} ({s}, {q(since_column)})"))
 
 
 def _install_sqlite(conn: sa.Connection, names: dict[str, str], t: str, s: str, c: str) -> None:
