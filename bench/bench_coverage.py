@@ -9,7 +9,9 @@ migration ``buckets_0002``, and the oldest ``updated_at`` per status from the
 (status, updated_at) index). The figure is the median of ``--runs`` warm
 runs; the first read after the fill is printed too (on PostgreSQL it folds
 the fill's delta log). ``--scan`` also times the query that counts every row
-(``GROUP BY status``, now over the covering index), for comparison.
+(``GROUP BY status``, now over the covering index), for comparison;
+``--writes N`` what keeping the counts costs a status write (N writes with
+the triggers, then N after dropping them, in the same run).
 PostgreSQL is ``$DATUM_BENCH_PG`` (an admin URL; a database is made and
 dropped), else the local cluster the tests use. Run: ``./scripts/bench coverage``.
 """
@@ -83,7 +85,36 @@ def time_measure(store, runs: int, counted: bool = True) -> tuple[float, float, 
     return first, statistics.median(samples), sum(r.count for r in rows)
 
 
-def one(url: str, label: str, rows: int, runs: int, scan: bool) -> tuple[float, float | None]:
+def time_writes(store, writes: int) -> float:  # type: ignore[no-untyped-def]
+    """Median ms of one status write in its own transaction (``set_status``, as ``datum bucket delete`` does)."""
+    from datum.reconcile.desired import set_status
+    from datum.reconcilers import buckets as b
+
+    samples = []
+    for n in range(writes):
+        # row 100k + 7 is ``active``: moved to ``deleting``, then back on the next write
+        old, new = ("active", "deleting") if n % 2 == 0 else ("deleting", "active")
+        started = time.perf_counter()
+        with store.begin() as conn:
+            set_status(conn, b.buckets, f"bucket-{(n // 2) * 100 + 7:07d}", new, {old})
+        samples.append((time.perf_counter() - started) * 1000)
+    return statistics.median(samples)
+
+
+def _write_cost(store, label: str, writes: int) -> None:  # type: ignore[no-untyped-def]
+    """What keeping the counts costs a write: the same writes with the triggers, then without (A/B, one run)."""
+    from datum.reconcile.status_counts import drop_status_counts
+
+    with_counts = time_writes(store, writes)
+    with store.begin() as conn:
+        drop_status_counts("buckets", bind=conn)
+        conn.execute(sa.text("CREATE INDEX ix_buckets_status ON buckets (status)"))  # as before buckets_0002
+    without = time_writes(store, writes)
+    print(f"{label}: one status write (its own transaction), median of {writes}: {with_counts:.3f} ms with the "
+          f"counts kept, {without:.3f} ms without (triggers and (status, updated_at) index dropped)")
+
+
+def one(url: str, label: str, rows: int, runs: int, scan: bool, writes: int = 0) -> tuple[float, float | None]:
     from datum.store import open_store
 
     store = open_store(url)
@@ -101,20 +132,22 @@ def one(url: str, label: str, rows: int, runs: int, scan: bool) -> tuple[float, 
             assert by_scan == rows, (by_scan, rows)
             print(f"{label}: counting every row (GROUP BY over the (status, updated_at) index): "
                   f"median {scanned:.1f} ms")
+        if writes:
+            _write_cost(store, label, writes)
         return ms, scanned
     finally:
         store.dispose()
 
 
 def main(rows: int = 1_000_000, runs: int = 7, backends: tuple[str, ...] = ("sqlite", "postgresql"),
-         scan: bool = False) -> dict[str, tuple[float, float | None]]:
+         scan: bool = False, writes: int = 0) -> dict[str, tuple[float, float | None]]:
     out = {}
     if "sqlite" in backends:
         with tempfile.TemporaryDirectory(prefix="datum-bench-coverage-") as tmp:
-            out["sqlite"] = one(f"sqlite:///{tmp}/datum.db", "SQLite", rows, runs, scan)
+            out["sqlite"] = one(f"sqlite:///{tmp}/datum.db", "SQLite", rows, runs, scan, writes)
     if "postgresql" in backends:
         with database("postgresql", Path()) as url:
-            out["postgresql"] = one(url, "PostgreSQL", rows, runs, scan)
+            out["postgresql"] = one(url, "PostgreSQL", rows, runs, scan, writes)
     return out
 
 
@@ -124,9 +157,11 @@ if __name__ == "__main__":
     ap.add_argument("--runs", type=int, default=7)
     ap.add_argument("--backends", default="sqlite,postgresql")
     ap.add_argument("--scan", action="store_true", help="also time the query that counts every row")
+    ap.add_argument("--writes", type=int, default=0,
+                    help="also time N status writes with the counts kept and without (drops the triggers after)")
     a = ap.parse_args()
     print(header(f"coverage histogram, {a.rows} rows"))
-    res = main(a.rows, a.runs, tuple(a.backends.split(",")), a.scan)
+    res = main(a.rows, a.runs, tuple(a.backends.split(",")), a.scan, a.writes)
     ok = all(ms < TARGET_MS for ms, _ in res.values())
     figures = ", ".join(f"{k} {ms:.1f} ms" for k, (ms, _) in res.items())
     print(f"coverage histogram over {a.rows} rows: {figures}, load {os.getloadavg()[0]:.2f}; "

@@ -118,6 +118,6 @@ def test_intake_benchmark_posts_lists_and_fetches_manifests():
 @pytest.mark.postgres
 def test_coverage_counts_every_row_both_ways_on_both_backends():
     bench = load("bench_coverage")
-    out = bench.main(3_000, runs=2, scan=True)  # asserts the counted and the scanned totals are the rows written
+    out = bench.main(3_000, runs=2, scan=True, writes=10)  # asserts the counted and the scanned totals are the rows written
     assert set(out) == {"sqlite", "postgresql"}
     assert all(counted > 0 and scanned > 0 for counted, scanned in out.values())
