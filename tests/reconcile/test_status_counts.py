@@ -341,3 +341,24 @@ def test_a_nullable_status_column_or_a_name_too_long_is_refused(store_url):
                 status_counts.count_statuses("t" * 49, bind=conn)
     finally:
         engine.dispose()
+
+
+def test_upserts_and_replaces_are_counted_once(bstore):
+    """SQLite's REPLACE deletes the old row without delete triggers unless ``recursive_triggers`` is on
+    (the store turns it on); PostgreSQL's ON CONFLICT fires the insert and update triggers for what each did."""
+    buckets.create(bstore, "one")
+    with bstore.begin() as conn:
+        if bstore.dialect == "sqlite":
+            conn.execute(sa.text("INSERT OR REPLACE INTO buckets VALUES ('one', 'active', '2026-01-01', '2026-01-01')"))
+            conn.execute(sa.text("REPLACE INTO buckets VALUES ('one', 'deleting', '2026-01-01', '2026-01-01')"))
+            conn.execute(sa.text("INSERT OR IGNORE INTO buckets VALUES ('one', 'typo', '2026-01-01', '2026-01-01')"))
+        upsert = (
+            "INSERT INTO buckets (name, status, created_at, updated_at) VALUES (:n, :s, :t, :t)"
+            " ON CONFLICT (name) DO UPDATE SET status = excluded.status"
+        )
+        conn.execute(sa.text(upsert), [{"n": "one", "s": "active", "t": T0}, {"n": "two", "s": "creating", "t": T0}])
+        conn.execute(sa.text(
+            "INSERT INTO buckets (name, status, created_at, updated_at) VALUES ('two', 'typo', :t, :t)"
+            " ON CONFLICT (name) DO NOTHING"
+        ), {"t": T0})
+    assert assert_exact(bstore) == {"active": 1, "creating": 1}
