@@ -11,7 +11,6 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from contextlib import ExitStack
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -20,9 +19,10 @@ from datum.core.rollup import host_state
 from datum.core.vocab import HostState, Mode, ResourceState
 from datum.host.compiled import HostConfig
 from datum.host.executor import Outcome, Progress, run_pass
-from datum.host.manifest import Manifest
+from datum.host.model import Manifest
 from datum.host.statefile import StateStore, Unreadable
 from datum.providers.base import HostContext
+from datum.providers.value import Value
 
 if TYPE_CHECKING:
     from datum.host.reboot import Slot
@@ -34,15 +34,29 @@ EXIT_REBOOT = 16
 EXIT_DEGRADED = 32
 
 
-@dataclass
-class PassResult:
+class PassResult(Value):
     """What a run produced: the report (JSON form), its outcomes and the reboot decision."""
 
+    __slots__ = ("report", "outcomes", "exit_code", "reboot_now", "warnings")
     report: dict[str, Any]
     outcomes: list[Outcome]
     exit_code: int
-    reboot_now: bool = False
-    warnings: list[str] = field(default_factory=list)
+    reboot_now: bool
+    warnings: list[str]
+
+    def __init__(
+        self,
+        report: dict[str, Any],
+        outcomes: list[Outcome],
+        exit_code: int,
+        reboot_now: bool = False,
+        warnings: list[str] | None = None,
+    ) -> None:
+        self.report = report
+        self.outcomes = outcomes
+        self.exit_code = exit_code
+        self.reboot_now = reboot_now
+        self.warnings = [] if warnings is None else warnings
 
 
 def host_name(config: HostConfig) -> str:
