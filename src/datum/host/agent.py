@@ -90,10 +90,12 @@ def _names(outs: list[Outcome], what: str, limit: int = 3) -> str:
 
 def reason_for(state: HostState, outcomes: list[Outcome], reboot_reason: str | None) -> str | None:
     """The host state's reason, naming the resources behind it."""
-    by = {s: [o for o in outcomes if o.state is s] for s in ResourceState}
+    def by(s: ResourceState) -> list[Outcome]:  # asked for the state behind the host's only
+        return [o for o in outcomes if o.state is s]
+
     if state is HostState.FAILED:
-        failed = _names(by[ResourceState.FAILED], "failed")
-        blocked = by[ResourceState.BLOCKED]
+        failed = _names(by(ResourceState.FAILED), "failed")
+        blocked = by(ResourceState.BLOCKED)
         if blocked:
             ids = ", ".join(o.id for o in blocked[:3]) + (
                 f" and {len(blocked) - 3} more" if len(blocked) > 3 else ""
@@ -101,11 +103,11 @@ def reason_for(state: HostState, outcomes: list[Outcome], reboot_reason: str | N
             failed += f"; blocked: {ids}"
         return failed
     if state is HostState.DRIFTED:
-        return _names(by[ResourceState.DRIFTED], "drifted")
+        return _names(by(ResourceState.DRIFTED), "drifted")
     if state is HostState.AWAITING_REBOOT:
         return reboot_reason
     if state is HostState.DEGRADED:
-        return _names(by[ResourceState.SKIPPED], "skipped")
+        return _names(by(ResourceState.SKIPPED), "skipped")
     return None
 
 

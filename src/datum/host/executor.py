@@ -154,7 +154,8 @@ def _walk(
     ctx: HostContext,
     announce: Callable[[ResourceState], Any] | None,
 ) -> None:
-    needs = [outcomes[n] for n in dict.fromkeys(resource.needs)]
+    named = resource.needs
+    needs = [outcomes[n] for n in dict.fromkeys(named)] if named else []
     bad = [n for n in needs if n.state in _BAD]
     if bad:
         out.state = ResourceState.BLOCKED
@@ -183,7 +184,7 @@ def _walk(
         out.error = _error(exc)
         out.reason = out.error
         return
-    refresh = [n.id for n in needs if _would_change(n, ctx) and n.id in resource.spec.subscribes]
+    refresh = [n.id for n in needs if _would_change(n, ctx) and n.id in resource.spec.subscribes] if needs else None
     if refresh and prov.refreshable and change.action is Action.NONE:
         verb = "would change" if ctx.mode is Mode.OBSERVE else "changed"
         change = prov.refresh(want, have, f"{', '.join(refresh)} {verb}")

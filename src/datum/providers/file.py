@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from datum.core.vocab import Action
 from datum.providers import fs
 from datum.providers.accounts import owner_ids
-from datum.providers.base import Change, HostContext, PathProvider, ProviderError
+from datum.providers.base import NO_CHANGE, Change, HostContext, PathProvider, ProviderError
 from datum.providers.value import Frozen
 
 if TYPE_CHECKING:
@@ -310,7 +310,8 @@ class FileProvider(PathProvider["FileSpec", FileWant, FileHave]):
     defers_dir_sync = True
 
     def desired(self, name: str, spec: FileSpec, ctx: HostContext) -> FileWant:
-        uid, gid = owner_ids(ctx, spec.owner, spec.group)
+        owned = spec.owner is not None or spec.group is not None
+        uid, gid = owner_ids(ctx, spec.owner, spec.group) if owned else (None, None)
         # Present writes through a final link (to its target inside the root);
         # absent removes the link itself, never what it points to.
         real = ctx.real(spec.path, follow_last=spec.ensure == "present")
@@ -363,7 +364,7 @@ class FileProvider(PathProvider["FileSpec", FileWant, FileHave]):
             raise ProviderError(have.rejected)
         if want.ensure == "absent":
             if have.kind == "absent":
-                return Change()
+                return NO_CHANGE
             return Change(Action.DELETE, (f"{have.kind} present, want absent",))
         if have.kind == "absent":
             return self._with_diff(Change(Action.CREATE, ("absent",)), want, have, None)
@@ -371,7 +372,7 @@ class FileProvider(PathProvider["FileSpec", FileWant, FileHave]):
         differences = ["content"] if content else []
         differences += fs.meta_differences(have.st, want.mode, want.uid, want.gid)
         if not differences:
-            return Change()
+            return NO_CHANGE
         change = Change(Action.UPDATE, tuple(differences))
         return self._with_diff(change, want, have, have.content) if content else change
 
