@@ -13,9 +13,7 @@ dataclass's did (a frozen one refuses assignment with an ``AttributeError``).
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
-
-V = TypeVar("V", bound="Value")
+from typing import Any, Self
 
 
 class Value:
@@ -41,7 +39,7 @@ class Value:
         """Field name -> value, in order (``dataclasses.asdict`` without its deep copy)."""
         return {name: getattr(self, name) for name in self.__slots__}
 
-    def replace(self: V, **changes: Any) -> V:
+    def replace(self, **changes: Any) -> Self:
         """A copy with ``changes`` (``dataclasses.replace``)."""
         return type(self)(**{**self.as_dict(), **changes})
 
