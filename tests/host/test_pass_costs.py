@@ -106,9 +106,9 @@ def test_parse_apply_leaves_what_click_refuses_to_click(tmp_path, monkeypatch):
 
 
 def test_a_pass_reads_of_the_last_report_only_what_it_needs(tmp_path):
-    from datum.host.statefile import StateStore, Unreadable, store_url
+    from datum.host.statefile import StateStore, Unreadable, state_path
 
-    store = StateStore(store_url(str(tmp_path / "state.db")))
+    store = StateStore(state_path(str(tmp_path / "state.db")))
     try:
         assert store.summary("h1") is None
         reboot = {"required": True, "reason": "kernel", "bootId": "b1", "markers": ["/run/reboot-required"]}
@@ -213,7 +213,7 @@ def test_a_report_that_cannot_be_stored_is_a_not_persisted_problem_carrying_it(t
     from datum.core.findings import Problem
     from datum.host import statefile
 
-    store = statefile.StateStore(statefile.store_url(str(tmp_path / "state.db")))
+    store = statefile.StateStore(statefile.state_path(str(tmp_path / "state.db")))
     try:
         store._db.execute("CREATE TRIGGER refuse BEFORE INSERT ON agent_reports BEGIN SELECT RAISE(ABORT, 'no'); END")
         report = {"host": "h1", "state": "converged"}
@@ -223,4 +223,6 @@ def test_a_report_that_cannot_be_stored_is_a_not_persisted_problem_carrying_it(t
         store.close()
     assert isinstance(caught.value, statefile.NotPersisted) and caught.value.report is report
     assert caught.value.code == "UNAVAILABLE" and "was not stored" in str(caught.value)
+    with pytest.raises(Problem, match="is a URL"):  # the other problem this module raises, as before
+        statefile.state_path("postgresql://db/datum")
     assert statefile.NotPersisted is statefile._not_persisted() and statefile.NotPersisted.__module__ == statefile.__name__

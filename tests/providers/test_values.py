@@ -26,8 +26,8 @@ from datum.providers.file import FileHave, FileWant
 
 def _config(**kw):
     base = dict(name=None, mode=Mode.ENFORCE, reboot_policy=RebootPolicy.NEVER, maintenance_window=None,
-                reboot_command="systemctl reboot", store_url="sqlite:////x.db", boot_id_file="/b",
-                lock_wait=timedelta(seconds=1), lock_ttl=timedelta(seconds=2))
+                reboot_command="systemctl reboot", state_path="/x.db", boot_id_file="/b",
+                lock_wait=timedelta(seconds=1))
     return HostConfig(**{**base, **kw})
 
 

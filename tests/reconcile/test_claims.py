@@ -116,6 +116,35 @@ def test_an_explicit_pass_during_another_runners_pass_is_skipped(tmp_path, store
         s.dispose()
 
 
+def test_datum_reconcile_whose_pass_is_skipped_says_so_and_exits_69(tmp_path, store_url):
+    """The operator asked for a pass and none ran: not exit 0 (converged), not 4 (a failed pass)."""
+    root, (a,), stores = runners(tmp_path, store_url, ["p"], count=1)
+    config = root / "datum.toml"
+    seen = []
+
+    def explicit(ctx, key):
+        Slow.on_apply = None
+        done = subprocess.run(
+            [sys.executable, SCRIPT, "reconcile", NAME, "--config", str(config)],
+            capture_output=True, text=True, timeout=120, check=False,
+        )
+        seen.append(done)
+
+    Slow.on_apply = explicit
+    assert a.tick(NAME, scheduled=True).outcome is TickOutcome.EXECUTED
+    (done,) = seen
+    assert done.returncode == 69, done.stdout + done.stderr
+    assert "pass 1: skipped" in done.stdout
+    assert f"datum: {NAME}: pass 1 skipped: another pass of {NAME} is running" in done.stderr
+    after = subprocess.run(
+        [sys.executable, SCRIPT, "reconcile", NAME, "--config", str(config)],
+        capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert after.returncode == 0, after.stdout + after.stderr  # nothing running: the pass runs
+    for s in stores:
+        s.dispose()
+
+
 def _steal(store_url, root):
     """What happens when a pass's session lock is lost (its PostgreSQL session ended, the
     lock file removed): another runner claims the reconciler and runs a whole pass."""

@@ -31,7 +31,7 @@ try:  # CPython's own BLAKE2: importing hashlib loads OpenSSL, ~4 ms of an idle 
 except ImportError:  # pragma: no cover - an interpreter without the module
     from hashlib import blake2b
 
-FORMAT = 1
+FORMAT = 2
 _MAX_ENTRIES = 64
 
 
@@ -39,18 +39,17 @@ class HostConfig(Frozen):
     """What the agent needs from the configuration: the ``[host]`` section and where the store is."""
 
     __slots__ = (
-        "name", "mode", "reboot_policy", "maintenance_window", "reboot_command", "store_url",
-        "boot_id_file", "lock_wait", "lock_ttl", "report_to", "token",
+        "name", "mode", "reboot_policy", "maintenance_window", "reboot_command", "state_path",
+        "boot_id_file", "lock_wait", "report_to", "token",
     )  # fmt: skip
     name: str | None
     mode: Mode
     reboot_policy: RebootPolicy
     maintenance_window: str | None
     reboot_command: str
-    store_url: str
+    state_path: str
     boot_id_file: str
     lock_wait: timedelta
-    lock_ttl: timedelta
     report_to: str | None
     token: str | None
 
@@ -61,10 +60,9 @@ class HostConfig(Frozen):
         reboot_policy: RebootPolicy,
         maintenance_window: str | None,
         reboot_command: str,
-        store_url: str,
+        state_path: str,
         boot_id_file: str,
         lock_wait: timedelta,
-        lock_ttl: timedelta,
         report_to: str | None = None,
         token: str | None = None,
     ) -> None:
@@ -74,17 +72,16 @@ class HostConfig(Frozen):
         setattr_(self, "reboot_policy", reboot_policy)
         setattr_(self, "maintenance_window", maintenance_window)
         setattr_(self, "reboot_command", reboot_command)
-        setattr_(self, "store_url", store_url)
+        setattr_(self, "state_path", state_path)
         setattr_(self, "boot_id_file", boot_id_file)
         setattr_(self, "lock_wait", lock_wait)
-        setattr_(self, "lock_ttl", lock_ttl)
         setattr_(self, "report_to", report_to)
         setattr_(self, "token", token)
 
     @classmethod
     def from_settings(cls, settings: Any) -> HostConfig:
         """From validated ``datum.config.Settings``."""
-        from datum.host.statefile import store_url
+        from datum.host.statefile import state_path
 
         h = settings.host
         return cls(
@@ -94,10 +91,9 @@ class HostConfig(Frozen):
             maintenance_window=h.maintenance_window,
             reboot_command=h.reboot_command,
             # The agent's own local state file; the server's store is the server's alone.
-            store_url=store_url(h.state or str(Path(settings.home) / "agent.db")),
+            state_path=state_path(h.state or str(Path(settings.home) / "agent.db"), "[host] state"),
             boot_id_file=h.boot_id_file,
             lock_wait=h.lock_wait,
-            lock_ttl=h.lock_ttl,
             report_to=h.report_to,
             token=h.token,
         )
@@ -105,7 +101,7 @@ class HostConfig(Frozen):
     def to_json(self) -> dict[str, Any]:
         out = self.as_dict()
         out.update(mode=self.mode.value, reboot_policy=self.reboot_policy.value)
-        out.update(lock_wait=self.lock_wait.total_seconds(), lock_ttl=self.lock_ttl.total_seconds())
+        out.update(lock_wait=self.lock_wait.total_seconds())
         return out
 
     @classmethod
@@ -116,7 +112,6 @@ class HostConfig(Frozen):
                 "mode": Mode(data["mode"]),
                 "reboot_policy": RebootPolicy(data["reboot_policy"]),
                 "lock_wait": timedelta(seconds=data["lock_wait"]),
-                "lock_ttl": timedelta(seconds=data["lock_ttl"]),
             }
         )
 
