@@ -123,8 +123,8 @@ def drift(name: str, config: str | None, as_json: bool) -> None:
 def reconcilers(config: str | None, as_json: bool) -> None:
     """List the registered reconcilers with health, drift, blocked and stranded coverage rows.
 
-    A plugin that could not be loaded is named with the reason, on standard
-    error (the listing itself stays the contract's shape); the others are listed.
+    A plugin that could not be loaded is listed with health ``unknown`` and
+    its ``error``, and named with the reason on standard error.
     """
     from datum.cli import render
     from datum.reconcile.report import summaries
