@@ -148,14 +148,14 @@ def _signature(directory: Path) -> str:
         if _stats(paths) == stats:
             return signature
     walked = tuple(_walk(directory))
-    stats = _stats(walked)
-    if stats is None:  # a file went away during the walk: not remembered, walked again next time
+    now = _stats(walked)
+    if now is None:  # a file went away during the walk: not remembered, walked again next time
         return hashlib.sha256(os.urandom(16)).hexdigest()
     # the signature of exactly the stats compared above: an edit after this stat is another one
-    signature = hashlib.sha256(repr((walked, stats)).encode()).hexdigest()
+    signature = hashlib.sha256(repr((walked, now)).encode()).hexdigest()
     if len(_SEEN) >= 100:
         _SEEN.clear()
-    _SEEN[key] = (walked, stats, signature)
+    _SEEN[key] = (walked, now, signature)
     return signature
 
 
