@@ -101,11 +101,15 @@ def rss_kib(pid: int) -> int:
 # -- load generators ---------------------------------------------------------------
 
 
-def wrk(url: str, token: str, concurrency: int, seconds: float, pin: list[str]) -> dict[str, float]:
-    """One wrk run (one load thread: enough, and it leaves the server a core); p50/p99 in ms, errors."""
+def wrk(
+    url: str, token: str, concurrency: int, seconds: float, pin: list[str], headers: tuple[str, ...] = ()
+) -> dict[str, float]:
+    """One wrk run (one load thread: enough, and it leaves the server a core); p50/p99 in ms, errors.
+    ``headers`` are more request headers (``If-None-Match: "..."``)."""
+    more = [arg for h in headers for arg in ("-H", h)]
     out = subprocess.run(
         [*pin, "wrk", "-t1", f"-c{concurrency}", f"-d{seconds:.0f}s", "--latency", "--timeout", "5s",
-         "-H", f"Authorization: Bearer {token}", url],
+         "-H", f"Authorization: Bearer {token}", *more, url],
         capture_output=True, text=True, check=True,
     ).stdout
     def ms(label: str) -> float:
