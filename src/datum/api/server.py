@@ -26,6 +26,7 @@ from fastapi import FastAPI
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from datum.api.app import create_app
+from datum.api.corked import Corked
 from datum.api.watch import RunWatch
 from datum.config import Settings
 from datum.reconcile.registry import Registry
@@ -138,7 +139,8 @@ class HeaderDeadline(HttpToolsProtocol):
             raise ValueError("request target too long")
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
+        # a response's head and body in one send (datum.api.corked)
+        super().connection_made(Corked(transport, self.loop))  # type: ignore[arg-type]
         self._arm()
 
     def data_received(self, data: bytes) -> None:
