@@ -44,7 +44,7 @@ import httpx
 import sqlalchemy as sa
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import database, header, verdict  # noqa: E402
+from _common import cpu_seconds, database, header, verdict  # noqa: E402
 
 PATH = "/v1/observability/admin/reconcilers/buckets/drift"
 TARGET_P99_MS = 20.0
@@ -247,6 +247,7 @@ def main(items: int = 10_000, cap: int = 500, requests: int = 100_000, concurren
                 def run(n: int) -> dict[str, float]:
                     return parallel(lambda u, c: wrk(u, token, c, seconds, load_pin), urls, shares)
             rss = [sum(rss_kib(s.pid) for s in servers)]
+            cpu = sum(cpu_seconds(s.pid) for s in servers)
             results = []
             served = 0
             while served < requests:
@@ -254,6 +255,7 @@ def main(items: int = 10_000, cap: int = 500, requests: int = 100_000, concurren
                 results.append(res)
                 served += int(res["requests"])
                 rss.append(sum(rss_kib(s.pid) for s in servers))
+            cpu = sum(cpu_seconds(s.pid) for s in servers) - cpu
         finally:
             for server in servers:
                 server.terminate()
@@ -272,6 +274,7 @@ def main(items: int = 10_000, cap: int = 500, requests: int = 100_000, concurren
         "rps": round(sum(float(r["rps"]) for r in results) / len(results)),
         "p50_ms": round(max(float(r["p50_ms"]) for r in results), 2),
         "p99_ms": round(max(p99s), 2),  # over the whole run when it is one round
+        "server_cpu_us_per_request": round(cpu * 1e6 / max(1, served), 1),  # every replica's
         "p99_ms_median_round": round(sorted(p99s)[len(p99s) // 2], 2),
         "p99_ms_worst_round": round(max(p99s), 2),
         "p99_ms_per_round": [round(p, 2) for p in p99s],

@@ -38,7 +38,7 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import database, header, load, median, verdict  # noqa: E402
+from _common import cpu_seconds, database, header, load, median, verdict  # noqa: E402
 from bench_api import free_port, pyload, wait_ready, wrk  # noqa: E402
 
 TARGET_RPS = 500.0
@@ -136,12 +136,6 @@ def post_reports(base: str, token: str, hosts: int, resources: int, concurrency:
                           hosts=hosts, resources=resources, concurrency=concurrency)
     out = subprocess.run([*pin, sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     return json.loads(out)  # type: ignore[no-any-return]
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of process ``pid`` so far (``/proc``): what a busy machine does not stretch."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def time_listing(base: str, token: str, runs: int) -> tuple[list[float], int, float, int]:
