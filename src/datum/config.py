@@ -248,12 +248,26 @@ class HostSettings(_Strict):
     reboot_policy: RebootPolicy = RebootPolicy.NEVER
     maintenance_window: str | None = None
     reboot_command: str = "systemctl reboot"
-    state: str | None = Field(default=None, description="SQLite file or store URL (default: the store).")
+    state: str | None = Field(
+        default=None,
+        description="The host's local state file, a path (default: $DATUM_HOME/agent.db); never a store URL.",
+    )
     boot_id_file: str = "/proc/sys/kernel/random/boot_id"
     lock_wait: Duration = timedelta(seconds=30)
-    lock_ttl: Duration = timedelta(hours=1)
+    # Accepted and unused: the host's pass lock is flock on its local state file, which dies
+    # with its process and never expires under a live one (a store URL as state had a lease).
+    lock_ttl: Duration = Field(default=timedelta(hours=1), description="Unused (kept so older files validate).")
     report_to: str | None = None
     token: str | None = None
+
+    @field_validator("state")
+    @classmethod
+    def _local_state(cls, value: str | None) -> str | None:
+        if value is not None and "://" in value:  # as datum.host.statefile.state_path says of --state
+            raise ValueError(
+                f"{value!r} is a URL; the host's state is a local file (a path), written by this host only"
+            )
+        return value
 
     @field_validator("maintenance_window")
     @classmethod

@@ -331,3 +331,43 @@ def test_the_agent_refuses_a_served_manifest_without_the_files_its_templates_loa
     with pytest.raises(Problem) as caught:
         materialize(json.dumps(body).encode(), tmp_path)
     assert "template t.j2: loads gone.j2" in caught.value.findings[0].message
+
+
+def _served(digest: str = "sha256:" + "1" * 64, files: dict | None = None) -> bytes:
+    manifest = {"resources": [{"File[/x]": {"content": "x\n"}}]}
+    return json.dumps({"digest": digest, "manifest": manifest, "files": files or {}}).encode()
+
+
+def test_a_hostile_served_manifest_writes_and_removes_nothing_outside_its_directory(tmp_path):
+    """A digest or file name that climbs out, or links planted under the manifests' directory:
+    refused or removed as links, and nothing they point at is touched."""
+    import base64
+
+    import pytest
+
+    from datum.agent.fetch import materialize
+    from datum.core.findings import Problem
+
+    base, outside = tmp_path / "state.db.manifest", tmp_path / "outside"
+    base.mkdir()
+    outside.mkdir()
+    (outside / "keep").write_text("precious")
+    for digest in ("../outside", "sha256:../../x", "/", ".hidden", "sha256:" + "g" * 64):
+        with pytest.raises(Problem, match="digest is not one"):
+            materialize(_served(digest), base)
+    for name in ("../escape", "/abs/path", "a/../../escape"):
+        with pytest.raises(Problem, match="names a file outside it"):
+            materialize(_served(files={name: base64.b64encode(b"x").decode()}), base)
+    with pytest.raises(Problem, match="is not base64"):
+        materialize(_served(files={"t.j2": "%%%"}), base)
+    assert not (tmp_path / "escape").exists() and not any(p.name.startswith(".") for p in base.iterdir())
+
+    # Links planted under the directory: an old entry and the digest's own name.
+    (base / "old-link").symlink_to(outside, target_is_directory=True)
+    (base / ("sha256-" + "1" * 64)).symlink_to(outside, target_is_directory=True)
+    manifest, digest = materialize(_served(), base)
+    assert digest == "sha256:" + "1" * 64
+    where = base / ("sha256-" + "1" * 64)
+    assert where.is_dir() and not where.is_symlink() and (where / "manifest.json").is_file()
+    assert sorted(p.name for p in base.iterdir()) == [where.name]  # the links removed, not followed
+    assert (outside / "keep").read_text() == "precious" and sorted(p.name for p in outside.iterdir()) == ["keep"]

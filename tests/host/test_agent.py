@@ -14,7 +14,7 @@ import pytest
 from datum.core.vocab import ResourceState
 from datum.host.agent import exit_code
 from datum.host.report import PassReport
-from datum.host.statefile import StateStore, store_url
+from datum.host.statefile import StateStore, state_path
 
 MANIFEST = "resources:\n  - File[/etc/motd]:\n      content: 'hi\\n'\n"
 
@@ -23,9 +23,9 @@ def test_a_second_pass_waits_then_refuses_clearly(host):
     manifest = host.manifest(MANIFEST)
     assert host.apply(manifest).code == 2  # creates the store
     host.configure('[host]\nlock_wait = "500ms"\n')
-    store = StateStore(store_url(str(host.state)))
+    store = StateStore(state_path(str(host.state)))
     try:
-        with store.lease(timedelta(seconds=1), timedelta(minutes=5)) as holder:
+        with store.lease(timedelta(seconds=1)) as holder:
             blocked = host.apply(manifest)
             assert blocked.code == 69, blocked.out + blocked.err
             assert "another pass is running" in blocked.err
@@ -33,23 +33,6 @@ def test_a_second_pass_waits_then_refuses_clearly(host):
     finally:
         store.close()
     assert host.apply(manifest).code == 0  # released
-
-
-def _table_state(host) -> str:
-    """A store URL as ``--state``: the lease lives in the store's ``locks`` table (not a local file)."""
-    return f"sqlite+pysqlite:///{host.base / 'table.db'}"
-
-
-def test_an_expired_lease_does_not_wedge_the_host(host):
-    manifest = host.manifest(MANIFEST)
-    url = _table_state(host)
-    host.apply(manifest, "--state", url)
-    store = StateStore(url)
-    try:
-        assert store._try_acquire("crashed-agent", timedelta(seconds=-1))  # already expired
-    finally:
-        store.close()
-    assert host.apply(manifest, "--state", url).code == 0
 
 
 class _Collector(BaseHTTPRequestHandler):
@@ -127,27 +110,23 @@ def test_exit_code_bits(states, changed, reboot, code):
     assert exit_code(outcomes, reboot) == code
 
 
-def test_state_store_on_any_store_url(store_url):
-    """The agent's state works on a local file and, as a store URL, on PostgreSQL through datum.store."""
-    from datum.store import open_store
-    from datum.store.hosts import get_host
+@pytest.mark.parametrize("url", ["postgresql://127.0.0.1/datum", "sqlite:////tmp/datum.db"])
+def test_a_url_as_state_is_refused_before_anything_is_applied(host, url):
+    """One writer per table: the host's state is its own file; the server's store is the server's."""
+    manifest = host.manifest(MANIFEST)
+    for command in (["apply", str(manifest), "--root", str(host.root)], ["status"], ["reboot"]):
+        done = host.datum(*command, "--state", url)
+        assert done.code == 64, (command, done.out, done.err)
+        assert f"--state {url!r} is a URL" in done.err and "--report-to" in done.err
+    assert not (host.root / "etc" / "motd").exists()  # nothing applied
 
-    report = {"host": "h1", "state": "converged", "finishedAt": "2026-11-30T00:00:00+00:00", "resources": []}
-    agent_store = StateStore(store_url)
-    try:
-        with agent_store.lease(timedelta(seconds=1), timedelta(minutes=1)):
-            agent_store.record("h1", report)
-        assert agent_store.get("h1") == report
-        assert agent_store.hosts() == ["h1"]
-    finally:
-        agent_store.close()
-    if store_url.startswith("sqlite:///"):
-        return  # a SQLite path is the agent's local file: the server's store never sees it
-    store = open_store(store_url)
-    try:
-        assert get_host(store, "h1")["report"] == report
-    finally:
-        store.dispose()
+
+def test_a_url_as_state_in_the_configuration_is_a_finding_at_its_field(host):
+    host.configure('[host]\nstate = "postgresql://127.0.0.1/datum"\n')
+    done = host.apply(host.manifest(MANIFEST), "--config", str(host.config))
+    assert done.code == 64 or done.code == 65, done.out + done.err
+    assert "host.state" in done.err and "is a URL" in done.err
+    assert not (host.root / "etc" / "motd").exists()
 
 
 def test_an_unreadable_report_reads_as_unknown(host):
@@ -166,8 +145,8 @@ def test_an_unreadable_report_reads_as_unknown(host):
     assert host.status("--json").json["state"] == "converged"
 
 
-def test_a_long_pass_renews_its_lease(host):
-    """lock_ttl 1s, a pass of about 4s: a second agent must still find the lease held near the end."""
+def test_a_long_pass_keeps_its_lock_to_the_end(host):
+    """The lock never expires under a live pass (lock_ttl 1s is unused): a second pass near the end of a 4 s one is refused."""
     import subprocess
     import time
 
@@ -183,25 +162,10 @@ def test_a_long_pass_renews_its_lease(host):
         env={**os.environ, "DATUM_HOME": str(host.base / "home"), "DATUM_BOOT_ID_FILE": str(host.boot_id)},
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
     )
-    time.sleep(2.5)  # past the first TTL: only a renewal keeps the lease
+    time.sleep(2.5)  # past lock_ttl: the flock holds all the same
     second = host.apply(host.manifest(MANIFEST, "warm.yaml"), "--config", str(host.config))
     assert first.wait(30) == 2, first.stderr.read()
     assert second.code == 69, second.out + second.err
-
-
-def test_renew_refuses_a_lease_someone_else_holds(host):
-    from datum.core.findings import Problem
-
-    url = _table_state(host)
-    host.apply(host.manifest(MANIFEST), "--state", url)
-    store = StateStore(url)
-    try:
-        assert store._try_acquire("me", timedelta(minutes=1))
-        store.renew("me", timedelta(minutes=1))
-        with pytest.raises(Problem, match="lost its lease"):
-            store.renew("someone-else", timedelta(minutes=1))
-    finally:
-        store.close()
 
 
 def test_the_local_state_file_holds_no_table_of_the_servers_store(host):

@@ -12,13 +12,9 @@ import signal
 import subprocess
 import time
 from contextlib import suppress
-from datetime import timedelta
 from pathlib import Path
 
-import pytest
-
-from datum.core.findings import Problem
-from datum.host.statefile import StateStore, lock_path
+from datum.host.statefile import lock_path
 
 from .conftest import DATUM, Host
 
@@ -124,76 +120,10 @@ def test_sigterm_stops_after_the_current_resource_and_persists_an_incomplete_rep
     assert host.status("--json").json["state"] == "converged"
 
 
-def test_sigkill_mid_pass_on_any_store(host, store_url):
-    """On PostgreSQL the lease row stays behind; its holder is proven dead (this host, this boot, pid gone)."""
-    host.configure('[host]\nlock_wait = "30s"\n')
-    manifest = host.manifest(SLOW.format(tail="exec sleep 60"))
-    proc = _spawn(host, manifest, state=store_url)
-    sleeper = _wait_for(host.root / "slow.pid", proc)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    _kill(sleeper)
-    status = host.datum("status", "--state", store_url, "--json")
-    assert status.json["state"] == "unknown", status.out + status.err
-    assert status.json["reason"].endswith(f"did not finish (pid {proc.pid})")
-    (host.root / "fast").touch()
-    started = time.monotonic()
-    after = host.datum("apply", str(manifest), "--root", str(host.root), "--state", store_url)
-    assert after.code == 2, after.out + after.err
-    assert time.monotonic() - started < 20  # not lock_wait, not lock_ttl
-    assert host.datum("status", "--state", store_url, "--json").json["state"] == "converged"
-
-
-# -- a store without a lock file (PostgreSQL): a lease taken over from a holder proven dead ------
-
-
-def _table_store(tmp_path: Path) -> StateStore:
-    store = StateStore(f"sqlite+pysqlite:///{tmp_path / 'state.db'}")  # a store URL: through datum.store
-    return store
-
-
 def _gone_pid() -> int:
     done = subprocess.Popen(["true"])
     done.wait()
     return done.pid
-
-
-def _holder(pid: int, boot: str, node: str | None = None) -> str:
-    return f"{node or os.uname().nodename}:{pid}:abcd1234:{boot}::{time.time_ns() // 1_000_000}"
-
-
-def test_a_lease_whose_holder_is_proven_dead_is_taken_at_once(tmp_path):
-    store = _table_store(tmp_path)
-    try:
-        dead = _gone_pid()
-        assert store._try_acquire(_holder(dead, "boot-1"), timedelta(hours=1))
-        assert store.unfinished("boot-1")["running"] is False
-        started = time.monotonic()
-        with store.lease(timedelta(seconds=5), timedelta(hours=1), "boot-1"):
-            assert time.monotonic() - started < 1
-            assert store.taken_over["pid"] == dead
-        assert store.unfinished("boot-1") is None  # released
-    finally:
-        store.close()
-
-
-@pytest.mark.parametrize(
-    "holder",
-    [
-        pytest.param(lambda: _holder(os.getppid(), "boot-1"), id="pid alive"),
-        pytest.param(lambda: _holder(_gone_pid(), "boot-0"), id="another boot"),
-        pytest.param(lambda: _holder(_gone_pid(), "boot-1", node="elsewhere"), id="another host"),
-    ],
-)
-def test_a_lease_not_proven_dead_is_waited_for(tmp_path, holder):
-    store = _table_store(tmp_path)
-    try:
-        assert store._try_acquire(holder(), timedelta(hours=1))
-        with pytest.raises(Problem, match="another pass is running"):
-            with store.lease(timedelta(milliseconds=300), timedelta(hours=1), "boot-1"):
-                pass
-    finally:
-        store.close()
 
 
 def test_a_record_left_after_the_report_was_stored_is_not_a_dead_pass(host):

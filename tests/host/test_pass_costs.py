@@ -105,9 +105,9 @@ def test_parse_apply_leaves_what_click_refuses_to_click(tmp_path, monkeypatch):
 
 
 def test_a_pass_reads_of_the_last_report_only_what_it_needs(tmp_path):
-    from datum.host.statefile import StateStore, Unreadable, store_url
+    from datum.host.statefile import StateStore, Unreadable, state_path
 
-    store = StateStore(store_url(str(tmp_path / "state.db")))
+    store = StateStore(state_path(str(tmp_path / "state.db")))
     try:
         assert store.summary("h1") is None
         reboot = {"required": True, "reason": "kernel", "bootId": "b1", "markers": ["/run/reboot-required"]}

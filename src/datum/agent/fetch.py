@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import shutil
 import urllib.error
 import urllib.parse
@@ -68,32 +69,70 @@ def materialize(body: bytes, base: Path) -> tuple[Any, str]:
         digest = str(served["digest"])
         doc = served["manifest"]
         files = served.get("files") or {}
+        if not isinstance(doc, dict) or not isinstance(files, dict):
+            raise TypeError("'manifest' and 'files' must be objects")
     except (ValueError, KeyError, TypeError) as exc:
         raise Problem.one("INVALID_INPUT", f"the server's manifest is not one: {exc}") from exc
+    if not _DIGEST.fullmatch(digest):  # it names a directory: never '..', '/' or a dot file
+        raise Problem.one("INVALID_INPUT", f"the server's manifest digest is not one: {digest[:80]!r}")
     where = base / digest.replace(":", "-")
-    if not where.is_dir():
-        partial = base / f".{digest.replace(':', '-')}.tmp{os.getpid()}"
-        shutil.rmtree(partial, ignore_errors=True)
-        partial.mkdir(parents=True)
-        for rel, data in files.items():
-            target = (partial / rel).resolve()
-            if not target.is_relative_to(partial.resolve()):
-                raise Problem.one("INVALID_INPUT", f"the server's manifest names a file outside it: {rel}")
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(base64.b64decode(data))
-        (partial / "manifest.json").write_text(json.dumps(doc))
-        try:
-            partial.rename(where)
-        except OSError:  # another agent got there first: the same digest, the same content
-            shutil.rmtree(partial, ignore_errors=True)
-        for old in base.iterdir():  # keep the one in use
-            if old != where and not old.name.startswith("."):
-                shutil.rmtree(old, ignore_errors=True)
+    if not where.is_dir() or where.is_symlink():
+        _unpack(base, where, doc, files)
     manifest = parse_manifest(json.dumps(doc), where, f"served manifest {digest}")
     _complete(doc, where, digest)
     return manifest, digest
 
 
+# What the server's digests look like ("sha256:" + hex); anything else is refused before it names a path.
+_DIGEST = re.compile(r"[a-z0-9]{1,16}:[0-9a-f]{16,128}")
+
+
+def _unpack(base: Path, where: Path, doc: dict[str, Any], files: dict[str, Any]) -> None:
+    """Write a served manifest's files under ``where`` (built aside, renamed in), then drop the older ones.
+
+    Nothing is written outside ``base``: a file named outside the manifest is
+    refused, and removal never follows a link (``shutil.rmtree`` refuses one;
+    a link or file in ``base`` is unlinked, not followed).
+    """
+    from datum.core.findings import Problem
+
+    partial = base / f".{where.name}.tmp{os.getpid()}"
+    _remove(partial)
+    partial.mkdir(parents=True)
+    try:
+        for rel, data in files.items():
+            target = (partial / rel).resolve()
+            if not isinstance(rel, str) or not target.is_relative_to(partial.resolve()):
+                raise Problem.one("INVALID_INPUT", f"the server's manifest names a file outside it: {rel}")
+            try:
+                content = base64.b64decode(data, validate=True)
+            except (ValueError, TypeError) as exc:
+                raise Problem.one("INVALID_INPUT", f"the server's file {rel} is not base64: {exc}") from exc
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(content)
+        (partial / "manifest.json").write_text(json.dumps(doc))
+        if where.is_symlink():  # not the agent's: a link is removed, never written through
+            where.unlink()
+        try:
+            partial.rename(where)
+        except OSError:  # another agent got there first: the same digest, the same content
+            pass
+    finally:
+        _remove(partial)
+    for old in base.iterdir():  # keep the one in use
+        if old != where and not old.name.startswith("."):
+            _remove(old)
+
+
+def _remove(path: Path) -> None:
+    """Remove a directory tree, or unlink a link or file; never follow a link; absent is fine."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            pass
 def _complete(doc: dict[str, Any], where: Path, digest: str) -> None:
     """Refuse a served manifest whose templates load a file it did not send (or one outside it):
     applied, those resources would fail; the last complete one is applied instead."""

@@ -38,7 +38,7 @@ from datum.agent.state import AgentState
 from datum.core.findings import Problem
 from datum.core.vocab import Mode
 from datum.host.compiled import HostConfig
-from datum.host.statefile import StateStore, sqlite_path
+from datum.host.statefile import StateStore
 
 EXIT_UNKNOWN = 4  # the host state is not known: bit 4, "something is not known to be in place"
 
@@ -48,7 +48,7 @@ class Options:
     server: str
     token: str
     root: str
-    state_url: str
+    state_path: str
     config: HostConfig
     mode: Mode
     interval: timedelta
@@ -120,9 +120,9 @@ def _unknown(opts: Options, host: str, why: str, extra: dict[str, Any]) -> dict[
     boot = read_boot_id(opts.config.boot_id_file)
     if boot:
         report["bootId"] = boot
-    store = StateStore(opts.state_url)
+    store = StateStore(opts.state_path)
     try:
-        with store.lease(opts.config.lock_wait, opts.config.lock_ttl, boot):
+        with store.lease(opts.config.lock_wait, boot):
             store.record(host, report)
     finally:
         store.close()
@@ -145,7 +145,7 @@ def _reboot(opts: Options, host: str, report: dict[str, Any]) -> str:
     from datum.host.agent import reboot_and_record
 
     command = opts.config.reboot_command
-    why = reboot_and_record(command, opts.state_url, report)
+    why = reboot_and_record(command, opts.state_path, report)
     if why is None:
         return f"; rebooting: {command}"
     from datum.agent.lease import give_back
@@ -157,9 +157,7 @@ def _reboot(opts: Options, host: str, report: dict[str, Any]) -> str:
 def cycle(opts: Options) -> Cycle:
     from datum.host import agent
 
-    path = sqlite_path(opts.state_url)
-    if path is None:
-        raise Problem.one("USAGE", "datum agent keeps its state in a local file: --state PATH, not a store URL")
+    path = opts.state_path
     host = agent.host_name(opts.config)
     state = AgentState(path)
     reboot_now = False
@@ -178,7 +176,7 @@ def cycle(opts: Options) -> Cycle:
             extra.update(manifestDigest=digest, manifestOrigin=origin)
             result = agent.run(
                 manifest, root=opts.root, mode=opts.mode, config=opts.config,
-                state_url=opts.state_url, extra=extra, budget=_budget(opts, host),
+                state_path=opts.state_path, extra=extra, budget=_budget(opts, host),
             )
             report, code, stopped = result.report, result.exit_code, bool(result.report.get("incomplete"))
             reboot_now = result.reboot_now

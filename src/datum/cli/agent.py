@@ -104,17 +104,16 @@ def agent(
     from datum.config import load_settings
     from datum.core.vocab import Mode
     from datum.host.compiled import HostConfig
-    from datum.host.statefile import store_url
+    from datum.host.statefile import state_path
 
     host_config = HostConfig.from_settings(load_settings(config))
-    url = store_url(state) if state else host_config.store_url
-    path = url.removeprefix("sqlite:///")
+    path = state_path(state) if state else host_config.state_path
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     opts = Options(
         server=server,
         token=_token(token_file),
         root=root,
-        state_url=url,
+        state_path=path,
         config=host_config,
         mode=Mode(mode) if mode else host_config.mode,
         interval=interval,

@@ -48,10 +48,10 @@ def _config(config: str | None) -> Any:
     return host_config(config)
 
 
-def _state_url(state: str | None, host_config: Any) -> str:
-    from datum.cli.passes import state_url
+def _state_path(state: str | None, host_config: Any) -> str:
+    from datum.cli.passes import state_path
 
-    return state_url(state, host_config)
+    return state_path(state, host_config)
 
 
 @click.command()
@@ -163,15 +163,14 @@ def _warn(message: str) -> None:
 
 def _load(state: str | None, config: str | None) -> tuple[Any, str, Any, dict[str, Any] | None]:
     from datum.host.agent import host_name
-    from datum.host.statefile import StateStore, Unreadable, sqlite_path
+    from datum.host.statefile import StateStore, Unreadable
 
     host_config = _config(config)
-    url = _state_url(state, host_config)
+    path = _state_path(state, host_config)
     host = host_name(host_config)
-    path = sqlite_path(url)
-    if path is not None and not os.path.exists(path):
+    if not os.path.exists(path):
         return host_config, host, None, None
-    store = StateStore(url)
+    store = StateStore(path)
     try:
         return host_config, host, store, store.get(host)
     except Unreadable as exc:
@@ -190,7 +189,7 @@ def status(state: str | None, as_json: bool, config: str | None) -> int:
     host_config, host, store, report = _load(state, config)
     boot = read_boot_id(host_config.boot_id_file)
     if store is not None:
-        report = _unfinished(store, host, report, boot)
+        report = _unfinished(store, host, report)
         store.close()
     if report is None:
         report = {"host": host, "state": "unknown", "reason": "no pass has completed"}
@@ -218,9 +217,7 @@ def status(state: str | None, as_json: bool, config: str | None) -> int:
     return 0
 
 
-def _unfinished(
-    store: Any, host: str, report: dict[str, Any] | None, boot_id: str
-) -> dict[str, Any] | None:
+def _unfinished(store: Any, host: str, report: dict[str, Any] | None) -> dict[str, Any] | None:
     """The report ``status`` shows, given a pass that started and has not persisted its report.
 
     A dead one makes the host ``unknown`` (the last report is no longer
@@ -228,7 +225,7 @@ def _unfinished(
     """
     from datum.host.agent import unfinished, unfinished_reason
 
-    record = store.unfinished(boot_id)
+    record = store.unfinished()
     if record is None or record.get("node") != os.uname().nodename:
         return report  # none, or another machine's pass on a shared store
     if not (record["running"] or unfinished(record, report)):
@@ -279,6 +276,6 @@ def reboot(state: str | None, config: str | None, force: bool) -> int:
     from datum.cli.passes import reboot as run_reboot
 
     started = run_reboot(
-        host_config, _state_url(state, host_config), report or {"host": host, "state": "unknown"}
+        host_config, _state_path(state, host_config), report or {"host": host, "state": "unknown"}
     )
     return 0 if started else 1

@@ -46,10 +46,11 @@ def prepare(manifest: str, config: str | None, allow_outside: bool = False) -> t
     return chosen, loaded
 
 
-def state_url(state: str | None, config: Any) -> str:
-    from datum.host.statefile import store_url
+def state_path(state: str | None, config: Any) -> str:
+    """The host's local state file: ``--state``, else the configuration's (a URL is a usage error)."""
+    from datum.host.statefile import state_path as resolve
 
-    return store_url(state) if state else str(config.store_url)
+    return resolve(state) if state else str(config.state_path)
 
 
 def run_pass(
@@ -75,7 +76,7 @@ def run_pass(
             root=root,
             mode=chosen,
             config=chosen_config,
-            state_url=None if plan else state_url(state, chosen_config),
+            state_path=None if plan else state_path(state, chosen_config),
             progress=progress,
             persist=not plan,
         )
@@ -122,7 +123,7 @@ def apply(
         if why:
             warn(f"the pass report was not delivered: {why}")
     if result.reboot_now:
-        reboot(chosen_config, state_url(state, chosen_config), report)
+        reboot(chosen_config, state_path(state, chosen_config), report)
     code: int = result.exit_code
     return code
 

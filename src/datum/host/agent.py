@@ -106,19 +106,6 @@ def _previous(store: StateStore | None, host: str) -> dict[str, Any] | None:
         return None
 
 
-def _renewer(store: StateStore, holder: str, config: HostConfig) -> Progress:
-    """A progress hook that extends the lease while a long pass runs, every third of its TTL."""
-    every = config.lock_ttl.total_seconds() / 3
-    last = [time.monotonic()]
-
-    def renew(_position: int, _total: int, _resource: str, _state: ResourceState) -> None:
-        if time.monotonic() - last[0] >= every:
-            store.renew(holder, config.lock_ttl)
-            last[0] = time.monotonic()
-
-    return renew
-
-
 def _chain(first: Progress | None, second: Progress) -> Progress:
     if first is None:
         return second
@@ -216,7 +203,7 @@ def run(
     root: str,
     mode: Mode,
     config: HostConfig,
-    state_url: str | None,
+    state_path: str | None,
     progress: Progress | None = None,
     persist: bool = True,
     extra: dict[str, Any] | None = None,
@@ -249,11 +236,10 @@ def run(
     boot_id = read_boot_id(config.boot_id_file)
     warnings: list[str] = []
     with ExitStack() as stack:
-        store = StateStore(state_url) if persist and state_url else None
+        store = StateStore(state_path) if persist and state_path else None
         if store is not None:
             stack.callback(store.close)
-            holder = stack.enter_context(store.lease(config.lock_wait, config.lock_ttl, boot_id))
-            progress = _chain(progress, _renewer(store, holder, config))
+            stack.enter_context(store.lease(config.lock_wait, boot_id))
             progress = _chain(progress, _first_change(store.mark_changing))
         previous = _previous(store, host)
         if store is not None and unfinished(store.taken_over, previous):
@@ -346,7 +332,7 @@ def _first_change(hook: Callable[[], None]) -> Progress:
     return first
 
 
-def reboot_and_record(command: str, state_url: str, report: dict[str, Any]) -> str | None:
+def reboot_and_record(command: str, state_path: str, report: dict[str, Any]) -> str | None:
     """Run the reboot command once the report is persisted; None when it started.
 
     A command that fails is recorded in the host's last report (``the reboot command failed: ...``,
@@ -358,7 +344,7 @@ def reboot_and_record(command: str, state_url: str, report: dict[str, Any]) -> s
     reboot = dict(report.get("reboot") or {})
     reboot.pop("requestedAt", None)
     reboot["action"] = f"the reboot command failed: {why}"
-    store = StateStore(state_url)
+    store = StateStore(state_path)
     try:
         store.record(report["host"], {**report, "reboot": reboot})
     finally:

@@ -28,7 +28,7 @@ try:  # CPython's own BLAKE2: importing hashlib loads OpenSSL, ~4 ms of an idle 
 except ImportError:  # pragma: no cover - an interpreter without the module
     from hashlib import blake2b
 
-FORMAT = 1
+FORMAT = 2
 _MAX_ENTRIES = 64
 
 
@@ -41,17 +41,16 @@ class HostConfig:
     reboot_policy: RebootPolicy
     maintenance_window: str | None
     reboot_command: str
-    store_url: str
+    state_path: str
     boot_id_file: str
     lock_wait: timedelta
-    lock_ttl: timedelta
     report_to: str | None = None
     token: str | None = None
 
     @classmethod
     def from_settings(cls, settings: Any) -> HostConfig:
         """From validated ``datum.config.Settings``."""
-        from datum.host.statefile import store_url
+        from datum.host.statefile import state_path
 
         h = settings.host
         return cls(
@@ -61,10 +60,9 @@ class HostConfig:
             maintenance_window=h.maintenance_window,
             reboot_command=h.reboot_command,
             # The agent's own local state file; the server's store is the server's alone.
-            store_url=store_url(h.state or str(Path(settings.home) / "agent.db")),
+            state_path=state_path(h.state or str(Path(settings.home) / "agent.db"), "[host] state"),
             boot_id_file=h.boot_id_file,
             lock_wait=h.lock_wait,
-            lock_ttl=h.lock_ttl,
             report_to=h.report_to,
             token=h.token,
         )
@@ -72,7 +70,7 @@ class HostConfig:
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
         out.update(mode=self.mode.value, reboot_policy=self.reboot_policy.value)
-        out.update(lock_wait=self.lock_wait.total_seconds(), lock_ttl=self.lock_ttl.total_seconds())
+        out.update(lock_wait=self.lock_wait.total_seconds())
         return out
 
     @classmethod
@@ -83,7 +81,6 @@ class HostConfig:
                 "mode": Mode(data["mode"]),
                 "reboot_policy": RebootPolicy(data["reboot_policy"]),
                 "lock_wait": timedelta(seconds=data["lock_wait"]),
-                "lock_ttl": timedelta(seconds=data["lock_ttl"]),
             }
         )
 

@@ -1,18 +1,18 @@
 """The host's own state: the last pass report per host, and the lock that keeps passes one at a time.
 
-A SQLite path (``--state PATH``, default ``$DATUM_HOME/agent.db``) is the
-agent's *local* state file: its tables (``agent_reports`` here, the spool and
-the last fetched manifest of ``datum.agent.state``) are made and written by
-the agent alone with the standard library's ``sqlite3``, never by the server,
-and share no table with the server's store. The server learns about hosts
-from their reports only. Importing SQLAlchemy alone costs more than the whole
-idle-pass budget (about 0.3-0.6 s on the 2-core machine), so this path never
-imports it. A store URL (``postgresql://...``) given as ``--state`` still goes
-through ``datum.store`` (its ``hosts`` and ``locks`` tables).
+``--state PATH`` (default ``[host] state``, else ``$DATUM_HOME/agent.db``) is
+the agent's *local* state file, a SQLite file: its tables (``agent_reports``
+here, the spool and the last fetched manifest of ``datum.agent.state``) are
+made and written by the agent alone with the standard library's ``sqlite3``,
+never by the server, and share no table with the server's store. The server
+learns about hosts from their reports only (``--report-to``, ``datum agent``),
+so every table has one writer; a URL given as ``--state`` is refused
+(``state_path``). Importing SQLAlchemy alone costs more than the whole
+idle-pass budget (about 0.3-0.6 s on the 2-core machine), so this module
+never imports it.
 
-One pass at a time: a SQLite state file is locked with ``flock`` beside it,
-which the kernel releases with the process however it dies; a store URL keeps
-a lease in ``locks`` that a holder proven dead loses at once.
+One pass at a time: the state file is locked with ``flock`` beside it, which
+the kernel releases with the process however it dies.
 """
 
 from __future__ import annotations
@@ -80,59 +80,42 @@ def _why(exc: BaseException, path: str | None) -> str:
     return f"{text} (no space left on device)" if full and "full" not in text else text
 
 
-def store_url(state: str) -> str:
-    """``--state``: a store URL as it is, or a path to a SQLite file."""
+REFUSED_URL = (
+    "is a URL; the host's state is a local file (a path), written by this host only. "
+    "The server's store learns about this host from the reports posted to it: "
+    "--report-to URL, or datum agent"
+)
+
+
+def state_path(state: str, option: str = "--state") -> str:
+    """``--state``: the absolute path of the host's local state file; a URL is a usage error."""
     if "://" in state:
-        return state
-    return f"sqlite:///{Path(state).expanduser().resolve()}"
-
-
-def sqlite_path(url: str) -> str | None:
-    if url.startswith("sqlite:///") and ":memory:" not in url:
-        return url[len("sqlite:///") :]
-    return None
+        raise Problem.one("USAGE", f"{option} {state!r} {REFUSED_URL}")
+    return str(Path(state).expanduser().resolve())
 
 
 class StateStore:
     """Where pass reports live, keyed by host name."""
 
-    def __init__(self, url: str) -> None:
-        self.url = url
-        self._path = sqlite_path(url)
-        self._db: Any = None
-        self._store: Any = None
+    def __init__(self, path: str) -> None:
+        self.path = path
         self._lock_fd: int | None = None
         self._durable = False
         # The record of a pass that died holding the lock this process took next.
         self.taken_over: dict[str, Any] | None = None
-        if self._path is None:
-            from datum.store import open_store
-
-            # Creates or migrates the schema; this process then stays on SQLAlchemy.
-            self._store = open_store(self.url)
-        else:
-            self._db = open_local(self._path)
+        self._db = open_local(path)
 
     def close(self) -> None:
-        if self._db is not None:
-            self._db.close()
-        if self._store is not None:
-            self._store.dispose()
+        self._db.close()
 
     # -- reports ----------------------------------------------------------------------------
     def get(self, host: str) -> dict[str, Any] | None:
         """The last persisted pass report of ``host``, or None; ``Unreadable`` when it cannot be read."""
-        if self._db is not None:
-            row = self._db.execute("SELECT report FROM agent_reports WHERE host = ?", (host,)).fetchone()
-            try:
-                report = json.loads(row[0]) if row else None
-            except ValueError as exc:
-                raise Unreadable(f"the last pass report of {host} cannot be read: {exc}") from exc
-        else:
-            from datum.store.hosts import get_host
-
-            found = get_host(self._store, host)
-            report = found["report"] if found else None
+        row = self._db.execute("SELECT report FROM agent_reports WHERE host = ?", (host,)).fetchone()
+        try:
+            report = json.loads(row[0]) if row else None
+        except ValueError as exc:
+            raise Unreadable(f"the last pass report of {host} cannot be read: {exc}") from exc
         if report is not None and not (
             isinstance(report, dict) and isinstance(report.get("state"), str)
         ):
@@ -145,9 +128,6 @@ class StateStore:
     def summary(self, host: str) -> dict[str, Any] | None:
         """``get``'s ``state``, ``finishedAt`` and ``reboot`` only: a local file reads them with
         SQLite's ``json_extract``, without parsing the whole report (1,000 resources, ~200 KB)."""
-        if self._db is None:
-            report = self.get(host)
-            return None if report is None else {k: report[k] for k in self._SUMMARY if k in report}
         import sqlite3
 
         try:
@@ -171,11 +151,7 @@ class StateStore:
         return out
 
     def hosts(self) -> list[str]:
-        if self._db is not None:
-            return [r[0] for r in self._db.execute("SELECT host FROM agent_reports ORDER BY host")]
-        from datum.store.hosts import host_names
-
-        return host_names(self._store)
+        return [r[0] for r in self._db.execute("SELECT host FROM agent_reports ORDER BY host")]
 
     def record(self, host: str, report: dict[str, Any]) -> None:
         """Persist ``report`` as ``host``'s latest pass; ``NotPersisted`` (carrying it) when the store refuses."""
@@ -184,17 +160,12 @@ class StateStore:
         try:
             self._record(host, report)
         except (Problem, sqlite3.Error) as exc:
-            why = exc.findings[0].message if isinstance(exc, Problem) else _why(exc, self._path)
-            failed = NotPersisted.one("UNAVAILABLE", f"the pass report was not stored in {self.url}: {why}")
+            why = exc.findings[0].message if isinstance(exc, Problem) else _why(exc, self.path)
+            failed = NotPersisted.one("UNAVAILABLE", f"the pass report was not stored in {self.path}: {why}")
             failed.report = report
             raise failed from exc
 
     def _record(self, host: str, report: dict[str, Any]) -> None:
-        if self._db is None:
-            from datum.store.hosts import record_pass
-
-            record_pass(self._store, host, report)
-            return
         finished = report.get("finishedAt")
         db = self._db
         db.execute("BEGIN IMMEDIATE")
@@ -215,112 +186,31 @@ class StateStore:
                 db.execute("ROLLBACK")
             raise
 
-    # -- the one-pass-at-a-time lease -------------------------------------------------------
-    def _try_acquire(self, holder: str, ttl: timedelta) -> bool:
-        from datum.store.locks import try_acquire
-
-        return try_acquire(self._store, LOCK_NAME, holder, datetime.now(UTC), ttl)
-
-    def _acquire_or_refuse(
-        self, holder: str, ttl: timedelta, wait: timedelta, errors: type[Exception]
-    ) -> bool:
-        try:
-            return self._try_acquire(holder, ttl)
-        except errors as exc:
-            raise Problem.one(
-                "UNAVAILABLE",
-                f"the state store {self.url} is not usable; gave up after waiting "
-                f"{wait.total_seconds():g}s: {_why(exc, self._path)}",
-            ) from exc
-
-    def renew(self, holder: str, ttl: timedelta) -> None:
-        """Extend a lease this holder has (a long pass must not lose it to a second one)."""
-        if self._lock_fd is not None:
-            return  # the kernel's lock does not expire
-        if not self._try_acquire(holder, ttl):
-            raise Problem.one(
-                "UNAVAILABLE", f"the pass lost its lease on {self.url} to {self._holder()}"
-            )
-
-    def _holder_row(self) -> tuple[str | None, Any]:
-        """The ``locks`` row of the pass lease (a store other than a SQLite file): (holder, expires_at)."""
-        import sqlalchemy as sa
-
-        from datum.store.schema import locks
-
-        with self._store.connect() as conn:
-            row = conn.execute(
-                sa.select(locks.c.holder, locks.c.expires_at).where(locks.c.name == LOCK_NAME)
-            ).first()
-        return (row[0], row[1]) if row else (None, None)
-
+    # -- the one-pass-at-a-time lock --------------------------------------------------------
     def _holder(self) -> str:
-        if self._path is not None:
-            record = _read_record(lock_path(self._path))
-            return _describe(record) if record else "another agent"
-        holder, expires = self._holder_row()
-        return f"{holder} (lease until {expires} UTC)" if holder else "another agent"
-
-    def _release(self, holder: str) -> None:
-        from datum.store.locks import release
-
-        release(self._store, LOCK_NAME, holder)
-
-    def _take_from_dead(self, holder: str, ttl: timedelta, boot_id: str) -> dict[str, Any] | None:
-        """Take the lease from a holder proven dead (this host, this boot, its process gone): its record."""
-        other, _expires = self._holder_row()
-        dead = _record_of(other) if other else None
-        if dead is None or _alive(dead, boot_id):
-            return None
-        import sqlalchemy as sa
-
-        from datum.store.schema import locks
-
-        with self._store.begin() as conn:
-            taken = conn.execute(
-                sa.update(locks)
-                .where(locks.c.name == LOCK_NAME, locks.c.holder == other)
-                .values(holder=holder, expires_at=datetime.now(UTC) + ttl)
-            ).rowcount
-        return dead if taken == 1 else None
+        record = _read_record(lock_path(self.path))
+        return _describe(record) if record else "another agent"
 
     @contextmanager
-    def lease(self, wait: timedelta, ttl: timedelta, boot_id: str = "") -> Iterator[str]:
-        """Hold the pass lock of this store; wait at most ``wait`` for a live holder, then refuse clearly.
+    def lease(self, wait: timedelta, boot_id: str = "") -> Iterator[str]:
+        """Hold the pass lock of this state file; wait at most ``wait`` for a live holder, then refuse clearly.
 
-        A SQLite store is locked with ``flock`` on ``<state>.host-pass.lock``:
-        the kernel releases it with the process (SIGKILL and OOM included), so
-        a dead pass never blocks the next. The file holds the running pass's
-        record (pid, start); it stays behind when the pass dies before its
-        report is persisted, which is how ``unfinished`` knows. Any other store
-        keeps the lease in its ``locks`` table, taken over at once when its
-        holder is proven dead (same host, same boot id, pid gone).
+        The lock is ``flock`` on ``<state>.host-pass.lock``: the kernel
+        releases it with the process (SIGKILL and OOM included), so a dead
+        pass never blocks the next, and it never expires under a live one. The
+        file holds the running pass's record (pid, start); it stays behind when
+        the pass dies before its report is persisted, which is how
+        ``unfinished`` knows.
         """
         holder = _new_holder(boot_id)
         self.taken_over = None
-        if self._path is not None:
-            with self._flock(holder, wait) as taken:
-                yield taken
-            return
-        import sqlite3
-
-        deadline = time.monotonic() + wait.total_seconds()
-        while not self._acquire_or_refuse(holder, ttl, wait, sqlite3.Error):
-            self.taken_over = self._take_from_dead(holder, ttl, boot_id)
-            if self.taken_over is not None:
-                break
-            if time.monotonic() >= deadline:
-                raise self._busy(wait)
-            time.sleep(0.1)
-        try:
-            yield holder
-        finally:
-            self._release(holder)
+        with self._flock(holder, wait) as taken:
+            yield taken
 
     def _busy(self, wait: timedelta) -> Problem:
         return Problem.one(
             "UNAVAILABLE",
-            f"another pass is running against {self.url} (held by {self._holder()}); "
+            f"another pass is running against {self.path} (held by {self._holder()}); "
             f"gave up after waiting {wait.total_seconds():g}s",
         )
 
@@ -328,8 +218,7 @@ class StateStore:
     def _flock(self, holder: str, wait: timedelta) -> Iterator[str]:
         import fcntl
 
-        assert self._path is not None
-        path = lock_path(self._path)
+        path = lock_path(self.path)
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         except OSError as exc:
@@ -348,8 +237,8 @@ class StateStore:
                     if time.monotonic() >= deadline and tries >= 3:
                         raise self._busy(wait) from None
                     time.sleep(0.1)
-            if self._db is not None:  # a store locked by another process: waited for lock_wait
-                self._db.execute(f"PRAGMA busy_timeout={max(1, int(wait.total_seconds() * 1000))}")
+            # a file locked by another process (datum status): waited for lock_wait
+            self._db.execute(f"PRAGMA busy_timeout={max(1, int(wait.total_seconds() * 1000))}")
             self.taken_over = _parse(_read_fd(fd))  # a pass that died holding it
             record = _record_of(holder) or {}
             try:
@@ -358,7 +247,7 @@ class StateStore:
             except OSError as exc:  # a full disk: say so before anything is touched
                 raise Problem.one(
                     "UNAVAILABLE",
-                    f"the state store {self.url} is not usable: cannot write {path}: {exc.strerror}",
+                    f"the state file {self.path} is not usable: cannot write {path}: {exc.strerror}",
                 ) from exc
             self._lock_fd = fd
             yield holder
@@ -376,29 +265,23 @@ class StateStore:
             os.fsync(self._lock_fd)
             self._durable = True
 
-    def unfinished(self, boot_id: str = "") -> dict[str, Any] | None:
+    def unfinished(self) -> dict[str, Any] | None:
         """A pass that started and has not persisted its report: its record, ``running`` when it still runs."""
-        if self._path is not None:
-            import fcntl
+        import fcntl
 
+        try:
+            fd = os.open(lock_path(self.path), os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return None
+        try:
             try:
-                fd = os.open(lock_path(self._path), os.O_RDONLY | os.O_CLOEXEC)
-            except OSError:
-                return None
-            try:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-                    running = False
-                except BlockingIOError:
-                    running = True
-                record = _parse(_read_fd(fd))
-            finally:
-                os.close(fd)  # drops a shared lock taken above
-        else:
-            holder, expires = self._holder_row()
-            record = _record_of(holder) if holder else None
-            expired = expires is not None and expires.replace(tzinfo=UTC) < datetime.now(UTC)
-            running = record is not None and not expired and _alive(record, boot_id)
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                running = False
+            except BlockingIOError:
+                running = True
+            record = _parse(_read_fd(fd))
+        finally:
+            os.close(fd)  # drops a shared lock taken above
         return {**record, "running": running} if record else None
 
 
@@ -457,21 +340,6 @@ def _record_of(holder: str) -> dict[str, Any] | None:
         "processStart": start,
         "startedAt": started.isoformat() if started else None,
     }
-
-
-def _alive(record: dict[str, Any], boot_id: str) -> bool:
-    """False only when proven dead: this host, this boot, and its pid gone or now another process."""
-    if record.get("node") != os.uname().nodename or not boot_id or record.get("bootId") != boot_id:
-        return True
-    pid = int(record["pid"])
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    start = record.get("processStart")
-    return not start or _process_start(pid) in ("", start)
 
 
 def _read_fd(fd: int) -> bytes:
