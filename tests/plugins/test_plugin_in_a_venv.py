@@ -82,8 +82,14 @@ def test_listed_beside_the_shipped_ones_and_the_broken_one_is_named_with_why(ven
     cfg = str(config(tmp_path))
     done = datum(venv, "reconcilers", "--json", "--config", cfg)
     assert done.returncode == 0, done.stderr
-    names = [r["name"] for r in json.loads(done.stdout)]
-    assert names == ["buckets", "pg_roles", "tiny"]
+    rows = json.loads(done.stdout)
+    assert [r["name"] for r in rows] == ["buckets", "pg_roles", "tiny", "broken"]
+    # Installed and not loaded: listed as unknown with why, not left out (which reads as not installed).
+    assert rows[-1] == {
+        "name": "broken", "health": "unknown", "drift": 0, "blocked": 0, "asOf": None, "lastRanAt": None,
+        "itemsReported": False, "coverageReported": False, "stranded": 0,
+        "error": "the plugin did not load: RuntimeError: this plugin is broken on purpose",
+    }
     assert "plugin broken (broken_plugin:plugin) not loaded: RuntimeError: this plugin is broken on purpose" in done.stderr
     text = datum(venv, "reconcilers", "--config", cfg)
     assert "tiny" in text.stdout and "broken" in text.stderr
@@ -118,7 +124,10 @@ def test_it_ticks_serves_its_drift_reason_metrics_and_route_over_http(venv, tmp_
         assert [(i["id"], i["reason"], i["lastErr"]) for i in drift["items"]] == [("b", "tiny.jammed", "b is jammed")]
         assert (tmp_path / "notes" / "a").exists()
         listed = httpx.get(f"{base}/v1/observability/admin/reconcilers", headers=auth).json()
-        assert {r["name"] for r in listed} == {"buckets", "pg_roles", "tiny"}
+        health = {r["name"]: r["health"] for r in listed}
+        assert set(health) == {"buckets", "pg_roles", "tiny", "broken"}
+        assert health["tiny"] == "ok" and health["broken"] == "unknown"
+        assert listed[-1]["error"] == "the plugin did not load: RuntimeError: this plugin is broken on purpose"
         metrics = httpx.get(f"{base}/metrics", headers=auth).text
         assert 'datum_reconciler_items{direction="restore",reason="tiny.jammed",reconciler="tiny"} 1.0' in metrics
         assert 'reason="tiny.jammed",reconciler="buckets"' not in metrics  # its reasons are its own
@@ -127,6 +136,8 @@ def test_it_ticks_serves_its_drift_reason_metrics_and_route_over_http(venv, tmp_
         assert httpx.get(f"{base}/v1/tiny").status_code == 401
         page = httpx.get(f"{base}/ui/overview", headers=auth)
         assert page.status_code == 200 and "tiny" in page.text
+        assert "reconciler plugin broken did not load" in page.text  # under "Needs a human"
+        assert "this plugin is broken on purpose" in page.text
         # The shipped reconciler beside it keeps working.
         buckets = httpx.get(f"{base}/v1/observability/admin/reconcilers/buckets/drift", headers=auth).json()
         assert buckets["health"] in ("ok", "unknown") and httpx.get(f"{base}/v1/buckets", headers=auth).status_code == 200

@@ -23,6 +23,7 @@ from datum.config import load_settings
 from datum.reconcile.runner import Runner, TickOutcome
 from datum.reconcile.scheduler import Scheduler
 from datum.store import open_store
+from datum.store.locks import session_lock
 from datum.store.memory import load_memory
 from datum.store.runs import load_run
 from datum.store.schema import locks
@@ -84,17 +85,31 @@ def test_two_schedulers_on_one_store_a_moment_apart_run_one_pass(tmp_path, store
     first, second = Scheduler(a), Scheduler(b)
     first.start()
     wait_for(lambda: (run_row(stores[0]) or {}).get("executed_passes") == 1)
+    # The first pass is persisted; wait until it has also let go of its session lock (an
+    # instant later), so the second's tick meets the interval, not a pass still running.
+    wait_for(lambda: _session_free(stores[1]))
     (root / "items" / "x").unlink()  # drift the second would act on at once
     second.start()
-    wait_for(lambda: seen)
+    wait_for(lambda: [t for t in seen if t.reconciler == NAME])
     first.stop()
     second.stop()
     assert len((root / "passes").read_text().splitlines()) == 1
     assert run_row(stores[0])["executed_passes"] == 1
     assert not (root / "items" / "x").exists()
-    assert seen[0].outcome.value == "not-due"
+    # Only this reconciler's ticks: the shipped plugins (buckets) tick beside it, and the
+    # second's buckets tick may meet the first's buckets pass still running ("skipped").
+    assert [t.outcome.value for t in seen if t.reconciler == NAME][0] == "not-due", seen
     for s in stores:
         s.dispose()
+
+
+def _session_free(store) -> bool:
+    """Whether no pass holds the reconciler's session lock (taken and given back at once)."""
+    probe = session_lock(store, f"reconciler:{NAME}")
+    if not probe.try_acquire():
+        return False
+    probe.release()
+    return True
 
 
 def test_an_explicit_pass_during_another_runners_pass_is_skipped(tmp_path, store_url):
@@ -112,6 +127,35 @@ def test_an_explicit_pass_during_another_runners_pass_is_skipped(tmp_path, store
     assert writes(stores[1]) == {"p": 1, "q": 1}
     row = run_row(stores[1])
     assert (row["executed_passes"], row["skipped_passes"], row["claim"]) == (1, 1, 1)
+    for s in stores:
+        s.dispose()
+
+
+def test_datum_reconcile_whose_pass_is_skipped_says_so_and_exits_69(tmp_path, store_url):
+    """The operator asked for a pass and none ran: not exit 0 (converged), not 4 (a failed pass)."""
+    root, (a,), stores = runners(tmp_path, store_url, ["p"], count=1)
+    config = root / "datum.toml"
+    seen = []
+
+    def explicit(ctx, key):
+        Slow.on_apply = None
+        done = subprocess.run(
+            [sys.executable, SCRIPT, "reconcile", NAME, "--config", str(config)],
+            capture_output=True, text=True, timeout=120, check=False,
+        )
+        seen.append(done)
+
+    Slow.on_apply = explicit
+    assert a.tick(NAME, scheduled=True).outcome is TickOutcome.EXECUTED
+    (done,) = seen
+    assert done.returncode == 69, done.stdout + done.stderr
+    assert "pass 1: skipped" in done.stdout
+    assert f"datum: {NAME}: pass 1 skipped: another pass of {NAME} is running" in done.stderr
+    after = subprocess.run(
+        [sys.executable, SCRIPT, "reconcile", NAME, "--config", str(config)],
+        capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert after.returncode == 0, after.stdout + after.stderr  # nothing running: the pass runs
     for s in stores:
         s.dispose()
 

@@ -32,9 +32,11 @@ def reconcile(name: str, passes: int, config: str | None, as_json: bool) -> None
     The passes take the reconciler's claim like scheduled ticks (never two
     passes at once, whichever process runs them) but not its interval.
     Exits 4 when the last pass could not complete (health ``failing``) or
-    lost its claim; on SIGTERM the pass finishes the item it is applying,
-    persists, releases the claim and exits 143.
+    lost its claim, 69 when it was skipped because another pass was running;
+    on SIGTERM the pass finishes the item it is applying, persists, releases
+    the claim and exits 143.
     """
+    from datum.cli.main import EXIT_UNAVAILABLE
     from datum.reconcile.runner import Runner, TickOutcome
 
     w = wire(config)
@@ -73,6 +75,14 @@ def reconcile(name: str, passes: int, config: str | None, as_json: bool) -> None
     if stopped:
         click.echo(f"datum: {name}: stopped on SIGTERM; what was applied is persisted", err=True)
         click.get_current_context().exit(EXIT_STOPPED)
+    if ticks[-1].outcome is TickOutcome.SKIPPED:
+        # Nothing ran: not "converged", and not a failed pass either.
+        click.echo(
+            f"datum: {name}: pass {len(ticks)} skipped: another pass of {name} is running; "
+            "it applied nothing",
+            err=True,
+        )
+        click.get_current_context().exit(EXIT_UNAVAILABLE)
     if ticks[-1].health is Health.FAILING or ticks[-1].outcome is TickOutcome.LOST_CLAIM:
         # The last pass could not read desired or actual state: say so to scripts too.
         click.get_current_context().exit(EXIT_PASS_FAILED)
@@ -113,8 +123,8 @@ def drift(name: str, config: str | None, as_json: bool) -> None:
 def reconcilers(config: str | None, as_json: bool) -> None:
     """List the registered reconcilers with health, drift, blocked and stranded coverage rows.
 
-    A plugin that could not be loaded is named with the reason, on standard
-    error (the listing itself stays the contract's shape); the others are listed.
+    A plugin that could not be loaded is listed with health ``unknown`` and
+    its ``error``, and named with the reason on standard error.
     """
     from datum.cli import render
     from datum.reconcile.report import summaries

@@ -189,6 +189,22 @@ class ReconcilerSummary(_Out):
     error: str | SkipJsonSchema[None] = absent(_ERROR)
 
 
+def broken_summary(name: str, why: str) -> ReconcilerSummary:
+    """The list row of an installed reconciler plugin that did not load: nothing is known of it."""
+    return ReconcilerSummary(
+        name=name,
+        health=Health.UNKNOWN,
+        drift=0,
+        blocked=0,
+        as_of=None,
+        last_ran_at=None,
+        items_reported=False,
+        coverage_reported=False,
+        stranded=0,
+        error=f"the plugin did not load: {why}",
+    )
+
+
 def _retry_after(passes: int | None, anchor: datetime | None, interval: timedelta | None) -> datetime | None:
     if passes is None or anchor is None or interval is None:
         return None
@@ -267,5 +283,6 @@ def summary(report: DriftReport) -> ReconcilerSummary:
 
 
 def summaries(registry: Registry, settings: Settings, store: Store, now: datetime) -> list[ReconcilerSummary]:
-    """The list surface: one line per registered reconciler."""
-    return [summary(drift_report(registry, settings, store, name, now)) for name in registry]
+    """The list surface: one line per registered reconciler, then one per plugin that did not load."""
+    rows = [summary(drift_report(registry, settings, store, name, now)) for name in registry]
+    return rows + [broken_summary(b.name, b.error) for b in registry.broken]

@@ -346,8 +346,14 @@ def overview(
     hosts_page: HostsPage | None = None,
     rebooting: Sequence[Rebooting] = (),
     reboot_limit: int = 0,
+    broken: Sequence[tuple[str, str]] = (),
 ) -> Overview:
-    health_counts = [(h.value, sum(1 for r in reconcilers if r.report.health is h)) for h in _HEALTH_ORDER]
+    """The page's view. ``broken``: (name, why) of each reconciler plugin that did not load, counted
+    ``unknown`` and put first under "Needs a human" (absent, it would read as not installed)."""
+    health_counts = [
+        (h.value, sum(1 for r in reconcilers if r.report.health is h) + (len(broken) if h is Health.UNKNOWN else 0))
+        for h in _HEALTH_ORDER
+    ]
     host_counts = [(s.value, (hosts_by_state or {}).get(s.value, 0)) for s in HOST_ORDER]
     out = Overview(
         reconcilers=reconcilers,
@@ -360,6 +366,8 @@ def overview(
         reboot_limit=reboot_limit,
     )
     attention = out.attention
+    for name, why in broken:
+        attention.append(Attention(Act.LOOK, f"reconciler plugin {name} did not load", "#reconcilers", why))
     for r in reconcilers:
         if r.report.health is Health.FAILING:
             attention.append(

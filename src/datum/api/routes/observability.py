@@ -10,7 +10,7 @@ from datum.api.authz import Action
 from datum.api.errors import error_responses
 from datum.api.security import needs, path_resource
 from datum.api.state import state_of
-from datum.reconcile.report import DriftReport, ReconcilerSummary, summary
+from datum.reconcile.report import DriftReport, ReconcilerSummary, broken_summary, summary
 
 router = APIRouter(prefix="/v1/observability/admin", tags=["observability"])
 
@@ -23,7 +23,11 @@ NameParam = Path(description="The reconciler's stable name (e.g. buckets).", max
     response_model_by_alias=True,
     response_model_exclude_none=True,
     summary="Every reconciler with health, drift, blocked and stranded coverage rows.",
-    description="Cedar action `observability:ReadSubstrate` on `Server::\"datum\"`. 503 before the registry is wired.",
+    description=(
+        "Cedar action `observability:ReadSubstrate` on `Server::\"datum\"`. 503 before the registry is wired. "
+        "A reconciler plugin that is installed and did not load is listed too, `health` `unknown` with "
+        "`error` saying why: absent from the list would read as not installed."
+    ),
     responses=error_responses(401, 403, 503),
 )
 async def list_reconcilers(
@@ -32,6 +36,7 @@ async def list_reconcilers(
     state = state_of(request)
     registry, _store = state.wired()
     rows = [summary((await state.reports.get(name)).report).dump() for name in registry]
+    rows += [broken_summary(b.name, b.error).dump() for b in registry.broken]
     return Response(json.dumps(rows), media_type="application/json")
 
 

@@ -86,13 +86,14 @@ def _view(
             views.append(
                 v.reconciler_view(report, registry.settings(settings, name), recent(conn, RECONCILER, name), since.get)
             )
+        broken = [(b.name, b.error) for b in registry.broken]
         if shown is None:
-            return v.overview(views, None, None)
+            return v.overview(views, None, None, broken=broken)
         found = _hosts(store, settings, shown)
         hosts = [v.host_view(h, recent(conn, HOST, h.host)) for h in map(host_summary, found.hosts)]
     return v.overview(
         views, hosts, found.counts, v.HostsPage(shown.state, found.next), _rebooting(store),
-        settings.fleet.reboot_concurrency,
+        settings.fleet.reboot_concurrency, broken,
     )
 
 
