@@ -3,6 +3,7 @@ when only the manifest changed; and the caches never answer for inputs they were
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -190,3 +191,38 @@ def test_a_changed_resource_is_validated_without_scanning_the_installed_distribu
                           check=False)
     assert done.returncode == 2, done.stderr[-2000:]
     assert (host.root / "srv/index.html").read_text() == "hello\n"
+
+
+def test_an_unchanged_pass_imports_no_dataclasses_no_findings_and_no_validation(host):
+    """What an idle pass loads: neither ``dataclasses`` (with ``inspect``, ``ast``, ``dis``) nor the
+    findings nor validation's modules, until something fails; a failure still reads as it did."""
+    manifest = host.manifest(WEB)
+    args = ("apply", str(manifest), "--root", str(host.root), "--state", str(host.state))
+    assert _imports(host, *args)[0] == 2
+    code, imported, out = _imports(host, *args)
+    assert code == 0 and "host state: converged" in out
+    assert {"datum.host.model", "datum.host.executor", "datum.providers.accounts"} <= imported
+    loaded = {"dataclasses", "inspect", "ast", "datum.core.findings", "datum.host.manifest", "yaml", "pydantic"}
+    assert loaded.isdisjoint(imported), loaded & imported
+    code, imported, out = _imports(host, "apply", str(manifest), "--root", str(host.base / "nowhere"), "--json")
+    assert code == 65 and "datum.core.findings" in imported
+    assert json.loads(out)["issues"][0]["message"].endswith("is not a directory")
+
+
+def test_a_report_that_cannot_be_stored_is_a_not_persisted_problem_carrying_it(tmp_path):
+    from datum.core.findings import Problem
+    from datum.host import statefile
+
+    store = statefile.StateStore(statefile.state_path(str(tmp_path / "state.db")))
+    try:
+        store._db.execute("CREATE TRIGGER refuse BEFORE INSERT ON agent_reports BEGIN SELECT RAISE(ABORT, 'no'); END")
+        report = {"host": "h1", "state": "converged"}
+        with pytest.raises(Problem) as caught:
+            store.record("h1", report)
+    finally:
+        store.close()
+    assert isinstance(caught.value, statefile.NotPersisted) and caught.value.report is report
+    assert caught.value.code == "UNAVAILABLE" and "was not stored" in str(caught.value)
+    with pytest.raises(Problem, match="is a URL"):  # the other problem this module raises, as before
+        statefile.state_path("postgresql://db/datum")
+    assert statefile.NotPersisted is statefile._not_persisted() and statefile.NotPersisted.__module__ == statefile.__name__

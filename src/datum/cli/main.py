@@ -8,15 +8,14 @@ click at all (``datum.cli.passes``).
 from __future__ import annotations
 
 import importlib
-import json
 import os
 import sys
 from typing import TYPE_CHECKING, Any
 
-from datum.core.findings import Finding, Problem
-
 if TYPE_CHECKING:
     import click
+
+    from datum.core.findings import Problem
 
 # command name -> (module, attribute, one-line help)
 COMMANDS: dict[str, tuple[str, str, str]] = {
@@ -114,6 +113,8 @@ def report_problem(problem: Problem, as_json: bool) -> int:
 
         echo_lines(pass_lines(report))
     if as_json:
+        import json
+
         _echo(json.dumps(problem.to_json(), indent=2))
     else:
         for finding in problem.findings:
@@ -141,6 +142,8 @@ def unexpected(exc: BaseException) -> Problem:
         from datum.store.engine import fault
 
         return fault(None, exc)
+    from datum.core.findings import Problem
+
     if isinstance(exc, OSError):
         where = f" ({exc.filename})" if exc.filename else ""
         return Problem.one("UNAVAILABLE", f"{exc.strerror or exc}{where}")
@@ -151,19 +154,25 @@ def unexpected(exc: BaseException) -> Problem:
 
 
 def main(argv: list[str] | None = None) -> Any:
-    """Run the CLI and turn every error into the contract's shape and exit code."""
+    """Run the CLI and turn every error into the contract's shape and exit code.
+
+    ``datum.core.findings`` is imported once something failed: a pass that raised no
+    ``Problem`` never loads it (nor ``dataclasses``).
+    """
     args = sys.argv[1:] if argv is None else argv
     as_json = "--json" in args
     try:
         rc = _plain_apply(args)
         if rc is None:
             rc = _click(args, as_json)
-    except Problem as problem:
-        sys.exit(report_problem(problem, as_json))
     except KeyboardInterrupt:
         _echo("interrupted", err=True)
         sys.exit(130)
     except Exception as exc:  # noqa: BLE001 - never a stack trace; DATUM_DEBUG=1 shows it
+        from datum.core.findings import Problem
+
+        if isinstance(exc, Problem):
+            sys.exit(report_problem(exc, as_json))
         if os.environ.get("DATUM_DEBUG"):
             raise
         sys.exit(report_problem(unexpected(exc), as_json))
@@ -190,6 +199,8 @@ def _click(args: list[str], as_json: bool) -> Any:
         click.echo(exc.ctx.get_help() if exc.ctx else str(exc))
         return EXIT_USAGE
     except click.UsageError as exc:
+        from datum.core.findings import Finding, Problem
+
         hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx else ""
         return report_problem(Problem([Finding("USAGE", exc.format_message() + hint)]), as_json)
     except click.exceptions.Abort:
@@ -198,4 +209,6 @@ def _click(args: list[str], as_json: bool) -> Any:
     except click.exceptions.Exit as exc:
         return exc.exit_code
     except click.ClickException as exc:
+        from datum.core.findings import Finding, Problem
+
         return report_problem(Problem([Finding("INVALID_INPUT", exc.format_message())]), as_json)

@@ -11,7 +11,6 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from contextlib import ExitStack
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -20,9 +19,10 @@ from datum.core.rollup import host_state
 from datum.core.vocab import HostState, Mode, ResourceState
 from datum.host.compiled import HostConfig
 from datum.host.executor import Outcome, Progress, run_pass
-from datum.host.manifest import Manifest
+from datum.host.model import Manifest
 from datum.host.statefile import StateStore, Unreadable
 from datum.providers.base import HostContext
+from datum.providers.value import Value
 
 if TYPE_CHECKING:
     from datum.host.reboot import Slot
@@ -34,15 +34,29 @@ EXIT_REBOOT = 16
 EXIT_DEGRADED = 32
 
 
-@dataclass
-class PassResult:
+class PassResult(Value):
     """What a run produced: the report (JSON form), its outcomes and the reboot decision."""
 
+    __slots__ = ("report", "outcomes", "exit_code", "reboot_now", "warnings")
     report: dict[str, Any]
     outcomes: list[Outcome]
     exit_code: int
-    reboot_now: bool = False
-    warnings: list[str] = field(default_factory=list)
+    reboot_now: bool
+    warnings: list[str]
+
+    def __init__(
+        self,
+        report: dict[str, Any],
+        outcomes: list[Outcome],
+        exit_code: int,
+        reboot_now: bool = False,
+        warnings: list[str] | None = None,
+    ) -> None:
+        self.report = report
+        self.outcomes = outcomes
+        self.exit_code = exit_code
+        self.reboot_now = reboot_now
+        self.warnings = [] if warnings is None else warnings
 
 
 def host_name(config: HostConfig) -> str:
@@ -76,10 +90,12 @@ def _names(outs: list[Outcome], what: str, limit: int = 3) -> str:
 
 def reason_for(state: HostState, outcomes: list[Outcome], reboot_reason: str | None) -> str | None:
     """The host state's reason, naming the resources behind it."""
-    by = {s: [o for o in outcomes if o.state is s] for s in ResourceState}
+    def by(s: ResourceState) -> list[Outcome]:  # asked for the state behind the host's only
+        return [o for o in outcomes if o.state is s]
+
     if state is HostState.FAILED:
-        failed = _names(by[ResourceState.FAILED], "failed")
-        blocked = by[ResourceState.BLOCKED]
+        failed = _names(by(ResourceState.FAILED), "failed")
+        blocked = by(ResourceState.BLOCKED)
         if blocked:
             ids = ", ".join(o.id for o in blocked[:3]) + (
                 f" and {len(blocked) - 3} more" if len(blocked) > 3 else ""
@@ -87,11 +103,11 @@ def reason_for(state: HostState, outcomes: list[Outcome], reboot_reason: str | N
             failed += f"; blocked: {ids}"
         return failed
     if state is HostState.DRIFTED:
-        return _names(by[ResourceState.DRIFTED], "drifted")
+        return _names(by(ResourceState.DRIFTED), "drifted")
     if state is HostState.AWAITING_REBOOT:
         return reboot_reason
     if state is HostState.DEGRADED:
-        return _names(by[ResourceState.SKIPPED], "skipped")
+        return _names(by(ResourceState.SKIPPED), "skipped")
     return None
 
 

@@ -14,14 +14,17 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass
 from datetime import timedelta
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from datum.core.vocab import Mode, RebootPolicy
-from datum.host.manifest import Manifest, Resource, SpecMemory, spec_dump
+from datum.host.model import Manifest, Resource
+from datum.providers.value import Frozen
+
+if TYPE_CHECKING:  # validation's: imported when a manifest is validated, never on a cache hit
+    from datum.host.manifest import SpecMemory
 
 try:  # CPython's own BLAKE2: importing hashlib loads OpenSSL, ~4 ms of an idle pass
     from _blake2 import blake2b
@@ -32,10 +35,13 @@ FORMAT = 2
 _MAX_ENTRIES = 64
 
 
-@dataclass(frozen=True)
-class HostConfig:
+class HostConfig(Frozen):
     """What the agent needs from the configuration: the ``[host]`` section and where the store is."""
 
+    __slots__ = (
+        "name", "mode", "reboot_policy", "maintenance_window", "reboot_command", "state_path",
+        "boot_id_file", "lock_wait", "report_to", "token",
+    )  # fmt: skip
     name: str | None
     mode: Mode
     reboot_policy: RebootPolicy
@@ -44,8 +50,33 @@ class HostConfig:
     state_path: str
     boot_id_file: str
     lock_wait: timedelta
-    report_to: str | None = None
-    token: str | None = None
+    report_to: str | None
+    token: str | None
+
+    def __init__(
+        self,
+        name: str | None,
+        mode: Mode,
+        reboot_policy: RebootPolicy,
+        maintenance_window: str | None,
+        reboot_command: str,
+        state_path: str,
+        boot_id_file: str,
+        lock_wait: timedelta,
+        report_to: str | None = None,
+        token: str | None = None,
+    ) -> None:
+        setattr_ = object.__setattr__
+        setattr_(self, "name", name)
+        setattr_(self, "mode", mode)
+        setattr_(self, "reboot_policy", reboot_policy)
+        setattr_(self, "maintenance_window", maintenance_window)
+        setattr_(self, "reboot_command", reboot_command)
+        setattr_(self, "state_path", state_path)
+        setattr_(self, "boot_id_file", boot_id_file)
+        setattr_(self, "lock_wait", lock_wait)
+        setattr_(self, "report_to", report_to)
+        setattr_(self, "token", token)
 
     @classmethod
     def from_settings(cls, settings: Any) -> HostConfig:
@@ -68,7 +99,7 @@ class HostConfig:
         )
 
     def to_json(self) -> dict[str, Any]:
-        out = asdict(self)
+        out = self.as_dict()
         out.update(mode=self.mode.value, reboot_policy=self.reboot_policy.value)
         out.update(lock_wait=self.lock_wait.total_seconds())
         return out
@@ -207,6 +238,8 @@ def _memory_key(manifest_path: str) -> str | None:
 def spec_memory(manifest_path: str) -> SpecMemory:
     """The resources this manifest's last validation validated (keyed on the code of the
     models, like every entry here), so a change to it validates only what changed."""
+    from datum.host.manifest import SpecMemory
+
     key = _memory_key(manifest_path)
     try:
         data = json.loads((cache_dir() / f"{key}.json").read_text(encoding="utf-8")) if key else None
@@ -254,6 +287,8 @@ def store(key: str | None, config: HostConfig, manifest: Manifest) -> None:
     """Remember a validated pair; silently not when it cannot be (a cache is never a failure)."""
     if key is None or config.token:
         return  # a token stays in the configuration file only
+    from datum.host.manifest import spec_dump
+
     files = [
         str(manifest.dir / value)
         for r in manifest.resources

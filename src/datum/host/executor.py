@@ -15,15 +15,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
 from datum.core.vocab import Action, Mode, ResourceState
-from datum.host.manifest import Manifest, Resource
+from datum.host.model import Manifest, Resource
 from datum.providers.base import Change, HostContext, Provider, ProviderError
 from datum.providers.fs import sync_dirs
 from datum.providers.registry import provider
+from datum.providers.value import Value
 
 # (position, total, resource id, state) for a progress display.
 Progress = Callable[[int, int, str, ResourceState], None]
@@ -31,21 +31,50 @@ Progress = Callable[[int, int, str, ResourceState], None]
 _BAD = (ResourceState.FAILED, ResourceState.BLOCKED)
 
 
-@dataclass
-class Outcome:
+class Outcome(Value):
     """What one resource did on this pass."""
 
+    __slots__ = (
+        "resource", "action", "state", "changed", "reason", "error", "blocked_by", "diff", "sensitive",
+        "reboot_required", "duration_seconds",
+    )  # fmt: skip
     resource: Resource
-    action: Action = Action.NONE
-    state: ResourceState = ResourceState.PENDING
-    changed: bool = False
-    reason: str | None = None
-    error: str | None = None
-    blocked_by: list[str] | None = None
-    diff: str | None = None
-    sensitive: bool = False  # its diff was withheld; the report says so
-    reboot_required: str | None = None
-    duration_seconds: float = 0.0
+    action: Action
+    state: ResourceState
+    changed: bool
+    reason: str | None
+    error: str | None
+    blocked_by: list[str] | None
+    diff: str | None
+    sensitive: bool  # its diff was withheld; the report says so
+    reboot_required: str | None
+    duration_seconds: float
+
+    def __init__(
+        self,
+        resource: Resource,
+        action: Action = Action.NONE,
+        state: ResourceState = ResourceState.PENDING,
+        changed: bool = False,
+        reason: str | None = None,
+        error: str | None = None,
+        blocked_by: list[str] | None = None,
+        diff: str | None = None,
+        sensitive: bool = False,
+        reboot_required: str | None = None,
+        duration_seconds: float = 0.0,
+    ) -> None:
+        self.resource = resource
+        self.action = action
+        self.state = state
+        self.changed = changed
+        self.reason = reason
+        self.error = error
+        self.blocked_by = blocked_by
+        self.diff = diff
+        self.sensitive = sensitive
+        self.reboot_required = reboot_required
+        self.duration_seconds = duration_seconds
 
     @property
     def id(self) -> str:
@@ -125,7 +154,8 @@ def _walk(
     ctx: HostContext,
     announce: Callable[[ResourceState], Any] | None,
 ) -> None:
-    needs = [outcomes[n] for n in dict.fromkeys(resource.needs)]
+    named = resource.needs
+    needs = [outcomes[n] for n in dict.fromkeys(named)] if named else []
     bad = [n for n in needs if n.state in _BAD]
     if bad:
         out.state = ResourceState.BLOCKED
@@ -154,7 +184,7 @@ def _walk(
         out.error = _error(exc)
         out.reason = out.error
         return
-    refresh = [n.id for n in needs if _would_change(n, ctx) and n.id in resource.spec.subscribes]
+    refresh = [n.id for n in needs if _would_change(n, ctx) and n.id in resource.spec.subscribes] if needs else None
     if refresh and prov.refreshable and change.action is Action.NONE:
         verb = "would change" if ctx.mode is Mode.OBSERVE else "changed"
         change = prov.refresh(want, have, f"{', '.join(refresh)} {verb}")

@@ -9,53 +9,18 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from functools import cached_property
 from pathlib import Path
 from types import SimpleNamespace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from datum.core.findings import FieldError, Problem, invalid
+from datum.host.model import Manifest, Resource
 from datum.host.order import cycles, topological
 from datum.providers.facts import NAMES as FACT_NAMES
 from datum.providers.registry import Unloadable, provider, types
 
-if TYPE_CHECKING:
-    from datum.providers.specs import Spec
-
 IDENTITY = re.compile(r"^([A-Z][A-Za-z0-9]*)\[(.+)\]$")
 _TOP = {"resources", "include"}
-
-
-@dataclass(frozen=True)
-class Resource:
-    """One validated resource of the manifest."""
-
-    index: int
-    type: str
-    name: str
-    spec: Spec
-
-    @cached_property
-    def id(self) -> str:  # a pass asks for it several times per resource
-        return f"{self.type}[{self.name}]"
-
-    @property
-    def needs(self) -> list[str]:
-        return [*self.spec.requires, *self.spec.subscribes]
-
-
-@dataclass(frozen=True)
-class Manifest:
-    """A valid manifest: its resources in file order, the order a pass walks them, the paths they manage."""
-
-    dir: Path
-    resources: tuple[Resource, ...]
-    order: tuple[int, ...]
-    source: str = "<manifest>"
-    paths: frozenset[str] = field(default_factory=frozenset)
-
-    def ordered(self) -> list[Resource]:
-        return [self.resources[i] for i in self.order]
 
 
 @dataclass

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -19,17 +18,23 @@ from typing import Any
 from datum.core.vocab import RebootPolicy
 from datum.providers import fs
 from datum.providers.base import ProviderError
+from datum.providers.value import Frozen
 
 MARKERS = ("/run/reboot-required", "/var/run/reboot-required")
 
 
-@dataclass(frozen=True)
-class Found:
+class Found(Frozen):
     """What this pass found: reasons, and the markers by path with their mtime."""
 
+    __slots__ = ("reasons", "markers", "kernel")
     reasons: tuple[str, ...]
     markers: dict[str, int]
-    kernel: str | None = None  # the newer kernel in /boot, when there is one
+    kernel: str | None  # the newer kernel in /boot, when there is one
+
+    def __init__(self, reasons: tuple[str, ...], markers: dict[str, int], kernel: str | None = None) -> None:
+        object.__setattr__(self, "reasons", reasons)
+        object.__setattr__(self, "markers", markers)
+        object.__setattr__(self, "kernel", kernel)
 
 
 def _version_key(version: str) -> tuple[Any, ...]:
@@ -189,10 +194,14 @@ def in_window(window: str, now: datetime) -> bool:
     return (today in days and minute >= start) or ((today - 1) % 7 in days and minute < end)
 
 
-@dataclass(frozen=True)
-class Decision:
+class Decision(Frozen):
+    __slots__ = ("reboot_now", "action")
     reboot_now: bool
     action: str
+
+    def __init__(self, reboot_now: bool, action: str) -> None:
+        object.__setattr__(self, "reboot_now", reboot_now)
+        object.__setattr__(self, "action", action)
 
 
 def decide(
@@ -213,12 +222,16 @@ def decide(
     return Decision(True, "rebooting now (reboot_policy automatic)")
 
 
-@dataclass(frozen=True)
-class Slot:
+class Slot(Frozen):
     """The group's reboot budget's answer: a slot to reboot in, or why not (the host's reason then)."""
 
+    __slots__ = ("granted", "words")
     granted: bool
     words: str
+
+    def __init__(self, granted: bool, words: str) -> None:
+        object.__setattr__(self, "granted", granted)
+        object.__setattr__(self, "words", words)
 
 
 def reboot_argv(command: str) -> list[str]:

@@ -24,9 +24,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from datum.core.findings import Problem
+if TYPE_CHECKING:  # imported where a problem is raised: a pass that raises none never loads it
+    from datum.core.findings import Problem
 
 LOCK_NAME = "host-pass"
 # The local file's own schema: one table here, more in datum.agent.state. Made with
@@ -64,10 +65,29 @@ class Unreadable(Exception):
     """The persisted report exists and cannot be read: the host state is ``unknown``."""
 
 
-class NotPersisted(Problem):
-    """The pass ran and its report could not be stored: ``report`` is what to print before the error."""
+def __getattr__(name: str) -> Any:
+    if name == "NotPersisted":
+        return _not_persisted()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
-    report: dict[str, Any] | None = None
+
+def _not_persisted() -> type[Problem]:
+    """``NotPersisted``, made on first use (a ``Problem``: ``datum.core.findings`` is not imported before)."""
+    global _NOT_PERSISTED
+    if _NOT_PERSISTED is None:
+        from datum.core.findings import Problem
+
+        class NotPersisted(Problem):
+            """The pass ran and its report could not be stored: ``report`` is what to print before the error."""
+
+            report: dict[str, Any] | None = None
+
+        NotPersisted.__module__ = __name__
+        _NOT_PERSISTED = NotPersisted
+    return _NOT_PERSISTED
+
+
+_NOT_PERSISTED: type[Problem] | None = None
 
 
 def _why(exc: BaseException, path: str | None) -> str:
@@ -90,6 +110,8 @@ REFUSED_URL = (
 def state_path(state: str, option: str = "--state") -> str:
     """``--state``: the absolute path of the host's local state file; a URL is a usage error."""
     if "://" in state:
+        from datum.core.findings import Problem
+
         raise Problem.one("USAGE", f"{option} {state!r} {REFUSED_URL}")
     return str(Path(state).expanduser().resolve())
 
@@ -159,10 +181,14 @@ class StateStore:
 
         try:
             self._record(host, report)
-        except (Problem, sqlite3.Error) as exc:
+        except Exception as exc:
+            from datum.core.findings import Problem
+
+            if not isinstance(exc, Problem | sqlite3.Error):
+                raise
             why = exc.findings[0].message if isinstance(exc, Problem) else _why(exc, self.path)
-            failed = NotPersisted.one("UNAVAILABLE", f"the pass report was not stored in {self.path}: {why}")
-            failed.report = report
+            failed = _not_persisted().one("UNAVAILABLE", f"the pass report was not stored in {self.path}: {why}")
+            failed.report = report  # type: ignore[attr-defined]
             raise failed from exc
 
     def _record(self, host: str, report: dict[str, Any]) -> None:
@@ -208,6 +234,8 @@ class StateStore:
             yield taken
 
     def _busy(self, wait: timedelta) -> Problem:
+        from datum.core.findings import Problem
+
         return Problem.one(
             "UNAVAILABLE",
             f"another pass is running against {self.path} (held by {self._holder()}); "
@@ -222,6 +250,8 @@ class StateStore:
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         except OSError as exc:
+            from datum.core.findings import Problem
+
             raise Problem.one(
                 "UNAVAILABLE", f"cannot open the lock file {path}: {exc.strerror}"
             ) from exc
@@ -245,6 +275,8 @@ class StateStore:
                 os.ftruncate(fd, 0)
                 os.pwrite(fd, json.dumps(record).encode(), 0)
             except OSError as exc:  # a full disk: say so before anything is touched
+                from datum.core.findings import Problem
+
                 raise Problem.one(
                     "UNAVAILABLE",
                     f"the state file {self.path} is not usable: cannot write {path}: {exc.strerror}",
@@ -295,6 +327,8 @@ def open_local(path: str) -> Any:
         if not db.execute("SELECT 1 FROM sqlite_master WHERE name='agent_meta'").fetchone():
             db.executescript(LOCAL_SCHEMA)
     except sqlite3.Error as exc:
+        from datum.core.findings import Problem
+
         raise Problem.one(
             "UNAVAILABLE", f"cannot open the state file {path}: {_why(exc, path)}"
         ) from exc

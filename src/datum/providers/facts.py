@@ -8,27 +8,48 @@ memory) are read from the running machine, since a root does not boot.
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from datum.providers.value import Frozen
 
-@dataclass(frozen=True)
-class Facts:
+
+class Facts(Frozen):
+    __slots__ = ("hostname", "os_release", "kernel", "boot_id", "cpu_count", "memory_mb")
     hostname: str
-    os_release: dict[str, str] = field(default_factory=dict)
-    kernel: str = ""
-    boot_id: str = ""
-    cpu_count: int = 1
-    memory_mb: int = 0
+    os_release: dict[str, str]
+    kernel: str
+    boot_id: str
+    cpu_count: int
+    memory_mb: int
+
+    def __init__(
+        self,
+        hostname: str,
+        os_release: dict[str, str] | None = None,
+        kernel: str = "",
+        boot_id: str = "",
+        cpu_count: int = 1,
+        memory_mb: int = 0,
+    ) -> None:
+        setattr_ = object.__setattr__
+        setattr_(self, "hostname", hostname)
+        setattr_(self, "os_release", {} if os_release is None else os_release)
+        setattr_(self, "kernel", kernel)
+        setattr_(self, "boot_id", boot_id)
+        setattr_(self, "cpu_count", cpu_count)
+        setattr_(self, "memory_mb", memory_mb)
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """Every fact by name; ``os_release`` a copy (a template cannot change the facts)."""
+        out = super().as_dict()
+        out["os_release"] = dict(self.os_release)
+        return out
 
 
 # Every name a template sees besides its ``vars``: the facts, and all of them under ``facts``.
 # A ``vars`` key with one of these names is a validation finding, never a silent override.
-NAMES: frozenset[str] = frozenset([*(f.name for f in fields(Facts)), "facts"])
+NAMES: frozenset[str] = frozenset([*Facts.__slots__, "facts"])
 
 
 def parse_os_release(text: str) -> dict[str, str]:

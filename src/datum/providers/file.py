@@ -7,14 +7,14 @@ import stat
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from datum.core.vocab import Action
 from datum.providers import fs
 from datum.providers.accounts import owner_ids
-from datum.providers.base import Change, HostContext, PathProvider, ProviderError
+from datum.providers.base import NO_CHANGE, Change, HostContext, PathProvider, ProviderError
+from datum.providers.value import Frozen
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -25,8 +25,11 @@ if TYPE_CHECKING:
     from datum.providers.specs import FileSpec
 
 
-@dataclass(frozen=True)
-class FileWant:
+class FileWant(Frozen):
+    __slots__ = (
+        "host_path", "where", "ensure", "content", "mode", "uid", "gid", "sensitive", "validate",
+        "replace", "backups",
+    )  # fmt: skip
     host_path: str
     where: str  # the real path under the root, as a string (a pass builds no Path per file)
     ensure: str
@@ -34,22 +37,58 @@ class FileWant:
     mode: int | None
     uid: int | None
     gid: int | None
-    sensitive: bool = False
-    validate: str | None = None  # a command with %s for the candidate's path
-    replace: bool = True  # False: content only when the file is created
-    backups: int = 0  # how many backups of replaced content to keep (0: none)
+    sensitive: bool
+    validate: str | None  # a command with %s for the candidate's path
+    replace: bool  # type: ignore[assignment]  # False: content only when the file is created
+    backups: int  # how many backups of replaced content to keep (0: none)
+
+    def __init__(
+        self,
+        host_path: str,
+        where: str,
+        ensure: str,
+        content: bytes | None,
+        mode: int | None,
+        uid: int | None,
+        gid: int | None,
+        sensitive: bool = False,
+        validate: str | None = None,
+        replace: bool = True,
+        backups: int = 0,
+    ) -> None:
+        setattr_ = object.__setattr__
+        setattr_(self, "host_path", host_path)
+        setattr_(self, "where", where)
+        setattr_(self, "ensure", ensure)
+        setattr_(self, "content", content)
+        setattr_(self, "mode", mode)
+        setattr_(self, "uid", uid)
+        setattr_(self, "gid", gid)
+        setattr_(self, "sensitive", sensitive)
+        setattr_(self, "validate", validate)
+        setattr_(self, "replace", replace)
+        setattr_(self, "backups", backups)
 
     @property
     def real(self) -> Path:
         return Path(self.where)
 
 
-@dataclass(frozen=True)
-class FileHave:
+class FileHave(Frozen):
+    __slots__ = ("kind", "content", "st", "rejected")
     kind: str
     content: bytes | None
     st: os.stat_result | None
-    rejected: str | None = None  # why ``validate`` refused the new content
+    rejected: str | None  # why ``validate`` refused the new content
+
+    def __init__(
+        self, kind: str, content: bytes | None, st: os.stat_result | None, rejected: str | None = None
+    ) -> None:
+        setattr_ = object.__setattr__
+        setattr_(self, "kind", kind)
+        setattr_(self, "content", content)
+        setattr_(self, "st", st)
+        setattr_(self, "rejected", rejected)
 
 
 def validate_candidate(command: str, data: bytes, ctx: HostContext) -> str | None:
@@ -271,7 +310,8 @@ class FileProvider(PathProvider["FileSpec", FileWant, FileHave]):
     defers_dir_sync = True
 
     def desired(self, name: str, spec: FileSpec, ctx: HostContext) -> FileWant:
-        uid, gid = owner_ids(ctx, spec.owner, spec.group)
+        owned = spec.owner is not None or spec.group is not None
+        uid, gid = owner_ids(ctx, spec.owner, spec.group) if owned else (None, None)
         # Present writes through a final link (to its target inside the root);
         # absent removes the link itself, never what it points to.
         real = ctx.real(spec.path, follow_last=spec.ensure == "present")
@@ -324,7 +364,7 @@ class FileProvider(PathProvider["FileSpec", FileWant, FileHave]):
             raise ProviderError(have.rejected)
         if want.ensure == "absent":
             if have.kind == "absent":
-                return Change()
+                return NO_CHANGE
             return Change(Action.DELETE, (f"{have.kind} present, want absent",))
         if have.kind == "absent":
             return self._with_diff(Change(Action.CREATE, ("absent",)), want, have, None)
@@ -332,7 +372,7 @@ class FileProvider(PathProvider["FileSpec", FileWant, FileHave]):
         differences = ["content"] if content else []
         differences += fs.meta_differences(have.st, want.mode, want.uid, want.gid)
         if not differences:
-            return Change()
+            return NO_CHANGE
         change = Change(Action.UPDATE, tuple(differences))
         return self._with_diff(change, want, have, have.content) if content else change
 
@@ -342,7 +382,7 @@ class FileProvider(PathProvider["FileSpec", FileWant, FileHave]):
         existing = stat.S_IMODE(have.st.st_mode) if have.st is not None else None
         marker = fs.redaction(want.sensitive, want.mode, existing)
         diff = marker or fs.unified(want.host_path, before, want.content or b"")
-        return replace(change, diff=diff, sensitive=marker is not None)
+        return change.replace(diff=diff, sensitive=marker is not None)
 
     def apply(self, want: FileWant, have: FileHave, change: Change, ctx: HostContext) -> str | None:
         self._refuse(want, have)  # whoever calls

@@ -335,12 +335,14 @@ def read_file(path: Path | str, st: os.stat_result) -> bytes | None:
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise ProviderError(f"{path} is not a regular file; refusing to read it")
-        parts = []
         size = st.st_size + 1  # all of it in one read, unless it grew since
-        while chunk := os.read(fd, size):
+        first = os.read(fd, size)
+        if len(first) < size:  # a short read of a regular file is its end: no second read to find it
+            return first
+        parts = [first]
+        while chunk := os.read(fd, 1 << 20):
             parts.append(chunk)
-            size = 1 << 20
-        return parts[0] if len(parts) == 1 else b"".join(parts)
+        return b"".join(parts)
     finally:
         os.close(fd)
 
@@ -370,15 +372,16 @@ def remove(path: Path | str) -> None:
     fsync_dir(os.path.dirname(os.fspath(path)) or ".")
 
 
-_KINDS = (
-    (stat.S_ISLNK, "link"),
-    (stat.S_ISDIR, "directory"),
-    (stat.S_ISREG, "file"),
-    (stat.S_ISFIFO, "fifo"),
-    (stat.S_ISSOCK, "socket"),
-    (stat.S_ISCHR, "character device"),
-    (stat.S_ISBLK, "block device"),
-)
+# The file type bits of ``st_mode`` -> the kind's name: one lookup per observed path.
+_KINDS = {
+    stat.S_IFLNK: "link",
+    stat.S_IFDIR: "directory",
+    stat.S_IFREG: "file",
+    stat.S_IFIFO: "fifo",
+    stat.S_IFSOCK: "socket",
+    stat.S_IFCHR: "character device",
+    stat.S_IFBLK: "block device",
+}
 SPECIAL = frozenset({"fifo", "socket", "character device", "block device", "other"})
 
 
@@ -386,10 +389,7 @@ def kind(st: os.stat_result | None) -> str:
     """``absent``, ``file``, ``directory``, ``link``, ``fifo``, ``socket``, ``character device``, ``block device``."""
     if st is None:
         return "absent"
-    for test, name in _KINDS:
-        if test(st.st_mode):
-            return name
-    return "other"
+    return _KINDS.get(stat.S_IFMT(st.st_mode), "other")
 
 
 def refuse_special(host_path: str, what: str, want: str) -> None:

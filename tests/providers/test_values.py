@@ -1,0 +1,112 @@
+"""The pass's value classes (``datum.providers.value``) behave as the dataclasses they replace did:
+made with the same arguments, equal by their fields, frozen ones hashable and unchangeable."""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from datum.core.vocab import Action, Mode, RebootPolicy, ResourceState
+from datum.host.agent import PassResult
+from datum.host.compiled import HostConfig
+from datum.host.executor import Outcome
+from datum.host.manifest import Manifest as FromManifest
+from datum.host.manifest import Resource as FromManifestResource
+from datum.host.model import Manifest, Resource
+from datum.host.reboot import Decision, Found, Slot
+from datum.providers.accounts import Table
+from datum.providers.base import Change, Completed, HostContext, run
+from datum.providers.facts import NAMES, Facts
+from datum.providers.file import FileHave, FileWant
+
+
+def _config(**kw):
+    base = dict(name=None, mode=Mode.ENFORCE, reboot_policy=RebootPolicy.NEVER, maintenance_window=None,
+                reboot_command="systemctl reboot", state_path="/x.db", boot_id_file="/b",
+                lock_wait=timedelta(seconds=1))
+    return HostConfig(**{**base, **kw})
+
+
+FROZEN = [
+    (lambda: Change(), lambda: Change(Action.UPDATE, ("mode",))),
+    (lambda: FileWant("/a", "/r/a", "present", b"x", 0o644, None, None),
+     lambda: FileWant("/a", "/r/a", "present", b"x", 0o600, None, None)),
+    (lambda: FileHave("file", b"x", None), lambda: FileHave("file", b"y", None)),
+    (lambda: Found(("kernel",), {}), lambda: Found(("kernel",), {}, "6.1")),
+    (lambda: Decision(True, "now"), lambda: Decision(False, "now")),
+    (lambda: Slot(True, "yes"), lambda: Slot(True, "no")),
+    (lambda: Table("/etc/group", (("a", "x", "1"),)), lambda: Table("/etc/group", ())),
+    (lambda: _config(), lambda: _config(token="t")),
+    (lambda: Resource(0, "File", "/a", SimpleNamespace(requires=[], subscribes=[])),
+     lambda: Resource(1, "File", "/a", SimpleNamespace(requires=[], subscribes=[]))),
+]
+
+
+@pytest.mark.parametrize(("make", "other"), FROZEN)
+def test_a_frozen_value_is_equal_by_its_fields_and_cannot_change(make, other):
+    one, two = make(), make()
+    assert one == two and one != other() and one != object()
+    if not isinstance(one, Resource | Found):  # a SimpleNamespace spec or a dict: unhashable, as before
+        assert hash(one) == hash(two) and len({one, two, other()}) == 2
+    field = type(one).__slots__[0]
+    with pytest.raises(AttributeError):
+        setattr(one, field, None)
+    with pytest.raises(AttributeError):
+        delattr(one, field)
+    if not isinstance(one, Table):  # a Table's own repr never shows shadow's rows
+        assert repr(one).startswith(f"{type(one).__name__}({field}=")
+    assert one.as_dict() == {name: getattr(one, name) for name in type(one).__slots__ if name != "id"}
+
+
+def test_the_defaults_and_the_copies_are_the_dataclasses():
+    assert Change() == Change(Action.NONE, (), None, False) and Change().summary == "none"
+    assert Change(Action.CREATE, ("absent",)).replace(diff="d", sensitive=True) == Change(
+        Action.CREATE, ("absent",), "d", True
+    )
+    want = FileWant("/a", "/r/a", "present", b"x", None, None, None)
+    assert (want.sensitive, want.validate, want.replace, want.backups, want.real) == (False, None, True, 0,
+                                                                                       Path("/r/a"))
+    assert FileHave("absent", None, None).rejected is None
+    assert _config().report_to is None and _config().to_json()["mode"] == "enforce"
+    assert HostConfig.from_json(_config(name="h").to_json()) == _config(name="h")
+    resource = Resource(3, "File", "/a", SimpleNamespace(requires=["File[/b]"], subscribes=["Exec[x]"]))
+    assert resource.id == "File[/a]" and resource.needs == ["File[/b]", "Exec[x]"]
+    manifest = Manifest(Path("/m"), (resource,), (0,))
+    assert (manifest.source, manifest.paths, manifest.ordered()) == ("<manifest>", frozenset(), [resource])
+    assert FromManifest is Manifest and FromManifestResource is Resource  # still where validation makes them
+
+
+def test_the_mutable_ones_compare_by_value_and_are_not_hashable(tmp_path):
+    resource = Resource(0, "File", "/a", SimpleNamespace(requires=[], subscribes=[]))
+    out = Outcome(resource)
+    assert (out.action, out.state, out.changed, out.duration_seconds) == (Action.NONE, ResourceState.PENDING,
+                                                                          False, 0.0)
+    assert out == Outcome(resource) and out != Outcome(resource, state=ResourceState.FAILED)
+    out.state = ResourceState.CONVERGED
+    assert out.as_report()["state"] == "converged"
+    with pytest.raises(TypeError):
+        hash(out)
+    done = Completed(("true",), 0, "", "")
+    assert done.timed_out is False and done == Completed(("true",), 0, "", "", False)
+    result = PassResult({}, [], 0)
+    assert (result.reboot_now, result.warnings) == (False, []) and result.warnings is not PassResult({}, [], 0).warnings
+    ctx = HostContext(root=tmp_path)
+    assert (ctx.mode, ctx.manifest_dir, ctx.runner, ctx.cache, ctx.systemd) == (Mode.ENFORCE, Path.cwd(), run, {}, None)
+    assert ctx.cache is not HostContext(root=tmp_path).cache
+    ctx.systemd = True
+    assert ctx.systemd_running()
+
+
+def test_facts_give_templates_a_copy_and_name_every_fact():
+    facts = Facts("h", {"ID": "debian"}, "6.1", "b", 2, 512)
+    seen = facts.as_dict()
+    assert seen == {"hostname": "h", "os_release": {"ID": "debian"}, "kernel": "6.1", "boot_id": "b",
+                    "cpu_count": 2, "memory_mb": 512}
+    seen["os_release"]["ID"] = "changed"
+    assert facts.os_release == {"ID": "debian"} and Facts("h").os_release == {}
+    assert NAMES == {"hostname", "os_release", "kernel", "boot_id", "cpu_count", "memory_mb", "facts"}
+    assert os.uname().release  # what running_kernel reads
