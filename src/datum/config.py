@@ -28,6 +28,7 @@ from datum.core.converge import ConvergeConfig
 from datum.core.findings import FieldError, Finding, Problem, invalid
 from datum.core.memory import BackoffPolicy
 from datum.core.vocab import ConvergeMode, Direction, Mode, RebootPolicy
+from datum.home import default_home
 from datum.validation import field_errors
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
@@ -53,16 +54,6 @@ def parse_duration(value: Any) -> timedelta:
 
 
 Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
-
-
-def default_home() -> Path:
-    """Where Datum keeps its state when the configuration does not say."""
-    if home := os.environ.get("DATUM_HOME"):
-        return Path(home).expanduser()
-    if os.geteuid() == 0:
-        return Path("/var/lib/datum")
-    state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(state) / "datum"
 
 
 class _Strict(BaseModel):

@@ -226,3 +226,42 @@ def test_a_report_that_cannot_be_stored_is_a_not_persisted_problem_carrying_it(t
     with pytest.raises(Problem, match="is a URL"):  # the other problem this module raises, as before
         statefile.state_path("postgresql://db/datum")
     assert statefile.NotPersisted is statefile._not_persisted() and statefile.NotPersisted.__module__ == statefile.__name__
+
+
+@pytest.mark.parametrize(
+    "env",
+    [{"DATUM_HOME": "/srv/datum-home"}, {"XDG_STATE_HOME": "/srv/xdg"}, {}],
+    ids=["DATUM_HOME", "XDG_STATE_HOME", "neither"],
+)
+def test_with_no_configuration_file_the_host_defaults_are_datum_configs(monkeypatch, env):
+    """A pass with no configuration file skips the settings model; what it uses must be what the
+    model would have given (a default changed in one place and not the other fails here)."""
+    from datum.config import load_settings
+    from datum.host.compiled import HostConfig, load_config
+
+    for name in ("DATUM_HOME", "XDG_STATE_HOME", "DATUM_CONFIG"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert HostConfig.without_file() == HostConfig.from_settings(load_settings(None))
+    assert load_config(None) == HostConfig.without_file()
+
+
+def test_a_first_pass_with_no_configuration_file_does_not_build_the_settings_model(tmp_path):
+    manifest = tmp_path / "m.yaml"
+    manifest.write_text('resources:\n  - File[/a]:\n      content: "a\\n"\n')
+    (tmp_path / "root").mkdir()
+    code = (
+        "import sys\nfrom datum.cli.main import main\n"
+        f"sys.argv = ['datum', 'apply', {str(manifest)!r}, '--root', {str(tmp_path / 'root')!r}]\n"
+        "try:\n    main()\nexcept SystemExit as e:\n    assert e.code in (0, 2), e.code\n"
+        "assert 'datum.config' not in sys.modules, 'the settings model was imported'\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DATUM_")}
+    env.update(DATUM_HOME=str(tmp_path / "home"), DATUM_CACHE_DIR=str(tmp_path / "cache"))
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "root" / "a").read_text() == "a\n"
+    # A fresh host: DATUM_HOME did not exist; the pass made it, for its owner only.
+    assert os.stat(tmp_path / "home").st_mode & 0o777 == 0o700
+    assert (tmp_path / "home" / "agent.db").is_file()

@@ -79,6 +79,24 @@ class HostConfig(Frozen):
         setattr_(self, "token", token)
 
     @classmethod
+    def without_file(cls) -> HostConfig:
+        """With no configuration file: ``[host]``'s defaults, as ``datum.config`` gives them
+        (tests/host/test_pass_costs.py holds the two equal), without importing pydantic."""
+        from datum.home import default_home
+        from datum.host.statefile import state_path
+
+        return cls(
+            name=None,
+            mode=Mode.ENFORCE,
+            reboot_policy=RebootPolicy.NEVER,
+            maintenance_window=None,
+            reboot_command="systemctl reboot",
+            state_path=state_path(str(default_home() / "agent.db"), "[host] state"),
+            boot_id_file="/proc/sys/kernel/random/boot_id",
+            lock_wait=timedelta(seconds=30),
+        )
+
+    @classmethod
     def from_settings(cls, settings: Any) -> HostConfig:
         """From validated ``datum.config.Settings``."""
         from datum.host.statefile import state_path
@@ -209,9 +227,12 @@ def config_key(flag: str | None) -> str | None:
 
 
 def load_config(flag: str | None) -> HostConfig:
-    """The host configuration: validated by ``datum.config`` (pydantic) once, then from its own
-    cache entry while the file (or its absence) and the environment it reads are unchanged,
-    so a pass whose manifest changed does not validate an unchanged configuration again."""
+    """The host configuration: with no file, the defaults (``HostConfig.without_file``); else
+    validated by ``datum.config`` (pydantic) once, then from its own cache entry while the file
+    and the environment it reads are unchanged, so a pass whose manifest changed does not
+    validate an unchanged configuration again."""
+    if config_file(flag) is None:  # nothing to validate: not even a first pass builds the settings model
+        return HostConfig.without_file()
     key = config_key(flag)
     if key is not None:
         try:

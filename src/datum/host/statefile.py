@@ -318,20 +318,40 @@ class StateStore:
 
 
 def open_local(path: str) -> Any:
-    """The agent's local state file, its tables made when missing (``sqlite3``, autocommit)."""
+    """The agent's local state file, its tables made when missing (``sqlite3``, autocommit).
+
+    On a first pass the directory it lives in may not exist yet (``$DATUM_HOME``
+    on a fresh host): it is made, readable by its owner only (0700).
+    """
     import sqlite3
 
     try:
-        db = sqlite3.connect(path, timeout=10, isolation_level=None)
+        try:
+            return _connect(path)
+        except sqlite3.OperationalError:
+            parent = os.path.dirname(path)
+            if not parent or os.path.lexists(parent):
+                raise
+            os.makedirs(parent, mode=0o700)
+            return _connect(path)
+    except (sqlite3.Error, OSError) as exc:
+        from datum.core.findings import Problem
+
+        why = _why(exc, path) if isinstance(exc, sqlite3.Error) else f"cannot make {exc.filename}: {exc.strerror}"
+        raise Problem.one("UNAVAILABLE", f"cannot open the state file {path}: {why}") from exc
+
+
+def _connect(path: str) -> Any:
+    import sqlite3
+
+    db = sqlite3.connect(path, timeout=10, isolation_level=None)
+    try:
         db.execute("PRAGMA busy_timeout=10000")
         if not db.execute("SELECT 1 FROM sqlite_master WHERE name='agent_meta'").fetchone():
             db.executescript(LOCAL_SCHEMA)
-    except sqlite3.Error as exc:
-        from datum.core.findings import Problem
-
-        raise Problem.one(
-            "UNAVAILABLE", f"cannot open the state file {path}: {_why(exc, path)}"
-        ) from exc
+    except BaseException:
+        db.close()
+        raise
     return db
 
 
