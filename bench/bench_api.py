@@ -44,7 +44,7 @@ import httpx
 import sqlalchemy as sa
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import database, header, verdict  # noqa: E402
+from _common import cpu_seconds, database, header, verdict  # noqa: E402
 
 PATH = "/v1/observability/admin/reconcilers/buckets/drift"
 TARGET_P99_MS = 20.0
@@ -101,11 +101,15 @@ def rss_kib(pid: int) -> int:
 # -- load generators ---------------------------------------------------------------
 
 
-def wrk(url: str, token: str, concurrency: int, seconds: float, pin: list[str]) -> dict[str, float]:
-    """One wrk run (one load thread: enough, and it leaves the server a core); p50/p99 in ms, errors."""
+def wrk(
+    url: str, token: str, concurrency: int, seconds: float, pin: list[str], headers: tuple[str, ...] = ()
+) -> dict[str, float]:
+    """One wrk run (one load thread: enough, and it leaves the server a core); p50/p99 in ms, errors.
+    ``headers`` are more request headers (``If-None-Match: "..."``)."""
+    more = [arg for h in headers for arg in ("-H", h)]
     out = subprocess.run(
         [*pin, "wrk", "-t1", f"-c{concurrency}", f"-d{seconds:.0f}s", "--latency", "--timeout", "5s",
-         "-H", f"Authorization: Bearer {token}", url],
+         "-H", f"Authorization: Bearer {token}", *more, url],
         capture_output=True, text=True, check=True,
     ).stdout
     def ms(label: str) -> float:
@@ -243,6 +247,7 @@ def main(items: int = 10_000, cap: int = 500, requests: int = 100_000, concurren
                 def run(n: int) -> dict[str, float]:
                     return parallel(lambda u, c: wrk(u, token, c, seconds, load_pin), urls, shares)
             rss = [sum(rss_kib(s.pid) for s in servers)]
+            cpu = sum(cpu_seconds(s.pid) for s in servers)
             results = []
             served = 0
             while served < requests:
@@ -250,6 +255,7 @@ def main(items: int = 10_000, cap: int = 500, requests: int = 100_000, concurren
                 results.append(res)
                 served += int(res["requests"])
                 rss.append(sum(rss_kib(s.pid) for s in servers))
+            cpu = sum(cpu_seconds(s.pid) for s in servers) - cpu
         finally:
             for server in servers:
                 server.terminate()
@@ -268,6 +274,7 @@ def main(items: int = 10_000, cap: int = 500, requests: int = 100_000, concurren
         "rps": round(sum(float(r["rps"]) for r in results) / len(results)),
         "p50_ms": round(max(float(r["p50_ms"]) for r in results), 2),
         "p99_ms": round(max(p99s), 2),  # over the whole run when it is one round
+        "server_cpu_us_per_request": round(cpu * 1e6 / max(1, served), 1),  # every replica's
         "p99_ms_median_round": round(sorted(p99s)[len(p99s) // 2], 2),
         "p99_ms_worst_round": round(max(p99s), 2),
         "p99_ms_per_round": [round(p, 2) for p in p99s],

@@ -52,6 +52,11 @@ def test_a_composed_manifest_is_served_from_memory_until_the_directory_changes(f
     etag = first.headers["etag"]
     cached = get(s, **{"If-None-Match": f'"x", W/{etag}'})
     assert cached.status_code == 304 and cached.content == b"" and cached.headers["etag"] == etag
+    exact = get(s, **{"If-None-Match": etag})  # what an agent sends back: its ETag as given
+    assert exact.status_code == 304 and exact.content == b"" and exact.headers["etag"] == etag
+    other = get(s, **{"If-None-Match": '"sha256:other"'})
+    assert other.status_code == 200 and other.content == first.content
+    assert other.headers["content-length"] == str(len(first.content)) and other.headers["etag"] == etag
     assert s.composed == ["web1"]
     (s.fleet / "web.yaml").write_text("resources:\n  - File[/etc/motd]:\n      content: changed\n")
     changed = get(s, **{"If-None-Match": etag})

@@ -34,3 +34,31 @@ def test_host_series_grow_by_two_plus_the_resource_states_of_each_host(story):
     per_reconciler = sum(n for name, n in counts.items() if name.startswith("datum_reconciler"))
     assert counts["datum_reconciler_items"] == 20 * 3 + (20 + 1) * 3
     assert per_reconciler <= 2 * 85 + 3 + 3 * counts["datum_reconciler_coverage_rows"]
+
+
+def test_a_scrape_reads_the_summary_intake_wrote_and_a_row_without_one_its_report(story):
+    """The resource counts and the interval come from the summary columns (what /v1/hosts reads), not
+    the report; a row with no summary (one intake could not summarize) still reads its report's."""
+    import sqlalchemy as sa
+
+    from datum.store.schema import hosts
+
+    report = pass_report(state="converged") | {
+        "reason": None, "counts": {"converged": 40}, "intervalSeconds": 60,
+        "resources": [{"id": "Package[nginx]", "type": "Package", "name": "nginx", "action": "none", "state": "converged"}],
+    }
+    record_pass(story.store, "web1", report | {"host": "web1"})
+    record_pass(story.store, "old1", report | {"host": "old1", "counts": {"converged": 7}})
+    with story.store.begin() as conn:  # as a row from before summaries, or one intake could not summarize
+        conn.execute(sa.update(hosts).where(hosts.c.host == "old1").values(summary=None, interval_seconds=None))
+    samples = {
+        (s.name, s.labels.get("host"), s.labels.get("state")): s.value
+        for family in text_string_to_metric_families(story.get("/metrics").text)
+        for s in family.samples
+    }
+    # web1: its summary's counts (its one resource), not the 40 its report claims
+    assert samples[("datum_host_resources", "web1", "converged")] == 1.0
+    assert samples[("datum_host_resources", "old1", "converged")] == 7.0
+    # both silent for more than a few of their 60 s intervals: unknown, the interval read either way
+    assert samples[("datum_host_state", "web1", "unknown")] == 1.0
+    assert samples[("datum_host_state", "old1", "unknown")] == 1.0

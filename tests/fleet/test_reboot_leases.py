@@ -128,3 +128,37 @@ def test_a_rule_that_gives_only_a_group_validates_and_serves_no_manifest(tmp_pat
     with pytest.raises(Problem) as none:
         effective(tmp_path, "db1", {"os_release": {"ID": "debian"}})  # a group, and no manifest
     assert none.value.findings[0].code == "NOT_FOUND"
+
+
+def _pass(host: str, boot: str | None, seq: int) -> dict[str, object]:
+    report: dict[str, object] = {
+        "host": host, "mode": "enforce", "state": "converged", "startedAt": "2026-11-30T08:00:00+00:00",
+        "finishedAt": "2026-11-30T08:00:01+00:00", "durationSeconds": 1.0, "exitCode": 0,
+        "passId": f"{host}-{seq}", "seq": seq, "counts": {}, "resources": [],
+    }
+    if boot is not None:
+        report["bootId"] = boot
+    return report
+
+
+def test_a_stored_pass_from_another_boot_frees_the_lease_in_the_intake_statement(store):
+    """The intake's own write (history on, as the server takes a pass: one statement on PostgreSQL) frees
+    the lease only for a stored pass from another boot; a pass of the same boot, without a boot id, not
+    stored (older, the same again) or of another host leaves it."""
+    from datum.store.hosts import take_pass
+
+    def intake(host: str, boot: str | None, seq: int) -> str:
+        return take_pass(store, host, _pass(host, boot, seq), history=True, release_lease=True).outcome
+
+    assert take(store, "web1", "web", "boot-1", 1, HOUR).granted
+    assert intake("web1", "boot-1", 5) == "stored"  # the pass before its reboot, same boot
+    assert intake("web1", None, 6) == "stored"  # no boot id: nothing said about a reboot
+    assert intake("web2", "boot-9", 1) == "stored"  # another host's pass
+    assert intake("web1", "boot-2", 4) == "older"  # not stored: the lease stays
+    assert intake("web1", "boot-2", 6) == "duplicate"
+    assert [x.host for x in read(store).rebooting] == ["web1"]
+    assert take_pass(store, "web1", _pass("web1", "boot-2", 7), history=True).outcome == "stored"
+    assert [x.host for x in read(store).rebooting] == ["web1"]  # not asked to: kept
+    assert intake("web1", "boot-2", 8) == "stored"  # back from its reboot
+    assert read(store).all == ()
+    assert take(store, "web2", "web", "boot-9", 1, HOUR).granted  # its slot is free

@@ -6,6 +6,20 @@ the schema, which is what makes action groups (``action in Action::"read"``)
 work. A decision other than ``Allow`` (``Deny``, or ``NoDecision`` when the
 request does not fit the schema) is a deny. Decisions depend only on
 (principal, action, resource) here, so they are memoised.
+
+The memo also knows when a decision does not depend on the resource's id.
+The only entity the store holds for a decision is a bound principal (its
+``name`` and ``host`` attributes); a resource is not in it, so it has no
+attributes and no parents, and Cedar can tell two resource ids of one type
+apart only by comparing them with an entity some policy names or with the
+principal's attributes (Cedar has no operator that reads an id as text).
+Every id no policy and no attribute of the principal names (``_unnamed``)
+therefore gets the same decision: one Cedar call decides them all, which is
+what an unbound agent token reporting for 10,000 hosts needs. Every other id
+is decided, and memoised, by itself. Policies are read once, when the
+server starts, so nothing memoised outlives what it was decided under;
+tokens resolve to principals before the memo is asked (``datum.api.tokens``),
+so the memo holds no token.
 """
 
 from __future__ import annotations
@@ -111,6 +125,39 @@ def check_policies(policies: str, schema: cedarpy.Schema, origin: str) -> None:
         )
 
 
+MEMO_MAX = 200_000
+
+
+def _named(policies: str) -> frozenset[str] | None:
+    """Every string the policies hold (entity ids among them), or None when that cannot be told (templates).
+
+    A superset of the entity ids they name (a string literal or an annotation counts too): that only costs
+    a decision of its own for that id.
+    """
+    import json
+
+    try:
+        doc = json.loads(cedarpy.policies_to_json_str(policies))
+    except Exception:  # noqa: BLE001 - not told: every id decided by itself
+        return None
+    if not isinstance(doc, dict) or doc.get("templates"):
+        return None
+    found: set[str] = set()
+
+    def walk(value: object) -> None:
+        if isinstance(value, str):
+            found.add(value)
+        elif isinstance(value, dict):
+            for item in value.values():
+                walk(item)
+        elif isinstance(value, list):
+            for item in value:
+                walk(item)
+
+    walk(doc.get("staticPolicies", {}))
+    return frozenset(found)
+
+
 class Authorizer:
     """Decides whether a principal may take an action on a resource."""
 
@@ -119,7 +166,8 @@ class Authorizer:
         check_policies(policies, self.schema, origin)
         self.policies = cedarpy.PolicySet.from_str(policies)
         self.entities = cedarpy.Entities.from_json_str("[]", self.schema)
-        self._memo: dict[tuple[str, str, str, str], bool] = {}
+        self._memo: dict[tuple[str, str, str, str | None], bool] = {}
+        self._named = _named(policies)
 
     @classmethod
     def from_settings(cls, policy: Path | None, fragments: Iterable[str] = ()) -> Authorizer:
@@ -133,8 +181,20 @@ class Authorizer:
             raise Problem.one("INVALID_INPUT", f"cannot read the policy file {policy}: {exc.strerror}") from exc
         return cls(text, schema, str(policy))
 
+    def _key(self, principal: str, action: str, resource: Resource) -> tuple[str, str, str, str | None]:
+        """What a decision is memoised by: the resource's id left out when it is ``_unnamed``."""
+        kind, eid = resource
+        named = self._named
+        if named is None or eid in named or eid == principal:
+            return (principal, action, kind, eid)
+        if BOUND in principal:
+            name, _, bound_host = principal.partition(BOUND)
+            if eid in (name, bound_host):
+                return (principal, action, kind, eid)
+        return (principal, action, kind, None)
+
     def allowed(self, principal: str, action: Action | str, resource: Resource) -> bool:
-        key = (principal, str(action), *resource)
+        key = self._key(principal, str(action), resource)
         known = self._memo.get(key)
         if known is not None:
             return known
@@ -150,7 +210,9 @@ class Authorizer:
             self.schema,
         )
         decision = result.decision == cedarpy.Decision.Allow
-        if len(self._memo) > 10_000:  # resource ids come from requests: keep the memo bounded
+        # Keys are per principal (a token's) and per named id: a fleet of bound agents needs one per host and
+        # action; resource ids from requests that nothing names share one key, so the bound is generous.
+        if len(self._memo) > MEMO_MAX:
             self._memo.clear()
         self._memo[key] = decision
         return decision

@@ -4,7 +4,8 @@ A custom collector rather than counters updated in-process: with several
 servers (PostgreSQL) or the CLI ticking reconcilers, only the store knows the
 truth. A scrape costs one query for the run rows, one for the hosts (their
 state, when their last pass finished, their agent's interval, last report
-time and resource counts, not their reports) and each
+time and resource counts: the summary columns intake writes, not their
+reports) and each
 reconciler's (cached) drift report.
 
 Series an alert reads are always there: every reason and direction of every
@@ -188,11 +189,16 @@ class StoreCollector(Collector):
         _registry, store = self.state.wired()
         now = datetime.now(UTC)  # reports are stamped with the store's wall clock, not the app's
         t = hosts_table
+        # The summary columns intake writes with each report (as /v1/hosts reads them), not the report: a
+        # row without a summary (one intake could not summarize) reads its report's, in the same query.
+        legacy = t.c.summary.is_(None)
         with store.connect() as conn:
             rows = conn.execute(
                 sa.select(
-                    t.c.host, t.c.state, t.c.updated_at, t.c.report["counts"], t.c.finished_at,
-                    t.c.report["intervalSeconds"],
+                    t.c.host, t.c.state, t.c.updated_at,
+                    sa.case((legacy, t.c.report["counts"]), else_=t.c.summary["counts"]),
+                    t.c.finished_at,
+                    sa.case((legacy, t.c.report["intervalSeconds"].as_float()), else_=t.c.interval_seconds),
                 )
             ).all()
         multiple = self.state.settings.fleet.stale_after

@@ -15,7 +15,6 @@ from datum.api.state import ServerState
 from datum.core.findings import FieldError, invalid
 from datum.host.report import PassReport
 from datum.store.hosts import take_pass
-from datum.store.leases import release_rebooted
 
 
 @dataclass(frozen=True)
@@ -44,8 +43,8 @@ def take(state: ServerState, host: str, report: PassReport) -> Answer:
     # with the page's history strip (not for a pass re-sent), in the same statement on PostgreSQL
     taken = take_pass(
         store, host, doc, history=True, keep=state.settings.server.history, text=text,
-        # back from a reboot: its lease frees the group's slot, in the same transaction
-        on_stored=lambda conn: release_rebooted(conn, host, doc.get("bootId")),
+        # back from a reboot: its lease frees the group's slot, in the same transaction (statement, on PostgreSQL)
+        release_lease=True,
     )
     if taken.outcome != "stored":  # the same pass again, or one older than the stored: kept as it was
         return Answer(200, host_status(taken.row).model_dump_json(by_alias=True, exclude_none=True).encode(), taken.outcome)

@@ -26,6 +26,7 @@ from fastapi import FastAPI
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from datum.api.app import create_app
+from datum.api.corked import Corked
 from datum.api.watch import RunWatch
 from datum.config import Settings
 from datum.reconcile.registry import Registry
@@ -102,7 +103,9 @@ class HeaderDeadline(HttpToolsProtocol):
     connection and sends nothing, or trickles its headers a byte at a time
     (slowloris): each would hold a connection forever. Here a deadline starts when
     the connection opens and when each request's first byte arrives, and ends
-    when the headers are complete; past it the connection is closed.
+    when the headers are complete; past it the connection is closed. A request's
+    deadline is armed only when a chunk leaves its headers incomplete, so a
+    request that arrives in one piece costs no timer.
     """
 
     header_timeout: float = 10.0
@@ -110,6 +113,7 @@ class HeaderDeadline(HttpToolsProtocol):
     max_url_bytes: int = 8 * 1024
     _header_timer: asyncio.TimerHandle | None = None
     _header_bytes: int = 0
+    _heading = False  # in a request line and headers
     _refusal: tuple[int, str] | None = None
 
     def send_400_response(self, msg: str) -> None:
@@ -135,22 +139,30 @@ class HeaderDeadline(HttpToolsProtocol):
             raise ValueError("request target too long")
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
+        # a response's head and body in one send (datum.api.corked)
+        super().connection_made(Corked(transport, self.loop))  # type: ignore[arg-type]
         self._arm()
 
     def data_received(self, data: bytes) -> None:
         super().data_received(data)
-        if self._header_timer is None or self.transport.is_closing():
+        if not self._heading or self.transport.is_closing():
             return
-        self._header_bytes += len(data)  # still in a request line and headers: bounded too
+        # This chunk left a request line or headers incomplete: bounded in size and in time. A request
+        # that arrives whole in one chunk (the usual case) never arms a timer.
+        self._header_bytes += len(data)
         if self._header_bytes > self.max_header_bytes:
             self._refuse(431, f"the request line and headers exceed {self.max_header_bytes} bytes")
+        elif self._header_timer is None:
+            self._header_timer = self.loop.call_later(self.header_timeout, self._late)
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
-        self._arm()
+        self._disarm()  # the wait for the connection's first byte is over; this request's starts now
+        self._header_bytes = 0
+        self._heading = True
 
     def on_headers_complete(self) -> None:
+        self._heading = False
         self._disarm()
         super().on_headers_complete()
 

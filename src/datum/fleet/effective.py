@@ -107,23 +107,62 @@ _CACHE: dict[tuple[str, str, str, str], Effective] = {}
 _CACHE_MAX = 10_000
 
 
-def _signature(directory: Path) -> str:
-    """Every file of the fleet directory with its size and mtime: any edit is another signature."""
-    parts = []
+def _walk(directory: Path) -> list[str]:
+    """Every directory and file under ``directory``, in order (each directory, then its files)."""
+    paths = []
     for top, dirs, files in os.walk(directory):
         dirs.sort()
-        for name in sorted(files):
-            try:
-                st = os.stat(os.path.join(top, name))
-            except OSError:
-                continue
-            parts.append(f"{top}/{name}:{st.st_size}:{st.st_mtime_ns}")
-    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+        paths.append(top)
+        paths.extend(os.path.join(top, name) for name in sorted(files))
+    return paths
+
+
+def _stats(paths: tuple[str, ...]) -> tuple[tuple[int, int, int], ...] | None:
+    """Inode, size and mtime of each path; None when one is gone."""
+    out = []
+    for path in paths:
+        try:
+            st = os.stat(path)
+        except OSError:
+            return None
+        out.append((st.st_ino, st.st_size, st.st_mtime_ns))
+    return tuple(out)
+
+
+# Per fleet directory: the paths of its last walk, their stats then, and the signature of that walk.
+_SEEN: dict[str, tuple[tuple[str, ...], tuple[tuple[int, int, int], ...], str]] = {}
+
+
+def _signature(directory: Path) -> str:
+    """Every file of the fleet directory with its size and mtime: any edit is another signature.
+
+    The directory is walked again only when a ``stat`` of what the last walk found differs: a file
+    written (size, mtime), replaced (inode) or removed, or a directory whose entries changed (a
+    directory's mtime moves when a file or subdirectory is added, removed or renamed in it). So an
+    edit is seen by the next request, and a request costs a ``stat`` per path, not a walk and a hash.
+    """
+    key = str(directory)
+    seen = _SEEN.get(key)
+    if seen is not None:
+        paths, stats, signature = seen
+        if _stats(paths) == stats:
+            return signature
+    walked = tuple(_walk(directory))
+    now = _stats(walked)
+    if now is None:  # a file went away during the walk: not remembered, walked again next time
+        return hashlib.sha256(os.urandom(16)).hexdigest()
+    # the signature of exactly the stats compared above: an edit after this stat is another one
+    signature = hashlib.sha256(repr((walked, now)).encode()).hexdigest()
+    if len(_SEEN) >= 100:
+        _SEEN.clear()
+    _SEEN[key] = (walked, now, signature)
+    return signature
 
 
 def _key(directory: Path, host: str, facts: dict[str, Any]) -> tuple[str, str, str, str]:
     """What an effective manifest is remembered by: ``directory`` (resolved) and its files' state, the host, its facts."""
-    return (str(directory), host, json.dumps(facts, sort_keys=True, default=str), _signature(directory))
+    told = json.dumps(facts, sort_keys=True, default=str) if facts else "{}"
+    return (str(directory), host, told, _signature(directory))
 
 
 def effective(directory: Path, host: str, facts: dict[str, Any]) -> Effective:

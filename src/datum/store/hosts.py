@@ -14,6 +14,7 @@ from datum.core.hostsummary import interval_of, summarize
 from datum.core.vocab import HostState
 from datum.store.engine import Store
 from datum.store.history import HOST, KEYFRAME, host_pass_values, record_host_pass
+from datum.store.leases import release_rebooted
 from datum.store.schema import hosts
 from datum.store.types import UTCDateTime
 
@@ -72,6 +73,7 @@ def take_pass(
     keep: timedelta | None = None,
     text: str | None = None,
     on_stored: Callable[[sa.Connection], object] | None = None,
+    release_lease: bool = False,
 ) -> Taken:
     """Persist ``report`` (a ``PassReport`` in its JSON form) as ``host``'s latest pass, with its summary.
 
@@ -86,15 +88,24 @@ def take_pass(
     PostgreSQL in the same statement, so a stored pass costs one round trip.
     ``text`` is ``report`` as JSON text when the caller has it already.
     ``on_stored(conn)`` runs in the same transaction once the pass is stored.
+    With ``release_lease`` a stored pass from a boot other than the one of the
+    host's reboot lease frees that lease (the host is back from its reboot:
+    ``datum.store.leases.release_rebooted``), in the same transaction; on
+    PostgreSQL with ``history`` in the same statement, so the intake's one
+    round trip stays one.
     """
     values, seq = _values(report)
     with store.begin() as conn:
         if history and store.dialect == "postgresql":
-            now = conn.execute(_PG_TAKE_WITH_HISTORY, _pg_params(host, values, report, keep, text)).scalar()
+            params = _pg_params(host, values, report, keep, text)
+            params["release"] = (values["boot_id"] or None) if release_lease else None
+            now = conn.execute(_PG_TAKE_WITH_HISTORY, params).scalar()
         else:
             now = conn.execute(_upsert(store.dialect, host, values, seq)).scalar()
             if now is not None and history:
                 record_host_pass(conn, host, report, _as_utc(now), keep)
+            if now is not None and release_lease:
+                release_rebooted(conn, host, values["boot_id"])
         if now is not None and on_stored is not None:
             on_stored(conn)
         if now is not None:
@@ -132,7 +143,9 @@ def _upsert(dialect: str, host: str, values: dict[str, Any], seq: int | None) ->
 
 # PostgreSQL, report intake: the host row under the sequence rule and, when it was stored, its history row
 # (items only when they differ from the last row that stored them, or that row is KEYFRAME rows back, as
-# store.history.record decides) and the prune of what is older than :keep: one statement, one round trip.
+# store.history.record decides), the prune of what is older than :keep and, with :release (the report's
+# boot id, when the caller frees a reboot lease), the host's lease from another boot: one statement, one
+# round trip.
 _HOST_COLUMNS = (
     "host", "state", "reason", "boot_id", "finished_at", "updated_at", "report", "pass_id", "seq", "summary",
     "interval_seconds",
@@ -164,6 +177,9 @@ WITH up AS (
          WHEN (SELECT n FROM since) >= :keyframe THEN CAST(:items AS json)
     END
   FROM up
+), released AS (
+  DELETE FROM reboot_leases
+  WHERE host = :host AND boot_id <> CAST(:release AS text) AND EXISTS (SELECT 1 FROM up)
 )
 SELECT now FROM up
 """)
@@ -189,6 +205,7 @@ def _pg_params(
         "counts": json.dumps(passed["counts"]),
         "items": None if items is None else json.dumps(items),
         "keyframe": KEYFRAME - 1,
+        "release": None,
     }
 
 

@@ -1,0 +1,84 @@
+"""Cedar's memo: one decision for every resource id no policy names, each named id decided by itself.
+
+Each decision the memo gives is compared with Cedar's own for the same request
+(a fresh ``Authorizer`` per request, so nothing memoised), over policies that
+name hosts in every way a policy can: in the scope, in a condition, through a
+bound principal's ``host`` attribute, in a set.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from datum.api import authz as authz_module
+from datum.api.authz import Action, Authorizer, bound, host, shipped_policies, shipped_schema
+
+POLICIES = shipped_policies() + """
+@id("no-reports-for-db1")
+forbid (principal, action == Action::"fleet:ReportPass", resource == Host::"db1");
+
+@id("ops-reads-two-hosts")
+permit (principal == Principal::"ops", action == Action::"fleet:ReadManifest", resource)
+when { [Host::"web7", Host::"web8"].contains(resource) };
+
+@id("ci-not-on-the-vault")
+permit (principal == Principal::"ci", action == Action::"fleet:ReadHost", resource is Host)
+unless { resource == Host::"vault" };
+"""
+
+PRINCIPALS = ["agent", "ops", "ci", "operator", "nobody", bound("agent", "web1"), bound("agent", "db1"),
+              bound("other", "web2")]
+HOSTS = ["web1", "web2", "web7", "web8", "db1", "vault", "h-0001", "h-0002", "agent", "ops", "Host"]
+ACTIONS = [Action.REPORT_PASS, Action.READ_MANIFEST, Action.READ_HOST, Action.READ_SUBSTRATE]
+
+
+def test_every_memoised_decision_is_cedars_own():
+    memo = Authorizer(POLICIES, shipped_schema())
+    schema = shipped_schema()
+    for _round in range(2):  # the second round answers from the memo
+        for principal in PRINCIPALS:
+            for action in ACTIONS:
+                for name in HOSTS:
+                    fresh = Authorizer(POLICIES, schema).allowed(principal, action, host(name))
+                    assert memo.allowed(principal, action, host(name)) is fresh, (principal, action, name)
+
+
+def test_ids_no_policy_names_share_one_cedar_call_and_named_ones_do_not(monkeypatch):
+    authz = Authorizer(POLICIES, shipped_schema())
+    calls: list[str] = []
+    real = authz_module.cedarpy.is_authorized
+
+    def counted(request, *args):
+        calls.append(request["resource"]["id"])
+        return real(request, *args)
+
+    monkeypatch.setattr(authz_module.cedarpy, "is_authorized", counted)
+    assert all(authz.allowed("agent", Action.REPORT_PASS, host(f"h-{n:05d}")) for n in range(1000))
+    assert calls == ["h-00000"]
+    assert not authz.allowed("agent", Action.REPORT_PASS, host("db1"))  # named by the forbid: its own call
+    assert calls == ["h-00000", "db1"]
+    # A bound principal's own host is named by its attribute: decided apart from every other host.
+    web1 = bound("agent", "web1")
+    assert authz.allowed(web1, Action.REPORT_PASS, host("web1"))
+    assert not authz.allowed(web1, Action.REPORT_PASS, host("web2"))
+    assert not authz.allowed(web1, Action.REPORT_PASS, host("web3"))  # as web2: no call
+    assert calls == ["h-00000", "db1", "web1", "web2"]
+
+
+def test_policies_with_templates_decide_every_id_by_itself():
+    assert authz_module._named(POLICIES) is not None
+    assert "db1" in (authz_module._named(POLICIES) or ())
+    template = 'permit (principal == ?principal, action, resource);'
+    assert authz_module._named(template) is None
+
+
+@pytest.mark.parametrize("principal", ["agent", bound("agent", "web1")])
+def test_the_memo_stays_bounded(monkeypatch, principal):
+    monkeypatch.setattr(authz_module, "MEMO_MAX", 10)
+    policies = shipped_policies() + "".join(
+        f'\nforbid (principal, action == Action::"fleet:ReadHost", resource == Host::"n{n}");' for n in range(30)
+    )
+    authz = Authorizer(policies, shipped_schema())
+    for n in range(30):
+        authz.allowed(principal, Action.READ_HOST, host(f"n{n}"))
+        assert len(authz._memo) <= 11
