@@ -113,3 +113,11 @@ def test_intake_benchmark_posts_lists_and_fetches_manifests():
     assert (out["reports"], out["errors"], out["listed"], out["walked"]) == (20, 0, 21, 21)
     assert out["reports_per_s"] > 0 and out["list_ms_median"] > 0
     assert out["manifest_requests"] > 0 and not out["manifest_errors"]
+
+
+@pytest.mark.postgres
+def test_coverage_counts_every_row_both_ways_on_both_backends():
+    bench = load("bench_coverage")
+    out = bench.main(3_000, runs=2, scan=True, writes=10)  # asserts the counted and the scanned totals are the rows written
+    assert set(out) == {"sqlite", "postgresql"}
+    assert all(counted > 0 and scanned > 0 for counted, scanned in out.values())

@@ -34,7 +34,7 @@ def test_heads_read_from_the_files_are_alembics():
     assert set(HEADS) == _alembic_heads(CORE.versions) == {HEAD}
     from datum.reconcilers.buckets.reconciler import BRANCH
 
-    assert set(heads(BRANCH)) == _alembic_heads(BRANCH.versions) == {"buckets_0001"}
+    assert set(heads(BRANCH)) == _alembic_heads(BRANCH.versions) == {"buckets_0002"}
 
 
 def test_a_new_store_is_at_head_and_matches_the_table_definitions(store_url):
@@ -221,7 +221,7 @@ def test_a_buckets_table_made_by_create_all_is_adopted_by_the_buckets_branch(sto
     engine.dispose()
     store = open_store(store_url, branches=[buckets.BRANCH])
     with store.connect() as conn:
-        assert current_revisions(conn, buckets.BRANCH) == {"buckets_0001"}
+        assert current_revisions(conn, buckets.BRANCH) == {"buckets_0002"}
         diff = compare_metadata(MigrationContext.configure(conn), buckets.metadata)
     assert [d for d in diff if d[0] not in ("modify_type", "remove_table", "remove_index")] == []
     assert [r["name"] for r in buckets.rows(store)] == ["old"]
@@ -234,7 +234,7 @@ def test_a_new_store_gets_the_buckets_table_from_its_branch_as_declared(store_ur
     store = open_store(store_url)
     buckets.create(store, "fresh")  # require(): the branch runs on first use
     with store.connect() as conn:
-        assert current_revisions(conn, buckets.BRANCH) == {"buckets_0001"}
+        assert current_revisions(conn, buckets.BRANCH) == {"buckets_0002"}
         diff = compare_metadata(MigrationContext.configure(conn), buckets.metadata)
     assert [d for d in diff if d[0] not in ("modify_type", "remove_table", "remove_index")] == []
     store.dispose()

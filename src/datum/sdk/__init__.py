@@ -16,7 +16,9 @@ What an apply raises (``datum.core.errors`` draws the hierarchy)
 Reasons
     ``Reason`` (the contract's registry), ``PluginReason``, ``registered``.
 Coverage
-    ``CoverageDecl``, ``CoverageSpec``, ``CoverageRow``.
+    ``CoverageDecl``, ``CoverageSpec``, ``CoverageRow``; ``count_statuses`` and
+    ``drop_status_counts`` (in a migration: per-status counts kept by the
+    database, read by a ``CoverageSpec(..., counted=True)``).
 Storage
     ``set_status`` (compare-and-set on a desired-state row's status; during a
     pass, ``ctx.compare_and_set``), ``Store``, ``Branch`` (a plugin's own Alembic branch: ``store.require``), ``UTCDateTime``.
@@ -63,6 +65,8 @@ _WHERE: dict[str, str] = {
     "CoverageDecl": "datum.core.coverage",
     "CoverageRow": "datum.core.coverage",
     "CoverageSpec": "datum.reconcile.coverage",
+    "count_statuses": "datum.reconcile.status_counts",
+    "drop_status_counts": "datum.reconcile.status_counts",
     "Store": "datum.store.engine",
     "set_status": "datum.reconcile.desired",
     "Branch": "datum.store.migrate",
@@ -122,6 +126,8 @@ __all__ = [
     "set_status",
     "Waiting",
     "count_objects",
+    "count_statuses",
+    "drop_status_counts",
     "invalid",
     "registered",
     "remove_empty",
@@ -164,6 +170,7 @@ if TYPE_CHECKING:
     from datum.reconcile.desired import set_status
     from datum.reconcile.registry import Reconciler
     from datum.reconcile.result import Result
+    from datum.reconcile.status_counts import count_statuses, drop_status_counts
     from datum.safefs import Occupied, count_objects, remove_empty
     from datum.store.engine import Store
     from datum.store.migrate import Branch

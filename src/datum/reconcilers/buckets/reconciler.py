@@ -73,10 +73,22 @@ buckets = sa.Table(
     "buckets",
     metadata,
     sa.Column("name", sa.String(63), primary_key=True),
-    sa.Column("status", sa.String(32), nullable=False, index=True),
+    sa.Column("status", sa.String(32), nullable=False),
     sa.Column("created_at", UTCDateTime, nullable=False),
     sa.Column("updated_at", UTCDateTime, nullable=False),
+    # per-status counts are kept by triggers (migration buckets_0002): coverage reads those
+    sa.Index("ix_buckets_status_updated_at", "status", "updated_at"),
 )
+
+
+
+def coverage_spec(work_query: Collection[str] = WORK_QUERY) -> CoverageSpec:
+    """What coverage reads for ``work_query``: the ``buckets`` table, its counts kept by the database."""
+    decl = CoverageDecl(
+        kind=KIND, selected=frozenset(work_query), terminal=frozenset({DELETED}) - frozenset(work_query)
+    )
+    return CoverageSpec(decl, buckets, counted=True)
+
 
 _SAFE_NAME = re.compile(r"^[a-z0-9](?:[a-z0-9-]{1,61})[a-z0-9]$")
 
@@ -210,12 +222,7 @@ class BucketsReconciler:
         self.store = store
         self.root = Path(settings.root)
         self.work_query = tuple(settings.work_query)
-        decl = CoverageDecl(
-            kind=KIND,
-            selected=frozenset(self.work_query),
-            terminal=frozenset({DELETED}) - frozenset(self.work_query),
-        )
-        self.coverage = [CoverageSpec(decl, buckets)]
+        self.coverage = [coverage_spec(self.work_query)]
         self._ctx: PassContext | None = None
         store.require(BRANCH)
 

@@ -70,9 +70,11 @@ desired_roles = sa.Table(
     sa.Column("login", sa.Boolean, nullable=False),
     sa.Column("connection_limit", sa.Integer, nullable=False),
     sa.Column("member_of", sa.JSON, nullable=False),
-    sa.Column("status", sa.String(32), nullable=False, index=True),
+    sa.Column("status", sa.String(32), nullable=False),
     sa.Column("created_at", UTCDateTime, nullable=False),
     sa.Column("updated_at", UTCDateTime, nullable=False),
+    # per-status counts are kept by triggers (migration pg_roles_0002): coverage reads those
+    sa.Index("ix_pg_roles_desired_status_updated_at", "status", "updated_at"),
 )
 
 _IDENT = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
@@ -304,7 +306,7 @@ class PgRolesReconciler:
         self.store = store
         self.prefix = settings.prefix
         decl = CoverageDecl(kind=KIND, selected=frozenset(WORK_QUERY), terminal=frozenset({DROPPED}), owned_by=OWNED_BY)
-        self.coverage = [CoverageSpec(decl, desired_roles)]
+        self.coverage = [CoverageSpec(decl, desired_roles, counted=True)]
         self._ctx: PassContext | None = None
         store.require(BRANCH)
 

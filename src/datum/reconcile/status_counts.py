@@ -1,0 +1,247 @@
+"""Per-status row counts of a desired-state table, kept by the database itself.
+
+The coverage histogram needs, per status, how many rows and the oldest row's
+age. Counting at query time is a scan of every row (300 ms for 1,000,000 on
+SQLite); this keeps the counts in ``<table>_status_counts`` (``status``,
+``n``), maintained by triggers on the table in the transaction of every write,
+whoever writes (the reconciler, the CLI, a route, an operator's SQL). The ages
+come from an index on (status, since), one index probe per status.
+
+SQLite: one row per status, upserted by row triggers. SQLite has one writer at
+a time, so the counts are exact. A ``REPLACE`` fires the delete triggers of
+the row it removes only with ``recursive_triggers`` on, which the store's
+connections set (``datum.store.engine``).
+
+PostgreSQL: the table is a log of signed deltas. Statement triggers (with
+transition tables) *append* ``(status, ±rows)``; they never update a shared
+counter row, so concurrent writers neither wait on each other nor deadlock,
+and a rolled-back writer leaves nothing. The count of a status is the sum of
+its deltas, read in one statement (one snapshot). ``compact`` folds the log
+into one row per status in one statement (``DELETE ... RETURNING`` feeding an
+``INSERT``): a delta committed meanwhile is not in its snapshot and stays;
+one compaction at a time (an advisory lock); it then vacuums the log, whose
+folded rows every read would otherwise still scan. A coverage read folds a
+log longer than ``COMPACT_AT`` rows. ``TRUNCATE`` of the table empties the
+counts (a statement trigger).
+
+A plugin turns this on in a migration of its own branch (``count_statuses``),
+which also counts the rows already there, and declares it with
+``CoverageSpec(..., counted=True)``.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import sqlalchemy as sa
+
+log = logging.getLogger(__name__)
+
+SUFFIX = "_status_counts"
+# A delta log longer than this is folded after a coverage read (PostgreSQL).
+COMPACT_AT = 1000
+_SMALL_PAGES = 16  # a folded log larger than this is folded once more, to give its pages back
+_MAX_IDENTIFIER = 63  # PostgreSQL truncates longer names silently
+
+
+def counts_name(table: str) -> str:
+    """The name of ``table``'s count table."""
+    return f"{table}{SUFFIX}"
+
+
+def counts_table(table: str) -> sa.TableClause:
+    """``table``'s count table, to query: ``status``, ``n`` (a count on SQLite, a delta on PostgreSQL)."""
+    return sa.table(counts_name(table), sa.column("status", sa.String), sa.column("n", sa.BigInteger))
+
+
+def _index_name(table: str, status_column: str, since_column: str) -> str:
+    return f"ix_{table}_{status_column}_{since_column}"
+
+
+def _names(table: str) -> dict[str, str]:
+    return {
+        "counts": counts_name(table),
+        "function": f"{table}_count_statuses",
+        "insert": f"{table}_count_insert",
+        "update": f"{table}_count_update",
+        "delete": f"{table}_count_delete",
+        "truncate": f"{table}_count_truncate",
+    }
+
+
+def _lock_key(table: str) -> str:
+    return f"datum-status-counts:{table}"
+
+
+def count_statuses(
+    table: str,
+    *,
+    status_column: str = "status",
+    since_column: str | None = "updated_at",
+    bind: sa.Connection | None = None,
+) -> None:
+    """Keep per-status counts of ``table`` from now on, counting the rows it already holds.
+
+    Call it in an ``upgrade()`` of the plugin's own Alembic branch (``bind``
+    defaults to the migration's connection). Creates ``<table>_status_counts``,
+    the triggers that maintain it, and an index on (``status_column``,
+    ``since_column``) for the ages. The rows already there are counted in the
+    same transaction as the triggers are made, with the table's writers held
+    off meanwhile: no write is counted twice or missed. ``status_column`` must
+    be ``NOT NULL``.
+    """
+    conn = bind if bind is not None else _migration_connection()
+    names = _names(table)
+    index = _index_name(table, status_column, since_column or "")
+    if any(len(n) > _MAX_IDENTIFIER for n in [*names.values(), index]):
+        raise ValueError(f"{table!r} is too long a name to name its count table, triggers and index after")
+    columns = {c["name"]: c for c in sa.inspect(conn).get_columns(table)}
+    if status_column not in columns:
+        raise ValueError(f"{table} has no column {status_column!r}")
+    if columns[status_column]["nullable"]:
+        raise ValueError(f"{table}.{status_column} must be NOT NULL to be counted")
+    q = conn.dialect.identifier_preparer.quote
+    t, s, c = q(table), q(status_column), q(names["counts"])
+    if conn.dialect.name == "postgresql":
+        _install_postgresql(conn, table, names, t, s, c)
+    else:
+        _install_sqlite(conn, names, t, s, c)
+    if since_column is not None:
+        conn.execute(sa.text(f"CREATE INDEX IF NOT EXISTS {q(index)} ON {t} ({s}, {q(since_column)})"))
+
+
+def _install_sqlite(conn: sa.Connection, names: dict[str, str], t: str, s: str, c: str) -> None:
+    q = conn.dialect.identifier_preparer.quote
+    # Python's sqlite3 runs DDL outside a transaction unless one is open: the table may
+    # outlive a failed attempt, hence IF NOT EXISTS and the DELETE. The DELETE is a write:
+    # it opens the transaction and takes SQLite's write lock before the backfill reads,
+    # and the triggers below are made in that same transaction.
+    conn.execute(sa.text(f"CREATE TABLE IF NOT EXISTS {c} (status VARCHAR NOT NULL PRIMARY KEY, n BIGINT NOT NULL)"))
+    conn.execute(sa.text(f"DELETE FROM {c}"))
+    conn.execute(sa.text(f"INSERT INTO {c} (status, n) SELECT {s}, count(*) FROM {t} GROUP BY {s}"))
+
+    def bump(row: str, sign: str) -> str:
+        return (
+            f"INSERT INTO {c} (status, n) VALUES ({row}.{s}, {sign}1) "
+            f"ON CONFLICT (status) DO UPDATE SET n = n {sign} 1;"
+        )
+
+    conn.execute(sa.text(
+        f"CREATE TRIGGER {q(names['insert'])} AFTER INSERT ON {t} BEGIN {bump('NEW', '+')} END"
+    ))
+    conn.execute(sa.text(
+        f"CREATE TRIGGER {q(names['delete'])} AFTER DELETE ON {t} BEGIN {bump('OLD', '-')} END"
+    ))
+    conn.execute(sa.text(
+        f"CREATE TRIGGER {q(names['update'])} AFTER UPDATE OF {s} ON {t} "
+        f"WHEN OLD.{s} IS NOT NEW.{s} BEGIN {bump('OLD', '-')} {bump('NEW', '+')} END"
+    ))
+
+
+def _install_postgresql(conn: sa.Connection, table: str, names: dict[str, str], t: str, s: str, c: str) -> None:
+    q = conn.dialect.identifier_preparer.quote
+    # Held to the end of the migration's transaction: no write to the table between the
+    # backfill's snapshot and the triggers (SHARE ROW EXCLUSIVE conflicts with every writer).
+    conn.execute(sa.text(f"LOCK TABLE {t} IN SHARE ROW EXCLUSIVE MODE"))
+    # Its dead tuples (folded or rolled-back deltas) are scanned by every read until vacuumed.
+    conn.execute(sa.text(
+        f"CREATE TABLE {c} (status TEXT NOT NULL, n BIGINT NOT NULL) "
+        "WITH (autovacuum_vacuum_threshold = 1000, autovacuum_vacuum_scale_factor = 0)"
+    ))
+    conn.execute(sa.text(f"INSERT INTO {c} (status, n) SELECT {s}, count(*) FROM {t} GROUP BY {s}"))
+    key = _lock_key(table).replace("'", "''")
+    function = q(names["function"])
+    conn.execute(sa.text(f"""
+CREATE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql AS $body$
+BEGIN
+  IF TG_OP = 'INSERT' THEN
+    INSERT INTO {c} (status, n) SELECT {s}, count(*) FROM new_rows GROUP BY {s};
+  ELSIF TG_OP = 'DELETE' THEN
+    INSERT INTO {c} (status, n) SELECT {s}, -count(*) FROM old_rows GROUP BY {s};
+  ELSIF TG_OP = 'UPDATE' THEN
+    INSERT INTO {c} (status, n)
+      SELECT status, sum(d) FROM (
+        SELECT {s} AS status, -1 AS d FROM old_rows UNION ALL SELECT {s}, 1 FROM new_rows
+      ) moved GROUP BY status HAVING sum(d) <> 0;
+  ELSIF TG_OP = 'TRUNCATE' THEN
+    -- after any compaction under way has committed, so its folded rows are seen and removed
+    PERFORM pg_advisory_xact_lock(hashtext('{key}'));
+    DELETE FROM {c};
+  END IF;
+  RETURN NULL;
+END
+$body$"""))
+    for op, referencing in (
+        ("INSERT", "REFERENCING NEW TABLE AS new_rows"),
+        ("UPDATE", "REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows"),
+        ("DELETE", "REFERENCING OLD TABLE AS old_rows"),
+    ):
+        conn.execute(sa.text(
+            f"CREATE TRIGGER {q(names[op.lower()])} AFTER {op} ON {t} {referencing} "
+            f"FOR EACH STATEMENT EXECUTE FUNCTION {function}()"
+        ))
+    conn.execute(sa.text(
+        f"CREATE TRIGGER {q(names['truncate'])} AFTER TRUNCATE ON {t} FOR EACH STATEMENT EXECUTE FUNCTION {function}()"
+    ))
+
+
+def drop_status_counts(
+    table: str,
+    *,
+    status_column: str = "status",
+    since_column: str | None = "updated_at",
+    bind: sa.Connection | None = None,
+) -> None:
+    """Undo ``count_statuses`` (in a ``downgrade()``): the triggers, the count table and the index."""
+    conn = bind if bind is not None else _migration_connection()
+    names = _names(table)
+    q = conn.dialect.identifier_preparer.quote
+    t = q(table)
+    for which in ("insert", "update", "delete", "truncate"):
+        on = f" ON {t}" if conn.dialect.name == "postgresql" else ""
+        conn.execute(sa.text(f"DROP TRIGGER IF EXISTS {q(names[which])}{on}"))
+    if conn.dialect.name == "postgresql":
+        conn.execute(sa.text(f"DROP FUNCTION IF EXISTS {q(names['function'])}()"))
+    conn.execute(sa.text(f"DROP TABLE IF EXISTS {q(names['counts'])}"))
+    if since_column is not None:
+        conn.execute(sa.text(f"DROP INDEX IF EXISTS {q(_index_name(table, status_column, since_column))}"))
+
+
+def _migration_connection() -> sa.Connection:
+    from alembic import op
+
+    return op.get_bind()
+
+
+def compact(engine: sa.Engine, table: str) -> bool:
+    """Fold ``table``'s delta log into one row per status (PostgreSQL); whether this call did it.
+
+    Skipped when another compaction holds the table's lock. Exact under
+    concurrent writers: the ``DELETE`` returns exactly the deltas its snapshot
+    sees, and the same statement inserts their sums; deltas committed
+    meanwhile stay in the log.
+    """
+    if engine.dialect.name != "postgresql":
+        return False  # SQLite's triggers keep one row per status already
+    c = engine.dialect.identifier_preparer.quote(counts_name(table))
+    for _ in range(2):
+        with engine.begin() as conn:
+            if not conn.execute(
+                sa.text("SELECT pg_try_advisory_xact_lock(hashtext(:k))"), {"k": _lock_key(table)}
+            ).scalar():
+                return False
+            conn.execute(sa.text(
+                f"WITH moved AS (DELETE FROM {c} RETURNING status, n) "
+                f"INSERT INTO {c} (status, n) SELECT status, sum(n) FROM moved GROUP BY status HAVING sum(n) <> 0"
+            ))
+        # The folded rows are dead tuples every read would still scan: reclaim them now (skipped when
+        # another vacuum of the table runs), not when autovacuum wakes.
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            conn.execute(sa.text(f"VACUUM (SKIP_LOCKED) {c}"))
+            pages = conn.execute(sa.text("SELECT pg_relation_size(:t) / current_setting('block_size')::int"),
+                                 {"t": counts_name(table)}).scalar_one()
+        # After a bulk load the folded rows sit on the last of many emptied pages, which a vacuum
+        # cannot cut off; folding once more puts them on the first free page, then it can.
+        if pages <= _SMALL_PAGES:
+            break
+    return True
