@@ -209,6 +209,25 @@ def test_an_unchanged_pass_imports_no_dataclasses_no_findings_and_no_validation(
     assert json.loads(out)["issues"][0]["message"].endswith("is not a directory")
 
 
+def test_an_unchanged_pass_over_directories_imports_neither_dataclasses_nor_safefs(host):
+    """A Directory that is only present (with a mode) needs no counting: ``datum.safefs`` and
+    ``Converge`` (with ``dataclasses``, ``hashlib``) come in only to count, remove or purge."""
+    manifest = host.manifest(
+        'resources:\n  - Directory[/srv/www]:\n      mode: "0755"\n'
+        '  - File[/srv/www/index.html]:\n      content: "hi\\n"\n'
+    )
+    args = ("apply", str(manifest), "--root", str(host.root), "--state", str(host.state))
+    assert _imports(host, *args)[0] == 2
+    code, imported, out = _imports(host, *args)
+    assert code == 0 and "Directory[/srv/www]" in out and "host state: converged" in out
+    heavy = {"dataclasses", "inspect", "datum.safefs", "datum.core.converge", "hashlib"}
+    assert heavy.isdisjoint(imported), heavy & imported
+    (host.root / "srv/www/stray").write_text("x")  # purge must count it: safefs comes in then
+    manifest.write_text(manifest.read_text().replace('mode: "0755"', 'mode: "0755"\n      purge: true'))
+    code, imported, out = _imports(host, *args)
+    assert code == 2 and "datum.safefs" in imported and not (host.root / "srv/www/stray").exists(), out
+
+
 def test_a_report_that_cannot_be_stored_is_a_not_persisted_problem_carrying_it(tmp_path):
     from datum.core.findings import Problem
     from datum.host import statefile

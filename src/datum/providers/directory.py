@@ -26,23 +26,33 @@ import errno
 import os
 import stat
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from datum import safefs
-from datum.core.converge import Converge, ConvergeConfig
 from datum.core.vocab import Action, Direction, Reason
 from datum.providers import fs
 from datum.providers.accounts import owner_ids
 from datum.providers.base import Change, HostContext, PathProvider, ProviderError
+from datum.providers.value import Frozen
 
 if TYPE_CHECKING:
+    from datum import safefs
     from datum.providers.specs import DirectorySpec
 
 
-@dataclass(frozen=True)
-class DirWant:
+class DirWant(Frozen):
+    """What a Directory resource wants.
+
+    With ``recurse``: ``left`` are the entries below that another resource sets
+    mode, owner or group on, and ``left_trees`` the trees a Directory below
+    recurses over itself (paths from ``real``); ``file_mode`` is a regular
+    file's mode below (the permission bits of ``mode``, x added where it gives r).
+    """
+
+    __slots__ = (
+        "host_path", "real", "ensure", "mode", "uid", "gid", "purge", "force", "keep",
+        "recurse", "left", "left_trees", "file_mode",
+    )  # fmt: skip
     host_path: str
     real: Path
     ensure: str
@@ -52,36 +62,73 @@ class DirWant:
     purge: bool
     force: bool
     keep: frozenset[str]
-    recurse: bool = False
-    # Below, with ``recurse``: entries another resource sets mode, owner or group on,
-    # and trees a Directory below recurses over itself (paths from ``real``).
-    left: frozenset[str] = frozenset()
-    left_trees: frozenset[str] = frozenset()
-    # Below, with ``recurse``: a regular file's mode, the permission bits of the
-    # mode given (``mode`` is the directories', x added where it gives r).
-    file_mode: int | None = None
+    recurse: bool
+    left: frozenset[str]
+    left_trees: frozenset[str]
+    file_mode: int | None
+
+    def __init__(
+        self,
+        host_path: str,
+        real: Path,
+        ensure: str,
+        mode: int | None,
+        uid: int | None,
+        gid: int | None,
+        purge: bool,
+        force: bool,
+        keep: frozenset[str],
+        recurse: bool = False,
+        left: frozenset[str] = frozenset(),
+        left_trees: frozenset[str] = frozenset(),
+        file_mode: int | None = None,
+    ) -> None:
+        values = (host_path, real, ensure, mode, uid, gid, purge, force, keep, recurse, left, left_trees, file_mode)
+        for name, value in zip(self.__slots__, values, strict=True):
+            object.__setattr__(self, name, value)
 
 
-@dataclass(frozen=True)
-class DirHave:
+class DirHave(Frozen):
+    """What observe found. ``held``: what each directory to be removed holds, counted by
+    observe (None: it could not be counted), ``SELF`` for the directory itself when it is
+    to be absent. ``below``: with ``recurse``, how many entries below differ, and the first few."""
+
+    __slots__ = ("kind", "st", "entries", "held", "below")
     kind: str
     st: os.stat_result | None
     entries: frozenset[str]
-    # What each directory to be removed holds, counted by observe (None: it could
-    # not be counted); ``SELF`` for the directory itself when it is to be absent.
-    held: Mapping[str, safefs.Tally | None] = field(default_factory=dict)
-    # With ``recurse``: how many entries below differ, and the first few of them.
-    below: Below | None = None
+    held: Mapping[str, safefs.Tally | None]
+    below: Below | None
+
+    def __init__(
+        self,
+        kind: str,
+        st: os.stat_result | None,
+        entries: frozenset[str],
+        held: Mapping[str, safefs.Tally | None] | None = None,
+        below: Below | None = None,
+    ) -> None:
+        object.__setattr__(self, "kind", kind)
+        object.__setattr__(self, "st", st)
+        object.__setattr__(self, "entries", entries)
+        object.__setattr__(self, "held", {} if held is None else held)
+        object.__setattr__(self, "below", below)
 
 
-@dataclass(frozen=True)
-class Below:
+class Below(Frozen):
     """Entries below a recursing directory whose mode or ownership differ."""
 
+    __slots__ = ("count", "shown")
     count: int
     shown: tuple[str, ...]
 
+    def __init__(self, count: int, shown: tuple[str, ...]) -> None:
+        object.__setattr__(self, "count", count)
+        object.__setattr__(self, "shown", shown)
+
     def text(self) -> str:
+        from datum import safefs
+
         listed = "; ".join(self.shown)
         more = f"; and {self.count - len(self.shown)} more" if self.count > len(self.shown) else ""
         differ = "differs" if self.count == 1 else "differ"
@@ -164,7 +211,10 @@ class DirectoryProvider(PathProvider["DirectorySpec", DirWant, DirHave]):
         below = _observe_below(want) if want.recurse and kind == "directory" else None
         if kind != "directory" or not (want.purge or want.ensure == "absent"):
             return DirHave(kind, st, frozenset(), below=below)
-        # What each directory to be removed holds, counted now: apply counts again.
+        # What each directory to be removed holds, counted now: apply counts again
+        # (datum.safefs imported here: a directory that is only present never needs it).
+        from datum import safefs
+
         try:
             fd = safefs.open_dir(want.real)
         except NotADirectoryError as exc:
@@ -198,6 +248,8 @@ class DirectoryProvider(PathProvider["DirectorySpec", DirWant, DirHave]):
                 counted = have.held.get(SELF)
                 if counted is None:
                     raise ProviderError(f"{want.host_path}: {UNCOUNTED}")
+                from datum import safefs
+
                 return Change(
                     Action.DELETE,
                     (f"directory holding {safefs.entries_text(counted.entries)}, want absent",),
@@ -301,6 +353,8 @@ def _walk_below(
     want: DirWant, fd: int
 ) -> Iterator[tuple[safefs.Below, tuple[int | None, int | None, int | None]]]:
     """Each entry below that recurse manages, with what it should have; trees left to others are skipped."""
+    from datum import safefs
+
     skipping: str | None = None
     for e in safefs.below(fd):
         if skipping is not None and e.path.startswith(skipping):
@@ -317,6 +371,8 @@ def _walk_below(
 
 
 def _open_top(want: DirWant) -> int:
+    from datum import safefs
+
     try:
         return safefs.open_dir(want.real)
     except NotADirectoryError as exc:
@@ -341,6 +397,8 @@ def _observe_below(want: DirWant) -> Below:
 
 def _apply_below(want: DirWant) -> None:
     """Walk again and change, entry by entry, what differs now; raise naming those that failed."""
+    from datum import safefs
+
     fd = _open_top(want)
     failed: list[str] = []
     count = 0
@@ -412,6 +470,8 @@ CONTENT = "set force: true to purge directories with content"
 
 def _tally_entry(fd: int, name: str) -> dict[str, safefs.Tally | None]:
     """``{name: what it holds}`` when ``name`` is a directory (None: it could not be counted), else ``{}``."""
+    from datum import safefs
+
     try:
         sub = safefs.open_dir(name, dir_fd=fd)
     except (NotADirectoryError, FileNotFoundError):
@@ -428,6 +488,8 @@ def _tally_entry(fd: int, name: str) -> dict[str, safefs.Tally | None]:
 
 def _refusal(held: Mapping[str, safefs.Tally | None], name: str, force: bool) -> str | None:
     """Why apply would leave the unmanaged entry ``name`` alone, or None when it removes it."""
+    from datum import safefs
+
     if name not in held:
         return None  # not a directory: unlinked
     counted = held[name]
@@ -444,6 +506,8 @@ def _could_not(refused: Mapping[str, str]) -> str:
 
 def _remove_directory(want: DirWant, have: DirHave) -> None:
     """``ensure: absent`` on a directory: ``rmdir``, or with ``force`` the tree if nothing appeared since observe."""
+    from datum import safefs
+
     parent = safefs.open_dir(want.real.parent)
     name = want.real.name
     try:
@@ -479,6 +543,9 @@ def purge(want: DirWant, have: DirHave) -> None:
     (``rmdir`` bottom-up), or with ``force`` if it holds no more than observe
     counted; otherwise it is left alone and named with why.
     """
+    from datum import safefs
+    from datum.core.converge import Converge, ConvergeConfig
+
     # One pass, no confirmation and no breaker (an empty desired set included):
     # the manifest is the operator's explicit, validated decision, and a host
     # pass has no memory across runs.
@@ -505,6 +572,8 @@ def purge(want: DirWant, have: DirHave) -> None:
 
 def _purge_entry(fd: int, name: str, held: Mapping[str, safefs.Tally | None], force: bool) -> None:
     """Remove the unmanaged entry ``name`` of the directory open at ``fd``, as it is now."""
+    from datum import safefs
+
     try:
         st = os.stat(name, dir_fd=fd, follow_symlinks=False)
     except FileNotFoundError:
