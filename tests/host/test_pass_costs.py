@@ -228,6 +228,53 @@ def test_an_unchanged_pass_over_directories_imports_neither_dataclasses_nor_safe
     assert code == 2 and "datum.safefs" in imported and not (host.root / "srv/www/stray").exists(), out
 
 
+ACCOUNTS_LINKS_LINES_EXECS = """resources:
+  - Group[ops]:
+      gid: 2000
+  - User[web]:
+      uid: 2001
+      groups: [ops]
+      requires: [Group[ops]]
+  - Line[hosts]:
+      path: /etc/hosts
+      line: "127.0.1.1 web-1"
+      create: true
+  - Symlink[/srv/current]:
+      target: /srv/releases/1
+  - Exec[ready]:
+      command: 'touch "$DATUM_ROOT/srv/ready"'
+      creates: /srv/ready
+  - Exec[checked]:
+      command: "false"
+      unless: "true"
+"""
+
+
+def test_an_unchanged_pass_over_accounts_links_lines_and_execs_imports_no_dataclasses(host):
+    """User, Group, Line, Symlink and Exec (guarded by creates / unless) that are as wanted: their
+    values are ``datum.providers.value`` classes, so an idle pass loads no ``dataclasses`` (nor
+    ``inspect``, ``ast``), ``datum.safefs`` or ``Converge``; only ``unless`` runs a command."""
+    etc = host.root / "etc"
+    etc.mkdir()
+    (etc / "passwd").write_text("root:x:0:0:root:/root:/bin/bash\n")
+    (etc / "group").write_text("root:x:0:\n")
+    (host.root / "srv").mkdir()
+    manifest = host.manifest(ACCOUNTS_LINKS_LINES_EXECS)
+    args = ("apply", str(manifest), "--root", str(host.root), "--state", str(host.state))
+    code, _imported, out = _imports(host, *args)
+    assert code == 2 and (host.root / "srv/ready").exists(), out
+    code, imported, out = _imports(host, *args)
+    assert code == 0 and "host state: converged" in out, out
+    for resource in ("Group[ops]", "User[web]", "Line[hosts]", "Symlink[/srv/current]", "Exec[ready]",
+                     "Exec[checked]"):
+        assert resource in out
+    assert {"datum.providers.accounts", "datum.providers.value"} <= imported
+    heavy = {"dataclasses", "inspect", "ast", "datum.safefs", "datum.core.converge", "hashlib"}
+    assert heavy.isdisjoint(imported), heavy & imported
+    assert "web:x:2001:" in (etc / "passwd").read_text() and "ops:x:2000:web" in (etc / "group").read_text()
+    assert os.readlink(host.root / "srv/current") == "/srv/releases/1"
+
+
 def test_a_report_that_cannot_be_stored_is_a_not_persisted_problem_carrying_it(tmp_path):
     from datum.core.findings import Problem
     from datum.host import statefile

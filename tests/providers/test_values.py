@@ -20,8 +20,15 @@ from datum.host.model import Manifest, Resource
 from datum.host.reboot import Decision, Found, Slot
 from datum.providers.accounts import Table
 from datum.providers.base import Change, Completed, HostContext, run
+from datum.providers.exec import ExecHave, ExecWant
 from datum.providers.facts import NAMES, Facts
 from datum.providers.file import FileHave, FileWant
+from datum.providers.group import GroupHave, GroupWant
+from datum.providers.line import LineHave, LineWant
+from datum.providers.package import PkgHave, PkgWant
+from datum.providers.service import SvcHave, SvcWant
+from datum.providers.symlink import LinkHave, LinkWant
+from datum.providers.user import UserHave, UserWant
 
 
 def _config(**kw):
@@ -43,6 +50,20 @@ FROZEN = [
     (lambda: _config(), lambda: _config(token="t")),
     (lambda: Resource(0, "File", "/a", SimpleNamespace(requires=[], subscribes=[])),
      lambda: Resource(1, "File", "/a", SimpleNamespace(requires=[], subscribes=[]))),
+    (lambda: ExecWant("spec", None, "/r", {"A": "1"}), lambda: ExecWant("spec", None, "/r", {"A": "2"})),
+    (lambda: ExecHave(None, True, None), lambda: ExecHave(None, False, None)),
+    (lambda: GroupWant("spec"), lambda: GroupWant("other")),
+    (lambda: GroupHave(("ops", "x", "2000", "")), lambda: GroupHave(None)),
+    (lambda: LineWant("/etc/hosts", Path("/r/etc/hosts"), "spec"), lambda: LineWant("/etc/hosts", Path("/r"), "spec")),
+    (lambda: LineHave(b"a\n", 0o644), lambda: LineHave(b"a\n")),
+    (lambda: PkgWant("tzdata", "present", None, None, False), lambda: PkgWant("tzdata", "latest", None, None, False)),
+    (lambda: PkgHave("1", True, "2"), lambda: PkgHave("1")),
+    (lambda: SvcWant("nginx.service", "running", True), lambda: SvcWant("nginx.service", "stopped", True)),
+    (lambda: SvcHave("active", "enabled"), lambda: SvcHave("inactive", "enabled")),
+    (lambda: LinkWant("/a", Path("/r/a"), "present", "/b"), lambda: LinkWant("/a", Path("/r/a"), "present", "/b", True)),
+    (lambda: LinkHave("link", "/b"), lambda: LinkHave("absent", None)),
+    (lambda: UserWant("spec", "/home/web", "/bin/sh"), lambda: UserWant("spec", "/home/web", "/bin/bash")),
+    (lambda: UserHave(("web", "x", "1"), "web", frozenset({"adm"})), lambda: UserHave(None, None, frozenset())),
 ]
 
 
@@ -50,7 +71,7 @@ FROZEN = [
 def test_a_frozen_value_is_equal_by_its_fields_and_cannot_change(make, other):
     one, two = make(), make()
     assert one == two and one != other() and one != object()
-    if not isinstance(one, Resource | Found):  # a SimpleNamespace spec or a dict: unhashable, as before
+    if not isinstance(one, Resource | Found | ExecWant):  # a SimpleNamespace spec or a dict: unhashable, as before
         assert hash(one) == hash(two) and len({one, two, other()}) == 2
     field = type(one).__slots__[0]
     with pytest.raises(AttributeError):
@@ -78,6 +99,26 @@ def test_the_defaults_and_the_copies_are_the_dataclasses():
     manifest = Manifest(Path("/m"), (resource,), (0,))
     assert (manifest.source, manifest.paths, manifest.ordered()) == ("<manifest>", frozenset(), [resource])
     assert FromManifest is Manifest and FromManifestResource is Resource  # still where validation makes them
+
+
+def test_the_provider_values_keep_their_fields_defaults_and_copies():
+    """Exec, Group, Line, Package, Service, Symlink and User: the fields in the dataclasses' order,
+    their defaults, ``replace``, and a User's repr that never shows its shadow row."""
+    assert ExecWant.__slots__ == ("spec", "creates", "cwd", "env")
+    assert ExecHave.__slots__ == ("created", "unless_ok", "onlyif_ok")
+    assert LineWant.__slots__ == ("host_path", "real", "spec") and LineHave(None) == LineHave(None, None)
+    assert PkgWant.__slots__ == ("name", "ensure", "version", "source", "reboot")
+    assert PkgHave("1") == PkgHave("1", False, None) and PkgHave(None, candidate="2").candidate == "2"
+    assert SvcWant.__slots__ == ("unit", "ensure", "enable") and SvcHave.__slots__ == ("active", "enabled")
+    assert LinkWant("/a", Path("/r/a"), "present", "/b").force is False
+    assert LinkHave.__slots__ == ("kind", "target") and GroupHave.__slots__ == ("row",)
+    assert UserWant.__slots__ == ("spec", "home", "shell")
+    have = UserHave(("web", "x", "1"), "web", frozenset({"b", "a"}))
+    assert (have.shadow, have.home_exists) == (None, True)
+    secret = have.replace(shadow=("web", "$6$salt$hash"))
+    assert secret == UserHave(("web", "x", "1"), "web", frozenset({"a", "b"}), ("web", "$6$salt$hash"), True)
+    assert repr(secret) == "UserHave(row=('web', 'x', '1'), groups=['a', 'b'])" and "hash" not in repr(secret)
+    assert PkgHave("1").replace(candidate="2").as_dict() == {"version": "1", "config_files": False, "candidate": "2"}
 
 
 def test_the_mutable_ones_compare_by_value_and_are_not_hashable(tmp_path):

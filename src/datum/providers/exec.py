@@ -11,12 +11,12 @@ so they must not change anything.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from datum.core.vocab import Action
 from datum.providers.base import Change, Completed, HostContext, Provider, ProviderError
+from datum.providers.value import Frozen
 
 if TYPE_CHECKING:
     from datum.providers.specs import ExecSpec
@@ -26,19 +26,32 @@ if TYPE_CHECKING:
 _WITHHELD = frozenset({"DATUM_TOKEN"})
 
 
-@dataclass(frozen=True)
-class ExecWant:
+class ExecWant(Frozen):
+    __slots__ = ("spec", "creates", "cwd", "env")
     spec: ExecSpec
     creates: Path | None
     cwd: str
     env: dict[str, str]
 
+    def __init__(self, spec: ExecSpec, creates: Path | None, cwd: str, env: dict[str, str]) -> None:
+        object.__setattr__(self, "spec", spec)
+        object.__setattr__(self, "creates", creates)
+        object.__setattr__(self, "cwd", cwd)
+        object.__setattr__(self, "env", env)
 
-@dataclass(frozen=True)
-class ExecHave:
+
+class ExecHave(Frozen):
+    __slots__ = ("created", "unless_ok", "onlyif_ok")
     created: bool | None  # None: no creates guard
     unless_ok: bool | None
     onlyif_ok: bool | None
+
+    def __init__(
+        self, created: bool | None, unless_ok: bool | None, onlyif_ok: bool | None
+    ) -> None:
+        object.__setattr__(self, "created", created)
+        object.__setattr__(self, "unless_ok", unless_ok)
+        object.__setattr__(self, "onlyif_ok", onlyif_ok)
 
 
 def shell(ctx: HostContext, want: ExecWant, command: str) -> Completed:

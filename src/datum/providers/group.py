@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from datum.core.vocab import Action
 from datum.providers import accounts as db
 from datum.providers.base import Change, HostContext, Provider, ProviderError
+from datum.providers.value import Frozen
 
 if TYPE_CHECKING:
     from datum.providers.specs import GroupSpec
@@ -16,14 +16,20 @@ if TYPE_CHECKING:
 NAME = r"^[a-z_][a-z0-9_.-]*\$?$"
 
 
-@dataclass(frozen=True)
-class GroupWant:
+class GroupWant(Frozen):
+    __slots__ = ("spec",)
     spec: GroupSpec
 
+    def __init__(self, spec: GroupSpec) -> None:
+        object.__setattr__(self, "spec", spec)
 
-@dataclass(frozen=True)
-class GroupHave:
+
+class GroupHave(Frozen):
+    __slots__ = ("row",)
     row: tuple[str, ...] | None
+
+    def __init__(self, row: tuple[str, ...] | None) -> None:
+        object.__setattr__(self, "row", row)
 
 
 def members_of(row: tuple[str, ...]) -> list[str]:

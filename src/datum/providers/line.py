@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import re
 import stat
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from datum.core.vocab import Action
 from datum.providers import fs
 from datum.providers.base import Change, HostContext, Provider, ProviderError
+from datum.providers.value import Frozen
 
 if TYPE_CHECKING:
     from datum.providers.specs import LineSpec
@@ -31,17 +31,26 @@ if TYPE_CHECKING:
 _CODEC = ("utf-8", "surrogateescape")
 
 
-@dataclass(frozen=True)
-class LineWant:
+class LineWant(Frozen):
+    __slots__ = ("host_path", "real", "spec")
     host_path: str
     real: Path
     spec: LineSpec
 
+    def __init__(self, host_path: str, real: Path, spec: LineSpec) -> None:
+        object.__setattr__(self, "host_path", host_path)
+        object.__setattr__(self, "real", real)
+        object.__setattr__(self, "spec", spec)
 
-@dataclass(frozen=True)
-class LineHave:
+
+class LineHave(Frozen):
+    __slots__ = ("content", "mode")
     content: bytes | None
-    mode: int | None = None
+    mode: int | None
+
+    def __init__(self, content: bytes | None, mode: int | None = None) -> None:
+        object.__setattr__(self, "content", content)
+        object.__setattr__(self, "mode", mode)
 
 
 def _body(line: str) -> str:

@@ -3,31 +3,44 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from datum.core.vocab import Action
 from datum.providers import fs
 from datum.providers.base import Change, HostContext, PathProvider, ProviderError
+from datum.providers.value import Frozen
 
 if TYPE_CHECKING:
     from datum.providers.specs import SymlinkSpec
 
 
-@dataclass(frozen=True)
-class LinkWant:
+class LinkWant(Frozen):
+    __slots__ = ("host_path", "real", "ensure", "target", "force")
     host_path: str
     real: Path
     ensure: str
     target: str | None
-    force: bool = False
+    force: bool
+
+    def __init__(
+        self, host_path: str, real: Path, ensure: str, target: str | None, force: bool = False
+    ) -> None:
+        object.__setattr__(self, "host_path", host_path)
+        object.__setattr__(self, "real", real)
+        object.__setattr__(self, "ensure", ensure)
+        object.__setattr__(self, "target", target)
+        object.__setattr__(self, "force", force)
 
 
-@dataclass(frozen=True)
-class LinkHave:
+class LinkHave(Frozen):
+    __slots__ = ("kind", "target")
     kind: str
     target: str | None
+
+    def __init__(self, kind: str, target: str | None) -> None:
+        object.__setattr__(self, "kind", kind)
+        object.__setattr__(self, "target", target)
 
 
 class SymlinkProvider(PathProvider["SymlinkSpec", LinkWant, LinkHave]):

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -22,25 +21,45 @@ from datum.core.vocab import Action
 from datum.providers import accounts as db
 from datum.providers.base import Change, HostContext, Provider, ProviderError
 from datum.providers.group import members_of, put_group
+from datum.providers.value import Frozen
 
 if TYPE_CHECKING:
     from datum.providers.specs import UserSpec
 
 
-@dataclass(frozen=True)
-class UserWant:
+class UserWant(Frozen):
+    __slots__ = ("spec", "home", "shell")
     spec: UserSpec
     home: str
     shell: str
 
+    def __init__(self, spec: UserSpec, home: str, shell: str) -> None:
+        object.__setattr__(self, "spec", spec)
+        object.__setattr__(self, "home", home)
+        object.__setattr__(self, "shell", shell)
 
-@dataclass(frozen=True)
-class UserHave:
+
+class UserHave(Frozen):
+    __slots__ = ("row", "gid_name", "groups", "shadow", "home_exists")
     row: tuple[str, ...] | None
     gid_name: str | None
     groups: frozenset[str]
-    shadow: tuple[str, ...] | None = None  # its etc/shadow row, when there is one
-    home_exists: bool = True  # looked at only with manage_home
+    shadow: tuple[str, ...] | None  # its etc/shadow row, when there is one
+    home_exists: bool  # looked at only with manage_home
+
+    def __init__(
+        self,
+        row: tuple[str, ...] | None,
+        gid_name: str | None,
+        groups: frozenset[str],
+        shadow: tuple[str, ...] | None = None,
+        home_exists: bool = True,
+    ) -> None:
+        object.__setattr__(self, "row", row)
+        object.__setattr__(self, "gid_name", gid_name)
+        object.__setattr__(self, "groups", groups)
+        object.__setattr__(self, "shadow", shadow)
+        object.__setattr__(self, "home_exists", home_exists)
 
     def __repr__(self) -> str:  # the shadow row carries a hash: never in a repr or a traceback
         return f"UserHave(row={self.row!r}, groups={sorted(self.groups)!r})"
