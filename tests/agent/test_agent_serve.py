@@ -360,6 +360,12 @@ def test_a_hostile_served_manifest_writes_and_removes_nothing_outside_its_direct
             materialize(_served(files={name: base64.b64encode(b"x").decode()}), base)
     with pytest.raises(Problem, match="is not base64"):
         materialize(_served(files={"t.j2": "%%%"}), base)
+    # A file and a directory of one name, or the manifest's directory itself: a finding, not a crash.
+    with pytest.raises(Problem, match="cannot be written under"):
+        materialize(_served(files={"a": "eA==", "a/b": "eA=="}), base)
+    for name in (".", "", "sub/.."):
+        with pytest.raises(Problem, match="names a file outside it"):
+            materialize(_served(files={name: "eA=="}), base)
     assert not (tmp_path / "escape").exists() and not any(p.name.startswith(".") for p in base.iterdir())
 
     # Links planted under the directory: an old entry and the digest's own name.

@@ -72,6 +72,12 @@ def test_policies_with_templates_decide_every_id_by_itself():
     assert authz_module._named(template) is None
 
 
+def test_a_policy_document_of_another_shape_decides_every_id_by_itself(monkeypatch):
+    """Should cedarpy name its parts otherwise, the memo must fail closed: no id shares a decision."""
+    monkeypatch.setattr(authz_module.cedarpy, "policies_to_json_str", lambda text: '{"policies": {}}')
+    assert authz_module._named(POLICIES) is None
+
+
 @pytest.mark.parametrize("principal", ["agent", bound("agent", "web1")])
 def test_the_memo_stays_bounded(monkeypatch, principal):
     monkeypatch.setattr(authz_module, "MEMO_MAX", 10)

@@ -72,6 +72,21 @@ def test_large_writes_go_at_once_and_in_order(monkeypatch):
     assert asyncio.run(run()) == [b"x" * 11, b"head" + b"y" * 8]
 
 
+def test_a_large_write_after_close_is_not_sent(monkeypatch):
+    monkeypatch.setattr(corked, "LIMIT", 10)
+
+    async def run() -> list[bytes]:
+        wire = Wire()
+        t = Corked(wire, asyncio.get_running_loop())  # type: ignore[arg-type]
+        t.write(b"small")
+        t.close()
+        t.write(b"z" * 50)  # past the limit, the direct path: the connection is closing all the same
+        await asyncio.sleep(0)
+        return wire.writes
+
+    assert asyncio.run(run()) == [b"small"]
+
+
 def test_close_and_eof_flush_first_and_a_closed_connection_is_sent_nothing():
     async def run() -> None:
         loop = asyncio.get_running_loop()

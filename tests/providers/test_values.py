@@ -83,6 +83,18 @@ def test_a_frozen_value_is_equal_by_its_fields_and_cannot_change(make, other):
     assert one.as_dict() == {name: getattr(one, name) for name in type(one).__slots__ if name != "id"}
 
 
+@pytest.mark.parametrize(("make", "other"), FROZEN)
+def test_a_frozen_value_copies_and_pickles_as_a_frozen_dataclass_did(make, other):
+    import copy
+    import pickle
+
+    value = make()
+    for copied in (copy.copy(value), copy.deepcopy(value), pickle.loads(pickle.dumps(value))):
+        assert copied == value and type(copied) is type(value)
+    with pytest.raises(AttributeError):
+        copy.copy(value).__setattr__(value.__slots__[0], None)
+
+
 def test_the_defaults_and_the_copies_are_the_dataclasses():
     assert Change() == Change(Action.NONE, (), None, False) and Change().summary == "none"
     assert Change(Action.CREATE, ("absent",)).replace(diff="d", sensitive=True) == Change(

@@ -97,12 +97,13 @@ def _unpack(base: Path, where: Path, doc: dict[str, Any], files: dict[str, Any])
     from datum.core.findings import Problem
 
     partial = base / f".{where.name}.tmp{os.getpid()}"
-    _remove(partial)
-    partial.mkdir(parents=True)
     try:
+        _remove(partial)
+        partial.mkdir(parents=True)
+        inside = partial.resolve()
         for rel, data in files.items():
-            target = (partial / rel).resolve()
-            if not isinstance(rel, str) or not target.is_relative_to(partial.resolve()):
+            target = (partial / rel).resolve() if isinstance(rel, str) else inside
+            if target == inside or not target.is_relative_to(inside):
                 raise Problem.one("INVALID_INPUT", f"the server's manifest names a file outside it: {rel}")
             try:
                 content = base64.b64decode(data, validate=True)
@@ -117,6 +118,11 @@ def _unpack(base: Path, where: Path, doc: dict[str, Any], files: dict[str, Any])
             partial.rename(where)
         except OSError:  # another agent got there first: the same digest, the same content
             pass
+    except OSError as exc:  # a file and a directory of one name, a full disk: said, never a crash
+        raise Problem.one(
+            "INVALID_INPUT",
+            f"the server's manifest cannot be written under {base}: {exc.strerror or exc} ({exc.filename})",
+        ) from exc
     finally:
         _remove(partial)
     for old in base.iterdir():  # keep the one in use
@@ -125,14 +131,17 @@ def _unpack(base: Path, where: Path, doc: dict[str, Any], files: dict[str, Any])
 
 
 def _remove(path: Path) -> None:
-    """Remove a directory tree, or unlink a link or file; never follow a link; absent is fine."""
+    """Remove a directory tree, or unlink a link or file; never follow a link; best effort
+    (what cannot be removed now is tried again by the next fetch)."""
     if path.is_dir() and not path.is_symlink():
         shutil.rmtree(path, ignore_errors=True)
     else:
         try:
             path.unlink()
-        except FileNotFoundError:
+        except OSError:
             pass
+
+
 def _complete(doc: dict[str, Any], where: Path, digest: str) -> None:
     """Refuse a served manifest whose templates load a file it did not send (or one outside it):
     applied, those resources would fail; the last complete one is applied instead."""

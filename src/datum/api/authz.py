@@ -140,7 +140,9 @@ def _named(policies: str) -> frozenset[str] | None:
         doc = json.loads(cedarpy.policies_to_json_str(policies))
     except Exception:  # noqa: BLE001 - not told: every id decided by itself
         return None
-    if not isinstance(doc, dict) or doc.get("templates"):
+    # Anything but the shape this reads (templates, or a cedarpy that names its parts
+    # otherwise) decides every id by itself: the memo fails closed, never shared.
+    if not isinstance(doc, dict) or doc.get("templates") or not isinstance(doc.get("staticPolicies"), dict):
         return None
     found: set[str] = set()
 
@@ -154,7 +156,7 @@ def _named(policies: str) -> frozenset[str] | None:
             for item in value:
                 walk(item)
 
-    walk(doc.get("staticPolicies", {}))
+    walk(doc["staticPolicies"])
     return frozenset(found)
 
 

@@ -33,7 +33,7 @@ class Corked:
         self._size = 0
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
-        if not data:
+        if not data or self._transport.is_closing():  # closing: nothing more goes out, held or not
             return
         if not self._held:
             if len(data) > LIMIT:

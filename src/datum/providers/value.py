@@ -35,6 +35,10 @@ class Value:
         shown = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__slots__)
         return f"{type(self).__qualname__}({shown})"
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Copied and pickled through ``__init__`` (a frozen one refuses slot assignment after it)."""
+        return (type(self), self._fields())
+
     def as_dict(self) -> dict[str, Any]:
         """Field name -> value, in order (``dataclasses.asdict`` without its deep copy)."""
         return {name: getattr(self, name) for name in self.__slots__}

@@ -10,7 +10,8 @@ come from an index on (status, since), one index probe per status.
 SQLite: one row per status, upserted by row triggers. SQLite has one writer at
 a time, so the counts are exact. A ``REPLACE`` fires the delete triggers of
 the row it removes only with ``recursive_triggers`` on, which the store's
-connections set (``datum.store.engine``).
+connections set (``datum.store.engine``); a connection of another tool
+without it counts a replaced row twice (docs/extending.md says so).
 
 PostgreSQL: the table is a log of signed deltas. Statement triggers (with
 transition tables) *append* ``(status, ±rows)``; they never update a shared
