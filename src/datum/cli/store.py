@@ -9,7 +9,7 @@ from datum.cli.common import config_option
 
 @click.group()
 def store() -> None:
-    """The server's store: its schema."""
+    """The server's store: its schema, and the per-status counts its triggers keep."""
 
 
 @store.command()
@@ -32,3 +32,32 @@ def migrate(config: str | None) -> None:
             click.echo(f"store {opened.name}: already at {after}")
     finally:
         opened.dispose()
+
+
+@store.command()
+@config_option
+def recount(config: str | None) -> None:
+    """Count every counted desired-state table's rows per status again and correct the kept counts.
+
+    The repair after writes their triggers did not see (a REPLACE from a SQLite
+    connection without recursive_triggers, triggers disabled); says what was
+    wrong. Safe beside running servers: each table's writers wait for it.
+    """
+    from datum.cli.common import wire
+    from datum.reconcile.registry import declared_coverage
+    from datum.reconcile.status_counts import recount as recount_table
+
+    w = wire(config)
+    try:
+        for name in w.registry:
+            reconciler, _own = w.registry.build(w.settings, name, w.store)
+            for spec in declared_coverage(reconciler) or ():
+                if not spec.counted:
+                    continue
+                wrong = recount_table(w.store.engine, spec.table.name, spec.status_column)
+                if not wrong:
+                    click.echo(f"{name}: {spec.table.name}: the counts were right")
+                for status, (kept, true) in wrong.items():
+                    click.echo(f"{name}: {spec.table.name}: {status} was counted {kept}, is {true}: corrected")
+    finally:
+        w.store.dispose()

@@ -214,6 +214,35 @@ def _migration_connection() -> sa.Connection:
     return op.get_bind()
 
 
+def recount(engine: sa.Engine, table: str, status_column: str = "status") -> dict[str, tuple[int, int]]:
+    """Count ``table``'s rows per status again and make the kept counts say so: the repair after
+    writes the triggers did not see (a ``REPLACE`` from a SQLite connection without
+    ``recursive_triggers``, triggers disabled). Returns each status whose count was wrong,
+    with (what was kept, what is true).
+
+    One transaction, with the table's writers held off (PostgreSQL: a ``SHARE ROW EXCLUSIVE``
+    lock on the table, reads go on, and the compaction lock; SQLite: its write lock, taken by
+    the first statement), so no write lands between the count and the replacement.
+    """
+    q = engine.dialect.identifier_preparer.quote
+    t, s, c = q(table), q(status_column), q(counts_name(table))
+    with engine.begin() as conn:
+        if engine.dialect.name == "postgresql":
+            conn.execute(sa.text(f"LOCK TABLE {t} IN SHARE ROW EXCLUSIVE MODE"))
+            conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtext(:k))"), {"k": _lock_key(table)})
+        else:  # a write first: SQLite's write lock, before anything is read
+            conn.execute(sa.text(f"UPDATE {c} SET n = n"))
+        kept = {r[0]: int(r[1]) for r in conn.execute(sa.text(f"SELECT status, sum(n) FROM {c} GROUP BY status"))}
+        true = {r[0]: int(r[1]) for r in conn.execute(sa.text(f"SELECT {s}, count(*) FROM {t} GROUP BY {s}"))}
+        conn.execute(sa.text(f"DELETE FROM {c}"))
+        if true:
+            conn.execute(
+                sa.text(f"INSERT INTO {c} (status, n) VALUES (:status, :n)"),
+                [{"status": k, "n": v} for k, v in true.items()],
+            )
+    return {k: (kept.get(k, 0), true.get(k, 0)) for k in sorted({*kept, *true}) if kept.get(k, 0) != true.get(k, 0)}
+
+
 def compact(engine: sa.Engine, table: str) -> bool:
     """Fold ``table``'s delta log into one row per status (PostgreSQL); whether this call did it.
 
