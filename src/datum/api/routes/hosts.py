@@ -6,7 +6,7 @@ import json
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Depends, Header, Path, Query, Request, Response
+from fastapi import APIRouter, Body, Depends, Header, Query, Request, Response
 from pydantic import AfterValidator
 
 from datum.api.authz import Action
@@ -14,7 +14,7 @@ from datum.api.errors import error_responses
 from datum.api.fastpath import matches
 from datum.api.models import HostList, HostStatus, host_list, host_status
 from datum.api.passes import take
-from datum.api.routes.reboots import with_lease
+from datum.api.routes.reboots import OUT, HostParam, with_lease
 from datum.api.security import needs, path_resource
 from datum.api.state import state_of
 from datum.core.findings import FieldError, Problem, invalid
@@ -27,8 +27,6 @@ from datum.store.leases import read as read_leases
 
 router = APIRouter(prefix="/v1/hosts", tags=["fleet"])
 
-HostParam = Path(description="The host's name, as its agent reports it.", min_length=1, max_length=253)
-_OUT = {"response_model_by_alias": True, "response_model_exclude_none": True}
 
 
 def cursor(value: str | None) -> str | None:
@@ -48,7 +46,7 @@ def cursor(value: str | None) -> str | None:
         "(no report; `GET /v1/hosts/{host}` has it). A bad `state`, `limit` or `cursor` is 422 naming each."
     ),
     responses=error_responses(401, 403, 422, 503),
-    **_OUT,
+    **OUT,
 )
 def hosts(
     request: Request,
@@ -83,7 +81,7 @@ def _next_url(request: Request, cursor: str) -> str:
     summary="One host's state, reason and last pass report.",
     description="Cedar action `fleet:ReadHost` on `Host::\"{host}\"`. 404 for a host the store never heard of.",
     responses=error_responses(401, 403, 404, 422, 503),
-    **_OUT,
+    **OUT,
 )
 def host(
     request: Request,
@@ -114,7 +112,7 @@ def host(
         200: {"model": HostStatus, "description": "Not stored: the same pass again or an older one (`Datum-Pass`)."},
         **error_responses(401, 403, 413, 422, 503),
     },
-    **_OUT,
+    **OUT,
 )
 def report_pass(
     request: Request,

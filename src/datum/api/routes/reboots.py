@@ -22,9 +22,10 @@ from datum.store.leases import Lease, Leases
 
 router = APIRouter(tags=["fleet"])
 
+# Shared with datum.api.routes.hosts (which imports from here, not the other way round).
 HostParam = Path(description="The host's name, as its agent reports it.", min_length=1, max_length=253)
+OUT = {"response_model_by_alias": True, "response_model_exclude_none": True}
 S = TypeVar("S", bound=HostSummary)
-_OUT = {"response_model_by_alias": True, "response_model_exclude_none": True}
 
 
 def lease_model(lease: Lease) -> RebootLease:
@@ -50,7 +51,7 @@ def with_lease(status: S, leases: Leases) -> S:
         "gives it back (DELETE), or after `[fleet] reboot_timeout`."
     ),
     responses=error_responses(401, 403, 422, 503),
-    **_OUT,
+    **OUT,
 )
 def take_lease(
     request: Request,
@@ -100,7 +101,7 @@ def give_back_lease(
     summary="Who is rebooting, group by group, and leases past their timeout.",
     description="Cedar action `fleet:ReadHost` on `Server::\"datum\"`.",
     responses=error_responses(401, 403, 503),
-    **_OUT,
+    **OUT,
 )
 def reboots(request: Request, _p: str = Depends(needs(Action.READ_HOST))) -> Reboots:
     from datum.fleet.reboots import groups
