@@ -264,12 +264,6 @@ def get_host(store: Store, host: str) -> dict[str, Any] | None:
     return _row(r) if r else None
 
 
-def host_names(store: Store) -> list[str]:
-    """Every known host's name, in order (no report read)."""
-    with store.connect() as conn:
-        return list(conn.execute(sa.select(hosts.c.host).order_by(hosts.c.host)).scalars())
-
-
 _HOST_STATES = [s.value for s in HostState]
 
 
