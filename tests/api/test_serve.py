@@ -52,3 +52,40 @@ def test_serve_on_loopback_ticks_and_never_logs_the_token(served):
     assert f"serving the page at {base}" in text
     assert "GET /v1/observability/admin/reconcilers/buckets/drift" in text  # the access log is on
     assert token not in text
+
+
+def test_a_revoked_token_is_refused_by_a_running_server_within_seconds(served, datum_cli, tmp_path):
+    """datum token list names tokens by an id, never the token; revoke deletes one, and the server
+    that has just accepted it (and remembers it) refuses it within REMEMBER seconds."""
+    import json
+
+    from datum.api.tokens import ID_LENGTH, REMEMBER, digest
+
+    base, token, _log = served
+    cfg = str(tmp_path / "datum.toml")
+    code, out, _ = datum_cli("token", "create", "--principal", "agent", "--host", "web1", "--config", cfg)
+    agent_token = out.strip().splitlines()[-1]
+    code, out, err = datum_cli("token", "list", "--json", "--config", cfg)
+    assert code == 0, err
+    rows = json.loads(out)
+    assert [(r["principal"], r["host"]) for r in rows] == [("operator", None), ("agent", "web1")]
+    assert all(len(r["id"]) == ID_LENGTH for r in rows)
+    assert token not in out and agent_token not in out and digest(token) not in out  # ids only
+    code, text, _ = datum_cli("token", "list", "--config", cfg)
+    assert f"{rows[0]['id']}  operator  created " in text
+
+    auth = {"Authorization": f"Bearer {token}"}
+    assert httpx.get(base + "v1/hosts", headers=auth).status_code == 200  # accepted, and remembered
+    code, out, err = datum_cli("token", "revoke", rows[0]["id"], "--config", cfg)
+    assert code == 0 and f"revoked token {rows[0]['id']} of principal operator" in out, out + err
+    deadline = time.monotonic() + REMEMBER + 5
+    while httpx.get(base + "v1/hosts", headers=auth).status_code != 401:
+        assert time.monotonic() < deadline, "the revoked token still works"
+        time.sleep(0.2)
+    code, out, _ = datum_cli("token", "list", "--json", "--config", cfg)
+    assert [r["principal"] for r in json.loads(out)] == ["agent"]  # the other token stays
+
+    code, _out, err = datum_cli("token", "revoke", rows[0]["id"], "--config", cfg)
+    assert code == 64 and "no token has the id" in err
+    code, _out, err = datum_cli("token", "revoke", "abc", "--config", cfg)
+    assert code == 64 and "hex digits" in err

@@ -5,7 +5,10 @@ plain SHA-256 is a sound hash for it: there is nothing to brute-force. A
 request's token is hashed and looked up by hash, which compares no secret
 byte by byte; the configured hashes are checked with ``hmac.compare_digest``.
 Tokens come from two places: ``[server.tokens]`` in the configuration and the
-``tokens`` table that ``datum token create`` writes.
+``tokens`` table that ``datum token create`` writes, ``datum token list``
+shows (by an id: the first 12 hex digits of the hash, never the token) and
+``datum token revoke`` deletes. A server remembers a store token for
+``REMEMBER`` seconds, so a revoked one is refused by every server within that.
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ from datum.store import Store
 from datum.store.schema import tokens
 
 PREFIX = "datum_"
+ID_LENGTH = 12  # of the hash's hex digits: names a token in list and revoke
+REMEMBER = 2.0  # seconds a server trusts a store token it has looked up (a revoke waits at most this)
 
 
 _PRINCIPAL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,99}$")
@@ -64,6 +69,43 @@ def create(store: Store, principal: str, host: str | None = None) -> str:
     return token
 
 
+def listed(store: Store) -> list[dict[str, str | None]]:
+    """The store's tokens, oldest first: ``id``, ``principal``, ``host``, ``createdAt`` (never the token)."""
+    with store.connect() as conn:
+        rows = conn.execute(
+            sa.select(tokens.c.sha256, tokens.c.principal, tokens.c.host, tokens.c.created_at).order_by(
+                tokens.c.created_at, tokens.c.sha256
+            )
+        ).all()
+    return [
+        {"id": r.sha256[:ID_LENGTH], "principal": r.principal, "host": r.host,
+         "createdAt": r.created_at.replace(tzinfo=UTC).isoformat() if r.created_at else None}
+        for r in rows
+    ]
+
+
+def revoke(store: Store, token_id: str) -> dict[str, str | None]:
+    """Delete the one token whose hash starts with ``token_id`` (at least ``ID_LENGTH`` hex digits); what it was.
+
+    NOT_FOUND when none does; USAGE when the id is too short or names more than one.
+    """
+    from datum.core.findings import Problem
+
+    wanted = token_id.lower()
+    if not re.fullmatch(rf"[0-9a-f]{{{ID_LENGTH},64}}", wanted):
+        raise Problem.one("USAGE", f"a token id is {ID_LENGTH} to 64 hex digits (datum token list shows them): {token_id!r}")
+    with store.begin() as conn:
+        rows = conn.execute(
+            sa.select(tokens.c.sha256, tokens.c.principal, tokens.c.host).where(tokens.c.sha256.startswith(wanted))
+        ).all()
+        if not rows:
+            raise Problem.one("NOT_FOUND", f"no token has the id {token_id}")
+        if len(rows) > 1:
+            raise Problem.one("USAGE", f"the id {token_id} names {len(rows)} tokens: give more of it")
+        conn.execute(sa.delete(tokens).where(tokens.c.sha256 == rows[0].sha256))
+    return {"id": rows[0].sha256[:ID_LENGTH], "principal": rows[0].principal, "host": rows[0].host}
+
+
 class TokenBook:
     """Resolves a presented token to its principal.
 
@@ -73,7 +115,7 @@ class TokenBook:
     """
 
     def __init__(
-        self, configured: Mapping[str, Sequence[str]], store: Store | None, ttl: float = 30.0
+        self, configured: Mapping[str, Sequence[str]], store: Store | None, ttl: float = REMEMBER
     ) -> None:
         self._configured = [
             (h.removeprefix("sha256:"), principal) for principal, hashes in configured.items() for h in hashes
