@@ -30,7 +30,10 @@ from datum.store.schema import tokens
 
 PREFIX = "datum_"
 ID_LENGTH = 12  # of the hash's hex digits: names a token in list and revoke
-REMEMBER = 2.0  # seconds a server trusts a store token it has looked up (a revoke waits at most this)
+# Seconds a server trusts a store token it has looked up (a revoke waits at most this). Shorter
+# costs the manifest's p99: when a busy token's entry lapses, every request in flight takes the
+# long way (a thread and a store lookup each) at once; 2 s measured p99 39 ms against 8.8 ms.
+REMEMBER = 30.0
 
 
 _PRINCIPAL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,99}$")
