@@ -28,7 +28,7 @@ from datum.core.converge import ConvergeConfig
 from datum.core.findings import FieldError, Finding, Problem, invalid
 from datum.core.memory import BackoffPolicy
 from datum.core.vocab import ConvergeMode, Direction, Mode, RebootPolicy
-from datum.home import default_home
+from datum.home import default_home, url_refused
 from datum.validation import field_errors
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
@@ -254,10 +254,8 @@ class HostSettings(_Strict):
     @field_validator("state")
     @classmethod
     def _local_state(cls, value: str | None) -> str | None:
-        if value is not None and "://" in value:  # as datum.host.statefile.state_path says of --state
-            raise ValueError(
-                f"{value!r} is a URL; the host's state is a local file (a path), written by this host only"
-            )
+        if value is not None and (why := url_refused(value)):  # the rule --state follows too
+            raise ValueError(why)
         return value
 
     @field_validator("maintenance_window")

@@ -1,13 +1,22 @@
-"""Where Datum keeps its state when the configuration does not say (``DATUM_HOME``).
+"""Where Datum keeps its state when the configuration does not say (``DATUM_HOME``), and what may name it.
 
 Apart from ``datum.config`` so that a pass with no configuration file learns it
-without importing pydantic and the whole settings model.
+without importing pydantic and the whole settings model; the URL rule is here
+so that ``--state`` (``datum.host.statefile``) and ``[host] state``
+(``datum.config``) say the same.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+
+
+def url_refused(state: str) -> str | None:
+    """Why ``state`` cannot name the host's state file (it is a URL), or None when it can."""
+    if "://" in state:
+        return f"{state!r} is a URL; the host's state is a local file (a path), written by this host only"
+    return None
 
 
 def default_home() -> Path:

@@ -100,19 +100,18 @@ def _why(exc: BaseException, path: str | None) -> str:
     return f"{text} (no space left on device)" if full and "full" not in text else text
 
 
-REFUSED_URL = (
-    "is a URL; the host's state is a local file (a path), written by this host only. "
-    "The server's store learns about this host from the reports posted to it: "
-    "--report-to URL, or datum agent"
-)
+# What --state adds to datum.home.url_refused: where this host's reports go instead.
+INSTEAD = "The server's store learns about this host from the reports posted to it: --report-to URL, or datum agent"
 
 
 def state_path(state: str, option: str = "--state") -> str:
     """``--state``: the absolute path of the host's local state file; a URL is a usage error."""
-    if "://" in state:
+    from datum.home import url_refused
+
+    if why := url_refused(state):
         from datum.core.findings import Problem
 
-        raise Problem.one("USAGE", f"{option} {state!r} {REFUSED_URL}")
+        raise Problem.one("USAGE", f"{option} {why}. {INSTEAD}")
     return str(Path(state).expanduser().resolve())
 
 
