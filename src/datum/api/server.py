@@ -1,9 +1,10 @@
 """Running the app: uvicorn on the configured address, with the scheduler ticking the reconcilers.
 
 The registry and the store are wired in the app's lifespan, which uvicorn runs
-before it opens the socket; then the scheduler starts, and the watch that
+before it opens the socket; then the scheduler starts, the watch that
 forgets a cached drift report when any process records a tick of its
-reconciler (``datum.api.watch``). ``503 UNAVAILABLE`` is
+reconciler, and the thread that checks remembered tokens against the store
+(``datum.api.watch``). ``503 UNAVAILABLE`` is
 what an app answers before it is wired (``create_app`` without a registry,
 e.g. when the app is mounted by another ASGI server that skips lifespans).
 """
@@ -27,7 +28,8 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from datum.api.app import create_app
 from datum.api.corked import Corked
-from datum.api.watch import RunWatch
+from datum.api.tokens import RECHECK
+from datum.api.watch import Every, RunWatch
 from datum.config import Settings
 from datum.reconcile.registry import Registry
 from datum.reconcile.runner import Runner, Tick
@@ -52,9 +54,11 @@ def serving_app(settings: Settings, wire: Callable[[], tuple[Registry, Store]]) 
             # On the event loop, where the cache is read and filled: never between its check and its store.
             loop.call_soon_threadsafe(state.reports.invalidate, name)
 
-        # Ticks recorded by any process on the store (other replicas, datum reconcile).
+        # Ticks recorded by any process on the store (other replicas, datum reconcile), and revoked tokens.
         watch = RunWatch(store, forget)
+        recheck = Every(state.tokens.revalidate, RECHECK, "token-recheck")
         watch.start()
+        recheck.start()
         # Everything allocated so far lives as long as the process: take it out of the
         # collector's sight, so a full collection under load scans only request garbage.
         gc.collect()
@@ -73,6 +77,7 @@ def serving_app(settings: Settings, wire: Callable[[], tuple[Registry, Store]]) 
             if scheduler is not None:
                 scheduler.stop()
             watch.stop()
+            recheck.stop()
             store.dispose()
 
     app.router.lifespan_context = lifespan

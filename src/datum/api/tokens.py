@@ -7,19 +7,24 @@ byte by byte; the configured hashes are checked with ``hmac.compare_digest``.
 Tokens come from two places: ``[server.tokens]`` in the configuration and the
 ``tokens`` table that ``datum token create`` writes, ``datum token list``
 shows (by an id: the first 12 hex digits of the hash, never the token) and
-``datum token revoke`` deletes. A server remembers a store token for
-``REMEMBER`` seconds, so a revoked one is refused by every server within that.
+``datum token revoke`` deletes. A server remembers the store tokens presented
+to it and checks them all against the store every ``RECHECK`` seconds
+(``TokenBook.revalidate``, on a thread the server runs), so a revoked one is
+refused by every server within that.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
 import re
 import secrets
+import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -28,12 +33,19 @@ from datum.core.findings import FieldError, invalid
 from datum.store import Store
 from datum.store.schema import tokens
 
+log = logging.getLogger("datum.api")
+
 PREFIX = "datum_"
 ID_LENGTH = 12  # of the hash's hex digits: names a token in list and revoke
-# Seconds a server trusts a store token it has looked up (a revoke waits at most this). Shorter
-# costs the manifest's p99: when a busy token's entry lapses, every request in flight takes the
-# long way (a thread and a store lookup each) at once; 2 s measured p99 39 ms against 8.8 ms.
-REMEMBER = 30.0
+# A remembered store token is checked against the store every RECHECK seconds, all of them in one
+# query (a revoke is refused within that). It does not lapse while in use: a lapsing entry sent
+# every request in flight to the store at once (a 2 s lapse measured the manifest's p99 at 39 ms
+# against 8.8 ms). When the store cannot answer, an entry is trusted TRUST seconds after the store
+# last confirmed it. Entries not presented for IDLE seconds are forgotten; at most MOST are kept.
+RECHECK = 2.0
+TRUST = 30.0
+IDLE = 600.0
+MOST = 10_000
 
 
 _PRINCIPAL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,99}$")
@@ -112,20 +124,37 @@ def revoke(store: Store, token_id: str) -> dict[str, str | None]:
 class TokenBook:
     """Resolves a presented token to its principal.
 
-    Store hits are remembered for ``ttl`` seconds so a busy endpoint does not
-    query the store on every request; a miss always asks the store, so a
-    token minted a moment ago works at once.
+    A store token found once is remembered, so a busy endpoint does not ask
+    the store on every request; a miss always asks the store, so a token
+    minted a moment ago works at once. Remembered tokens never lapse while
+    they are in use: ``revalidate`` (every ``RECHECK`` seconds, on a thread
+    of the server's) asks the store about all of them in one query and drops
+    the ones revoked (deleted) or changed, so a revoke is refused within
+    ``RECHECK`` seconds and a busy token never goes back to the store with
+    every request in flight at once. When the store cannot answer, memory is
+    kept as it was, but only for ``TRUST`` seconds after an entry's last
+    confirmation: past that the token asks the store with its request (which
+    fails as the request would: the store is down). Entries not presented for
+    ``IDLE`` seconds are forgotten, and at most ``MOST`` are kept.
     """
 
     def __init__(
-        self, configured: Mapping[str, Sequence[str]], store: Store | None, ttl: float = REMEMBER
+        self,
+        configured: Mapping[str, Sequence[str]],
+        store: Store | None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._configured = [
             (h.removeprefix("sha256:"), principal) for principal, hashes in configured.items() for h in hashes
         ]
         self._store: Store | None = None
-        self._ttl = ttl
+        self._clock = clock
+        # hash -> (principal, when the store last said so); hash -> when it was last presented
         self._cache: dict[str, tuple[str, float]] = {}
+        self._used: dict[str, float] = {}
+        self._failing = False
+        self._lock = threading.Lock()  # writers only: known() reads without it
         if store is not None:
             self.attach(store)
 
@@ -133,6 +162,7 @@ class TokenBook:
         """Read the ``tokens`` table of ``store`` from now on."""
         self._store = store
         self._cache.clear()
+        self._used.clear()
 
     def known(self, token: str) -> str | None:
         """The principal of ``token`` when it is known without asking the store, else None.
@@ -148,7 +178,13 @@ class TokenBook:
             if hmac.compare_digest(known, h):
                 return principal
         hit = self._cache.get(h)
-        return hit[0] if hit is not None and hit[1] > time.monotonic() else None
+        if hit is None:
+            return None
+        now = self._clock()
+        if hit[1] + TRUST < now:  # not confirmed for too long (no revalidation, or the store is down)
+            return None
+        self._used[h] = now
+        return hit[0]
 
     def principal(self, token: str) -> str | None:
         """The principal ``token`` belongs to, or None."""
@@ -156,19 +192,65 @@ class TokenBook:
         if found is not None or not token or len(token) > 200:
             return found
         h = digest(token)
-        now = time.monotonic()
+        now = self._clock()
         found = self._lookup(h)
         if found is not None:
-            if len(self._cache) > 10_000:
-                self._cache.clear()
-            self._cache[h] = (found, now + self._ttl)
+            with self._lock:
+                self._cache[h] = (found, now)
+                self._used[h] = now
         return found
+
+    def revalidate(self) -> None:
+        """Ask the store about every remembered token in one query; drop the revoked, changed and idle ones.
+
+        A store fault keeps memory as it is (logged once per fault): each
+        entry is trusted until ``TRUST`` after its last confirmation.
+        """
+        if self._store is None:
+            return
+        now = self._clock()
+        used = self._used.copy()
+        remembered = set(self._cache)  # a token remembered meanwhile (another thread) is left to the next round
+        recent = sorted((h for h in remembered if used.get(h, now) + IDLE >= now), key=lambda h: used.get(h, now), reverse=True)
+        asked = recent[:MOST]
+        with self._lock:
+            for h in remembered.difference(asked):
+                self._drop(h)
+        if not asked:
+            return
+        try:
+            with self._store.connect() as conn:
+                rows = conn.execute(_HOLDERS.where(tokens.c.sha256.in_(asked))).all()
+        except Exception as exc:  # noqa: BLE001 - a store fault keeps memory; retried at the next round
+            if not self._failing:
+                log.warning("checking remembered tokens against the store failed (kept as they are): %s", exc)
+            self._failing = True
+            return
+        self._failing = False
+        holders = {r.sha256: _principal(r) for r in rows}
+        with self._lock:
+            for h in asked:
+                hit = self._cache.get(h)
+                if hit is not None and holders.get(h) == hit[0]:
+                    self._cache[h] = (hit[0], now)
+                elif hit is not None:  # revoked, or its principal or host changed: the next request asks
+                    self._drop(h)
+
+    def _drop(self, h: str) -> None:
+        self._cache.pop(h, None)
+        self._used.pop(h, None)
 
     def _lookup(self, h: str) -> str | None:
         if self._store is None:
             return None
         with self._store.connect() as conn:
-            row = conn.execute(sa.select(tokens.c.principal, tokens.c.host).where(tokens.c.sha256 == h)).first()
-        if row is None:
-            return None
-        return bound(str(row.principal), str(row.host)) if row.host else str(row.principal)
+            row = conn.execute(_HOLDERS.where(tokens.c.sha256 == h)).first()
+        return None if row is None else _principal(row)
+
+
+_HOLDERS = sa.select(tokens.c.sha256, tokens.c.principal, tokens.c.host)
+
+
+def _principal(row: sa.Row[Any]) -> str:
+    """The principal a ``tokens`` row speaks for: bound to its host when it has one."""
+    return bound(str(row.principal), str(row.host)) if row.host else str(row.principal)

@@ -1,4 +1,4 @@
-"""Across replicas: forget a cached drift report as soon as any process records a tick of its reconciler.
+"""The server's background checks against the store: moved reconciler versions, and revoked tokens.
 
 Several ``datum serve`` on one store each keep their reports in memory
 (``datum.api.reports``). A thread of each reads every reconciler's version
@@ -8,6 +8,10 @@ pass's report within ``period`` plus one computation of it, however long
 ``report_ttl`` is; requests between passes are still answered from memory. A
 store that does not answer is retried at the next period; once it answers
 again every report is forgotten (a tick may have been missed meanwhile).
+
+The same kind of thread checks the tokens the server remembers against the
+store every ``datum.api.tokens.RECHECK`` seconds (``TokenBook.revalidate``).
+Both start and stop with the app's lifespan (``datum.api.server``).
 """
 
 from __future__ import annotations
@@ -25,20 +29,45 @@ log = logging.getLogger("datum.api")
 PERIOD = 0.2
 
 
-class RunWatch:
+class Every:
+    """Calls ``poll()`` on a daemon thread of its own every ``period`` seconds, the first time at once."""
+
+    def __init__(self, poll: Callable[[], None], period: float, name: str) -> None:
+        self.poll = poll
+        self.period = period
+        self.name = name
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        """Poll from now on (never on the caller's thread)."""
+        self._thread = threading.Thread(target=self._loop, name=self.name, daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        self.poll()
+        while not self._stop.wait(self.period):
+            self.poll()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(10)
+            self._thread = None
+
+
+class RunWatch(Every):
     """Calls ``changed(name)`` for each reconciler whose version moved, ``changed(None)`` for all."""
 
     def __init__(
         self, store: Store, changed: Callable[[str | None], None], period: float = PERIOD
     ) -> None:
+        super().__init__(self.read, period, "run-watch")
         self.store = store
         self.changed = changed
-        self.period = period
         self._seen: dict[str, int] | None = None
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
 
-    def poll(self) -> None:
+    def read(self) -> None:
         """Read the versions once and report what moved since the last read (all, on the first)."""
         try:
             with self.store.connect() as conn:
@@ -54,19 +83,3 @@ class RunWatch:
         for name, version in now.items():
             if seen.get(name) != version:
                 self.changed(name)
-
-    def start(self) -> None:
-        """Poll on a thread of its own from now on, the first time at once (never on the caller's thread)."""
-        self._thread = threading.Thread(target=self._loop, name="run-watch", daemon=True)
-        self._thread.start()
-
-    def _loop(self) -> None:
-        self.poll()
-        while not self._stop.wait(self.period):
-            self.poll()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(10)
-            self._thread = None

@@ -58,8 +58,8 @@ def list_tokens(config: str | None, as_json: bool) -> None:
 @click.argument("token_id")
 @config_option
 def revoke(token_id: str, config: str | None) -> None:
-    """Delete the token TOKEN_ID (from datum token list); every server refuses it within seconds."""
-    from datum.api.tokens import REMEMBER
+    """Delete the token TOKEN_ID (from datum token list); every running server refuses it within seconds."""
+    from datum.api.tokens import RECHECK
     from datum.api.tokens import revoke as revoke_token
     from datum.config import load_settings
     from datum.store import open_store
@@ -72,4 +72,4 @@ def revoke(token_id: str, config: str | None) -> None:
         store.dispose()
     bound = f" bound to host {gone['host']}" if gone["host"] else ""
     click.echo(f"revoked token {gone['id']} of principal {gone['principal']}{bound}; "
-               f"servers refuse it within {REMEMBER:g} s")
+               f"running servers refuse it within {RECHECK:g} s")
