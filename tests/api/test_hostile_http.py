@@ -201,6 +201,33 @@ def test_endless_headers_are_431_and_closed(server):
     assert httpx.get(base + "healthz").status_code == 200
 
 
+def test_a_principal_without_permission_is_403_before_its_body_is_read(server):
+    """The route's Cedar decision does not depend on the body: it is made before a byte is read, so a
+    refused principal holds no worker for the body (the server would wait for it and answer 408)."""
+    _base, port, tokens, _log = server
+    cases = [
+        ("POST", "/v1/hosts/web1/passes", "operator", "fleet:ReportPass", 'on Host::"web1"'),
+        ("POST", "/v1/hosts/web1/reboot-lease", "operator", "fleet:TakeRebootLease", 'on Host::"web1"'),
+        ("PUT", "/v1/buckets/alpha", "agent", "buckets:Write", 'on Bucket::"alpha"'),  # a plugin's route
+    ]
+    for method, path, who, action, on in cases:
+        with connect(port) as s:
+            started = time.monotonic()
+            s.sendall(post_head(LIMIT, tokens[who], path).replace(b"POST", method.encode(), 1) + b'{"host": "web1", ')
+            status, _headers, body = answer(s, within=3)
+            assert (status, body["issues"][0]["code"]) == (403, "FORBIDDEN"), (path, status, body)
+            assert body["issues"][0]["action"] == action and on in body["issues"][0]["message"], body
+            assert time.monotonic() - started < 0.9  # well before the 1 s body timeout
+            assert closed(s, within=3)  # the unread body ends the connection
+
+
+def test_a_permitted_principal_still_sends_its_whole_body(server):
+    _base, port, tokens, _log = server
+    with connect(port) as s:  # the agent may report: its body is waited for (and times out here)
+        s.sendall(post_head(LIMIT, tokens["agent"]) + b'{"host": "web1", ')
+        refused(s, 408, "REQUEST_TIMEOUT")
+
+
 def test_a_body_within_the_limit_still_reaches_the_route(server):
     base, _port, tokens, _log = server
     report = pass_report("web1")

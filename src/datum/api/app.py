@@ -86,7 +86,7 @@ def create_app(
     def fast(inner: ASGIApp) -> ASGIApp:  # the hot requests, answered before routing when nothing is in doubt
         return ManifestFastPath(ReportFastPath(DriftFastPath(inner, state), state), state)
 
-    app.front = Edge(RequestGuard(fast(app.framework), state))
+    app.front = Edge(RequestGuard(fast(app.framework), state, app.router.routes))
     return app
 
 

@@ -5,6 +5,9 @@ An ASGI middleware outside everything else (the drift fast path included):
 - a request with a body (``Content-Length`` above zero, or ``Transfer-Encoding``)
   must carry a bearer token the server knows, else ``401 UNAUTHENTICATED``
   before a byte of the body is read, and the connection is closed;
+- its principal must be allowed what its route asks Cedar for (the route's
+  ``needs``: ``datum.api.security.Required``; the decision depends on the
+  path, never on the body), else ``403 FORBIDDEN`` the same way;
 - a body longer than ``[server] max_body_bytes`` is ``413 PAYLOAD_TOO_LARGE``:
   at once when ``Content-Length`` says so, as soon as the count passes the
   bound when the body is chunked;
@@ -14,18 +17,23 @@ An ASGI middleware outside everything else (the drift fast path included):
 
 The body read here is handed to the app as one message; every answer is in
 the contract's error shape and closes the connection (the rest of the body is
-never read). Authorization (403) stays with the routes.
+never read). The routes decide again after the body (memoised): a request
+the guard cannot place (an unknown path, a route whose resource is not told
+by its path) is refused there.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 
 import anyio
 import anyio.to_thread
+from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from datum.api.errors import STATUS_BY_CODE
+from datum.api.security import Required, forbidden
 from datum.api.state import ServerState
 from datum.core.findings import Problem
 
@@ -61,9 +69,10 @@ async def reply(send: Send, problem: Problem, *, close: bool = True) -> None:
 
 
 class RequestGuard:
-    def __init__(self, app: ASGIApp, state: ServerState) -> None:
+    def __init__(self, app: ASGIApp, state: ServerState, routes: Sequence[BaseRoute] = ()) -> None:
         self.app = app
         self.state = state
+        self.required = Required(routes)  # the app's routes: a request's Cedar action and resource
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -74,7 +83,8 @@ class RequestGuard:
         if not chunked and (length is None or length.strip() in (b"", b"0")):
             await self.app(scope, receive, send)
             return
-        problem = await self._who(scope) or self._declared(length)
+        who = await self._who(scope)
+        problem = who if isinstance(who, Problem) else self._refused(scope, who) or self._declared(length)
         if problem is not None:
             await reply(send, problem)
             return
@@ -86,7 +96,7 @@ class RequestGuard:
             return
         await self.app(scope, replayed(body, receive), send)
 
-    async def _who(self, scope: Scope) -> Problem | None:
+    async def _who(self, scope: Scope) -> str | Problem:
         token = bearer(scope)
         if token is None:
             return Problem.one(
@@ -100,7 +110,14 @@ class RequestGuard:
             return problem
         if principal is None:
             return Problem.one("UNAUTHENTICATED", "the bearer token is not known to this server")
-        return None
+        return principal
+
+    def _refused(self, scope: Scope, principal: str) -> Problem | None:
+        """The route's 403, when its Cedar decision (which never depends on the body) is a refusal."""
+        need = self.required(scope)
+        if need is None or self.state.authorizer.allowed(principal, *need):
+            return None
+        return forbidden(principal, *need)
 
     def _declared(self, length: bytes | None) -> Problem | None:
         if length is None:

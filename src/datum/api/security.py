@@ -2,17 +2,24 @@
 
 Routes declare what they need with ``Depends(needs(action, resource))``; the
 resource may depend on the path (``Reconciler::"buckets"``, ``Host::"web1"``).
-The token itself is never logged and never echoed.
+``Required`` tells the request guard what a request's route needs, so a
+refusal (403) is decided before a body is read. The token itself is never
+logged and never echoed.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import anyio
 from fastapi import Depends, Request
+from fastapi.dependencies.models import Dependant
+from fastapi.routing import iter_route_contexts
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.routing import BaseRoute, Match
+from starlette.types import Scope
 
 from datum.api.authz import SERVER, Action, Resource
 from datum.api.state import state_of
@@ -80,15 +87,20 @@ def cedar_uid(kind: str, eid: str) -> str:
     return f"{kind}::{json.dumps(eid, ensure_ascii=False)}"
 
 
+def forbidden(principal: str, action: Action | str, resource: Resource) -> Problem:
+    """``403 FORBIDDEN`` naming ``action``, the entities written as Cedar writes them."""
+    return Problem.one(
+        "FORBIDDEN",
+        f"{cedar_uid('Principal', principal)} may not {cedar_uid('Action', str(action))} "
+        f"on {cedar_uid(*resource)}",
+        action=str(action),
+    )
+
+
 def decide(request: Request, principal: str, action: Action | str, resource: Resource) -> None:
     """``403 FORBIDDEN`` naming ``action`` unless the policies permit it."""
     if not state_of(request).authorizer.allowed(principal, action, resource):
-        raise Problem.one(
-            "FORBIDDEN",
-            f"{cedar_uid('Principal', principal)} may not {cedar_uid('Action', str(action))} "
-            f"on {cedar_uid(*resource)}",
-            action=str(action),
-        )
+        raise forbidden(principal, action, resource)
 
 
 def needs(action: Action | str, resource: ResourceOf = _server) -> Callable[..., str]:
@@ -106,7 +118,65 @@ def needs(action: Action | str, resource: ResourceOf = _server) -> Callable[...,
         decide(request, principal, action, resource(request))
         return principal
 
+    _NEEDS[dependency] = (action, resource)
     return dependency
+
+
+# What each ``needs`` dependency asks Cedar for: read by ``Required``, before a body is read.
+Need = tuple[Action | str, ResourceOf]
+_NEEDS: dict[Callable[..., Any], Need] = {}
+
+
+class Required:
+    """What the route that serves a request asks Cedar for (its ``needs``), told from the method and path alone.
+
+    For the request guard, which decides before it reads a body. A decision
+    never depends on the body: a ``ResourceOf`` is handed the request before
+    its body is read (path parameters, headers, query), and one that cannot
+    say (it raises) leaves the decision to the route, after the body. The
+    routes are walked as FastAPI routes them (``iter_route_contexts``, what its
+    OpenAPI document walks), once, at the first request: the first that
+    matches the method and path serves it.
+    """
+
+    def __init__(self, routes: Sequence[BaseRoute]) -> None:
+        self._routes = routes
+        self._walked: list[tuple[set[str] | None, Callable[[Scope], tuple[Match, Scope]], Need | None]] | None = None
+
+    def __call__(self, scope: Scope) -> tuple[Action | str, Resource] | None:
+        """The action and resource of the request ``scope``; None for a path no route serves, or one without ``needs``."""
+        if self._walked is None:
+            self._walked = [
+                (route.methods, route.matches, _need(getattr(route, "dependant", None)))
+                for route in iter_route_contexts(self._routes)
+            ]
+        method = scope["method"]
+        for methods, matches, need in self._walked:
+            if methods is not None and method not in methods:
+                continue  # Starlette's routing goes on past a route of another method, too
+            match, child = matches(scope)
+            if match is not Match.FULL:
+                continue
+            if need is None:
+                return None
+            try:
+                return need[0], need[1](Request({**scope, **child}))
+            except Exception:  # noqa: BLE001 - the route decides after the body, its one way
+                return None
+        return None
+
+
+def _need(dependant: object) -> Need | None:
+    """The ``needs`` of a route's dependencies, at any depth."""
+    if not isinstance(dependant, Dependant):
+        return None
+    for sub in dependant.dependencies:
+        need = _NEEDS.get(sub.call) if sub.call is not None else None
+        if need is None:
+            need = _need(sub)
+        if need is not None:
+            return need
+    return None
 
 
 def may(request: Request, principal: str, action: Action | str, resource: Resource = SERVER) -> bool:

@@ -9,6 +9,8 @@ Datum's error shape like every other.
   token and asks Cedar for ``action`` (a string the plugin's schema fragment
   declares, ``"buckets:Write"``) on ``resource`` (default ``Server::"datum"``;
   ``path_resource("Bucket", "name")`` for one named by a path parameter);
+  the server decides it before it reads a request's body, so a resource
+  comes from the path, headers or query, never from the body;
 - ``store_of(request)``: the store (``503 UNAVAILABLE`` before it is wired);
 - ``changed(request)``: desired state changed, drop the cached drift reports;
 - ``error_responses(401, 403, ...)``: the documented error answers;
