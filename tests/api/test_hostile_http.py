@@ -249,6 +249,30 @@ def test_the_access_log_never_prints_a_query_string_token(server):
     assert secret not in text and "token=" not in text
 
 
+def test_a_token_put_in_the_path_is_neither_logged_nor_echoed(server):
+    """Someone puts a token in the URL path by mistake: the access log, and the 404's message, say
+    ``datum_[redacted]``; a good part of a token is redacted as well."""
+    base, _port, tokens, log = server
+    secret = tokens["operator"]
+    auth = {"Authorization": f"Bearer {secret}"}
+    echoed = [
+        httpx.get(base + f"v1/hosts/{secret}", headers=auth),  # a host by that name: it never reported
+        httpx.get(base + f"v1/no-such/{secret[:30]}/path", headers=auth),  # an unknown path, echoed
+        httpx.post(base + f"v1/hosts/{secret}", headers=auth),  # a path that answers GET only: 405
+        httpx.get(base + f"healthz/x{secret}"),
+    ]
+    assert [r.status_code for r in echoed] == [404, 404, 405, 404]
+    assert all(secret[6:26] not in r.text for r in echoed), [r.text for r in echoed]
+    assert "no host named 'datum_[redacted]'" in echoed[0].text
+    deadline = time.monotonic() + 5
+    while "GET /healthz/xdatum_[redacted]" not in log.read_text() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    text = log.read_text()
+    assert "GET /v1/hosts/datum_[redacted] HTTP/1.1" in text and "POST /v1/hosts/datum_[redacted] HTTP/1.1" in text
+    assert "GET /v1/no-such/datum_[redacted]/path HTTP/1.1" in text
+    assert secret[6:26] not in text
+
+
 def test_the_database_file_deleted_under_the_server_fails_readyz_and_refuses_writes(tmp_path):
     from datum.api import tokens
     from datum.store import open_store

@@ -7,8 +7,9 @@
   ``/v1/hosts``, with no redirect (Starlette's would name an absolute URL built
   from the ``Host`` header, wrong behind a proxy).
 - An exception that escapes everything below, before a response started, is
-  ``500 INTERNAL`` in the contract's shape, its detail in the log; never
-  uvicorn's plain-text answer.
+  ``500 INTERNAL`` in the contract's shape, its detail in the log (the path
+  with anything that looks like a token redacted); never uvicorn's
+  plain-text answer.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import json
 import logging
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from datum.api.tokens import redacted
 
 log = logging.getLogger("datum.api")
 
@@ -49,7 +52,7 @@ class Edge:
         try:
             await self.app(scope, receive, send)
         except Exception:
-            log.exception("unexpected error serving %s %s", scope["method"], scope["path"])
+            log.exception("unexpected error serving %s %s", scope["method"], redacted(scope["path"]))
             # If a response had started, this start is refused by the server and the connection dropped.
             await send(
                 {

@@ -21,6 +21,7 @@ from pydantic.json_schema import SkipJsonSchema
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match, Mount
 
+from datum.api.tokens import redacted
 from datum.core.findings import FieldError, Finding, Problem
 from datum.validation import field_path
 
@@ -106,6 +107,7 @@ def problem_response(problem: Problem, headers: dict[str, str] | None = None) ->
     """``problem`` as a JSON response with the status its code calls for."""
     status = STATUS_BY_CODE.get(problem.code)
     body = problem.to_json()
+    body["issues"] = [{**f, "message": redacted(f["message"])} for f in body["issues"]]  # a path echoed
     if status is None:  # a code the API does not publish is a bug here, not news for the client
         log.error("a refusal with the unpublished code %s: %s", problem.code, problem)
         status = 500
@@ -213,15 +215,16 @@ def install(app: FastAPI) -> None:
         code = _CODE_BY_STATUS.get(exc.status_code, "INVALID_INPUT" if exc.status_code < 500 else "INTERNAL")
         message = exc.detail if isinstance(exc.detail, str) else "the request cannot be served"
         headers = dict(getattr(exc, "headers", None) or {})
+        path = redacted(request.url.path[:200])
         if exc.status_code == 404 and message == "Not Found":
             message = (
-                f"no such path: {request.url.path[:200]}; GET /v1 lists the API's endpoints "
+                f"no such path: {path}; GET /v1 lists the API's endpoints "
                 "(and /docs, /openapi.json document them)"
             )
         elif exc.status_code == 405:
             allow = allowed_methods(request)
             headers["Allow"] = ", ".join(allow)
-            message = f"{request.url.path[:200]} answers {', '.join(allow)}, not {request.method}"
+            message = f"{path} answers {', '.join(allow)}, not {request.method}"
         # A body that does not parse is invalid input like any other: 422, as the contract says.
         status = 422 if exc.status_code == 400 else exc.status_code
         return JSONResponse(
@@ -233,7 +236,7 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
         # The detail goes to the log (never the request's headers: they carry the token).
-        log.error("unexpected error serving %s %s", request.method, request.url.path, exc_info=exc)
+        log.error("unexpected error serving %s %s", request.method, redacted(request.url.path), exc_info=exc)
         return JSONResponse(
             {"issues": [{"code": "INTERNAL", "message": "the server could not answer this request; see its log"}]},
             status_code=500,

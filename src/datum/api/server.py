@@ -28,7 +28,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from datum.api.app import create_app
 from datum.api.corked import Corked
-from datum.api.tokens import RECHECK
+from datum.api.tokens import RECHECK, redacted
 from datum.api.watch import Every, RunWatch
 from datum.config import Settings
 from datum.reconcile.registry import Registry
@@ -84,13 +84,15 @@ def serving_app(settings: Settings, wire: Callable[[], tuple[Registry, Store]]) 
     return app
 
 
-class QueryStringDropped(logging.Filter):
-    """Access log lines keep the path and drop the query string: it may carry a token (``?token=...``)."""
+class TokensLeftOut(logging.Filter):
+    """Access log lines keep the path without what may carry a token: the query string (``?token=...``) is
+    dropped, and a path segment that looks like a token (``/v1/hosts/datum_...``, by mistake) redacted."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         args = record.args
-        if isinstance(args, tuple) and len(args) >= 3 and isinstance(args[2], str) and "?" in args[2]:
-            record.args = (*args[:2], args[2].split("?", 1)[0] + "?[query omitted]", *args[3:])
+        if isinstance(args, tuple) and len(args) >= 3 and isinstance(args[2], str):
+            path, query, _ = args[2].partition("?")
+            record.args = (*args[:2], redacted(path) + ("?[query omitted]" if query else ""), *args[3:])
         return True
 
 
@@ -250,7 +252,7 @@ def uvicorn_config(
 
 
 def run(app: FastAPI, host: str, port: int, access_log: bool = True, log_format: str = "text") -> None:
-    """Serve ``app`` until interrupted. Access log lines carry method, path and status: never headers, never a query."""
+    """Serve ``app`` until interrupted. Access log lines carry method, path and status: never headers, a query or a token."""
     config = uvicorn_config(app, host, port, access_log, log_format)
-    logging.getLogger("uvicorn.access").addFilter(QueryStringDropped())
+    logging.getLogger("uvicorn.access").addFilter(TokensLeftOut())
     uvicorn.Server(config).run()

@@ -51,6 +51,18 @@ MOST = 10_000
 _PRINCIPAL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,99}$")
 
 
+# Anything that looks like a token ``create`` mints (or a good part of one), wherever it appears.
+_LOOKS_LIKE_A_TOKEN = re.compile(re.escape(PREFIX) + r"[A-Za-z0-9_-]{20,}")
+
+
+def redacted(text: str) -> str:
+    """``text`` (a path, a message) with whatever looks like a Datum token replaced by ``datum_[redacted]``.
+
+    For what is logged or echoed: a token someone put in a URL path by mistake.
+    """
+    return _LOOKS_LIKE_A_TOKEN.sub(PREFIX + "[redacted]", text) if PREFIX in text else text
+
+
 def check_principal(name: str) -> str:
     """A principal name: 1-100 of letters, digits and ``_.@-``, starting with a letter or digit."""
     if not _PRINCIPAL.match(name):
