@@ -3,7 +3,8 @@
 A posted pass report must hold together (finite numbers, a state its resources
 roll up to); it is stored bounded (long diffs cut, with a marker) and without
 the diff of a sensitive resource. A stored report that does not read makes its
-host ``unknown`` with why, and every list and the page keep answering.
+host ``unknown`` with why, a stored time that does not read is left out, and
+every list, the metrics and the page keep answering.
 """
 
 from __future__ import annotations
@@ -162,3 +163,53 @@ def test_a_stored_state_that_is_not_a_host_state_reads_unknown(story):
     assert one["state"] == "unknown" and "exploded" in one["reason"]
     metrics = story.get("/metrics", principal="admin").text
     assert 'datum_hosts{state="unknown"} 1.0' in metrics
+
+
+@pytest.mark.parametrize("column", ["updated_at", "finished_at"])
+@pytest.mark.parametrize("tampered", ["not a time", "2026-13-45 25:61:00", "", 1234567])
+def test_a_stored_time_edited_by_hand_reads_unknown_and_everything_else_answers(tmp_path, datum_cli, column, tampered):
+    """A ``hosts`` time that SQLite holds as text no date parser reads (edited by hand) is left out of that
+    host (absent: unknown, as optional fields are); the listing, the host, /metrics, the page and
+    ``datum hosts`` answer, every other field and host as before. Against ``datum serve`` on loopback."""
+    import httpx
+
+    from datum.api import tokens
+    from datum.store import open_store
+
+    from .story import config_file, serving
+
+    cfg = config_file(tmp_path, scheduler=False)
+    store = open_store(f"sqlite:///{tmp_path / 'datum.db'}")
+    agent, admin = tokens.create(store, "agent"), tokens.create(store, "admin")
+    with serving(cfg, tmp_path / "serve.log") as base:
+        for host in ("web1", "web2"):
+            stored = httpx.post(f"{base}v1/hosts/{host}/passes", json=pass_report(host),
+                                headers={"Authorization": f"Bearer {agent}"})
+            assert stored.status_code == 201, stored.text
+        with store.begin() as conn:
+            conn.execute(sa.text(f"UPDATE hosts SET {column} = :t WHERE host = 'web2'"), {"t": tampered})
+        auth = {"Authorization": f"Bearer {admin}"}
+        listed = httpx.get(f"{base}v1/hosts", headers=auth)
+        assert listed.status_code == 200, listed.text
+        web1, web2 = listed.json()["hosts"]
+        field = {"updated_at": "updatedAt", "finished_at": "finishedAt"}[column]
+        assert field in web1 and field not in web2  # absent: not known
+        assert ({"updatedAt", "finishedAt"} - {field}) <= web2.keys()
+
+        def rest(row: dict) -> dict:
+            return {k: v for k, v in row.items() if k not in ("host", "updatedAt", "finishedAt")}
+
+        assert rest(web2) == rest(web1)
+        assert web2["state"] == "failed" and listed.json()["counts"]["failed"] == 2
+        one = httpx.get(f"{base}v1/hosts/web2", headers=auth)
+        assert one.status_code == 200 and field not in one.json() and one.json()["state"] == "failed", one.text
+        metrics = httpx.get(f"{base}metrics", headers=auth)
+        assert metrics.status_code == 200, metrics.text
+        assert 'datum_host_state{host="web2",state="failed"} 1.0' in metrics.text
+        assert ('datum_host_seconds_since_last_report{host="web2"}' in metrics.text) == (column != "updated_at")
+        assert 'datum_host_seconds_since_last_report{host="web1"}' in metrics.text
+        page = httpx.get(f"{base}ui/overview", headers=auth)
+        assert page.status_code == 200 and "web2" in page.text
+    code, out, err = datum_cli("hosts", "--config", str(cfg))
+    assert code == 0 and "web1  failed" in out and "web2  failed" in out, out + err
+    store.dispose()

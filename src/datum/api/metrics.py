@@ -33,6 +33,7 @@ from datum.core.memory import BackoffPolicy
 from datum.core.vocab import Direction, Health, HostState, Reason, ResourceState, plugin_reasons
 from datum.fleet.stale import stale
 from datum.reconcile.report import DriftReport
+from datum.store.hosts import FINISHED_AT, UPDATED_AT
 from datum.store.hosts import hosts as hosts_table
 from datum.store.runs import load_runs
 
@@ -195,9 +196,9 @@ class StoreCollector(Collector):
         with store.connect() as conn:
             rows = conn.execute(
                 sa.select(
-                    t.c.host, t.c.state, t.c.updated_at,
+                    t.c.host, t.c.state, UPDATED_AT,  # a time edited into nonsense reads None
                     sa.case((legacy, t.c.report["counts"]), else_=t.c.summary["counts"]),
-                    t.c.finished_at,
+                    FINISHED_AT,
                     sa.case((legacy, t.c.report["intervalSeconds"].as_float()), else_=t.c.interval_seconds),
                 )
             ).all()

@@ -91,7 +91,10 @@ class HostSummary(Out):
     reason: str | SkipJsonSchema[None] = absent("The resources behind a non-converged state.")
     boot_id: str | SkipJsonSchema[None] = absent("The boot id the last pass ran under.", "bootId")
     finished_at: datetime | SkipJsonSchema[None] = absent("When the last pass finished.", "finishedAt")
-    updated_at: datetime = Field(alias="updatedAt", description="When the server stored the last pass.")
+    updated_at: datetime | SkipJsonSchema[None] = absent(
+        "When the server stored the last pass; absent when the stored time cannot be read (edited by hand).",
+        "updatedAt",
+    )
     stale: bool = Field(
         default=False,
         description="The agent fell silent: its last report is older than `[fleet] stale_after` of its "

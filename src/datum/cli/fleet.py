@@ -36,7 +36,7 @@ def hosts(state: str | None, limit: int, cursor: str | None, config: str | None,
         return
     click.echo("  ".join(f"{s} {n}" for s, n in found.counts.items()) + f"  (total {listing.total})")
     for h in listing.hosts:
-        last = h.updated_at.strftime("%Y-%m-%d %H:%M:%S UTC")
+        last = h.updated_at.strftime("%Y-%m-%d %H:%M:%S UTC") if h.updated_at else "(stored at an unknown time)"
         click.echo(f"{h.host}  {h.state.value}  {last}" + (f"  {h.reason}" if h.reason else ""))
     if listing.next:
         more = f" --state {state}" if state else ""

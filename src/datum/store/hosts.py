@@ -16,7 +16,7 @@ from datum.store.engine import Store
 from datum.store.history import HOST, KEYFRAME, host_pass_values, record_host_pass
 from datum.store.leases import release_rebooted
 from datum.store.schema import hosts
-from datum.store.types import UTCDateTime
+from datum.store.types import ReadableTime, UTCDateTime
 
 
 def _values(report: dict[str, Any]) -> tuple[dict[str, Any], int | None]:
@@ -214,9 +214,14 @@ def record_pass(store: Store, host: str, report: dict[str, Any]) -> str:
     return take_pass(store, host, report).outcome
 
 
+# The times as the store holds them: on SQLite, text a hand edit may have left unreadable. Such a time
+# reads None (that host's time unknown), so one bad row never fails a listing, a host or a scrape.
+FINISHED_AT = sa.type_coerce(hosts.c.finished_at, ReadableTime).label("finished_at")
+UPDATED_AT = sa.type_coerce(hosts.c.updated_at, ReadableTime).label("updated_at")
+_TIMES = {"finished_at": FINISHED_AT, "updated_at": UPDATED_AT}
 # The report column as the store holds it: text that may not be JSON at all (a torn write, a
 # hand edit). It is parsed here, row by row, so one bad row makes one host unknown, not the list fail.
-_COLUMNS = [c for c in hosts.c if c.name not in ("report", "summary")]
+_COLUMNS = [_TIMES.get(c.name, c) for c in hosts.c if c.name not in ("report", "summary")]
 _RAW = sa.type_coerce(hosts.c.report, sa.Text).label("report")
 
 
@@ -305,8 +310,8 @@ def host_page(
     t = hosts
     stale_now = silent(store.dialect, multiple, now)
     query = sa.select(
-        t.c.host, _effective(stale_now).label("effective"), t.c.state, t.c.reason, t.c.boot_id, t.c.finished_at,
-        t.c.updated_at, t.c.pass_id, t.c.seq, _SUMMARY, t.c.interval_seconds, stale_now.label("stale"),
+        t.c.host, _effective(stale_now).label("effective"), t.c.state, t.c.reason, t.c.boot_id, FINISHED_AT,
+        UPDATED_AT, t.c.pass_id, t.c.seq, _SUMMARY, t.c.interval_seconds, stale_now.label("stale"),
     )
     if state == HostState.UNKNOWN.value:
         query = query.where(_effective(stale_now) == state)
