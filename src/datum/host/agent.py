@@ -224,12 +224,15 @@ def run(
     persist: bool = True,
     extra: dict[str, Any] | None = None,
     budget: Budget | None = None,
+    locked: StateStore | None = None,
 ) -> PassResult:
     """One pass over a validated manifest; persist the report unless ``persist`` is False (``datum plan``).
 
     ``extra`` adds fields to the report before it is persisted (``datum agent``: ``passId``,
     ``seq``, ``manifestDigest``, ...); a report with a ``seq`` is spooled with it, in one transaction.
     ``budget`` is asked before a policy reboot (``datum agent``: the group's reboot lease).
+    ``locked`` is the state file's store when the caller already holds its pass lock (``datum agent``,
+    which unpacked the manifest under it); else the lock is taken here.
     """
     from signal import SIGINT, SIGTERM
 
@@ -252,10 +255,11 @@ def run(
     boot_id = read_boot_id(config.boot_id_file)
     warnings: list[str] = []
     with ExitStack() as stack:
-        store = StateStore(state_path) if persist and state_path else None
+        store = locked or (StateStore(state_path) if persist and state_path else None)
         if store is not None:
-            stack.callback(store.close)
-            stack.enter_context(store.lease(config.lock_wait, boot_id))
+            if locked is None:
+                stack.callback(store.close)
+                stack.enter_context(store.lease(config.lock_wait, boot_id))
             progress = _chain(progress, _first_change(store.mark_changing))
         previous = _previous(store, host)
         if store is not None and unfinished(store.taken_over, previous):
