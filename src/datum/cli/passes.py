@@ -90,7 +90,7 @@ def run_pass(
             state_path=path,
             progress=progress,
             persist=not plan,
-            held=held,
+            holding=held,
         )
     finally:
         if progress is not None:

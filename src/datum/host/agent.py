@@ -225,15 +225,17 @@ def run(
     persist: bool = True,
     extra: dict[str, Any] | None = None,
     budget: Budget | None = None,
-    held: Handover | None = None,
+    holding: Handover | None = None,
 ) -> PassResult:
     """One pass over a validated manifest; persist the report unless ``persist`` is False (``datum plan``).
 
     ``extra`` adds fields to the report before it is persisted (``datum agent``: ``passId``,
     ``seq``, ``manifestDigest``, ...); a report with a ``seq`` is spooled with it, in one transaction.
     ``budget`` is asked before a policy reboot (``datum agent``: the group's reboot lease).
-    ``held``: the state file, its pass lock and the signal watch an idle pass took and handed over
-    (``datum.host.idle``); released when the pass ends.
+    ``holding``: the state file whose pass lock the caller already holds (``datum agent``, which
+    unpacked the manifest under it; an idle pass that handed over, with its signal watch:
+    ``datum.host.idle.Handover``), released by ``holding.close`` when the pass ends; else the
+    lock is taken here.
     """
     from signal import SIGINT, SIGTERM
 
@@ -256,9 +258,9 @@ def run(
     boot_id = read_boot_id(config.boot_id_file)
     warnings: list[str] = []
     with ExitStack() as stack:
-        if held is not None:  # the idle pass's lock and signal watch, taken over
-            stack.push(held.close)
-            store: StateStore | None = held.store
+        if holding is not None:  # the caller's lock (and signal watch), released with the pass
+            stack.push(holding.close)
+            store: StateStore | None = holding.store
         else:
             store = StateStore(state_path) if persist and state_path else None
             if store is not None:
@@ -269,7 +271,7 @@ def run(
         previous = _previous(store, host)
         if store is not None and unfinished(store.taken_over, previous):
             warnings.append(f"{unfinished_reason(store.taken_over or {})}; this pass replaces it")
-        stopped = held.stop if held is not None else (
+        stopped = holding.stop if holding is not None and holding.stop is not None else (
             stack.enter_context(stop_on(SIGTERM, SIGINT, once=True))
             if persist
             else None

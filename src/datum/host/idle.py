@@ -59,13 +59,13 @@ class Done:
 
 
 class Handover:
-    """The engine's turn: the state file, with its pass lock held and the signals watched
-    (``stop``), released by ``close`` (``datum.host.agent.run`` takes them over)."""
+    """The engine's turn: the state file, its pass lock held and, from an idle pass, the signals
+    watched (``stop``); what ``close`` releases (``datum.host.agent.run(holding=)`` takes them over)."""
 
     __slots__ = ("store", "stop", "_exits")
 
-    def __init__(self, store: StateStore, stop: Any, exits: list[Any]) -> None:
-        self.store, self.stop, self._exits = store, stop, exits
+    def __init__(self, store: StateStore, stop: Any = None, exits: list[Any] | None = None) -> None:
+        self.store, self.stop, self._exits = store, stop, [] if exits is None else exits
 
     def close(self, *exc: Any) -> None:
         """Release what is held, last taken first; ``exc`` as a context's ``__exit__`` gets it."""
