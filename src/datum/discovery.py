@@ -32,15 +32,10 @@ class Found(NamedTuple):
 
 
 def cache_root() -> Path:
-    """Datum's cache: ``$DATUM_CACHE_DIR``, else under ``$DATUM_HOME``, else the system's cache directory."""
-    if chosen := os.environ.get("DATUM_CACHE_DIR"):
-        return Path(chosen)
-    if home := os.environ.get("DATUM_HOME"):
-        return Path(home).expanduser() / "cache"
-    if os.geteuid() == 0:
-        return Path("/var/cache/datum")
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "datum"
+    """Datum's cache (``datum.home.cache_root``)."""
+    from datum.home import cache_root as root
+
+    return Path(root())
 
 
 def _mtime(path: str) -> int | None:
@@ -74,6 +69,14 @@ def stamp() -> str:
 
 
 _stamp = ""
+_declaring: list[str] = []
+
+
+def dependencies() -> list[str]:
+    """What ``stamp`` is made from: every ``sys.path`` entry, and each ``entry_points.txt`` that
+    declared one of the groups (the idle pass checks these did not change)."""
+    entry_points(GROUPS[0])
+    return [entry for entry in sys.path if entry] + _declaring
 
 
 def _index() -> Path:
@@ -95,6 +98,7 @@ def _load() -> dict[str, list[Found]] | None:
     except (OSError, ValueError, KeyError, TypeError):
         return None
     _stamp = _stamp_of(data["path"], data["declaring"], found)
+    _declaring[:] = data["declaring"]
     return found
 
 
@@ -117,6 +121,7 @@ def _scan() -> dict[str, list[Found]]:
         for ep in mine:
             found[ep.group].append(Found(ep.name, ep.value, name))
     _stamp = _stamp_of(path, declaring, found)
+    _declaring[:] = declaring
     data = {"format": FORMAT, "python": sys.version, "path": path, "declaring": declaring, "groups": found}
     try:
         index = _index()

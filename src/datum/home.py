@@ -9,7 +9,10 @@ so that ``--state`` (``datum.host.statefile``) and ``[host] state``
 from __future__ import annotations
 
 import os
-from pathlib import Path
+
+TYPE_CHECKING = False  # the idle pass finds its cache here: no pathlib imported for it
+if TYPE_CHECKING:
+    from pathlib import Path
 
 
 def url_refused(state: str) -> str | None:
@@ -21,9 +24,28 @@ def url_refused(state: str) -> str | None:
 
 def default_home() -> Path:
     """``$DATUM_HOME``; else ``/var/lib/datum`` as root; else ``$XDG_STATE_HOME/datum``."""
+    from pathlib import Path
+
     if home := os.environ.get("DATUM_HOME"):
         return Path(home).expanduser()
     if os.geteuid() == 0:
         return Path("/var/lib/datum")
     state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
     return Path(state) / "datum"
+
+
+def cache_root() -> str:
+    """Datum's cache: ``$DATUM_CACHE_DIR``, else under ``$DATUM_HOME``, else the system's cache directory."""
+    if chosen := os.environ.get("DATUM_CACHE_DIR"):
+        return chosen
+    if home := os.environ.get("DATUM_HOME"):
+        return os.path.join(os.path.expanduser(home), "cache")
+    if os.geteuid() == 0:
+        return "/var/cache/datum"
+    return os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "datum")
+
+
+def manifest_cache() -> str:
+    """Where validated manifests and idle entries are kept: ``$DATUM_CACHE_DIR``, else
+    ``manifests`` in Datum's cache."""
+    return os.environ.get("DATUM_CACHE_DIR") or os.path.join(cache_root(), "manifests")

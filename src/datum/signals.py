@@ -3,15 +3,19 @@
 One mechanism for the host pass (SIGTERM and SIGINT, then the signal's usual
 handling for a second one) and for ``datum reconcile`` (SIGTERM). Outside the
 main thread no handler can be installed: the block runs without one.
+
+Light on purpose (the idle pass, ``datum.host.idle``, watches the same signals):
+no ``threading``, ``contextlib`` or ``typing``.
 """
 
 from __future__ import annotations
 
 import signal
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import Any
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from types import FrameType, TracebackType
+    from typing import Any
 
 
 class Stop:
@@ -24,28 +28,34 @@ class Stop:
         return self.signal is not None
 
 
-@contextmanager
-def stop_on(*signums: signal.Signals, once: bool = False) -> Iterator[Stop]:
+class stop_on:  # noqa: N801 - used as ``with stop_on(...) as stop``, like the function it was
     """While the block runs, ``signums`` set the yielded ``Stop``; the handlers before are put back after.
 
     ``once``: the first signal also puts back the handler that was there before,
     so a second one gets its usual handling (the process dies).
     """
-    stop = Stop()
-    before: dict[int, Any] = {}
-    if threading.current_thread() is not threading.main_thread():
-        yield stop
-        return
 
-    def handler(signum: int, _frame: Any) -> None:
-        stop.signal = signal.Signals(signum).name
-        if once:
-            signal.signal(signum, before[signum])
+    def __init__(self, *signums: signal.Signals, once: bool = False) -> None:
+        self.signums, self.once = signums, once
+        self.stop = Stop()
+        self._before: dict[int, Any] = {}
 
-    for sig in signums:
-        before[sig] = signal.signal(sig, handler)
-    try:
-        yield stop
-    finally:
+    def _handler(self, signum: int, _frame: FrameType | None) -> None:
+        self.stop.signal = signal.Signals(signum).name
+        if self.once:
+            signal.signal(signum, self._before[signum])
+
+    def __enter__(self) -> Stop:
+        try:
+            for sig in self.signums:
+                self._before[sig] = signal.signal(sig, self._handler)
+        except ValueError:  # not the main thread: no handler can be installed
+            self.__exit__(None, None, None)
+        return self.stop
+
+    def __exit__(
+        self, _kind: type[BaseException] | None, _exc: BaseException | None, _tb: TracebackType | None
+    ) -> None:
+        before, self._before = self._before, {}
         for sig, old in before.items():
             signal.signal(sig, old)

@@ -123,6 +123,7 @@ class Agent:
     fleet: Fleet
     name: str
     token: str
+    settings: str = ""  # more lines of its [host] section (lock_wait = "1s")
 
     @property
     def base(self) -> Path:
@@ -136,19 +137,29 @@ class Agent:
     def state(self) -> Path:
         return self.base / "agent.db"
 
-    def once(self, *extra: str) -> Run:
+    def _command(self, *extra: str) -> tuple[list[str], dict[str, str]]:
+        """``datum agent --once`` for this host (its files written first), and its environment."""
         self.base.mkdir(parents=True, exist_ok=True)
         self.root.mkdir(exist_ok=True)
         (self.base / "boot_id").write_text("boot-1\n")
-        (self.base / "agent.toml").write_text(f'[host]\nname = "{self.name}"\n')
+        (self.base / "agent.toml").write_text(f'[host]\nname = "{self.name}"\n{self.settings}\n')
         (self.base / "token").write_text(self.token + "\n")
         (self.base / "token").chmod(0o600)
-        return self.fleet.datum(
+        argv = [
             "agent", "--server", self.fleet.url, "--token-file", str(self.base / "token"),
             "--root", str(self.root), "--state", str(self.state), "--once",
             "--config", str(self.base / "agent.toml"), *extra,
-            env={"DATUM_HOME": str(self.base / "home"), "DATUM_BOOT_ID_FILE": str(self.base / "boot_id")},
-        )
+        ]
+        return argv, {"DATUM_HOME": str(self.base / "home"), "DATUM_BOOT_ID_FILE": str(self.base / "boot_id")}
+
+    def once(self, *extra: str) -> Run:
+        argv, env = self._command(*extra)
+        return self.fleet.datum(*argv, env=env)
+
+    def start(self, *extra: str) -> subprocess.Popen[str]:
+        """``once`` in the background: the running process, its stderr a pipe."""
+        argv, env = self._command(*extra)
+        return subprocess.Popen([*DATUM, *argv], stderr=subprocess.PIPE, text=True, env={**os.environ, **env})
 
 
 @contextmanager

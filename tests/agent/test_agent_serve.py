@@ -191,12 +191,8 @@ def test_an_include_cycle_or_duplicate_is_a_finding_served_as_422(sqlite_fleet: 
 
 
 def test_sigterm_during_a_pass_stops_after_the_resource_and_the_report_is_still_delivered(sqlite_fleet: Fleet):
-    import os
     import signal
-    import subprocess
     import time
-
-    from .conftest import DATUM
 
     fleet = sqlite_fleet
     (fleet.manifests / "slow.yaml").write_text(
@@ -210,13 +206,7 @@ def test_sigterm_during_a_pass_stops_after_the_resource_and_the_report_is_still_
     agent.once()  # the agent's files; a whole pass
     for ran in agent.root.glob("step*.ran"):
         ran.unlink()
-    proc = subprocess.Popen(
-        [*DATUM, "agent", "--server", fleet.url, "--token-file", str(agent.base / "token"),
-         "--root", str(agent.root), "--state", str(agent.state), "--once",
-         "--config", str(agent.base / "agent.toml")],
-        stderr=subprocess.PIPE, text=True,
-        env={**os.environ, "DATUM_HOME": str(agent.base / "home"), "DATUM_BOOT_ID_FILE": str(agent.base / "boot_id")},
-    )
+    proc = agent.start()
     deadline = time.monotonic() + 60  # inside the pass: the manifest fetched, two Execs begun (any load)
     while not (agent.root / "step1.ran").exists() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -227,6 +217,57 @@ def test_sigterm_during_a_pass_stops_after_the_resource_and_the_report_is_still_
     assert row["state"] == "unknown" and row["report"]["incomplete"] is True
     assert "stopped by SIGTERM" in row["reason"]
     assert _spooled(agent) == []
+
+
+def test_a_second_agent_on_one_state_file_never_removes_the_manifest_a_running_pass_reads(sqlite_fleet: Fleet):
+    """Two ``datum agent --once`` on one state file, served different digests: the second, finding the
+    pass lock held, unpacks and removes nothing, so the first pass reads its sources to the end."""
+    import time
+    from pathlib import Path
+
+    fleet = sqlite_fleet
+    m = fleet.manifests
+    (m / "race.yaml").write_text(
+        "resources:\n"
+        "  - Exec[hold]:\n      command: 'touch held; while [ ! -e go ]; do sleep 0.05; done'\n"
+        "  - Directory[/srv]: {}\n"
+        "  - File[/srv/data.txt]:\n      source: data.txt\n"
+    )
+    (m / "data.txt").write_text("first\n")
+    (m / "nodes.yaml").write_text((m / "nodes.yaml").read_text() + "  - match: {name: race1}\n    manifests: [race.yaml]\n")
+    agent = Agent(fleet, "race1", fleet.token("agent", "--host", "race1"), settings='lock_wait = "1s"')
+    first = agent.start()
+    try:
+        deadline = time.monotonic() + 60  # the first pass holds the lock, its manifest unpacked
+        while not (agent.root / "held").exists() and first.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert (agent.root / "held").exists(), first.stderr.read() if first.poll() is not None else "no pass began"
+        base = Path(f"{agent.state}.manifest")
+        [in_use] = list(base.iterdir())
+        (m / "data.txt").write_text("second\n")  # another digest for the second agent
+        second = agent.once()
+        assert second.code == 69 and "another pass is running" in second.err, second.err
+        assert list(base.iterdir()) == [in_use] and (in_use / "data.txt").read_text() == "first\n"
+        (agent.root / "go").touch()
+        assert first.wait(60) == 2, first.stderr.read()
+        assert (agent.root / "srv" / "data.txt").read_text() == "first\n"
+        assert _local_report(agent)["state"] == "converged"
+    finally:  # never left waiting on its marker
+        (agent.root / "go").touch()
+        if first.poll() is None:
+            first.kill()
+            first.wait(30)
+    outside = fleet.base / "outside"  # links planted among the manifests: removed, never followed
+    outside.mkdir()
+    (outside / "keep").write_text("precious")
+    (base / "planted").symlink_to(outside, target_is_directory=True)
+    (base / ".planted.tmp1").symlink_to(outside / "keep")
+    third = agent.once()  # the lock free: the second digest applied, the first's directory removed
+    assert third.code == 2, third.err
+    assert (agent.root / "srv" / "data.txt").read_text() == "second\n"
+    assert [p.name for p in base.iterdir()] == [_local_report(agent)["manifestDigest"].replace(":", "-")]
+    assert not in_use.exists()
+    assert [p.name for p in outside.iterdir()] == ["keep"] and (outside / "keep").read_text() == "precious"
 
 
 def test_a_host_whose_agent_fell_silent_reads_unknown_saying_how_stale(sqlite_fleet: Fleet):
@@ -368,8 +409,10 @@ def test_a_hostile_served_manifest_writes_and_removes_nothing_outside_its_direct
             materialize(_served(files={name: "eA=="}), base)
     assert not (tmp_path / "escape").exists() and not any(p.name.startswith(".") for p in base.iterdir())
 
-    # Links planted under the directory: an old entry and the digest's own name.
+    # Links planted under the directory: an old entry, a dot entry and the digest's own name; a stale partial.
     (base / "old-link").symlink_to(outside, target_is_directory=True)
+    (base / ".hidden-link").symlink_to(outside / "keep")
+    (base / ".sha256-2.tmp1").mkdir()
     (base / ("sha256-" + "1" * 64)).symlink_to(outside, target_is_directory=True)
     manifest, digest = materialize(_served(), base)
     assert digest == "sha256:" + "1" * 64

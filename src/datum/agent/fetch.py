@@ -59,7 +59,9 @@ def fetch(
 def materialize(body: bytes, base: Path) -> tuple[Any, str]:
     """The validated ``Manifest`` of a served body, with its files under ``base/<digest>``; and its digest.
 
-    A Problem with every finding when it does not validate here.
+    A Problem with every finding when it does not validate here. The caller holds the state file's
+    pass lock (``datum.agent.loop.cycle``): unpacking removes every other entry of ``base``, which
+    only a pass holding that lock reads.
     """
     from datum.core.findings import Problem
     from datum.host.manifest import parse_manifest
@@ -88,7 +90,8 @@ _DIGEST = re.compile(r"[a-z0-9]{1,16}:[0-9a-f]{16,128}")
 
 
 def _unpack(base: Path, where: Path, doc: dict[str, Any], files: dict[str, Any]) -> None:
-    """Write a served manifest's files under ``where`` (built aside, renamed in), then drop the older ones.
+    """Write a served manifest's files under ``where`` (built aside, renamed in), then drop the older ones
+    (and what a killed agent left half-built): the pass lock is held, so no other pass reads them.
 
     Nothing is written outside ``base``: a file named outside the manifest is
     refused, and removal never follows a link (``shutil.rmtree`` refuses one;
@@ -126,7 +129,7 @@ def _unpack(base: Path, where: Path, doc: dict[str, Any], files: dict[str, Any])
     finally:
         _remove(partial)
     for old in base.iterdir():  # keep the one in use
-        if old != where and not old.name.startswith("."):
+        if old != where:
             _remove(old)
 
 

@@ -3,11 +3,15 @@
 A cycle:
 
 1. takes the next sequence number and a pass id (durable before anything runs);
-2. fetches this host's effective manifest; when it cannot, applies the last
-   one fetched (``manifestOrigin: "cached: <why>"``); with none, persists a
-   report ``unknown`` saying why, and runs nothing;
-3. runs a pass through the host pass engine (``datum.host.agent.run``: the
-   lock, SIGTERM after the current resource, incomplete reports), which
+2. fetches this host's effective manifest (over HTTP, no lock held);
+3. takes the state file's pass lock (as ``datum apply`` does: ``lock_wait``,
+   then ``another pass is running``, exit 69) and, holding it, unpacks the
+   manifest under ``<state>.manifest/<digest>/`` and removes the older ones
+   (so no other pass's directory goes while it runs); when none was fetched,
+   applies the last one (``manifestOrigin: "cached: <why>"``); with none,
+   persists a report ``unknown`` saying why, and runs nothing; else runs a
+   pass through the host pass engine (``datum.host.agent.run``: SIGTERM after
+   the current resource, incomplete reports), which
    persists the report and spools it in one transaction; a reboot the policy
    makes now is asked of the server first (the group's reboot budget,
    ``datum.agent.lease``): no lease, no reboot, and the report says why;
@@ -38,6 +42,7 @@ from datum.agent.state import AgentState
 from datum.core.findings import Problem
 from datum.core.vocab import Mode
 from datum.host.compiled import HostConfig
+from datum.host.idle import Handover
 from datum.host.statefile import StateStore
 
 EXIT_UNKNOWN = 4  # the host state is not known: bit 4, "something is not known to be in place"
@@ -70,10 +75,13 @@ def _facts(root: str, config: HostConfig) -> dict[str, Any]:
     return {k: v for k, v in facts.items() if k != "facts"}
 
 
-def _manifest(opts: Options, state: AgentState, host: str, base: Path) -> tuple[Any, str | None, str]:
-    """(the manifest to apply or None, its digest, where it came from or why there is none)."""
-    last = state.last_manifest()
-    got = fetch(opts.server, host, opts.token, last[0] if last else None, _facts(opts.root, opts.config))
+def _manifest(state: AgentState, got: Any, last: tuple[str, bytes, str] | None, base: Path) -> tuple[Any, str | None, str]:
+    """(the manifest to apply or None, its digest, where it came from or why there is none).
+
+    ``got`` is what the fetch brought, ``last`` the manifest kept before it. Called with the pass
+    lock held: unpacking removes the other manifests' directories under ``base``, which only a
+    pass holding that lock reads.
+    """
     why = got.why
     if got.body is not None:
         try:
@@ -98,10 +106,9 @@ def _manifest(opts: Options, state: AgentState, host: str, base: Path) -> tuple[
     return manifest, digest, f"cached: {why}; applied the manifest fetched at {last[2]}"
 
 
-def _unknown(opts: Options, host: str, why: str, extra: dict[str, Any]) -> dict[str, Any]:
-    """The report of a cycle that had no manifest to apply: persisted and spooled like a pass's."""
-    from datum.providers.facts import read_boot_id
-
+def _unknown(opts: Options, store: StateStore, boot: str, host: str, why: str, extra: dict[str, Any]) -> dict[str, Any]:
+    """The report of a cycle that had no manifest to apply: persisted and spooled like a pass's,
+    in ``store``, whose pass lock the caller holds."""
     now = datetime.now(UTC).isoformat()
     report: dict[str, Any] = {
         "host": host,
@@ -117,15 +124,9 @@ def _unknown(opts: Options, host: str, why: str, extra: dict[str, Any]) -> dict[
         "resources": [],
         **extra,
     }
-    boot = read_boot_id(opts.config.boot_id_file)
     if boot:
         report["bootId"] = boot
-    store = StateStore(opts.state_path)
-    try:
-        with store.lease(opts.config.lock_wait, boot):
-            store.record(host, report)
-    finally:
-        store.close()
+    store.record(host, report)
     return report
 
 
@@ -155,7 +156,14 @@ def _reboot(opts: Options, host: str, report: dict[str, Any]) -> str:
 
 
 def cycle(opts: Options) -> Cycle:
+    """Fetch (over HTTP, unlocked), then take the state file's pass lock and, holding it, unpack the
+    manifest, prune the older ones and run the pass; deliver the spool once it is released.
+
+    A lock held past ``lock_wait`` raises the ``UNAVAILABLE`` problem ``datum apply`` raises
+    (``another pass is running ...``), before anything under ``<state>.manifest/`` is touched.
+    """
     from datum.host import agent
+    from datum.providers.facts import read_boot_id
 
     path = opts.state_path
     host = agent.host_name(opts.config)
@@ -168,18 +176,26 @@ def cycle(opts: Options) -> Cycle:
             "seq": seq,
             "intervalSeconds": opts.interval.total_seconds(),
         }
-        manifest, digest, origin = _manifest(opts, state, host, Path(f"{path}.manifest"))
-        if manifest is None:
-            report = _unknown(opts, host, origin, {**extra, "manifestOrigin": origin})
-            code, stopped = EXIT_UNKNOWN, False
-        else:
-            extra.update(manifestDigest=digest, manifestOrigin=origin)
-            result = agent.run(
-                manifest, root=opts.root, mode=opts.mode, config=opts.config,
-                state_path=opts.state_path, extra=extra, budget=_budget(opts, host),
-            )
-            report, code, stopped = result.report, result.exit_code, bool(result.report.get("incomplete"))
-            reboot_now = result.reboot_now
+        last = state.last_manifest()
+        got = fetch(opts.server, host, opts.token, last[0] if last else None, _facts(opts.root, opts.config))
+        boot = read_boot_id(opts.config.boot_id_file)
+        store = StateStore(path)
+        try:
+            with store.lease(opts.config.lock_wait, boot):
+                manifest, digest, origin = _manifest(state, got, last, Path(f"{path}.manifest"))
+                if manifest is None:
+                    report = _unknown(opts, store, boot, host, origin, {**extra, "manifestOrigin": origin})
+                    code, stopped = EXIT_UNKNOWN, False
+                else:
+                    extra.update(manifestDigest=digest, manifestOrigin=origin)
+                    result = agent.run(
+                        manifest, root=opts.root, mode=opts.mode, config=opts.config,
+                        state_path=path, extra=extra, budget=_budget(opts, host), holding=Handover(store),
+                    )
+                    report, code, stopped = result.report, result.exit_code, bool(result.report.get("incomplete"))
+                    reboot_now = result.reboot_now
+        finally:
+            store.close()
         sent = flush(state, opts.server, host, opts.token)
     finally:
         state.close()

@@ -7,12 +7,13 @@ click at all (``datum.cli.passes``).
 
 from __future__ import annotations
 
-import importlib
 import os
 import sys
-from typing import TYPE_CHECKING, Any
 
+TYPE_CHECKING = False  # an idle ``datum apply`` imports no typing (datum.host.idle)
 if TYPE_CHECKING:
+    from typing import Any
+
     import click
 
     from datum.core.findings import Problem
@@ -70,6 +71,8 @@ def _group() -> click.Group:
             spec = COMMANDS.get(cmd_name)
             if spec is not None:
                 module, attr, _help = spec
+                import importlib
+
                 command: click.Command = getattr(importlib.import_module(module), attr)
                 return command
             declared = _plugin_commands().get(cmd_name)

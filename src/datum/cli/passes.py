@@ -8,10 +8,12 @@ the click command in ``datum.cli.host``, which calls the same functions.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
-from typing import Any
+
+TYPE_CHECKING = False  # an idle pass imports no typing (datum.host.idle)
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def warn(message: str) -> None:
@@ -62,13 +64,22 @@ def run_pass(
     as_json: bool,
     plan: bool,
     allow_outside: bool = False,
-) -> tuple[Any, Any]:
-    from datum.core.vocab import Mode
-    from datum.host import agent
-    from datum.host.output import ProgressLine
+    held: Any = None,
+) -> tuple[Any, Any, Any]:
+    """The configuration, the validated manifest and the pass's ``PassResult``. ``held``: the lock
+    an idle pass handed over (``datum.host.idle.Handover``), released here whatever happens."""
+    try:
+        from datum.core.vocab import Mode
+        from datum.host import agent
+        from datum.host.output import ProgressLine
 
-    chosen_config, loaded = prepare(manifest, config, allow_outside)
-    chosen = Mode.OBSERVE if plan else Mode(mode) if mode else chosen_config.mode
+        chosen_config, loaded = prepare(manifest, config, allow_outside)
+        chosen = Mode.OBSERVE if plan else Mode(mode) if mode else chosen_config.mode
+        path = None if plan else state_path(state, chosen_config)
+    except BaseException as exc:
+        if held is not None:
+            held.close(type(exc), exc, exc.__traceback__)
+        raise
     progress = None if as_json else ProgressLine()
     try:
         result = agent.run(
@@ -76,20 +87,23 @@ def run_pass(
             root=root,
             mode=chosen,
             config=chosen_config,
-            state_path=None if plan else state_path(state, chosen_config),
+            state_path=path,
             progress=progress,
             persist=not plan,
+            holding=held,
         )
     finally:
         if progress is not None:
             progress.close()
-    return chosen_config, result
+    return chosen_config, loaded, result
 
 
 def print_report(report: dict[str, Any], as_json: bool, plan: bool = False) -> None:
     from datum.host.output import echo_lines, pass_lines
 
     if as_json:
+        import json
+
         sys.stdout.write(json.dumps(report, indent=2) + "\n")
         sys.stdout.flush()
     else:
@@ -107,14 +121,24 @@ def apply(
     token: str | None = None,
     allow_outside: bool = False,
 ) -> int:
-    """``datum apply``: one pass, its lines (or JSON), the report posted, the reboot; the exit code."""
-    chosen_config, result = run_pass(
-        manifest, root, mode, state, config, as_json, plan=False, allow_outside=allow_outside
+    """``datum apply``: one pass, its lines (or JSON), the report posted, the reboot; the exit code.
+
+    An idle pass (``datum.host.idle``) is tried first; what it cannot prove, the engine runs.
+    """
+    from datum.host import idle
+
+    found = idle.run(manifest, root, mode, state, config, allow_outside)
+    if isinstance(found, idle.Done):
+        return _idle_done(found, as_json, report_to, token)
+    taken = idle.before(manifest, config)
+    chosen_config, loaded, result = run_pass(
+        manifest, root, mode, state, config, as_json, plan=False, allow_outside=allow_outside, held=found
     )
     report = result.report
     print_report(report, as_json)
     for warning in result.warnings:
         warn(warning)
+    idle.remember(manifest, root, mode, state, config, allow_outside, taken, chosen_config, loaded, result)
     target = report_to or chosen_config.report_to
     if target:
         from datum.host.remote import post_report
@@ -128,10 +152,34 @@ def apply(
     return code
 
 
+def _idle_done(done: Any, as_json: bool, report_to: str | None, token: str | None) -> int:
+    """An idle pass's lines (or JSON) and warnings, its report posted when ``--report-to`` asks."""
+    if as_json or report_to:
+        import json
+
+        report = json.loads(done.text)
+        if as_json:
+            sys.stdout.write(json.dumps(report, indent=2) + "\n")
+    if not as_json:
+        sys.stdout.write(done.lines)
+    sys.stdout.flush()
+    for warning in done.warnings:
+        warn(warning)
+    if report_to:
+        from datum.host.remote import post_report
+
+        why = post_report(report_to, report["host"], report, token)
+        if why:
+            warn(f"the pass report was not delivered: {why}")
+    return 0
+
+
 def plan(manifest: str, root: str = "/", as_json: bool = False, config: str | None = None,
          allow_outside: bool = False) -> int:
     """``datum plan``: an observe pass that persists nothing, with diffs; the exit code."""
-    _config, result = run_pass(manifest, root, None, None, config, as_json, plan=True, allow_outside=allow_outside)
+    _config, _loaded, result = run_pass(
+        manifest, root, None, None, config, as_json, plan=True, allow_outside=allow_outside
+    )
     print_report(result.report, as_json, plan=True)
     code: int = result.exit_code
     return code

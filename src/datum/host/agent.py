@@ -20,11 +20,12 @@ from datum.core.vocab import HostState, Mode, ResourceState
 from datum.host.compiled import HostConfig
 from datum.host.executor import Outcome, Progress, run_pass
 from datum.host.model import Manifest
-from datum.host.statefile import StateStore, Unreadable
+from datum.host.statefile import StateStore, Unreadable, unfinished, unfinished_reason
 from datum.providers.base import HostContext
 from datum.providers.value import Value
 
 if TYPE_CHECKING:
+    from datum.host.idle import Handover
     from datum.host.reboot import Slot
 
 EXIT_CHANGED = 2
@@ -224,12 +225,17 @@ def run(
     persist: bool = True,
     extra: dict[str, Any] | None = None,
     budget: Budget | None = None,
+    holding: Handover | None = None,
 ) -> PassResult:
     """One pass over a validated manifest; persist the report unless ``persist`` is False (``datum plan``).
 
     ``extra`` adds fields to the report before it is persisted (``datum agent``: ``passId``,
     ``seq``, ``manifestDigest``, ...); a report with a ``seq`` is spooled with it, in one transaction.
     ``budget`` is asked before a policy reboot (``datum agent``: the group's reboot lease).
+    ``holding``: the state file whose pass lock the caller already holds (``datum agent``, which
+    unpacked the manifest under it; an idle pass that handed over, with its signal watch:
+    ``datum.host.idle.Handover``), released by ``holding.close`` when the pass ends; else the
+    lock is taken here.
     """
     from signal import SIGINT, SIGTERM
 
@@ -252,15 +258,20 @@ def run(
     boot_id = read_boot_id(config.boot_id_file)
     warnings: list[str] = []
     with ExitStack() as stack:
-        store = StateStore(state_path) if persist and state_path else None
+        if holding is not None:  # the caller's lock (and signal watch), released with the pass
+            stack.push(holding.close)
+            store: StateStore | None = holding.store
+        else:
+            store = StateStore(state_path) if persist and state_path else None
+            if store is not None:
+                stack.callback(store.close)
+                stack.enter_context(store.lease(config.lock_wait, boot_id))
         if store is not None:
-            stack.callback(store.close)
-            stack.enter_context(store.lease(config.lock_wait, boot_id))
             progress = _chain(progress, _first_change(store.mark_changing))
         previous = _previous(store, host)
         if store is not None and unfinished(store.taken_over, previous):
             warnings.append(f"{unfinished_reason(store.taken_over or {})}; this pass replaces it")
-        stopped = (
+        stopped = holding.stop if holding is not None and holding.stop is not None else (
             stack.enter_context(stop_on(SIGTERM, SIGINT, once=True))
             if persist
             else None
@@ -277,53 +288,61 @@ def run(
         code = exit_code(outcomes, reboot is not None)
         if incomplete:
             state, code, reboot_now = HostState.UNKNOWN, code | EXIT_FAILED, False
-        report: dict[str, Any] = {
-            "host": host,
-            "mode": mode.value,
-            "state": state.value,
-            "startedAt": started.isoformat(),
-            "finishedAt": datetime.now(UTC).isoformat(),
-            "durationSeconds": round(time.perf_counter() - clock, 6),
-            "manifest": manifest.source,
-            "exitCode": code,
-            "counts": dict(Counter(o.state.value for o in outcomes)),
-            "resources": [o.as_report() for o in outcomes],
-        }
         reason = reason_for(state, outcomes, held or (reboot["reason"] if reboot else None))
         if incomplete:
             assert stopped is not None
-            report["incomplete"] = True
             reason = _stopped_reason(stopped.signal, outcomes, pending)
-        if reason:
-            report["reason"] = reason
-        if boot_id:
-            report["bootId"] = boot_id
-        if reboot:
-            report["reboot"] = reboot
-        report.update(extra or {})
+        report = pass_report(
+            host, mode.value, state.value, started.isoformat(), datetime.now(UTC).isoformat(),
+            round(time.perf_counter() - clock, 6), manifest.source, code, outcomes,
+            incomplete=incomplete, reason=reason, boot_id=boot_id, reboot=reboot, extra=extra,
+        )
         if store:
             store.record(host, report)
     return PassResult(report, outcomes, code, reboot_now and persist, warnings)
 
 
-def unfinished(record: dict[str, Any] | None, last: dict[str, Any] | None) -> bool:
-    """Whether a lock file's ``record`` is a pass that did not finish: no report persisted since it started.
-
-    A pass killed after its report was stored, before it emptied its record, did finish.
-    """
-    if not record:
-        return False
-    try:
-        started = datetime.fromisoformat(str(record.get("startedAt")))
-        finished = datetime.fromisoformat(str((last or {}).get("finishedAt")))
-    except ValueError:
-        return True
-    return finished < started
-
-
-def unfinished_reason(record: dict[str, Any]) -> str:
-    """What ``datum status`` says of a pass that started and never persisted its report."""
-    return f"the pass started at {record.get('startedAt')} did not finish (pid {record.get('pid')})"
+def pass_report(
+    host: str,
+    mode: str,
+    state: str,
+    started: Any,
+    finished: Any,
+    duration: Any,
+    manifest: str,
+    code: int,
+    outcomes: list[Outcome],
+    *,
+    incomplete: bool = False,
+    reason: str | None = None,
+    boot_id: str = "",
+    reboot: dict[str, Any] | None = None,
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The pass report (the contract's ``PassReport``), its fields in the order they are stored
+    (``datum.host.idle`` fills the same form with an idle pass's times)."""
+    report: dict[str, Any] = {
+        "host": host,
+        "mode": mode,
+        "state": state,
+        "startedAt": started,
+        "finishedAt": finished,
+        "durationSeconds": duration,
+        "manifest": manifest,
+        "exitCode": code,
+        "counts": dict(Counter(o.state.value for o in outcomes)),
+        "resources": [o.as_report() for o in outcomes],
+    }
+    if incomplete:
+        report["incomplete"] = True
+    if reason:
+        report["reason"] = reason
+    if boot_id:
+        report["bootId"] = boot_id
+    if reboot:
+        report["reboot"] = reboot
+    report.update(extra or {})
+    return report
 
 
 def _stopped_reason(signal: str | None, outcomes: list[Outcome], pending: list[Outcome]) -> str:

@@ -141,12 +141,10 @@ def config_file(flag: str | None) -> Path | None:
 
 
 def cache_dir() -> Path:
-    """``$DATUM_CACHE_DIR``, else ``manifests`` in Datum's cache (``datum.discovery.cache_root``)."""
-    if chosen := os.environ.get("DATUM_CACHE_DIR"):
-        return Path(chosen)
-    from datum.discovery import cache_root
+    """``$DATUM_CACHE_DIR``, else ``manifests`` in Datum's cache (``datum.home.manifest_cache``)."""
+    from datum.home import manifest_cache
 
-    return cache_root() / "manifests"
+    return Path(manifest_cache())
 
 
 def _code_stamp() -> str:
@@ -168,21 +166,29 @@ def _code_stamp() -> str:
 def _plugin_stamp() -> list[str]:
     """The installed distributions the resource types come from (a plugin or pydantic installed,
     upgraded or removed), and each plugin's module file (an editable plugin edited in place)."""
-    from datum.discovery import entry_points, stamp
+    from datum.discovery import stamp
 
-    parts = [stamp()]
+    return [stamp(), *(f"{value}:{mtime}" for value, _origin, mtime in plugin_modules())]
+
+
+def plugin_modules() -> list[tuple[str, str | None, str]]:
+    """Each resource-type plugin's entry point, the file its module loads from (None: none, or
+    it cannot be found) and that file's modification time (``None``; ``?``: it cannot be found)."""
+    from datum.discovery import entry_points
+
+    found: list[tuple[str, str | None, str]] = []
     for ep in entry_points("datum.resources"):
         if ep.value.startswith("datum."):
-            continue  # Datum's own modules: in the stamp above
+            continue  # Datum's own modules: in the code stamp
         import importlib.util
 
         try:
             spec = importlib.util.find_spec(ep.value.partition(":")[0].strip())
             origin = spec.origin if spec is not None else None
-            parts.append(f"{ep.value}:{os.stat(origin).st_mtime_ns if origin else None}")
+            found.append((ep.value, origin, str(os.stat(origin).st_mtime_ns) if origin else "None"))
         except (ImportError, ValueError, OSError):
-            parts.append(f"{ep.value}:?")
-    return parts
+            found.append((ep.value, None, "?"))
+    return found
 
 
 def _environment() -> str:

@@ -17,16 +17,21 @@ the kernel releases with the process however it dies.
 
 from __future__ import annotations
 
-import json
 import os
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from datetime import UTC, datetime, timedelta
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
+from datum.core.jsontext import flat
+
+# Light on purpose: the idle pass (``datum.host.idle``) uses this module and loads neither
+# ``json`` (with ``re`` and ``enum``) nor ``typing``, ``pathlib`` or ``contextlib`` unless a
+# report is read or written as JSON here.
+TYPE_CHECKING = False
 if TYPE_CHECKING:  # imported where a problem is raised: a pass that raises none never loads it
+    from collections.abc import Callable
+    from datetime import timedelta
+    from types import TracebackType
+    from typing import Any
+
     from datum.core.findings import Problem
 
 LOCK_NAME = "host-pass"
@@ -112,6 +117,8 @@ def state_path(state: str, option: str = "--state") -> str:
         from datum.core.findings import Problem
 
         raise Problem.one("USAGE", f"{option} {why}. {INSTEAD}")
+    from pathlib import Path
+
     return str(Path(state).expanduser().resolve())
 
 
@@ -132,6 +139,8 @@ class StateStore:
     # -- reports ----------------------------------------------------------------------------
     def get(self, host: str) -> dict[str, Any] | None:
         """The last persisted pass report of ``host``, or None; ``Unreadable`` when it cannot be read."""
+        import json
+
         row = self._db.execute("SELECT report FROM agent_reports WHERE host = ?", (host,)).fetchone()
         try:
             report = json.loads(row[0]) if row else None
@@ -168,6 +177,8 @@ class StateStore:
         if finished is not None:
             out["finishedAt"] = finished
         if reboot is not None:
+            import json
+
             out["reboot"] = json.loads(reboot)
         return out
 
@@ -176,10 +187,24 @@ class StateStore:
 
     def record(self, host: str, report: dict[str, Any]) -> None:
         """Persist ``report`` as ``host``'s latest pass; ``NotPersisted`` (carrying it) when the store refuses."""
+        self._persist(lambda: self._record(host, report), lambda: report)
+
+    def record_idle(self, host: str, finished: str, text: str) -> None:
+        """``record`` for an idle pass's converged report, already in JSON (``datum.host.idle``)."""
+
+        def report() -> dict[str, Any]:
+            import json
+
+            loaded: dict[str, Any] = json.loads(text)
+            return loaded
+
+        self._persist(lambda: self.record_text(host, "converged", finished, text), report)
+
+    def _persist(self, write: Callable[[], None], report: Callable[[], dict[str, Any]]) -> None:
         import sqlite3
 
         try:
-            self._record(host, report)
+            write()
         except Exception as exc:
             from datum.core.findings import Problem
 
@@ -187,23 +212,35 @@ class StateStore:
                 raise
             why = exc.findings[0].message if isinstance(exc, Problem) else _why(exc, self.path)
             failed = _not_persisted().one("UNAVAILABLE", f"the pass report was not stored in {self.path}: {why}")
-            failed.report = report  # type: ignore[attr-defined]
+            failed.report = report()  # type: ignore[attr-defined]
             raise failed from exc
 
     def _record(self, host: str, report: dict[str, Any]) -> None:
-        finished = report.get("finishedAt")
+        import json
+
+        text = json.dumps(report)
+        spool = (report["seq"], str(report.get("passId", ""))) if isinstance(report.get("seq"), int) else None
+        self.record_text(host, report["state"], report.get("finishedAt"), text, spool)
+
+    def record_text(
+        self, host: str, state: str, finished: str | None, text: str, spool: tuple[int, str] | None = None
+    ) -> None:
+        """``record``'s transaction, for a report already in JSON (``text``); ``spool``: its
+        (seq, passId) when ``datum agent`` delivers it. Raises what SQLite raises."""
+        from datetime import UTC, datetime
+
         db = self._db
         db.execute("BEGIN IMMEDIATE")
         try:
             db.execute(
                 "INSERT OR REPLACE INTO agent_reports (host, state, finished_at, updated_at, report)"
                 " VALUES (?, ?, ?, ?, ?)",
-                (host, report["state"], finished, datetime.now(UTC).isoformat(), json.dumps(report)),
+                (host, state, finished, datetime.now(UTC).isoformat(), text),
             )
-            if isinstance(report.get("seq"), int):  # datum agent's pass: to be delivered, with it
+            if spool is not None:  # datum agent's pass: to be delivered, with it
                 db.execute(
                     "INSERT OR IGNORE INTO agent_spool (seq, pass_id, report) VALUES (?, ?, ?)",
-                    (report["seq"], str(report.get("passId", "")), json.dumps(report)),
+                    (*spool, text),
                 )
             db.execute("COMMIT")
         except BaseException:
@@ -216,8 +253,7 @@ class StateStore:
         record = _read_record(lock_path(self.path))
         return _describe(record) if record else "another agent"
 
-    @contextmanager
-    def lease(self, wait: timedelta, boot_id: str = "") -> Iterator[str]:
+    def lease(self, wait: timedelta, boot_id: str = "") -> _Lease:
         """Hold the pass lock of this state file; wait at most ``wait`` for a live holder, then refuse clearly.
 
         The lock is ``flock`` on ``<state>.host-pass.lock``: the kernel
@@ -227,10 +263,8 @@ class StateStore:
         the pass dies before its report is persisted, which is how
         ``unfinished`` knows.
         """
-        holder = _new_holder(boot_id)
         self.taken_over = None
-        with self._flock(holder, wait) as taken:
-            yield taken
+        return _Lease(self, _new_holder(boot_id), wait)
 
     def _busy(self, wait: timedelta) -> Problem:
         from datum.core.findings import Problem
@@ -240,55 +274,6 @@ class StateStore:
             f"another pass is running against {self.path} (held by {self._holder()}); "
             f"gave up after waiting {wait.total_seconds():g}s",
         )
-
-    @contextmanager
-    def _flock(self, holder: str, wait: timedelta) -> Iterator[str]:
-        import fcntl
-
-        path = lock_path(self.path)
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        except OSError as exc:
-            from datum.core.findings import Problem
-
-            raise Problem.one(
-                "UNAVAILABLE", f"cannot open the lock file {path}: {exc.strerror}"
-            ) from exc
-        try:
-            deadline, tries = time.monotonic() + wait.total_seconds(), 0
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    tries += 1
-                    # A few tries at least: ``datum status`` holds it shared for an instant.
-                    if time.monotonic() >= deadline and tries >= 3:
-                        raise self._busy(wait) from None
-                    time.sleep(0.1)
-            # a file locked by another process (datum status): waited for lock_wait
-            self._db.execute(f"PRAGMA busy_timeout={max(1, int(wait.total_seconds() * 1000))}")
-            self.taken_over = _parse(_read_fd(fd))  # a pass that died holding it
-            record = _record_of(holder) or {}
-            try:
-                os.ftruncate(fd, 0)
-                os.pwrite(fd, json.dumps(record).encode(), 0)
-            except OSError as exc:  # a full disk: say so before anything is touched
-                from datum.core.findings import Problem
-
-                raise Problem.one(
-                    "UNAVAILABLE",
-                    f"the state file {self.path} is not usable: cannot write {path}: {exc.strerror}",
-                ) from exc
-            self._lock_fd = fd
-            yield holder
-            # Not reached when the pass raised: then its record says it did not finish.
-            os.ftruncate(fd, 0)
-            if self._durable:  # a record made durable is removed durably
-                os.fsync(fd)
-        finally:
-            self._lock_fd = None
-            os.close(fd)  # the only descriptor: the kernel drops the lock
 
     def mark_changing(self) -> None:
         """The pass is about to change the host: make its record survive a power cut (once)."""
@@ -314,6 +299,98 @@ class StateStore:
         finally:
             os.close(fd)  # drops a shared lock taken above
         return {**record, "running": running} if record else None
+
+
+class _Lease:
+    """``StateStore.lease``'s hold of the pass lock: entered, it waits for the lock and writes this
+    pass's record into the lock file; left normally, it empties the record. Left by an exception,
+    the record stays: the pass did not finish."""
+
+    def __init__(self, store: StateStore, holder: str, wait: timedelta) -> None:
+        self.store, self.holder, self.wait = store, holder, wait
+        self._fd: int | None = None
+
+    def __enter__(self) -> str:
+        import fcntl
+
+        store, wait = self.store, self.wait
+        path = lock_path(store.path)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            from datum.core.findings import Problem
+
+            raise Problem.one(
+                "UNAVAILABLE", f"cannot open the lock file {path}: {exc.strerror}"
+            ) from exc
+        try:
+            deadline, tries = time.monotonic() + wait.total_seconds(), 0
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    tries += 1
+                    # A few tries at least: ``datum status`` holds it shared for an instant.
+                    if time.monotonic() >= deadline and tries >= 3:
+                        raise store._busy(wait) from None
+                    time.sleep(0.1)
+            # a file locked by another process (datum status): waited for lock_wait
+            store._db.execute(f"PRAGMA busy_timeout={max(1, int(wait.total_seconds() * 1000))}")
+            store.taken_over = _parse(_read_fd(fd))  # a pass that died holding it
+            record = _record_of(self.holder) or {}
+            try:
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, flat(record).encode(), 0)
+            except OSError as exc:  # a full disk: say so before anything is touched
+                from datum.core.findings import Problem
+
+                raise Problem.one(
+                    "UNAVAILABLE",
+                    f"the state file {store.path} is not usable: cannot write {path}: {exc.strerror}",
+                ) from exc
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd = store._lock_fd = fd
+        return self.holder
+
+    def __exit__(
+        self, kind: type[BaseException] | None, _exc: BaseException | None, _tb: TracebackType | None
+    ) -> None:
+        fd, self._fd = self._fd, None
+        if fd is None:
+            return
+        try:
+            if kind is None:  # when the pass raised, its record says it did not finish
+                os.ftruncate(fd, 0)
+                if self.store._durable:  # a record made durable is removed durably
+                    os.fsync(fd)
+        finally:
+            self.store._lock_fd = None
+            os.close(fd)  # the only descriptor: the kernel drops the lock
+
+
+def unfinished(record: dict[str, Any] | None, last: dict[str, Any] | None) -> bool:
+    """Whether a lock file's ``record`` is a pass that did not finish: no report persisted since it started.
+
+    A pass killed after its report was stored, before it emptied its record, did finish.
+    """
+    if not record:
+        return False
+    from datetime import datetime
+
+    try:
+        started = datetime.fromisoformat(str(record.get("startedAt")))
+        finished = datetime.fromisoformat(str((last or {}).get("finishedAt")))
+    except ValueError:
+        return True
+    return finished < started
+
+
+def unfinished_reason(record: dict[str, Any]) -> str:
+    """What ``datum status`` says of a pass that started and never persisted its report."""
+    return f"the pass started at {record.get('startedAt')} did not finish (pid {record.get('pid')})"
 
 
 def open_local(path: str) -> Any:
@@ -384,6 +461,8 @@ def _record_of(holder: str) -> dict[str, Any] | None:
     if len(parts) != 6 or not parts[1].isdigit():
         return None  # an older agent's holder: nothing to prove
     node, pid, _, boot, start, epoch = parts
+    from datetime import UTC, datetime
+
     started = datetime.fromtimestamp(int(epoch) / 1000, UTC) if epoch.isdigit() else None
     return {
         "holder": holder,
@@ -408,8 +487,12 @@ def _read_record(path: str) -> dict[str, Any] | None:
 
 
 def _parse(data: bytes) -> dict[str, Any] | None:
+    if not data.strip():
+        return None  # no pass holds it, or the last one finished
+    import json
+
     try:
-        record = json.loads(data) if data.strip() else None
+        record = json.loads(data)
     except ValueError:
         return None
     return record if isinstance(record, dict) and "pid" in record else None

@@ -322,6 +322,15 @@ class Provider(Generic[S, W, H]):
         """Make the change; return why it needs a reboot, if it does."""
         raise NotImplementedError
 
+    def probe(self, spec: S, want: W, ctx: HostContext) -> tuple[Any, ...] | None:
+        """What the idle pass (``datum.host.idle``) checks to know this resource is still in place
+        without the pass engine, or None when it cannot say (then every idle pass runs the engine).
+
+        A probe is plain data (``marshal`` stores it) that ``datum.host.idle.holds`` checks; it must
+        never hold where ``plan`` would find a change (tests/host/test_idle.py checks ``File``'s).
+        """
+        return None
+
     def verify(self, want: W, change: Change, ctx: HostContext) -> str | None:
         """After apply: None when observing again confirms the result, else what still differs."""
         again = self.plan(want, self.observe(want, ctx))

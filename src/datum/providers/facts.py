@@ -8,10 +8,13 @@ memory) are read from the running machine, since a root does not boot.
 from __future__ import annotations
 
 import os
-from pathlib import Path
-from typing import Any
 
 from datum.providers.value import Frozen
+
+TYPE_CHECKING = False  # the idle pass reads the boot id: no typing or pathlib imported for it
+if TYPE_CHECKING:
+    from pathlib import Path
+    from typing import Any
 
 
 class Facts(Frozen):
@@ -64,7 +67,8 @@ def parse_os_release(text: str) -> dict[str, str]:
 
 def _read(path: str | Path) -> str:
     try:
-        return Path(path).read_text(encoding="utf-8", errors="replace")
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.read()
     except OSError:
         return ""
 

@@ -345,6 +345,20 @@ class FileProvider(PathProvider["FileSpec", FileWant, FileHave]):
                 rejected = validate_candidate(want.validate, want.content, ctx)
         return FileHave(kind, content, st, rejected)
 
+    def probe(self, spec: FileSpec, want: FileWant, ctx: HostContext) -> tuple[object, ...] | None:
+        """``("file", where, mode, uid, gid, content)`` (None where not managed; ``content`` None
+        when only a new file gets it) or ``("absent", where)``: what ``plan`` finds no change in.
+        None for a template (its facts may change) and for a path that went through a link (the
+        idle pass checks plain paths only); a ``source`` is a dependency of the idle entry."""
+        if getattr(spec, "template", None) is not None:
+            return None
+        root = str(ctx.root)
+        if want.where != os.path.normpath(want.host_path if root == "/" else root + want.host_path):
+            return None
+        if want.ensure != "present":
+            return ("absent", want.where)
+        return ("file", want.where, want.mode, want.uid, want.gid, want.content if want.replace else None)
+
     @staticmethod
     def _refuse(want: FileWant, have: FileHave) -> None:
         """Raise what apply would refuse; plan raises it too (the pass line says why, not "update")."""

@@ -13,7 +13,9 @@ dataclass's did (a frozen one refuses assignment with an ``AttributeError``).
 
 from __future__ import annotations
 
-from typing import Any, Self
+TYPE_CHECKING = False  # the idle pass (datum.host.idle) reads the boot id with these: no typing
+if TYPE_CHECKING:
+    from typing import Any, Self
 
 
 class Value:

@@ -1,0 +1,343 @@
+"""The idle pass (``datum.host.idle``): it stores what the engine would, and hands every other pass over.
+
+Each test runs the real ``datum`` on a sandbox root. An idle pass is told from
+the engine's by what the process imported (``-X importtime``); its report is
+held equal to the one the engine stores for the same host, times aside.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from tests.host.conftest import Host
+from tests.host.test_pass_costs import _imports, forget_idle
+
+FILES = (
+    "resources:\n"
+    '  - File[/srv/a.conf]:\n      content: "a = 1\\n"\n      mode: "0644"\n'
+    '  - File[/srv/sub/b.conf]:\n      content: "b\\n"\n'
+    "  - File[/srv/gone]:\n      ensure: absent\n"
+)
+ENGINE = {"datum.host.executor", "datum.host.agent", "datum.core.vocab"}
+HEAVY = {"json", "re", "typing", "pathlib", "contextlib", "threading", "dataclasses", "yaml", "pydantic", "click"}
+
+
+def _run(host: Host, manifest: Path, *extra: str) -> tuple[int, set[str], str]:
+    """``datum apply`` as ``host.apply`` runs it (its configuration included), under ``-X importtime``."""
+    args = ("apply", str(manifest), "--root", str(host.root), "--state", str(host.state), *extra)
+    return _imports(host, *args, env={"DATUM_CONFIG": str(host.config)} if host.config.exists() else None)
+
+
+def _stored(host: Host) -> dict:
+    db = sqlite3.connect(host.state)
+    try:
+        return json.loads(db.execute("SELECT report FROM agent_reports").fetchone()[0])
+    finally:
+        db.close()
+
+
+def _timeless(report: dict) -> dict:
+    out = {k: v for k, v in report.items() if k not in ("startedAt", "finishedAt", "durationSeconds")}
+    out["resources"] = [{k: v for k, v in r.items() if k != "durationSeconds"} for r in report["resources"]]
+    return out
+
+
+def _idle(imported: set[str]) -> bool:
+    return "datum.host.idle" in imported and ENGINE.isdisjoint(imported)
+
+
+def test_an_unchanged_pass_is_idle_and_stores_what_the_engine_stores(host):
+    manifest = host.manifest(FILES)
+    assert _run(host, manifest)[0] == 2
+    forget_idle(host)
+    code, imported, engine_out = _run(host, manifest)  # the engine's unchanged pass, which remembers
+    assert code == 0 and not _idle(imported)
+    engine = _stored(host)
+    code, imported, idle_out = _run(host, manifest)
+    assert code == 0 and _idle(imported), imported & ENGINE
+    assert HEAVY.isdisjoint(imported), HEAVY & imported
+    idle = _stored(host)
+    assert _timeless(idle) == _timeless(engine)
+    assert idle_out == engine_out and "host state: converged" in idle_out
+    assert idle["finishedAt"] > engine["finishedAt"] and idle["startedAt"] <= idle["finishedAt"]
+    assert all(isinstance(r["durationSeconds"], float) for r in idle["resources"])
+    assert list(idle) == list(engine)  # the same fields in the same order
+    status = host.status("--json")
+    assert status.code == 0 and status.json["state"] == "converged"
+
+
+def test_json_output_and_the_lines_match_the_engines(host):
+    manifest = host.manifest(FILES)
+    host.apply(manifest)
+    engine = host.apply(manifest, "--json")
+    idle = host.apply(manifest, "--json")
+    assert engine.code == idle.code == 0
+    assert _timeless(idle.json) == _timeless(engine.json)
+
+
+@pytest.mark.parametrize(
+    "change, code, words",
+    [
+        (lambda r: (r / "srv/a.conf").write_text("a = 2\n"), 2, "updated"),
+        (lambda r: (r / "srv/a.conf").chmod(0o600), 2, "updated"),
+        (lambda r: (r / "srv/sub/b.conf").unlink(), 2, "created"),
+        (lambda r: (r / "srv/gone").write_text("x"), 2, "deleted"),
+        (lambda r: (r / "srv/a.conf").write_text("a = 1\n\n"), 2, "updated"),  # a longer file
+    ],
+    ids=["content", "mode", "removed", "must-be-absent", "size"],
+)
+def test_any_difference_hands_the_pass_to_the_engine(host, change, code, words):
+    manifest = host.manifest(FILES)
+    host.apply(manifest)
+    assert _idle(_run(host, manifest)[1])
+    change(host.root)
+    done, imported, out = _run(host, manifest)
+    assert done == code and not _idle(imported), out
+    assert words in out
+    assert (host.root / "srv/a.conf").read_text() == "a = 1\n" and not (host.root / "srv/gone").exists()
+    assert _idle(_run(host, manifest)[1])  # converged again: idle again
+
+
+def test_a_link_where_a_file_or_directory_was_is_the_engines_to_judge(host):
+    manifest = host.manifest(FILES)
+    host.apply(manifest)
+    a = host.root / "srv/a.conf"
+    a.rename(host.root / "srv/real.conf")
+    a.symlink_to("real.conf")  # the same bytes, through a link
+    done, imported, out = _run(host, manifest)
+    assert not _idle(imported)
+    (host.root / "srv/sub").rename(host.root / "srv/sub2")
+    (host.root / "srv/sub").symlink_to("sub2")  # a directory above a file is now a link
+    done, imported, out = _run(host, manifest)
+    assert not _idle(imported), out
+
+
+@pytest.mark.parametrize("what", ["manifest", "configuration", "source", "reboot marker", "kernel", "passwd"])
+def test_what_the_pass_depended_on_changing_makes_the_engine_run(host, what):
+    (host.base / "files").mkdir()
+    source = host.base / "files" / "motd"
+    source.write_text("hello\n")
+    (host.root / "etc").mkdir()
+    (host.root / "etc/passwd").write_text("root:x:0:0:root:/root:/bin/sh\n")
+    (host.root / "etc/group").write_text("root:x:0:\n")
+    host.configure('[host]\nlock_wait = "2s"\n')
+    text = FILES + "  - File[/etc/motd]:\n      source: files/motd\n      owner: root\n"
+    manifest = host.manifest(text)
+    host.apply(manifest)
+    time.sleep(0.2)  # past the coarse file times: what the pass read is older than the next pass
+    host.apply(manifest)  # remembered now
+    assert _idle(_run(host, manifest)[1])
+    if what == "manifest":
+        manifest.write_text(text + "# a comment\n")
+    elif what == "configuration":
+        host.configure('[host]\nlock_wait = "3s"\n')
+    elif what == "source":
+        source.write_text("changed\n")
+    elif what == "reboot marker":
+        (host.root / "run").mkdir()
+        (host.root / "run/reboot-required").write_text("")
+    elif what == "kernel":
+        (host.root / "boot").mkdir()
+        (host.root / "boot" / "vmlinuz-999.0.0").write_text("")
+    elif what == "passwd":
+        (host.root / "etc/passwd").write_text("root:x:0:0:root:/root:/bin/sh\nweb:x:1000:1000::/:/bin/sh\n")
+    code, imported, out = _run(host, manifest, "--json")
+    assert not _idle(imported)
+    report = json.loads(out)
+    if what == "source":
+        assert code == 2 and (host.root / "etc/motd").read_text() == "changed\n"
+    elif what in ("reboot marker", "kernel"):
+        assert report["reboot"]["required"] and report["state"] == "awaiting-reboot", report
+    else:
+        assert code == 0 and report["state"] == "converged"
+    time.sleep(0.2)
+    again = [_idle(_run(host, manifest)[1]) for _ in range(2)]
+    assert again[-1] is (what not in ("reboot marker", "kernel")), again  # a reboot on record: the engine's
+
+
+def test_the_lock_is_waited_for_and_a_held_one_refused_as_the_engine_does(host):
+    import fcntl
+
+    host.configure('[host]\nlock_wait = "200ms"\n')
+    manifest = host.manifest(FILES)
+    host.apply(manifest)
+    host.apply(manifest)
+    assert _idle(_run(host, manifest)[1])
+    lock = os.open(f"{host.state}.host-pass.lock", os.O_RDWR)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        code, imported, out = _run(host, manifest)
+    finally:
+        os.close(lock)
+    assert code == 69 and "datum.host.idle" in imported
+    assert "datum.host.executor" not in imported  # refused before any pass ran
+
+
+def test_a_pass_that_died_is_named_by_the_idle_pass_too(host):
+    manifest = host.manifest(FILES)
+    host.apply(manifest)
+    host.apply(manifest)
+    record = {"holder": "x", "pid": 4242, "startedAt": "2999-01-01T00:00:00+00:00"}
+    Path(f"{host.state}.host-pass.lock").write_text(json.dumps(record))
+    done = host.apply(manifest)
+    assert done.code == 0
+    assert "the pass started at 2999-01-01T00:00:00+00:00 did not finish (pid 4242)" in done.err
+    assert Path(f"{host.state}.host-pass.lock").read_text() == ""
+
+
+def test_a_damaged_entry_is_ignored_and_replaced(host):
+    manifest = host.manifest(FILES)
+    host.apply(manifest)
+    host.apply(manifest)
+    [entry] = (host.base / "home").rglob("idle-*.bin")
+    data = bytearray(entry.read_bytes())
+    data[-5] ^= 0xFF
+    entry.write_bytes(bytes(data))
+    code, imported, _out = _run(host, manifest)
+    assert code == 0 and not _idle(imported)
+    assert _idle(_run(host, manifest)[1])
+
+
+def test_no_entry_for_a_pass_that_did_not_converge_or_cannot_be_probed(host):
+    manifest = host.manifest(FILES)
+    host.apply(manifest)
+    host.apply(manifest)
+    assert list((host.base / "home").rglob("idle-*.bin"))
+    (host.root / "srv/a.conf").chmod(0o600)
+    host.apply(manifest, "--mode", "observe")  # drifted: the entry of observe passes is not kept
+    assert not _idle(_run(host, manifest, "--mode", "observe")[1])
+    templated = host.manifest("resources:\n  - File[/srv/t]:\n      template: t.j2\n", "t.yaml")
+    (host.base / "t.j2").write_text("{{ hostname }}\n")
+    host.apply(templated)
+    host.apply(templated)
+    assert not _idle(_run(host, templated)[1])  # a template's facts may change: never probed
+    mixed = host.manifest(FILES + "  - Directory[/srv/d]: {}\n", "mixed.yaml")
+    host.apply(mixed)
+    host.apply(mixed)
+    assert not _idle(_run(host, mixed)[1])  # a Directory has no probe: the engine, every pass
+
+
+def test_a_signal_during_an_idle_pass_stops_it_as_the_engine_would(host, monkeypatch, capsys):
+    """SIGTERM during the probes: the engine takes the lock and the signal, runs nothing and
+    stores an incomplete report, as for a signal before its first resource."""
+    from datum.cli import passes
+    from datum.host import idle
+
+    manifest = host.manifest(FILES)
+    for name, value in {"DATUM_HOME": str(host.base / "home"), "DATUM_BOOT_ID_FILE": str(host.boot_id)}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("DATUM_CONFIG", raising=False)
+    real = idle.holds
+
+    def signalled(probe):
+        os.kill(os.getpid(), signal.SIGTERM)  # a real signal, to this process, mid-walk
+        return real(probe)
+
+    before = signal.getsignal(signal.SIGTERM)
+    for _ in range(2):  # converged, then remembered by this process
+        passes.apply(str(manifest), root=str(host.root), state=str(host.state))
+    assert idle.run(str(manifest), str(host.root), None, str(host.state), None, False) is not None
+    monkeypatch.setattr(idle, "holds", signalled)
+    code = passes.apply(str(manifest), root=str(host.root), state=str(host.state))
+    report = _stored(host)
+    assert report["incomplete"] is True and report["state"] == "unknown"
+    assert code & 4 and "stopped by SIGTERM" in report["reason"]
+    assert (host.root / "srv/a.conf").read_text() == "a = 1\n"
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
+# -- the File probe never holds where File's plan finds a change --------------------------------
+
+CONTENTS = st.sampled_from([b"", b"a\n", b"b\n", b"a\nb\n"])
+
+
+@settings(max_examples=120, deadline=None)
+@given(
+    present=st.booleans(), kind=st.sampled_from(["absent", "file", "dir", "link", "fifo"]),
+    have=CONTENTS, want=CONTENTS, mode=st.sampled_from([None, 0o644, 0o600]),
+    have_mode=st.sampled_from([0o644, 0o600]), replace=st.booleans(), uid=st.sampled_from([None, 0, 4321]),
+)
+def test_the_file_probe_holds_only_where_plan_finds_no_change(
+    tmp_path_factory, present, kind, have, want, mode, have_mode, replace, uid
+):
+    from types import SimpleNamespace
+
+    from datum.core.vocab import Action, Mode
+    from datum.host.idle import holds
+    from datum.providers.base import HostContext
+    from datum.providers.file import FileProvider
+
+    root = tmp_path_factory.mktemp("root")
+    (root / "srv").mkdir()
+    path = root / "srv" / "f"
+    if kind == "file":
+        path.write_bytes(have)
+        path.chmod(have_mode)
+    elif kind == "dir":
+        path.mkdir()
+    elif kind == "link":
+        (root / "srv" / "target").write_bytes(have)
+        path.symlink_to("target")
+    elif kind == "fifo":
+        os.mkfifo(path)
+    spec = SimpleNamespace(
+        path="/srv/f", ensure="present" if present else "absent", content=want.decode(), source=None,
+        template=None, mode=mode, owner=None if uid is None else "u", group=None, sensitive=False,
+        validate_cmd=None, replace=replace, backup=False, backups=5,
+    )
+    ctx = HostContext(root=root, mode=Mode.OBSERVE, manifest_dir=root, boot_id_file="/dev/null")
+    prov = FileProvider()
+    if uid is not None:
+        (root / "etc").mkdir(exist_ok=True)
+        (root / "etc/passwd").write_text(f"u:x:{uid}:{uid}::/:/bin/sh\n")
+    try:
+        wanted = prov.desired("/srv/f", spec, ctx)
+        changed = prov.plan(wanted, prov.observe(wanted, ctx)).action is not Action.NONE
+    except Exception:  # noqa: BLE001 - the engine fails the resource: a change of sorts
+        changed = True
+        wanted = None
+    probe = prov.probe(spec, wanted, ctx) if wanted is not None else None
+    if probe is not None and holds(probe):
+        assert not changed, (probe, kind)
+    if probe is not None and not changed and kind in ("absent", "file"):
+        assert holds(probe), (probe, kind)  # complete where nothing is in the way
+    if kind == "link" and present:
+        assert probe is None or not holds(probe)
+
+
+def test_a_probe_never_reads_through_a_special_file_or_blocks(tmp_path):
+    from datum.host.idle import holds
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    started = time.monotonic()
+    assert not holds(("file", str(fifo), None, None, None, b""))
+    assert time.monotonic() - started < 5
+    regular = tmp_path / "f"
+    regular.write_bytes(b"x")
+    assert holds(("file", str(regular), stat.S_IMODE(regular.stat().st_mode), None, None, b"x"))
+    assert not holds(("absent", str(regular)))
+    assert holds(("absent", str(tmp_path / "nothing")))
+    assert not holds(("file", str(tmp_path / "nothing" / "deeper"), None, None, None, None))
+
+
+def test_an_idle_pass_imports_little(host):
+    """What an idle pass costs is close to a bare loop: no json, re, typing, pathlib or engine."""
+    manifest = host.manifest(FILES)
+    host.apply(manifest)
+    host.apply(manifest)
+    code, imported, _out = _run(host, manifest)
+    assert code == 0 and _idle(imported)
+    assert HEAVY.isdisjoint(imported), HEAVY & imported
+    assert subprocess.run([sys.executable, "-c", "import datum.host.idle"], check=False).returncode == 0
