@@ -30,7 +30,10 @@ FILES = (
     "  - File[/srv/gone]:\n      ensure: absent\n"
 )
 ENGINE = {"datum.host.executor", "datum.host.agent", "datum.core.vocab"}
-HEAVY = {"json", "re", "typing", "pathlib", "contextlib", "threading", "dataclasses", "yaml", "pydantic", "click"}
+HEAVY = {
+    "json", "re", "enum", "signal", "typing", "pathlib", "contextlib", "threading", "dataclasses", "yaml", "pydantic",
+    "click",
+}
 
 
 def _run(host: Host, manifest: Path, *extra: str) -> tuple[int, set[str], str]:
@@ -201,6 +204,7 @@ def test_a_damaged_entry_is_ignored_and_replaced(host):
     host.apply(manifest)
     host.apply(manifest)
     [entry] = (host.base / "home").rglob("idle-*.bin")
+    assert stat.S_IMODE(entry.stat().st_mode) == 0o600  # it holds the files' bytes: the owner's alone
     data = bytearray(entry.read_bytes())
     data[-5] ^= 0xFF
     entry.write_bytes(bytes(data))

@@ -28,6 +28,7 @@ import marshal
 import os
 import sys
 import time
+from zlib import crc32
 
 try:  # CPython's own BLAKE2: hashlib would load OpenSSL
     from _blake2 import blake2b
@@ -200,8 +201,9 @@ def remember(
     tmp = f"{where}.{os.getpid()}.tmp"
     try:
         os.makedirs(os.path.dirname(where), mode=0o700, exist_ok=True)
-        with open(tmp, "wb") as f:
-            f.write(blake2b(payload, digest_size=32).digest() + payload)
+        # The owner's alone, as the validated manifests beside it: it holds the files' bytes.
+        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600), "wb") as f:
+            f.write(crc32(payload).to_bytes(4, "big") + payload)
         os.replace(tmp, where)
     except OSError:
         try:
@@ -308,9 +310,8 @@ def run(manifest: str, root: str, mode: str | None, state: str | None, config: s
     if bool(boot_id) != entry["has_boot"]:
         return None
     from datetime import UTC, datetime, timedelta
-    from signal import SIGINT, SIGTERM
 
-    from datum.signals import stop_on
+    from datum.signals import PASS_SIGNALS, stop_on
 
     store = StateStore(entry["state_path"])
     exits: list[Any] = [lambda *_exc: store.close()]
@@ -319,7 +320,7 @@ def run(manifest: str, root: str, mode: str | None, state: str | None, config: s
         lease = store.lease(timedelta(seconds=entry["lock_wait"]), boot_id)
         lease.__enter__()
         exits.append(lease.__exit__)
-        watching = stop_on(SIGTERM, SIGINT, once=True)
+        watching = stop_on(*PASS_SIGNALS, once=True)
         handover.stop = watching.__enter__()
         exits.append(watching.__exit__)
         try:
@@ -352,9 +353,9 @@ def _load(where: str) -> dict[str, Any] | None:
     try:
         with open(where, "rb") as f:
             data = f.read()
-        if blake2b(data[32:], digest_size=32).digest() != data[:32]:
+        if crc32(data[4:]).to_bytes(4, "big") != data[:4]:  # a torn or damaged write
             return None
-        entry = marshal.loads(data[32:])
+        entry = marshal.loads(data[4:])
     except (OSError, ValueError, EOFError, TypeError):
         return None
     if not isinstance(entry, dict) or entry.get("format") != FORMAT or entry.get("python") != sys.version:
