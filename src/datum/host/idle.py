@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from datum.host.statefile import StateStore
 
 FORMAT = 1
+_INLINE = 64 * 1024  # bytes a probe keeps as they are; above, their size and digest
 _RACY_NS = 100_000_000  # a file changed this close to a pass's start may have changed during it
 _S_IFMT, _S_IFREG, _S_IFDIR = 0o170000, 0o100000, 0o040000
 _READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
@@ -281,11 +282,20 @@ def _entry(
         "boot_id_file": chosen.boot_id_file,
         "has_boot": bool(boot_id),
         "dirs": sorted({d for o in outcomes for d in _parents(real_root, str(o.probe[1]))}),
-        "probes": [o.probe for o in outcomes],
+        "probes": [_compact(o.probe) for o in outcomes],
         "fragments": pieces[0::2],
         "slots": [int(n) for n in pieces[1::2]],
         "lines": "".join(line + "\n" for line in pass_lines(template)),
     }
+
+
+def _compact(probe: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A probe whose bytes are large keeps their size and BLAKE2 instead (checked by reading
+    the file in chunks): the entry stays small whatever the files weigh."""
+    content = probe[5] if probe[0] == "file" else None
+    if isinstance(content, bytes) and len(content) > _INLINE:
+        return (*probe[:5], (len(content), blake2b(content, digest_size=32).digest()))
+    return probe
 
 
 def _slot(n: int) -> str:
@@ -428,14 +438,22 @@ def holds(probe: tuple[Any, ...]) -> bool:
         return False
     if content is None:
         return True
-    if st.st_size != len(content):
+    size, digest = (len(content), None) if isinstance(content, bytes) else content
+    if st.st_size != size:
         return False
     try:
         fd = os.open(where, _READ)
     except OSError:
         return False
     try:
-        return os.fstat(fd).st_mode & _S_IFMT == _S_IFREG and os.read(fd, len(content) + 1) == content
+        if os.fstat(fd).st_mode & _S_IFMT != _S_IFREG:
+            return False
+        if digest is None:
+            return os.read(fd, size + 1) == content
+        hashed = blake2b(digest_size=32)
+        while chunk := os.read(fd, 1 << 20):
+            hashed.update(chunk)
+        return hashed.digest() == digest
     finally:
         os.close(fd)
 
