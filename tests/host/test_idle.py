@@ -30,7 +30,10 @@ FILES = (
     "  - File[/srv/gone]:\n      ensure: absent\n"
 )
 ENGINE = {"datum.host.executor", "datum.host.agent", "datum.core.vocab"}
-HEAVY = {"json", "re", "typing", "pathlib", "contextlib", "threading", "dataclasses", "yaml", "pydantic", "click"}
+HEAVY = {
+    "json", "re", "enum", "signal", "typing", "pathlib", "contextlib", "threading", "dataclasses", "yaml", "pydantic",
+    "click",
+}
 
 
 def _run(host: Host, manifest: Path, *extra: str) -> tuple[int, set[str], str]:
@@ -201,6 +204,7 @@ def test_a_damaged_entry_is_ignored_and_replaced(host):
     host.apply(manifest)
     host.apply(manifest)
     [entry] = (host.base / "home").rglob("idle-*.bin")
+    assert stat.S_IMODE(entry.stat().st_mode) == 0o600  # it holds the files' bytes: the owner's alone
     data = bytearray(entry.read_bytes())
     data[-5] ^= 0xFF
     entry.write_bytes(bytes(data))
@@ -330,6 +334,27 @@ def test_a_probe_never_reads_through_a_special_file_or_blocks(tmp_path):
     assert not holds(("absent", str(regular)))
     assert holds(("absent", str(tmp_path / "nothing")))
     assert not holds(("file", str(tmp_path / "nothing" / "deeper"), None, None, None, None))
+
+
+def test_a_large_file_is_checked_by_its_digest(host, tmp_path):
+    from datum.host.idle import _compact, holds
+
+    big = tmp_path / "big"
+    data = os.urandom(300_000)
+    big.write_bytes(data)
+    probe = _compact(("file", str(big), None, None, None, data))
+    assert probe[5][0] == len(data) and len(repr(probe)) < 1000
+    assert holds(probe)
+    big.write_bytes(data[:-1] + bytes([data[-1] ^ 1]))  # one bit, same size
+    assert not holds(probe)
+    manifest = host.manifest(f"resources:\n  - File[/big]:\n      content: \"{'x' * 200_000}\"\n")
+    assert host.apply(manifest).code == 2
+    host.apply(manifest)
+    [entry] = (host.base / "home").rglob("idle-*.bin")
+    assert entry.stat().st_size < 50_000 and _idle(_run(host, manifest)[1])
+    (host.root / "big").write_text("x" * 199_999 + "y")
+    code, imported, _out = _run(host, manifest)
+    assert code == 2 and not _idle(imported) and (host.root / "big").read_text() == "x" * 200_000
 
 
 def test_an_idle_pass_imports_little(host):

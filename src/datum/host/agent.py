@@ -237,10 +237,8 @@ def run(
     ``datum.host.idle.Handover``), released by ``holding.close`` when the pass ends; else the
     lock is taken here.
     """
-    from signal import SIGINT, SIGTERM
-
     from datum.providers.facts import read_boot_id
-    from datum.signals import stop_on
+    from datum.signals import PASS_SIGNALS, stop_on
 
     root_path = Path(os.path.realpath(root))  # a symlinked --root: resolved once, every write under it
     if not root_path.is_dir():
@@ -272,7 +270,7 @@ def run(
         if store is not None and unfinished(store.taken_over, previous):
             warnings.append(f"{unfinished_reason(store.taken_over or {})}; this pass replaces it")
         stopped = holding.stop if holding is not None and holding.stop is not None else (
-            stack.enter_context(stop_on(SIGTERM, SIGINT, once=True))
+            stack.enter_context(stop_on(*PASS_SIGNALS, once=True))
             if persist
             else None
         )
