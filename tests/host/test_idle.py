@@ -20,8 +20,9 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tests.host.conftest import Host
-from tests.host.test_pass_costs import _imports, forget_idle
+
+from .conftest import Host
+from .test_pass_costs import _imports, forget_idle
 
 FILES = (
     "resources:\n"
