@@ -227,10 +227,10 @@ def test_no_entry_for_a_pass_that_did_not_converge_or_cannot_be_probed(host):
     host.apply(templated)
     host.apply(templated)
     assert not _idle(_run(host, templated)[1])  # a template's facts may change: never probed
-    mixed = host.manifest(FILES + "  - Directory[/srv/d]: {}\n", "mixed.yaml")
+    mixed = host.manifest(FILES + "  - Directory[/srv/d]:\n      purge: true\n", "mixed.yaml")
     host.apply(mixed)
     host.apply(mixed)
-    assert not _idle(_run(host, mixed)[1])  # a Directory has no probe: the engine, every pass
+    assert not _idle(_run(host, mixed)[1])  # a purge counts what is below: the engine, every pass
 
 
 def test_a_signal_during_an_idle_pass_stops_it_as_the_engine_would(host, monkeypatch, capsys):
@@ -319,6 +319,73 @@ def test_the_file_probe_holds_only_where_plan_finds_no_change(
         assert holds(probe), (probe, kind)  # complete where nothing is in the way
     if kind == "link" and present:
         assert probe is None or not holds(probe)
+
+
+def test_directories_that_are_only_present_are_probed_too(host):
+    text = FILES + '  - Directory[/srv/d]:\n      mode: "0750"\n  - Directory[/srv/old]:\n      ensure: absent\n'
+    manifest = host.manifest(text)
+    assert host.apply(manifest).code == 2
+    host.apply(manifest)
+    assert _idle(_run(host, manifest)[1])
+    (host.root / "srv/d").chmod(0o755)
+    code, imported, out = _run(host, manifest)
+    assert code == 2 and not _idle(imported) and "Directory[/srv/d]" in out
+    assert stat.S_IMODE((host.root / "srv/d").stat().st_mode) == 0o750
+    (host.root / "srv/old").mkdir()
+    code, imported, _out = _run(host, manifest)
+    assert code == 2 and not _idle(imported) and not (host.root / "srv/old").exists()
+    assert _idle(_run(host, manifest)[1])
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    present=st.booleans(),
+    kind=st.sampled_from(["absent", "dir", "file", "link", "fifo"]),
+    mode=st.sampled_from([None, 0o755, 0o750]),
+    have_mode=st.sampled_from([0o755, 0o750]),
+    purge=st.booleans(),
+)
+def test_the_directory_probe_holds_only_where_plan_finds_no_change(tmp_path_factory, present, kind, mode,
+                                                                    have_mode, purge):
+    from types import SimpleNamespace
+
+    from datum.core.vocab import Action, Mode
+    from datum.host.idle import holds
+    from datum.providers.base import HostContext
+    from datum.providers.directory import DirectoryProvider
+
+    root = tmp_path_factory.mktemp("root")
+    (root / "srv").mkdir()
+    path = root / "srv" / "d"
+    if kind == "dir":
+        path.mkdir()
+        path.chmod(have_mode)
+        (path / "inside").write_text("x")
+    elif kind == "file":
+        path.write_text("x")
+    elif kind == "link":
+        (root / "srv" / "target").mkdir(mode=have_mode)
+        path.symlink_to("target")
+    elif kind == "fifo":
+        os.mkfifo(path)
+    spec = SimpleNamespace(
+        path="/srv/d", ensure="present" if present else "absent", mode=mode, owner=None, group=None,
+        purge=purge, force=False, recurse=False,
+    )
+    ctx = HostContext(root=root, mode=Mode.OBSERVE, manifest_dir=root, boot_id_file="/dev/null")
+    prov = DirectoryProvider()
+    try:
+        wanted = prov.desired("/srv/d", spec, ctx)
+        changed = prov.plan(wanted, prov.observe(wanted, ctx)).action is not Action.NONE
+    except Exception:  # noqa: BLE001 - the engine fails the resource: a change of sorts
+        changed, wanted = True, None
+    probe = prov.probe(spec, wanted, ctx) if wanted is not None else None
+    if probe is not None and holds(probe):
+        assert not changed, (probe, kind)
+    if probe is not None and not changed and kind in ("absent", "dir"):
+        assert holds(probe), (probe, kind)
+    if purge and present:
+        assert probe is None
 
 
 def test_a_probe_never_reads_through_a_special_file_or_blocks(tmp_path):

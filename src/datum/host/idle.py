@@ -48,6 +48,7 @@ FORMAT = 1
 _INLINE = 64 * 1024  # bytes a probe keeps as they are; above, their size and digest
 _RACY_NS = 100_000_000  # a file changed this close to a pass's start may have changed during it
 _S_IFMT, _S_IFREG, _S_IFDIR = 0o170000, 0o100000, 0o040000
+_KINDS = {"file": _S_IFREG, "dir": _S_IFDIR}  # what a probe of each kind wants at its path
 _READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
@@ -240,7 +241,7 @@ def _entry(
     try:
         for place in (*MARKERS, "/boot"):
             host_deps += _resolution(real_root, place)
-        if any(o.probe[0] == "file" and (o.probe[3] is not None or o.probe[4] is not None) for o in outcomes):
+        if any(o.probe[0] != "absent" and (o.probe[3] is not None or o.probe[4] is not None) for o in outcomes):
             host_deps += _resolution(real_root, "/etc/passwd") + _resolution(real_root, "/etc/group")
     except Exception:  # noqa: BLE001 - a link out of the root: the engine says what it says
         return None
@@ -427,15 +428,16 @@ def holds(probe: tuple[Any, ...]) -> bool:
         return kind == "absent"
     except OSError:
         return False
-    if kind != "file" or st.st_mode & _S_IFMT != _S_IFREG:
+    if st.st_mode & _S_IFMT != _KINDS.get(kind):
         return False
-    _kind, _where, mode, uid, gid, content = probe
+    mode, uid, gid = probe[2:5]
     if (
         (mode is not None and st.st_mode & 0o7777 != mode)
         or (uid is not None and st.st_uid != uid)
         or (gid is not None and st.st_gid != gid)
     ):
         return False
+    content = probe[5] if kind == "file" else None
     if content is None:
         return True
     size, digest = (len(content), None) if isinstance(content, bytes) else content

@@ -342,3 +342,10 @@ class PathProvider(Provider[S, W, H]):
 
     def paths(self, spec: S) -> list[str]:
         return [spec.path]  # type: ignore[attr-defined]
+
+    @staticmethod
+    def plain(ctx: HostContext, host_path: str, where: str) -> bool:
+        """Whether ``host_path`` resolved to ``where`` through no link (the only paths a probe names:
+        the idle pass checks that every directory above one is still a directory)."""
+        root = str(ctx.root)
+        return where == os.path.normpath(host_path if root == "/" else root + host_path)

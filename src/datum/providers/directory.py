@@ -232,6 +232,17 @@ class DirectoryProvider(PathProvider["DirectorySpec", DirWant, DirHave]):
             os.close(fd)
         return DirHave(kind, st, entries, held, below)
 
+    def probe(self, spec: DirectorySpec, want: DirWant, ctx: HostContext) -> tuple[object, ...] | None:
+        """``("dir", where, mode, uid, gid)`` (None where not managed) for a directory that is only
+        present, or ``("absent", where)``: what ``plan`` finds no change in. None with ``purge`` or
+        ``recurse`` (what is below counts) and for a path that went through a link."""
+        where = str(want.real)
+        if want.purge or want.recurse or not self.plain(ctx, want.host_path, where):
+            return None
+        if want.ensure != "present":
+            return ("absent", where)
+        return ("dir", where, want.mode, want.uid, want.gid)
+
     def plan(self, want: DirWant, have: DirHave) -> Change:
         # What apply would refuse, plan refuses too (the pass line says why, not "update").
         fs.refuse_special(

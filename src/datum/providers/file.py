@@ -350,10 +350,7 @@ class FileProvider(PathProvider["FileSpec", FileWant, FileHave]):
         when only a new file gets it) or ``("absent", where)``: what ``plan`` finds no change in.
         None for a template (its facts may change) and for a path that went through a link (the
         idle pass checks plain paths only); a ``source`` is a dependency of the idle entry."""
-        if getattr(spec, "template", None) is not None:
-            return None
-        root = str(ctx.root)
-        if want.where != os.path.normpath(want.host_path if root == "/" else root + want.host_path):
+        if getattr(spec, "template", None) is not None or not self.plain(ctx, want.host_path, want.where):
             return None
         if want.ensure != "present":
             return ("absent", want.where)
