@@ -146,6 +146,16 @@ class Soak:
             if "datum-tmp" in n
         ]
 
+    def _finished_after(self, finished: str) -> bool:
+        """Whether the stored report finished after the pass in the lock record started."""
+        from datetime import datetime
+
+        try:
+            started = json.loads(self.lock.read_text())["startedAt"]
+            return datetime.fromisoformat(finished) >= datetime.fromisoformat(started)
+        except (OSError, ValueError, KeyError, TypeError):
+            return False
+
     def recording(self) -> bool:
         """Whether a pass's lock record is there (written before its first change, emptied after its report)."""
         try:
@@ -241,7 +251,12 @@ class Soak:
         if mid_pass:
             self.stats["killed mid-pass"] = self.stats.get("killed mid-pass", 0) + 1
             said = self.status()
-            if said.get("state") != "unknown":
+            # Killed after its report was stored, before it emptied its record: it did finish
+            # (an idle pass spends a good part of its few milliseconds there).
+            finished = record and self._finished_after(str(said.get("finishedAt")))
+            if finished:
+                self.stats["killed after its report"] = self.stats.get("killed after its report", 0) + 1
+            elif said.get("state") != "unknown":
                 self.problems.append(
                     f"{label}: killed mid-pass ({done}/{self.files} written, lock record "
                     f"{'present' if record else 'absent'}) but status says {said.get('state')!r}"

@@ -139,7 +139,7 @@ def test_what_the_pass_depended_on_changing_makes_the_engine_run(host, what):
     text = FILES + "  - File[/etc/motd]:\n      source: files/motd\n      owner: root\n"
     manifest = host.manifest(text)
     host.apply(manifest)
-    time.sleep(0.2)  # past the coarse file times: what the pass read is older than the next pass
+    time.sleep(1.2)  # past the racy window (file times may be whole seconds): what it read is older
     host.apply(manifest)  # remembered now
     assert _idle(_run(host, manifest)[1])
     if what == "manifest":
@@ -165,7 +165,7 @@ def test_what_the_pass_depended_on_changing_makes_the_engine_run(host, what):
         assert report["reboot"]["required"] and report["state"] == "awaiting-reboot", report
     else:
         assert code == 0 and report["state"] == "converged"
-    time.sleep(0.2)
+    time.sleep(1.2)
     again = [_idle(_run(host, manifest)[1]) for _ in range(2)]
     assert again[-1] is (what not in ("reboot marker", "kernel")), again  # a reboot on record: the engine's
 
@@ -434,3 +434,131 @@ def test_an_idle_pass_imports_little(host):
     assert code == 0 and _idle(imported)
     assert HEAVY.isdisjoint(imported), HEAVY & imported
     assert subprocess.run([sys.executable, "-c", "import datum.host.idle"], check=False).returncode == 0
+
+
+# -- what a review found, each made to fail before its fix ----------------------------------------
+
+
+def test_another_place_to_find_modules_is_another_datum(host, tmp_path):
+    """A directory added to the search path (another Datum, a plugin, a user site) is the engine's."""
+    manifest = host.manifest(FILES)
+    host.apply(manifest)
+    host.apply(manifest)
+    assert _idle(_run(host, manifest)[1])
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    code, imported, _out = _imports(host, "apply", str(manifest), "--root", str(host.root), "--state",
+                                    str(host.state), env={"PYTHONPATH": str(elsewhere)})
+    assert code == 0 and not _idle(imported)
+
+
+def test_a_link_retargeted_in_the_reboot_places_is_the_engines(host):
+    """/boot as a link, pointed at a directory with a newer kernel: the engine sees it."""
+    (host.root / "boot-a").mkdir()
+    (host.root / "boot-b").mkdir()
+    (host.root / "boot-b" / "vmlinuz-999.0.0").write_text("")
+    (host.root / "boot").symlink_to("boot-a")
+    manifest = host.manifest(FILES)
+    host.apply(manifest)
+    time.sleep(1.2)
+    host.apply(manifest)
+    assert _idle(_run(host, manifest)[1])
+    (host.root / "boot").unlink()
+    (host.root / "boot").symlink_to("boot-b")
+    code, imported, out = _run(host, manifest, "--json")
+    assert not _idle(imported) and json.loads(out)["state"] == "awaiting-reboot"
+
+
+def test_a_reboot_marker_present_keeps_every_pass_the_engines(host):
+    """Even one the engine found stale (seen before the boot it runs in), even behind a link."""
+    (host.root / "run").mkdir()
+    (host.root / "run" / "m1").write_text("")
+    (host.root / "run" / "reboot-required").symlink_to("m1")
+    manifest = host.manifest(FILES)
+    host.apply(manifest)
+    host.reboot("boot-2")
+    time.sleep(1.2)
+    for _ in range(3):
+        code, imported, _out = _run(host, manifest)
+        assert not _idle(imported)
+
+
+def test_a_file_changed_within_the_racy_window_is_not_trusted(host):
+    (host.root / "etc").mkdir()
+    (host.root / "etc/passwd").write_text("root:x:0:0:root:/root:/bin/sh\n")
+    text = FILES + "  - File[/etc/motd]:\n      content: hi\n      owner: root\n"
+    manifest = host.manifest(text)
+    host.apply(manifest)
+    host.apply(manifest)  # /etc/passwd changed under a second ago: no entry yet
+    assert not _idle(_run(host, manifest)[1])
+    time.sleep(1.2)
+    host.apply(manifest)
+    assert _idle(_run(host, manifest)[1])
+
+
+def test_names_that_spell_a_slot_are_only_names(host):
+    """A title or host name with NULs and digits (what the report's slots once were) stays itself."""
+    host.configure('[host]\nname = "\\u00001\\u0000"\n')
+    manifest = host.manifest(
+        'resources:\n  - "File[\\x004\\x00]":\n      path: /srv/x\n      content: "x"\n'
+        '  - "File[\\x0099\\x00]":\n      path: /srv/y\n      content: "y"\n'
+    )
+    assert host.apply(manifest).code == 2
+    engine = host.apply(manifest, "--json")
+    idle = host.apply(manifest, "--json")
+    assert engine.code == idle.code == 0, idle.err
+    assert _idle(_run(host, manifest)[1])
+    assert [r["name"] for r in idle.json["resources"]] == ["\x004\x00", "\x0099\x00"]
+    assert idle.json["host"] == "\x001\x00" and _timeless(idle.json) == _timeless(engine.json)
+
+
+def test_a_root_gone_gives_the_lock_back_without_a_record(host):
+    manifest = host.manifest(FILES)
+    host.apply(manifest)
+    host.apply(manifest)
+    host.root.rename(host.base / "moved")
+    done = host.apply(manifest)
+    assert done.code == 65 and "is not a directory" in done.err
+    assert Path(f"{host.state}.host-pass.lock").read_text() == ""
+    status = host.status("--json")
+    assert status.json["state"] == "converged" and "did not finish" not in status.out
+
+
+def test_secret_bytes_are_kept_only_as_digests(host):
+    (host.base / "files").mkdir()
+    (host.base / "files" / "key").write_text("TOPSECRET-SOURCE\n")
+    manifest = host.manifest(
+        FILES + "  - File[/srv/key]:\n      source: files/key\n      mode: \"0600\"\n"
+        "  - File[/srv/token]:\n      content: TOPSECRET-INLINE\n      sensitive: true\n"
+    )
+    host.apply(manifest)
+    time.sleep(1.2)
+    host.apply(manifest)
+    [entry] = (host.base / "home").rglob("idle-*.bin")
+    data = entry.read_bytes()
+    assert b"TOPSECRET" not in data and b"a = 1" in data  # plain inline content stays inline
+    assert _idle(_run(host, manifest)[1])
+    (host.root / "srv/key").write_text("TOPSECRET-SOURCX\n")  # one byte, the same size
+    code, imported, _out = _run(host, manifest)
+    assert code == 2 and not _idle(imported)
+
+
+def test_idle_entries_are_pruned_with_the_validated_manifests(tmp_path):
+    from datum.host.compiled import _MAX_ENTRIES, prune
+
+    for n in range(_MAX_ENTRIES + 6):
+        entry = tmp_path / f"idle-{n:040x}.bin"
+        entry.write_bytes(b"x")
+        os.utime(entry, ns=(n * 10**9, n * 10**9))
+    prune(tmp_path)
+    left = sorted(p.name for p in tmp_path.glob("idle-*.bin"))
+    assert len(left) == _MAX_ENTRIES and left[0] == f"idle-{6:040x}.bin"
+
+
+def test_a_file_absent_under_a_directory_that_is_not_there_is_idle(host):
+    manifest = host.manifest(FILES + "  - File[/nowhere/deeper/x]:\n      ensure: absent\n")
+    host.apply(manifest)
+    host.apply(manifest)
+    assert _idle(_run(host, manifest)[1])
+    (host.root / "nowhere").mkdir()
+    assert not _idle(_run(host, manifest)[1])  # what the entry saw absent is there now

@@ -179,6 +179,7 @@ def cycle(opts: Options) -> Cycle:
         last = state.last_manifest()
         got = fetch(opts.server, host, opts.token, last[0] if last else None, _facts(opts.root, opts.config))
         boot = read_boot_id(opts.config.boot_id_file)
+        agent.real_root(opts.root)  # a root that is not a directory: said before the lock is taken
         store = StateStore(path)
         try:
             with store.lease(opts.config.lock_wait, boot):

@@ -28,24 +28,26 @@ def host_config(config: str | None) -> Any:
     return HostConfig.from_settings(load_settings(config))
 
 
-def prepare(manifest: str, config: str | None, allow_outside: bool = False) -> tuple[Any, Any]:
-    """The configuration and the validated manifest: from the cache when neither changed."""
+def prepare(manifest: str, config: str | None, allow_outside: bool = False) -> tuple[Any, Any, bytes | None]:
+    """The configuration, the validated manifest (from the cache when neither changed) and the
+    manifest's bytes they were made from (read once)."""
     from datum.host import compiled
 
-    key = compiled.cache_key(manifest, config)
+    data = compiled.manifest_bytes(manifest)
+    key = compiled.cache_key(manifest, config, data) if data is not None else None
     if key is not None and allow_outside:  # validated under another rule: another entry
         key = f"{key[:48]}-outside"
     hit = compiled.load(key)
     if hit is not None:
-        return hit
+        return (*hit, data)
     from datum.host.manifest import load_manifest
 
     chosen = compiled.load_config(config)
     memory = compiled.spec_memory(manifest)
-    loaded = load_manifest(manifest, allow_source_outside=allow_outside, memory=memory)
+    loaded = load_manifest(manifest, allow_source_outside=allow_outside, memory=memory, data=data)
     compiled.store(key, chosen, loaded)
     compiled.remember_specs(manifest, memory)
-    return chosen, loaded
+    return chosen, loaded, data
 
 
 def state_path(state: str | None, config: Any) -> str:
@@ -65,20 +67,21 @@ def run_pass(
     plan: bool,
     allow_outside: bool = False,
     held: Any = None,
-) -> tuple[Any, Any, Any]:
-    """The configuration, the validated manifest and the pass's ``PassResult``. ``held``: the lock
-    an idle pass handed over (``datum.host.idle.Handover``), released here whatever happens."""
+) -> tuple[Any, Any, Any, bytes | None]:
+    """The configuration, the validated manifest, the pass's ``PassResult`` and the manifest's
+    bytes. ``held``: the lock an idle pass handed over (``datum.host.idle.Handover``), released
+    here whatever happens; before the engine starts, as if no pass had run."""
     try:
         from datum.core.vocab import Mode
         from datum.host import agent
         from datum.host.output import ProgressLine
 
-        chosen_config, loaded = prepare(manifest, config, allow_outside)
+        chosen_config, loaded, data = prepare(manifest, config, allow_outside)
         chosen = Mode.OBSERVE if plan else Mode(mode) if mode else chosen_config.mode
         path = None if plan else state_path(state, chosen_config)
-    except BaseException as exc:
+    except BaseException:
         if held is not None:
-            held.close(type(exc), exc, exc.__traceback__)
+            held.close()  # no pass ran: its record goes, as the engine alone never wrote one
         raise
     progress = None if as_json else ProgressLine()
     try:
@@ -95,7 +98,7 @@ def run_pass(
     finally:
         if progress is not None:
             progress.close()
-    return chosen_config, loaded, result
+    return chosen_config, loaded, result, data
 
 
 def print_report(report: dict[str, Any], as_json: bool, plan: bool = False) -> None:
@@ -130,15 +133,15 @@ def apply(
     found = idle.run(manifest, root, mode, state, config, allow_outside)
     if isinstance(found, idle.Done):
         return _idle_done(found, as_json, report_to, token)
-    taken = idle.before(manifest, config)
-    chosen_config, loaded, result = run_pass(
+    taken = idle.before(config)
+    chosen_config, loaded, result, data = run_pass(
         manifest, root, mode, state, config, as_json, plan=False, allow_outside=allow_outside, held=found
     )
     report = result.report
     print_report(report, as_json)
     for warning in result.warnings:
         warn(warning)
-    idle.remember(manifest, root, mode, state, config, allow_outside, taken, chosen_config, loaded, result)
+    idle.remember(manifest, root, mode, state, config, allow_outside, taken, data, chosen_config, loaded, result)
     target = report_to or chosen_config.report_to
     if target:
         from datum.host.remote import post_report
@@ -177,7 +180,7 @@ def _idle_done(done: Any, as_json: bool, report_to: str | None, token: str | Non
 def plan(manifest: str, root: str = "/", as_json: bool = False, config: str | None = None,
          allow_outside: bool = False) -> int:
     """``datum plan``: an observe pass that persists nothing, with diffs; the exit code."""
-    _config, _loaded, result = run_pass(
+    _config, _loaded, result, _data = run_pass(
         manifest, root, None, None, config, as_json, plan=True, allow_outside=allow_outside
     )
     print_report(result.report, as_json, plan=True)

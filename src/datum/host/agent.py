@@ -60,6 +60,17 @@ class PassResult(Value):
         self.warnings = [] if warnings is None else warnings
 
 
+def real_root(root: str) -> Path:
+    """``--root`` resolved once (a symlinked root: every write under its target); a Problem
+    when it is not a directory, raised before any lock is taken."""
+    found = Path(os.path.realpath(root))
+    if not found.is_dir():
+        from datum.core.findings import Problem
+
+        raise Problem.one("INVALID_INPUT", f"--root {root} is not a directory")
+    return found
+
+
 def host_name(config: HostConfig) -> str:
     return (
         config.name or os.uname().nodename
@@ -240,11 +251,12 @@ def run(
     from datum.providers.facts import read_boot_id
     from datum.signals import PASS_SIGNALS, stop_on
 
-    root_path = Path(os.path.realpath(root))  # a symlinked --root: resolved once, every write under it
-    if not root_path.is_dir():
-        from datum.core.findings import Problem
-
-        raise Problem.one("INVALID_INPUT", f"--root {root} is not a directory")
+    try:
+        root_path = real_root(root)
+    except BaseException:
+        if holding is not None:
+            holding.close()  # nothing ran: the lock given back as if never taken (no record left)
+        raise
     ctx = HostContext(
         root=root_path,
         mode=mode,

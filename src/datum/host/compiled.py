@@ -20,7 +20,7 @@ from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 from datum.core.vocab import Mode, RebootPolicy
-from datum.host.model import Manifest, Resource
+from datum.host.model import MAX_BYTES, Manifest, Resource
 from datum.providers.value import Frozen
 
 if TYPE_CHECKING:  # validation's: imported when a manifest is validated, never on a cache hit
@@ -211,12 +211,24 @@ def _config_bytes(config: str | None) -> bytes:
     return conf.read_bytes() if conf is not None else b"<no configuration>"
 
 
-def cache_key(manifest_path: str, config: str | None) -> str | None:
-    """The key of this manifest and configuration; None when either cannot be read, or when
-    the manifest may ``include`` others (the key covers one file's bytes, not its includes')."""
+def manifest_bytes(manifest_path: str) -> bytes | None:
+    """The manifest's bytes, read once for a pass: its key and its validation are of the same
+    bytes (an edit between two reads cannot put one version's validation under the other's key)."""
+    try:
+        with open(manifest_path, "rb") as f:
+            return f.read(MAX_BYTES + 1)  # one byte more: validation says it is too large
+    except OSError:
+        return None
+
+
+def cache_key(manifest_path: str, config: str | None, data: bytes | None = None) -> str | None:
+    """The key of this manifest (its bytes ``data``, read here when not given) and configuration;
+    None when either cannot be read, or when the manifest may ``include`` others (the key covers
+    one file's bytes, not its includes')."""
     try:
         manifest = Path(manifest_path).resolve()
-        data = manifest.read_bytes()
+        if data is None:
+            data = manifest.read_bytes()
         if b"include" in data:
             return None
         return _digest(str(manifest).encode(), data, _config_bytes(config))
@@ -353,8 +365,14 @@ def _write(key: str, data: str | dict[str, Any]) -> None:
     try:
         directory.mkdir(parents=True, exist_ok=True, mode=0o700)
         write_atomic(directory / f"{key}.json", text.encode(), mode=0o600)
-        entries = sorted(directory.glob("*.json"), key=lambda p: p.stat().st_mtime)
-        for old in entries[:-_MAX_ENTRIES]:
-            old.unlink(missing_ok=True)
+        prune(directory)
     except OSError:
         return
+
+
+def prune(directory: Path) -> None:
+    """Keep the newest ``_MAX_ENTRIES`` validated manifests and as many idle entries."""
+    for pattern in ("*.json", "idle-*.bin"):
+        entries = sorted(directory.glob(pattern), key=lambda p: p.stat().st_mtime)
+        for old in entries[:-_MAX_ENTRIES]:
+            old.unlink(missing_ok=True)

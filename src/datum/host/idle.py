@@ -46,7 +46,7 @@ if TYPE_CHECKING:
 
 FORMAT = 1
 _INLINE = 64 * 1024  # bytes a probe keeps as they are; above, their size and digest
-_RACY_NS = 100_000_000  # a file changed this close to a pass's start may have changed during it
+_RACY_NS = 1_100_000_000  # a file changed this close to a pass's start may have changed during it
 _S_IFMT, _S_IFREG, _S_IFDIR = 0o170000, 0o100000, 0o040000
 _KINDS = {"file": _S_IFREG, "dir": _S_IFDIR}  # what a probe of each kind wants at its path
 _READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
@@ -83,18 +83,26 @@ class Handover:
 def _where(manifest: str, root: str, mode: str | None, state: str | None, config: str | None,
            allow_outside: bool) -> str:
     """The entry's file: one per manifest, root, state file, configuration, options and environment."""
+    import datum
     from datum.home import manifest_cache
 
     env = os.environ
     chosen = config or env.get("DATUM_CONFIG")
     parts = (
-        str(FORMAT), sys.executable, os.path.realpath(manifest), os.path.realpath(root),
+        str(FORMAT), sys.executable, datum.__file__ or "",
+        os.path.realpath(manifest), os.path.realpath(root),
         os.path.realpath(os.path.expanduser(state)) if state else "", mode or "",
         os.path.abspath(chosen) if chosen else "", "outside" if allow_outside else "",
         str(os.geteuid()), env.get("DATUM_HOME", ""), env.get("XDG_STATE_HOME", ""), env.get("HOME", ""),
     )
     key = blake2b("\0".join(parts).encode(), digest_size=20).hexdigest()
     return os.path.join(manifest_cache(), f"idle-{key}.bin")
+
+
+def _search_path() -> list[str]:
+    """Where modules are found, but the running script's own directory (``datum`` and ``python -c``
+    differ there, and neither installs anything in it; as ``datum.discovery``)."""
+    return sys.path[1:]
 
 
 def _sig(st: os.stat_result) -> tuple[int, int, int, int, int]:
@@ -133,24 +141,26 @@ def _code_files() -> list[str]:
     return found + dependencies() + [origin for _value, origin, _mtime in plugin_modules() if origin]
 
 
-def _resolution(root: str, host_path: str) -> list[tuple[str, str, Any]]:
-    """What ``host_path`` under ``root`` resolves through, as dependencies: each directory on the way
-    stays a directory, each link stays the same link (``datum.providers.fs`` resolves links inside
-    the root), and the place it resolves to stays absent, or the same file or directory."""
+def _resolution(root: str, host_path: str) -> tuple[list[tuple[str, str, Any]], bool]:
+    """What ``host_path`` under ``root`` resolves through, as dependencies (each directory on the
+    way stays a directory; each link, the final one included, stays the same link: links resolve
+    inside the root, ``datum.providers.fs``; the place it resolves to stays absent, or the same
+    file or directory), and whether anything is there."""
     from datum.providers.fs import real_path
 
     top = "" if root == "/" else root
     parts = host_path.strip("/").split("/")
     deps: list[tuple[str, str, Any]] = []
-    for i in range(len(parts) - 1):
+    for i in range(len(parts)):
         path = top + "/" + "/".join(parts[: i + 1])
         sig = _now(path, False)
         if sig is None:
-            return [*deps, (path, "absent", None)]
-        deps.append((path, "same", sig) if sig[0] & _S_IFMT != _S_IFDIR else (path, "dir", None))
+            return [*deps, (path, "absent", None)], False
+        last = i == len(parts) - 1
+        deps.append((path, "dir", None) if sig[0] & _S_IFMT == _S_IFDIR and not last else (path, "same", sig))
     real = real_path(root, host_path)
     sig = _now(real, False)
-    return [*deps, (real, "absent" if sig is None else "same", sig)]
+    return [*deps, (real, "absent" if sig is None else "same", sig)], sig is not None
 
 
 def _parents(root: str, path: str) -> list[str]:
@@ -163,32 +173,34 @@ def _parents(root: str, path: str) -> list[str]:
 # -- remembering a converged pass ----------------------------------------------------------------
 
 
-def before(manifest: str, config: str | None) -> dict[str, Any] | None:
-    """What a pass is about to depend on, taken before it reads any of it: the manifest's and
-    configuration's bytes and Datum's code. A change made while the pass runs is then a change
-    the next idle pass sees (None: the manifest or configuration cannot be read)."""
+def before(config: str | None) -> dict[str, Any] | None:
+    """What a pass is about to depend on, taken before it reads any of it: the configuration's
+    bytes and Datum's code. A change made while the pass runs is then a change the next idle pass
+    sees (None: the configuration cannot be read). Never a failure (a cache)."""
     chosen = config or os.environ.get("DATUM_CONFIG")
     try:
         return {
             "started": time.time_ns(),
-            "manifest": _digest(os.path.realpath(manifest)),
             "config": (os.path.abspath(chosen), _digest(chosen)) if chosen else None,
             "code": [(p, "stat", _now(p, True)) for p in _code_files()],
         }
-    except OSError:
+    except Exception:
+        if os.environ.get("DATUM_DEBUG"):
+            raise
         return None
 
 
 def remember(
     manifest_path: str, root: str, mode: str | None, state: str | None, config: str | None,
-    allow_outside: bool, taken: dict[str, Any] | None, chosen: HostConfig, loaded: Manifest,
-    result: PassResult,
+    allow_outside: bool, taken: dict[str, Any] | None, data: bytes | None, chosen: HostConfig,
+    loaded: Manifest, result: PassResult,
 ) -> None:
     """Keep the idle entry of a ``datum apply`` that converged every resource and needs no reboot
-    (``taken``: ``before``'s); remove a stale one otherwise. Never a failure (a cache)."""
+    (``taken``: ``before``'s; ``data``: the manifest's bytes the pass validated); remove a stale one
+    otherwise. Never a failure (a cache)."""
     where = _where(manifest_path, root, mode, state, config, allow_outside)
     try:
-        entry = _entry(manifest_path, root, state, taken, chosen, loaded, result) if taken else None
+        entry = _entry(manifest_path, root, state, taken, data, chosen, loaded, result)
         payload = None if entry is None else marshal.dumps(entry)
     except Exception:  # a cache is never a failure: without an entry, the engine runs every pass
         if os.environ.get("DATUM_DEBUG"):
@@ -200,80 +212,72 @@ def remember(
         except OSError:
             pass
         return
-    tmp = f"{where}.{os.getpid()}.tmp"
+    from pathlib import Path
+
+    from datum.host.compiled import prune
+    from datum.providers.fs import write_atomic
+
     try:
         os.makedirs(os.path.dirname(where), mode=0o700, exist_ok=True)
-        # The owner's alone, as the validated manifests beside it: it holds the files' bytes.
-        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600), "wb") as f:
-            f.write(crc32(payload).to_bytes(4, "big") + payload)
-        os.replace(tmp, where)
+        # The owner's alone, written beside and renamed in, never through a planted link.
+        write_atomic(where, crc32(payload).to_bytes(4, "big") + payload, mode=0o600)
+        prune(Path(where).parent)
     except OSError:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        pass
 
 
 def _entry(
-    manifest_path: str, root: str, state: str | None, taken: dict[str, Any], chosen: HostConfig,
-    loaded: Manifest, result: PassResult,
+    manifest_path: str, root: str, state: str | None, taken: dict[str, Any] | None, data: bytes | None,
+    chosen: HostConfig, loaded: Manifest, result: PassResult,
 ) -> dict[str, Any] | None:
     """The entry's contents, or None when an idle pass could not stand for the engine's."""
     from datum.core.vocab import ResourceState
     from datum.host import compiled
-    from datum.host.agent import pass_report
-    from datum.host.executor import Outcome
-    from datum.host.output import pass_lines
     from datum.host.reboot import MARKERS
     from datum.host.statefile import state_path
-    from datum.providers.facts import read_boot_id, running_kernel
+    from datum.providers.facts import running_kernel
 
     report, outcomes = result.report, result.outcomes
     if (
-        report.get("state") != "converged" or "reboot" in report or report.get("incomplete")
+        taken is None or data is None
+        or report.get("state") != "converged" or "reboot" in report or report.get("incomplete")
         or result.reboot_now or chosen.report_to or chosen.token or not outcomes
         or any(o.state is not ResourceState.CONVERGED or o.probe is None for o in outcomes)
-        or compiled.cache_key(manifest_path, None) is None  # it includes others: not one file's bytes
+        or compiled.cache_key(manifest_path, None, data) is None  # it includes others: not one file's bytes
     ):
         return None
     real_root = os.path.realpath(root)
     host_deps: list[tuple[str, str, Any]] = []
     try:
-        for place in (*MARKERS, "/boot"):
-            host_deps += _resolution(real_root, place)
-        if any(o.probe[0] != "absent" and (o.probe[3] is not None or o.probe[4] is not None) for o in outcomes):
-            host_deps += _resolution(real_root, "/etc/passwd") + _resolution(real_root, "/etc/group")
+        for place in MARKERS:
+            deps, present = _resolution(real_root, place)
+            if present:
+                return None  # a marker (the engine found it stale): the engine decides every pass
+            host_deps += deps
+        # A newer kernel in /boot; the accounts owner and group names resolve against.
+        for place in ("/boot", "/etc/passwd", "/etc/group"):
+            host_deps += _resolution(real_root, place)[0]
     except Exception:  # noqa: BLE001 - a link out of the root: the engine says what it says
         return None
-    if any(kind == "same" and path.endswith(MARKERS) for path, kind, _sig in host_deps):
-        return None  # a reboot marker present (the engine found it stale): the engine decides each pass
     sources = [
         os.path.join(str(loaded.dir), r.spec.source) for r in loaded.resources if getattr(r.spec, "source", None)
     ]
     taken = dict(taken)
-    # What this pass read that may have changed while it ran (the kernel's file times are coarse):
-    # a newer one is not trusted, and the next pass that converges keeps the entry.
+    # What this pass read that may have changed while it ran: a file time is coarse (a second on
+    # some file systems), so a file changed this close to the pass's start is not trusted; the
+    # next pass that converges keeps the entry.
     recent, code = taken.pop("started") - _RACY_NS, taken.pop("code")
     source_deps = [(p, "stat", _now(p, True)) for p in sources]
-    if any(sig is not None and sig[4] > recent for _p, _kind, sig in source_deps + host_deps):
+    if any(sig is not None and max(sig[3], sig[4]) > recent for _p, _kind, sig in code + source_deps + host_deps):
         return None
-    boot_id = read_boot_id(chosen.boot_id_file)
-    # The report and lines an idle pass of this manifest gives, its times as numbered slots.
-    idle = [Outcome(o.resource, state=ResourceState.CONVERGED) for o in outcomes]
-    template = pass_report(
-        report["host"], report["mode"], "converged", _slot(0), _slot(1), _slot(2), report["manifest"], 0, idle,
-        boot_id=_slot(3) if boot_id else "",
-    )
-    for n, item in enumerate(template["resources"]):
-        item["durationSeconds"] = _slot(4 + n)
-    import json
-    import re
-
-    pieces = re.split(r'"\\u0000(\d+)\\u0000"', json.dumps(template))
+    parents = {d for o in outcomes for d in _parents(real_root, str(o.probe[1]))}
+    dirs = [(d, "dir" if _now(d, False) is not None else "absent") for d in sorted(parents)]
     return {
         "format": FORMAT,
         "python": sys.version,
+        "path": _search_path(),
         **taken,
+        "manifest": blake2b(data, digest_size=32).digest(),
         "deps": code + source_deps + list(dict.fromkeys(host_deps)),
         "kernel": running_kernel(),
         "name": chosen.name,
@@ -281,26 +285,62 @@ def _entry(
         "state_path": state_path(state) if state else chosen.state_path,
         "lock_wait": chosen.lock_wait.total_seconds(),
         "boot_id_file": chosen.boot_id_file,
+        "dirs": dirs,
+        "probes": [_compact(o.probe, _secret(o.resource.spec)) for o in outcomes],
+        **_template(report, outcomes, chosen),
+    }
+
+
+def _template(report: dict[str, Any], outcomes: list[Any], chosen: HostConfig) -> dict[str, Any]:
+    """The report and lines an idle pass of this manifest gives, made by the engine's own
+    ``pass_report`` and ``pass_lines``, its times left as numbered slots."""
+    import json
+    import re
+
+    from datum.core.vocab import ResourceState
+    from datum.host.agent import pass_report
+    from datum.host.executor import Outcome
+    from datum.host.output import pass_lines
+    from datum.providers.facts import read_boot_id
+
+    nonce = os.urandom(8).hex()  # no manifest, path or host name can spell a slot
+
+    def slot(n: int) -> str:
+        return f"\0{nonce}:{n}\0"
+
+    boot_id = read_boot_id(chosen.boot_id_file)
+    idle = [Outcome(o.resource, state=ResourceState.CONVERGED) for o in outcomes]
+    template = pass_report(
+        report["host"], report["mode"], "converged", slot(0), slot(1), slot(2), report["manifest"], 0, idle,
+        boot_id=slot(3) if boot_id else "",
+    )
+    for n, item in enumerate(template["resources"]):
+        item["durationSeconds"] = slot(4 + n)
+    pieces = re.split(rf'"\\u0000{nonce}:(\d+)\\u0000"', json.dumps(template))
+    slots = [int(n) for n in pieces[1::2]]
+    if sorted(slots) != [0, 1, 2, *([3] if boot_id else []), *range(4, 4 + len(outcomes))]:  # each once
+        raise ValueError(f"the report's slots came out as {slots[:8]}")  # never stored
+    return {
         "has_boot": bool(boot_id),
-        "dirs": sorted({d for o in outcomes for d in _parents(real_root, str(o.probe[1]))}),
-        "probes": [_compact(o.probe) for o in outcomes],
         "fragments": pieces[0::2],
-        "slots": [int(n) for n in pieces[1::2]],
+        "slots": slots,
         "lines": "".join(line + "\n" for line in pass_lines(template)),
     }
 
 
-def _compact(probe: tuple[Any, ...]) -> tuple[Any, ...]:
-    """A probe whose bytes are large keeps their size and BLAKE2 instead (checked by reading
-    the file in chunks): the entry stays small whatever the files weigh."""
+def _secret(spec: Any) -> bool:
+    """A file whose bytes the entry keeps only as a digest: ``sensitive``, or read from a
+    ``source`` (its bytes are not in the manifest, and may be readable by its owner only)."""
+    return bool(getattr(spec, "sensitive", False) or getattr(spec, "source", None))
+
+
+def _compact(probe: tuple[Any, ...], secret: bool = False) -> tuple[Any, ...]:
+    """A probe whose bytes are large, or secret, keeps their size and BLAKE2 instead (checked by
+    reading the file in chunks): the entry stays small, and holds no secret."""
     content = probe[5] if probe[0] == "file" else None
-    if isinstance(content, bytes) and len(content) > _INLINE:
+    if isinstance(content, bytes) and (secret or len(content) > _INLINE):
         return (*probe[:5], (len(content), blake2b(content, digest_size=32).digest()))
     return probe
-
-
-def _slot(n: int) -> str:
-    return f"\0{n}\0"
 
 
 # -- an idle pass -------------------------------------------------------------------------------
@@ -387,6 +427,8 @@ def _stands(entry: dict[str, Any], manifest: str) -> bool:
         return False
     if os.uname().release != entry["kernel"] or (entry["name"] or os.uname().nodename) != entry["host"]:
         return False
+    if entry["path"] != _search_path():  # a directory added where modules are found: another Datum, a plugin
+        return False
     for path, kind, sig in entry["deps"]:
         if kind == "stat":
             if _now(path, True) != sig:
@@ -403,9 +445,9 @@ def _stands(entry: dict[str, Any], manifest: str) -> bool:
 def _walk(entry: dict[str, Any], stop: Any) -> list[str] | None:
     """Every probe's duration, as the report writes it; None as soon as one does not hold (or a
     signal came: the engine then stops before its first resource, as it would have)."""
-    for path in entry["dirs"]:
+    for path, kind in entry["dirs"]:  # each directory above a probed path, or its absence
         now = _now(path, False)
-        if now is None or now[0] & _S_IFMT != _S_IFDIR:
+        if (now is None or now[0] & _S_IFMT != _S_IFDIR) if kind == "dir" else now is not None:
             return None
     took = []
     clock = time.perf_counter

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from datum.core.findings import FieldError, Problem, invalid
-from datum.host.model import Manifest, Resource
+from datum.host.model import MAX_BYTES, Manifest, Resource
 from datum.host.order import cycles, topological
 from datum.providers.facts import NAMES as FACT_NAMES
 from datum.providers.registry import Unloadable, provider, types
@@ -55,17 +55,23 @@ def spec_dump(spec: Any) -> dict[str, Any]:
 
 
 def load_manifest(
-    path: str | Path, *, allow_source_outside: bool = False, memory: SpecMemory | None = None
+    path: str | Path,
+    *,
+    allow_source_outside: bool = False,
+    memory: SpecMemory | None = None,
+    data: bytes | None = None,
 ) -> Manifest:
-    """Read and validate the manifest at ``path``; raise a Problem listing every finding.
+    """Read and validate the manifest at ``path`` (its bytes ``data`` when the caller read them);
+    raise a Problem listing every finding.
 
     ``allow_source_outside`` lets a ``source`` name a file outside the manifest's directory
     (``datum apply --allow-source-outside``); templates always stay inside it.
     """
     file = Path(path)
     try:
-        with file.open("rb") as stream:
-            data = stream.read(MAX_BYTES + 1)
+        if data is None:
+            with file.open("rb") as stream:
+                data = stream.read(MAX_BYTES + 1)
     except FileNotFoundError as exc:
         raise Problem.one("INVALID_INPUT", f"manifest {file} does not exist") from exc
     except OSError as exc:
@@ -100,7 +106,7 @@ def quote_identities(text: str) -> str:
 # Bounds on what a manifest may be, so a hostile one costs bounded memory and time:
 # its size, how deep it nests, and how many nodes it has once every alias is expanded
 # (a "billion laughs" document is a few hundred bytes that expand to 10**9 nodes).
-MAX_BYTES = 16 * 1024 * 1024
+# MAX_BYTES: datum.host.model (the bytes are read before this module is imported).
 MAX_DEPTH = 64
 MAX_NODES = 1_000_000
 

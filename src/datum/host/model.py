@@ -16,6 +16,9 @@ if TYPE_CHECKING:
     from datum.providers.specs import Spec
 
 
+# The largest manifest (or included file) read: 16 MiB.
+MAX_BYTES = 16 * 1024 * 1024
+
 class Resource(Frozen):
     """One validated resource of the manifest."""
 
