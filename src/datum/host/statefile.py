@@ -156,14 +156,16 @@ class StateStore:
     _SUMMARY = ("state", "finishedAt", "reboot")
 
     def summary(self, host: str) -> dict[str, Any] | None:
-        """``get``'s ``state``, ``finishedAt`` and ``reboot`` only: a local file reads them with
-        SQLite's ``json_extract``, without parsing the whole report (1,000 resources, ~200 KB)."""
+        """``get``'s ``state``, ``finishedAt`` and ``reboot`` only, without parsing the whole report
+        (1,000 resources, ~200 KB): the state and the end are columns ``record`` writes with it;
+        the report is searched for ``"reboot"`` (a byte search) and parsed by SQLite's
+        ``json_extract`` only where it is found (where it is not, the report has no ``reboot``)."""
         import sqlite3
 
         try:
             row = self._db.execute(
-                "SELECT json_extract(report, '$.state'), json_extract(report, '$.finishedAt'),"
-                " json(json_extract(report, '$.reboot')) FROM agent_reports WHERE host = ?",
+                "SELECT state, finished_at, CASE WHEN instr(report, '\"reboot\"') > 0"
+                " THEN json(json_extract(report, '$.reboot')) END FROM agent_reports WHERE host = ?",
                 (host,),
             ).fetchone()
         except sqlite3.OperationalError as exc:  # malformed JSON
