@@ -158,9 +158,11 @@ def _reboot_status(
     boot_id: str,
     budget: Budget | None = None,
     stopped: bool = False,
-) -> tuple[dict[str, Any] | None, bool, str | None]:
-    """The report's ``reboot`` (None when none is needed), whether to reboot once it is persisted, and
-    the host reason when the reboot budget holds it back.
+    known_stale: dict[str, int] | None = None,
+) -> tuple[dict[str, Any] | None, bool, str | None, dict[str, int]]:
+    """The report's ``reboot`` (None when none is needed), whether to reboot once it is persisted,
+    the host reason when the reboot budget holds it back, and the markers found stale (kept for the
+    next pass: ``known_stale`` is what the last pass kept).
 
     With ``budget``, a reboot the policy would make now is asked for first, after every resource
     ran: no slot (the group is full, the server cannot be asked) is no reboot, said so. A pass
@@ -177,9 +179,10 @@ def _reboot_status(
     ]
     running = running_kernel()
     found = rb.detect(root, running, changes)
-    reasons, markers, need_boot = rb.still_needed(found, previous, boot_id)
+    reasons, markers, need_boot = rb.still_needed(found, previous, boot_id, known_stale)
+    stale = {m: t for m, t in found.markers.items() if m not in markers}
     if not reasons:
-        return None, False, None
+        return None, False, None, stale
     before = (previous or {}).get("reboot") or {}
     already = bool(before.get("requestedAt")) and before.get("bootId") == boot_id
     reasons, attempted = rb.not_booted(reasons, found.kernel, running, before, boot_id)
@@ -222,7 +225,7 @@ def _reboot_status(
         reboot["requestedAt"] = before["requestedAt"]
     elif decision.reboot_now:
         reboot["requestedAt"] = datetime.now(UTC).isoformat()
-    return reboot, decision.reboot_now, held
+    return reboot, decision.reboot_now, held, stale
 
 
 def run(
@@ -291,8 +294,9 @@ def run(
         outcomes = run_pass(manifest, ctx, progress, stopped.is_set if stopped else None)
         pending = [o for o in outcomes if o.state is ResourceState.PENDING]
         incomplete = bool(stopped and stopped.signal and pending)
-        reboot, reboot_now, held = _reboot_status(
-            config, mode, outcomes, root_path, previous, boot_id, budget, stopped=incomplete
+        known = store.stale_markers() if store is not None else {}
+        reboot, reboot_now, held, stale = _reboot_status(
+            config, mode, outcomes, root_path, previous, boot_id, budget, stopped=incomplete, known_stale=known
         )
         state = host_state([o.state for o in outcomes], awaiting_reboot=reboot is not None)
         code = exit_code(outcomes, reboot is not None)
@@ -308,7 +312,7 @@ def run(
             incomplete=incomplete, reason=reason, boot_id=boot_id, reboot=reboot, extra=extra,
         )
         if store:
-            store.record(host, report)
+            store.record(host, report, stale_markers=stale if stale != known else None)
     return PassResult(report, outcomes, code, reboot_now and persist, warnings)
 
 

@@ -154,9 +154,14 @@ def not_booted(
 
 
 def still_needed(
-    found: Found, previous: dict[str, Any] | None, boot_id: str
+    found: Found, previous: dict[str, Any] | None, boot_id: str, known_stale: dict[str, int] | None = None
 ) -> tuple[list[str], dict[str, int], str]:
-    """Combine this pass's finds with the last pass's need: (reasons, markers, boot id of the need)."""
+    """Combine this pass's finds with the last pass's need: (reasons, markers, boot id of the need).
+
+    ``known_stale``: markers an earlier pass found stale (by their mtime), which stay stale until
+    they change: a root keeps its ``/run`` across a reboot, and a marker forgiven once must not
+    bring the need back on the pass after (an ``automatic`` policy would reboot every other pass).
+    """
     prev = (previous or {}).get("reboot") or {}
     same_boot = bool(prev.get("required")) and prev.get("bootId") == boot_id
     if same_boot:
@@ -167,7 +172,7 @@ def still_needed(
                 reasons.append(r)
         return reasons, markers, boot_id
     # A reboot happened since (or there was no need): a marker it already saw is stale.
-    stale = prev.get("markers") or {}
+    stale = {**(known_stale or {}), **(prev.get("markers") or {})}
     reasons = [
         r
         for r in found.reasons

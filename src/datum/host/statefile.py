@@ -187,9 +187,27 @@ class StateStore:
     def hosts(self) -> list[str]:
         return [r[0] for r in self._db.execute("SELECT host FROM agent_reports ORDER BY host")]
 
-    def record(self, host: str, report: dict[str, Any]) -> None:
-        """Persist ``report`` as ``host``'s latest pass; ``NotPersisted`` (carrying it) when the store refuses."""
-        self._persist(lambda: self._record(host, report), lambda: report)
+    def record(self, host: str, report: dict[str, Any], stale_markers: dict[str, int] | None = None) -> None:
+        """Persist ``report`` as ``host``'s latest pass; ``NotPersisted`` (carrying it) when the store refuses.
+
+        ``stale_markers``: the reboot markers this pass found stale, kept with it (None: unchanged).
+        """
+        self._persist(lambda: self._record(host, report, stale_markers), lambda: report)
+
+    # The reboot markers a pass found stale (path: mtime), for the passes after it (datum.host.reboot).
+    _STALE = "reboot.staleMarkers"
+
+    def stale_markers(self) -> dict[str, int]:
+        """The reboot markers the last pass that found any found stale; {} when none, or unreadable."""
+        import json
+
+        row = self._db.execute("SELECT value FROM agent_meta WHERE key = ?", (self._STALE,)).fetchone()
+        try:
+            kept = json.loads(row[0]) if row else {}
+        except ValueError:
+            return {}
+        ok = isinstance(kept, dict) and all(isinstance(v, int) for v in kept.values())
+        return {str(k): v for k, v in kept.items()} if ok else {}
 
     def record_idle(self, host: str, finished: str, text: str) -> None:
         """``record`` for an idle pass's converged report, already in JSON (``datum.host.idle``)."""
@@ -217,18 +235,26 @@ class StateStore:
             failed.report = report()  # type: ignore[attr-defined]
             raise failed from exc
 
-    def _record(self, host: str, report: dict[str, Any]) -> None:
+    def _record(self, host: str, report: dict[str, Any], stale_markers: dict[str, int] | None = None) -> None:
         import json
 
         text = json.dumps(report)
         spool = (report["seq"], str(report.get("passId", ""))) if isinstance(report.get("seq"), int) else None
-        self.record_text(host, report["state"], report.get("finishedAt"), text, spool)
+        meta = {self._STALE: json.dumps(stale_markers)} if stale_markers is not None else None
+        self.record_text(host, report["state"], report.get("finishedAt"), text, spool, meta)
 
     def record_text(
-        self, host: str, state: str, finished: str | None, text: str, spool: tuple[int, str] | None = None
+        self,
+        host: str,
+        state: str,
+        finished: str | None,
+        text: str,
+        spool: tuple[int, str] | None = None,
+        meta: dict[str, str] | None = None,
     ) -> None:
         """``record``'s transaction, for a report already in JSON (``text``); ``spool``: its
-        (seq, passId) when ``datum agent`` delivers it. Raises what SQLite raises."""
+        (seq, passId) when ``datum agent`` delivers it; ``meta``: ``agent_meta`` keys written with
+        it. Raises what SQLite raises."""
         from datetime import UTC, datetime
 
         db = self._db
@@ -244,6 +270,8 @@ class StateStore:
                     "INSERT OR IGNORE INTO agent_spool (seq, pass_id, report) VALUES (?, ?, ?)",
                     (*spool, text),
                 )
+            for key, value in (meta or {}).items():
+                db.execute("INSERT OR REPLACE INTO agent_meta (key, value) VALUES (?, ?)", (key, value))
             db.execute("COMMIT")
         except BaseException:
             if db.in_transaction:  # SQLite already rolled back on a full disk: keep the real error
