@@ -562,3 +562,30 @@ def test_a_file_absent_under_a_directory_that_is_not_there_is_idle(host):
     assert _idle(_run(host, manifest)[1])
     (host.root / "nowhere").mkdir()
     assert not _idle(_run(host, manifest)[1])  # what the entry saw absent is there now
+
+
+def test_a_manifest_that_includes_others_is_cached_and_idle_until_one_changes(host):
+    """The included files are remembered by the digest of the bytes their validation read: an
+    unchanged composition is idle (no YAML read), an edited included file is validated again."""
+    (host.base / "roles").mkdir()
+    role = host.base / "roles" / "web.yaml"
+    role.write_text('resources:\n  - File[/srv/role.conf]:\n      content: "v1\\n"\n')
+    manifest = host.manifest("include: [roles/web.yaml]\n" + FILES)
+    assert host.apply(manifest).code == 2
+    host.apply(manifest)
+    code, imported, _out = _run(host, manifest)
+    assert code == 0 and _idle(imported) and "yaml" not in imported
+    role.write_text('resources:\n  - File[/srv/role.conf]:\n      content: "v2\\n"\n')
+    code, imported, _out = _run(host, manifest)
+    assert code == 2 and not _idle(imported) and "yaml" in imported
+    assert (host.root / "srv/role.conf").read_text() == "v2\n"
+    code, imported, _out = _run(host, manifest)  # validated again, remembered, and the cache used
+    assert code == 0 and "yaml" not in imported
+
+
+def test_the_word_include_in_a_path_no_longer_skips_the_caches(host):
+    manifest = host.manifest('resources:\n  - File[/usr/include/x.h]:\n      content: "x\\n"\n')
+    host.apply(manifest)
+    host.apply(manifest)
+    code, imported, _out = _run(host, manifest)
+    assert code == 0 and _idle(imported)

@@ -31,7 +31,7 @@ try:  # CPython's own BLAKE2: importing hashlib loads OpenSSL, ~4 ms of an idle 
 except ImportError:  # pragma: no cover - an interpreter without the module
     from hashlib import blake2b
 
-FORMAT = 2
+FORMAT = 3  # 3: the included files' digests
 _MAX_ENTRIES = 64
 
 
@@ -223,14 +223,12 @@ def manifest_bytes(manifest_path: str) -> bytes | None:
 
 def cache_key(manifest_path: str, config: str | None, data: bytes | None = None) -> str | None:
     """The key of this manifest (its bytes ``data``, read here when not given) and configuration;
-    None when either cannot be read, or when the manifest may ``include`` others (the key covers
-    one file's bytes, not its includes')."""
+    None when either cannot be read. The files it ``include``s are checked on a hit (``load``):
+    each must hold the bytes its validation read."""
     try:
         manifest = Path(manifest_path).resolve()
         if data is None:
             data = manifest.read_bytes()
-        if b"include" in data:
-            return None
         return _digest(str(manifest).encode(), data, _config_bytes(config))
     except OSError:
         return None
@@ -312,14 +310,27 @@ def load(key: str | None) -> tuple[HostConfig, Manifest] | None:
     if data.get("format") != FORMAT or not all(os.path.isfile(f) for f in data["files"]):
         return None
     m = data["manifest"]
+    included = tuple((path, digest) for path, digest in m["included"])
+    if not all(_included_unchanged(path, digest) for path, digest in included):
+        return None  # an included file changed: validated again
     resources = tuple(
         Resource(r["index"], r["type"], r["name"], SimpleNamespace(**r["spec"]))  # type: ignore[arg-type]
         for r in m["resources"]
     )
     manifest = Manifest(
-        Path(m["dir"]), resources, tuple(m["order"]), m["source"], frozenset(m["paths"])
+        Path(m["dir"]), resources, tuple(m["order"]), m["source"], frozenset(m["paths"]), included
     )
     return HostConfig.from_json(data["config"]), manifest
+
+
+def _included_unchanged(path: str, digest: str) -> bool:
+    """Whether an included file still holds the bytes its validation read."""
+    from datum.host.digest import of_file
+
+    try:
+        return of_file(path, MAX_BYTES + 1) == digest
+    except OSError:
+        return False
 
 
 def store(key: str | None, config: HostConfig, manifest: Manifest) -> None:
@@ -344,6 +355,7 @@ def store(key: str | None, config: HostConfig, manifest: Manifest) -> None:
                 "source": manifest.source,
                 "order": list(manifest.order),
                 "paths": sorted(manifest.paths),
+                "included": [list(pair) for pair in manifest.included],
                 "resources": [
                     {"index": r.index, "type": r.type, "name": r.name, "spec": spec_dump(r.spec)}
                     for r in manifest.resources

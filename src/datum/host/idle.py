@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from datum.host.model import Manifest
     from datum.host.statefile import StateStore
 
-FORMAT = 1
+FORMAT = 2  # 2: hex digests, included manifests
 _INLINE = 64 * 1024  # bytes a probe keeps as they are; above, their size and digest
 _RACY_NS = 1_100_000_000  # a file changed this close to a pass's start may have changed during it
 _S_IFMT, _S_IFREG, _S_IFDIR = 0o170000, 0o100000, 0o040000
@@ -117,12 +117,13 @@ def _now(path: str, follow: bool) -> tuple[int, int, int, int, int] | None:
         return None
 
 
-def _digest(path: str | None) -> bytes | None:
-    """The BLAKE2 of a file's bytes (None for no file)."""
+def _digest(path: str | None) -> str | None:
+    """The digest of a file's bytes (``datum.host.digest``; None for no file)."""
     if path is None:
         return None
-    with open(path, "rb") as f:
-        return blake2b(f.read(), digest_size=32).digest()
+    from datum.host.digest import of_file
+
+    return of_file(path)
 
 
 def _code_files() -> list[str]:
@@ -232,7 +233,7 @@ def _entry(
 ) -> dict[str, Any] | None:
     """The entry's contents, or None when an idle pass could not stand for the engine's."""
     from datum.core.vocab import ResourceState
-    from datum.host import compiled
+    from datum.host.digest import of_bytes
     from datum.host.reboot import MARKERS
     from datum.host.statefile import state_path
     from datum.providers.facts import running_kernel
@@ -243,7 +244,6 @@ def _entry(
         or report.get("state") != "converged" or "reboot" in report or report.get("incomplete")
         or result.reboot_now or chosen.report_to or chosen.token or not outcomes
         or any(o.state is not ResourceState.CONVERGED or o.probe is None for o in outcomes)
-        or compiled.cache_key(manifest_path, None, data) is None  # it includes others: not one file's bytes
     ):
         return None
     real_root = os.path.realpath(root)
@@ -277,8 +277,9 @@ def _entry(
         "python": sys.version,
         "path": _search_path(),
         **taken,
-        "manifest": blake2b(data, digest_size=32).digest(),
-        "deps": code + source_deps + list(dict.fromkeys(host_deps)),
+        "manifest": of_bytes(data),
+        "deps": code + source_deps + list(dict.fromkeys(host_deps))
+        + [(path, "digest", digest) for path, digest in loaded.included],
         "kernel": running_kernel(),
         "name": chosen.name,
         "host": report["host"],
@@ -432,6 +433,13 @@ def _stands(entry: dict[str, Any], manifest: str) -> bool:
     for path, kind, sig in entry["deps"]:
         if kind == "stat":
             if _now(path, True) != sig:
+                return False
+            continue
+        if kind == "digest":  # an included manifest: the bytes its validation read
+            try:
+                if _digest(path) != sig:
+                    return False
+            except OSError:
                 return False
             continue
         now = _now(path, False)

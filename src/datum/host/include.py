@@ -26,13 +26,18 @@ def _name(path: Path, base: Path) -> str:
         return str(path)
 
 
-def _read(path: Path) -> str:
+def _read(path: Path, read: list[tuple[str, str]] | None = None) -> str:
+    """An included file's text; its path and the BLAKE2 of the bytes read are added to ``read``."""
     from datum.host.manifest import MAX_BYTES
 
     with path.open("rb") as stream:
         data = stream.read(MAX_BYTES + 1)
     if len(data) > MAX_BYTES:
         raise ValueError(f"larger than {MAX_BYTES:,} bytes")
+    if read is not None:
+        from datum.host.digest import of_bytes
+
+        read.append((str(path), of_bytes(data)))
     return data.decode("utf-8")
 
 
@@ -51,12 +56,15 @@ def _rebased(item: Any, here: Path, base: Path) -> Any:
     return {key: body}
 
 
-def expand(doc: dict[str, Any], file: Path, base: Path) -> tuple[dict[str, Any], list[FieldError]]:
+def expand(
+    doc: dict[str, Any], file: Path, base: Path, read: list[tuple[str, str]] | None = None
+) -> tuple[dict[str, Any], list[FieldError]]:
     """``doc`` (the parsed manifest at ``file``) with every included manifest's resources before its own.
 
     ``base`` is the top manifest's directory. Findings: an include that is not
     a list of paths, a file that cannot be read or parsed, an include cycle,
-    and an identity declared in two files.
+    and an identity declared in two files. ``read`` receives each included
+    file's path and the digest of the bytes it was made from.
     """
     from datum.core.findings import Problem
     from datum.host.manifest import _yaml
@@ -86,7 +94,7 @@ def expand(doc: dict[str, Any], file: Path, base: Path) -> tuple[dict[str, Any],
                 return
             done.add(target)
             try:
-                text = _read(target)
+                text = _read(target, read)
             except (OSError, ValueError) as exc:
                 found.append(FieldError(where, f"cannot read {rel}: {getattr(exc, 'strerror', None) or exc}"))
                 continue

@@ -304,6 +304,7 @@ def parse_manifest(
 ) -> Manifest:
     """Validate a manifest's text; ``directory`` is where ``source`` and ``template`` files are."""
     directory = directory.resolve()
+    read: list[tuple[str, str]] = []  # the included files, by the digest of what was read
     doc, found = _yaml(text, source)
     if doc is None:
         doc = {}
@@ -311,7 +312,7 @@ def parse_manifest(
         from datum.host.include import expand
 
         top = Path(source) if Path(source).is_absolute() else directory / "<manifest>"
-        doc, included = expand(doc, top, directory)
+        doc, included = expand(doc, top, directory, read)
         found.extend(included)
     if not isinstance(doc, dict):
         raise invalid(
@@ -365,7 +366,7 @@ def parse_manifest(
             f"manifest {source} is not valid: {count} finding{'s' if count > 1 else ''}, nothing applied",
         )
     order = topological(len(resources), needs)
-    return Manifest(directory, tuple(resources), tuple(order), source, frozenset(paths))
+    return Manifest(directory, tuple(resources), tuple(order), source, frozenset(paths), tuple(read))
 
 
 def _resource(

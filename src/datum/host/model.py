@@ -54,12 +54,13 @@ class Resource(Frozen):
 class Manifest(Frozen):
     """A valid manifest: its resources in file order, the order a pass walks them, the paths they manage."""
 
-    __slots__ = ("dir", "resources", "order", "source", "paths")
+    __slots__ = ("dir", "resources", "order", "source", "paths", "included")
     dir: Path
     resources: tuple[Resource, ...]
     order: tuple[int, ...]
     source: str
     paths: frozenset[str]
+    included: tuple[tuple[str, str], ...]  # the files ``include`` read: (path, digest of their bytes)
 
     def __init__(
         self,
@@ -68,6 +69,7 @@ class Manifest(Frozen):
         order: tuple[int, ...],
         source: str = "<manifest>",
         paths: frozenset[str] = frozenset(),
+        included: tuple[tuple[str, str], ...] = (),
     ) -> None:
         setattr_ = object.__setattr__
         setattr_(self, "dir", dir)
@@ -75,6 +77,7 @@ class Manifest(Frozen):
         setattr_(self, "order", order)
         setattr_(self, "source", source)
         setattr_(self, "paths", paths)
+        setattr_(self, "included", included)
 
     def ordered(self) -> list[Resource]:
         return [self.resources[i] for i in self.order]
