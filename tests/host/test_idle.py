@@ -589,3 +589,26 @@ def test_the_word_include_in_a_path_no_longer_skips_the_caches(host):
     host.apply(manifest)
     code, imported, _out = _run(host, manifest)
     assert code == 0 and _idle(imported)
+
+
+def test_caches_a_power_cut_emptied_or_zeroed_are_misses(host, monkeypatch):
+    """The caches are written without fsync (``write_atomic(durable=False)``): what a power cut can
+    leave of them (an empty or zero-filled file) is a miss, never a wrong answer."""
+    from datum.providers import fs
+
+    synced = []
+    real = os.fsync
+    monkeypatch.setattr(fs.os, "fsync", lambda fd: synced.append(fd) or real(fd))
+    fs.write_atomic(str(host.base / "entry"), b"x", mode=0o600, durable=False)
+    assert synced == [] and (host.base / "entry").read_bytes() == b"x"
+    manifest = host.manifest(FILES)
+    host.apply(manifest)
+    host.apply(manifest)
+    entries = [p for p in (host.base / "home").rglob("*") if p.name.startswith("idle-") or p.suffix == ".json"]
+    assert any(p.name.startswith("idle-") for p in entries)
+    for damage in (b"", b"\0" * 4096):
+        for entry in entries:
+            entry.write_bytes(damage)
+        code, imported, out = _run(host, manifest)
+        assert code == 0 and not _idle(imported) and "host state: converged" in out
+        assert "yaml" in imported  # the validated manifest was a miss too: validated again

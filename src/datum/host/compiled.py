@@ -376,7 +376,8 @@ def _write(key: str, data: str | dict[str, Any]) -> None:
     directory = cache_dir()
     try:
         directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-        write_atomic(directory / f"{key}.json", text.encode(), mode=0o600)
+        # Not made durable: an entry lost or emptied by a power cut is a miss (its JSON is checked).
+        write_atomic(directory / f"{key}.json", text.encode(), mode=0o600, durable=False)
         prune(directory)
     except OSError:
         return

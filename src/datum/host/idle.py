@@ -220,8 +220,9 @@ def remember(
 
     try:
         os.makedirs(os.path.dirname(where), mode=0o700, exist_ok=True)
-        # The owner's alone, written beside and renamed in, never through a planted link.
-        write_atomic(where, crc32(payload).to_bytes(4, "big") + payload, mode=0o600)
+        # The owner's alone, written beside and renamed in, never through a planted link; not made
+        # durable: an entry lost or emptied by a power cut fails its CRC, and the engine runs.
+        write_atomic(where, crc32(payload).to_bytes(4, "big") + payload, mode=0o600, durable=False)
         prune(Path(where).parent)
     except OSError:
         pass

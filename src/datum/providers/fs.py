@@ -222,6 +222,7 @@ def write_atomic(
     uid: int = -1,
     gid: int = -1,
     sync_dir: bool = True,
+    durable: bool = True,
 ) -> None:
     """Replace ``path`` with ``data`` so a crash leaves the old file or the new one, never half.
 
@@ -235,6 +236,10 @@ def write_atomic(
     then a power loss may undo the rename (the old file, or none, and at most a
     temporary file beside it): the next pass finds the difference and writes it
     again, and removes the temporary file.
+
+    ``durable=False`` (a cache, whose every entry is checked when read) fsyncs neither the file
+    nor the directory: a process killed at any moment still leaves the old file or the new one;
+    a power loss may leave either, or an empty file the cache's check refuses.
     """
     path = os.fspath(path)
     directory = os.path.dirname(path) or "."
@@ -270,7 +275,8 @@ def write_atomic(
             if uid != -1 or gid != -1:
                 os.fchown(fd, uid, gid)
             os.fchmod(fd, mode)
-            os.fsync(fd)
+            if durable:
+                os.fsync(fd)
         finally:
             os.close(fd)
         os.replace(tmp, path)
@@ -280,6 +286,8 @@ def write_atomic(
         except FileNotFoundError:
             pass
         raise
+    if not durable:
+        return
     if sync_dir:
         fsync_dir(directory)
     else:
