@@ -49,3 +49,12 @@ def manifest_cache() -> str:
     """Where validated manifests and idle entries are kept: ``$DATUM_CACHE_DIR``, else
     ``manifests`` in Datum's cache."""
     return os.environ.get("DATUM_CACHE_DIR") or os.path.join(cache_root(), "manifests")
+
+
+def environment() -> str:
+    """What else a validated manifest depends on: where ``default_home`` (and the store) default
+    to, by user and environment (a key part of the manifest cache and of the idle entry)."""
+    env = os.environ
+    return "\0".join(
+        (str(os.geteuid()), env.get("DATUM_HOME", ""), env.get("XDG_STATE_HOME", ""), env.get("HOME", ""))
+    )

@@ -42,8 +42,7 @@ from datum.agent.state import AgentState
 from datum.core.findings import Problem
 from datum.core.vocab import Mode
 from datum.host.compiled import HostConfig
-from datum.host.idle import Handover
-from datum.host.statefile import StateStore
+from datum.host.statefile import Held, StateStore
 
 EXIT_UNKNOWN = 4  # the host state is not known: bit 4, "something is not known to be in place"
 
@@ -191,7 +190,7 @@ def cycle(opts: Options) -> Cycle:
                     extra.update(manifestDigest=digest, manifestOrigin=origin)
                     result = agent.run(
                         manifest, root=opts.root, mode=opts.mode, config=opts.config,
-                        state_path=path, extra=extra, budget=_budget(opts, host), holding=Handover(store),
+                        state_path=path, extra=extra, budget=_budget(opts, host), holding=Held(store),
                     )
                     report, code, stopped = result.report, result.exit_code, bool(result.report.get("incomplete"))
                     reboot_now = result.reboot_now

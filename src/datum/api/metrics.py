@@ -190,8 +190,9 @@ class StoreCollector(Collector):
         _registry, store = self.state.wired()
         now = datetime.now(UTC)  # reports are stamped with the store's wall clock, not the app's
         t = hosts_table
-        # The summary columns intake writes with each report (as /v1/hosts reads them), not the report: a
-        # row without a summary (one intake could not summarize) reads its report's, in the same query.
+        # The summary columns intake writes with each report, not the report. A row without a summary
+        # (only a hand edit makes one: intake always writes it, migration 0007 filled the old rows) reads
+        # its report's, in the same query; /v1/hosts has no such fallback.
         legacy = t.c.summary.is_(None)
         with store.connect() as conn:
             rows = conn.execute(

@@ -29,7 +29,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from datum.api.authz import bound
-from datum.core.findings import FieldError, invalid
+from datum.core.findings import FieldError, Problem, invalid
 from datum.store import Store
 from datum.store.schema import tokens
 
@@ -116,15 +116,11 @@ def revoke(store: Store, token_id: str) -> dict[str, str | None]:
 
     NOT_FOUND when none does; USAGE when the id is too short or names more than one.
     """
-    from datum.core.findings import Problem
-
     wanted = token_id.lower()
     if not re.fullmatch(rf"[0-9a-f]{{{ID_LENGTH},64}}", wanted):
         raise Problem.one("USAGE", f"a token id is {ID_LENGTH} to 64 hex digits (datum token list shows them): {token_id!r}")
     with store.begin() as conn:
-        rows = conn.execute(
-            sa.select(tokens.c.sha256, tokens.c.principal, tokens.c.host).where(tokens.c.sha256.startswith(wanted))
-        ).all()
+        rows = conn.execute(_HOLDERS.where(tokens.c.sha256.startswith(wanted))).all()
         if not rows:
             raise Problem.one("NOT_FOUND", f"no token has the id {token_id}")
         if len(rows) > 1:

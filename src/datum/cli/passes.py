@@ -69,7 +69,7 @@ def run_pass(
     held: Any = None,
 ) -> tuple[Any, Any, Any, bytes | None]:
     """The configuration, the validated manifest, the pass's ``PassResult`` and the manifest's
-    bytes. ``held``: the lock an idle pass handed over (``datum.host.idle.Handover``), released
+    bytes. ``held``: the lock an idle pass handed over (``datum.host.statefile.Held``), released
     here whatever happens; before the engine starts, as if no pass had run."""
     try:
         from datum.core.vocab import Mode

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from datum.cli.common import config_option
+from datum.cli.common import config_option, json_option
 
 
 @click.group()
@@ -31,7 +31,7 @@ def create(principal: str, host: str | None, config: str | None) -> None:
 
 @token.command(name="list")
 @config_option
-@click.option("--json", "as_json", is_flag=True, help="Print the tokens as JSON.")
+@json_option
 def list_tokens(config: str | None, as_json: bool) -> None:
     """The store's tokens by id (the first digits of the stored hash), principal, host and creation; never a token."""
     import json

@@ -20,12 +20,11 @@ from datum.core.vocab import HostState, Mode, ResourceState
 from datum.host.compiled import HostConfig
 from datum.host.executor import Outcome, Progress, run_pass
 from datum.host.model import Manifest
-from datum.host.statefile import StateStore, Unreadable, unfinished, unfinished_reason
+from datum.host.statefile import Held, StateStore, Unreadable, unfinished, unfinished_reason
 from datum.providers.base import HostContext
 from datum.providers.value import Value
 
 if TYPE_CHECKING:
-    from datum.host.idle import Handover
     from datum.host.reboot import Slot
 
 EXIT_CHANGED = 2
@@ -239,7 +238,7 @@ def run(
     persist: bool = True,
     extra: dict[str, Any] | None = None,
     budget: Budget | None = None,
-    holding: Handover | None = None,
+    holding: Held | None = None,
 ) -> PassResult:
     """One pass over a validated manifest; persist the report unless ``persist`` is False (``datum plan``).
 
@@ -248,7 +247,7 @@ def run(
     ``budget`` is asked before a policy reboot (``datum agent``: the group's reboot lease).
     ``holding``: the state file whose pass lock the caller already holds (``datum agent``, which
     unpacked the manifest under it; an idle pass that handed over, with its signal watch:
-    ``datum.host.idle.Handover``), released by ``holding.close`` when the pass ends; else the
+    ``datum.host.idle``), released by ``holding.close`` when the pass ends; else the
     lock is taken here.
     """
     from datum.providers.facts import read_boot_id

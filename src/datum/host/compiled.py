@@ -191,16 +191,10 @@ def plugin_modules() -> list[tuple[str, str | None, str]]:
     return found
 
 
-def _environment() -> str:
-    """What else validation reads: where ``datum.config.default_home`` and the store default to."""
-    env = os.environ
-    return "\0".join(
-        (str(os.geteuid()), env.get("DATUM_HOME", ""), env.get("XDG_STATE_HOME", ""), env.get("HOME", ""))
-    )
-
-
 def _digest(*parts: bytes) -> str:
-    digest = blake2b(f"{FORMAT}\0{_code_stamp()}\0{_environment()}\0".encode(), digest_size=32)
+    from datum.home import environment
+
+    digest = blake2b(f"{FORMAT}\0{_code_stamp()}\0{environment()}\0".encode(), digest_size=32)
     for part in parts:
         digest.update(part + b"\0")
     return digest.hexdigest()

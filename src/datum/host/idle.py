@@ -12,7 +12,7 @@ pass lock and checks every probe: when each holds, it stores the report the
 engine would have stored, filled with this pass's times, and prints the same
 lines. Anything else (no entry, a dependency changed, a probe that does not
 hold, a reboot on record, a signal) hands the lock it holds, and the signal,
-to the engine (``Handover``), which runs the pass as always, so nothing is
+to the engine (``statefile.Held``), which runs the pass as always, so nothing is
 decided here that the engine would decide otherwise.
 
 A probe is checked the way the engine observes: ``lstat`` first, never through
@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from datum.host.agent import PassResult
     from datum.host.compiled import HostConfig
     from datum.host.model import Manifest
-    from datum.host.statefile import StateStore
+    from datum.host.statefile import Held
 
 FORMAT = 2  # 2: hex digests, included manifests
 _INLINE = 64 * 1024  # bytes a probe keeps as they are; above, their size and digest
@@ -61,22 +61,6 @@ class Done:
         self.text, self.lines, self.warnings = text, lines, warnings
 
 
-class Handover:
-    """The engine's turn: the state file, its pass lock held and, from an idle pass, the signals
-    watched (``stop``); what ``close`` releases (``datum.host.agent.run(holding=)`` takes them over)."""
-
-    __slots__ = ("store", "stop", "_exits")
-
-    def __init__(self, store: StateStore, stop: Any = None, exits: list[Any] | None = None) -> None:
-        self.store, self.stop, self._exits = store, stop, [] if exits is None else exits
-
-    def close(self, *exc: Any) -> None:
-        """Release what is held, last taken first; ``exc`` as a context's ``__exit__`` gets it."""
-        exits, self._exits = self._exits, []
-        for leave in reversed(exits):
-            leave(*(exc or (None, None, None)))
-
-
 # -- where an entry lives, and what it depends on ------------------------------------------------
 
 
@@ -84,16 +68,15 @@ def _where(manifest: str, root: str, mode: str | None, state: str | None, config
            allow_outside: bool) -> str:
     """The entry's file: one per manifest, root, state file, configuration, options and environment."""
     import datum
-    from datum.home import manifest_cache
+    from datum.home import environment, manifest_cache
 
-    env = os.environ
-    chosen = config or env.get("DATUM_CONFIG")
+    chosen = config or os.environ.get("DATUM_CONFIG")
     parts = (
         str(FORMAT), sys.executable, datum.__file__ or "",
         os.path.realpath(manifest), os.path.realpath(root),
         os.path.realpath(os.path.expanduser(state)) if state else "", mode or "",
         os.path.abspath(chosen) if chosen else "", "outside" if allow_outside else "",
-        str(os.geteuid()), env.get("DATUM_HOME", ""), env.get("XDG_STATE_HOME", ""), env.get("HOME", ""),
+        environment(),
     )
     key = blake2b("\0".join(parts).encode(), digest_size=20).hexdigest()
     return os.path.join(manifest_cache(), f"idle-{key}.bin")
@@ -349,14 +332,14 @@ def _compact(probe: tuple[Any, ...], secret: bool = False) -> tuple[Any, ...]:
 
 
 def run(manifest: str, root: str, mode: str | None, state: str | None, config: str | None,
-        allow_outside: bool) -> Done | Handover | None:
-    """The idle pass of ``datum apply``'s arguments: ``Done`` when it stored its report; a
-    ``Handover`` when the engine must run the pass (the lock held); None when there is no entry
+        allow_outside: bool) -> Done | Held | None:
+    """The idle pass of ``datum apply``'s arguments: ``Done`` when it stored its report; the state
+    file ``Held`` when the engine must run the pass (its lock and the signal watch taken); None when there is no entry
     to check, or it no longer stands for this manifest, configuration, code or host."""
     entry = _load(_where(manifest, root, mode, state, config, allow_outside))
     if entry is None or not _stands(entry, manifest):
         return None
-    from datum.host.statefile import StateStore, Unreadable, unfinished, unfinished_reason
+    from datum.host.statefile import Held, StateStore, Unreadable, unfinished, unfinished_reason
     from datum.providers.facts import read_boot_id
 
     boot_id = read_boot_id(entry["boot_id_file"])
@@ -367,15 +350,11 @@ def run(manifest: str, root: str, mode: str | None, state: str | None, config: s
     from datum.signals import PASS_SIGNALS, stop_on
 
     store = StateStore(entry["state_path"])
-    exits: list[Any] = [lambda *_exc: store.close()]
-    handover = Handover(store, None, exits)
+    handover = Held(store)
+    handover.callback(store.close)
     try:
-        lease = store.lease(timedelta(seconds=entry["lock_wait"]), boot_id)
-        lease.__enter__()
-        exits.append(lease.__exit__)
-        watching = stop_on(*PASS_SIGNALS, once=True)
-        handover.stop = watching.__enter__()
-        exits.append(watching.__exit__)
+        handover.enter(store.lease(timedelta(seconds=entry["lock_wait"]), boot_id))
+        handover.stop = handover.enter(stop_on(*PASS_SIGNALS, once=True))
         try:
             previous = store.summary(entry["host"])
         except Unreadable:

@@ -331,6 +331,35 @@ class StateStore:
         return {**record, "running": running} if record else None
 
 
+class Held:
+    """A state file whose pass lock is held, with what releases it, last taken first (an
+    ``ExitStack`` without ``contextlib``): ``datum.host.agent.run(holding=)`` takes it over and
+    releases it when its pass ends. ``stop``: the signal watch taken with it, if one was
+    (``datum.host.idle``, whose idle pass hands its lock and a signal that came to the engine).
+    """
+
+    __slots__ = ("store", "stop", "_exits")
+
+    def __init__(self, store: StateStore, stop: Any = None) -> None:
+        self.store, self.stop = store, stop
+        self._exits: list[Callable[..., Any]] = []
+
+    def enter(self, context: Any) -> Any:
+        """Enter ``context``; its exit is made by ``close``."""
+        value = context.__enter__()
+        self._exits.append(context.__exit__)
+        return value
+
+    def callback(self, release: Callable[[], Any]) -> None:
+        self._exits.append(lambda *_exc: release())
+
+    def close(self, *exc: Any) -> None:
+        """Release what is held, last taken first; ``exc`` as a context's ``__exit__`` gets it."""
+        exits, self._exits = self._exits, []
+        for leave in reversed(exits):
+            leave(*(exc or (None, None, None)))
+
+
 class _Lease:
     """``StateStore.lease``'s hold of the pass lock: entered, it waits for the lock and writes this
     pass's record into the lock file; left normally, it empties the record. Left by an exception,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -72,7 +71,6 @@ def take_pass(
     history: bool = False,
     keep: timedelta | None = None,
     text: str | None = None,
-    on_stored: Callable[[sa.Connection], object] | None = None,
     release_lease: bool = False,
 ) -> Taken:
     """Persist ``report`` (a ``PassReport`` in its JSON form) as ``host``'s latest pass, with its summary.
@@ -87,7 +85,6 @@ def take_pass(
     pruned ``keep`` back) in the same transaction, at the store's clock: on
     PostgreSQL in the same statement, so a stored pass costs one round trip.
     ``text`` is ``report`` as JSON text when the caller has it already.
-    ``on_stored(conn)`` runs in the same transaction once the pass is stored.
     With ``release_lease`` a stored pass from a boot other than the one of the
     host's reboot lease frees that lease (the host is back from its reboot:
     ``datum.store.leases.release_rebooted``), in the same transaction; on
@@ -106,8 +103,6 @@ def take_pass(
                 record_host_pass(conn, host, report, _as_utc(now), keep)
             if now is not None and release_lease:
                 release_rebooted(conn, host, values["boot_id"])
-        if now is not None and on_stored is not None:
-            on_stored(conn)
         if now is not None:
             return Taken("stored", {
                 "host": host,

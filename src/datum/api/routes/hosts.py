@@ -28,7 +28,6 @@ from datum.store.leases import read as read_leases
 router = APIRouter(prefix="/v1/hosts", tags=["fleet"])
 
 
-
 def cursor(value: str | None) -> str | None:
     """A ``cursor`` query parameter: the host name it continues after (422 for one this server did not make)."""
     return None if value is None else host_after(value)

@@ -81,7 +81,6 @@ buckets = sa.Table(
 )
 
 
-
 def coverage_spec(work_query: Collection[str] = WORK_QUERY) -> CoverageSpec:
     """What coverage reads for ``work_query``: the ``buckets`` table, its counts kept by the database."""
     decl = CoverageDecl(
