@@ -103,11 +103,27 @@ class Issues(BaseModel):
     issues: list[FindingModel] = Field(min_length=1)
 
 
+def public(problem: Problem) -> dict[str, Any]:
+    """``problem``'s JSON as it may leave the server: whatever in it looks like a token redacted
+    (a path echoed in a message, a field or a detail: a token put in a URL by mistake)."""
+
+    def scrub(value: Any) -> Any:
+        if isinstance(value, str):
+            return redacted(value)
+        if isinstance(value, list):
+            return [scrub(v) for v in value]
+        if isinstance(value, dict):
+            return {k: scrub(v) for k, v in value.items()}
+        return value
+
+    scrubbed: dict[str, Any] = scrub(problem.to_json())
+    return scrubbed
+
+
 def problem_response(problem: Problem, headers: dict[str, str] | None = None) -> JSONResponse:
     """``problem`` as a JSON response with the status its code calls for."""
     status = STATUS_BY_CODE.get(problem.code)
-    body = problem.to_json()
-    body["issues"] = [{**f, "message": redacted(f["message"])} for f in body["issues"]]  # a path echoed
+    body = public(problem)
     if status is None:  # a code the API does not publish is a bug here, not news for the client
         log.error("a refusal with the unpublished code %s: %s", problem.code, problem)
         status = 500

@@ -32,7 +32,7 @@ import anyio.to_thread
 from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from datum.api.errors import STATUS_BY_CODE
+from datum.api.errors import STATUS_BY_CODE, public
 from datum.api.security import Required, forbidden
 from datum.api.state import ServerState
 from datum.core.findings import Problem
@@ -57,7 +57,7 @@ def bearer(scope: Scope) -> str | None:
 
 async def reply(send: Send, problem: Problem, *, close: bool = True) -> None:
     """Answer ``problem`` in the contract's shape, straight on the ASGI channel."""
-    body = json.dumps(problem.to_json()).encode()
+    body = json.dumps(public(problem)).encode()
     status = STATUS_BY_CODE.get(problem.code, 500)
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     if status == 401:
