@@ -116,6 +116,20 @@ def _kill_group(proc: subprocess.Popen[str]) -> None:
         proc.wait()
 
 
+def _recorded(runner: Runner) -> Runner:
+    """``runner``, each command it runs recorded as a read no replay can make
+    (``datum.providers.reads.opaque``): a pass that asked a command is never an idle pass's."""
+
+    def recorded(argv: Sequence[str], **options: Any) -> Completed:
+        from datum.providers.reads import opaque
+
+        opaque(f"ran {argv[0] if argv else 'a command'}")
+        return runner(argv, **options)
+
+    recorded.__wrapped__ = runner  # type: ignore[attr-defined]
+    return recorded
+
+
 class HostContext(Value):
     """Everything a provider may know about the host of this pass; nothing global."""
 
@@ -160,7 +174,7 @@ class HostContext(Value):
         self.boot_id_file = boot_id_file
         self.managed_paths = managed_paths
         self.manifest = manifest
-        self.runner = run if runner is None else runner
+        self.runner = _recorded(run if runner is None else runner)
         self.systemd = systemd
         self.cache = {} if cache is None else cache
         self._facts = _facts
@@ -220,7 +234,9 @@ class HostContext(Value):
     def systemd_running(self) -> bool:
         """Whether systemd is PID 1 here, as sd_booted(3) tells it."""
         if self.systemd is None:
-            self.systemd = os.path.isdir("/run/systemd/system")
+            from datum.providers.reads import kind
+
+            self.systemd = kind("/run/systemd/system") == 0o040000  # a directory (sd_booted)
         return self.systemd
 
 
@@ -274,6 +290,10 @@ class Provider(Generic[S, W, H]):
     namevar: ClassVar[str | None] = None
     # Whether a change in a resource it subscribes to makes it act (restart, refresh).
     refreshable: ClassVar[bool] = False
+    # Whether every read it makes of the host goes through ``datum.providers.reads`` (so the idle
+    # pass can replay a pass that converged it: ``datum.host.idle``). A provider that reads the host
+    # another way (its own files, a service's API) leaves it False: every pass with it runs the engine.
+    reads_recorded: ClassVar[bool] = False
     # Whether its apply leaves directory fsyncs to ``fs.sync_dirs()`` (the executor runs it
     # before applying a resource of any other provider, and at the end of the pass).
     defers_dir_sync: ClassVar[bool] = False
@@ -322,15 +342,6 @@ class Provider(Generic[S, W, H]):
         """Make the change; return why it needs a reboot, if it does."""
         raise NotImplementedError
 
-    def probe(self, spec: S, want: W, ctx: HostContext) -> tuple[Any, ...] | None:
-        """What the idle pass (``datum.host.idle``) checks to know this resource is still in place
-        without the pass engine, or None when it cannot say (then every idle pass runs the engine).
-
-        A probe is plain data (``marshal`` stores it) that ``datum.host.idle.holds`` checks; it must
-        never hold where ``plan`` would find a change (tests/host/test_idle.py checks ``File``'s).
-        """
-        return None
-
     def verify(self, want: W, change: Change, ctx: HostContext) -> str | None:
         """After apply: None when observing again confirms the result, else what still differs."""
         again = self.plan(want, self.observe(want, ctx))
@@ -342,10 +353,3 @@ class PathProvider(Provider[S, W, H]):
 
     def paths(self, spec: S) -> list[str]:
         return [spec.path]  # type: ignore[attr-defined]
-
-    @staticmethod
-    def plain(ctx: HostContext, host_path: str, where: str) -> bool:
-        """Whether ``host_path`` resolved to ``where`` through no link (the only paths a probe names:
-        the idle pass checks that every directory above one is still a directory)."""
-        root = str(ctx.root)
-        return where == os.path.normpath(host_path if root == "/" else root + host_path)
