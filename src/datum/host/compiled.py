@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from datetime import timedelta
 from pathlib import Path
 from types import SimpleNamespace
@@ -160,7 +161,11 @@ def code_files() -> list[str]:
         dirs[:] = sorted(d for d in dirs if d != "__pycache__")
         found.append(here)
         found += [os.path.join(here, f) for f in sorted(files) if f.endswith(".py")]
-    return found + dependencies() + [origin for _value, origin, _mtime in plugin_modules() if origin]
+    # The running script's own directory (``datum`` and ``python -c`` differ there, and neither
+    # installs anything in it) is left out, as the idle pass's search path leaves it.
+    script = sys.path[0] if sys.path else ""
+    found += [d for d in dependencies() if d != script]
+    return found + [origin for _value, origin, _mtime in plugin_modules() if origin]
 
 
 def _code_stamp() -> str:
