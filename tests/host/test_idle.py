@@ -18,8 +18,6 @@ import time
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from .conftest import Host
 from .test_pass_costs import _imports, forget_idle

@@ -74,6 +74,9 @@ def run(
     """
     import subprocess
 
+    from datum.providers.reads import opaque
+
+    opaque(f"ran {argv[0] if argv else 'a command'}")  # a read no replay of the pass can make
     try:
         proc = subprocess.Popen(
             list(argv) if not shell else argv[0],
@@ -114,20 +117,6 @@ def _kill_group(proc: subprocess.Popen[str]) -> None:
     except subprocess.TimeoutExpired:  # a process that left the group still holds the pipes
         proc.kill()
         proc.wait()
-
-
-def _recorded(runner: Runner) -> Runner:
-    """``runner``, each command it runs recorded as a read no replay can make
-    (``datum.providers.reads.opaque``): a pass that asked a command is never an idle pass's."""
-
-    def recorded(argv: Sequence[str], **options: Any) -> Completed:
-        from datum.providers.reads import opaque
-
-        opaque(f"ran {argv[0] if argv else 'a command'}")
-        return runner(argv, **options)
-
-    recorded.__wrapped__ = runner  # type: ignore[attr-defined]
-    return recorded
 
 
 class HostContext(Value):
@@ -174,7 +163,7 @@ class HostContext(Value):
         self.boot_id_file = boot_id_file
         self.managed_paths = managed_paths
         self.manifest = manifest
-        self.runner = _recorded(run if runner is None else runner)
+        self.runner = run if runner is None else runner
         self.systemd = systemd
         self.cache = {} if cache is None else cache
         self._facts = _facts
