@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from datetime import timedelta
 from pathlib import Path
 from types import SimpleNamespace
@@ -147,28 +148,34 @@ def cache_dir() -> Path:
     return Path(manifest_cache())
 
 
-def _code_stamp() -> str:
-    """Changes when the code that validates a manifest changes (also in a development checkout)."""
+def code_files() -> list[str]:
+    """What "the code changed" means, for this cache and the idle pass's alike: every module of
+    Datum and its directories, what the installed plugins are found under (``datum.discovery``)
+    and the files their modules load from."""
     import datum
+    from datum.discovery import dependencies
 
-    package = Path(datum.__file__).parent
-    parts = [datum.__version__]
-    for directory in (package / "host", package / "providers"):
-        with os.scandir(directory) as entries:
-            parts += sorted(
-                f"{e.name}:{e.stat().st_mtime_ns}" for e in entries if e.name.endswith(".py")
-            )
-    for single in (package / "config.py", package / "validation.py"):
-        parts.append(f"{single.name}:{single.stat().st_mtime_ns}")
-    return "\0".join([*parts, *_plugin_stamp()])
+    top = os.path.dirname(datum.__file__)
+    found = []
+    for here, dirs, files in os.walk(top):
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+        found.append(here)
+        found += [os.path.join(here, f) for f in sorted(files) if f.endswith(".py")]
+    # The running script's own directory (``datum`` and ``python -c`` differ there, and neither
+    # installs anything in it) is left out, as the idle pass's search path leaves it.
+    script = sys.path[0] if sys.path else ""
+    found += [d for d in dependencies() if d != script]
+    return found + [origin for _value, origin, _mtime in plugin_modules() if origin]
 
 
-def _plugin_stamp() -> list[str]:
-    """The installed distributions the resource types come from (a plugin or pydantic installed,
-    upgraded or removed), and each plugin's module file (an editable plugin edited in place)."""
+def _code_stamp() -> str:
+    """Changes when the code changes (``code_files``, each by its signature; also in a development
+    checkout), and with the installed distributions the resource types come from."""
+    import datum
     from datum.discovery import stamp
+    from datum.providers.reads import stat
 
-    return [stamp(), *(f"{value}:{mtime}" for value, _origin, mtime in plugin_modules())]
+    return "\0".join([datum.__version__, stamp(), *(f"{p}:{stat(p)}" for p in code_files())])
 
 
 def plugin_modules() -> list[tuple[str, str | None, str]]:

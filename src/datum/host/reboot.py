@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from datum.core.vocab import RebootPolicy
-from datum.providers import fs
+from datum.providers import fs, reads
 from datum.providers.base import ProviderError
 from datum.providers.value import Frozen
 
@@ -48,7 +48,7 @@ def newer_kernel(root: Path, running: str) -> str | None:
     """
     try:
         boot = fs.resolve(root, "/boot")
-        versions = [p.name.removeprefix("vmlinuz-") for p in boot.glob("vmlinuz-*")]
+        versions = [n.removeprefix("vmlinuz-") for n in reads.listdir(str(boot)) if n.startswith("vmlinuz-")]
     except (OSError, ProviderError):
         return None
     if not versions:
@@ -85,7 +85,7 @@ def _marker(root: Path, marker: str) -> tuple[Path, int, str | None]:
     """(where it is, its mtime, the reason it gives) for one marker; no reason when it is absent."""
     try:
         real = fs.resolve(root, marker)
-        st = os.lstat(real)
+        st = reads.lstat(str(real))
     except (FileNotFoundError, NotADirectoryError):
         return Path(marker), 0, None  # absent (a parent that is a file included)
     except (OSError, ProviderError) as exc:

@@ -7,6 +7,7 @@ system's, because ownership inside a root means that root's users.
 
 from __future__ import annotations
 
+from datum.providers import reads
 from datum.providers.base import HostContext, ProviderError
 from datum.providers.fs import read_bytes, write_atomic
 from datum.providers.value import Frozen
@@ -85,7 +86,8 @@ def read_table(ctx: HostContext, path: str) -> Table:
 
 
 def exists(ctx: HostContext, path: str) -> bool:
-    return ctx.path(path).exists()
+    """Whether the database at host ``path`` is there (a read of the host, recorded)."""
+    return reads.kind(ctx.real(path)) is not None
 
 
 def write_table(ctx: HostContext, table: Table) -> None:

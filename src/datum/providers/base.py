@@ -74,6 +74,9 @@ def run(
     """
     import subprocess
 
+    from datum.providers.reads import opaque
+
+    opaque(f"ran {argv[0] if argv else 'a command'}")  # a read no replay of the pass can make
     try:
         proc = subprocess.Popen(
             list(argv) if not shell else argv[0],
@@ -220,7 +223,9 @@ class HostContext(Value):
     def systemd_running(self) -> bool:
         """Whether systemd is PID 1 here, as sd_booted(3) tells it."""
         if self.systemd is None:
-            self.systemd = os.path.isdir("/run/systemd/system")
+            from datum.providers.reads import kind
+
+            self.systemd = kind("/run/systemd/system") == 0o040000  # a directory (sd_booted)
         return self.systemd
 
 
@@ -274,6 +279,10 @@ class Provider(Generic[S, W, H]):
     namevar: ClassVar[str | None] = None
     # Whether a change in a resource it subscribes to makes it act (restart, refresh).
     refreshable: ClassVar[bool] = False
+    # Whether every read it makes of the host goes through ``datum.providers.reads`` (so the idle
+    # pass can replay a pass that converged it: ``datum.host.idle``). A provider that reads the host
+    # another way (its own files, a service's API) leaves it False: every pass with it runs the engine.
+    reads_recorded: ClassVar[bool] = False
     # Whether its apply leaves directory fsyncs to ``fs.sync_dirs()`` (the executor runs it
     # before applying a resource of any other provider, and at the end of the pass).
     defers_dir_sync: ClassVar[bool] = False
@@ -322,15 +331,6 @@ class Provider(Generic[S, W, H]):
         """Make the change; return why it needs a reboot, if it does."""
         raise NotImplementedError
 
-    def probe(self, spec: S, want: W, ctx: HostContext) -> tuple[Any, ...] | None:
-        """What the idle pass (``datum.host.idle``) checks to know this resource is still in place
-        without the pass engine, or None when it cannot say (then every idle pass runs the engine).
-
-        A probe is plain data (``marshal`` stores it) that ``datum.host.idle.holds`` checks; it must
-        never hold where ``plan`` would find a change (tests/host/test_idle.py checks ``File``'s).
-        """
-        return None
-
     def verify(self, want: W, change: Change, ctx: HostContext) -> str | None:
         """After apply: None when observing again confirms the result, else what still differs."""
         again = self.plan(want, self.observe(want, ctx))
@@ -342,10 +342,3 @@ class PathProvider(Provider[S, W, H]):
 
     def paths(self, spec: S) -> list[str]:
         return [spec.path]  # type: ignore[attr-defined]
-
-    @staticmethod
-    def plain(ctx: HostContext, host_path: str, where: str) -> bool:
-        """Whether ``host_path`` resolved to ``where`` through no link (the only paths a probe names:
-        the idle pass checks that every directory above one is still a directory)."""
-        root = str(ctx.root)
-        return where == os.path.normpath(host_path if root == "/" else root + host_path)

@@ -25,12 +25,12 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from datum.core.vocab import Action, Direction, Reason
-from datum.providers import fs
+from datum.providers import fs, reads
 from datum.providers.accounts import owner_ids
 from datum.providers.base import Change, HostContext, PathProvider, ProviderError
 from datum.providers.value import Frozen
@@ -155,9 +155,9 @@ def kept_paths(ctx: HostContext) -> frozenset[str]:
             host_paths.update(provider(r.type).touches(r.spec))
             for attr in ("source", "template"):
                 if value := getattr(r.spec, attr, None):
-                    local.add(os.path.realpath(os.path.join(manifest.dir, value)))
+                    local.add(reads.realpath(os.path.join(manifest.dir, value)))
         if manifest.source and manifest.source.startswith("/"):
-            local.add(os.path.realpath(manifest.source))
+            local.add(reads.realpath(manifest.source))
     kept: set[str] = set()
     for p in host_paths:
         kept |= fs.passes_through(ctx.root, p)
@@ -171,6 +171,7 @@ def kept_paths(ctx: HostContext) -> frozenset[str]:
 
 class DirectoryProvider(PathProvider["DirectorySpec", DirWant, DirHave]):
     type = "Directory"
+    reads_recorded = True  # through datum.providers.reads: the idle pass replays them
     spec = "datum.providers.specs:DirectorySpec"
     namevar = "path"
 
@@ -211,8 +212,18 @@ class DirectoryProvider(PathProvider["DirectorySpec", DirWant, DirHave]):
         below = _observe_below(want) if want.recurse and kind == "directory" else None
         if kind != "directory" or not (want.purge or want.ensure == "absent"):
             return DirHave(kind, st, frozenset(), below=below)
-        # What each directory to be removed holds, counted now: apply counts again
-        # (datum.safefs imported here: a directory that is only present never needs it).
+        try:
+            entries = frozenset(reads.listdir(str(want.real)))  # a read: what a replay lists again
+        except OSError as exc:
+            if exc.errno in (errno.ENOTDIR, errno.ELOOP):
+                raise ProviderError(f"{want.host_path} changed while it was read; try again") from exc
+            raise
+        held: dict[str, safefs.Tally | None] = {}
+        doomed = entries - want.keep if want.ensure == "present" else entries if want.force else frozenset()
+        if not doomed:
+            return DirHave(kind, st, entries, held, below)
+        # What each directory to be removed holds, counted now: apply counts again (a pass that
+        # removes is never replayed by the idle pass; datum.safefs only for such a pass).
         from datum import safefs
 
         try:
@@ -220,28 +231,14 @@ class DirectoryProvider(PathProvider["DirectorySpec", DirWant, DirHave]):
         except NotADirectoryError as exc:
             raise ProviderError(f"{want.host_path} changed while it was read; try again") from exc
         try:
-            entries = frozenset(os.listdir(fd))
-            held: dict[str, safefs.Tally | None] = {}
             if want.ensure == "absent":
-                if want.force and entries:
-                    held[SELF] = safefs.tally_fd(fd)
+                held[SELF] = safefs.tally_fd(fd)
             else:
-                for name in entries - want.keep:
+                for name in doomed:
                     held.update(_tally_entry(fd, name))
         finally:
             os.close(fd)
         return DirHave(kind, st, entries, held, below)
-
-    def probe(self, spec: DirectorySpec, want: DirWant, ctx: HostContext) -> tuple[object, ...] | None:
-        """``("dir", where, mode, uid, gid)`` (None where not managed) for a directory that is only
-        present, or ``("absent", where)``: what ``plan`` finds no change in. None with ``purge`` or
-        ``recurse`` (what is below counts) and for a path that went through a link."""
-        where = str(want.real)
-        if want.purge or want.recurse or not self.plain(ctx, want.host_path, where):
-            return None
-        if want.ensure != "present":
-            return ("absent", where)
-        return ("dir", where, want.mode, want.uid, want.gid)
 
     def plan(self, want: DirWant, have: DirHave) -> Change:
         # What apply would refuse, plan refuses too (the pass line says why, not "update").
@@ -361,13 +358,12 @@ def _wanted_below(
 
 
 def _walk_below(
-    want: DirWant, fd: int
+    want: DirWant, entries: Iterable[safefs.Below]
 ) -> Iterator[tuple[safefs.Below, tuple[int | None, int | None, int | None]]]:
-    """Each entry below that recurse manages, with what it should have; trees left to others are skipped."""
-    from datum import safefs
-
+    """Each of ``entries`` (``safefs.below``) that recurse manages, with what it should have; trees
+    left to others are skipped."""
     skipping: str | None = None
-    for e in safefs.below(fd):
+    for e in entries:
         if skipping is not None and e.path.startswith(skipping):
             continue
         skipping = None
@@ -391,18 +387,20 @@ def _open_top(want: DirWant) -> int:
 
 
 def _observe_below(want: DirWant) -> Below:
-    fd = _open_top(want)
+    """What differs below, walked as one read of the tree (``datum.providers.reads.tree``)."""
+    from datum import safefs
+
     count = 0
     shown: list[str] = []
     try:
-        for e, (mode, uid, gid) in _walk_below(want, fd):
+        for e, (mode, uid, gid) in _walk_below(want, reads.tree(str(want.real), safefs.below)):
             differs = fs.meta_differences(e.st, mode, uid, gid)
             if differs:
                 count += 1
                 if len(shown) < SHOWN:
                     shown.append(f"{e.path} {', '.join(differs)}")
-    finally:
-        os.close(fd)
+    except NotADirectoryError as exc:
+        raise ProviderError(f"{want.host_path} changed while it was read; try again") from exc
     return Below(count, tuple(shown))
 
 
@@ -414,7 +412,7 @@ def _apply_below(want: DirWant) -> None:
     failed: list[str] = []
     count = 0
     try:
-        for e, wanted in _walk_below(want, fd):
+        for e, wanted in _walk_below(want, safefs.below(fd)):
             if not fs.meta_differences(e.st, *wanted):
                 continue
             try:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from datum.core.vocab import Action
+from datum.providers import reads
 from datum.providers.base import Change, Completed, HostContext, Provider, ProviderError
 from datum.providers.value import Frozen
 
@@ -71,6 +72,7 @@ def guard(ctx: HostContext, want: ExecWant, name: str, command: str) -> bool:
 
 class ExecProvider(Provider["ExecSpec", ExecWant, ExecHave]):
     type = "Exec"
+    reads_recorded = True  # through datum.providers.reads: the idle pass replays them
     spec = "datum.providers.specs:ExecSpec"
     namevar = "command"
     refreshable = True
@@ -84,7 +86,7 @@ class ExecProvider(Provider["ExecSpec", ExecWant, ExecHave]):
     def observe(self, want: ExecWant, ctx: HostContext) -> ExecHave:
         s = want.spec
         return ExecHave(
-            want.creates.exists() if want.creates else None,
+            reads.kind(str(want.creates)) is not None if want.creates else None,
             guard(ctx, want, "unless", s.unless) if s.unless else None,
             guard(ctx, want, "onlyif", s.onlyif) if s.onlyif else None,
         )
@@ -103,7 +105,7 @@ class ExecProvider(Provider["ExecSpec", ExecWant, ExecHave]):
         return None
 
     def verify(self, want: ExecWant, change: Change, ctx: HostContext) -> str | None:
-        if want.creates is not None and not want.creates.exists():
+        if want.creates is not None and reads.kind(str(want.creates)) is None:
             return f"verification failed: {want.spec.creates} still absent"
         if want.spec.unless and not guard(ctx, want, "unless", want.spec.unless):
             return "verification failed: unless still fails"

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from datum.core.vocab import Action
-from datum.providers import fs
+from datum.providers import fs, reads
 from datum.providers.accounts import owner_ids
 from datum.providers.base import NO_CHANGE, Change, HostContext, PathProvider, ProviderError
 from datum.providers.value import Frozen
@@ -128,16 +128,20 @@ def _read_source(source: str, manifest_dir: Path) -> bytes:
     """A relative ``source`` must still resolve inside the manifest's directory (validation
     checked it; this catches a link swapped since). An absolute one was allowed explicitly
     (``--allow-source-outside``) and resolved by validation."""
-    path = manifest_dir / source
+    real = reads.realpath(os.path.join(manifest_dir, source))
     if not Path(source).is_absolute():
-        real = path.resolve()
-        if not real.is_relative_to(manifest_dir.resolve()):
+        top = reads.realpath(str(manifest_dir))
+        if os.path.commonpath([top, real]) != top:
             raise ProviderError(f"source {source} resolves outside the manifest's directory")
-        path = real
     try:
-        return path.read_bytes()
+        data = reads.read_bytes(real)
+    except reads.NotRegular:
+        raise ProviderError(f"cannot read source {source}: not a regular file") from None
     except OSError as exc:
         raise ProviderError(f"cannot read source {source}: {exc.strerror}") from exc
+    if data is None:
+        raise ProviderError(f"cannot read source {source}: No such file or directory")
+    return data
 
 
 # Templates never produce more than this (a `'x' * 10**10` is refused, not attempted).
@@ -243,7 +247,7 @@ def _make_sandbox(
     import jinja2
     import jinja2.sandbox
 
-    root = os.path.realpath(manifest_dir)
+    root = reads.realpath(manifest_dir)
 
     class InsideLoader(jinja2.FileSystemLoader):
         """Only files whose real path is inside the manifest's directory."""
@@ -255,12 +259,17 @@ def _make_sandbox(
                 parts = jinja2.loaders.split_template_path(template)
             except jinja2.TemplateNotFound:
                 parts = None
-            real = os.path.realpath(os.path.join(root, *parts)) if parts else None
+            real = reads.realpath(os.path.join(root, *parts)) if parts else None
             if real is None or template.startswith("/") or os.path.commonpath([root, real]) != root:
                 raise jinja2.TemplateNotFound(
                     template, f"{template} is outside the manifest's directory"
                 )
-            return super().get_source(environment, template)
+            # Read as every read of a pass is (datum.providers.reads), never through a final
+            # link nor blocking; a compiled template is reused while these bytes stay.
+            data = _template_bytes(real)
+            if data is None:
+                raise jinja2.TemplateNotFound(template)
+            return data.decode("utf-8"), real, lambda: _template_bytes(real) == data
 
     class Sandbox(jinja2.sandbox.ImmutableSandboxedEnvironment):
         intercepted_binops = frozenset(["**", "*"])
@@ -288,6 +297,13 @@ def _make_sandbox(
     )
 
 
+def _template_bytes(real: str) -> bytes | None:
+    try:
+        return reads.read_bytes(real)
+    except OSError:
+        return None
+
+
 def keep_backup(real: Path, old: bytes, st: os.stat_result | None, keep: int) -> None:
     """``old`` beside the file as NAME.datum-backup-TIMESTAMP (its mode and owner), then only
     the newest ``keep`` backups of it stay."""
@@ -305,6 +321,7 @@ def keep_backup(real: Path, old: bytes, st: os.stat_result | None, keep: int) ->
 
 class FileProvider(PathProvider["FileSpec", FileWant, FileHave]):
     type = "File"
+    reads_recorded = True  # through datum.providers.reads: the idle pass replays them
     spec = "datum.providers.specs:FileSpec"
     namevar = "path"
     defers_dir_sync = True
@@ -344,17 +361,6 @@ class FileProvider(PathProvider["FileSpec", FileWant, FileHave]):
             if kind in ("absent", "file"):  # observe and plan say what apply would refuse
                 rejected = validate_candidate(want.validate, want.content, ctx)
         return FileHave(kind, content, st, rejected)
-
-    def probe(self, spec: FileSpec, want: FileWant, ctx: HostContext) -> tuple[object, ...] | None:
-        """``("file", where, mode, uid, gid, content)`` (None where not managed; ``content`` None
-        when only a new file gets it) or ``("absent", where)``: what ``plan`` finds no change in.
-        None for a template (its facts may change) and for a path that went through a link (the
-        idle pass checks plain paths only); a ``source`` is a dependency of the idle entry."""
-        if getattr(spec, "template", None) is not None or not self.plain(ctx, want.host_path, want.where):
-            return None
-        if want.ensure != "present":
-            return ("absent", want.where)
-        return ("file", want.where, want.mode, want.uid, want.gid, want.content if want.replace else None)
 
     @staticmethod
     def _refuse(want: FileWant, have: FileHave) -> None:

@@ -60,6 +60,7 @@ def put_group(
 
 class GroupProvider(Provider["GroupSpec", GroupWant, GroupHave]):
     type = "Group"
+    reads_recorded = True  # through datum.providers.reads: the idle pass replays them
     spec = "datum.providers.specs:GroupSpec"
     namevar = "name"
 

@@ -110,6 +110,7 @@ def insert_at(bodies: list[str], spec: LineSpec, first: bool) -> int:
 
 class LineProvider(Provider["LineSpec", LineWant, LineHave]):
     type = "Line"
+    reads_recorded = True  # through datum.providers.reads: the idle pass replays them
     spec = "datum.providers.specs:LineSpec"
 
     def touches(self, spec: LineSpec) -> list[str]:

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from datum.core.vocab import Action
-from datum.providers import fs
+from datum.providers import fs, reads
 from datum.providers.base import Change, HostContext, PathProvider, ProviderError
 from datum.providers.value import Frozen
 
@@ -45,6 +45,7 @@ class LinkHave(Frozen):
 
 class SymlinkProvider(PathProvider["SymlinkSpec", LinkWant, LinkHave]):
     type = "Symlink"
+    reads_recorded = True  # through datum.providers.reads: the idle pass replays them
     spec = "datum.providers.specs:SymlinkSpec"
     namevar = "path"
 
@@ -56,7 +57,7 @@ class SymlinkProvider(PathProvider["SymlinkSpec", LinkWant, LinkHave]):
 
     def observe(self, want: LinkWant, ctx: HostContext) -> LinkHave:
         kind = fs.kind(fs.lstat(want.real))
-        return LinkHave(kind, os.readlink(want.real) if kind == "link" else None)
+        return LinkHave(kind, reads.readlink(str(want.real)) if kind == "link" else None)
 
     def plan(self, want: LinkWant, have: LinkHave) -> Change:
         # What apply would refuse, plan refuses too (the pass line says why, not "update").

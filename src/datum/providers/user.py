@@ -13,12 +13,14 @@ it stops password logins, not SSH keys.
 from __future__ import annotations
 
 import os
+import stat
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from datum.core.vocab import Action
 from datum.providers import accounts as db
+from datum.providers import reads
 from datum.providers.base import Change, HostContext, Provider, ProviderError
 from datum.providers.group import members_of, put_group
 from datum.providers.value import Frozen
@@ -74,7 +76,8 @@ def home_mode(ctx: HostContext) -> int:
     """The mode useradd -m gives a home: HOME_MODE from the root's login.defs, else 0777 & ~UMASK."""
     values: dict[str, str] = {}
     try:
-        for line in ctx.path("/etc/login.defs").read_text(errors="replace").splitlines():
+        data = reads.read_bytes(ctx.real("/etc/login.defs")) or b""
+        for line in data.decode("utf-8", "replace").splitlines():
             parts = line.split()
             if len(parts) >= 2 and not parts[0].startswith("#"):
                 values[parts[0]] = parts[1]
@@ -109,6 +112,7 @@ def make_home(ctx: HostContext, home: str, uid: int, gid: int) -> None:
 
 class UserProvider(Provider["UserSpec", UserWant, UserHave]):
     type = "User"
+    reads_recorded = True  # through datum.providers.reads: the idle pass replays them
     spec = "datum.providers.specs:UserSpec"
     namevar = "name"
 
@@ -127,7 +131,7 @@ class UserProvider(Provider["UserSpec", UserWant, UserHave]):
             shadow = db.read_table(ctx, db.SHADOW).get(want.spec.name)
         home = True
         if want.spec.manage_home and row is not None:
-            home = ctx.path(want.home).is_dir()
+            home = reads.kind(ctx.real(want.home)) == stat.S_IFDIR
         return UserHave(row, gid_row[0] if gid_row else None, member, shadow, home)
 
     def plan(self, want: UserWant, have: UserHave) -> Change:
