@@ -17,11 +17,11 @@ import os
 import sys
 from datetime import timedelta
 from pathlib import Path
-from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 from datum.core.vocab import Mode, RebootPolicy
 from datum.host.model import MAX_BYTES, Manifest, Resource
+from datum.providers.base import Attributes
 from datum.providers.value import Frozen
 
 if TYPE_CHECKING:  # validation's: imported when a manifest is validated, never on a cache hit
@@ -315,7 +315,7 @@ def load(key: str | None) -> tuple[HostConfig, Manifest] | None:
     if not all(_included_unchanged(path, digest) for path, digest in included):
         return None  # an included file changed: validated again
     resources = tuple(
-        Resource(r["index"], r["type"], r["name"], SimpleNamespace(**r["spec"]))  # type: ignore[arg-type]
+        Resource(r["index"], r["type"], r["name"], Attributes(**r["spec"]))
         for r in m["resources"]
     )
     manifest = Manifest(
@@ -338,13 +338,12 @@ def store(key: str | None, config: HostConfig, manifest: Manifest) -> None:
     """Remember a validated pair; silently not when it cannot be (a cache is never a failure)."""
     if key is None or config.token:
         return  # a token stays in the configuration file only
-    from datum.host.manifest import spec_dump
+    from datum.providers.registry import provider
 
     files = [
-        str(manifest.dir / value)
+        str(manifest.dir / beside.path)
         for r in manifest.resources
-        for attr in ("source", "template")
-        if (value := getattr(r.spec, attr, None))
+        for beside in provider(r.type).beside(r.spec)
     ]
     try:
         data = {
@@ -358,7 +357,7 @@ def store(key: str | None, config: HostConfig, manifest: Manifest) -> None:
                 "paths": sorted(manifest.paths),
                 "included": [list(pair) for pair in manifest.included],
                 "resources": [
-                    {"index": r.index, "type": r.type, "name": r.name, "spec": spec_dump(r.spec)}
+                    {"index": r.index, "type": r.type, "name": r.name, "spec": vars(r.spec)}
                     for r in manifest.resources
                 ],
             },

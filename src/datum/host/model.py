@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from datum.providers.value import Frozen
 
 if TYPE_CHECKING:
-    from datum.providers.specs import Spec
+    from datum.providers.base import Attributes
 
 
 # The largest manifest (or included file) read: 16 MiB.
@@ -26,10 +26,10 @@ class Resource(Frozen):
     index: int
     type: str
     name: str
-    spec: Spec
+    spec: Attributes
     id: str  # Type[name]: a pass asks for it several times per resource
 
-    def __init__(self, index: int, type: str, name: str, spec: Spec) -> None:  # noqa: A002
+    def __init__(self, index: int, type: str, name: str, spec: Attributes) -> None:  # noqa: A002
         setattr_ = object.__setattr__
         setattr_(self, "index", index)
         setattr_(self, "type", type)

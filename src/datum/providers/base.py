@@ -1,7 +1,9 @@
 """What every provider is: resolve desired (I/O), observe (I/O), plan (pure), apply (I/O), verify.
 
 No pydantic here: a pass whose manifest was validated before runs without it
-(see ``datum.host.compiled``); the attribute models live in ``specs``.
+(see ``datum.host.compiled``). A pass hands every provider its resource's
+``Attributes``; the model that validated them (``Provider.spec``) lives beside
+the provider (``datum.providers.file.spec``) and is imported to validate only.
 
 A provider also says whether it supports this host at all; a resource no
 provider supports is ``skipped`` with that reason, never attempted.
@@ -11,10 +13,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 from datum.core.vocab import Action, Mode
+from datum.providers.errors import ProviderError as ProviderError  # raised by every provider
 from datum.providers.value import Frozen, Value
 
 if TYPE_CHECKING:  # keeps the facts module (and subprocess) out of idle passes
@@ -23,8 +28,36 @@ if TYPE_CHECKING:  # keeps the facts module (and subprocess) out of idle passes
     from datum.providers.facts import Facts
 
 
-class ProviderError(Exception):
-    """A provider could not observe or apply; the message is what the pass line says."""
+class Attributes(SimpleNamespace):
+    """A resource's validated attributes as a pass reads them: read-only, and the same object
+    whether validation ran in this process or its result came from the cache (``datum.host.compiled``).
+
+    Its ``repr`` names the attributes without their values: one may be a secret (a password hash).
+    It has no methods of its own, so every attribute name is free (``File``'s ``replace``):
+    ``vars(attributes)`` is the mapping, ``Attributes(**{**vars(a), name: value})`` a changed copy.
+    """
+
+    __slots__ = ()
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"the attributes of a resource are read-only: cannot set {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"the attributes of a resource are read-only: cannot delete {name!r}")
+
+    def __repr__(self) -> str:
+        return f"Attributes({', '.join(vars(self))})"
+
+
+@dataclass(frozen=True, slots=True)
+class Beside:
+    """A file next to the manifest that a resource reads (a ``source``, a ``template``): the
+    attribute that names it, its path as written, and whether ``--allow-source-outside`` may
+    take it out of the manifest's directory (a template always stays there)."""
+
+    attribute: str
+    path: str
+    may_leave: bool = True
 
 
 # --- the host a pass runs against ------------------------------------------------------------
@@ -271,7 +304,7 @@ class Provider(Generic[S, W, H]):
     """One resource type on this host. ``W`` is its resolved desired state, ``H`` what it observed."""
 
     type: ClassVar[str]
-    # Its attributes' pydantic model (a ``datum.providers.specs.Spec``), as "module:Class" or
+    # Its attributes' pydantic model (a ``datum.providers.spec.Spec``), as "module:Class" or
     # the class: imported for validation only, so a pass over a validated manifest never loads it.
     spec: ClassVar[str | type[Any]]
     # The attribute the resource's name fills when the manifest leaves it out
@@ -308,9 +341,17 @@ class Provider(Generic[S, W, H]):
 
     def touches(self, spec: S) -> list[str]:
         """The host paths this resource reads or writes, owned or not (a Directory purge keeps them)."""
-        found = self.paths(spec)
-        creates = getattr(spec, "creates", None)  # Exec: the path its command makes
-        return [*found, creates] if isinstance(creates, str) else found
+        return self.paths(spec)
+
+    def beside(self, spec: S) -> list[Beside]:
+        """The files next to the manifest this resource reads: validation checks each is there
+        (and inside the manifest's directory), and a cached manifest is valid only while they are."""
+        return []
+
+    def secret(self, spec: S) -> bool:
+        """Whether this resource holds something that is never shown nor kept in the clear (a
+        file's ``sensitive`` content, or content read from a ``source``; a password hash)."""
+        return False
 
     def desired(self, name: str, spec: S, ctx: HostContext) -> W:
         """The fully resolved desired state (content rendered, paths under root)."""

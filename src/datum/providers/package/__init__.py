@@ -10,15 +10,10 @@ from __future__ import annotations
 import re
 import shutil
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from datum.core.vocab import Action
-from datum.providers.base import Change, HostContext, Provider, ProviderError
+from datum.providers.base import Attributes, Beside, Change, HostContext, Provider, ProviderError
 from datum.providers.value import Frozen
-
-if TYPE_CHECKING:
-    from datum.providers.specs import PackageSpec
-
 
 ADMINDIR = "/var/lib/dpkg"
 VERSION = re.compile(r"^[0-9][A-Za-z0-9.+~:-]*$")
@@ -100,10 +95,13 @@ def admindir(ctx: HostContext) -> Path:
     return ctx.path(ADMINDIR)
 
 
-class PackageProvider(Provider["PackageSpec", PkgWant, PkgHave]):
+class PackageProvider(Provider[Attributes, PkgWant, PkgHave]):
     type = "Package"
-    spec = "datum.providers.specs:PackageSpec"
+    spec = "datum.providers.package.spec:PackageSpec"
     namevar = "name"
+
+    def beside(self, spec: Attributes) -> list[Beside]:
+        return [Beside("source", spec.source)] if spec.source else []
 
     def supported(self, ctx: HostContext) -> str | None:
         if shutil.which("dpkg") is None:
@@ -112,7 +110,7 @@ class PackageProvider(Provider["PackageSpec", PkgWant, PkgHave]):
             return f"no dpkg database at {ADMINDIR}"
         return None
 
-    def desired(self, name: str, spec: PackageSpec, ctx: HostContext) -> PkgWant:
+    def desired(self, name: str, spec: Attributes, ctx: HostContext) -> PkgWant:
         source = (ctx.manifest_dir / spec.source) if spec.source else None
         version = spec.ensure if VERSION.match(spec.ensure) else None
         if source is not None:

@@ -13,7 +13,15 @@ from typing import TYPE_CHECKING
 from datum.core.vocab import Action
 from datum.providers import fs, reads
 from datum.providers.accounts import owner_ids
-from datum.providers.base import NO_CHANGE, Change, HostContext, PathProvider, ProviderError
+from datum.providers.base import (
+    NO_CHANGE,
+    Attributes,
+    Beside,
+    Change,
+    HostContext,
+    PathProvider,
+    ProviderError,
+)
 from datum.providers.value import Frozen
 
 if TYPE_CHECKING:
@@ -22,7 +30,6 @@ if TYPE_CHECKING:
     import jinja2
     import jinja2.sandbox
 
-    from datum.providers.specs import FileSpec
 
 
 class FileWant(Frozen):
@@ -112,7 +119,7 @@ def validate_candidate(command: str, data: bytes, ctx: HostContext) -> str | Non
     )
 
 
-def render_content(spec: FileSpec, ctx: HostContext) -> bytes | None:
+def render_content(spec: Attributes, ctx: HostContext) -> bytes | None:
     """The desired bytes: inline, from the source file or from the rendered template."""
     if spec.content is not None:
         return spec.content.encode()
@@ -319,14 +326,22 @@ def keep_backup(real: Path, old: bytes, st: os.stat_result | None, keep: int) ->
         path.unlink(missing_ok=True)
 
 
-class FileProvider(PathProvider["FileSpec", FileWant, FileHave]):
+class FileProvider(PathProvider[Attributes, FileWant, FileHave]):
     type = "File"
     reads_recorded = True  # through datum.providers.reads: the idle pass replays them
-    spec = "datum.providers.specs:FileSpec"
+    spec = "datum.providers.file.spec:FileSpec"
     namevar = "path"
     defers_dir_sync = True
 
-    def desired(self, name: str, spec: FileSpec, ctx: HostContext) -> FileWant:
+    def beside(self, spec: Attributes) -> list[Beside]:
+        source = [Beside("source", spec.source)] if spec.source else []
+        return source + ([Beside("template", spec.template, may_leave=False)] if spec.template else [])
+
+    def secret(self, spec: Attributes) -> bool:
+        # A source's bytes are not in the manifest, and may be readable by their owner alone.
+        return bool(spec.sensitive or spec.source)
+
+    def desired(self, name: str, spec: Attributes, ctx: HostContext) -> FileWant:
         owned = spec.owner is not None or spec.group is not None
         uid, gid = owner_ids(ctx, spec.owner, spec.group) if owned else (None, None)
         # Present writes through a final link (to its target inside the root);

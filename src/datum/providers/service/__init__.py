@@ -8,14 +8,9 @@ start is ``failed`` with the last lines of its journal in the reason.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from datum.core.vocab import Action
-from datum.providers.base import Change, HostContext, Provider, ProviderError
+from datum.providers.base import Attributes, Change, HostContext, Provider, ProviderError
 from datum.providers.value import Frozen
-
-if TYPE_CHECKING:
-    from datum.providers.specs import ServiceSpec
 
 
 class SvcWant(Frozen):
@@ -76,9 +71,9 @@ def commands(want: SvcWant, have: SvcHave, action: Action) -> list[list[str]]:
     return out
 
 
-class ServiceProvider(Provider["ServiceSpec", SvcWant, SvcHave]):
+class ServiceProvider(Provider[Attributes, SvcWant, SvcHave]):
     type = "Service"
-    spec = "datum.providers.specs:ServiceSpec"
+    spec = "datum.providers.service.spec:ServiceSpec"
     namevar = "name"
     refreshable = True
 
@@ -89,7 +84,7 @@ class ServiceProvider(Provider["ServiceSpec", SvcWant, SvcHave]):
             return f"--root {ctx.root} is not the running system"
         return None
 
-    def desired(self, name: str, spec: ServiceSpec, ctx: HostContext) -> SvcWant:
+    def desired(self, name: str, spec: Attributes, ctx: HostContext) -> SvcWant:
         return SvcWant(unit_name(spec.name), spec.ensure, spec.enable)
 
     def observe(self, want: SvcWant, ctx: HostContext) -> SvcHave:

@@ -32,12 +32,11 @@ from typing import TYPE_CHECKING
 from datum.core.vocab import Action, Direction, Reason
 from datum.providers import fs, reads
 from datum.providers.accounts import owner_ids
-from datum.providers.base import Change, HostContext, PathProvider, ProviderError
+from datum.providers.base import Attributes, Change, HostContext, PathProvider, ProviderError
 from datum.providers.value import Frozen
 
 if TYPE_CHECKING:
     from datum import safefs
-    from datum.providers.specs import DirectorySpec
 
 
 class DirWant(Frozen):
@@ -169,13 +168,13 @@ def kept_paths(ctx: HostContext) -> frozenset[str]:
     return ctx._kept
 
 
-class DirectoryProvider(PathProvider["DirectorySpec", DirWant, DirHave]):
+class DirectoryProvider(PathProvider[Attributes, DirWant, DirHave]):
     type = "Directory"
     reads_recorded = True  # through datum.providers.reads: the idle pass replays them
-    spec = "datum.providers.specs:DirectorySpec"
+    spec = "datum.providers.directory.spec:DirectorySpec"
     namevar = "path"
 
-    def desired(self, name: str, spec: DirectorySpec, ctx: HostContext) -> DirWant:
+    def desired(self, name: str, spec: Attributes, ctx: HostContext) -> DirWant:
         uid, gid = owner_ids(ctx, spec.owner, spec.group)
         # Absent removes a link at the path, never the directory it points to.
         real = ctx.path(spec.path, follow_last=spec.ensure == "present")
@@ -320,7 +319,7 @@ def searchable(mode: int | None) -> int | None:
     return mode | ((mode & 0o444) >> 2)
 
 
-def _left_to_others(ctx: HostContext, real: Path, spec: DirectorySpec) -> tuple[set[str], set[str]]:
+def _left_to_others(ctx: HostContext, real: Path, spec: Attributes) -> tuple[set[str], set[str]]:
     """Paths below ``real`` other resources set mode, owner or group on, and trees recursing Directories below cover."""
     left: set[str] = set()
     trees: set[str] = set()

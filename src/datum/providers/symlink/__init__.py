@@ -4,15 +4,11 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from datum.core.vocab import Action
 from datum.providers import fs, reads
-from datum.providers.base import Change, HostContext, PathProvider, ProviderError
+from datum.providers.base import Attributes, Change, HostContext, PathProvider, ProviderError
 from datum.providers.value import Frozen
-
-if TYPE_CHECKING:
-    from datum.providers.specs import SymlinkSpec
 
 
 class LinkWant(Frozen):
@@ -43,13 +39,13 @@ class LinkHave(Frozen):
         object.__setattr__(self, "target", target)
 
 
-class SymlinkProvider(PathProvider["SymlinkSpec", LinkWant, LinkHave]):
+class SymlinkProvider(PathProvider[Attributes, LinkWant, LinkHave]):
     type = "Symlink"
     reads_recorded = True  # through datum.providers.reads: the idle pass replays them
-    spec = "datum.providers.specs:SymlinkSpec"
+    spec = "datum.providers.symlink.spec:SymlinkSpec"
     namevar = "path"
 
-    def desired(self, name: str, spec: SymlinkSpec, ctx: HostContext) -> LinkWant:
+    def desired(self, name: str, spec: Attributes, ctx: HostContext) -> LinkWant:
         real = ctx.path(spec.path, follow_last=False)
         if real == ctx.root:
             raise ProviderError(f"{spec.path} is the root; a Symlink never removes or replaces it")
