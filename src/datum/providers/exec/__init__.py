@@ -11,43 +11,30 @@ so they must not change anything.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 from datum.core.vocab import Action
 from datum.providers import reads
 from datum.providers.base import Attributes, Change, Completed, HostContext, Provider, ProviderError
-from datum.providers.value import Frozen
 
 # The agent's credentials are its own, never a managed command's.
 _WITHHELD = frozenset({"DATUM_TOKEN"})
 
 
-class ExecWant(Frozen):
-    __slots__ = ("spec", "creates", "cwd", "env")
+@dataclass(frozen=True, slots=True)
+class ExecWant:
     spec: Attributes
     creates: Path | None
     cwd: str
     env: dict[str, str]
 
-    def __init__(self, spec: Attributes, creates: Path | None, cwd: str, env: dict[str, str]) -> None:
-        object.__setattr__(self, "spec", spec)
-        object.__setattr__(self, "creates", creates)
-        object.__setattr__(self, "cwd", cwd)
-        object.__setattr__(self, "env", env)
 
-
-class ExecHave(Frozen):
-    __slots__ = ("created", "unless_ok", "onlyif_ok")
+@dataclass(frozen=True, slots=True)
+class ExecHave:
     created: bool | None  # None: no creates guard
     unless_ok: bool | None
     onlyif_ok: bool | None
-
-    def __init__(
-        self, created: bool | None, unless_ok: bool | None, onlyif_ok: bool | None
-    ) -> None:
-        object.__setattr__(self, "created", created)
-        object.__setattr__(self, "unless_ok", unless_ok)
-        object.__setattr__(self, "onlyif_ok", onlyif_ok)
 
 
 def shell(ctx: HostContext, want: ExecWant, command: str) -> Completed:

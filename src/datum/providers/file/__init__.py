@@ -7,6 +7,7 @@ import stat
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -22,7 +23,6 @@ from datum.providers.base import (
     PathProvider,
     ProviderError,
 )
-from datum.providers.value import Frozen
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -31,12 +31,8 @@ if TYPE_CHECKING:
     import jinja2.sandbox
 
 
-
-class FileWant(Frozen):
-    __slots__ = (
-        "host_path", "where", "ensure", "content", "mode", "uid", "gid", "sensitive", "validate",
-        "replace", "backups",
-    )  # fmt: skip
+@dataclass(frozen=True, slots=True)
+class FileWant:
     host_path: str
     where: str  # the real path under the root, as a string (a pass builds no Path per file)
     ensure: str
@@ -44,58 +40,22 @@ class FileWant(Frozen):
     mode: int | None
     uid: int | None
     gid: int | None
-    sensitive: bool
-    validate: str | None  # a command with %s for the candidate's path
-    replace: bool  # type: ignore[assignment]  # False: content only when the file is created
-    backups: int  # how many backups of replaced content to keep (0: none)
-
-    def __init__(
-        self,
-        host_path: str,
-        where: str,
-        ensure: str,
-        content: bytes | None,
-        mode: int | None,
-        uid: int | None,
-        gid: int | None,
-        sensitive: bool = False,
-        validate: str | None = None,
-        replace: bool = True,
-        backups: int = 0,
-    ) -> None:
-        setattr_ = object.__setattr__
-        setattr_(self, "host_path", host_path)
-        setattr_(self, "where", where)
-        setattr_(self, "ensure", ensure)
-        setattr_(self, "content", content)
-        setattr_(self, "mode", mode)
-        setattr_(self, "uid", uid)
-        setattr_(self, "gid", gid)
-        setattr_(self, "sensitive", sensitive)
-        setattr_(self, "validate", validate)
-        setattr_(self, "replace", replace)
-        setattr_(self, "backups", backups)
+    sensitive: bool = False
+    validate: str | None = None  # a command with %s for the candidate's path
+    replace: bool = True  # type: ignore[assignment]  # False: content only when the file is created
+    backups: int = 0  # how many backups of replaced content to keep (0: none)
 
     @property
     def real(self) -> Path:
         return Path(self.where)
 
 
-class FileHave(Frozen):
-    __slots__ = ("kind", "content", "st", "rejected")
+@dataclass(frozen=True, slots=True)
+class FileHave:
     kind: str
     content: bytes | None
     st: os.stat_result | None
-    rejected: str | None  # why ``validate`` refused the new content
-
-    def __init__(
-        self, kind: str, content: bytes | None, st: os.stat_result | None, rejected: str | None = None
-    ) -> None:
-        setattr_ = object.__setattr__
-        setattr_(self, "kind", kind)
-        setattr_(self, "content", content)
-        setattr_(self, "st", st)
-        setattr_(self, "rejected", rejected)
+    rejected: str | None = None  # why ``validate`` refused the new content
 
 
 def validate_candidate(command: str, data: bytes, ctx: HostContext) -> str | None:
@@ -414,7 +374,7 @@ class FileProvider(PathProvider[Attributes, FileWant, FileHave]):
         existing = stat.S_IMODE(have.st.st_mode) if have.st is not None else None
         marker = fs.redaction(want.sensitive, want.mode, existing)
         diff = marker or fs.unified(want.host_path, before, want.content or b"")
-        return change.replace(diff=diff, sensitive=marker is not None)
+        return replace(change, diff=diff, sensitive=marker is not None)
 
     def apply(self, want: FileWant, have: FileHave, change: Change, ctx: HostContext) -> str | None:
         self._refuse(want, have)  # whoever calls

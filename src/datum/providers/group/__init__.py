@@ -2,26 +2,21 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from datum.core.vocab import Action
 from datum.providers import accounts as db
 from datum.providers.base import Attributes, Change, HostContext, Provider, ProviderError
-from datum.providers.value import Frozen
 
 
-class GroupWant(Frozen):
-    __slots__ = ("spec",)
+@dataclass(frozen=True, slots=True)
+class GroupWant:
     spec: Attributes
 
-    def __init__(self, spec: Attributes) -> None:
-        object.__setattr__(self, "spec", spec)
 
-
-class GroupHave(Frozen):
-    __slots__ = ("row",)
+@dataclass(frozen=True, slots=True)
+class GroupHave:
     row: tuple[str, ...] | None
-
-    def __init__(self, row: tuple[str, ...] | None) -> None:
-        object.__setattr__(self, "row", row)
 
 
 def members_of(row: tuple[str, ...]) -> list[str]:

@@ -17,36 +17,27 @@ from __future__ import annotations
 
 import re
 import stat
+from dataclasses import dataclass
 from pathlib import Path
 
 from datum.core.vocab import Action
 from datum.providers import fs
 from datum.providers.base import Attributes, Change, HostContext, Provider, ProviderError
-from datum.providers.value import Frozen
 
 _CODEC = ("utf-8", "surrogateescape")
 
 
-class LineWant(Frozen):
-    __slots__ = ("host_path", "real", "spec")
+@dataclass(frozen=True, slots=True)
+class LineWant:
     host_path: str
     real: Path
     spec: Attributes
 
-    def __init__(self, host_path: str, real: Path, spec: Attributes) -> None:
-        object.__setattr__(self, "host_path", host_path)
-        object.__setattr__(self, "real", real)
-        object.__setattr__(self, "spec", spec)
 
-
-class LineHave(Frozen):
-    __slots__ = ("content", "mode")
+@dataclass(frozen=True, slots=True)
+class LineHave:
     content: bytes | None
-    mode: int | None
-
-    def __init__(self, content: bytes | None, mode: int | None = None) -> None:
-        object.__setattr__(self, "content", content)
-        object.__setattr__(self, "mode", mode)
+    mode: int | None = None
 
 
 def _body(line: str) -> str:

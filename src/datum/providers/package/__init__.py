@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import re
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 from datum.core.vocab import Action
 from datum.providers.base import Attributes, Beside, Change, HostContext, Provider, ProviderError
-from datum.providers.value import Frozen
 
 ADMINDIR = "/var/lib/dpkg"
 VERSION = re.compile(r"^[0-9][A-Za-z0-9.+~:-]*$")
@@ -21,36 +21,20 @@ _KERNEL = re.compile(r"^linux-(image|modules)(-|$)")
 _ENV = {"DEBIAN_FRONTEND": "noninteractive", "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
 
 
-class PkgWant(Frozen):
-    __slots__ = ("name", "ensure", "version", "source", "reboot")
+@dataclass(frozen=True, slots=True)
+class PkgWant:
     name: str
     ensure: str
     version: str | None  # the exact version wanted, when one is
     source: Path | None
     reboot: bool
 
-    def __init__(
-        self, name: str, ensure: str, version: str | None, source: Path | None, reboot: bool
-    ) -> None:
-        object.__setattr__(self, "name", name)
-        object.__setattr__(self, "ensure", ensure)
-        object.__setattr__(self, "version", version)
-        object.__setattr__(self, "source", source)
-        object.__setattr__(self, "reboot", reboot)
 
-
-class PkgHave(Frozen):
-    __slots__ = ("version", "config_files", "candidate")
+@dataclass(frozen=True, slots=True)
+class PkgHave:
     version: str | None  # None: not installed
-    config_files: bool  # removed, its configuration files left (dpkg's config-files)
-    candidate: str | None  # the version apt would install (asked for ensure: latest only)
-
-    def __init__(
-        self, version: str | None, config_files: bool = False, candidate: str | None = None
-    ) -> None:
-        object.__setattr__(self, "version", version)
-        object.__setattr__(self, "config_files", config_files)
-        object.__setattr__(self, "candidate", candidate)
+    config_files: bool = False  # removed, its configuration files left (dpkg's config-files)
+    candidate: str | None = None  # the version apt would install (asked for ensure: latest only)
 
 
 def apt_lists_empty(ctx: HostContext) -> bool:

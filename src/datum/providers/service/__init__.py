@@ -8,31 +8,23 @@ start is ``failed`` with the last lines of its journal in the reason.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from datum.core.vocab import Action
 from datum.providers.base import Attributes, Change, HostContext, Provider, ProviderError
-from datum.providers.value import Frozen
 
 
-class SvcWant(Frozen):
-    __slots__ = ("unit", "ensure", "enable")
+@dataclass(frozen=True, slots=True)
+class SvcWant:
     unit: str
     ensure: str | None
     enable: bool | None
 
-    def __init__(self, unit: str, ensure: str | None, enable: bool | None) -> None:
-        object.__setattr__(self, "unit", unit)
-        object.__setattr__(self, "ensure", ensure)
-        object.__setattr__(self, "enable", enable)
 
-
-class SvcHave(Frozen):
-    __slots__ = ("active", "enabled")
+@dataclass(frozen=True, slots=True)
+class SvcHave:
     active: str  # systemctl is-active: active, inactive, failed, activating, ...
     enabled: str  # systemctl is-enabled: enabled, disabled, static, masked, not-found, ...
-
-    def __init__(self, active: str, enabled: str) -> None:
-        object.__setattr__(self, "active", active)
-        object.__setattr__(self, "enabled", enabled)
 
 
 def unit_name(name: str) -> str:

@@ -3,40 +3,27 @@
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 from datum.core.vocab import Action
 from datum.providers import fs, reads
 from datum.providers.base import Attributes, Change, HostContext, PathProvider, ProviderError
-from datum.providers.value import Frozen
 
 
-class LinkWant(Frozen):
-    __slots__ = ("host_path", "real", "ensure", "target", "force")
+@dataclass(frozen=True, slots=True)
+class LinkWant:
     host_path: str
     real: Path
     ensure: str
     target: str | None
-    force: bool
-
-    def __init__(
-        self, host_path: str, real: Path, ensure: str, target: str | None, force: bool = False
-    ) -> None:
-        object.__setattr__(self, "host_path", host_path)
-        object.__setattr__(self, "real", real)
-        object.__setattr__(self, "ensure", ensure)
-        object.__setattr__(self, "target", target)
-        object.__setattr__(self, "force", force)
+    force: bool = False
 
 
-class LinkHave(Frozen):
-    __slots__ = ("kind", "target")
+@dataclass(frozen=True, slots=True)
+class LinkHave:
     kind: str
     target: str | None
-
-    def __init__(self, kind: str, target: str | None) -> None:
-        object.__setattr__(self, "kind", kind)
-        object.__setattr__(self, "target", target)
 
 
 class SymlinkProvider(PathProvider[Attributes, LinkWant, LinkHave]):

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import stat
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from datum.core.vocab import Action
@@ -22,42 +23,22 @@ from datum.providers import accounts as db
 from datum.providers import reads
 from datum.providers.base import Attributes, Change, HostContext, Provider, ProviderError
 from datum.providers.group import members_of, put_group
-from datum.providers.value import Frozen
 
 
-class UserWant(Frozen):
-    __slots__ = ("spec", "home", "shell")
+@dataclass(frozen=True, slots=True)
+class UserWant:
     spec: Attributes
     home: str
     shell: str
 
-    def __init__(self, spec: Attributes, home: str, shell: str) -> None:
-        object.__setattr__(self, "spec", spec)
-        object.__setattr__(self, "home", home)
-        object.__setattr__(self, "shell", shell)
 
-
-class UserHave(Frozen):
-    __slots__ = ("row", "gid_name", "groups", "shadow", "home_exists")
+@dataclass(frozen=True, slots=True, repr=False)
+class UserHave:
     row: tuple[str, ...] | None
     gid_name: str | None
     groups: frozenset[str]
-    shadow: tuple[str, ...] | None  # its etc/shadow row, when there is one
-    home_exists: bool  # looked at only with manage_home
-
-    def __init__(
-        self,
-        row: tuple[str, ...] | None,
-        gid_name: str | None,
-        groups: frozenset[str],
-        shadow: tuple[str, ...] | None = None,
-        home_exists: bool = True,
-    ) -> None:
-        object.__setattr__(self, "row", row)
-        object.__setattr__(self, "gid_name", gid_name)
-        object.__setattr__(self, "groups", groups)
-        object.__setattr__(self, "shadow", shadow)
-        object.__setattr__(self, "home_exists", home_exists)
+    shadow: tuple[str, ...] | None = None  # its etc/shadow row, when there is one
+    home_exists: bool = True  # looked at only with manage_home
 
     def __repr__(self) -> str:  # the shadow row carries a hash: never in a repr or a traceback
         return f"UserHave(row={self.row!r}, groups={sorted(self.groups)!r})"
