@@ -220,9 +220,9 @@ def test_an_unchanged_pass_imports_no_findings_and_no_validation(host):
     assert json.loads(out)["issues"][0]["message"].endswith("is not a directory")
 
 
-def test_an_unchanged_pass_over_directories_imports_neither_dataclasses_nor_safefs(host):
+def test_an_unchanged_pass_over_directories_imports_no_safefs(host):
     """A Directory that is only present (with a mode) needs no counting: ``datum.safefs`` and
-    ``Converge`` (with ``dataclasses``, ``hashlib``) come in only to count, remove or purge."""
+    ``Converge`` come in only to count, remove or purge."""
     manifest = host.manifest(
         'resources:\n  - Directory[/srv/www]:\n      mode: "0755"\n'
         '  - File[/srv/www/index.html]:\n      content: "hi\\n"\n'
@@ -231,7 +231,7 @@ def test_an_unchanged_pass_over_directories_imports_neither_dataclasses_nor_safe
     assert _imports(host, *args)[0] == 2
     code, imported, out = _imports(host, *args)
     assert code == 0 and "Directory[/srv/www]" in out and "host state: converged" in out
-    heavy = {"dataclasses", "inspect", "datum.safefs", "datum.core.converge", "hashlib"}
+    heavy = {"datum.safefs", "datum.core.converge"}
     assert heavy.isdisjoint(imported), heavy & imported
     (host.root / "srv/www/stray").write_text("x")  # purge must count it: safefs comes in then
     manifest.write_text(manifest.read_text().replace('mode: "0755"', 'mode: "0755"\n      purge: true'))
