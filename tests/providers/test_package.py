@@ -7,7 +7,7 @@ import pytest
 from datum.core.vocab import Action
 from datum.providers.base import ProviderError
 from datum.providers.package import PROVIDER as PACKAGE
-from datum.providers.specs import PackageSpec
+from datum.providers.package.spec import PackageSpec
 from providers.debs import build_deb, dpkg_root
 
 

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from datum.providers import reads
-from datum.providers.base import ProviderError
+from datum.providers.errors import ProviderError
 
 _MAX_LINKS = 40
 

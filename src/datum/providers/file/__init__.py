@@ -7,14 +7,22 @@ import stat
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from datum.core.vocab import Action
 from datum.providers import fs, reads
 from datum.providers.accounts import owner_ids
-from datum.providers.base import NO_CHANGE, Change, HostContext, PathProvider, ProviderError
-from datum.providers.value import Frozen
+from datum.providers.base import (
+    NO_CHANGE,
+    Attributes,
+    Beside,
+    Change,
+    HostContext,
+    PathProvider,
+    ProviderError,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -22,14 +30,9 @@ if TYPE_CHECKING:
     import jinja2
     import jinja2.sandbox
 
-    from datum.providers.specs import FileSpec
 
-
-class FileWant(Frozen):
-    __slots__ = (
-        "host_path", "where", "ensure", "content", "mode", "uid", "gid", "sensitive", "validate",
-        "replace", "backups",
-    )  # fmt: skip
+@dataclass(frozen=True, slots=True)
+class FileWant:
     host_path: str
     where: str  # the real path under the root, as a string (a pass builds no Path per file)
     ensure: str
@@ -37,58 +40,22 @@ class FileWant(Frozen):
     mode: int | None
     uid: int | None
     gid: int | None
-    sensitive: bool
-    validate: str | None  # a command with %s for the candidate's path
-    replace: bool  # type: ignore[assignment]  # False: content only when the file is created
-    backups: int  # how many backups of replaced content to keep (0: none)
-
-    def __init__(
-        self,
-        host_path: str,
-        where: str,
-        ensure: str,
-        content: bytes | None,
-        mode: int | None,
-        uid: int | None,
-        gid: int | None,
-        sensitive: bool = False,
-        validate: str | None = None,
-        replace: bool = True,
-        backups: int = 0,
-    ) -> None:
-        setattr_ = object.__setattr__
-        setattr_(self, "host_path", host_path)
-        setattr_(self, "where", where)
-        setattr_(self, "ensure", ensure)
-        setattr_(self, "content", content)
-        setattr_(self, "mode", mode)
-        setattr_(self, "uid", uid)
-        setattr_(self, "gid", gid)
-        setattr_(self, "sensitive", sensitive)
-        setattr_(self, "validate", validate)
-        setattr_(self, "replace", replace)
-        setattr_(self, "backups", backups)
+    sensitive: bool = False
+    validate: str | None = None  # a command with %s for the candidate's path
+    replace: bool = True  # type: ignore[assignment]  # False: content only when the file is created
+    backups: int = 0  # how many backups of replaced content to keep (0: none)
 
     @property
     def real(self) -> Path:
         return Path(self.where)
 
 
-class FileHave(Frozen):
-    __slots__ = ("kind", "content", "st", "rejected")
+@dataclass(frozen=True, slots=True)
+class FileHave:
     kind: str
     content: bytes | None
     st: os.stat_result | None
-    rejected: str | None  # why ``validate`` refused the new content
-
-    def __init__(
-        self, kind: str, content: bytes | None, st: os.stat_result | None, rejected: str | None = None
-    ) -> None:
-        setattr_ = object.__setattr__
-        setattr_(self, "kind", kind)
-        setattr_(self, "content", content)
-        setattr_(self, "st", st)
-        setattr_(self, "rejected", rejected)
+    rejected: str | None = None  # why ``validate`` refused the new content
 
 
 def validate_candidate(command: str, data: bytes, ctx: HostContext) -> str | None:
@@ -112,7 +79,7 @@ def validate_candidate(command: str, data: bytes, ctx: HostContext) -> str | Non
     )
 
 
-def render_content(spec: FileSpec, ctx: HostContext) -> bytes | None:
+def render_content(spec: Attributes, ctx: HostContext) -> bytes | None:
     """The desired bytes: inline, from the source file or from the rendered template."""
     if spec.content is not None:
         return spec.content.encode()
@@ -319,14 +286,22 @@ def keep_backup(real: Path, old: bytes, st: os.stat_result | None, keep: int) ->
         path.unlink(missing_ok=True)
 
 
-class FileProvider(PathProvider["FileSpec", FileWant, FileHave]):
+class FileProvider(PathProvider[Attributes, FileWant, FileHave]):
     type = "File"
     reads_recorded = True  # through datum.providers.reads: the idle pass replays them
-    spec = "datum.providers.specs:FileSpec"
+    spec = "datum.providers.file.spec:FileSpec"
     namevar = "path"
     defers_dir_sync = True
 
-    def desired(self, name: str, spec: FileSpec, ctx: HostContext) -> FileWant:
+    def beside(self, spec: Attributes) -> list[Beside]:
+        source = [Beside("source", spec.source)] if spec.source else []
+        return source + ([Beside("template", spec.template, may_leave=False)] if spec.template else [])
+
+    def secret(self, spec: Attributes) -> bool:
+        # A source's bytes are not in the manifest, and may be readable by their owner alone.
+        return bool(spec.sensitive or spec.source)
+
+    def desired(self, name: str, spec: Attributes, ctx: HostContext) -> FileWant:
         owned = spec.owner is not None or spec.group is not None
         uid, gid = owner_ids(ctx, spec.owner, spec.group) if owned else (None, None)
         # Present writes through a final link (to its target inside the root);
@@ -399,7 +374,7 @@ class FileProvider(PathProvider["FileSpec", FileWant, FileHave]):
         existing = stat.S_IMODE(have.st.st_mode) if have.st is not None else None
         marker = fs.redaction(want.sensitive, want.mode, existing)
         diff = marker or fs.unified(want.host_path, before, want.content or b"")
-        return change.replace(diff=diff, sensitive=marker is not None)
+        return replace(change, diff=diff, sensitive=marker is not None)
 
     def apply(self, want: FileWant, have: FileHave, change: Change, ctx: HostContext) -> str | None:
         self._refuse(want, have)  # whoever calls

@@ -26,21 +26,21 @@ import errno
 import os
 import stat
 from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from datum.core.vocab import Action, Direction, Reason
 from datum.providers import fs, reads
 from datum.providers.accounts import owner_ids
-from datum.providers.base import Change, HostContext, PathProvider, ProviderError
-from datum.providers.value import Frozen
+from datum.providers.base import Attributes, Change, HostContext, PathProvider, ProviderError
 
 if TYPE_CHECKING:
     from datum import safefs
-    from datum.providers.specs import DirectorySpec
 
 
-class DirWant(Frozen):
+@dataclass(frozen=True, slots=True)
+class DirWant:
     """What a Directory resource wants.
 
     With ``recurse``: ``left`` are the entries below that another resource sets
@@ -49,10 +49,6 @@ class DirWant(Frozen):
     file's mode below (the permission bits of ``mode``, x added where it gives r).
     """
 
-    __slots__ = (
-        "host_path", "real", "ensure", "mode", "uid", "gid", "purge", "force", "keep",
-        "recurse", "left", "left_trees", "file_mode",
-    )  # fmt: skip
     host_path: str
     real: Path
     ensure: str
@@ -62,69 +58,31 @@ class DirWant(Frozen):
     purge: bool
     force: bool
     keep: frozenset[str]
-    recurse: bool
-    left: frozenset[str]
-    left_trees: frozenset[str]
-    file_mode: int | None
-
-    def __init__(
-        self,
-        host_path: str,
-        real: Path,
-        ensure: str,
-        mode: int | None,
-        uid: int | None,
-        gid: int | None,
-        purge: bool,
-        force: bool,
-        keep: frozenset[str],
-        recurse: bool = False,
-        left: frozenset[str] = frozenset(),
-        left_trees: frozenset[str] = frozenset(),
-        file_mode: int | None = None,
-    ) -> None:
-        values = (host_path, real, ensure, mode, uid, gid, purge, force, keep, recurse, left, left_trees, file_mode)
-        for name, value in zip(self.__slots__, values, strict=True):
-            object.__setattr__(self, name, value)
+    recurse: bool = False
+    left: frozenset[str] = frozenset()
+    left_trees: frozenset[str] = frozenset()
+    file_mode: int | None = None
 
 
-class DirHave(Frozen):
+@dataclass(frozen=True, slots=True)
+class DirHave:
     """What observe found. ``held``: what each directory to be removed holds, counted by
     observe (None: it could not be counted), ``SELF`` for the directory itself when it is
     to be absent. ``below``: with ``recurse``, how many entries below differ, and the first few."""
 
-    __slots__ = ("kind", "st", "entries", "held", "below")
     kind: str
     st: os.stat_result | None
     entries: frozenset[str]
-    held: Mapping[str, safefs.Tally | None]
-    below: Below | None
-
-    def __init__(
-        self,
-        kind: str,
-        st: os.stat_result | None,
-        entries: frozenset[str],
-        held: Mapping[str, safefs.Tally | None] | None = None,
-        below: Below | None = None,
-    ) -> None:
-        object.__setattr__(self, "kind", kind)
-        object.__setattr__(self, "st", st)
-        object.__setattr__(self, "entries", entries)
-        object.__setattr__(self, "held", {} if held is None else held)
-        object.__setattr__(self, "below", below)
+    held: Mapping[str, safefs.Tally | None] = field(default_factory=dict)
+    below: Below | None = None
 
 
-class Below(Frozen):
+@dataclass(frozen=True, slots=True)
+class Below:
     """Entries below a recursing directory whose mode or ownership differ."""
 
-    __slots__ = ("count", "shown")
     count: int
     shown: tuple[str, ...]
-
-    def __init__(self, count: int, shown: tuple[str, ...]) -> None:
-        object.__setattr__(self, "count", count)
-        object.__setattr__(self, "shown", shown)
 
     def text(self) -> str:
         from datum import safefs
@@ -153,9 +111,8 @@ def kept_paths(ctx: HostContext) -> frozenset[str]:
     if manifest is not None:
         for r in manifest.resources:
             host_paths.update(provider(r.type).touches(r.spec))
-            for attr in ("source", "template"):
-                if value := getattr(r.spec, attr, None):
-                    local.add(reads.realpath(os.path.join(manifest.dir, value)))
+            for beside in provider(r.type).beside(r.spec):
+                local.add(reads.realpath(os.path.join(manifest.dir, beside.path)))
         if manifest.source and manifest.source.startswith("/"):
             local.add(reads.realpath(manifest.source))
     kept: set[str] = set()
@@ -169,13 +126,13 @@ def kept_paths(ctx: HostContext) -> frozenset[str]:
     return ctx._kept
 
 
-class DirectoryProvider(PathProvider["DirectorySpec", DirWant, DirHave]):
+class DirectoryProvider(PathProvider[Attributes, DirWant, DirHave]):
     type = "Directory"
     reads_recorded = True  # through datum.providers.reads: the idle pass replays them
-    spec = "datum.providers.specs:DirectorySpec"
+    spec = "datum.providers.directory.spec:DirectorySpec"
     namevar = "path"
 
-    def desired(self, name: str, spec: DirectorySpec, ctx: HostContext) -> DirWant:
+    def desired(self, name: str, spec: Attributes, ctx: HostContext) -> DirWant:
         uid, gid = owner_ids(ctx, spec.owner, spec.group)
         # Absent removes a link at the path, never the directory it points to.
         real = ctx.path(spec.path, follow_last=spec.ensure == "present")
@@ -320,7 +277,7 @@ def searchable(mode: int | None) -> int | None:
     return mode | ((mode & 0o444) >> 2)
 
 
-def _left_to_others(ctx: HostContext, real: Path, spec: DirectorySpec) -> tuple[set[str], set[str]]:
+def _left_to_others(ctx: HostContext, real: Path, spec: Attributes) -> tuple[set[str], set[str]]:
     """Paths below ``real`` other resources set mode, owner or group on, and trees recursing Directories below cover."""
     left: set[str] = set()
     trees: set[str] = set()

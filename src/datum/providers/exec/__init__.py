@@ -11,48 +11,30 @@ so they must not change anything.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from datum.core.vocab import Action
 from datum.providers import reads
-from datum.providers.base import Change, Completed, HostContext, Provider, ProviderError
-from datum.providers.value import Frozen
-
-if TYPE_CHECKING:
-    from datum.providers.specs import ExecSpec
-
+from datum.providers.base import Attributes, Change, Completed, HostContext, Provider, ProviderError
 
 # The agent's credentials are its own, never a managed command's.
 _WITHHELD = frozenset({"DATUM_TOKEN"})
 
 
-class ExecWant(Frozen):
-    __slots__ = ("spec", "creates", "cwd", "env")
-    spec: ExecSpec
+@dataclass(frozen=True, slots=True)
+class ExecWant:
+    spec: Attributes
     creates: Path | None
     cwd: str
     env: dict[str, str]
 
-    def __init__(self, spec: ExecSpec, creates: Path | None, cwd: str, env: dict[str, str]) -> None:
-        object.__setattr__(self, "spec", spec)
-        object.__setattr__(self, "creates", creates)
-        object.__setattr__(self, "cwd", cwd)
-        object.__setattr__(self, "env", env)
 
-
-class ExecHave(Frozen):
-    __slots__ = ("created", "unless_ok", "onlyif_ok")
+@dataclass(frozen=True, slots=True)
+class ExecHave:
     created: bool | None  # None: no creates guard
     unless_ok: bool | None
     onlyif_ok: bool | None
-
-    def __init__(
-        self, created: bool | None, unless_ok: bool | None, onlyif_ok: bool | None
-    ) -> None:
-        object.__setattr__(self, "created", created)
-        object.__setattr__(self, "unless_ok", unless_ok)
-        object.__setattr__(self, "onlyif_ok", onlyif_ok)
 
 
 def shell(ctx: HostContext, want: ExecWant, command: str) -> Completed:
@@ -70,14 +52,17 @@ def guard(ctx: HostContext, want: ExecWant, name: str, command: str) -> bool:
     return done.returncode == 0
 
 
-class ExecProvider(Provider["ExecSpec", ExecWant, ExecHave]):
+class ExecProvider(Provider[Attributes, ExecWant, ExecHave]):
     type = "Exec"
     reads_recorded = True  # through datum.providers.reads: the idle pass replays them
-    spec = "datum.providers.specs:ExecSpec"
+    spec = "datum.providers.exec.spec:ExecSpec"
     namevar = "command"
     refreshable = True
 
-    def desired(self, name: str, spec: ExecSpec, ctx: HostContext) -> ExecWant:
+    def touches(self, spec: Attributes) -> list[str]:
+        return [spec.creates] if spec.creates else []  # the path its command makes
+
+    def desired(self, name: str, spec: Attributes, ctx: HostContext) -> ExecWant:
         inherited = {k: v for k, v in os.environ.items() if k not in _WITHHELD}
         env = {**inherited, **spec.environment, "DATUM_ROOT": str(ctx.root)}
         creates = ctx.path(spec.creates) if spec.creates else None
