@@ -342,3 +342,14 @@ def test_a_first_pass_with_no_configuration_file_does_not_build_the_settings_mod
     # A fresh host: DATUM_HOME did not exist; the pass made it, for its owner only.
     assert os.stat(tmp_path / "home").st_mode & 0o777 == 0o700
     assert (tmp_path / "home" / "agent.db").is_file()
+
+
+def test_the_code_stamp_watches_modules_not_directories():
+    """A directory's times change when Python writes its ``__pycache__`` there (a fresh checkout's
+    first import of a module): the caches must not take that for a change of the code."""
+    import datum
+    from datum.host.compiled import code_files
+
+    top = os.path.dirname(datum.__file__)
+    ours = [p for p in code_files() if p.startswith(top + os.sep)]
+    assert ours and all(p.endswith(".py") and os.path.isfile(p) for p in ours)

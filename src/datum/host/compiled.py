@@ -119,7 +119,7 @@ def cache_dir() -> Path:
 
 def code_files() -> list[str]:
     """What "the code changed" means, for this cache and the idle pass's alike: every module of
-    Datum and its directories, what the installed plugins are found under (``datum.discovery``)
+    Datum, what the installed plugins are found under (``datum.discovery``)
     and the files their modules load from."""
     import datum
     from datum.discovery import dependencies
@@ -128,7 +128,9 @@ def code_files() -> list[str]:
     found = []
     for here, dirs, files in os.walk(top):
         dirs[:] = sorted(d for d in dirs if d != "__pycache__")
-        found.append(here)
+        # Files only: a directory's own times change when Python writes its __pycache__ there
+        # (a fresh checkout's first import), and a module added beside the others changes nothing
+        # until a module that imports it changes too.
         found += [os.path.join(here, f) for f in sorted(files) if f.endswith(".py")]
     # The running script's own directory (``datum`` and ``python -c`` differ there, and neither
     # installs anything in it) is left out, as the idle pass's search path leaves it.
