@@ -10,7 +10,7 @@ A cycle:
    (so no other pass's directory goes while it runs); when none was fetched,
    applies the last one (``manifestOrigin: "cached: <why>"``); with none,
    persists a report ``unknown`` saying why, and runs nothing; else runs a
-   pass through the host pass engine (``datum.host.agent.run``: SIGTERM after
+   pass through the host pass engine (``datum.host.agent.engine_pass``: SIGTERM after
    the current resource, incomplete reports), which
    persists the report and spools it in one transaction; a reboot the policy
    makes now is asked of the server first (the group's reboot budget,
@@ -41,10 +41,9 @@ from datum.agent.post import flush
 from datum.agent.state import AgentState
 from datum.core.findings import Problem
 from datum.core.vocab import Mode
+from datum.host import verdict
 from datum.host.compiled import HostConfig
 from datum.host.statefile import Held, StateStore
-
-EXIT_UNKNOWN = 4  # the host state is not known: bit 4, "something is not known to be in place"
 
 
 @dataclass(frozen=True)
@@ -106,25 +105,13 @@ def _manifest(state: AgentState, got: Any, last: tuple[str, bytes, str] | None, 
 
 
 def _unknown(opts: Options, store: StateStore, boot: str, host: str, why: str, extra: dict[str, Any]) -> dict[str, Any]:
-    """The report of a cycle that had no manifest to apply: persisted and spooled like a pass's,
-    in ``store``, whose pass lock the caller holds."""
+    """The report of a cycle that had no manifest to apply (``datum.host.verdict.no_pass``):
+    persisted and spooled like a pass's, in ``store``, whose pass lock the caller holds."""
     now = datetime.now(UTC).isoformat()
-    report: dict[str, Any] = {
-        "host": host,
-        "mode": opts.mode.value,
-        "state": "unknown",
-        "reason": why,
-        "startedAt": now,
-        "finishedAt": now,
-        "durationSeconds": 0.0,
-        "exitCode": EXIT_UNKNOWN,
-        "incomplete": True,
-        "counts": {},
-        "resources": [],
-        **extra,
-    }
-    if boot:
-        report["bootId"] = boot
+    report = verdict.report(
+        verdict.no_pass(why), [], host=host, mode=opts.mode.value, started=now, finished=now, duration=0.0,
+        boot_id=boot, extra=extra,
+    )
     store.record(host, report)
     return report
 
@@ -185,10 +172,10 @@ def cycle(opts: Options) -> Cycle:
                 manifest, digest, origin = _manifest(state, got, last, Path(f"{path}.manifest"))
                 if manifest is None:
                     report = _unknown(opts, store, boot, host, origin, {**extra, "manifestOrigin": origin})
-                    code, stopped = EXIT_UNKNOWN, False
+                    code, stopped = report["exitCode"], False
                 else:
                     extra.update(manifestDigest=digest, manifestOrigin=origin)
-                    result = agent.run(
+                    result = agent.engine_pass(
                         manifest, root=opts.root, mode=opts.mode, config=opts.config,
                         state_path=path, extra=extra, budget=_budget(opts, host), holding=Held(store),
                     )

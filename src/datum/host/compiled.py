@@ -360,3 +360,23 @@ def prune(directory: Path) -> None:
         entries = sorted(directory.glob(pattern), key=lambda p: p.stat().st_mtime)
         for old in entries[:-_MAX_ENTRIES]:
             old.unlink(missing_ok=True)
+
+
+def prepare(manifest_path: str, config: str | None, allow_outside: bool = False) -> tuple[HostConfig, Manifest, bytes | None]:
+    """The configuration, the validated manifest (from this cache when neither changed) and the
+    manifest's bytes they were made from (read once)."""
+    data = manifest_bytes(manifest_path)
+    key = cache_key(manifest_path, config, data) if data is not None else None
+    if key is not None and allow_outside:  # validated under another rule: another entry
+        key = f"{key[:48]}-outside"
+    hit = load(key)
+    if hit is not None:
+        return (*hit, data)
+    from datum.host.manifest import load_manifest
+
+    chosen = load_config(config)
+    memory = spec_memory(manifest_path)
+    loaded = load_manifest(manifest_path, allow_source_outside=allow_outside, memory=memory, data=data)
+    store(key, chosen, loaded)
+    remember_specs(manifest_path, memory)
+    return chosen, loaded, data

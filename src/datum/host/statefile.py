@@ -333,7 +333,7 @@ class StateStore:
 
 class Held:
     """A state file whose pass lock is held, with what releases it, last taken first (an
-    ``ExitStack`` without ``contextlib``): ``datum.host.agent.run(holding=)`` takes it over and
+    ``ExitStack`` without ``contextlib``): ``datum.host.agent.engine_pass(holding=)`` takes it over and
     releases it when its pass ends. ``stop``: the signal watch taken with it, if one was
     (``datum.host.idle``, whose idle pass hands its lock and a signal that came to the engine).
     """
