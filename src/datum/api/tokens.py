@@ -63,6 +63,12 @@ def redacted(text: str) -> str:
     return _LOOKS_LIKE_A_TOKEN.sub(PREFIX + "[redacted]", text) if PREFIX in text else text
 
 
+def looks_like_token(text: str) -> bool:
+    """Whether ``text`` holds what looks like a token ``create`` mints: never a host's name (it would be
+    listed in ``/v1/hosts`` and be a ``/metrics`` label)."""
+    return PREFIX in text and _LOOKS_LIKE_A_TOKEN.search(text) is not None
+
+
 def check_principal(name: str) -> str:
     """A principal name: 1-100 of letters, digits and ``_.@-``, starting with a letter or digit."""
     if not _PRINCIPAL.match(name):

@@ -107,22 +107,28 @@ def agent(
     from datum.host.agent import state_file
     from datum.host.compiled import HostConfig
 
-    host_config = HostConfig.from_settings(load_settings(config))
-    path = state_file(state, host_config)
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    opts = Options(
-        server=server,
-        token=_token(token_file),
-        root=root,
-        state_path=path,
-        config=host_config,
-        mode=Mode(mode) if mode else host_config.mode,
-        interval=interval,
-        splay=splay,
-    )
+    url, token_path = server, token_file  # not None (checked above), for the closure
+
+    def options() -> Options:
+        """The options from the configuration and the token file as they are now (re-read by the loop)."""
+        host_config = HostConfig.from_settings(load_settings(config))
+        path = state_file(state, host_config)
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        return Options(
+            server=url,
+            token=_token(token_path),
+            root=root,
+            state_path=path,
+            config=host_config,
+            mode=Mode(mode) if mode else host_config.mode,
+            interval=interval,
+            splay=splay,
+        )
+
+    opts = options()
     if once:
         done = cycle(opts)
         click.echo(done.line, err=True)
         code: int = done.exit_code
         return code
-    return run_forever(opts, lambda line: click.echo(line, err=True))
+    return run_forever(opts, lambda line: click.echo(line, err=True), reload=options)
