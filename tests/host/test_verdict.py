@@ -5,13 +5,13 @@ resources behind the state, and the pass report every surface reads, held to ``P
 from __future__ import annotations
 
 import pytest
-from datum.providers.specs import FileSpec
 
 from datum.core.vocab import Action, HostState, ResourceState
 from datum.host import verdict
 from datum.host.executor import Outcome
 from datum.host.model import Resource
 from datum.host.report import PassReport
+from datum.providers.file.spec import FileSpec
 
 C, F, B, D, S, P = (
     ResourceState.CONVERGED, ResourceState.FAILED, ResourceState.BLOCKED, ResourceState.DRIFTED,

@@ -13,7 +13,8 @@ import pytest
 
 from datum.core.vocab import Action, Mode, RebootPolicy, ResourceState
 from datum.host import compiled
-from datum.host.executor import Outcome, PassResult
+from datum.host.agent import PassResult
+from datum.host.executor import Outcome
 from datum.host.manifest import SpecMemory, parse_manifest
 from datum.host.model import Manifest, Resource
 from datum.host.reboot import Decision, Found, Slot
