@@ -84,10 +84,9 @@ async def principal(state: ServerState, scope: Scope) -> str:
     token = presented(scope)
     if token is None:
         raise Problem.one("UNAUTHENTICATED", "this request needs an 'Authorization: Bearer <token>' header")
-    book = state.tokens
-    found = book.known(token)
+    found = state.tokens.known(token)
     if found is None:
-        found = await anyio.to_thread.run_sync(book.principal, token)
+        found = await anyio.to_thread.run_sync(state.tokens.principal, token)
     if found is None:
         raise Problem.one("UNAUTHENTICATED", "the bearer token is not known to this server")
     return found
@@ -159,8 +158,13 @@ def need_of(dependant: object) -> Need | None:
 
 
 def may(request: Request, principal: str, action: Action | str, resource: Resource = SERVER) -> bool:
-    """Whether ``principal`` may take ``action``: for parts of a page, which leave out what is refused."""
-    return state_of(request).authorizer.allowed(principal, action, resource)
+    """Whether ``principal`` may take ``action`` (``decide``'s answer): for parts of a page, which leave out
+    what is refused."""
+    try:
+        decide(state_of(request), principal, action, resource)
+    except Problem:
+        return False
+    return True
 
 
 # -- fast answers ---------------------------------------------------------------------------------
