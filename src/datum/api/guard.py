@@ -34,6 +34,7 @@ refusal is written by ``datum.api.errors.written``.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -66,6 +67,7 @@ class Served:
     """A route as the guard sees it: what it matches, what it needs, its fast answer."""
 
     methods: set[str] | None
+    path: re.Pattern[str] | None  # the route's own path_regex: what its matches asks first
     matches: Callable[[Scope], tuple[Match, Scope]]
     need: Need | None
     answer: FastAnswer | None
@@ -74,7 +76,13 @@ class Served:
 def served(routes: Sequence[BaseRoute]) -> list[Served]:
     """The app's routes as FastAPI routes them (``iter_route_contexts``, what its OpenAPI document walks)."""
     return [
-        Served(route.methods, route.matches, need_of(getattr(route, "dependant", None)), fast_of(route.endpoint))
+        Served(
+            route.methods,
+            getattr(route, "path_regex", None),
+            route.matches,
+            need_of(getattr(route, "dependant", None)),
+            fast_of(route.endpoint),
+        )
         for route in iter_route_contexts(routes)
     ]
 
@@ -91,9 +99,12 @@ class RequestGuard:
         if self._served is None:
             self._served = served(self._routes)
         method = scope["method"]
+        path = None if scope.get("root_path") else scope["path"]  # under a root path, Starlette matches the rest
         for route in self._served:
             if route.methods is not None and method not in route.methods:
                 continue  # Starlette's routing goes on past a route of another method, too
+            if path is not None and route.path is not None and route.path.match(path) is None:
+                continue  # what route.matches would say, without the scope it builds
             match, child = route.matches(scope)
             if match is Match.FULL:
                 return route, child
