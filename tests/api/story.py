@@ -98,6 +98,18 @@ def build_story(tmp_path: Path, store: str | None = None, **server: object) -> S
     return story
 
 
+def serve_fleet(story: Story, directory: Path, rule: str = "web*", manifest: str = "web.yaml") -> Path:
+    """``directory`` made a fleet directory (hosts matching ``rule`` get one File), and the story's app serving it."""
+    directory.mkdir()
+    (directory / "nodes.yaml").write_text(f"nodes:\n  - match: {{name: '{rule}'}}\n    manifests: [{manifest}]\n")
+    (directory / manifest).write_text("resources:\n  - File[/etc/motd]:\n      content: hello\n")
+    state = story.app.state.datum
+    state.settings = state.settings.model_copy(
+        update={"fleet": state.settings.fleet.model_copy(update={"manifests": directory})}
+    )
+    return directory
+
+
 def play(story: Story) -> None:
     """The buckets story, three ticks in.
 

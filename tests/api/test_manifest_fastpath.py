@@ -10,20 +10,13 @@ import pytest
 
 import datum.fleet.effective as eff
 
-from .story import build_story
+from .story import build_story, serve_fleet
 
 
 @pytest.fixture
 def fleet_story(tmp_path, monkeypatch):  # type: ignore[no-untyped-def]
-    fleet = tmp_path / "fleet"
-    fleet.mkdir()
-    (fleet / "nodes.yaml").write_text("nodes:\n  - match: {name: 'web*'}\n    manifests: [web.yaml]\n")
-    (fleet / "web.yaml").write_text("resources:\n  - File[/etc/motd]:\n      content: hello\n")
     story = build_story(tmp_path)
-    state = story.app.state.datum
-    state.settings = state.settings.model_copy(
-        update={"fleet": state.settings.fleet.model_copy(update={"manifests": fleet})}
-    )
+    fleet = serve_fleet(story, tmp_path / "fleet")
     composed: list[str] = []  # the route's compositions (the fast path never composes)
     real = eff.effective
 

@@ -17,10 +17,9 @@ from fastapi.responses import HTMLResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from datum.api import errors
+from datum.api import errors, handlers
 from datum.api.authz import Authorizer
 from datum.api.edge import Edge
-from datum.api.fastpath import DriftFastPath, ManifestFastPath, ReportFastPath
 from datum.api.guard import RequestGuard
 from datum.api.metrics import metrics_registry
 from datum.api.plugins import mount_plugins, schema_fragments
@@ -77,23 +76,21 @@ def create_app(
         state.wire(registry, store)
     app.state.datum = state
     app.state.metrics = metrics_registry(state)
-    errors.install(app)
+    handlers.install(app)
     for module in (observability, hosts, reboots, meta, ui):
         app.include_router(module.router, responses=errors.error_responses(*errors.EVERYWHERE))
     state.broken_routes = mount_plugins(app, plugins, fragments)
     app.mount("/static", StaticFiles(packages=[("datum.web", "static")]), name="static")
     _docs(app)
-    def fast(inner: ASGIApp) -> ASGIApp:  # the hot requests, answered before routing when nothing is in doubt
-        return ManifestFastPath(ReportFastPath(DriftFastPath(inner, state), state), state)
-
-    app.front = Edge(RequestGuard(fast(app.framework), state, app.router.routes))
+    app.front = Edge(RequestGuard(app.framework, state, app.router.routes))
     return app
 
 
 class DatumApp(FastAPI):
     """FastAPI with Datum's outer layers in front of it: ``front`` meets every HTTP request first.
 
-    ``front`` (``Edge``, ``RequestGuard``, the fast paths) answers the hot
+    ``front`` (``Edge``, then ``RequestGuard``: the front door, which admits
+    every request and offers it to its route's fast answer) answers the hot
     requests before FastAPI's own ``__call__``, which on every request asks
     OpenTelemetry's providers whether its native telemetry is configured
     (environment lookups, ~8% of a cached manifest's CPU), and before

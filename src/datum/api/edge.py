@@ -1,4 +1,4 @@
-"""The outermost ASGI layer: what every request meets before the guard and the fast path.
+"""The outermost ASGI layer: what every request meets before the front door (``datum.api.guard``).
 
 - ``HEAD`` is answered wherever ``GET`` is (load balancers probe with it): the
   request is served as ``GET`` and the body dropped, headers (``Content-Length``
@@ -14,18 +14,13 @@
 
 from __future__ import annotations
 
-import json
 import logging
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from datum.api.tokens import redacted
+from datum.api.errors import INTERNAL, problem_response, redacted
 
 log = logging.getLogger("datum.api")
-
-_INTERNAL = json.dumps(
-    {"issues": [{"code": "INTERNAL", "message": "the server could not answer this request; see its log"}]}
-).encode()
 
 
 class Edge:
@@ -54,18 +49,7 @@ class Edge:
         except Exception:
             log.exception("unexpected error serving %s %s", scope["method"], redacted(scope["path"]))
             # If a response had started, this start is refused by the server and the connection dropped.
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": 500,
-                    "headers": [
-                        (b"content-type", b"application/json"),
-                        (b"content-length", str(len(_INTERNAL)).encode()),
-                        (b"connection", b"close"),
-                    ],
-                }
-            )
-            await send({"type": "http.response.body", "body": _INTERNAL})
+            await problem_response(INTERNAL, close=True)(scope, receive, send)
 
 
 def _bodiless(send: Send) -> Send:

@@ -1,29 +1,28 @@
-"""Every HTTP error in the contract's one shape, ``{"issues": [...]}``, and never a stack trace.
+"""Every HTTP error in the contract's one shape, ``{"issues": [...]}``, written by one function.
 
-A ``Problem`` raised anywhere below a route maps to its status through its
-first finding's code; FastAPI's own validation errors become
-``422 INVALID_INPUT`` with a finding per field; anything unexpected becomes a
-generic ``500 INTERNAL`` whose detail goes to the log, not to the client.
+``written`` turns a ``Problem`` into the status and body of every error the
+server answers: the routes' (through ``problem_response`` and the exception
+handlers of ``datum.api.handlers``), the request guard's and the fast
+answers' before any route, the edge's 500, even uvicorn's protocol-level 400,
+414 and 431 (``datum.api.server``). Each body goes through ``public``, which
+redacts whatever looks like a token. Here too: the error models the OpenAPI
+document names (``Issues``) and the statuses each operation documents.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import re
+from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any
 
-import anyio
-from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi import Response
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.json_schema import SkipJsonSchema
-from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.routing import Match, Mount
 
-from datum.api.tokens import redacted
-from datum.core.findings import FieldError, Finding, Problem
-from datum.validation import field_path
+from datum.core.findings import Problem
 
 log = logging.getLogger("datum.api")
 
@@ -39,21 +38,6 @@ STATUS_BY_CODE: dict[str, int] = {
     "INTERNAL": 500,
     "UNAVAILABLE": 503,
 }
-
-_CODE_BY_STATUS = {
-    400: "INVALID_INPUT",
-    401: "UNAUTHENTICATED",
-    403: "FORBIDDEN",
-    404: "NOT_FOUND",
-    405: "METHOD_NOT_ALLOWED",
-    408: "REQUEST_TIMEOUT",
-    409: "CONFLICT",
-    413: "PAYLOAD_TOO_LARGE",
-    415: "INVALID_INPUT",
-    422: "INVALID_INPUT",
-    503: "UNAVAILABLE",
-}
-
 
 ErrorCode = StrEnum("ErrorCode", {code: code for code in STATUS_BY_CODE})  # type: ignore[misc]
 ErrorCode.__doc__ = "Every code an HTTP error can carry; the status follows from it (400, 414 and 431 are INVALID_INPUT)."
@@ -103,6 +87,26 @@ class Issues(BaseModel):
     issues: list[FindingModel] = Field(min_length=1)
 
 
+# What ``datum token create`` mints starts so; anything that looks like one (or a good part of one) is
+# redacted wherever it would be echoed or logged.
+TOKEN_PREFIX = "datum_"
+_LOOKS_LIKE_A_TOKEN = re.compile(re.escape(TOKEN_PREFIX) + r"[A-Za-z0-9_-]{20,}")
+
+
+def redacted(text: str) -> str:
+    """``text`` (a path, a message) with whatever looks like a Datum token replaced by ``datum_[redacted]``.
+
+    For what is logged or echoed: a token someone put in a URL path by mistake.
+    """
+    return _LOOKS_LIKE_A_TOKEN.sub(TOKEN_PREFIX + "[redacted]", text) if TOKEN_PREFIX in text else text
+
+
+def looks_like_token(text: str) -> bool:
+    """Whether ``text`` holds what looks like a token ``create`` mints: never a host's name (it would be
+    listed in ``/v1/hosts`` and be a ``/metrics`` label)."""
+    return TOKEN_PREFIX in text and _LOOKS_LIKE_A_TOKEN.search(text) is not None
+
+
 def public(problem: Problem) -> dict[str, Any]:
     """``problem``'s JSON as it may leave the server: whatever in it looks like a token redacted
     (a path echoed in a message, a field or a detail: a token put in a URL by mistake)."""
@@ -120,17 +124,37 @@ def public(problem: Problem) -> dict[str, Any]:
     return scrubbed
 
 
-def problem_response(problem: Problem, headers: dict[str, str] | None = None) -> JSONResponse:
-    """``problem`` as a JSON response with the status its code calls for."""
-    status = STATUS_BY_CODE.get(problem.code)
+def written(problem: Problem, status: int | None = None) -> tuple[int, bytes]:
+    """The status and body of every error answer the server gives: ``problem`` through ``public``.
+
+    ``status`` is the one its code calls for unless given (what uvicorn's
+    protocol answers: 400, 414, 431; a framework's 415). A code the API does
+    not publish is a bug here, not news for the client: ``500 INTERNAL``.
+    """
     body = public(problem)
-    if status is None:  # a code the API does not publish is a bug here, not news for the client
+    known = STATUS_BY_CODE.get(problem.code)
+    if known is None:
         log.error("a refusal with the unpublished code %s: %s", problem.code, problem)
-        status = 500
+        known, status = 500, None
         body = {"issues": [{**f, "code": "INTERNAL"} for f in body["issues"]]}
-    if status == 401:
-        headers = {"WWW-Authenticate": "Bearer", **(headers or {})}
-    return JSONResponse(body, status_code=status, headers=headers)
+    return status or known, json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def problem_response(
+    problem: Problem, headers: Mapping[str, str] | None = None, *, status: int | None = None, close: bool = False
+) -> Response:
+    """``problem`` as a response (an ASGI app too, for the layers before the routes): ``written``'s
+    status and body, ``WWW-Authenticate`` on a 401, ``Connection: close`` when ``close``."""
+    code, body = written(problem, status)
+    extra = dict(headers or {})
+    if code == 401:
+        extra.setdefault("WWW-Authenticate", "Bearer")
+    if close:
+        extra["Connection"] = "close"
+    return Response(body, code, extra or None, media_type="application/json")
+
+
+INTERNAL = Problem.one("INTERNAL", "the server could not answer this request; see its log")
 
 
 _ALLOW = {"Allow": {"description": "Every method the path answers, HEAD included where GET is.", "schema": {"type": "string"}}}
@@ -166,94 +190,3 @@ def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
     return out
 
 
-_METHOD_ORDER = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
-
-
-def allowed_methods(request: Request) -> list[str]:
-    """Every method some route answers at the request's path (not only the first route's): the ``Allow`` header."""
-    methods: set[str] = set()
-    for route in request.app.router.routes:
-        if isinstance(route, Mount):  # static files: GET (and HEAD)
-            if route.matches(request.scope)[0] != Match.NONE:
-                methods.add("GET")
-            continue
-        for method in _METHOD_ORDER:
-            if method not in methods and route.matches({**request.scope, "method": method})[0] == Match.FULL:
-                methods.add(method)
-    if "GET" in methods:
-        methods.add("HEAD")  # Edge answers HEAD wherever GET is
-    return sorted(methods, key=_METHOD_ORDER.index)
-
-
-_SOURCES = frozenset({"body", "path", "query", "header", "cookie"})
-
-
-def _validation_problem(exc: RequestValidationError) -> Problem:
-    fields = []
-    for err in exc.errors():
-        # loc starts with where the value came from (body, path, query, header): the field is the rest.
-        loc = list(err.get("loc", ()))
-        if loc and loc[0] in _SOURCES:
-            loc = loc[1:]
-        if err.get("type") == "json_invalid":
-            # loc is a character offset into the body, not a field: the whole body is at fault.
-            ctx = err.get("ctx") or {}
-            why = f": {ctx['error']}" if ctx.get("error") else ""
-            fields.append(FieldError("", f"the body is not valid JSON{why}"))
-            continue
-        message = "unknown field" if err.get("type") == "extra_forbidden" else str(err.get("msg", "invalid"))
-        fields.append(FieldError(field_path(loc), message))
-    return Problem([Finding("INVALID_INPUT", "the request is not valid", fields=tuple(fields))])
-
-
-def install(app: FastAPI) -> None:
-    """Register the handlers that keep every error in the contract's shape."""
-
-    @app.exception_handler(Problem)
-    async def _problem(_request: Request, exc: Problem) -> JSONResponse:
-        return problem_response(exc)
-
-    @app.exception_handler(RequestValidationError)
-    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
-        # FastAPI reads the body before any dependency runs: authenticate first
-        # here, so a caller without a valid token learns 401, not what the body lacks.
-        if request.url.path.startswith("/v1/"):
-            from datum.api.security import authenticate
-
-            try:  # may ask the store: off the event loop
-                await anyio.to_thread.run_sync(authenticate, request)
-            except Problem as problem:
-                return problem_response(problem)
-        return problem_response(_validation_problem(exc))
-
-    @app.exception_handler(StarletteHTTPException)
-    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        code = _CODE_BY_STATUS.get(exc.status_code, "INVALID_INPUT" if exc.status_code < 500 else "INTERNAL")
-        message = exc.detail if isinstance(exc.detail, str) else "the request cannot be served"
-        headers = dict(getattr(exc, "headers", None) or {})
-        path = redacted(request.url.path[:200])
-        if exc.status_code == 404 and message == "Not Found":
-            message = (
-                f"no such path: {path}; GET /v1 lists the API's endpoints "
-                "(and /docs, /openapi.json document them)"
-            )
-        elif exc.status_code == 405:
-            allow = allowed_methods(request)
-            headers["Allow"] = ", ".join(allow)
-            message = f"{path} answers {', '.join(allow)}, not {request.method}"
-        # A body that does not parse is invalid input like any other: 422, as the contract says.
-        status = 422 if exc.status_code == 400 else exc.status_code
-        return JSONResponse(
-            {"issues": [{"code": code, "message": message}]},
-            status_code=status,
-            headers=headers or None,
-        )
-
-    @app.exception_handler(Exception)
-    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
-        # The detail goes to the log (never the request's headers: they carry the token).
-        log.error("unexpected error serving %s %s", request.method, redacted(request.url.path), exc_info=exc)
-        return JSONResponse(
-            {"issues": [{"code": "INTERNAL", "message": "the server could not answer this request; see its log"}]},
-            status_code=500,
-        )

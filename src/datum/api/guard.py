@@ -1,78 +1,114 @@
-"""The server's first word on every request that carries a body: who asks, how much, how fast.
+"""The front door: every HTTP request is admitted here, once, before FastAPI sees it.
 
-An ASGI middleware outside everything else (the drift fast path included):
+An ASGI layer inside ``datum.api.edge`` and outside the framework. It finds
+the route that will serve the request (by method and path, as FastAPI routes
+it: the first route that matches both) and, when the route ``needs`` a Cedar
+action:
 
-- a request with a body (``Content-Length`` above zero, or ``Transfer-Encoding``)
-  must carry a bearer token the server knows, else ``401 UNAUTHENTICATED``
-  before a byte of the body is read, and the connection is closed;
-- its principal must be allowed what its route asks Cedar for (the route's
-  ``needs``: ``datum.api.security.Required``; the decision depends on the
-  path, never on the body), else ``403 FORBIDDEN`` the same way;
+- resolves the bearer token to a principal (``datum.api.security.principal``),
+  else ``401 UNAUTHENTICATED``;
+- asks Cedar for the route's action on the resource its path names
+  (``datum.api.security.decide``, memoised), else ``403 FORBIDDEN``;
+- leaves both in the ASGI scope (``security.Admission``), where the route's
+  ``needs`` dependency and its fast answer read them: nothing is decided twice.
+
+A decision never depends on the body, and comes before it: a request that
+carries one (``Content-Length`` above zero, or ``Transfer-Encoding``) is
+refused before a byte of it is read, and must present a known token whatever
+its path. Then:
+
 - a body longer than ``[server] max_body_bytes`` is ``413 PAYLOAD_TOO_LARGE``:
   at once when ``Content-Length`` says so, as soon as the count passes the
   bound when the body is chunked;
 - the whole body must arrive within ``[server] body_timeout``, else ``408
-  REQUEST_TIMEOUT`` and the connection is closed, so a client trickling its
-  body a byte at a time holds no worker.
+  REQUEST_TIMEOUT``, so a client trickling its body a byte at a time holds no
+  worker.
 
-The body read here is handed to the app as one message; every answer is in
-the contract's error shape and closes the connection (the rest of the body is
-never read). The routes decide again after the body (memoised): a request
-the guard cannot place (an unknown path, a route whose resource is not told
-by its path) is refused there.
+A refusal before the body closes the connection (the rest is never read). The
+body read here is handed on as one message. A route that registered a fast
+answer (``security.fast``) is offered an admitted request without a query
+string first: what it answers goes out without FastAPI's routing and
+dependencies; when it answers None the request goes on to the route. Every
+refusal is written by ``datum.api.errors.written``.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Sequence
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import anyio
-import anyio.to_thread
-from starlette.routing import BaseRoute
+from fastapi import Request
+from fastapi.routing import iter_route_contexts
+from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from datum.api.errors import STATUS_BY_CODE, public
-from datum.api.security import Required, forbidden
+from datum.api.errors import problem_response
+from datum.api.security import (
+    ADMISSION,
+    Admission,
+    Asked,
+    FastAnswer,
+    Need,
+    Reply,
+    decide,
+    fast_of,
+    header,
+    need_of,
+    principal,
+)
 from datum.api.state import ServerState
 from datum.core.findings import Problem
 
 
-def header(scope: Scope, name: bytes) -> bytes | None:
-    """The value of the request header ``name`` (lower case), or None."""
-    for key, value in scope["headers"]:
-        if key == name:
-            return bytes(value)
-    return None
+@dataclass(frozen=True, slots=True)
+class Served:
+    """A route as the guard sees it: what it matches, what it needs, its fast answer."""
+
+    methods: set[str] | None
+    path: re.Pattern[str] | None  # the route's own path_regex: what its matches asks first
+    matches: Callable[[Scope], tuple[Match, Scope]]
+    need: Need | None
+    answer: FastAnswer | None
 
 
-def bearer(scope: Scope) -> str | None:
-    """The bearer token of the request, or None."""
-    value = header(scope, b"authorization")
-    if value is None:
-        return None
-    scheme, _, token = value.decode("latin-1").partition(" ")
-    return token.strip() or None if scheme.lower() == "bearer" else None
-
-
-async def reply(send: Send, problem: Problem, *, close: bool = True) -> None:
-    """Answer ``problem`` in the contract's shape, straight on the ASGI channel."""
-    body = json.dumps(public(problem)).encode()
-    status = STATUS_BY_CODE.get(problem.code, 500)
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-    if status == 401:
-        headers.append((b"www-authenticate", b"Bearer"))
-    if close:
-        headers.append((b"connection", b"close"))
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
+def served(routes: Sequence[BaseRoute]) -> list[Served]:
+    """The app's routes as FastAPI routes them (``iter_route_contexts``, what its OpenAPI document walks)."""
+    return [
+        Served(
+            route.methods,
+            getattr(route, "path_regex", None),
+            route.matches,
+            need_of(getattr(route, "dependant", None)),
+            fast_of(route.endpoint),
+        )
+        for route in iter_route_contexts(routes)
+    ]
 
 
 class RequestGuard:
     def __init__(self, app: ASGIApp, state: ServerState, routes: Sequence[BaseRoute] = ()) -> None:
         self.app = app
         self.state = state
-        self.required = Required(routes)  # the app's routes: a request's Cedar action and resource
+        self._routes = routes
+        self._served: list[Served] | None = None  # walked at the first request: plugins mount theirs first
+
+    def route(self, scope: Scope) -> tuple[Served, Scope] | None:
+        """The route that serves ``scope`` and its match (path parameters), or None for a path none serves."""
+        if self._served is None:
+            self._served = served(self._routes)
+        method = scope["method"]
+        path = None if scope.get("root_path") else scope["path"]  # under a root path, Starlette matches the rest
+        for route in self._served:
+            if route.methods is not None and method not in route.methods:
+                continue  # Starlette's routing goes on past a route of another method, too
+            if path is not None and route.path is not None and route.path.match(path) is None:
+                continue  # what route.matches would say, without the scope it builds
+            match, child = route.matches(scope)
+            if match is Match.FULL:
+                return route, child
+        return None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -80,53 +116,66 @@ class RequestGuard:
             return
         length = header(scope, b"content-length")
         chunked = header(scope, b"transfer-encoding") is not None
-        if not chunked and (length is None or length.strip() in (b"", b"0")):
-            await self.app(scope, receive, send)
+        has_body = chunked or (length is not None and length.strip() not in (b"", b"0"))
+        found = self.route(scope)
+        try:
+            admission = await self._admit(scope, found, has_body)
+            if has_body:
+                self._declared(length)
+        except Problem as problem:  # the body, if any, is never read: the connection closes
+            await problem_response(problem, close=has_body)(scope, receive, send)
             return
-        who = await self._who(scope)
-        problem = who if isinstance(who, Problem) else self._refused(scope, who) or self._declared(length)
-        if problem is not None:
-            await reply(send, problem)
-            return
-        body = await self._body(receive)
-        if isinstance(body, Problem):
-            await reply(send, body)
-            return
-        if body is None:  # the client left
-            return
-        await self.app(scope, replayed(body, receive), send)
+        body = b""
+        if has_body:
+            read = await self._body(receive)
+            if isinstance(read, Problem):
+                await problem_response(read, close=True)(scope, receive, send)
+                return
+            if read is None:  # the client left
+                return
+            body = read
+            receive = replayed(body, receive)
+        if found is not None and found[0].answer is not None and admission is not None and admission.allowed:
+            if not scope.get("query_string"):
+                asked = Asked(self.state, scope, found[1].get("path_params", {}), body)
+                try:
+                    reply = await found[0].answer(asked)
+                except Problem as problem:  # e.g. a report that does not hold together (422), a store fault (503)
+                    await problem_response(problem)(scope, receive, send)
+                    return
+                if reply is not None:
+                    await _send(send, reply)
+                    return
+        await self.app(scope, receive, send)
 
-    async def _who(self, scope: Scope) -> str | Problem:
-        token = bearer(scope)
-        if token is None:
-            return Problem.one(
-                "UNAUTHENTICATED", "this request needs an 'Authorization: Bearer <token>' header"
-            )
-        principal = self.state.tokens.known(token)  # in memory: no thread hop for the hot requests
-        try:  # a token not cached asks the store: off the event loop
-            if principal is None:
-                principal = await anyio.to_thread.run_sync(self.state.tokens.principal, token)
-        except Problem as problem:
-            return problem
-        if principal is None:
-            return Problem.one("UNAUTHENTICATED", "the bearer token is not known to this server")
-        return principal
-
-    def _refused(self, scope: Scope, principal: str) -> Problem | None:
-        """The route's 403, when its Cedar decision (which never depends on the body) is a refusal."""
-        need = self.required(scope)
-        if need is None or self.state.authorizer.allowed(principal, *need):
+    async def _admit(self, scope: Scope, found: tuple[Served, Scope] | None, has_body: bool) -> Admission | None:
+        """The request's principal and decision, left in the scope; None when its route needs none."""
+        need = found[0].need if found is not None else None
+        if need is None:
+            if has_body:  # a body is read only for a known token, whatever will answer it
+                await principal(self.state, scope)
             return None
-        return forbidden(principal, *need)
+        who = await principal(self.state, scope)
+        assert found is not None
+        try:  # handed the request before its body: path parameters, headers, query
+            resource = need[1](Request({**scope, **found[1]}))
+        except Exception:  # noqa: BLE001 - a resource not told before the body: the route decides, its one way
+            admission = Admission(who, None)
+        else:
+            decide(self.state, who, need[0], resource)
+            admission = Admission(who, (str(need[0]), resource))
+        scope[ADMISSION] = admission
+        return admission
 
-    def _declared(self, length: bytes | None) -> Problem | None:
+    def _declared(self, length: bytes | None) -> None:
         if length is None:
-            return None
+            return
         try:
             declared = int(length)
         except ValueError:
-            return Problem.one("INVALID_INPUT", "the Content-Length header is not a number")
-        return self._too_large() if declared > self.limit else None
+            raise Problem.one("INVALID_INPUT", "the Content-Length header is not a number") from None
+        if declared > self.limit:
+            raise self._too_large()
 
     @property
     def limit(self) -> int:
@@ -160,6 +209,16 @@ class RequestGuard:
             "REQUEST_TIMEOUT",
             f"the request body did not arrive within {timeout:g}s ([server] body_timeout)",
         )
+
+
+_JSON = (b"content-type", b"application/json")
+
+
+async def _send(send: Send, reply: Reply) -> None:
+    """A fast answer on the ASGI channel: a JSON body with its length, or a bodiless 304."""
+    headers = reply.headers if reply.status == 304 else [_JSON, (b"content-length", str(len(reply.body)).encode()), *reply.headers]
+    await send({"type": "http.response.start", "status": reply.status, "headers": headers})
+    await send({"type": "http.response.body", "body": reply.body})
 
 
 def replayed(body: bytes, receive: Receive) -> Receive:

@@ -1,7 +1,7 @@
 """Taking one reported pass: accept it, store it with its history row, answer with the host's status.
 
 One code path for the route (``POST /v1/hosts/{host}/passes``) and the intake
-fast path (``datum.api.fastpath.ReportFastPath``): both call ``take`` in a
+fast answer (``datum.api.routes.hosts.report_pass_now``): both call ``take`` in a
 worker thread, with a report already validated.
 """
 
@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from datum.api.errors import looks_like_token
 from datum.api.intake import accepted
 from datum.api.models import host_status
 from datum.api.state import ServerState
-from datum.api.tokens import looks_like_token
 from datum.core.findings import FieldError, invalid
 from datum.host.report import PassReport
 from datum.store.hosts import take_pass

@@ -1,33 +1,111 @@
-"""Authenticating a request's bearer token and authorizing its action: 401, then 403.
+"""Who asks and what they may do: the one place a token becomes a principal and Cedar is asked.
+
+- ``principal(state, scope)`` resolves the request's bearer token (``401
+  UNAUTHENTICATED`` when there is none or it is not known): in memory for a
+  known token, in a worker thread when the store must be asked.
+- ``decide(state, principal, action, resource)`` asks Cedar (memoised by
+  ``datum.api.authz.Authorizer``) and raises ``403 FORBIDDEN`` naming the
+  action on a refusal.
+
+The request guard (``datum.api.guard``) calls both once per request, before a
+body is read, and leaves what it found in the ASGI scope (``Admission``);
+a route's ``needs`` dependency and its fast answer read it from there.
 
 Routes declare what they need with ``Depends(needs(action, resource))``; the
-resource may depend on the path (``Reconciler::"buckets"``, ``Host::"web1"``).
-``Required`` tells the request guard what a request's route needs, so a
-refusal (403) is decided before a body is read. The token itself is never
-logged and never echoed.
+resource may depend on the path (``Reconciler::"buckets"``, ``Host::"web1"``),
+never on the body. A route may also register a fast answer (``fast``): what
+it answers without FastAPI when nothing is in doubt, under the route's own
+action and resource. The token itself is never logged and never echoed.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import Any
 
-import anyio
+import anyio.to_thread
 from fastapi import Depends, Request
-from fastapi.dependencies.models import Dependant
-from fastapi.routing import iter_route_contexts
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from starlette.routing import BaseRoute, Match
+from fastapi.security import HTTPBearer
 from starlette.types import Scope
 
 from datum.api.authz import SERVER, Action, Resource
-from datum.api.state import state_of
+from datum.api.state import ServerState, state_of
 from datum.core.findings import Problem
 
+# Only for the OpenAPI document's security scheme: the token is read by ``principal``.
 bearer = HTTPBearer(auto_error=False, description="A token from `datum token create --principal NAME`.")
 
 ResourceOf = Callable[[Request], Resource]
+# What a route asks Cedar for: the action, and the resource from the request's path.
+Need = tuple[Action | str, ResourceOf]
+# The (action, resource) the guard asked Cedar about for a request, and was allowed.
+Decided = tuple[str, Resource]
+
+ADMISSION = "datum.admission"  # the ASGI scope's key for what the guard found
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """What the front door found for a request: its principal, and the (action, resource) Cedar allowed.
+
+    ``allowed`` is None when the guard could not tell the resource before the
+    body (a plugin's resource that raises): the route decides then.
+    """
+
+    principal: str
+    allowed: Decided | None
+
+
+def header(scope: Scope, name: bytes) -> bytes | None:
+    """The value of the request header ``name`` (lower case), or None."""
+    for key, value in scope["headers"]:
+        if key == name:
+            return bytes(value)
+    return None
+
+
+def presented(scope: Scope) -> str | None:
+    """The bearer token of the request, or None."""
+    value = header(scope, b"authorization")
+    if value is None:
+        return None
+    scheme, _, token = value.decode("latin-1").partition(" ")
+    return token.strip() or None if scheme.lower() == "bearer" else None
+
+
+async def principal(state: ServerState, scope: Scope) -> str:
+    """The principal behind the request's bearer token, or ``401 UNAUTHENTICATED``.
+
+    A token known in memory costs no thread hop; one not known yet is looked
+    up in the store off the event loop (a store fault is its ``503``).
+    """
+    token = presented(scope)
+    if token is None:
+        raise Problem.one("UNAUTHENTICATED", "this request needs an 'Authorization: Bearer <token>' header")
+    found = state.tokens.known(token)
+    if found is None:
+        found = await anyio.to_thread.run_sync(state.tokens.principal, token)
+    if found is None:
+        raise Problem.one("UNAUTHENTICATED", "the bearer token is not known to this server")
+    return found
+
+
+def cedar_uid(kind: str, eid: str) -> str:
+    """An entity id as Cedar writes it: ``Server::"datum"`` (the id a Cedar string literal)."""
+    return f"{kind}::{json.dumps(eid, ensure_ascii=False)}"
+
+
+def decide(state: ServerState, principal: str, action: Action | str, resource: Resource) -> None:
+    """``403 FORBIDDEN`` naming ``action`` (entities written as Cedar writes them) unless the policies permit it."""
+    if not state.authorizer.allowed(principal, action, resource):
+        raise Problem.one(
+            "FORBIDDEN",
+            f"{cedar_uid('Principal', principal)} may not {cedar_uid('Action', str(action))} "
+            f"on {cedar_uid(*resource)}",
+            action=str(action),
+        )
 
 
 def _server(_request: Request) -> Resource:
@@ -43,142 +121,104 @@ def path_resource(kind: str, param: str) -> ResourceOf:
     return resource
 
 
-def _presented(credentials: HTTPAuthorizationCredentials | None) -> str:
-    if credentials is None or credentials.scheme.lower() != "bearer":
-        raise Problem.one("UNAUTHENTICATED", "this request needs an 'Authorization: Bearer <token>' header")
-    return credentials.credentials
+_NEEDS: dict[Callable[..., Any], Need] = {}
 
 
-def _known(request: Request, principal: str | None) -> str:
-    if principal is None:
-        raise Problem.one("UNAUTHENTICATED", "the bearer token is not known to this server")
-    request.state.principal = principal
-    return principal
+def needs(action: Action | str, resource: ResourceOf = _server) -> Callable[..., Awaitable[str]]:
+    """A dependency that declares the route's Cedar ``action`` and ``resource``; returns the principal.
 
-
-def principal_of(request: Request, credentials: HTTPAuthorizationCredentials | None) -> str:
-    """The principal behind the request's bearer token, or ``401 UNAUTHENTICATED`` (may ask the store)."""
-    return _known(request, state_of(request).tokens.principal(_presented(credentials)))
-
-
-async def resolve(request: Request, credentials: HTTPAuthorizationCredentials | None) -> str:
-    """``principal_of`` for the event loop: a token not known in memory is looked up in a worker thread."""
-    token = _presented(credentials)
-    book = state_of(request).tokens
-    principal = book.known(token)
-    if principal is None:
-        principal = await anyio.to_thread.run_sync(book.principal, token)
-    return _known(request, principal)
-
-
-def authenticate(request: Request) -> str:
-    """``principal_of`` from the raw ``Authorization`` header, outside FastAPI's dependencies."""
-    scheme, _, token = request.headers.get("authorization", "").partition(" ")
-    credentials = (
-        HTTPAuthorizationCredentials(scheme=scheme, credentials=token.strip())
-        if scheme and token.strip()
-        else None
-    )
-    return principal_of(request, credentials)
-
-
-def cedar_uid(kind: str, eid: str) -> str:
-    """An entity id as Cedar writes it: ``Server::"datum"`` (the id a Cedar string literal)."""
-    return f"{kind}::{json.dumps(eid, ensure_ascii=False)}"
-
-
-def forbidden(principal: str, action: Action | str, resource: Resource) -> Problem:
-    """``403 FORBIDDEN`` naming ``action``, the entities written as Cedar writes them."""
-    return Problem.one(
-        "FORBIDDEN",
-        f"{cedar_uid('Principal', principal)} may not {cedar_uid('Action', str(action))} "
-        f"on {cedar_uid(*resource)}",
-        action=str(action),
-    )
-
-
-def decide(request: Request, principal: str, action: Action | str, resource: Resource) -> None:
-    """``403 FORBIDDEN`` naming ``action`` unless the policies permit it."""
-    if not state_of(request).authorizer.allowed(principal, action, resource):
-        raise forbidden(principal, action, resource)
-
-
-def needs(action: Action | str, resource: ResourceOf = _server) -> Callable[..., str]:
-    """A dependency that authenticates the request and authorizes ``action``; returns the principal.
-
-    It is ``async`` so a cached read never pays a thread hop: the decision is
-    memoised and a known token is an in-memory lookup; a token that is not
-    known yet is looked up in the store off the event loop.
+    The guard has resolved the principal and decided before the route runs
+    (``Admission`` in the scope); the dependency only reads that. What the
+    guard left undecided (a resource it could not tell before the body, or
+    an app called without its front) is decided here, by the same functions.
     """
 
-    async def dependency(
-        request: Request, credentials: HTTPAuthorizationCredentials | None = Depends(bearer)
-    ) -> str:
-        principal = await resolve(request, credentials)
-        decide(request, principal, action, resource(request))
-        return principal
+    async def dependency(request: Request, _token: object = Depends(bearer)) -> str:
+        state = state_of(request)
+        admission: Admission | None = request.scope.get(ADMISSION)
+        who = admission.principal if admission is not None else await principal(state, request.scope)
+        asked = (str(action), resource(request))
+        if admission is None or admission.allowed != asked:
+            decide(state, who, *asked)
+        return who
 
     _NEEDS[dependency] = (action, resource)
     return dependency
 
 
-# What each ``needs`` dependency asks Cedar for: read by ``Required``, before a body is read.
-Need = tuple[Action | str, ResourceOf]
-_NEEDS: dict[Callable[..., Any], Need] = {}
-
-
-class Required:
-    """What the route that serves a request asks Cedar for (its ``needs``), told from the method and path alone.
-
-    For the request guard, which decides before it reads a body. A decision
-    never depends on the body: a ``ResourceOf`` is handed the request before
-    its body is read (path parameters, headers, query), and one that cannot
-    say (it raises) leaves the decision to the route, after the body. The
-    routes are walked as FastAPI routes them (``iter_route_contexts``, what its
-    OpenAPI document walks), once, at the first request: the first that
-    matches the method and path serves it.
-    """
-
-    def __init__(self, routes: Sequence[BaseRoute]) -> None:
-        self._routes = routes
-        self._walked: list[tuple[set[str] | None, Callable[[Scope], tuple[Match, Scope]], Need | None]] | None = None
-
-    def __call__(self, scope: Scope) -> tuple[Action | str, Resource] | None:
-        """The action and resource of the request ``scope``; None for a path no route serves, or one without ``needs``."""
-        if self._walked is None:
-            self._walked = [
-                (route.methods, route.matches, _need(getattr(route, "dependant", None)))
-                for route in iter_route_contexts(self._routes)
-            ]
-        method = scope["method"]
-        for methods, matches, need in self._walked:
-            if methods is not None and method not in methods:
-                continue  # Starlette's routing goes on past a route of another method, too
-            match, child = matches(scope)
-            if match is not Match.FULL:
-                continue
-            if need is None:
-                return None
-            try:
-                return need[0], need[1](Request({**scope, **child}))
-            except Exception:  # noqa: BLE001 - the route decides after the body, its one way
-                return None
-        return None
-
-
-def _need(dependant: object) -> Need | None:
-    """The ``needs`` of a route's dependencies, at any depth."""
-    if not isinstance(dependant, Dependant):
-        return None
-    for sub in dependant.dependencies:
-        need = _NEEDS.get(sub.call) if sub.call is not None else None
-        if need is None:
-            need = _need(sub)
-        if need is not None:
-            return need
+def need_of(dependant: object) -> Need | None:
+    """The ``needs`` of a route's dependencies (``route.dependant``), at any depth."""
+    for sub in getattr(dependant, "dependencies", ()):
+        found = _NEEDS.get(sub.call) if sub.call is not None else None
+        if found is None:
+            found = need_of(sub)
+        if found is not None:
+            return found
     return None
 
 
 def may(request: Request, principal: str, action: Action | str, resource: Resource = SERVER) -> bool:
-    """Whether ``principal`` may take ``action``: for parts of a page, which leave out what is refused."""
-    return state_of(request).authorizer.allowed(principal, action, resource)
+    """Whether ``principal`` may take ``action`` (``decide``'s answer): for parts of a page, which leave out
+    what is refused."""
+    try:
+        decide(state_of(request), principal, action, resource)
+    except Problem:
+        return False
+    return True
+
+
+# -- fast answers ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Asked:
+    """A request as a fast answer sees it: admitted for its route's action and resource, body read."""
+
+    state: ServerState
+    scope: Scope
+    params: dict[str, Any]  # the route's path parameters, as its path converts them
+    body: bytes
+
+    def header(self, name: bytes) -> bytes | None:
+        return header(self.scope, name)
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """A fast answer: a status, a JSON body (or none, for a 304) and extra headers."""
+
+    status: int
+    body: bytes = b""
+    headers: list[tuple[bytes, bytes]] = field(default_factory=list)
+
+
+FastAnswer = Callable[[Asked], Awaitable[Reply | None]]
+_FAST: dict[Callable[..., Any], FastAnswer] = {}
+
+
+def fast(endpoint: Callable[..., Any]) -> Callable[[FastAnswer], FastAnswer]:
+    """Register a fast answer on the route whose endpoint is ``endpoint``.
+
+    The guard calls it, for a request without a query string, only once the
+    request is admitted under that route's ``needs`` (the principal known,
+    Cedar's decision Allow for the route's action and resource). It answers a
+    ``Reply`` when everything is known and good, or None to let the route
+    answer (and say what is wrong, its one way). It runs on the event loop:
+    anything that blocks goes to a worker thread.
+    """
+
+    def register(answer: FastAnswer) -> FastAnswer:
+        _FAST[endpoint] = answer
+        return answer
+
+    return register
+
+
+def fast_of(endpoint: object) -> FastAnswer | None:
+    """The fast answer registered on ``endpoint``'s route, if any."""
+    return _FAST.get(endpoint) if callable(endpoint) else None
+
+
+def fast_answers() -> dict[Callable[..., Any], FastAnswer]:
+    """Every registered fast answer by its route's endpoint (for the test that each is on a served route)."""
+    return dict(_FAST)

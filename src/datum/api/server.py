@@ -28,9 +28,11 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from datum.api.app import create_app
 from datum.api.corked import Corked
-from datum.api.tokens import RECHECK, redacted
+from datum.api.errors import redacted, written
+from datum.api.tokens import RECHECK
 from datum.api.watch import Every, RunWatch
 from datum.config import Settings
+from datum.core.findings import Problem
 from datum.reconcile.registry import Registry
 from datum.reconcile.runner import Runner, Tick
 from datum.reconcile.scheduler import Scheduler
@@ -131,7 +133,7 @@ class HeaderDeadline(HttpToolsProtocol):
 
     def _refuse(self, status: int, message: str) -> None:
         self._disarm()
-        body = json.dumps({"issues": [{"code": "INVALID_INPUT", "message": message}]}).encode()
+        _status, body = written(Problem.one("INVALID_INPUT", message), status)
         self.transport.write(
             b"HTTP/1.1 " + _REASONS[status] + b"\r\ncontent-type: application/json\r\n"
             b"connection: close\r\ncontent-length: " + str(len(body)).encode() + b"\r\n\r\n" + body

@@ -29,13 +29,13 @@ from typing import Any
 import sqlalchemy as sa
 
 from datum.api.authz import bound
+from datum.api.errors import TOKEN_PREFIX
 from datum.core.findings import FieldError, Problem, invalid
 from datum.store import Store
 from datum.store.schema import tokens
 
 log = logging.getLogger("datum.api")
 
-PREFIX = "datum_"
 ID_LENGTH = 12  # of the hash's hex digits: names a token in list and revoke
 # A remembered store token is checked against the store every RECHECK seconds, all of them in one
 # query (a revoke is refused within that). It does not lapse while in use: a lapsing entry sent
@@ -49,24 +49,6 @@ MOST = 10_000
 
 
 _PRINCIPAL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,99}$")
-
-
-# Anything that looks like a token ``create`` mints (or a good part of one), wherever it appears.
-_LOOKS_LIKE_A_TOKEN = re.compile(re.escape(PREFIX) + r"[A-Za-z0-9_-]{20,}")
-
-
-def redacted(text: str) -> str:
-    """``text`` (a path, a message) with whatever looks like a Datum token replaced by ``datum_[redacted]``.
-
-    For what is logged or echoed: a token someone put in a URL path by mistake.
-    """
-    return _LOOKS_LIKE_A_TOKEN.sub(PREFIX + "[redacted]", text) if PREFIX in text else text
-
-
-def looks_like_token(text: str) -> bool:
-    """Whether ``text`` holds what looks like a token ``create`` mints: never a host's name (it would be
-    listed in ``/v1/hosts`` and be a ``/metrics`` label)."""
-    return PREFIX in text and _LOOKS_LIKE_A_TOKEN.search(text) is not None
 
 
 def check_principal(name: str) -> str:
@@ -92,7 +74,7 @@ def create(store: Store, principal: str, host: str | None = None) -> str:
             [FieldError("host", "1-253 of letters, digits and '_.-', starting with a letter or digit")],
             f"host {host!r} is not a valid host name",
         )
-    token = PREFIX + secrets.token_urlsafe(32)
+    token = TOKEN_PREFIX + secrets.token_urlsafe(32)
     with store.begin() as conn:
         conn.execute(
             sa.insert(tokens).values(

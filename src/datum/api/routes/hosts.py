@@ -1,24 +1,35 @@
-"""``/v1/hosts``: every host's persisted state, one host's last pass, and agents reporting passes."""
+"""``/v1/hosts``: every host's persisted state, one host's last pass, and agents reporting passes.
+
+The fleet's two hot requests (every agent, every interval) have fast answers,
+registered on their routes: a pass report that validates and holds together
+is stored in one worker-thread hop (``report_pass_now``, the route's own
+``take``), and a manifest already composed for the fleet directory's files
+as they are now is served from memory (``manifest_now``). Anything in doubt
+goes to the route, for its one error path.
+"""
 
 from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
+from functools import cache
+from pathlib import Path
 from typing import Annotated, Any
 
+import anyio.to_thread
 from fastapi import APIRouter, Body, Depends, Header, Query, Request, Response
-from pydantic import AfterValidator
+from pydantic import AfterValidator, ValidationError
 
 from datum.api.authz import Action
 from datum.api.errors import error_responses
-from datum.api.fastpath import matches
 from datum.api.models import HostList, HostStatus, host_list, host_status
 from datum.api.passes import take
 from datum.api.routes.reboots import OUT, HostParam, with_lease
-from datum.api.security import needs, path_resource
+from datum.api.security import Asked, Reply, fast, needs, path_resource
 from datum.api.state import state_of
 from datum.core.findings import FieldError, Problem, invalid
 from datum.core.vocab import HostState
+from datum.fleet.effective import remembered
 from datum.fleet.listing import DEFAULT_LIMIT, MAX_LIMIT, host_after, page
 from datum.fleet.stale import stale
 from datum.host.report import PassReport
@@ -125,6 +136,22 @@ def report_pass(
     return Response(answer.body, answer.status, headers, media_type="application/json")
 
 
+@fast(report_pass)
+async def report_pass_now(asked: Asked) -> Reply | None:
+    """A JSON body that validates as a ``PassReport`` for the path's host, stored without the framework."""
+    if asked.state.store is None or not (asked.header(b"content-type") or b"").startswith(b"application/json"):
+        return None
+    try:
+        report = PassReport.model_validate_json(asked.body) if asked.body else None
+    except ValidationError:
+        return None
+    host = asked.params["host"]
+    if report is None or report.host != host:  # the route says what is wrong, its one way
+        return None
+    answer = await anyio.to_thread.run_sync(take, asked.state, host, report)  # 422 or 503: a Problem
+    return Reply(answer.status, answer.body, [] if answer.status == 201 else [(b"datum-pass", answer.outcome.encode())])
+
+
 def _facts(header: str | None) -> dict[str, Any]:
     if not header:
         return {}
@@ -166,3 +193,41 @@ def manifest(
     if if_none_match and matches(if_none_match, etag):
         return Response(status_code=304, headers={"ETag": etag})
     return Response(found.body, media_type="application/json", headers={"ETag": etag})
+
+
+@fast(manifest)
+async def manifest_now(asked: Asked) -> Reply | None:
+    """The manifest already composed for the directory's files as they are now (a ``stat`` per file, no read).
+
+    A first request, an edited directory, facts that do not parse: the route, which composes in a worker thread.
+    """
+    directory = asked.state.settings.fleet.manifests
+    if directory is None:
+        return None
+    raw = asked.header(b"x-datum-facts")
+    try:
+        facts = json.loads(raw) if raw else {}
+    except ValueError:
+        return None
+    if not isinstance(facts, dict):
+        return None
+    found = remembered(_resolved(str(directory)), asked.params["host"], facts)
+    if found is None:
+        return None
+    etag = f'"{found.digest}"'
+    wanted = asked.header(b"if-none-match")
+    if wanted is not None and matches(wanted.decode("latin-1"), etag):
+        return Reply(304, headers=[(b"etag", etag.encode())])
+    return Reply(200, found.body, [(b"etag", etag.encode())])
+
+
+@cache
+def _resolved(directory: str) -> Path:
+    """The fleet directory, resolved once per process (the route resolves it on every request)."""
+    return Path(directory).resolve()
+
+
+def matches(if_none_match: str, etag: str) -> bool:
+    """RFC 9110's weak comparison for ``If-None-Match``: ``*``, or any listed tag, ``W/`` or not."""
+    tags = [t.strip().removeprefix("W/") for t in if_none_match.split(",")]
+    return "*" in tags or etag in tags
