@@ -30,12 +30,12 @@ import sqlalchemy as sa
 
 from datum.api.authz import bound
 from datum.core.findings import FieldError, Problem, invalid
+from datum.core.redact import PREFIX, redacted
 from datum.store import Store
 from datum.store.schema import tokens
 
 log = logging.getLogger("datum.api")
 
-PREFIX = "datum_"
 ID_LENGTH = 12  # of the hash's hex digits: names a token in list and revoke
 # A remembered store token is checked against the store every RECHECK seconds, all of them in one
 # query (a revoke is refused within that). It does not lapse while in use: a lapsing entry sent
@@ -49,18 +49,6 @@ MOST = 10_000
 
 
 _PRINCIPAL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,99}$")
-
-
-# Anything that looks like a token ``create`` mints (or a good part of one), wherever it appears.
-_LOOKS_LIKE_A_TOKEN = re.compile(re.escape(PREFIX) + r"[A-Za-z0-9_-]{20,}")
-
-
-def redacted(text: str) -> str:
-    """``text`` (a path, a message) with whatever looks like a Datum token replaced by ``datum_[redacted]``.
-
-    For what is logged or echoed: a token someone put in a URL path by mistake.
-    """
-    return _LOOKS_LIKE_A_TOKEN.sub(PREFIX + "[redacted]", text) if PREFIX in text else text
 
 
 def check_principal(name: str) -> str:

@@ -237,6 +237,7 @@ def _apply(
         out.reason = out.error
         return
     out.changed = True
+    out.reason = change.summary  # what it found (a service stopped), in enforce mode as in observe
     if unconfirmed:
         out.state = ResourceState.FAILED
         out.error = unconfirmed

@@ -91,13 +91,20 @@ class FileHave(Frozen):
         setattr_(self, "rejected", rejected)
 
 
-def validate_candidate(command: str, data: bytes, ctx: HostContext) -> str | None:
+def validate_candidate(
+    command: str, data: bytes, ctx: HostContext, *, suffix: str = "", sensitive: bool = False
+) -> str | None:
     """Run ``command`` on a private copy of ``data`` (mode 0600, in the temporary directory,
-    %s standing for its path); None when it succeeds, else why it refused."""
+    named with the destination's ``suffix``: ``systemd-analyze verify %s`` needs ``.service``;
+    %s stands for its path); None when it succeeds, else why it refused.
+
+    Why keeps the tail of the command's output (``Completed.tail``, the copy's name shown as
+    %s), unless the content is ``sensitive``: a checker that prints the line it refused would
+    put the secret in the report, so then only the exit status is said."""
     import shlex
     import tempfile
 
-    fd, name = tempfile.mkstemp(prefix="datum-validate-")
+    fd, name = tempfile.mkstemp(prefix="datum-validate-", suffix=suffix)
     try:
         with os.fdopen(fd, "wb") as out:
             out.write(data)
@@ -106,10 +113,11 @@ def validate_candidate(command: str, data: bytes, ctx: HostContext) -> str | Non
         os.unlink(name)
     if done.returncode == 0:
         return None
-    tail = (done.stderr or done.stdout).strip().splitlines()
-    return f"validate rejected the content: {command} exited {done.returncode}" + (
-        f": {tail[-1].replace(name, '%s')}" if tail else ""
-    )
+    why = f"validate rejected the content: {command} exited {done.returncode}"
+    if sensitive:
+        return why + " (its output withheld: sensitive: true)"
+    tail = done.replace(stdout=done.stdout.replace(name, "%s"), stderr=done.stderr.replace(name, "%s")).tail()
+    return why + (f": {tail}" if tail else "")
 
 
 def render_content(spec: FileSpec, ctx: HostContext) -> bytes | None:
@@ -342,7 +350,10 @@ class FileProvider(PathProvider["FileSpec", FileWant, FileHave]):
             want.replace or kind == "absent"
         ):
             if kind in ("absent", "file"):  # observe and plan say what apply would refuse
-                rejected = validate_candidate(want.validate, want.content, ctx)
+                suffix = os.path.splitext(want.host_path)[1]
+                rejected = validate_candidate(
+                    want.validate, want.content, ctx, suffix=suffix, sensitive=want.sensitive
+                )
         return FileHave(kind, content, st, rejected)
 
     def probe(self, spec: FileSpec, want: FileWant, ctx: HostContext) -> tuple[object, ...] | None:
