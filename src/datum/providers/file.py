@@ -325,12 +325,18 @@ class FileProvider(PathProvider["FileSpec", FileWant, FileHave]):
         real = ctx.real(spec.path, follow_last=spec.ensure == "present")
         if real == str(ctx.root):
             raise ProviderError(f"{spec.path} is the root; a File never removes or replaces it")
+        mode = spec.mode
+        if not owned and mode is None and spec.ensure == "present" and ctx.manifest is not None:
+            from datum.providers.directory import recursed_over
+
+            # Below a recursing Directory, what it gives a file: the one pass converges.
+            mode, uid, gid = recursed_over(ctx, real) or (None, None, None)
         return FileWant(
             spec.path,
             real,
             spec.ensure,
             render_content(spec, ctx) if spec.ensure == "present" else None,
-            spec.mode,
+            mode,
             uid,
             gid,
             bool(getattr(spec, "sensitive", False)),
