@@ -102,7 +102,10 @@ def _unpack(base: Path, where: Path, doc: dict[str, Any], files: dict[str, Any])
     partial = base / f".{where.name}.tmp{os.getpid()}"
     try:
         _remove(partial)
-        partial.mkdir(parents=True)
+        base.mkdir(mode=0o700, parents=True, exist_ok=True)  # what a served manifest holds is root's alone
+        if not base.is_symlink() and base.stat().st_mode & 0o077:
+            base.chmod(0o700)  # as an older version left it
+        partial.mkdir(mode=0o700)
         inside = partial.resolve()
         for rel, data in files.items():
             target = (partial / rel).resolve() if isinstance(rel, str) else inside
@@ -112,9 +115,9 @@ def _unpack(base: Path, where: Path, doc: dict[str, Any], files: dict[str, Any])
                 content = base64.b64decode(data, validate=True)
             except (ValueError, TypeError) as exc:
                 raise Problem.one("INVALID_INPUT", f"the server's file {rel} is not base64: {exc}") from exc
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(content)
-        (partial / "manifest.json").write_text(json.dumps(doc))
+            target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            _write_private(target, content)
+        _write_private(partial / "manifest.json", json.dumps(doc).encode())
         if where.is_symlink():  # not the agent's: a link is removed, never written through
             where.unlink()
         try:
@@ -131,6 +134,13 @@ def _unpack(base: Path, where: Path, doc: dict[str, Any], files: dict[str, Any])
     for old in base.iterdir():  # keep the one in use
         if old != where:
             _remove(old)
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    """``data`` in a new file readable by its owner alone (0600, whatever the umask)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "wb") as out:
+        out.write(data)
 
 
 def _remove(path: Path) -> None:

@@ -2,9 +2,10 @@
 
 Resources run in requirement order. A resource whose requirement failed or is
 blocked is ``blocked`` and names what blocked it; a resource no provider
-supports here is ``skipped``; in observe mode nothing is applied and a
-difference is ``drifted``. After applying, the provider observes again and the
-resource is ``failed`` unless that confirms the result.
+supports here is ``skipped``, and so is one under the read-only ``/usr`` of an
+image-mode host that differs (reason ``image_mode``); in observe mode nothing
+is applied and a difference is ``drifted``. After applying, the provider
+observes again and the resource is ``failed`` unless that confirms the result.
 
 Directory fsyncs a provider deferred (``File``'s atomic writes) are made before
 any other resource is applied and before the pass returns: a pass's outcomes,
@@ -18,10 +19,10 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from datum.core.vocab import Action, Mode, ResourceState
+from datum.core.vocab import Action, Mode, Reason, ResourceState
 from datum.host.model import Manifest, Resource
 from datum.providers.base import Change, HostContext, Provider, ProviderError
-from datum.providers.fs import sync_dirs
+from datum.providers.fs import in_read_only_image, sync_dirs
 from datum.providers.registry import provider
 from datum.providers.value import Value
 
@@ -197,6 +198,10 @@ def _walk(
     out.sensitive = change.sensitive
     if change.action is Action.NONE:
         out.state = ResourceState.CONVERGED
+        return
+    if in_read_only_image(str(ctx.root), prov.paths(resource.spec)):
+        out.state = ResourceState.SKIPPED  # it changes only with a new image: reported, never written
+        out.reason = Reason.IMAGE_MODE.value
         return
     if ctx.mode is Mode.OBSERVE:
         out.state = ResourceState.DRIFTED

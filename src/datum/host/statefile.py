@@ -375,7 +375,7 @@ class _Lease:
         store, wait = self.store, self.wait
         path = lock_path(store.path)
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         except OSError as exc:
             from datum.core.findings import Problem
 
@@ -463,7 +463,7 @@ def open_local(path: str) -> Any:
     try:
         try:
             return _connect(path)
-        except sqlite3.OperationalError:
+        except (sqlite3.OperationalError, FileNotFoundError):
             parent = os.path.dirname(path)
             if not parent or os.path.lexists(parent):
                 raise
@@ -479,6 +479,7 @@ def open_local(path: str) -> Any:
 def _connect(path: str) -> Any:
     import sqlite3
 
+    _private(path)
     db = sqlite3.connect(path, timeout=10, isolation_level=None)
     try:
         db.execute("PRAGMA busy_timeout=10000")
@@ -488,6 +489,18 @@ def _connect(path: str) -> Any:
         db.close()
         raise
     return db
+
+
+def _private(path: str) -> None:
+    """The state file exists and is its owner's alone (0600) before SQLite opens it: it holds every
+    File's content. Whatever the umask, and a file an older version left 0644 is narrowed; SQLite
+    gives its journal and WAL files the database's mode."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        if os.fstat(fd).st_mode & 0o077:
+            os.fchmod(fd, 0o600)
+    finally:
+        os.close(fd)
 
 
 # -- who holds the pass lock ------------------------------------------------------------------

@@ -412,6 +412,36 @@ def remove(path: Path | str) -> None:
     fsync_dir(os.path.dirname(os.fspath(path)) or ".")
 
 
+IMAGE = "/usr"  # what an image-mode host (bootc, ostree) boots read-only
+
+
+def in_read_only_image(root: str, host_paths: list[str]) -> bool:
+    """Whether one of ``host_paths`` is under ``/usr`` and ``/usr`` of ``root`` is mounted
+    read-only (an image-mode host): a difference there changes only with a new image, so it
+    is reported (``skipped``, reason ``image_mode``) and never written nor failed. A path that
+    resolves elsewhere (ostree's ``/usr/local -> /var/usrlocal``) is checked where it leads."""
+    for host_path in host_paths:
+        if not (host_path == IMAGE or host_path.startswith(IMAGE + "/")):
+            continue
+        try:
+            where = real_path(root, host_path)
+        except ProviderError:
+            continue
+        while True:  # the nearest that exists: the resource may create the rest
+            try:
+                if os.statvfs(where).f_flag & os.ST_RDONLY:
+                    return True
+                break
+            except FileNotFoundError:
+                parent = os.path.dirname(where)
+                if parent == where:
+                    break
+                where = parent
+            except OSError:
+                break
+    return False
+
+
 # The file type bits of ``st_mode`` -> the kind's name: one lookup per observed path.
 _KINDS = {
     stat.S_IFLNK: "link",
