@@ -91,7 +91,7 @@ def test_the_shipped_unit_runs_passes_on_its_interval_and_stops_cleanly(host):
     # sensitive file's content is found by root only (it was, with grep, out of agent.db).
     modes = host.sh("find /var/lib/datum -printf '%m %y %p\\n'").stdout.splitlines()
     assert modes[0].startswith("700 d "), modes
-    assert all(m.split()[0] == ("700" if m.split()[1] == "d" else "600") for m in modes), modes
+    assert [m for m in modes if m.split()[0] != ("700" if m.split()[1] == "d" else "600")] == []
     assert any("agent.db.manifest/" in m and m.endswith("/manifest.json") for m in modes), modes
     assert host.sh("grep -rl SECRET-HASH-4711 /var/lib/datum", check=False).stdout.strip()
     nobody = host.sh(
