@@ -24,7 +24,8 @@ def field_errors(exc: ValidationError, prefix: str = "") -> list[FieldError]:
     """Every error pydantic found, at its field."""
     found = []
     for err in exc.errors(include_url=False):
-        loc = [p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-"))]
+        # "[key]": a mapping's key was refused; the finding is at the key, as at its value.
+        loc = [p for p in err["loc"] if not (isinstance(p, str) and (p.startswith("function-") or p == "[key]"))]
         message = err["msg"]
         if err["type"] == "extra_forbidden":
             message = "unknown field"

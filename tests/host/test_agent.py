@@ -100,7 +100,7 @@ C, F, B, D, S = (ResourceState.CONVERGED, ResourceState.FAILED, ResourceState.BL
 def test_exit_code_bits(states, changed, reboot, code):
     from datum.host.executor import Outcome
     from datum.host.manifest import Resource
-    from datum.providers.specs import FileSpec
+    from datum.providers.file.spec import FileSpec
 
     outcomes = []
     for i, state in enumerate(states):

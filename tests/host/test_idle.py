@@ -18,8 +18,6 @@ import time
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from .conftest import Host
 from .test_pass_costs import _imports, forget_idle
@@ -104,13 +102,15 @@ def test_json_output_and_the_lines_match_the_engines(host):
 def test_any_difference_hands_the_pass_to_the_engine(host, change, code, words):
     manifest = host.manifest(FILES)
     host.apply(manifest)
+    host.apply(manifest)  # converged without a change: its reads are remembered
     assert _idle(_run(host, manifest)[1])
     change(host.root)
     done, imported, out = _run(host, manifest)
     assert done == code and not _idle(imported), out
     assert words in out
     assert (host.root / "srv/a.conf").read_text() == "a = 1\n" and not (host.root / "srv/gone").exists()
-    assert _idle(_run(host, manifest)[1])  # converged again: idle again
+    host.apply(manifest)  # converged without a change: remembered again
+    assert _idle(_run(host, manifest)[1])
 
 
 def test_a_link_where_a_file_or_directory_was_is_the_engines_to_judge(host):
@@ -214,7 +214,7 @@ def test_a_damaged_entry_is_ignored_and_replaced(host):
     assert _idle(_run(host, manifest)[1])
 
 
-def test_no_entry_for_a_pass_that_did_not_converge_or_cannot_be_probed(host):
+def test_no_entry_for_a_pass_that_did_not_converge_or_ran_a_command(host):
     manifest = host.manifest(FILES)
     host.apply(manifest)
     host.apply(manifest)
@@ -222,19 +222,33 @@ def test_no_entry_for_a_pass_that_did_not_converge_or_cannot_be_probed(host):
     (host.root / "srv/a.conf").chmod(0o600)
     host.apply(manifest, "--mode", "observe")  # drifted: the entry of observe passes is not kept
     assert not _idle(_run(host, manifest, "--mode", "observe")[1])
-    templated = host.manifest("resources:\n  - File[/srv/t]:\n      template: t.j2\n", "t.yaml")
-    (host.base / "t.j2").write_text("{{ hostname }}\n")
+    guarded = host.manifest(FILES + "  - Exec[true]:\n      unless: \"true\"\n", "guarded.yaml")
+    host.apply(guarded)
+    host.apply(guarded)
+    assert not _idle(_run(host, guarded)[1])  # a command's answer is no read a replay can make
+
+
+def test_templates_and_purges_are_replayed_by_what_they_read(host):
+    """A template's facts and files, a purge's listing: read through the recorder, replayed."""
+    templated = host.manifest(
+        "resources:\n  - File[/srv/t]:\n      template: t.j2\n"
+        "  - Directory[/srv]:\n      purge: true\n", "t.yaml")
+    (host.base / "t.j2").write_text("{{ kernel }} {{ cpu_count }}\n")
     host.apply(templated)
     host.apply(templated)
-    assert not _idle(_run(host, templated)[1])  # a template's facts may change: never probed
-    mixed = host.manifest(FILES + "  - Directory[/srv/d]:\n      purge: true\n", "mixed.yaml")
-    host.apply(mixed)
-    host.apply(mixed)
-    assert not _idle(_run(host, mixed)[1])  # a purge counts what is below: the engine, every pass
+    assert _idle(_run(host, templated)[1])
+    (host.base / "t.j2").write_text("{{ kernel }}\n")  # the template's bytes
+    code, imported, _out = _run(host, templated)
+    assert code == 2 and not _idle(imported)
+    host.apply(templated)
+    assert _idle(_run(host, templated)[1])
+    (host.root / "srv/stray").write_text("x")  # the purge's listing
+    code, imported, _out = _run(host, templated)
+    assert code == 2 and not _idle(imported) and not (host.root / "srv/stray").exists()
 
 
 def test_a_signal_during_an_idle_pass_stops_it_as_the_engine_would(host, monkeypatch, capsys):
-    """SIGTERM during the probes: the engine takes the lock and the signal, runs nothing and
+    """SIGTERM during the replay: the engine takes the lock and the signal, runs nothing and
     stores an incomplete report, as for a signal before its first resource."""
     from datum.cli import passes
     from datum.host import idle
@@ -243,17 +257,17 @@ def test_a_signal_during_an_idle_pass_stops_it_as_the_engine_would(host, monkeyp
     for name, value in {"DATUM_HOME": str(host.base / "home"), "DATUM_BOOT_ID_FILE": str(host.boot_id)}.items():
         monkeypatch.setenv(name, value)
     monkeypatch.delenv("DATUM_CONFIG", raising=False)
-    real = idle.holds
+    real = idle.reads.unchanged
 
-    def signalled(probe):
-        os.kill(os.getpid(), signal.SIGTERM)  # a real signal, to this process, mid-walk
-        return real(probe)
+    def signalled(*args):
+        os.kill(os.getpid(), signal.SIGTERM)  # a real signal, to this process, mid-replay
+        return real(*args)
 
     before = signal.getsignal(signal.SIGTERM)
     for _ in range(2):  # converged, then remembered by this process
         passes.apply(str(manifest), root=str(host.root), state=str(host.state))
     assert idle.run(str(manifest), str(host.root), None, str(host.state), None, False) is not None
-    monkeypatch.setattr(idle, "holds", signalled)
+    monkeypatch.setattr(idle.reads, "unchanged", signalled)
     code = passes.apply(str(manifest), root=str(host.root), state=str(host.state))
     report = _stored(host)
     assert report["incomplete"] is True and report["state"] == "unknown"
@@ -262,66 +276,7 @@ def test_a_signal_during_an_idle_pass_stops_it_as_the_engine_would(host, monkeyp
     assert signal.getsignal(signal.SIGTERM) is before
 
 
-# -- the File probe never holds where File's plan finds a change --------------------------------
-
-CONTENTS = st.sampled_from([b"", b"a\n", b"b\n", b"a\nb\n"])
-
-
-@settings(max_examples=120, deadline=None)
-@given(
-    present=st.booleans(), kind=st.sampled_from(["absent", "file", "dir", "link", "fifo"]),
-    have=CONTENTS, want=CONTENTS, mode=st.sampled_from([None, 0o644, 0o600]),
-    have_mode=st.sampled_from([0o644, 0o600]), replace=st.booleans(), uid=st.sampled_from([None, 0, 4321]),
-)
-def test_the_file_probe_holds_only_where_plan_finds_no_change(
-    tmp_path_factory, present, kind, have, want, mode, have_mode, replace, uid
-):
-    from types import SimpleNamespace
-
-    from datum.core.vocab import Action, Mode
-    from datum.host.idle import holds
-    from datum.providers.base import HostContext
-    from datum.providers.file import FileProvider
-
-    root = tmp_path_factory.mktemp("root")
-    (root / "srv").mkdir()
-    path = root / "srv" / "f"
-    if kind == "file":
-        path.write_bytes(have)
-        path.chmod(have_mode)
-    elif kind == "dir":
-        path.mkdir()
-    elif kind == "link":
-        (root / "srv" / "target").write_bytes(have)
-        path.symlink_to("target")
-    elif kind == "fifo":
-        os.mkfifo(path)
-    spec = SimpleNamespace(
-        path="/srv/f", ensure="present" if present else "absent", content=want.decode(), source=None,
-        template=None, mode=mode, owner=None if uid is None else "u", group=None, sensitive=False,
-        validate_cmd=None, replace=replace, backup=False, backups=5,
-    )
-    ctx = HostContext(root=root, mode=Mode.OBSERVE, manifest_dir=root, boot_id_file="/dev/null")
-    prov = FileProvider()
-    if uid is not None:
-        (root / "etc").mkdir(exist_ok=True)
-        (root / "etc/passwd").write_text(f"u:x:{uid}:{uid}::/:/bin/sh\n")
-    try:
-        wanted = prov.desired("/srv/f", spec, ctx)
-        changed = prov.plan(wanted, prov.observe(wanted, ctx)).action is not Action.NONE
-    except Exception:  # noqa: BLE001 - the engine fails the resource: a change of sorts
-        changed = True
-        wanted = None
-    probe = prov.probe(spec, wanted, ctx) if wanted is not None else None
-    if probe is not None and holds(probe):
-        assert not changed, (probe, kind)
-    if probe is not None and not changed and kind in ("absent", "file"):
-        assert holds(probe), (probe, kind)  # complete where nothing is in the way
-    if kind == "link" and present:
-        assert probe is None or not holds(probe)
-
-
-def test_directories_that_are_only_present_are_probed_too(host):
+def test_directories_that_are_only_present_are_replayed_too(host):
     text = FILES + '  - Directory[/srv/d]:\n      mode: "0750"\n  - Directory[/srv/old]:\n      ensure: absent\n'
     manifest = host.manifest(text)
     assert host.apply(manifest).code == 2
@@ -331,90 +286,15 @@ def test_directories_that_are_only_present_are_probed_too(host):
     code, imported, out = _run(host, manifest)
     assert code == 2 and not _idle(imported) and "Directory[/srv/d]" in out
     assert stat.S_IMODE((host.root / "srv/d").stat().st_mode) == 0o750
+    host.apply(manifest)
     (host.root / "srv/old").mkdir()
     code, imported, _out = _run(host, manifest)
     assert code == 2 and not _idle(imported) and not (host.root / "srv/old").exists()
+    host.apply(manifest)
     assert _idle(_run(host, manifest)[1])
 
 
-@settings(max_examples=80, deadline=None)
-@given(
-    present=st.booleans(),
-    kind=st.sampled_from(["absent", "dir", "file", "link", "fifo"]),
-    mode=st.sampled_from([None, 0o755, 0o750]),
-    have_mode=st.sampled_from([0o755, 0o750]),
-    purge=st.booleans(),
-)
-def test_the_directory_probe_holds_only_where_plan_finds_no_change(tmp_path_factory, present, kind, mode,
-                                                                    have_mode, purge):
-    from types import SimpleNamespace
-
-    from datum.core.vocab import Action, Mode
-    from datum.host.idle import holds
-    from datum.providers.base import HostContext
-    from datum.providers.directory import DirectoryProvider
-
-    root = tmp_path_factory.mktemp("root")
-    (root / "srv").mkdir()
-    path = root / "srv" / "d"
-    if kind == "dir":
-        path.mkdir()
-        path.chmod(have_mode)
-        (path / "inside").write_text("x")
-    elif kind == "file":
-        path.write_text("x")
-    elif kind == "link":
-        (root / "srv" / "target").mkdir(mode=have_mode)
-        path.symlink_to("target")
-    elif kind == "fifo":
-        os.mkfifo(path)
-    spec = SimpleNamespace(
-        path="/srv/d", ensure="present" if present else "absent", mode=mode, owner=None, group=None,
-        purge=purge, force=False, recurse=False,
-    )
-    ctx = HostContext(root=root, mode=Mode.OBSERVE, manifest_dir=root, boot_id_file="/dev/null")
-    prov = DirectoryProvider()
-    try:
-        wanted = prov.desired("/srv/d", spec, ctx)
-        changed = prov.plan(wanted, prov.observe(wanted, ctx)).action is not Action.NONE
-    except Exception:  # noqa: BLE001 - the engine fails the resource: a change of sorts
-        changed, wanted = True, None
-    probe = prov.probe(spec, wanted, ctx) if wanted is not None else None
-    if probe is not None and holds(probe):
-        assert not changed, (probe, kind)
-    if probe is not None and not changed and kind in ("absent", "dir"):
-        assert holds(probe), (probe, kind)
-    if purge and present:
-        assert probe is None
-
-
-def test_a_probe_never_reads_through_a_special_file_or_blocks(tmp_path):
-    from datum.host.idle import holds
-
-    fifo = tmp_path / "fifo"
-    os.mkfifo(fifo)
-    started = time.monotonic()
-    assert not holds(("file", str(fifo), None, None, None, b""))
-    assert time.monotonic() - started < 5
-    regular = tmp_path / "f"
-    regular.write_bytes(b"x")
-    assert holds(("file", str(regular), stat.S_IMODE(regular.stat().st_mode), None, None, b"x"))
-    assert not holds(("absent", str(regular)))
-    assert holds(("absent", str(tmp_path / "nothing")))
-    assert not holds(("file", str(tmp_path / "nothing" / "deeper"), None, None, None, None))
-
-
-def test_a_large_file_is_checked_by_its_digest(host, tmp_path):
-    from datum.host.idle import _compact, holds
-
-    big = tmp_path / "big"
-    data = os.urandom(300_000)
-    big.write_bytes(data)
-    probe = _compact(("file", str(big), None, None, None, data))
-    assert probe[5][0] == len(data) and len(repr(probe)) < 1000
-    assert holds(probe)
-    big.write_bytes(data[:-1] + bytes([data[-1] ^ 1]))  # one bit, same size
-    assert not holds(probe)
+def test_a_large_file_is_checked_by_its_signature_and_the_entry_stays_small(host):
     manifest = host.manifest(f"resources:\n  - File[/big]:\n      content: \"{'x' * 200_000}\"\n")
     assert host.apply(manifest).code == 2
     host.apply(manifest)
@@ -489,11 +369,13 @@ def test_a_file_changed_within_the_racy_window_is_not_trusted(host):
     text = FILES + "  - File[/etc/motd]:\n      content: hi\n      owner: root\n"
     manifest = host.manifest(text)
     host.apply(manifest)
-    host.apply(manifest)  # /etc/passwd changed under a second ago: no entry yet
-    assert not _idle(_run(host, manifest)[1])
-    time.sleep(1.2)
-    host.apply(manifest)
+    host.apply(manifest)  # /etc/passwd changed under a second ago: its bytes are compared on replay
     assert _idle(_run(host, manifest)[1])
+    passwd = host.root / "etc/passwd"
+    before = passwd.stat()
+    passwd.write_text("root:x:0:0:root:/root:/bin/bash")  # another owner line, the same size
+    os.utime(passwd, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert not _idle(_run(host, manifest)[1])
 
 
 def test_names_that_spell_a_slot_are_only_names(host):
@@ -536,7 +418,7 @@ def test_secret_bytes_are_kept_only_as_digests(host):
     host.apply(manifest)
     [entry] = (host.base / "home").rglob("idle-*.bin")
     data = entry.read_bytes()
-    assert b"TOPSECRET" not in data and b"a = 1" in data  # plain inline content stays inline
+    assert b"TOPSECRET" not in data and b"a = 1" not in data  # the bytes read: their digests alone
     assert _idle(_run(host, manifest)[1])
     (host.root / "srv/key").write_text("TOPSECRET-SOURCX\n")  # one byte, the same size
     code, imported, _out = _run(host, manifest)

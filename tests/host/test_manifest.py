@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from datum.core.findings import Problem
-from datum.host.manifest import parse_manifest, quote_identities
+from datum.host.document import quote_identities
+from datum.host.manifest import parse_manifest
 from datum.host.order import cycles, topological
 from datum.host.schema import manifest_schema
 

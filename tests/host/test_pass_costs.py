@@ -202,9 +202,10 @@ def test_a_changed_resource_is_validated_without_scanning_the_installed_distribu
     assert (host.root / "srv/index.html").read_text() == "hello\n"
 
 
-def test_an_unchanged_pass_imports_no_dataclasses_no_findings_and_no_validation(host):
-    """What an idle pass loads: neither ``dataclasses`` (with ``inspect``, ``ast``, ``dis``) nor the
-    findings nor validation's modules, until something fails; a failure still reads as it did."""
+def test_an_unchanged_pass_imports_no_findings_and_no_validation(host):
+    """What the engine's pass over a validated manifest loads: neither the findings nor
+    validation's modules (YAML, pydantic, the spec models), until something fails; a failure
+    still reads as it did. (The idle check's cold start imports less: tests/host/test_idle.py.)"""
     manifest = host.manifest(WEB)
     args = ("apply", str(manifest), "--root", str(host.root), "--state", str(host.state))
     assert _imports(host, *args)[0] == 2
@@ -212,16 +213,16 @@ def test_an_unchanged_pass_imports_no_dataclasses_no_findings_and_no_validation(
     code, imported, out = _imports(host, *args)
     assert code == 0 and "host state: converged" in out
     assert {"datum.host.model", "datum.host.executor", "datum.providers.accounts"} <= imported
-    loaded = {"dataclasses", "inspect", "ast", "datum.core.findings", "datum.host.manifest", "yaml", "pydantic"}
+    loaded = {"datum.core.findings", "datum.host.manifest", "yaml", "pydantic", "datum.providers.file.spec"}
     assert loaded.isdisjoint(imported), loaded & imported
     code, imported, out = _imports(host, "apply", str(manifest), "--root", str(host.base / "nowhere"), "--json")
     assert code == 65 and "datum.core.findings" in imported
     assert json.loads(out)["issues"][0]["message"].endswith("is not a directory")
 
 
-def test_an_unchanged_pass_over_directories_imports_neither_dataclasses_nor_safefs(host):
+def test_an_unchanged_pass_over_directories_imports_no_safefs(host):
     """A Directory that is only present (with a mode) needs no counting: ``datum.safefs`` and
-    ``Converge`` (with ``dataclasses``, ``hashlib``) come in only to count, remove or purge."""
+    ``Converge`` come in only to count, remove or purge."""
     manifest = host.manifest(
         'resources:\n  - Directory[/srv/www]:\n      mode: "0755"\n'
         '  - File[/srv/www/index.html]:\n      content: "hi\\n"\n'
@@ -230,7 +231,7 @@ def test_an_unchanged_pass_over_directories_imports_neither_dataclasses_nor_safe
     assert _imports(host, *args)[0] == 2
     code, imported, out = _imports(host, *args)
     assert code == 0 and "Directory[/srv/www]" in out and "host state: converged" in out
-    heavy = {"dataclasses", "inspect", "datum.safefs", "datum.core.converge", "hashlib"}
+    heavy = {"datum.safefs", "datum.core.converge"}
     assert heavy.isdisjoint(imported), heavy & imported
     (host.root / "srv/www/stray").write_text("x")  # purge must count it: safefs comes in then
     manifest.write_text(manifest.read_text().replace('mode: "0755"', 'mode: "0755"\n      purge: true'))
@@ -260,10 +261,10 @@ ACCOUNTS_LINKS_LINES_EXECS = """resources:
 """
 
 
-def test_an_unchanged_pass_over_accounts_links_lines_and_execs_imports_no_dataclasses(host):
-    """User, Group, Line, Symlink and Exec (guarded by creates / unless) that are as wanted: their
-    values are ``datum.providers.value`` classes, so an idle pass loads no ``dataclasses`` (nor
-    ``inspect``, ``ast``), ``datum.safefs`` or ``Converge``; only ``unless`` runs a command."""
+def test_an_unchanged_pass_over_accounts_links_lines_and_execs_imports_no_validation(host):
+    """User, Group, Line, Symlink and Exec (guarded by creates / unless) that are as wanted: the
+    engine's pass loads neither validation (pydantic, the spec models) nor ``datum.safefs`` or
+    ``Converge``; only ``unless`` runs a command."""
     etc = host.root / "etc"
     etc.mkdir()
     (etc / "passwd").write_text("root:x:0:0:root:/root:/bin/bash\n")
@@ -278,8 +279,8 @@ def test_an_unchanged_pass_over_accounts_links_lines_and_execs_imports_no_datacl
     for resource in ("Group[ops]", "User[web]", "Line[hosts]", "Symlink[/srv/current]", "Exec[ready]",
                      "Exec[checked]"):
         assert resource in out
-    assert {"datum.providers.accounts", "datum.providers.value"} <= imported
-    heavy = {"dataclasses", "inspect", "ast", "datum.safefs", "datum.core.converge", "hashlib"}
+    assert "datum.providers.accounts" in imported
+    heavy = {"datum.safefs", "datum.core.converge", "pydantic", "datum.providers.spec"}
     assert heavy.isdisjoint(imported), heavy & imported
     assert "web:x:2001:" in (etc / "passwd").read_text() and "ops:x:2000:web" in (etc / "group").read_text()
     assert os.readlink(host.root / "srv/current") == "/srv/releases/1"

@@ -6,8 +6,9 @@ import stat
 
 from datum.core.vocab import Action
 from datum.providers.group import PROVIDER as GROUP
-from datum.providers.specs import GroupSpec, UserSpec
+from datum.providers.group.spec import GroupSpec
 from datum.providers.user import PROVIDER as USER
+from datum.providers.user.spec import UserSpec
 
 
 def step(provider, spec, ctx):

@@ -20,7 +20,7 @@ from datum.core.vocab import Action
 from datum.host.manifest import parse_manifest
 from datum.providers.directory import PROVIDER as DIRECTORY
 from datum.providers.directory import searchable
-from datum.providers.specs import DirectorySpec
+from datum.providers.directory.spec import DirectorySpec
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="chown needs root")
 

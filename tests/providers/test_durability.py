@@ -15,7 +15,7 @@ from datum.host.manifest import parse_manifest
 from datum.providers import fs
 from datum.providers.base import run
 from datum.providers.file import PROVIDER as FILE
-from datum.providers.specs import FileSpec
+from datum.providers.file.spec import FileSpec
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ import pytest
 from datum.core.vocab import Action
 from datum.providers.base import ProviderError
 from datum.providers.exec import PROVIDER as EXEC
-from datum.providers.specs import ExecSpec
+from datum.providers.exec.spec import ExecSpec
 
 
 def plan(spec, ctx):

@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from datum.core.vocab import Action
 from datum.providers.file import PROVIDER as FILE
-from datum.providers.specs import FileSpec
+from datum.providers.file.spec import FileSpec
 from providers.test_accounts import step as converge
 
 

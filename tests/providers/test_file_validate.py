@@ -8,7 +8,7 @@ from pydantic import ValidationError
 from datum.core.vocab import Action
 from datum.providers.base import ProviderError
 from datum.providers.file import PROVIDER as FILE
-from datum.providers.specs import FileSpec
+from datum.providers.file.spec import FileSpec
 
 
 def spec(content: str, validate: str = "grep -q '^good' %s") -> FileSpec:

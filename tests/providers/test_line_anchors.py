@@ -6,7 +6,7 @@ import pytest
 from pydantic import ValidationError
 
 from datum.providers.line import edit
-from datum.providers.specs import LineSpec
+from datum.providers.line.spec import LineSpec
 
 TEXT = "[main]\na=1\n[extra]\nb=2\n[main]\nc=3\n"
 

@@ -7,7 +7,7 @@ import pytest
 from datum.core.vocab import Action
 from datum.providers.base import ProviderError
 from datum.providers.package import PROVIDER as PACKAGE
-from datum.providers.specs import PackageSpec
+from datum.providers.package.spec import PackageSpec
 from providers.debs import build_deb, dpkg_root
 
 
@@ -148,7 +148,11 @@ def test_apt_is_told_the_configuration_file_policy_and_never_reads_input(ctx):
             return Completed(tuple(argv), 1, "", "")
         return Completed(tuple(argv), 0, "", "")
 
-    real = ctx.replace(root=__import__("pathlib").Path("/"), runner=runner)
+    from pathlib import Path
+
+    from datum.providers.base import HostContext
+
+    real = HostContext(Path("/"), runner=runner)
     want = PACKAGE.desired("hello", PackageSpec(name="hello"), real)
     have = PACKAGE.observe(want, real)
     PACKAGE.apply(want, have, PACKAGE.plan(want, have), real)

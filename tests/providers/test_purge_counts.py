@@ -16,7 +16,7 @@ from datum import safefs
 from datum.core.vocab import Action
 from datum.providers.base import ProviderError
 from datum.providers.directory import PROVIDER as DIRECTORY
-from datum.providers.specs import DirectorySpec
+from datum.providers.directory.spec import DirectorySpec
 
 CONTENT = "set force: true to purge directories with content"
 
@@ -229,7 +229,7 @@ def test_a_deep_tree_is_counted_and_removed_without_recursion_limits(ctx, www):
 
 def test_file_absent_never_removes_a_directory_that_replaced_the_file_since_observe(ctx):
     from datum.providers.file import PROVIDER as FILE
-    from datum.providers.specs import FileSpec
+    from datum.providers.file.spec import FileSpec
 
     (ctx.root / "f").write_text("x")
     spec = FileSpec(path="/f", ensure="absent")

@@ -32,7 +32,7 @@ class Want:
 
 
 def spec():
-    from datum.providers.specs import HostPath, Spec
+    from datum.providers.spec import HostPath, Spec
 
     class ThingSpec(Spec):
         path: HostPath

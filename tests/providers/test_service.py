@@ -10,7 +10,7 @@ from datum.core.vocab import Action
 from datum.providers.base import Completed, HostContext
 from datum.providers.service import PROVIDER as SERVICE
 from datum.providers.service import SvcHave, SvcWant, commands
-from datum.providers.specs import ServiceSpec
+from datum.providers.service.spec import ServiceSpec
 
 
 class FakeSystemctl:

@@ -19,10 +19,13 @@ from datum.core.vocab import Action
 from datum.providers import fs
 from datum.providers.base import ProviderError
 from datum.providers.directory import PROVIDER as DIRECTORY
+from datum.providers.directory.spec import DirectorySpec
 from datum.providers.file import PROVIDER as FILE
+from datum.providers.file.spec import FileSpec
 from datum.providers.line import PROVIDER as LINE
-from datum.providers.specs import DirectorySpec, FileSpec, LineSpec, SymlinkSpec
+from datum.providers.line.spec import LineSpec
 from datum.providers.symlink import PROVIDER as SYMLINK
+from datum.providers.symlink.spec import SymlinkSpec
 
 NOT_READABLE = "(diff redacted: file is not world-readable)\n"
 SENSITIVE = "(diff redacted: sensitive: true)\n"

@@ -1,31 +1,30 @@
-"""The pass's value classes (``datum.providers.value``) behave as the dataclasses they replace did:
-made with the same arguments, equal by their fields, frozen ones hashable and unchangeable."""
+"""The pass's values: frozen dataclasses where they describe, a mutable one where a pass keeps state;
+secrets never in a repr; and the one read-only ``Attributes`` a provider is handed per resource,
+the same whether the manifest was validated now or came from the cache."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from datetime import timedelta
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
-from datum.core.vocab import Action, Mode, RebootPolicy, ResourceState
-from datum.host.agent import PassResult
-from datum.host.compiled import HostConfig
-from datum.host.executor import Outcome
-from datum.host.manifest import Manifest as FromManifest
-from datum.host.manifest import Resource as FromManifestResource
+from datum.core.vocab import Action, Mode, RebootPolicy
+from datum.host import compiled
+from datum.host.manifest import SpecMemory, parse_manifest
 from datum.host.model import Manifest, Resource
 from datum.host.reboot import Decision, Found, Slot
 from datum.providers.accounts import Table
-from datum.providers.base import Change, Completed, HostContext, run
+from datum.providers.base import Attributes, Beside, Change, Completed, HostContext, run
 from datum.providers.exec import ExecHave, ExecWant
 from datum.providers.facts import NAMES, Facts
 from datum.providers.file import FileHave, FileWant
 from datum.providers.group import GroupHave, GroupWant
 from datum.providers.line import LineHave, LineWant
 from datum.providers.package import PkgHave, PkgWant
+from datum.providers.registry import provider
 from datum.providers.service import SvcHave, SvcWant
 from datum.providers.symlink import LinkHave, LinkWant
 from datum.providers.user import UserHave, UserWant
@@ -35,123 +34,55 @@ def _config(**kw):
     base = dict(name=None, mode=Mode.ENFORCE, reboot_policy=RebootPolicy.NEVER, maintenance_window=None,
                 reboot_command="systemctl reboot", state_path="/x.db", boot_id_file="/b",
                 lock_wait=timedelta(seconds=1))
-    return HostConfig(**{**base, **kw})
+    return compiled.HostConfig(**{**base, **kw})
 
 
 FROZEN = [
-    (lambda: Change(), lambda: Change(Action.UPDATE, ("mode",))),
-    (lambda: FileWant("/a", "/r/a", "present", b"x", 0o644, None, None),
-     lambda: FileWant("/a", "/r/a", "present", b"x", 0o600, None, None)),
-    (lambda: FileHave("file", b"x", None), lambda: FileHave("file", b"y", None)),
-    (lambda: Found(("kernel",), {}), lambda: Found(("kernel",), {}, "6.1")),
-    (lambda: Decision(True, "now"), lambda: Decision(False, "now")),
-    (lambda: Slot(True, "yes"), lambda: Slot(True, "no")),
-    (lambda: Table("/etc/group", (("a", "x", "1"),)), lambda: Table("/etc/group", ())),
-    (lambda: _config(), lambda: _config(token="t")),
-    (lambda: Resource(0, "File", "/a", SimpleNamespace(requires=[], subscribes=[])),
-     lambda: Resource(1, "File", "/a", SimpleNamespace(requires=[], subscribes=[]))),
-    (lambda: ExecWant("spec", None, "/r", {"A": "1"}), lambda: ExecWant("spec", None, "/r", {"A": "2"})),
-    (lambda: ExecHave(None, True, None), lambda: ExecHave(None, False, None)),
-    (lambda: GroupWant("spec"), lambda: GroupWant("other")),
-    (lambda: GroupHave(("ops", "x", "2000", "")), lambda: GroupHave(None)),
-    (lambda: LineWant("/etc/hosts", Path("/r/etc/hosts"), "spec"), lambda: LineWant("/etc/hosts", Path("/r"), "spec")),
-    (lambda: LineHave(b"a\n", 0o644), lambda: LineHave(b"a\n")),
-    (lambda: PkgWant("tzdata", "present", None, None, False), lambda: PkgWant("tzdata", "latest", None, None, False)),
-    (lambda: PkgHave("1", True, "2"), lambda: PkgHave("1")),
-    (lambda: SvcWant("nginx.service", "running", True), lambda: SvcWant("nginx.service", "stopped", True)),
-    (lambda: SvcHave("active", "enabled"), lambda: SvcHave("inactive", "enabled")),
-    (lambda: LinkWant("/a", Path("/r/a"), "present", "/b"), lambda: LinkWant("/a", Path("/r/a"), "present", "/b", True)),
-    (lambda: LinkHave("link", "/b"), lambda: LinkHave("absent", None)),
-    (lambda: UserWant("spec", "/home/web", "/bin/sh"), lambda: UserWant("spec", "/home/web", "/bin/bash")),
-    (lambda: UserHave(("web", "x", "1"), "web", frozenset({"adm"})), lambda: UserHave(None, None, frozenset())),
+    Change, FileWant, FileHave, Found, Decision, Slot, Table, compiled.HostConfig, Resource, Manifest,
+    ExecWant, ExecHave, GroupWant, GroupHave, LineWant, LineHave, PkgWant, PkgHave, SvcWant, SvcHave,
+    LinkWant, LinkHave, UserWant, UserHave,
 ]
 
 
-@pytest.mark.parametrize(("make", "other"), FROZEN)
-def test_a_frozen_value_is_equal_by_its_fields_and_cannot_change(make, other):
-    one, two = make(), make()
-    assert one == two and one != other() and one != object()
-    if not isinstance(one, Resource | Found | ExecWant):  # a SimpleNamespace spec or a dict: unhashable, as before
-        assert hash(one) == hash(two) and len({one, two, other()}) == 2
-    field = type(one).__slots__[0]
-    with pytest.raises(AttributeError):
-        setattr(one, field, None)
-    with pytest.raises(AttributeError):
-        delattr(one, field)
-    if not isinstance(one, Table):  # a Table's own repr never shows shadow's rows
-        assert repr(one).startswith(f"{type(one).__name__}({field}=")
-    assert one.as_dict() == {name: getattr(one, name) for name in type(one).__slots__ if name != "id"}
+@pytest.mark.parametrize("cls", FROZEN, ids=lambda c: c.__name__)
+def test_every_value_of_a_pass_is_a_frozen_slotted_dataclass(cls):
+    assert cls.__dataclass_params__.frozen and "__slots__" in vars(cls)
 
 
-@pytest.mark.parametrize(("make", "other"), FROZEN)
-def test_a_frozen_value_copies_and_pickles_as_a_frozen_dataclass_did(make, other):
-    import copy
-    import pickle
-
-    value = make()
-    for copied in (copy.copy(value), copy.deepcopy(value), pickle.loads(pickle.dumps(value))):
-        assert copied == value and type(copied) is type(value)
-    with pytest.raises(AttributeError):
-        copy.copy(value).__setattr__(value.__slots__[0], None)
-
-
-def test_the_defaults_and_the_copies_are_the_dataclasses():
+def test_the_defaults_and_the_copies():
     assert Change() == Change(Action.NONE, (), None, False) and Change().summary == "none"
-    assert Change(Action.CREATE, ("absent",)).replace(diff="d", sensitive=True) == Change(
+    assert dataclasses.replace(Change(Action.CREATE, ("absent",)), diff="d", sensitive=True) == Change(
         Action.CREATE, ("absent",), "d", True
     )
     want = FileWant("/a", "/r/a", "present", b"x", None, None, None)
     assert (want.sensitive, want.validate, want.replace, want.backups, want.real) == (False, None, True, 0,
                                                                                        Path("/r/a"))
-    assert FileHave("absent", None, None).rejected is None
     assert _config().report_to is None and _config().to_json()["mode"] == "enforce"
-    assert HostConfig.from_json(_config(name="h").to_json()) == _config(name="h")
-    resource = Resource(3, "File", "/a", SimpleNamespace(requires=["File[/b]"], subscribes=["Exec[x]"]))
+    assert compiled.HostConfig.from_json(_config(name="h").to_json()) == _config(name="h")
+    spec = Attributes(requires=["File[/b]"], subscribes=["Exec[x]"])
+    resource = Resource(3, "File", "/a", spec)
     assert resource.id == "File[/a]" and resource.needs == ["File[/b]", "Exec[x]"]
+    assert resource == Resource(3, "File", "/a", spec) and "id" not in repr(resource)
     manifest = Manifest(Path("/m"), (resource,), (0,))
     assert (manifest.source, manifest.paths, manifest.ordered()) == ("<manifest>", frozenset(), [resource])
-    assert FromManifest is Manifest and FromManifestResource is Resource  # still where validation makes them
 
 
-def test_the_provider_values_keep_their_fields_defaults_and_copies():
-    """Exec, Group, Line, Package, Service, Symlink and User: the fields in the dataclasses' order,
-    their defaults, ``replace``, and a User's repr that never shows its shadow row."""
-    assert ExecWant.__slots__ == ("spec", "creates", "cwd", "env")
-    assert ExecHave.__slots__ == ("created", "unless_ok", "onlyif_ok")
-    assert LineWant.__slots__ == ("host_path", "real", "spec") and LineHave(None) == LineHave(None, None)
-    assert PkgWant.__slots__ == ("name", "ensure", "version", "source", "reboot")
-    assert PkgHave("1") == PkgHave("1", False, None) and PkgHave(None, candidate="2").candidate == "2"
-    assert SvcWant.__slots__ == ("unit", "ensure", "enable") and SvcHave.__slots__ == ("active", "enabled")
-    assert LinkWant("/a", Path("/r/a"), "present", "/b").force is False
-    assert LinkHave.__slots__ == ("kind", "target") and GroupHave.__slots__ == ("row",)
-    assert UserWant.__slots__ == ("spec", "home", "shell")
-    have = UserHave(("web", "x", "1"), "web", frozenset({"b", "a"}))
-    assert (have.shadow, have.home_exists) == (None, True)
-    secret = have.replace(shadow=("web", "$6$salt$hash"))
-    assert secret == UserHave(("web", "x", "1"), "web", frozenset({"a", "b"}), ("web", "$6$salt$hash"), True)
-    assert repr(secret) == "UserHave(row=('web', 'x', '1'), groups=['a', 'b'])" and "hash" not in repr(secret)
-    assert PkgHave("1").replace(candidate="2").as_dict() == {"version": "1", "config_files": False, "candidate": "2"}
+def test_a_secret_is_never_in_a_repr():
+    have = UserHave(("web", "x", "1"), "web", frozenset({"b", "a"}), ("web", "$6$salt$hash"))
+    assert repr(have) == "UserHave(row=('web', 'x', '1'), groups=['a', 'b'])"
+    assert "hash" not in repr(Table("/etc/shadow", (("web", "$6$salt$hash"),)))
+    spec = Attributes(name="web", password="$6$salt$hash")
+    assert repr(spec) == "Attributes(name, password)" and "hash" not in repr(Resource(0, "User", "web", spec))
 
 
-def test_the_mutable_ones_compare_by_value_and_are_not_hashable(tmp_path):
-    resource = Resource(0, "File", "/a", SimpleNamespace(requires=[], subscribes=[]))
-    out = Outcome(resource)
-    assert (out.action, out.state, out.changed, out.duration_seconds) == (Action.NONE, ResourceState.PENDING,
-                                                                          False, 0.0)
-    assert out == Outcome(resource) and out != Outcome(resource, state=ResourceState.FAILED)
-    out.state = ResourceState.CONVERGED
-    assert out.as_report()["state"] == "converged"
-    with pytest.raises(TypeError):
-        hash(out)
-    done = Completed(("true",), 0, "", "")
-    assert done.timed_out is False and done == Completed(("true",), 0, "", "", False)
-    result = PassResult({}, [], 0)
-    assert (result.reboot_now, result.warnings) == (False, []) and result.warnings is not PassResult({}, [], 0).warnings
+def test_a_host_context_keeps_state_and_its_own_cache(tmp_path):
     ctx = HostContext(root=tmp_path)
     assert (ctx.mode, ctx.manifest_dir, ctx.runner, ctx.cache, ctx.systemd) == (Mode.ENFORCE, Path.cwd(), run, {}, None)
     assert ctx.cache is not HostContext(root=tmp_path).cache
     ctx.systemd = True
     assert ctx.systemd_running()
+    done = Completed(("true",), 0, "", "")
+    assert done.timed_out is False and done == Completed(("true",), 0, "", "", False)
 
 
 def test_facts_give_templates_a_copy_and_name_every_fact():
@@ -163,3 +94,55 @@ def test_facts_give_templates_a_copy_and_name_every_fact():
     assert facts.os_release == {"ID": "debian"} and Facts("h").os_release == {}
     assert NAMES == {"hostname", "os_release", "kernel", "boot_id", "cpu_count", "memory_mb", "facts"}
     assert os.uname().release  # what running_kernel reads
+
+
+MANIFEST = """resources:
+  - File[/srv/a]:
+      source: a.txt
+      mode: "0644"
+  - File[/srv/b]:
+      template: b.j2
+      sensitive: true
+  - User[web]:
+      password: "$6$salt$hash"
+  - Exec[make]:
+      command: make
+      creates: /srv/made
+"""
+
+
+def test_a_pass_gets_the_same_read_only_attributes_validated_or_cached(tmp_path, monkeypatch):
+    """Validated now, remembered by the spec memory, or loaded from the validated-manifest cache:
+    one ``Attributes`` type, equal values; and it cannot be changed by a provider."""
+    monkeypatch.setenv("DATUM_CACHE_DIR", str(tmp_path / "cache"))
+    (tmp_path / "a.txt").write_text("a\n")
+    (tmp_path / "b.j2").write_text("{{ hostname }}\n")
+    path = tmp_path / "m.yaml"
+    path.write_text(MANIFEST)
+    memory = SpecMemory()
+    fresh = parse_manifest(MANIFEST, tmp_path, str(path), memory=memory)
+    remembered = parse_manifest(MANIFEST, tmp_path, str(path), memory=SpecMemory(known=memory.used))
+    key = compiled.cache_key(str(path), None)
+    compiled.store(key, _config(), fresh)
+    loaded = compiled.load(key)
+    assert loaded is not None
+    for manifest in (fresh, remembered, loaded[1]):
+        assert [type(r.spec) for r in manifest.resources] == [Attributes] * 4
+        assert [vars(r.spec) for r in manifest.resources] == [vars(r.spec) for r in fresh.resources]
+    spec = loaded[1].resources[0].spec
+    with pytest.raises(AttributeError):
+        spec.mode = 0o777
+    with pytest.raises(AttributeError):
+        del spec.mode
+
+
+def test_generic_code_asks_the_provider_what_a_resource_reads_holds_and_touches(tmp_path):
+    (tmp_path / "a.txt").write_text("a\n")
+    (tmp_path / "b.j2").write_text("b\n")
+    manifest = parse_manifest(MANIFEST, tmp_path)
+    a, b, user, make = ((provider(r.type), r.spec) for r in manifest.resources)
+    assert a[0].beside(a[1]) == [Beside("source", "a.txt")]
+    assert b[0].beside(b[1]) == [Beside("template", "b.j2", may_leave=False)]
+    assert [p.secret(s) for p, s in (a, b, user, make)] == [True, True, True, False]
+    assert make[0].touches(make[1]) == ["/srv/made"] and make[0].beside(make[1]) == []
+    assert a[0].touches(a[1]) == ["/srv/a"]

@@ -63,14 +63,14 @@ def _fits(value: Any, want: str) -> bool:
 
 def load_rules(directory: Path) -> list[Rule]:
     """The rules of ``directory/nodes.yaml``; a Problem with every finding when it is not valid."""
-    from datum.host.manifest import _yaml
+    from datum.host.document import parse
 
     path = directory / NODES
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise Problem.one("INVALID_INPUT", f"cannot read {path}: {exc.strerror or exc}") from exc
-    doc, found = _yaml(text, str(path))
+    doc, found = parse(text, str(path))
     found = [FieldError(f"{NODES}: {f.field}", f.message) for f in found]
     rules: list[Rule] = []
     items = doc.get("nodes") if isinstance(doc, dict) else None

@@ -71,9 +71,9 @@ def real_root(root: str) -> Path:
 
 
 def host_name(config: HostConfig) -> str:
-    return (
-        config.name or os.uname().nodename
-    )  # what gethostname(2) returns, without importing socket
+    from datum.providers.facts import node_name  # a read the idle pass replays
+
+    return config.name or node_name()
 
 
 def exit_code(outcomes: list[Outcome], awaiting_reboot: bool) -> int:

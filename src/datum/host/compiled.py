@@ -14,34 +14,29 @@ from __future__ import annotations
 
 import json
 import os
+import sys
+from dataclasses import asdict, dataclass
 from datetime import timedelta
+from hashlib import blake2b
 from pathlib import Path
-from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 from datum.core.vocab import Mode, RebootPolicy
 from datum.host.model import MAX_BYTES, Manifest, Resource
-from datum.providers.value import Frozen
+from datum.providers.base import Attributes
 
 if TYPE_CHECKING:  # validation's: imported when a manifest is validated, never on a cache hit
     from datum.host.manifest import SpecMemory
 
-try:  # CPython's own BLAKE2: importing hashlib loads OpenSSL, ~4 ms of an idle pass
-    from _blake2 import blake2b
-except ImportError:  # pragma: no cover - an interpreter without the module
-    from hashlib import blake2b
 
 FORMAT = 3  # 3: the included files' digests
 _MAX_ENTRIES = 64
 
 
-class HostConfig(Frozen):
+@dataclass(frozen=True, slots=True)
+class HostConfig:
     """What the agent needs from the configuration: the ``[host]`` section and where the store is."""
 
-    __slots__ = (
-        "name", "mode", "reboot_policy", "maintenance_window", "reboot_command", "state_path",
-        "boot_id_file", "lock_wait", "report_to", "token",
-    )  # fmt: skip
     name: str | None
     mode: Mode
     reboot_policy: RebootPolicy
@@ -50,33 +45,8 @@ class HostConfig(Frozen):
     state_path: str
     boot_id_file: str
     lock_wait: timedelta
-    report_to: str | None
-    token: str | None
-
-    def __init__(
-        self,
-        name: str | None,
-        mode: Mode,
-        reboot_policy: RebootPolicy,
-        maintenance_window: str | None,
-        reboot_command: str,
-        state_path: str,
-        boot_id_file: str,
-        lock_wait: timedelta,
-        report_to: str | None = None,
-        token: str | None = None,
-    ) -> None:
-        setattr_ = object.__setattr__
-        setattr_(self, "name", name)
-        setattr_(self, "mode", mode)
-        setattr_(self, "reboot_policy", reboot_policy)
-        setattr_(self, "maintenance_window", maintenance_window)
-        setattr_(self, "reboot_command", reboot_command)
-        setattr_(self, "state_path", state_path)
-        setattr_(self, "boot_id_file", boot_id_file)
-        setattr_(self, "lock_wait", lock_wait)
-        setattr_(self, "report_to", report_to)
-        setattr_(self, "token", token)
+    report_to: str | None = None
+    token: str | None = None
 
     @classmethod
     def without_file(cls) -> HostConfig:
@@ -117,7 +87,7 @@ class HostConfig(Frozen):
         )
 
     def to_json(self) -> dict[str, Any]:
-        out = self.as_dict()
+        out = asdict(self)
         out.update(mode=self.mode.value, reboot_policy=self.reboot_policy.value)
         out.update(lock_wait=self.lock_wait.total_seconds())
         return out
@@ -147,28 +117,34 @@ def cache_dir() -> Path:
     return Path(manifest_cache())
 
 
-def _code_stamp() -> str:
-    """Changes when the code that validates a manifest changes (also in a development checkout)."""
+def code_files() -> list[str]:
+    """What "the code changed" means, for this cache and the idle pass's alike: every module of
+    Datum and its directories, what the installed plugins are found under (``datum.discovery``)
+    and the files their modules load from."""
     import datum
+    from datum.discovery import dependencies
 
-    package = Path(datum.__file__).parent
-    parts = [datum.__version__]
-    for directory in (package / "host", package / "providers"):
-        with os.scandir(directory) as entries:
-            parts += sorted(
-                f"{e.name}:{e.stat().st_mtime_ns}" for e in entries if e.name.endswith(".py")
-            )
-    for single in (package / "config.py", package / "validation.py"):
-        parts.append(f"{single.name}:{single.stat().st_mtime_ns}")
-    return "\0".join([*parts, *_plugin_stamp()])
+    top = os.path.dirname(datum.__file__)
+    found = []
+    for here, dirs, files in os.walk(top):
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+        found.append(here)
+        found += [os.path.join(here, f) for f in sorted(files) if f.endswith(".py")]
+    # The running script's own directory (``datum`` and ``python -c`` differ there, and neither
+    # installs anything in it) is left out, as the idle pass's search path leaves it.
+    script = sys.path[0] if sys.path else ""
+    found += [d for d in dependencies() if d != script]
+    return found + [origin for _value, origin, _mtime in plugin_modules() if origin]
 
 
-def _plugin_stamp() -> list[str]:
-    """The installed distributions the resource types come from (a plugin or pydantic installed,
-    upgraded or removed), and each plugin's module file (an editable plugin edited in place)."""
+def _code_stamp() -> str:
+    """Changes when the code changes (``code_files``, each by its signature; also in a development
+    checkout), and with the installed distributions the resource types come from."""
+    import datum
     from datum.discovery import stamp
+    from datum.providers.reads import stat
 
-    return [stamp(), *(f"{value}:{mtime}" for value, _origin, mtime in plugin_modules())]
+    return "\0".join([datum.__version__, stamp(), *(f"{p}:{stat(p)}" for p in code_files())])
 
 
 def plugin_modules() -> list[tuple[str, str | None, str]]:
@@ -308,7 +284,7 @@ def load(key: str | None) -> tuple[HostConfig, Manifest] | None:
     if not all(_included_unchanged(path, digest) for path, digest in included):
         return None  # an included file changed: validated again
     resources = tuple(
-        Resource(r["index"], r["type"], r["name"], SimpleNamespace(**r["spec"]))  # type: ignore[arg-type]
+        Resource(r["index"], r["type"], r["name"], Attributes(**r["spec"]))
         for r in m["resources"]
     )
     manifest = Manifest(
@@ -331,13 +307,12 @@ def store(key: str | None, config: HostConfig, manifest: Manifest) -> None:
     """Remember a validated pair; silently not when it cannot be (a cache is never a failure)."""
     if key is None or config.token:
         return  # a token stays in the configuration file only
-    from datum.host.manifest import spec_dump
+    from datum.providers.registry import provider
 
     files = [
-        str(manifest.dir / value)
+        str(manifest.dir / beside.path)
         for r in manifest.resources
-        for attr in ("source", "template")
-        if (value := getattr(r.spec, attr, None))
+        for beside in provider(r.type).beside(r.spec)
     ]
     try:
         data = {
@@ -351,7 +326,7 @@ def store(key: str | None, config: HostConfig, manifest: Manifest) -> None:
                 "paths": sorted(manifest.paths),
                 "included": [list(pair) for pair in manifest.included],
                 "resources": [
-                    {"index": r.index, "type": r.type, "name": r.name, "spec": spec_dump(r.spec)}
+                    {"index": r.index, "type": r.type, "name": r.name, "spec": vars(r.spec)}
                     for r in manifest.resources
                 ],
             },

@@ -37,7 +37,7 @@ class Outcome(Value):
 
     __slots__ = (
         "resource", "action", "state", "changed", "reason", "error", "blocked_by", "diff", "sensitive",
-        "reboot_required", "duration_seconds", "probe",
+        "reboot_required", "duration_seconds",
     )  # fmt: skip
     resource: Resource
     action: Action
@@ -50,7 +50,6 @@ class Outcome(Value):
     sensitive: bool  # its diff was withheld; the report says so
     reboot_required: str | None
     duration_seconds: float
-    probe: tuple[object, ...] | None  # what an idle pass checks of it (``Provider.probe``); not reported
 
     def __init__(
         self,
@@ -65,7 +64,6 @@ class Outcome(Value):
         sensitive: bool = False,
         reboot_required: str | None = None,
         duration_seconds: float = 0.0,
-        probe: tuple[object, ...] | None = None,
     ) -> None:
         self.resource = resource
         self.action = action
@@ -78,7 +76,6 @@ class Outcome(Value):
         self.sensitive = sensitive
         self.reboot_required = reboot_required
         self.duration_seconds = duration_seconds
-        self.probe = probe
 
     @property
     def id(self) -> str:
@@ -192,7 +189,6 @@ def _walk(
     if refresh and prov.refreshable and change.action is Action.NONE:
         verb = "would change" if ctx.mode is Mode.OBSERVE else "changed"
         change = prov.refresh(want, have, f"{', '.join(refresh)} {verb}")
-    out.probe = prov.probe(resource.spec, want, ctx)
     out.action = change.action
     out.diff = change.diff
     out.sensitive = change.sensitive

@@ -1,25 +1,26 @@
-"""The idle pass: when nothing changed, prove it with probes and store the report, without the engine.
+"""The idle pass: when nothing the engine read changed, store its report again, without the engine.
 
-A ``datum apply`` whose every resource converged leaves an *idle entry* in the
-manifest cache (``remember``): what each resource's provider says to check
-(``Provider.probe``: a ``File``'s kind, mode, owner and bytes), what the pass
-depended on (the manifest's and configuration's bytes, the state file, Datum's
-code and the installed plugins, ``source`` files, the account files under the
-root, the reboot markers and ``/boot``, the running kernel) and its report
-and lines with the times left out. The next ``datum apply`` with the same
-manifest, root, state file and options (``run``) checks the entry, takes the
-pass lock and checks every probe: when each holds, it stores the report the
-engine would have stored, filled with this pass's times, and prints the same
-lines. Anything else (no entry, a dependency changed, a probe that does not
-hold, a reboot on record, a signal) hands the lock it holds, and the signal,
-to the engine (``statefile.Held``), which runs the pass as always, so nothing is
-decided here that the engine would decide otherwise.
+A ``datum apply`` records every read its engine makes of the host through one
+recorder (``datum.providers.reads``, started by ``before``): each path as the
+engine resolved it inside the root, with its kind and signature or the digest
+of its bytes, absences, directory listings and trees, the account tables, the
+reboot markers and ``/boot``, the facts templates and the report used (kernel,
+node name, boot id), the source and template files, and beside them the
+manifest's, the configuration's and every included manifest's bytes and
+Datum's code and plugins (``datum.host.compiled.code_files``). When every
+resource converged, no command ran and no reboot is needed, ``remember`` keeps
+that read set as the *idle entry* with the report and lines the pass gave, its
+times left out. The next ``datum apply`` with the same manifest, root, state
+file and options (``run``) takes the pass lock and replays the read set
+(``datum.providers.reads.unchanged``): when every read would return what it
+returned, the engine would decide what it decided, and the idle pass stores the
+same report, filled with this pass's times, and prints the same lines.
+Anything else (no entry, a read that differs, a reboot on record, a signal)
+hands the lock it holds, and the signal, to the engine (``statefile.Held``),
+which runs the pass as always. No dependency is listed here by hand.
 
-A probe is checked the way the engine observes: ``lstat`` first, never through
-a final link, an ``O_NOFOLLOW | O_NONBLOCK`` read of a regular file; every
-directory above a probed path must still be a directory, not a link. It
-imports neither ``json`` nor ``typing``, ``pathlib``, ``enum`` nor the pass
-engine: what it costs is close to a bare loop that reads the same files.
+It imports neither ``json`` nor ``typing``, ``pathlib``, ``enum`` nor the pass
+engine: what it costs is close to a bare loop that ``lstat``s the same files.
 """
 
 from __future__ import annotations
@@ -30,10 +31,7 @@ import sys
 import time
 from zlib import crc32
 
-try:  # CPython's own BLAKE2: hashlib would load OpenSSL
-    from _blake2 import blake2b
-except ImportError:  # pragma: no cover - an interpreter without the module
-    from hashlib import blake2b
+from datum.providers import reads
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -44,12 +42,7 @@ if TYPE_CHECKING:
     from datum.host.model import Manifest
     from datum.host.statefile import Held
 
-FORMAT = 2  # 2: hex digests, included manifests
-_INLINE = 64 * 1024  # bytes a probe keeps as they are; above, their size and digest
-_RACY_NS = 1_100_000_000  # a file changed this close to a pass's start may have changed during it
-_S_IFMT, _S_IFREG, _S_IFDIR = 0o170000, 0o100000, 0o040000
-_KINDS = {"file": _S_IFREG, "dir": _S_IFDIR}  # what a probe of each kind wants at its path
-_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+FORMAT = 3  # 3: the engine's read set
 
 
 class Done:
@@ -61,7 +54,7 @@ class Done:
         self.text, self.lines, self.warnings = text, lines, warnings
 
 
-# -- where an entry lives, and what it depends on ------------------------------------------------
+# -- where an entry lives ----------------------------------------------------------------------
 
 
 def _where(manifest: str, root: str, mode: str | None, state: str | None, config: str | None,
@@ -78,7 +71,7 @@ def _where(manifest: str, root: str, mode: str | None, state: str | None, config
         os.path.abspath(chosen) if chosen else "", "outside" if allow_outside else "",
         environment(),
     )
-    key = blake2b("\0".join(parts).encode(), digest_size=20).hexdigest()
+    key = reads.digest("\0".join(parts).encode())[:40]
     return os.path.join(manifest_cache(), f"idle-{key}.bin")
 
 
@@ -88,103 +81,44 @@ def _search_path() -> list[str]:
     return sys.path[1:]
 
 
-def _sig(st: os.stat_result) -> tuple[int, int, int, int, int]:
-    return (st.st_mode, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-
-
-def _now(path: str, follow: bool) -> tuple[int, int, int, int, int] | None:
-    """What ``path`` is now (None: absent, or under something that is not a directory)."""
-    try:
-        return _sig(os.stat(path) if follow else os.lstat(path))
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-
-
-def _digest(path: str | None) -> str | None:
-    """The digest of a file's bytes (``datum.host.digest``; None for no file)."""
-    if path is None:
-        return None
-    from datum.host.digest import of_file
-
-    return of_file(path)
-
-
-def _code_files() -> list[str]:
-    """Datum's modules and their directories, what the installed plugins are found under
-    (``datum.discovery``) and the files they load from."""
-    import datum
-    from datum.discovery import dependencies
-    from datum.host.compiled import plugin_modules
-
-    top = os.path.dirname(datum.__file__)
-    found = []
-    for here, dirs, files in os.walk(top):
-        dirs[:] = [d for d in dirs if d != "__pycache__"]
-        found.append(here)
-        found += [os.path.join(here, f) for f in files if f.endswith(".py")]
-    return found + dependencies() + [origin for _value, origin, _mtime in plugin_modules() if origin]
-
-
-def _resolution(root: str, host_path: str) -> tuple[list[tuple[str, str, Any]], bool]:
-    """What ``host_path`` under ``root`` resolves through, as dependencies (each directory on the
-    way stays a directory; each link, the final one included, stays the same link: links resolve
-    inside the root, ``datum.providers.fs``; the place it resolves to stays absent, or the same
-    file or directory), and whether anything is there."""
-    from datum.providers.fs import real_path
-
-    top = "" if root == "/" else root
-    parts = host_path.strip("/").split("/")
-    deps: list[tuple[str, str, Any]] = []
-    for i in range(len(parts)):
-        path = top + "/" + "/".join(parts[: i + 1])
-        sig = _now(path, False)
-        if sig is None:
-            return [*deps, (path, "absent", None)], False
-        last = i == len(parts) - 1
-        deps.append((path, "dir", None) if sig[0] & _S_IFMT == _S_IFDIR and not last else (path, "same", sig))
-    real = real_path(root, host_path)
-    sig = _now(real, False)
-    return [*deps, (real, "absent" if sig is None else "same", sig)], sig is not None
-
-
-def _parents(root: str, path: str) -> list[str]:
-    """The directories from below ``root`` down to ``path``'s parent."""
-    top = "" if root == "/" else root
-    rel = path[len(top):].strip("/").split("/")[:-1]
-    return [top + "/" + "/".join(rel[: i + 1]) for i in range(len(rel))]
-
-
 # -- remembering a converged pass ----------------------------------------------------------------
 
 
-def before(config: str | None) -> dict[str, Any] | None:
-    """What a pass is about to depend on, taken before it reads any of it: the configuration's
-    bytes and Datum's code. A change made while the pass runs is then a change the next idle pass
-    sees (None: the configuration cannot be read). Never a failure (a cache)."""
+def before(config: str | None) -> reads.Record | None:
+    """Start recording the pass's reads (``datum.providers.reads``), beginning with what it is about
+    to depend on besides the host: the configuration's bytes and Datum's code. A change made while
+    the pass runs is then a change the next idle pass sees (None: the configuration cannot be
+    read). Never a failure (a cache)."""
+    record = reads.start()
     chosen = config or os.environ.get("DATUM_CONFIG")
     try:
-        return {
-            "started": time.time_ns(),
-            "config": (os.path.abspath(chosen), _digest(chosen)) if chosen else None,
-            "code": [(p, "stat", _now(p, True)) for p in _code_files()],
-        }
+        from datum.host.compiled import code_files
+
+        if chosen:
+            with open(chosen, "rb") as f:
+                reads.remember(os.path.abspath(chosen), f.read())
+        for path in code_files():
+            reads.stat(path)
     except Exception:
+        reads.stop()
         if os.environ.get("DATUM_DEBUG"):
             raise
         return None
+    return record
 
 
 def remember(
     manifest_path: str, root: str, mode: str | None, state: str | None, config: str | None,
-    allow_outside: bool, taken: dict[str, Any] | None, data: bytes | None, chosen: HostConfig,
+    allow_outside: bool, taken: reads.Record | None, data: bytes | None, chosen: HostConfig,
     loaded: Manifest, result: PassResult,
 ) -> None:
-    """Keep the idle entry of a ``datum apply`` that converged every resource and needs no reboot
-    (``taken``: ``before``'s; ``data``: the manifest's bytes the pass validated); remove a stale one
-    otherwise. Never a failure (a cache)."""
+    """Keep the idle entry of a ``datum apply`` that converged every resource, ran no command and
+    needs no reboot (``taken``: ``before``'s record, stopped here; ``data``: the manifest's bytes
+    the pass validated); remove a stale one otherwise. Never a failure (a cache)."""
+    reads.stop()
     where = _where(manifest_path, root, mode, state, config, allow_outside)
     try:
-        entry = _entry(manifest_path, root, state, taken, data, chosen, loaded, result)
+        entry = _entry(manifest_path, state, taken, data, chosen, loaded, result)
         payload = None if entry is None else marshal.dumps(entry)
     except Exception:  # a cache is never a failure: without an entry, the engine runs every pass
         if os.environ.get("DATUM_DEBUG"):
@@ -212,66 +146,47 @@ def remember(
 
 
 def _entry(
-    manifest_path: str, root: str, state: str | None, taken: dict[str, Any] | None, data: bytes | None,
+    manifest_path: str, state: str | None, record: reads.Record | None, data: bytes | None,
     chosen: HostConfig, loaded: Manifest, result: PassResult,
 ) -> dict[str, Any] | None:
-    """The entry's contents, or None when an idle pass could not stand for the engine's."""
+    """The entry's contents, or None when an idle pass could not stand for the engine's: a pass
+    that did or would do something, ran a command, read the host other than through the recorder
+    (a provider that does not say ``reads_recorded``), posts its report, or knows a stale reboot
+    marker (whether it stays stale is the state file's to say, every pass)."""
     from datum.core.vocab import ResourceState
-    from datum.host.digest import of_bytes
-    from datum.host.reboot import MARKERS
-    from datum.host.statefile import state_path
-    from datum.providers.facts import running_kernel
+    from datum.host.statefile import StateStore, state_path
+    from datum.providers.registry import provider
 
     report, outcomes = result.report, result.outcomes
     if (
-        taken is None or data is None
+        record is None or record.opaque or data is None
         or report.get("state") != "converged" or "reboot" in report or report.get("incomplete")
         or result.reboot_now or chosen.report_to or chosen.token or not outcomes
-        or any(o.state is not ResourceState.CONVERGED or o.probe is None for o in outcomes)
+        or any(o.state is not ResourceState.CONVERGED or o.changed or not provider(o.resource.type).reads_recorded
+               for o in outcomes)  # a change: what was read before it is not what is there now
     ):
         return None
-    real_root = os.path.realpath(root)
-    host_deps: list[tuple[str, str, Any]] = []
+    path = state_path(state) if state else chosen.state_path
+    store = StateStore(path)
     try:
-        for place in MARKERS:
-            deps, present = _resolution(real_root, place)
-            if present:
-                return None  # a marker (the engine found it stale): the engine decides every pass
-            host_deps += deps
-        # A newer kernel in /boot; the accounts owner and group names resolve against.
-        for place in ("/boot", "/etc/passwd", "/etc/group"):
-            host_deps += _resolution(real_root, place)[0]
-    except Exception:  # noqa: BLE001 - a link out of the root: the engine says what it says
-        return None
-    sources = [
-        os.path.join(str(loaded.dir), r.spec.source) for r in loaded.resources if getattr(r.spec, "source", None)
-    ]
-    taken = dict(taken)
-    # What this pass read that may have changed while it ran: a file time is coarse (a second on
-    # some file systems), so a file changed this close to the pass's start is not trusted; the
-    # next pass that converges keeps the entry.
-    recent, code = taken.pop("started") - _RACY_NS, taken.pop("code")
-    source_deps = [(p, "stat", _now(p, True)) for p in sources]
-    if any(sig is not None and max(sig[3], sig[4]) > recent for _p, _kind, sig in code + source_deps + host_deps):
-        return None
-    parents = {d for o in outcomes for d in _parents(real_root, str(o.probe[1]))}
-    dirs = [(d, "dir" if _now(d, False) is not None else "absent") for d in sorted(parents)]
+        if store.stale_markers():
+            return None
+    finally:
+        store.close()
+    seen = record.seen
+    seen.setdefault(("bytes", os.path.realpath(manifest_path)), (None, reads.digest(data)))
+    for included, digest in loaded.included:  # the bytes each included manifest's validation read
+        seen.setdefault(("bytes", included), (None, digest))
     return {
         "format": FORMAT,
         "python": sys.version,
         "path": _search_path(),
-        **taken,
-        "manifest": of_bytes(data),
-        "deps": code + source_deps + list(dict.fromkeys(host_deps))
-        + [(path, "digest", digest) for path, digest in loaded.included],
-        "kernel": running_kernel(),
-        "name": chosen.name,
+        "started": record.started,
+        "reads": record.reads(),
         "host": report["host"],
-        "state_path": state_path(state) if state else chosen.state_path,
+        "state_path": path,
         "lock_wait": chosen.lock_wait.total_seconds(),
         "boot_id_file": chosen.boot_id_file,
-        "dirs": dirs,
-        "probes": [_compact(o.probe, _secret(o.resource.spec)) for o in outcomes],
         **_template(report, outcomes, chosen),
     }
 
@@ -313,31 +228,16 @@ def _template(report: dict[str, Any], outcomes: list[Any], chosen: HostConfig) -
     }
 
 
-def _secret(spec: Any) -> bool:
-    """A file whose bytes the entry keeps only as a digest: ``sensitive``, or read from a
-    ``source`` (its bytes are not in the manifest, and may be readable by its owner only)."""
-    return bool(getattr(spec, "sensitive", False) or getattr(spec, "source", None))
-
-
-def _compact(probe: tuple[Any, ...], secret: bool = False) -> tuple[Any, ...]:
-    """A probe whose bytes are large, or secret, keeps their size and BLAKE2 instead (checked by
-    reading the file in chunks): the entry stays small, and holds no secret."""
-    content = probe[5] if probe[0] == "file" else None
-    if isinstance(content, bytes) and (secret or len(content) > _INLINE):
-        return (*probe[:5], (len(content), blake2b(content, digest_size=32).digest()))
-    return probe
-
-
 # -- an idle pass -------------------------------------------------------------------------------
 
 
 def run(manifest: str, root: str, mode: str | None, state: str | None, config: str | None,
         allow_outside: bool) -> Done | Held | None:
     """The idle pass of ``datum apply``'s arguments: ``Done`` when it stored its report; the state
-    file ``Held`` when the engine must run the pass (its lock and the signal watch taken); None when there is no entry
-    to check, or it no longer stands for this manifest, configuration, code or host."""
+    file ``Held`` when the engine must run the pass (its lock and the signal watch taken); None
+    when there is no entry to check, or it was made for another Python or search path."""
     entry = _load(_where(manifest, root, mode, state, config, allow_outside))
-    if entry is None or not _stands(entry, manifest):
+    if entry is None or entry["path"] != _search_path():  # another Datum, a plugin found first
         return None
     from datum.host.statefile import Held, StateStore, Unreadable, unfinished, unfinished_reason
     from datum.providers.facts import read_boot_id
@@ -363,12 +263,13 @@ def run(manifest: str, root: str, mode: str | None, state: str | None, config: s
             return handover  # a reboot on record: the engine decides whether it still holds
         started = datetime.now(UTC)
         clock = time.perf_counter()
-        took = _walk(entry, handover.stop)
-        if took is None:
-            return handover
+        if not reads.unchanged(entry["reads"], entry["started"]) or handover.stop.signal is not None:
+            return handover  # a read would differ (or a signal came: the engine stops before its first resource)
+        took = time.perf_counter() - clock
         finished = datetime.now(UTC).isoformat()
-        values = [_q(started.isoformat()), _q(finished), repr(round(time.perf_counter() - clock, 6)),
-                  _q(boot_id), *took]
+        count = len(entry["slots"]) - (4 if entry["has_boot"] else 3)
+        each = repr(round(took / max(count, 1), 6))  # the replay is of the pass, not of one resource
+        values = [_q(started.isoformat()), _q(finished), repr(round(took, 6)), _q(boot_id), *[each] * count]
         text = "".join(_fill(entry["fragments"], entry["slots"], values))
         store.record_idle(entry["host"], finished, text)
         warnings = []
@@ -393,101 +294,6 @@ def _load(where: str) -> dict[str, Any] | None:
     if not isinstance(entry, dict) or entry.get("format") != FORMAT or entry.get("python") != sys.version:
         return None
     return entry
-
-
-def _stands(entry: dict[str, Any], manifest: str) -> bool:
-    """Whether the entry still stands: the same manifest and configuration bytes, code, plugins,
-    files it read, reboot places, kernel and host name."""
-    try:
-        if _digest(os.path.realpath(manifest)) != entry["manifest"]:
-            return False
-        config = entry["config"]
-        if config is not None and _digest(config[0]) != config[1]:
-            return False
-    except OSError:
-        return False
-    if os.uname().release != entry["kernel"] or (entry["name"] or os.uname().nodename) != entry["host"]:
-        return False
-    if entry["path"] != _search_path():  # a directory added where modules are found: another Datum, a plugin
-        return False
-    for path, kind, sig in entry["deps"]:
-        if kind == "stat":
-            if _now(path, True) != sig:
-                return False
-            continue
-        if kind == "digest":  # an included manifest: the bytes its validation read
-            try:
-                if _digest(path) != sig:
-                    return False
-            except OSError:
-                return False
-            continue
-        now = _now(path, False)
-        if kind == "dir" and (now is None or now[0] & _S_IFMT != _S_IFDIR):
-            return False
-        if kind != "dir" and now != sig:
-            return False
-    return True
-
-
-def _walk(entry: dict[str, Any], stop: Any) -> list[str] | None:
-    """Every probe's duration, as the report writes it; None as soon as one does not hold (or a
-    signal came: the engine then stops before its first resource, as it would have)."""
-    for path, kind in entry["dirs"]:  # each directory above a probed path, or its absence
-        now = _now(path, False)
-        if (now is None or now[0] & _S_IFMT != _S_IFDIR) if kind == "dir" else now is not None:
-            return None
-    took = []
-    clock = time.perf_counter
-    for probe in entry["probes"]:
-        if stop.signal is not None:
-            return None
-        began = clock()
-        if not holds(probe):
-            return None
-        took.append(repr(round(clock() - began, 6)))
-    return took
-
-
-def holds(probe: tuple[Any, ...]) -> bool:
-    """Whether what ``probe`` describes (``Provider.probe``) is so now."""
-    kind, where = probe[0], probe[1]
-    try:
-        st = os.lstat(where)
-    except FileNotFoundError:
-        return kind == "absent"
-    except OSError:
-        return False
-    if st.st_mode & _S_IFMT != _KINDS.get(kind):
-        return False
-    mode, uid, gid = probe[2:5]
-    if (
-        (mode is not None and st.st_mode & 0o7777 != mode)
-        or (uid is not None and st.st_uid != uid)
-        or (gid is not None and st.st_gid != gid)
-    ):
-        return False
-    content = probe[5] if kind == "file" else None
-    if content is None:
-        return True
-    size, digest = (len(content), None) if isinstance(content, bytes) else content
-    if st.st_size != size:
-        return False
-    try:
-        fd = os.open(where, _READ)
-    except OSError:
-        return False
-    try:
-        if os.fstat(fd).st_mode & _S_IFMT != _S_IFREG:
-            return False
-        if digest is None:
-            return os.read(fd, size + 1) == content
-        hashed = blake2b(digest_size=32)
-        while chunk := os.read(fd, 1 << 20):
-            hashed.update(chunk)
-        return hashed.digest() == digest
-    finally:
-        os.close(fd)
 
 
 def _q(text: str) -> str:

@@ -28,7 +28,7 @@ def _name(path: Path, base: Path) -> str:
 
 def _read(path: Path, read: list[tuple[str, str]] | None = None) -> str:
     """An included file's text; its path and the BLAKE2 of the bytes read are added to ``read``."""
-    from datum.host.manifest import MAX_BYTES
+    from datum.host.model import MAX_BYTES
 
     with path.open("rb") as stream:
         data = stream.read(MAX_BYTES + 1)
@@ -67,7 +67,7 @@ def expand(
     file's path and the digest of the bytes it was made from.
     """
     from datum.core.findings import Problem
-    from datum.host.manifest import _yaml
+    from datum.host.document import parse
 
     found: list[FieldError] = []
     resources: list[Any] = []
@@ -99,7 +99,7 @@ def expand(
                 found.append(FieldError(where, f"cannot read {rel}: {getattr(exc, 'strerror', None) or exc}"))
                 continue
             try:
-                child, more = _yaml(text, str(target))
+                child, more = parse(text, str(target))
             except Problem as problem:
                 for finding in problem.findings:
                     found.extend(FieldError(f"{_name(target, base)}: {f.field}", f.message) for f in finding.fields)

@@ -11,30 +11,25 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from datum.core.vocab import RebootPolicy
-from datum.providers import fs
+from datum.providers import fs, reads
 from datum.providers.base import ProviderError
-from datum.providers.value import Frozen
 
 MARKERS = ("/run/reboot-required", "/var/run/reboot-required")
 
 
-class Found(Frozen):
+@dataclass(frozen=True, slots=True)
+class Found:
     """What this pass found: reasons, and the markers by path with their mtime."""
 
-    __slots__ = ("reasons", "markers", "kernel")
     reasons: tuple[str, ...]
     markers: dict[str, int]
-    kernel: str | None  # the newer kernel in /boot, when there is one
-
-    def __init__(self, reasons: tuple[str, ...], markers: dict[str, int], kernel: str | None = None) -> None:
-        object.__setattr__(self, "reasons", reasons)
-        object.__setattr__(self, "markers", markers)
-        object.__setattr__(self, "kernel", kernel)
+    kernel: str | None = None  # the newer kernel in /boot, when there is one
 
 
 def _version_key(version: str) -> tuple[Any, ...]:
@@ -48,7 +43,7 @@ def newer_kernel(root: Path, running: str) -> str | None:
     """
     try:
         boot = fs.resolve(root, "/boot")
-        versions = [p.name.removeprefix("vmlinuz-") for p in boot.glob("vmlinuz-*")]
+        versions = [n.removeprefix("vmlinuz-") for n in reads.listdir(str(boot)) if n.startswith("vmlinuz-")]
     except (OSError, ProviderError):
         return None
     if not versions:
@@ -85,7 +80,7 @@ def _marker(root: Path, marker: str) -> tuple[Path, int, str | None]:
     """(where it is, its mtime, the reason it gives) for one marker; no reason when it is absent."""
     try:
         real = fs.resolve(root, marker)
-        st = os.lstat(real)
+        st = reads.lstat(str(real))
     except (FileNotFoundError, NotADirectoryError):
         return Path(marker), 0, None  # absent (a parent that is a file included)
     except (OSError, ProviderError) as exc:
@@ -199,14 +194,10 @@ def in_window(window: str, now: datetime) -> bool:
     return (today in days and minute >= start) or ((today - 1) % 7 in days and minute < end)
 
 
-class Decision(Frozen):
-    __slots__ = ("reboot_now", "action")
+@dataclass(frozen=True, slots=True)
+class Decision:
     reboot_now: bool
     action: str
-
-    def __init__(self, reboot_now: bool, action: str) -> None:
-        object.__setattr__(self, "reboot_now", reboot_now)
-        object.__setattr__(self, "action", action)
 
 
 def decide(
@@ -227,16 +218,12 @@ def decide(
     return Decision(True, "rebooting now (reboot_policy automatic)")
 
 
-class Slot(Frozen):
+@dataclass(frozen=True, slots=True)
+class Slot:
     """The group's reboot budget's answer: a slot to reboot in, or why not (the host's reason then)."""
 
-    __slots__ = ("granted", "words")
     granted: bool
     words: str
-
-    def __init__(self, granted: bool, words: str) -> None:
-        object.__setattr__(self, "granted", granted)
-        object.__setattr__(self, "words", words)
 
 
 def reboot_argv(command: str) -> list[str]:

@@ -7,9 +7,11 @@ system's, because ownership inside a root means that root's users.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from datum.providers import reads
 from datum.providers.base import HostContext, ProviderError
 from datum.providers.fs import read_bytes, write_atomic
-from datum.providers.value import Frozen
 
 PASSWD = "/etc/passwd"
 GROUP = "/etc/group"
@@ -20,16 +22,12 @@ GSHADOW = "/etc/gshadow"
 _SECRET = {SHADOW: 0o640, GSHADOW: 0o640}
 
 
-class Table(Frozen):
+@dataclass(frozen=True, slots=True, repr=False)
+class Table:
     """One colon-separated database: its rows in file order."""
 
-    __slots__ = ("path", "rows")
     path: str
     rows: tuple[tuple[str, ...], ...]
-
-    def __init__(self, path: str, rows: tuple[tuple[str, ...], ...]) -> None:
-        object.__setattr__(self, "path", path)
-        object.__setattr__(self, "rows", rows)
 
     def __repr__(self) -> str:  # shadow and gshadow hold hashes: never in a repr or a traceback
         if self.path in _SECRET:
@@ -85,7 +83,8 @@ def read_table(ctx: HostContext, path: str) -> Table:
 
 
 def exists(ctx: HostContext, path: str) -> bool:
-    return ctx.path(path).exists()
+    """Whether the database at host ``path`` is there (a read of the host, recorded)."""
+    return reads.kind(ctx.real(path)) is not None
 
 
 def write_table(ctx: HostContext, table: Table) -> None:

@@ -1,7 +1,9 @@
 """What every provider is: resolve desired (I/O), observe (I/O), plan (pure), apply (I/O), verify.
 
 No pydantic here: a pass whose manifest was validated before runs without it
-(see ``datum.host.compiled``); the attribute models live in ``specs``.
+(see ``datum.host.compiled``). A pass hands every provider its resource's
+``Attributes``; the model that validated them (``Provider.spec``) lives beside
+the provider (``datum.providers.file.spec``) and is imported to validate only.
 
 A provider also says whether it supports this host at all; a resource no
 provider supports is ``skipped`` with that reason, never attempted.
@@ -11,11 +13,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 from datum.core.vocab import Action, Mode
-from datum.providers.value import Frozen, Value
+from datum.providers.errors import ProviderError as ProviderError  # raised by every provider
 
 if TYPE_CHECKING:  # keeps the facts module (and subprocess) out of idle passes
     import subprocess
@@ -23,31 +27,50 @@ if TYPE_CHECKING:  # keeps the facts module (and subprocess) out of idle passes
     from datum.providers.facts import Facts
 
 
-class ProviderError(Exception):
-    """A provider could not observe or apply; the message is what the pass line says."""
+class Attributes(SimpleNamespace):
+    """A resource's validated attributes as a pass reads them: read-only, and the same object
+    whether validation ran in this process or its result came from the cache (``datum.host.compiled``).
+
+    Its ``repr`` names the attributes without their values: one may be a secret (a password hash).
+    It has no methods of its own, so every attribute name is free (``File``'s ``replace``):
+    ``vars(attributes)`` is the mapping, ``Attributes(**{**vars(a), name: value})`` a changed copy.
+    """
+
+    __slots__ = ()
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"the attributes of a resource are read-only: cannot set {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"the attributes of a resource are read-only: cannot delete {name!r}")
+
+    def __repr__(self) -> str:
+        return f"Attributes({', '.join(vars(self))})"
+
+
+@dataclass(frozen=True, slots=True)
+class Beside:
+    """A file next to the manifest that a resource reads (a ``source``, a ``template``): the
+    attribute that names it, its path as written, and whether ``--allow-source-outside`` may
+    take it out of the manifest's directory (a template always stays there)."""
+
+    attribute: str
+    path: str
+    may_leave: bool = True
 
 
 # --- the host a pass runs against ------------------------------------------------------------
 
 
-class Completed(Value):
+@dataclass(slots=True)
+class Completed:
     """A finished command: its argv, exit status and output."""
 
-    __slots__ = ("argv", "returncode", "stdout", "stderr", "timed_out")
     argv: tuple[str, ...]
     returncode: int
     stdout: str
     stderr: str
-    timed_out: bool  # killed at its timeout (status 124), not an answer of its own
-
-    def __init__(
-        self, argv: tuple[str, ...], returncode: int, stdout: str, stderr: str, timed_out: bool = False
-    ) -> None:
-        self.argv = argv
-        self.returncode = returncode
-        self.stdout = stdout
-        self.stderr = stderr
-        self.timed_out = timed_out
+    timed_out: bool = False  # killed at its timeout (status 124), not an answer of its own
 
     def why(self, name: str | None = None) -> str:
         """The failure as one line: ``NAME exited N: <tail>`` (``tail``); NAME is the program's."""
@@ -96,6 +119,9 @@ def run(
     """
     import subprocess
 
+    from datum.providers.reads import opaque
+
+    opaque(f"ran {argv[0] if argv else 'a command'}")  # a read no replay of the pass can make
     try:
         proc = subprocess.Popen(
             list(argv) if not shell else argv[0],
@@ -138,56 +164,27 @@ def _kill_group(proc: subprocess.Popen[str]) -> None:
         proc.wait()
 
 
-class HostContext(Value):
+@dataclass(slots=True)
+class HostContext:
     """Everything a provider may know about the host of this pass; nothing global."""
 
-    __slots__ = (
-        "root", "mode", "manifest_dir", "boot_id_file", "managed_paths", "manifest", "runner",
-        "systemd", "cache", "_facts", "_kept", "_stat",
-    )  # fmt: skip
     root: Path
-    mode: Mode
-    manifest_dir: Path
-    boot_id_file: str
+    mode: Mode = Mode.ENFORCE
+    manifest_dir: Path = field(default_factory=Path.cwd)
+    boot_id_file: str = "/proc/sys/kernel/random/boot_id"
     # Host paths that some resource of the manifest manages (a Directory purge keeps them).
-    managed_paths: frozenset[str]
+    managed_paths: frozenset[str] = frozenset()
     # The manifest of this pass, when a pass runs: a Directory purge keeps every path it touches.
-    manifest: Any
-    runner: Runner
+    manifest: Any = None
+    runner: Runner = run
     # Whether systemd runs as PID 1; None asks the running system.
-    systemd: bool | None
-    cache: dict[str, Any]
-    _facts: Facts | None
-    _kept: frozenset[str] | None
-    _stat: tuple[str, os.stat_result] | None  # (path, lstat) of the last ``real()``
+    systemd: bool | None = None
+    cache: dict[str, Any] = field(default_factory=dict)
+    _facts: Facts | None = None
+    _kept: frozenset[str] | None = None
+    _stat: tuple[str, os.stat_result] | None = None  # (path, lstat) of the last ``real()``
 
-    def __init__(
-        self,
-        root: Path,
-        mode: Mode = Mode.ENFORCE,
-        manifest_dir: Path | None = None,
-        boot_id_file: str = "/proc/sys/kernel/random/boot_id",
-        managed_paths: frozenset[str] = frozenset(),
-        manifest: Any = None,
-        runner: Runner | None = None,
-        systemd: bool | None = None,
-        cache: dict[str, Any] | None = None,
-        _facts: Facts | None = None,
-        _kept: frozenset[str] | None = None,
-        _stat: tuple[str, os.stat_result] | None = None,
-    ) -> None:
-        self.root = root
-        self.mode = mode
-        self.manifest_dir = Path.cwd() if manifest_dir is None else manifest_dir
-        self.boot_id_file = boot_id_file
-        self.managed_paths = managed_paths
-        self.manifest = manifest
-        self.runner = run if runner is None else runner
-        self.systemd = systemd
-        self.cache = {} if cache is None else cache
-        self._facts = _facts
-        self._kept = _kept
-        self._stat = _stat
+    def __post_init__(self) -> None:
         from datum.providers.fs import forget_sweeps
 
         forget_sweeps()  # a new pass sweeps leftover temporary files again
@@ -242,35 +239,24 @@ class HostContext(Value):
     def systemd_running(self) -> bool:
         """Whether systemd is PID 1 here, as sd_booted(3) tells it."""
         if self.systemd is None:
-            self.systemd = os.path.isdir("/run/systemd/system")
+            from datum.providers.reads import kind
+
+            self.systemd = kind("/run/systemd/system") == 0o040000  # a directory (sd_booted)
         return self.systemd
 
 
 # --- what a provider returns -------------------------------------------------------------------
 
 
-class Change(Frozen):
+@dataclass(frozen=True, slots=True)
+class Change:
     """The plan for one resource: an action and, when there is one, what differs."""
 
-    __slots__ = ("action", "differences", "diff", "sensitive")
-    action: Action
-    differences: tuple[str, ...]
-    diff: str | None
+    action: Action = Action.NONE
+    differences: tuple[str, ...] = ()
+    diff: str | None = None
     # The content diff was withheld (a file not world-readable, or sensitive: true).
-    sensitive: bool
-
-    def __init__(
-        self,
-        action: Action = Action.NONE,
-        differences: tuple[str, ...] = (),
-        diff: str | None = None,
-        sensitive: bool = False,
-    ) -> None:
-        setattr_ = object.__setattr__
-        setattr_(self, "action", action)
-        setattr_(self, "differences", differences)
-        setattr_(self, "diff", diff)
-        setattr_(self, "sensitive", sensitive)
+    sensitive: bool = False
 
     @property
     def summary(self) -> str:
@@ -288,7 +274,7 @@ class Provider(Generic[S, W, H]):
     """One resource type on this host. ``W`` is its resolved desired state, ``H`` what it observed."""
 
     type: ClassVar[str]
-    # Its attributes' pydantic model (a ``datum.providers.specs.Spec``), as "module:Class" or
+    # Its attributes' pydantic model (a ``datum.providers.spec.Spec``), as "module:Class" or
     # the class: imported for validation only, so a pass over a validated manifest never loads it.
     spec: ClassVar[str | type[Any]]
     # The attribute the resource's name fills when the manifest leaves it out
@@ -296,6 +282,10 @@ class Provider(Generic[S, W, H]):
     namevar: ClassVar[str | None] = None
     # Whether a change in a resource it subscribes to makes it act (restart, refresh).
     refreshable: ClassVar[bool] = False
+    # Whether every read it makes of the host goes through ``datum.providers.reads`` (so the idle
+    # pass can replay a pass that converged it: ``datum.host.idle``). A provider that reads the host
+    # another way (its own files, a service's API) leaves it False: every pass with it runs the engine.
+    reads_recorded: ClassVar[bool] = False
     # Whether its apply leaves directory fsyncs to ``fs.sync_dirs()`` (the executor runs it
     # before applying a resource of any other provider, and at the end of the pass).
     defers_dir_sync: ClassVar[bool] = False
@@ -321,9 +311,17 @@ class Provider(Generic[S, W, H]):
 
     def touches(self, spec: S) -> list[str]:
         """The host paths this resource reads or writes, owned or not (a Directory purge keeps them)."""
-        found = self.paths(spec)
-        creates = getattr(spec, "creates", None)  # Exec: the path its command makes
-        return [*found, creates] if isinstance(creates, str) else found
+        return self.paths(spec)
+
+    def beside(self, spec: S) -> list[Beside]:
+        """The files next to the manifest this resource reads: validation checks each is there
+        (and inside the manifest's directory), and a cached manifest is valid only while they are."""
+        return []
+
+    def secret(self, spec: S) -> bool:
+        """Whether this resource holds something that is never shown nor kept in the clear (a
+        file's ``sensitive`` content, or content read from a ``source``; a password hash)."""
+        return False
 
     def desired(self, name: str, spec: S, ctx: HostContext) -> W:
         """The fully resolved desired state (content rendered, paths under root)."""
@@ -344,15 +342,6 @@ class Provider(Generic[S, W, H]):
         """Make the change; return why it needs a reboot, if it does."""
         raise NotImplementedError
 
-    def probe(self, spec: S, want: W, ctx: HostContext) -> tuple[Any, ...] | None:
-        """What the idle pass (``datum.host.idle``) checks to know this resource is still in place
-        without the pass engine, or None when it cannot say (then every idle pass runs the engine).
-
-        A probe is plain data (``marshal`` stores it) that ``datum.host.idle.holds`` checks; it must
-        never hold where ``plan`` would find a change (tests/host/test_idle.py checks ``File``'s).
-        """
-        return None
-
     def verify(self, want: W, change: Change, ctx: HostContext) -> str | None:
         """After apply: None when observing again confirms the result, else what still differs."""
         again = self.plan(want, self.observe(want, ctx))
@@ -364,10 +353,3 @@ class PathProvider(Provider[S, W, H]):
 
     def paths(self, spec: S) -> list[str]:
         return [spec.path]  # type: ignore[attr-defined]
-
-    @staticmethod
-    def plain(ctx: HostContext, host_path: str, where: str) -> bool:
-        """Whether ``host_path`` resolved to ``where`` through no link (the only paths a probe names:
-        the idle pass checks that every directory above one is still a directory)."""
-        root = str(ctx.root)
-        return where == os.path.normpath(host_path if root == "/" else root + host_path)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 
+from datum.providers import reads
 from datum.providers.value import Frozen
 
 TYPE_CHECKING = False  # the idle pass reads the boot id: no typing or pathlib imported for it
@@ -66,20 +67,29 @@ def parse_os_release(text: str) -> dict[str, str]:
 
 
 def _read(path: str | Path) -> str:
+    """A file under the root (its real path), as text; empty when it cannot be read."""
     try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            return f.read()
+        data = reads.read_bytes(str(path))
     except OSError:
         return ""
+    return "" if data is None else data.decode("utf-8", "replace")
 
 
 def read_boot_id(boot_id_file: str) -> str:
     """The running boot's id; ``DATUM_BOOT_ID_FILE`` overrides the configured file (tests)."""
-    return _read(os.environ.get("DATUM_BOOT_ID_FILE") or boot_id_file).strip()
+    found: str = reads.fact("text", os.environ.get("DATUM_BOOT_ID_FILE") or boot_id_file)
+    return found
 
 
 def running_kernel() -> str:
-    return os.uname().release
+    found: str = reads.fact("uname", "release")
+    return found
+
+
+def node_name() -> str:
+    """What gethostname(2) returns, without importing socket."""
+    found: str = reads.fact("uname", "nodename")
+    return found
 
 
 def read_facts(root: Path, boot_id_file: str) -> Facts:
@@ -90,16 +100,11 @@ def read_facts(root: Path, boot_id_file: str) -> Facts:
     os_release = parse_os_release(_read(resolve(root, "/etc/os-release")))
     if not os_release:
         os_release = parse_os_release(_read(resolve(root, "/usr/lib/os-release")))
-    mem_kb = 0
-    for line in _read("/proc/meminfo").splitlines():
-        if line.startswith("MemTotal:"):
-            mem_kb = int(line.split()[1])
-            break
     return Facts(
-        hostname=hostname or os.uname().nodename,
+        hostname=hostname or node_name(),
         os_release=os_release,
         kernel=running_kernel(),
         boot_id=read_boot_id(boot_id_file),
-        cpu_count=os.cpu_count() or 1,
-        memory_mb=mem_kb // 1024,
+        cpu_count=reads.fact("cpus"),
+        memory_mb=reads.fact("memory_kb") // 1024,
     )

@@ -13,7 +13,8 @@ import stat
 from collections.abc import Iterator
 from pathlib import Path
 
-from datum.providers.base import ProviderError
+from datum.providers import reads
+from datum.providers.errors import ProviderError
 
 _MAX_LINKS = 40
 
@@ -69,7 +70,7 @@ def real_path(
     if not follow_last:
         return candidate
     try:
-        st = os.lstat(candidate)
+        st = reads.lstat(candidate)
     except OSError:  # absent, or a parent that is not a directory: the observer says which
         return candidate
     if not stat.S_ISLNK(st.st_mode):
@@ -109,11 +110,11 @@ def _walk(
         here = os.path.join(top, *done, part)
         if seen is not None:
             seen.add(here)
-        if (todo or follow_last) and os.path.islink(here):
+        if (todo or follow_last) and reads.kind(here) == stat.S_IFLNK:
             hops += 1
             if hops > _MAX_LINKS:
                 raise Escape(f"{original}: too many levels of symbolic links")
-            target = os.readlink(here)
+            target = reads.readlink(here)
             if target.startswith("/"):
                 if top != "/":
                     target = _absolute_under(top, target, here, original)
@@ -152,7 +153,7 @@ def _absolute_under(top: str, target: str, link: str, original: str) -> str:
     real = os.path.normpath(target)
     if os.path.commonpath([top, real]) == top:
         return real[len(top) :] or "/"
-    if os.path.lexists(os.path.join(top, real.lstrip("/"))) or not os.path.lexists(real):
+    if reads.kind(os.path.join(top, real.lstrip("/"))) is not None or reads.kind(real) is None:
         return target
     raise Escape(f"{original}: {link} links out of the root to {target}")
 
@@ -367,29 +368,17 @@ def read_file(path: Path | str, st: os.stat_result) -> bytes | None:
     if what != "file":
         raise ProviderError(f"{path} is a {what}, not a regular file; refusing to read it")
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return None
+        return reads.content(os.fspath(path), st)  # O_NOFOLLOW | O_NONBLOCK: never a link, never hangs
+    except reads.NotRegular as exc:
+        raise ProviderError(f"{path} is not a regular file; refusing to read it") from exc
     except OSError as exc:
         raise ProviderError(f"cannot read {path}: {exc.strerror}") from exc
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise ProviderError(f"{path} is not a regular file; refusing to read it")
-        size = st.st_size + 1  # all of it in one read, unless it grew since
-        first = os.read(fd, size)
-        if len(first) < size:  # a short read of a regular file is its end: no second read to find it
-            return first
-        parts = [first]
-        while chunk := os.read(fd, 1 << 20):
-            parts.append(chunk)
-        return b"".join(parts)
-    finally:
-        os.close(fd)
 
 
 def lstat(path: Path | str) -> os.stat_result | None:
+    """The ``lstat`` of ``path`` (a read recorded by ``datum.providers.reads``); None when absent."""
     try:
-        return os.lstat(path)
+        return reads.lstat(os.fspath(path))
     except FileNotFoundError:
         return None
     except NotADirectoryError as exc:

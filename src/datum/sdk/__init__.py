@@ -77,11 +77,11 @@ _WHERE: dict[str, str] = {
     "invalid": "datum.core.findings",
     "Provider": "datum.providers.base",
     "PathProvider": "datum.providers.base",
-    "HostPath": "datum.providers.specs",
+    "HostPath": "datum.providers.spec",
     "Action": "datum.core.vocab",
     "HostContext": "datum.providers.base",
     "Change": "datum.providers.base",
-    "Spec": "datum.providers.specs",
+    "Spec": "datum.providers.spec",
     "remove_empty": "datum.safefs",
     "count_objects": "datum.safefs",
     "Occupied": "datum.safefs",
@@ -164,7 +164,7 @@ if TYPE_CHECKING:
     )
     from datum.plugins.spec import ReconcilerPlugin
     from datum.providers.base import Change, HostContext, PathProvider, Provider
-    from datum.providers.specs import HostPath, Spec
+    from datum.providers.spec import HostPath, Spec
     from datum.reconcile.context import Item, PassContext, SubstrateError
     from datum.reconcile.coverage import CoverageSpec
     from datum.reconcile.desired import set_status

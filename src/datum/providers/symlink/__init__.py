@@ -3,52 +3,36 @@
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from datum.core.vocab import Action
-from datum.providers import fs
-from datum.providers.base import Change, HostContext, PathProvider, ProviderError
-from datum.providers.value import Frozen
-
-if TYPE_CHECKING:
-    from datum.providers.specs import SymlinkSpec
+from datum.providers import fs, reads
+from datum.providers.base import Attributes, Change, HostContext, PathProvider, ProviderError
 
 
-class LinkWant(Frozen):
-    __slots__ = ("host_path", "real", "ensure", "target", "force")
+@dataclass(frozen=True, slots=True)
+class LinkWant:
     host_path: str
     real: Path
     ensure: str
     target: str | None
-    force: bool
-
-    def __init__(
-        self, host_path: str, real: Path, ensure: str, target: str | None, force: bool = False
-    ) -> None:
-        object.__setattr__(self, "host_path", host_path)
-        object.__setattr__(self, "real", real)
-        object.__setattr__(self, "ensure", ensure)
-        object.__setattr__(self, "target", target)
-        object.__setattr__(self, "force", force)
+    force: bool = False
 
 
-class LinkHave(Frozen):
-    __slots__ = ("kind", "target")
+@dataclass(frozen=True, slots=True)
+class LinkHave:
     kind: str
     target: str | None
 
-    def __init__(self, kind: str, target: str | None) -> None:
-        object.__setattr__(self, "kind", kind)
-        object.__setattr__(self, "target", target)
 
-
-class SymlinkProvider(PathProvider["SymlinkSpec", LinkWant, LinkHave]):
+class SymlinkProvider(PathProvider[Attributes, LinkWant, LinkHave]):
     type = "Symlink"
-    spec = "datum.providers.specs:SymlinkSpec"
+    reads_recorded = True  # through datum.providers.reads: the idle pass replays them
+    spec = "datum.providers.symlink.spec:SymlinkSpec"
     namevar = "path"
 
-    def desired(self, name: str, spec: SymlinkSpec, ctx: HostContext) -> LinkWant:
+    def desired(self, name: str, spec: Attributes, ctx: HostContext) -> LinkWant:
         real = ctx.path(spec.path, follow_last=False)
         if real == ctx.root:
             raise ProviderError(f"{spec.path} is the root; a Symlink never removes or replaces it")
@@ -56,7 +40,7 @@ class SymlinkProvider(PathProvider["SymlinkSpec", LinkWant, LinkHave]):
 
     def observe(self, want: LinkWant, ctx: HostContext) -> LinkHave:
         kind = fs.kind(fs.lstat(want.real))
-        return LinkHave(kind, os.readlink(want.real) if kind == "link" else None)
+        return LinkHave(kind, reads.readlink(str(want.real)) if kind == "link" else None)
 
     def plan(self, want: LinkWant, have: LinkHave) -> Change:
         # What apply would refuse, plan refuses too (the pass line says why, not "update").

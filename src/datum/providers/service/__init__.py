@@ -8,36 +8,23 @@ start is ``failed`` with the last lines of its journal in the reason.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 from datum.core.vocab import Action
-from datum.providers.base import Change, HostContext, Provider, ProviderError
-from datum.providers.value import Frozen
-
-if TYPE_CHECKING:
-    from datum.providers.specs import ServiceSpec
+from datum.providers.base import Attributes, Change, HostContext, Provider, ProviderError
 
 
-class SvcWant(Frozen):
-    __slots__ = ("unit", "ensure", "enable")
+@dataclass(frozen=True, slots=True)
+class SvcWant:
     unit: str
     ensure: str | None
     enable: bool | None
 
-    def __init__(self, unit: str, ensure: str | None, enable: bool | None) -> None:
-        object.__setattr__(self, "unit", unit)
-        object.__setattr__(self, "ensure", ensure)
-        object.__setattr__(self, "enable", enable)
 
-
-class SvcHave(Frozen):
-    __slots__ = ("active", "enabled")
+@dataclass(frozen=True, slots=True)
+class SvcHave:
     active: str  # systemctl is-active: active, inactive, failed, activating, ...
     enabled: str  # systemctl is-enabled: enabled, disabled, static, masked, not-found, ...
-
-    def __init__(self, active: str, enabled: str) -> None:
-        object.__setattr__(self, "active", active)
-        object.__setattr__(self, "enabled", enabled)
 
 
 def unit_name(name: str) -> str:
@@ -76,9 +63,9 @@ def commands(want: SvcWant, have: SvcHave, action: Action) -> list[list[str]]:
     return out
 
 
-class ServiceProvider(Provider["ServiceSpec", SvcWant, SvcHave]):
+class ServiceProvider(Provider[Attributes, SvcWant, SvcHave]):
     type = "Service"
-    spec = "datum.providers.specs:ServiceSpec"
+    spec = "datum.providers.service.spec:ServiceSpec"
     namevar = "name"
     refreshable = True
 
@@ -89,7 +76,7 @@ class ServiceProvider(Provider["ServiceSpec", SvcWant, SvcHave]):
             return f"--root {ctx.root} is not the running system"
         return None
 
-    def desired(self, name: str, spec: ServiceSpec, ctx: HostContext) -> SvcWant:
+    def desired(self, name: str, spec: Attributes, ctx: HostContext) -> SvcWant:
         return SvcWant(unit_name(spec.name), spec.ensure, spec.enable)
 
     def observe(self, want: SvcWant, ctx: HostContext) -> SvcHave:

@@ -17,16 +17,11 @@ from __future__ import annotations
 
 import re
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from datum.core.vocab import Action
-from datum.providers.base import Change, HostContext, Provider, ProviderError
-from datum.providers.value import Frozen
-
-if TYPE_CHECKING:
-    from datum.providers.specs import PackageSpec
-
+from datum.providers.base import Attributes, Beside, Change, HostContext, Provider, ProviderError
 
 ADMINDIR = "/var/lib/dpkg"
 VERSION = re.compile(r"^[0-9][A-Za-z0-9.+~:-]*$")
@@ -43,43 +38,22 @@ _APT_CONF_POLICY = tuple(arg for opt in CONF_POLICY for arg in ("-o", f"Dpkg::Op
 UNFINISHED = frozenset({"half-installed", "unpacked", "half-configured", "triggers-awaited", "triggers-pending"})
 
 
-class PkgWant(Frozen):
-    __slots__ = ("name", "ensure", "version", "source", "reboot")
+@dataclass(frozen=True, slots=True)
+class PkgWant:
     name: str
     ensure: str
     version: str | None  # the exact version wanted, when one is
     source: Path | None
     reboot: bool
 
-    def __init__(
-        self, name: str, ensure: str, version: str | None, source: Path | None, reboot: bool
-    ) -> None:
-        object.__setattr__(self, "name", name)
-        object.__setattr__(self, "ensure", ensure)
-        object.__setattr__(self, "version", version)
-        object.__setattr__(self, "source", source)
-        object.__setattr__(self, "reboot", reboot)
 
-
-class PkgHave(Frozen):
-    __slots__ = ("version", "config_files", "candidate", "unfinished")
+@dataclass(frozen=True, slots=True)
+class PkgHave:
     version: str | None  # None: not installed
-    config_files: bool  # removed, its configuration files left (dpkg's config-files)
-    candidate: str | None  # the version apt would install (asked for ensure: latest only)
+    config_files: bool = False  # removed, its configuration files left (dpkg's config-files)
+    candidate: str | None = None  # the version apt would install (asked for ensure: latest only)
     # dpkg did not finish installing it: its status (``half-configured``...) and dpkg's words.
-    unfinished: tuple[str, str] | None
-
-    def __init__(
-        self,
-        version: str | None,
-        config_files: bool = False,
-        candidate: str | None = None,
-        unfinished: tuple[str, str] | None = None,
-    ) -> None:
-        object.__setattr__(self, "version", version)
-        object.__setattr__(self, "config_files", config_files)
-        object.__setattr__(self, "candidate", candidate)
-        object.__setattr__(self, "unfinished", unfinished)
+    unfinished: tuple[str, str] | None = None
 
 
 def apt_lists_empty(ctx: HostContext) -> bool:
@@ -131,10 +105,13 @@ def admindir(ctx: HostContext) -> Path:
     return ctx.path(ADMINDIR)
 
 
-class PackageProvider(Provider["PackageSpec", PkgWant, PkgHave]):
+class PackageProvider(Provider[Attributes, PkgWant, PkgHave]):
     type = "Package"
-    spec = "datum.providers.specs:PackageSpec"
+    spec = "datum.providers.package.spec:PackageSpec"
     namevar = "name"
+
+    def beside(self, spec: Attributes) -> list[Beside]:
+        return [Beside("source", spec.source)] if spec.source else []
 
     def supported(self, ctx: HostContext) -> str | None:
         if shutil.which("dpkg") is None:
@@ -143,7 +120,7 @@ class PackageProvider(Provider["PackageSpec", PkgWant, PkgHave]):
             return f"no dpkg database at {ADMINDIR}"
         return None
 
-    def desired(self, name: str, spec: PackageSpec, ctx: HostContext) -> PkgWant:
+    def desired(self, name: str, spec: Attributes, ctx: HostContext) -> PkgWant:
         source = (ctx.manifest_dir / spec.source) if spec.source else None
         version = spec.ensure if VERSION.match(spec.ensure) else None
         if source is not None:

@@ -7,14 +7,22 @@ import stat
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from datum.core.vocab import Action
-from datum.providers import fs
+from datum.providers import fs, reads
 from datum.providers.accounts import owner_ids
-from datum.providers.base import NO_CHANGE, Change, HostContext, PathProvider, ProviderError
-from datum.providers.value import Frozen
+from datum.providers.base import (
+    NO_CHANGE,
+    Attributes,
+    Beside,
+    Change,
+    HostContext,
+    PathProvider,
+    ProviderError,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -22,14 +30,9 @@ if TYPE_CHECKING:
     import jinja2
     import jinja2.sandbox
 
-    from datum.providers.specs import FileSpec
 
-
-class FileWant(Frozen):
-    __slots__ = (
-        "host_path", "where", "ensure", "content", "mode", "uid", "gid", "sensitive", "validate",
-        "replace", "backups",
-    )  # fmt: skip
+@dataclass(frozen=True, slots=True)
+class FileWant:
     host_path: str
     where: str  # the real path under the root, as a string (a pass builds no Path per file)
     ensure: str
@@ -37,58 +40,22 @@ class FileWant(Frozen):
     mode: int | None
     uid: int | None
     gid: int | None
-    sensitive: bool
-    validate: str | None  # a command with %s for the candidate's path
-    replace: bool  # type: ignore[assignment]  # False: content only when the file is created
-    backups: int  # how many backups of replaced content to keep (0: none)
-
-    def __init__(
-        self,
-        host_path: str,
-        where: str,
-        ensure: str,
-        content: bytes | None,
-        mode: int | None,
-        uid: int | None,
-        gid: int | None,
-        sensitive: bool = False,
-        validate: str | None = None,
-        replace: bool = True,
-        backups: int = 0,
-    ) -> None:
-        setattr_ = object.__setattr__
-        setattr_(self, "host_path", host_path)
-        setattr_(self, "where", where)
-        setattr_(self, "ensure", ensure)
-        setattr_(self, "content", content)
-        setattr_(self, "mode", mode)
-        setattr_(self, "uid", uid)
-        setattr_(self, "gid", gid)
-        setattr_(self, "sensitive", sensitive)
-        setattr_(self, "validate", validate)
-        setattr_(self, "replace", replace)
-        setattr_(self, "backups", backups)
+    sensitive: bool = False
+    validate: str | None = None  # a command with %s for the candidate's path
+    replace: bool = True  # type: ignore[assignment]  # False: content only when the file is created
+    backups: int = 0  # how many backups of replaced content to keep (0: none)
 
     @property
     def real(self) -> Path:
         return Path(self.where)
 
 
-class FileHave(Frozen):
-    __slots__ = ("kind", "content", "st", "rejected")
+@dataclass(frozen=True, slots=True)
+class FileHave:
     kind: str
     content: bytes | None
     st: os.stat_result | None
-    rejected: str | None  # why ``validate`` refused the new content
-
-    def __init__(
-        self, kind: str, content: bytes | None, st: os.stat_result | None, rejected: str | None = None
-    ) -> None:
-        setattr_ = object.__setattr__
-        setattr_(self, "kind", kind)
-        setattr_(self, "content", content)
-        setattr_(self, "st", st)
-        setattr_(self, "rejected", rejected)
+    rejected: str | None = None  # why ``validate`` refused the new content
 
 
 def validate_candidate(
@@ -101,6 +68,7 @@ def validate_candidate(
     Why keeps the tail of the command's output (``Completed.tail``, the copy's name shown as
     %s), unless the content is ``sensitive``: a checker that prints the line it refused would
     put the secret in the report, so then only the exit status is said."""
+    import dataclasses
     import shlex
     import tempfile
 
@@ -116,11 +84,11 @@ def validate_candidate(
     why = f"validate rejected the content: {command} exited {done.returncode}"
     if sensitive:
         return why + " (its output withheld: sensitive: true)"
-    tail = done.replace(stdout=done.stdout.replace(name, "%s"), stderr=done.stderr.replace(name, "%s")).tail()
+    tail = dataclasses.replace(done, stdout=done.stdout.replace(name, "%s"), stderr=done.stderr.replace(name, "%s")).tail()
     return why + (f": {tail}" if tail else "")
 
 
-def render_content(spec: FileSpec, ctx: HostContext) -> bytes | None:
+def render_content(spec: Attributes, ctx: HostContext) -> bytes | None:
     """The desired bytes: inline, from the source file or from the rendered template."""
     if spec.content is not None:
         return spec.content.encode()
@@ -136,16 +104,20 @@ def _read_source(source: str, manifest_dir: Path) -> bytes:
     """A relative ``source`` must still resolve inside the manifest's directory (validation
     checked it; this catches a link swapped since). An absolute one was allowed explicitly
     (``--allow-source-outside``) and resolved by validation."""
-    path = manifest_dir / source
+    real = reads.realpath(os.path.join(manifest_dir, source))
     if not Path(source).is_absolute():
-        real = path.resolve()
-        if not real.is_relative_to(manifest_dir.resolve()):
+        top = reads.realpath(str(manifest_dir))
+        if os.path.commonpath([top, real]) != top:
             raise ProviderError(f"source {source} resolves outside the manifest's directory")
-        path = real
     try:
-        return path.read_bytes()
+        data = reads.read_bytes(real)
+    except reads.NotRegular:
+        raise ProviderError(f"cannot read source {source}: not a regular file") from None
     except OSError as exc:
         raise ProviderError(f"cannot read source {source}: {exc.strerror}") from exc
+    if data is None:
+        raise ProviderError(f"cannot read source {source}: No such file or directory")
+    return data
 
 
 # Templates never produce more than this (a `'x' * 10**10` is refused, not attempted).
@@ -251,7 +223,7 @@ def _make_sandbox(
     import jinja2
     import jinja2.sandbox
 
-    root = os.path.realpath(manifest_dir)
+    root = reads.realpath(manifest_dir)
 
     class InsideLoader(jinja2.FileSystemLoader):
         """Only files whose real path is inside the manifest's directory."""
@@ -263,12 +235,17 @@ def _make_sandbox(
                 parts = jinja2.loaders.split_template_path(template)
             except jinja2.TemplateNotFound:
                 parts = None
-            real = os.path.realpath(os.path.join(root, *parts)) if parts else None
+            real = reads.realpath(os.path.join(root, *parts)) if parts else None
             if real is None or template.startswith("/") or os.path.commonpath([root, real]) != root:
                 raise jinja2.TemplateNotFound(
                     template, f"{template} is outside the manifest's directory"
                 )
-            return super().get_source(environment, template)
+            # Read as every read of a pass is (datum.providers.reads), never through a final
+            # link nor blocking; a compiled template is reused while these bytes stay.
+            data = _template_bytes(real)
+            if data is None:
+                raise jinja2.TemplateNotFound(template)
+            return data.decode("utf-8"), real, lambda: _template_bytes(real) == data
 
     class Sandbox(jinja2.sandbox.ImmutableSandboxedEnvironment):
         intercepted_binops = frozenset(["**", "*"])
@@ -296,6 +273,13 @@ def _make_sandbox(
     )
 
 
+def _template_bytes(real: str) -> bytes | None:
+    try:
+        return reads.read_bytes(real)
+    except OSError:
+        return None
+
+
 def keep_backup(real: Path, old: bytes, st: os.stat_result | None, keep: int) -> None:
     """``old`` beside the file as NAME.datum-backup-TIMESTAMP (its mode and owner), then only
     the newest ``keep`` backups of it stay."""
@@ -311,13 +295,22 @@ def keep_backup(real: Path, old: bytes, st: os.stat_result | None, keep: int) ->
         path.unlink(missing_ok=True)
 
 
-class FileProvider(PathProvider["FileSpec", FileWant, FileHave]):
+class FileProvider(PathProvider[Attributes, FileWant, FileHave]):
     type = "File"
-    spec = "datum.providers.specs:FileSpec"
+    reads_recorded = True  # through datum.providers.reads: the idle pass replays them
+    spec = "datum.providers.file.spec:FileSpec"
     namevar = "path"
     defers_dir_sync = True
 
-    def desired(self, name: str, spec: FileSpec, ctx: HostContext) -> FileWant:
+    def beside(self, spec: Attributes) -> list[Beside]:
+        source = [Beside("source", spec.source)] if spec.source else []
+        return source + ([Beside("template", spec.template, may_leave=False)] if spec.template else [])
+
+    def secret(self, spec: Attributes) -> bool:
+        # A source's bytes are not in the manifest, and may be readable by their owner alone.
+        return bool(spec.sensitive or spec.source)
+
+    def desired(self, name: str, spec: Attributes, ctx: HostContext) -> FileWant:
         owned = spec.owner is not None or spec.group is not None
         uid, gid = owner_ids(ctx, spec.owner, spec.group) if owned else (None, None)
         # Present writes through a final link (to its target inside the root);
@@ -362,17 +355,6 @@ class FileProvider(PathProvider["FileSpec", FileWant, FileHave]):
                 )
         return FileHave(kind, content, st, rejected)
 
-    def probe(self, spec: FileSpec, want: FileWant, ctx: HostContext) -> tuple[object, ...] | None:
-        """``("file", where, mode, uid, gid, content)`` (None where not managed; ``content`` None
-        when only a new file gets it) or ``("absent", where)``: what ``plan`` finds no change in.
-        None for a template (its facts may change) and for a path that went through a link (the
-        idle pass checks plain paths only); a ``source`` is a dependency of the idle entry."""
-        if getattr(spec, "template", None) is not None or not self.plain(ctx, want.host_path, want.where):
-            return None
-        if want.ensure != "present":
-            return ("absent", want.where)
-        return ("file", want.where, want.mode, want.uid, want.gid, want.content if want.replace else None)
-
     @staticmethod
     def _refuse(want: FileWant, have: FileHave) -> None:
         """Raise what apply would refuse; plan raises it too (the pass line says why, not "update")."""
@@ -410,7 +392,7 @@ class FileProvider(PathProvider["FileSpec", FileWant, FileHave]):
         existing = stat.S_IMODE(have.st.st_mode) if have.st is not None else None
         marker = fs.redaction(want.sensitive, want.mode, existing)
         diff = marker or fs.unified(want.host_path, before, want.content or b"")
-        return change.replace(diff=diff, sensitive=marker is not None)
+        return replace(change, diff=diff, sensitive=marker is not None)
 
     def apply(self, want: FileWant, have: FileHave, change: Change, ctx: HostContext) -> str | None:
         self._refuse(want, have)  # whoever calls

@@ -25,22 +25,22 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from datum.core.vocab import Action, Direction, Reason
-from datum.providers import fs
+from datum.providers import fs, reads
 from datum.providers.accounts import owner_ids
-from datum.providers.base import Change, HostContext, PathProvider, ProviderError
-from datum.providers.value import Frozen
+from datum.providers.base import Attributes, Change, HostContext, PathProvider, ProviderError
 
 if TYPE_CHECKING:
     from datum import safefs
-    from datum.providers.specs import DirectorySpec
 
 
-class DirWant(Frozen):
+@dataclass(frozen=True, slots=True)
+class DirWant:
     """What a Directory resource wants.
 
     With ``recurse``: ``left`` are the entries below that another resource sets
@@ -49,10 +49,6 @@ class DirWant(Frozen):
     file's mode below (the permission bits of ``mode``, x added where it gives r).
     """
 
-    __slots__ = (
-        "host_path", "real", "ensure", "mode", "uid", "gid", "purge", "force", "keep",
-        "recurse", "left", "left_trees", "file_mode",
-    )  # fmt: skip
     host_path: str
     real: Path
     ensure: str
@@ -62,69 +58,31 @@ class DirWant(Frozen):
     purge: bool
     force: bool
     keep: frozenset[str]
-    recurse: bool
-    left: frozenset[str]
-    left_trees: frozenset[str]
-    file_mode: int | None
-
-    def __init__(
-        self,
-        host_path: str,
-        real: Path,
-        ensure: str,
-        mode: int | None,
-        uid: int | None,
-        gid: int | None,
-        purge: bool,
-        force: bool,
-        keep: frozenset[str],
-        recurse: bool = False,
-        left: frozenset[str] = frozenset(),
-        left_trees: frozenset[str] = frozenset(),
-        file_mode: int | None = None,
-    ) -> None:
-        values = (host_path, real, ensure, mode, uid, gid, purge, force, keep, recurse, left, left_trees, file_mode)
-        for name, value in zip(self.__slots__, values, strict=True):
-            object.__setattr__(self, name, value)
+    recurse: bool = False
+    left: frozenset[str] = frozenset()
+    left_trees: frozenset[str] = frozenset()
+    file_mode: int | None = None
 
 
-class DirHave(Frozen):
+@dataclass(frozen=True, slots=True)
+class DirHave:
     """What observe found. ``held``: what each directory to be removed holds, counted by
     observe (None: it could not be counted), ``SELF`` for the directory itself when it is
     to be absent. ``below``: with ``recurse``, how many entries below differ, and the first few."""
 
-    __slots__ = ("kind", "st", "entries", "held", "below")
     kind: str
     st: os.stat_result | None
     entries: frozenset[str]
-    held: Mapping[str, safefs.Tally | None]
-    below: Below | None
-
-    def __init__(
-        self,
-        kind: str,
-        st: os.stat_result | None,
-        entries: frozenset[str],
-        held: Mapping[str, safefs.Tally | None] | None = None,
-        below: Below | None = None,
-    ) -> None:
-        object.__setattr__(self, "kind", kind)
-        object.__setattr__(self, "st", st)
-        object.__setattr__(self, "entries", entries)
-        object.__setattr__(self, "held", {} if held is None else held)
-        object.__setattr__(self, "below", below)
+    held: Mapping[str, safefs.Tally | None] = field(default_factory=dict)
+    below: Below | None = None
 
 
-class Below(Frozen):
+@dataclass(frozen=True, slots=True)
+class Below:
     """Entries below a recursing directory whose mode or ownership differ."""
 
-    __slots__ = ("count", "shown")
     count: int
     shown: tuple[str, ...]
-
-    def __init__(self, count: int, shown: tuple[str, ...]) -> None:
-        object.__setattr__(self, "count", count)
-        object.__setattr__(self, "shown", shown)
 
     def text(self) -> str:
         from datum import safefs
@@ -153,11 +111,10 @@ def kept_paths(ctx: HostContext) -> frozenset[str]:
     if manifest is not None:
         for r in manifest.resources:
             host_paths.update(provider(r.type).touches(r.spec))
-            for attr in ("source", "template"):
-                if value := getattr(r.spec, attr, None):
-                    local.add(os.path.realpath(os.path.join(manifest.dir, value)))
+            for beside in provider(r.type).beside(r.spec):
+                local.add(reads.realpath(os.path.join(manifest.dir, beside.path)))
         if manifest.source and manifest.source.startswith("/"):
-            local.add(os.path.realpath(manifest.source))
+            local.add(reads.realpath(manifest.source))
     kept: set[str] = set()
     for p in host_paths:
         kept |= fs.passes_through(ctx.root, p)
@@ -169,12 +126,13 @@ def kept_paths(ctx: HostContext) -> frozenset[str]:
     return ctx._kept
 
 
-class DirectoryProvider(PathProvider["DirectorySpec", DirWant, DirHave]):
+class DirectoryProvider(PathProvider[Attributes, DirWant, DirHave]):
     type = "Directory"
-    spec = "datum.providers.specs:DirectorySpec"
+    reads_recorded = True  # through datum.providers.reads: the idle pass replays them
+    spec = "datum.providers.directory.spec:DirectorySpec"
     namevar = "path"
 
-    def desired(self, name: str, spec: DirectorySpec, ctx: HostContext) -> DirWant:
+    def desired(self, name: str, spec: Attributes, ctx: HostContext) -> DirWant:
         uid, gid = owner_ids(ctx, spec.owner, spec.group)
         # Absent removes a link at the path, never the directory it points to.
         real = ctx.path(spec.path, follow_last=spec.ensure == "present")
@@ -211,8 +169,18 @@ class DirectoryProvider(PathProvider["DirectorySpec", DirWant, DirHave]):
         below = _observe_below(want) if want.recurse and kind == "directory" else None
         if kind != "directory" or not (want.purge or want.ensure == "absent"):
             return DirHave(kind, st, frozenset(), below=below)
-        # What each directory to be removed holds, counted now: apply counts again
-        # (datum.safefs imported here: a directory that is only present never needs it).
+        try:
+            entries = frozenset(reads.listdir(str(want.real)))  # a read: what a replay lists again
+        except OSError as exc:
+            if exc.errno in (errno.ENOTDIR, errno.ELOOP):
+                raise ProviderError(f"{want.host_path} changed while it was read; try again") from exc
+            raise
+        held: dict[str, safefs.Tally | None] = {}
+        doomed = entries - want.keep if want.ensure == "present" else entries if want.force else frozenset()
+        if not doomed:
+            return DirHave(kind, st, entries, held, below)
+        # What each directory to be removed holds, counted now: apply counts again (a pass that
+        # removes is never replayed by the idle pass; datum.safefs only for such a pass).
         from datum import safefs
 
         try:
@@ -220,28 +188,14 @@ class DirectoryProvider(PathProvider["DirectorySpec", DirWant, DirHave]):
         except NotADirectoryError as exc:
             raise ProviderError(f"{want.host_path} changed while it was read; try again") from exc
         try:
-            entries = frozenset(os.listdir(fd))
-            held: dict[str, safefs.Tally | None] = {}
             if want.ensure == "absent":
-                if want.force and entries:
-                    held[SELF] = safefs.tally_fd(fd)
+                held[SELF] = safefs.tally_fd(fd)
             else:
-                for name in entries - want.keep:
+                for name in doomed:
                     held.update(_tally_entry(fd, name))
         finally:
             os.close(fd)
         return DirHave(kind, st, entries, held, below)
-
-    def probe(self, spec: DirectorySpec, want: DirWant, ctx: HostContext) -> tuple[object, ...] | None:
-        """``("dir", where, mode, uid, gid)`` (None where not managed) for a directory that is only
-        present, or ``("absent", where)``: what ``plan`` finds no change in. None with ``purge`` or
-        ``recurse`` (what is below counts) and for a path that went through a link."""
-        where = str(want.real)
-        if want.purge or want.recurse or not self.plain(ctx, want.host_path, where):
-            return None
-        if want.ensure != "present":
-            return ("absent", where)
-        return ("dir", where, want.mode, want.uid, want.gid)
 
     def plan(self, want: DirWant, have: DirHave) -> Change:
         # What apply would refuse, plan refuses too (the pass line says why, not "update").
@@ -342,7 +296,7 @@ def recursed_over(ctx: HostContext, where: str) -> tuple[int | None, int | None,
             if r.type == "Directory" and getattr(r.spec, "recurse", False) and r.spec.ensure == "present"
         )
         _RECURSING[:] = [manifest, found]
-    best: tuple[int, DirectorySpec] | None = None
+    best: tuple[int, Attributes] | None = None
     for spec in _RECURSING[1]:  # type: ignore[attr-defined]
         try:
             top = str(ctx.path(spec.path)).rstrip("/") + "/"
@@ -357,7 +311,7 @@ def recursed_over(ctx: HostContext, where: str) -> tuple[int | None, int | None,
     return (None if spec.mode is None else spec.mode & 0o777), uid, gid
 
 
-def _left_to_others(ctx: HostContext, real: Path, spec: DirectorySpec) -> tuple[set[str], set[str]]:
+def _left_to_others(ctx: HostContext, real: Path, spec: Attributes) -> tuple[set[str], set[str]]:
     """Paths below ``real`` other resources set mode, owner or group on, and trees recursing Directories below cover."""
     left: set[str] = set()
     trees: set[str] = set()
@@ -395,13 +349,12 @@ def _wanted_below(
 
 
 def _walk_below(
-    want: DirWant, fd: int
+    want: DirWant, entries: Iterable[safefs.Below]
 ) -> Iterator[tuple[safefs.Below, tuple[int | None, int | None, int | None]]]:
-    """Each entry below that recurse manages, with what it should have; trees left to others are skipped."""
-    from datum import safefs
-
+    """Each of ``entries`` (``safefs.below``) that recurse manages, with what it should have; trees
+    left to others are skipped."""
     skipping: str | None = None
-    for e in safefs.below(fd):
+    for e in entries:
         if skipping is not None and e.path.startswith(skipping):
             continue
         skipping = None
@@ -425,18 +378,20 @@ def _open_top(want: DirWant) -> int:
 
 
 def _observe_below(want: DirWant) -> Below:
-    fd = _open_top(want)
+    """What differs below, walked as one read of the tree (``datum.providers.reads.tree``)."""
+    from datum import safefs
+
     count = 0
     shown: list[str] = []
     try:
-        for e, (mode, uid, gid) in _walk_below(want, fd):
+        for e, (mode, uid, gid) in _walk_below(want, reads.tree(str(want.real), safefs.below)):
             differs = fs.meta_differences(e.st, mode, uid, gid)
             if differs:
                 count += 1
                 if len(shown) < SHOWN:
                     shown.append(f"{e.path} {', '.join(differs)}")
-    finally:
-        os.close(fd)
+    except NotADirectoryError as exc:
+        raise ProviderError(f"{want.host_path} changed while it was read; try again") from exc
     return Below(count, tuple(shown))
 
 
@@ -448,7 +403,7 @@ def _apply_below(want: DirWant) -> None:
     failed: list[str] = []
     count = 0
     try:
-        for e, wanted in _walk_below(want, fd):
+        for e, wanted in _walk_below(want, safefs.below(fd)):
             if not fs.meta_differences(e.st, *wanted):
                 continue
             try:

@@ -11,47 +11,30 @@ so they must not change anything.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from datum.core.vocab import Action
-from datum.providers.base import Change, Completed, HostContext, Provider, ProviderError
-from datum.providers.value import Frozen
-
-if TYPE_CHECKING:
-    from datum.providers.specs import ExecSpec
-
+from datum.providers import reads
+from datum.providers.base import Attributes, Change, Completed, HostContext, Provider, ProviderError
 
 # The agent's credentials are its own, never a managed command's.
 _WITHHELD = frozenset({"DATUM_TOKEN"})
 
 
-class ExecWant(Frozen):
-    __slots__ = ("spec", "creates", "cwd", "env")
-    spec: ExecSpec
+@dataclass(frozen=True, slots=True)
+class ExecWant:
+    spec: Attributes
     creates: Path | None
     cwd: str
     env: dict[str, str]
 
-    def __init__(self, spec: ExecSpec, creates: Path | None, cwd: str, env: dict[str, str]) -> None:
-        object.__setattr__(self, "spec", spec)
-        object.__setattr__(self, "creates", creates)
-        object.__setattr__(self, "cwd", cwd)
-        object.__setattr__(self, "env", env)
 
-
-class ExecHave(Frozen):
-    __slots__ = ("created", "unless_ok", "onlyif_ok")
+@dataclass(frozen=True, slots=True)
+class ExecHave:
     created: bool | None  # None: no creates guard
     unless_ok: bool | None
     onlyif_ok: bool | None
-
-    def __init__(
-        self, created: bool | None, unless_ok: bool | None, onlyif_ok: bool | None
-    ) -> None:
-        object.__setattr__(self, "created", created)
-        object.__setattr__(self, "unless_ok", unless_ok)
-        object.__setattr__(self, "onlyif_ok", onlyif_ok)
 
 
 def shell(ctx: HostContext, want: ExecWant, command: str) -> Completed:
@@ -69,13 +52,17 @@ def guard(ctx: HostContext, want: ExecWant, name: str, command: str) -> bool:
     return done.returncode == 0
 
 
-class ExecProvider(Provider["ExecSpec", ExecWant, ExecHave]):
+class ExecProvider(Provider[Attributes, ExecWant, ExecHave]):
     type = "Exec"
-    spec = "datum.providers.specs:ExecSpec"
+    reads_recorded = True  # through datum.providers.reads: the idle pass replays them
+    spec = "datum.providers.exec.spec:ExecSpec"
     namevar = "command"
     refreshable = True
 
-    def desired(self, name: str, spec: ExecSpec, ctx: HostContext) -> ExecWant:
+    def touches(self, spec: Attributes) -> list[str]:
+        return [spec.creates] if spec.creates else []  # the path its command makes
+
+    def desired(self, name: str, spec: Attributes, ctx: HostContext) -> ExecWant:
         inherited = {k: v for k, v in os.environ.items() if k not in _WITHHELD}
         env = {**inherited, **spec.environment, "DATUM_ROOT": str(ctx.root)}
         creates = ctx.path(spec.creates) if spec.creates else None
@@ -84,7 +71,7 @@ class ExecProvider(Provider["ExecSpec", ExecWant, ExecHave]):
     def observe(self, want: ExecWant, ctx: HostContext) -> ExecHave:
         s = want.spec
         return ExecHave(
-            want.creates.exists() if want.creates else None,
+            reads.kind(str(want.creates)) is not None if want.creates else None,
             guard(ctx, want, "unless", s.unless) if s.unless else None,
             guard(ctx, want, "onlyif", s.onlyif) if s.onlyif else None,
         )
@@ -104,7 +91,7 @@ class ExecProvider(Provider["ExecSpec", ExecWant, ExecHave]):
         return None
 
     def verify(self, want: ExecWant, change: Change, ctx: HostContext) -> str | None:
-        if want.creates is not None and not want.creates.exists():
+        if want.creates is not None and reads.kind(str(want.creates)) is None:
             return f"verification failed: {want.spec.creates} still absent"
         if want.spec.unless and not guard(ctx, want, "unless", want.spec.unless):
             return "verification failed: unless still fails"

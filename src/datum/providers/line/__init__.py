@@ -17,40 +17,27 @@ from __future__ import annotations
 
 import re
 import stat
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from datum.core.vocab import Action
 from datum.providers import fs
-from datum.providers.base import Change, HostContext, Provider, ProviderError
-from datum.providers.value import Frozen
-
-if TYPE_CHECKING:
-    from datum.providers.specs import LineSpec
+from datum.providers.base import Attributes, Change, HostContext, Provider, ProviderError
 
 _CODEC = ("utf-8", "surrogateescape")
 
 
-class LineWant(Frozen):
-    __slots__ = ("host_path", "real", "spec")
+@dataclass(frozen=True, slots=True)
+class LineWant:
     host_path: str
     real: Path
-    spec: LineSpec
-
-    def __init__(self, host_path: str, real: Path, spec: LineSpec) -> None:
-        object.__setattr__(self, "host_path", host_path)
-        object.__setattr__(self, "real", real)
-        object.__setattr__(self, "spec", spec)
+    spec: Attributes
 
 
-class LineHave(Frozen):
-    __slots__ = ("content", "mode")
+@dataclass(frozen=True, slots=True)
+class LineHave:
     content: bytes | None
-    mode: int | None
-
-    def __init__(self, content: bytes | None, mode: int | None = None) -> None:
-        object.__setattr__(self, "content", content)
-        object.__setattr__(self, "mode", mode)
+    mode: int | None = None
 
 
 def _body(line: str) -> str:
@@ -60,7 +47,7 @@ def _body(line: str) -> str:
     return line[:-1] if line.endswith("\r") else line
 
 
-def edit(text: str, spec: LineSpec) -> str:
+def edit(text: str, spec: Attributes) -> str:
     """Pure: ``text`` with the line made present or absent; every other line as it was."""
     lines = fs.split_lines(text)
     pattern = re.compile(spec.match) if spec.match else None
@@ -92,7 +79,7 @@ def edit(text: str, spec: LineSpec) -> str:
     return "".join(lines)
 
 
-def insert_at(bodies: list[str], spec: LineSpec, first: bool) -> int:
+def insert_at(bodies: list[str], spec: Attributes, first: bool) -> int:
     """Pure: the index a new line goes to (``len(bodies)``: appended)."""
     after, before = getattr(spec, "after", None), getattr(spec, "before", None)
     if before == "BOF":
@@ -108,14 +95,15 @@ def insert_at(bodies: list[str], spec: LineSpec, first: bool) -> int:
     return i + 1 if after is not None else i
 
 
-class LineProvider(Provider["LineSpec", LineWant, LineHave]):
+class LineProvider(Provider[Attributes, LineWant, LineHave]):
     type = "Line"
-    spec = "datum.providers.specs:LineSpec"
+    reads_recorded = True  # through datum.providers.reads: the idle pass replays them
+    spec = "datum.providers.line.spec:LineSpec"
 
-    def touches(self, spec: LineSpec) -> list[str]:
+    def touches(self, spec: Attributes) -> list[str]:
         return [spec.path]  # not owned (many Lines and a File may share it), but kept by a purge
 
-    def desired(self, name: str, spec: LineSpec, ctx: HostContext) -> LineWant:
+    def desired(self, name: str, spec: Attributes, ctx: HostContext) -> LineWant:
         return LineWant(spec.path, ctx.path(spec.path), spec)
 
     def observe(self, want: LineWant, ctx: HostContext) -> LineHave:

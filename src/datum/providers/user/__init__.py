@@ -13,53 +13,32 @@ it stops password logins, not SSH keys.
 from __future__ import annotations
 
 import os
+import stat
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from datum.core.vocab import Action
 from datum.providers import accounts as db
-from datum.providers.base import Change, HostContext, Provider, ProviderError
+from datum.providers import reads
+from datum.providers.base import Attributes, Change, HostContext, Provider, ProviderError
 from datum.providers.group import members_of, put_group
-from datum.providers.value import Frozen
-
-if TYPE_CHECKING:
-    from datum.providers.specs import UserSpec
 
 
-class UserWant(Frozen):
-    __slots__ = ("spec", "home", "shell")
-    spec: UserSpec
+@dataclass(frozen=True, slots=True)
+class UserWant:
+    spec: Attributes
     home: str
     shell: str
 
-    def __init__(self, spec: UserSpec, home: str, shell: str) -> None:
-        object.__setattr__(self, "spec", spec)
-        object.__setattr__(self, "home", home)
-        object.__setattr__(self, "shell", shell)
 
-
-class UserHave(Frozen):
-    __slots__ = ("row", "gid_name", "groups", "shadow", "home_exists")
+@dataclass(frozen=True, slots=True, repr=False)
+class UserHave:
     row: tuple[str, ...] | None
     gid_name: str | None
     groups: frozenset[str]
-    shadow: tuple[str, ...] | None  # its etc/shadow row, when there is one
-    home_exists: bool  # looked at only with manage_home
-
-    def __init__(
-        self,
-        row: tuple[str, ...] | None,
-        gid_name: str | None,
-        groups: frozenset[str],
-        shadow: tuple[str, ...] | None = None,
-        home_exists: bool = True,
-    ) -> None:
-        object.__setattr__(self, "row", row)
-        object.__setattr__(self, "gid_name", gid_name)
-        object.__setattr__(self, "groups", groups)
-        object.__setattr__(self, "shadow", shadow)
-        object.__setattr__(self, "home_exists", home_exists)
+    shadow: tuple[str, ...] | None = None  # its etc/shadow row, when there is one
+    home_exists: bool = True  # looked at only with manage_home
 
     def __repr__(self) -> str:  # the shadow row carries a hash: never in a repr or a traceback
         return f"UserHave(row={self.row!r}, groups={sorted(self.groups)!r})"
@@ -74,7 +53,8 @@ def home_mode(ctx: HostContext) -> int:
     """The mode useradd -m gives a home: HOME_MODE from the root's login.defs, else 0777 & ~UMASK."""
     values: dict[str, str] = {}
     try:
-        for line in ctx.path("/etc/login.defs").read_text(errors="replace").splitlines():
+        data = reads.read_bytes(ctx.real("/etc/login.defs")) or b""
+        for line in data.decode("utf-8", "replace").splitlines():
             parts = line.split()
             if len(parts) >= 2 and not parts[0].startswith("#"):
                 values[parts[0]] = parts[1]
@@ -107,12 +87,16 @@ def make_home(ctx: HostContext, home: str, uid: int, gid: int) -> None:
     os.rename(tmp, target)
 
 
-class UserProvider(Provider["UserSpec", UserWant, UserHave]):
+class UserProvider(Provider[Attributes, UserWant, UserHave]):
     type = "User"
-    spec = "datum.providers.specs:UserSpec"
+    reads_recorded = True  # through datum.providers.reads: the idle pass replays them
+    spec = "datum.providers.user.spec:UserSpec"
     namevar = "name"
 
-    def desired(self, name: str, spec: UserSpec, ctx: HostContext) -> UserWant:
+    def secret(self, spec: Attributes) -> bool:
+        return spec.password is not None
+
+    def desired(self, name: str, spec: Attributes, ctx: HostContext) -> UserWant:
         home = spec.home or ("/nonexistent" if spec.system else f"/home/{spec.name}")
         shell = spec.shell or ("/usr/sbin/nologin" if spec.system else "/bin/sh")
         return UserWant(spec, home, shell)
@@ -127,7 +111,7 @@ class UserProvider(Provider["UserSpec", UserWant, UserHave]):
             shadow = db.read_table(ctx, db.SHADOW).get(want.spec.name)
         home = True
         if want.spec.manage_home and row is not None:
-            home = ctx.path(want.home).is_dir()
+            home = reads.kind(ctx.real(want.home)) == stat.S_IFDIR
         return UserHave(row, gid_row[0] if gid_row else None, member, shadow, home)
 
     def plan(self, want: UserWant, have: UserHave) -> Change:
@@ -197,7 +181,7 @@ class UserProvider(Provider["UserSpec", UserWant, UserHave]):
             make_home(ctx, want.home, uid, gid)
         return None
 
-    def _shadow_row(self, ctx: HostContext, s: UserSpec) -> tuple[str, ...] | None:
+    def _shadow_row(self, ctx: HostContext, s: Attributes) -> tuple[str, ...] | None:
         """The etc/shadow row to write (None: none to write): created locked without a
         password, then hash and lock as asked. Unlocking to no password is refused."""
         if not db.exists(ctx, db.SHADOW):

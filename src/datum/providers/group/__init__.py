@@ -2,34 +2,21 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 from datum.core.vocab import Action
 from datum.providers import accounts as db
-from datum.providers.base import Change, HostContext, Provider, ProviderError
-from datum.providers.value import Frozen
-
-if TYPE_CHECKING:
-    from datum.providers.specs import GroupSpec
+from datum.providers.base import Attributes, Change, HostContext, Provider, ProviderError
 
 
-NAME = r"^[a-z_][a-z0-9_.-]*\$?$"
+@dataclass(frozen=True, slots=True)
+class GroupWant:
+    spec: Attributes
 
 
-class GroupWant(Frozen):
-    __slots__ = ("spec",)
-    spec: GroupSpec
-
-    def __init__(self, spec: GroupSpec) -> None:
-        object.__setattr__(self, "spec", spec)
-
-
-class GroupHave(Frozen):
-    __slots__ = ("row",)
+@dataclass(frozen=True, slots=True)
+class GroupHave:
     row: tuple[str, ...] | None
-
-    def __init__(self, row: tuple[str, ...] | None) -> None:
-        object.__setattr__(self, "row", row)
 
 
 def members_of(row: tuple[str, ...]) -> list[str]:
@@ -58,12 +45,13 @@ def put_group(
     return gid
 
 
-class GroupProvider(Provider["GroupSpec", GroupWant, GroupHave]):
+class GroupProvider(Provider[Attributes, GroupWant, GroupHave]):
     type = "Group"
-    spec = "datum.providers.specs:GroupSpec"
+    reads_recorded = True  # through datum.providers.reads: the idle pass replays them
+    spec = "datum.providers.group.spec:GroupSpec"
     namevar = "name"
 
-    def desired(self, name: str, spec: GroupSpec, ctx: HostContext) -> GroupWant:
+    def desired(self, name: str, spec: Attributes, ctx: HostContext) -> GroupWant:
         return GroupWant(spec)
 
     def observe(self, want: GroupWant, ctx: HostContext) -> GroupHave:

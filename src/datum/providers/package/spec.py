@@ -1,0 +1,38 @@
+"""``Package``'s attributes: the pydantic model that validates them (``datum.providers.package``).
+
+Imported to validate a manifest only: a pass reads the validated attributes
+(``datum.providers.base.Attributes``) and never imports pydantic.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field, field_validator
+
+from datum.providers.package import VERSION
+from datum.providers.spec import Spec
+
+
+class PackageSpec(Spec):
+
+    name: str = Field(
+        min_length=1,
+        pattern=r"^[a-z0-9][a-z0-9+.-]*$",
+        description="The package name; defaults to the resource name.",
+    )
+    ensure: str = Field(
+        default="installed",
+        description="installed | present | latest | absent | purged | <version>",
+    )
+    source: str | None = Field(
+        default=None, description="A .deb file next to the manifest to install from."
+    )
+    reboot: bool | None = Field(
+        default=None, description="Whether a change needs a reboot (default: kernel packages do)."
+    )
+
+    @field_validator("ensure")
+    @classmethod
+    def _ensure(cls, value: str) -> str:
+        if value in ("installed", "present", "latest", "absent", "purged") or VERSION.match(value):
+            return value
+        raise ValueError("installed, present, latest, absent, purged or a version such as 1.24.0-1")

@@ -1,0 +1,439 @@
+"""Every read a pass makes of the host, made here and recorded once: what the idle pass replays.
+
+The engine reads the host through these functions alone: a path's ``lstat``
+(its kind and signature: mode, inode, size, times, owner), whether something is
+there and of which kind, a link's target, a regular file's bytes, a directory's
+names or the whole tree below it, a path's real path, and the facts of the
+running machine (kernel, node name, boot id, CPUs, memory). Between ``start``
+and ``stop`` each read is also recorded, keyed by what was read and where, with
+what it returned; a command run (``opaque``) makes the record unreplayable.
+
+``unchanged`` replays a record: each read is made again the way it was made
+and compared. A file's bytes are trusted by their ``lstat`` signature, as git's
+index does, unless the file changed within ``RACY_NS`` of the pass's start (a
+file time can be coarse): then they are read again and compared by digest. So
+the idle pass (``datum.host.idle``) answers only when every read of the engine
+would return what it returned, and lists no dependency by hand.
+
+It imports nothing the idle pass would pay for (no ``typing``, ``pathlib``,
+``enum``, ``json``): the replay is close to a bare loop over the same paths.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+
+try:  # CPython's own BLAKE2: hashlib would load OpenSSL
+    from _blake2 import blake2b
+except ImportError:  # pragma: no cover - an interpreter without the module
+    from hashlib import blake2b
+
+TYPE_CHECKING = False  # the idle pass's cold start: no typing imported
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Iterator
+    from typing import Any
+
+RACY_NS = 1_100_000_000  # a file changed this close to a pass's start may have changed during it
+_S_IFMT, _S_IFREG = 0o170000, 0o100000
+_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+class NotRegular(OSError):
+    """What was opened is not a regular file (swapped since its ``lstat``)."""
+
+
+class Record:
+    """The reads of one pass: ``seen`` by (kind, path) with what the read returned, the first time;
+    ``opaque``: why it cannot be replayed (a command ran), empty when it can; ``started``: when
+    the pass started (ns since the epoch), for the racy window."""
+
+    __slots__ = ("seen", "opaque", "started")
+
+    def __init__(self, started: int) -> None:
+        self.seen: dict[tuple[str, str], Any] = {}
+        self.opaque: list[str] = []
+        self.started = started
+
+    def reads(self) -> list[tuple[str, str, Any]]:
+        """The record as plain data (``marshal`` stores it): ``(kind, path, value)``; an ``lstat``
+        the same read of the file's bytes already holds is left out (one ``lstat`` on replay)."""
+        seen = self.seen
+        return [
+            (kind, path, value)
+            for (kind, path), value in seen.items()
+            if not (kind == "stat" and (b := seen.get(("bytes", path))) is not None and b[0] == value)
+        ]
+
+
+_current: Record | None = None
+_depth = 0  # above 0 while a read of this module runs (tests/host/test_reads_audit.py asks)
+
+
+def start() -> Record:
+    """Record every read from now on (a new record: what an earlier pass read is forgotten)."""
+    import time
+
+    global _current
+    _current = Record(time.time_ns())
+    return _current
+
+
+def stop() -> Record | None:
+    """Stop recording; the record made since ``start`` (None: none was started)."""
+    global _current
+    found, _current = _current, None
+    return found
+
+
+def reading() -> bool:
+    """Whether one of this module's reads is being made now (the audit-hook test's question)."""
+    return _depth > 0
+
+
+def opaque(why: str) -> None:
+    """A read no replay can make again (a command's answer): the record stands for nothing."""
+    if _current is not None:
+        _current.opaque.append(why)
+
+
+def _note(kind: str, path: str, value: Any) -> None:
+    if _current is not None:
+        _current.seen.setdefault((kind, path), value)
+
+
+def signature(st: os.stat_result) -> tuple[int, int, int, int, int, int, int]:
+    """What an ``lstat`` says of a path: mode (kind included), inode, size, times, owner and group."""
+    return (st.st_mode, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_uid, st.st_gid)
+
+
+def digest(data: bytes) -> str:
+    """What bytes are remembered by: BLAKE2b-256, hex (``datum.host.digest`` is this)."""
+    return blake2b(data, digest_size=32).hexdigest()
+
+
+# -- the reads ------------------------------------------------------------------------------------
+
+
+def lstat(path: str) -> os.stat_result:
+    """``os.lstat``, recorded (its signature, or the error it raised: absence is a read too)."""
+    global _depth
+    _depth += 1
+    try:
+        st = os.lstat(path)
+    except OSError as exc:
+        _note("stat", path, exc.errno)
+        raise
+    finally:
+        _depth -= 1
+    _note("stat", path, signature(st))
+    return st
+
+
+def _follow_now(path: str) -> tuple[int, ...] | int:
+    try:
+        return signature(os.stat(path))
+    except OSError as exc:
+        return exc.errno or 1
+
+
+def stat(path: str) -> tuple[int, ...] | int:
+    """The signature of what ``path`` leads to, links followed (Datum's code, where modules are
+    found), or the error's number: recorded, never raised."""
+    global _depth
+    _depth += 1
+    try:
+        found = _follow_now(path)
+    finally:
+        _depth -= 1
+    _note("follow", path, found)
+    return found
+
+
+def _kind_now(path: str) -> int:
+    try:
+        return os.lstat(path).st_mode & _S_IFMT
+    except OSError as exc:
+        return -(exc.errno or 1)
+
+
+def kind(path: str) -> int | None:
+    """The file type bits of what is at ``path`` (``S_IFMT``; a link is not followed), None when
+    nothing can be found there: ``os.path.islink`` and ``lexists`` as a read that records only that."""
+    global _depth
+    _depth += 1
+    try:
+        found = _kind_now(path)
+    finally:
+        _depth -= 1
+    _note("kind", path, found)
+    return found if found > 0 else None
+
+
+def _link_now(path: str) -> str | int:
+    try:
+        return os.readlink(path)
+    except OSError as exc:
+        return exc.errno or 1
+
+
+def readlink(path: str) -> str:
+    """``os.readlink``, recorded."""
+    global _depth
+    _depth += 1
+    try:
+        found = _link_now(path)
+    finally:
+        _depth -= 1
+    _note("link", path, found)
+    if isinstance(found, int):
+        raise OSError(found, os.strerror(found), path)
+    return found
+
+
+def _open_read(path: str, size: int) -> bytes | None:
+    """A regular file's bytes, never through a final link nor blocking (None: gone since)."""
+    try:
+        fd = os.open(path, _READ)
+    except FileNotFoundError:
+        return None
+    try:
+        if os.fstat(fd).st_mode & _S_IFMT != _S_IFREG:
+            raise NotRegular(f"{path} is not a regular file")
+        first = os.read(fd, size + 1)  # all of it in one read, unless it grew since
+        if len(first) <= size:
+            return first
+        parts = [first]
+        while chunk := os.read(fd, 1 << 20):
+            parts.append(chunk)
+        return b"".join(parts)
+    finally:
+        os.close(fd)
+
+
+def content(path: str, st: os.stat_result) -> bytes | None:
+    """The bytes of the regular file at ``path`` whose ``lstat`` (``st``) was just made; None when it
+    is gone. ``NotRegular`` when what was opened is not a regular file; OSError as raised."""
+    global _depth
+    _depth += 1
+    try:
+        data = _open_read(path, st.st_size)
+    finally:
+        _depth -= 1
+    _note("bytes", path, (signature(st), None if data is None else digest(data)))
+    return data
+
+
+def remember(path: str, data: bytes) -> None:
+    """Bytes read elsewhere (the manifest, the configuration, an included manifest), recorded by
+    their digest alone: a replay reads them again."""
+    _note("bytes", path, (None, digest(data)))
+
+
+def read_bytes(path: str) -> bytes | None:
+    """A regular file's bytes (``lstat`` then ``content``); None when nothing is there. A link or
+    anything but a regular file is ``NotRegular``."""
+    try:
+        st = lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    if st.st_mode & _S_IFMT != _S_IFREG:
+        raise NotRegular(f"{path} is not a regular file")
+    return content(path, st)
+
+
+def _names_now(path: str, fd: int | None = None) -> list[str] | int:
+    try:
+        own = os.open(path, _DIR) if fd is None else None
+    except OSError as exc:
+        return exc.errno or 1
+    try:
+        return sorted(os.listdir(fd if own is None else own))
+    finally:
+        if own is not None:
+            os.close(own)
+
+
+def listdir(path: str, fd: int | None = None) -> list[str]:
+    """The names in the directory ``path`` (read through ``fd`` when given, opened without
+    following a link otherwise), sorted; a listing is a read (purge, ``/boot``'s kernels)."""
+    global _depth
+    _depth += 1
+    try:
+        found = _names_now(path, fd)
+    finally:
+        _depth -= 1
+    _note("list", path, found if isinstance(found, int) else digest("\0".join(found).encode()))
+    if isinstance(found, int):
+        raise OSError(found, os.strerror(found), path)
+    return found
+
+
+def realpath(path: str) -> str:
+    """``os.path.realpath``, recorded (where a link out of the manifest's directory leads)."""
+    global _depth
+    _depth += 1
+    try:
+        found = os.path.realpath(path)
+    finally:
+        _depth -= 1
+    _note("real", path, found)
+    return found
+
+
+def tree(path: str, below: Callable[[int], Iterable[Any]]) -> Iterator[Any]:
+    """``below(fd)`` of the directory ``path`` (opened without following a link; ``datum.safefs.below``:
+    entries with ``path`` and ``st``) as they come, recorded as one read: every path below with its
+    kind, mode and owner. Left before its end, the record stands for nothing (what was not read
+    cannot be replayed). ``NotADirectoryError`` when ``path`` is not a directory (a link included)."""
+    global _depth
+    _depth += 1
+    try:
+        fd = os.open(path, _DIR)
+    except OSError as exc:
+        _note("tree", path, exc.errno or 1)
+        if exc.errno == errno.ELOOP:
+            raise NotADirectoryError(errno.ENOTDIR, "not a directory", path) from exc
+        raise
+    finally:
+        _depth -= 1
+    hashed = blake2b(digest_size=32)
+    done = False
+    try:
+        walk = iter(below(fd))
+        while True:
+            _depth += 1
+            try:
+                e = next(walk, None)
+            finally:
+                _depth -= 1
+            if e is None:
+                done = True
+                break
+            hashed.update(_tree_line(e.path, e.st))
+            yield e
+    finally:
+        os.close(fd)
+        if done:
+            _note("tree", path, hashed.hexdigest())
+        else:
+            opaque(f"{path}: a walk left part-way")
+
+
+def _tree_line(rel: str, st: os.stat_result) -> bytes:
+    return f"{rel}\0{st.st_mode}\0{st.st_uid}\0{st.st_gid}\n".encode()
+
+
+def _tree_now(path: str) -> str | int:
+    from datum import safefs  # a Directory's recurse only: what the engine walks with
+
+    try:
+        fd = os.open(path, _DIR)
+    except OSError as exc:
+        return exc.errno or 1
+    hashed = blake2b(digest_size=32)
+    try:
+        for e in safefs.below(fd):
+            hashed.update(_tree_line(e.path, e.st))
+    finally:
+        os.close(fd)
+    return hashed.hexdigest()
+
+
+# -- the running machine ------------------------------------------------------------------------
+
+
+def _text(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+def _memory_kb(_arg: str) -> int:
+    for line in _text("/proc/meminfo").splitlines():
+        if line.startswith("MemTotal:"):
+            return int(line.split()[1])
+    return 0
+
+
+_FACTS = {
+    "uname": lambda field: getattr(os.uname(), field),
+    "cpus": lambda _arg: os.cpu_count() or 1,
+    "memory_kb": _memory_kb,
+    "text": lambda path: _text(path).strip(),  # a file of the running machine (the boot id)
+}
+
+
+def fact(name: str, arg: str = "") -> Any:
+    """A fact of the running machine (``_FACTS``), recorded as its value: the kernel's release,
+    the node name, a boot id, CPUs, memory. A replay asks it again."""
+    global _depth
+    _depth += 1
+    try:
+        found = _FACTS[name](arg)
+    finally:
+        _depth -= 1
+    _note("fact", f"{name}:{arg}", found)
+    return found
+
+
+# -- a replay -----------------------------------------------------------------------------------
+
+
+def unchanged(reads: list[tuple[str, str, Any]], started: int) -> bool:
+    """Whether every read of a record would return what it returned (``Record.reads``; ``started``
+    its ``Record.started``)."""
+    recent = started - RACY_NS
+    for kind, path, value in reads:
+        if kind == "bytes":
+            sig, known = value
+            try:
+                st = os.lstat(path)
+            except OSError:
+                return False
+            now = signature(st)
+            if sig is not None and now != sig:
+                return False
+            if sig is None or known is None or max(now[3], now[4]) > recent:  # the bytes themselves
+                try:
+                    data = _open_read(path, st.st_size)
+                except OSError:
+                    return False
+                if data is None or digest(data) != known:
+                    return False
+        elif kind == "stat":
+            try:
+                now = signature(os.lstat(path))
+            except OSError as exc:
+                now = exc.errno
+            if now != value:
+                return False
+        elif kind == "follow":
+            if _follow_now(path) != value:
+                return False
+        elif kind == "kind":
+            if _kind_now(path) != value:
+                return False
+        elif kind == "link":
+            if _link_now(path) != value:
+                return False
+        elif kind == "list":
+            names = _names_now(path)
+            if (names if isinstance(names, int) else digest("\0".join(names).encode())) != value:
+                return False
+        elif kind == "real":
+            if os.path.realpath(path) != value:
+                return False
+        elif kind == "tree":
+            if _tree_now(path) != value:
+                return False
+        elif kind == "fact":
+            name, _, arg = path.partition(":")
+            if _FACTS[name](arg) != value:
+                return False
+        else:  # a kind this Datum does not know: an entry of another version
+            return False
+    return True
