@@ -11,8 +11,6 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
 
-from datum.core.vocab import ResourceState
-from datum.host.agent import exit_code
 from datum.host.report import PassReport
 from datum.host.statefile import StateStore, state_path
 
@@ -79,35 +77,6 @@ def test_an_unreachable_server_is_a_warning_not_a_failed_pass(host):
     assert "warning: the pass report was not delivered" in result.err
     assert "s3cret" not in result.err
     assert host.status("--json").json["state"] == "converged"
-
-
-C, F, B, D, S = (ResourceState.CONVERGED, ResourceState.FAILED, ResourceState.BLOCKED, ResourceState.DRIFTED, ResourceState.SKIPPED)
-
-
-@pytest.mark.parametrize(
-    ("states", "changed", "reboot", "code"),
-    [
-        ([C, C], False, False, 0),
-        ([C, C], True, False, 2),
-        ([C, F], True, False, 6),
-        ([C, B], False, False, 4),
-        ([C, D], False, False, 8),
-        ([C, C], False, True, 16),
-        ([C, S], False, False, 32),
-        ([F, D, S], True, True, 2 | 4 | 8 | 16 | 32),
-    ],
-)
-def test_exit_code_bits(states, changed, reboot, code):
-    from datum.host.executor import Outcome
-    from datum.host.manifest import Resource
-    from datum.providers.file.spec import FileSpec
-
-    outcomes = []
-    for i, state in enumerate(states):
-        o = Outcome(Resource(i, "File", f"/f{i}", FileSpec(path=f"/f{i}")), state=state)
-        o.changed = changed and i == 0
-        outcomes.append(o)
-    assert exit_code(outcomes, reboot) == code
 
 
 @pytest.mark.parametrize("url", ["postgresql://127.0.0.1/datum", "sqlite:////tmp/datum.db"])

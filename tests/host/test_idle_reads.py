@@ -71,9 +71,9 @@ def test_the_engine_reads_the_host_through_the_recorder_alone(host, monkeypatch)
     """Every open, listing and stat under the root or the manifest's directory during an engine
     pass over every resource type a root can hold (Package and Service ask dpkg and systemd:
     commands, never replayed) is made by ``datum.providers.reads``."""
-    from datum.cli.passes import prepare
     from datum.core.vocab import Mode
     from datum.host import agent
+    from datum.host.compiled import prepare
     from datum.providers import reads
 
     (host.base / "files").mkdir()
@@ -91,7 +91,7 @@ def test_the_engine_reads_the_host_through_the_recorder_alone(host, monkeypatch)
     config, loaded, _data = prepare(str(manifest), None)
 
     def engine() -> agent.PassResult:
-        return agent.run(loaded, root=str(host.root), mode=Mode.ENFORCE, config=config,
+        return agent.engine_pass(loaded, root=str(host.root), mode=Mode.ENFORCE, config=config,
                          state_path=str(host.state))
 
     engine()

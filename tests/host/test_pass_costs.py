@@ -342,3 +342,49 @@ def test_a_first_pass_with_no_configuration_file_does_not_build_the_settings_mod
     # A fresh host: DATUM_HOME did not exist; the pass made it, for its owner only.
     assert os.stat(tmp_path / "home").st_mode & 0o777 == 0o700
     assert (tmp_path / "home" / "agent.db").is_file()
+
+
+def test_the_code_stamp_watches_modules_not_directories():
+    """A directory's times change when Python writes its ``__pycache__`` there (a fresh checkout's
+    first import of a module): the caches must not take that for a change of the code."""
+    import datum
+    from datum.host.compiled import code_files
+
+    top = os.path.dirname(datum.__file__)
+    ours = [p for p in code_files() if p.startswith(top + os.sep)]
+    assert ours and all(p.endswith(".py") and os.path.isfile(p) for p in ours)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["m.yaml"],
+        ["m.yaml", "--root", "/r", "--json", "--mode=observe", "--state", "s.db"],
+        ["--config", "c.toml", "m.yaml", "--report-to", "http://x", "--token=t", "--allow-source-outside"],
+    ],
+)
+def test_the_plain_parser_and_the_click_command_read_apply_alike(args, monkeypatch):
+    """One declaration of ``apply``'s options (``datum.cli.passes.APPLY_OPTIONS``): what the plain
+    parser reads is what click reads, defaults included."""
+    import inspect
+
+    from datum.cli.host import apply
+    from datum.cli.passes import apply as run_apply
+
+    monkeypatch.setenv("DATUM_TOKEN", "from-env")
+    plain = parse_apply(args)
+    defaults = {k: p.default for k, p in inspect.signature(run_apply).parameters.items() if k != "manifest"}
+    assert plain is not None
+    assert {**defaults, **plain} == apply.make_context("apply", list(args)).params
+
+
+@pytest.mark.parametrize("command", ["apply", "status", "reboot", "agent"])
+def test_the_state_option_says_what_it_takes(command, capsys):
+    """``--state`` is the host's local state file; a store URL is refused (issue 21's help texts)."""
+    from datum.cli.main import main
+
+    with pytest.raises(SystemExit) as done:
+        main([command, "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert done.value.code == 0
+    assert "never a store URL" in out and "[host] state" in out and "configured store" not in out

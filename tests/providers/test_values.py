@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from datum.core.vocab import Action, Mode, RebootPolicy
+from datum.core.vocab import Action, Mode, RebootPolicy, ResourceState
 from datum.host import compiled
+from datum.host.agent import PassResult
+from datum.host.executor import Outcome
 from datum.host.manifest import SpecMemory, parse_manifest
 from datum.host.model import Manifest, Resource
 from datum.host.reboot import Decision, Found, Slot
@@ -73,6 +75,19 @@ def test_a_secret_is_never_in_a_repr():
     assert "hash" not in repr(Table("/etc/shadow", (("web", "$6$salt$hash"),)))
     spec = Attributes(name="web", password="$6$salt$hash")
     assert repr(spec) == "Attributes(name, password)" and "hash" not in repr(Resource(0, "User", "web", spec))
+
+
+def test_an_outcome_is_made_once():
+    resource = Resource(0, "File", "/a", Attributes(requires=[], subscribes=[]))
+    out = Outcome(resource)
+    assert (out.action, out.state, out.changed, out.duration_seconds) == (Action.NONE, ResourceState.PENDING,
+                                                                          False, 0.0)
+    assert out == Outcome(resource) and out != Outcome(resource, state=ResourceState.FAILED)
+    with pytest.raises(AttributeError):  # an outcome is made once, by the executor
+        out.state = ResourceState.CONVERGED
+    assert out.replace(state=ResourceState.CONVERGED).state is ResourceState.CONVERGED
+    result = PassResult({}, [], 0)
+    assert (result.reboot_now, result.warnings) == (False, []) and result.warnings is not PassResult({}, [], 0).warnings
 
 
 def test_a_host_context_keeps_state_and_its_own_cache(tmp_path):

@@ -14,15 +14,16 @@ import base64
 import json
 import os
 import re
-import shutil
-import urllib.error
+import stat
 import urllib.parse
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from datum.host.remote import _NoRedirects, issues_of
+from datum.agent.bounded import DEADLINE, MIB, Unusable, request
+from datum.host.remote import issues_in
+
+MAX_MANIFEST = 16 * MIB  # a served manifest, files included, is at most this (the server's own bound)
 
 
 @dataclass(frozen=True)
@@ -33,8 +34,9 @@ class Fetched:
 
 
 def fetch(
-    server: str, host: str, token: str, etag: str | None, facts: dict[str, Any], timeout: float = 30
+    server: str, host: str, token: str, etag: str | None, facts: dict[str, Any], deadline: float = DEADLINE
 ) -> Fetched:
+    """``GET`` this host's manifest: its body within ``deadline`` seconds and ``MAX_MANIFEST`` bytes, or why not."""
     url = f"{server.rstrip('/')}/v1/hosts/{urllib.parse.quote(host, safe='')}/manifest"
     headers = {
         "Accept": "application/json",
@@ -43,25 +45,24 @@ def fetch(
     }
     if etag:
         headers["If-None-Match"] = f'"{etag}"'
-    request = urllib.request.Request(url, headers=headers, method="GET")
     try:
-        with urllib.request.build_opener(_NoRedirects).open(request, timeout=timeout) as response:
-            body = response.read()
-            return Fetched(body, (response.headers.get("ETag") or "").strip('"') or None)
-    except urllib.error.HTTPError as exc:
-        if exc.code == 304:
-            return Fetched(None, etag)
-        return Fetched(None, None, f"{url} answered {exc.code} {exc.reason}{issues_of(exc)}")
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        return Fetched(None, None, f"cannot reach {url}: {getattr(exc, 'reason', exc)}")
+        answer = request("GET", url, headers, deadline=deadline, limit=MAX_MANIFEST)
+    except Unusable as exc:
+        return Fetched(None, None, str(exc))
+    if answer.status == 304:
+        return Fetched(None, etag)
+    if answer.status != 200:
+        return Fetched(None, None, f"{url} answered {answer.status} {answer.reason}{issues_in(answer.body)}")
+    return Fetched(answer.body, (answer.headers.get("ETag") or "").strip('"') or None)
 
 
 def materialize(body: bytes, base: Path) -> tuple[Any, str]:
     """The validated ``Manifest`` of a served body, with its files under ``base/<digest>``; and its digest.
 
-    A Problem with every finding when it does not validate here. The caller holds the state file's
-    pass lock (``datum.agent.loop.cycle``): unpacking removes every other entry of ``base``, which
-    only a pass holding that lock reads.
+    A Problem with every finding when it does not validate here, whatever the body holds (JSON
+    nested past the parser's depth, a NUL byte or a climbing path in a file name). The caller holds
+    the state file's pass lock (``datum.agent.loop.cycle``): unpacking removes every other entry
+    of ``base``, which only a pass holding that lock reads.
     """
     from datum.core.findings import Problem
     from datum.host.manifest import parse_manifest
@@ -73,55 +74,117 @@ def materialize(body: bytes, base: Path) -> tuple[Any, str]:
         files = served.get("files") or {}
         if not isinstance(doc, dict) or not isinstance(files, dict):
             raise TypeError("'manifest' and 'files' must be objects")
-    except (ValueError, KeyError, TypeError) as exc:
-        raise Problem.one("INVALID_INPUT", f"the server's manifest is not one: {exc}") from exc
+    except RecursionError as exc:
+        raise Problem.one("INVALID_INPUT", "the server's manifest is not one: it is nested too deeply") from exc
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise Problem.one("INVALID_INPUT", f"the server's manifest is not one: {str(exc)[:200]}") from exc
     if not _DIGEST.fullmatch(digest):  # it names a directory: never '..', '/' or a dot file
         raise Problem.one("INVALID_INPUT", f"the server's manifest digest is not one: {digest[:80]!r}")
+    _names(files)
     where = base / digest.replace(":", "-")
-    if not where.is_dir() or where.is_symlink():
-        _unpack(base, where, doc, files)
-    manifest = parse_manifest(json.dumps(doc), where, f"served manifest {digest}")
+    base_fd = _open_base(base)
+    try:
+        if not _is_dir(base_fd, where.name):
+            _unpack(base_fd, base, where.name, doc, files)
+        for old in os.listdir(base_fd):  # keep the one in use
+            if old != where.name:
+                _remove(base_fd, old)
+    finally:
+        os.close(base_fd)
+    try:
+        manifest = parse_manifest(json.dumps(doc), where, f"served manifest {digest}")
+    except RecursionError as exc:
+        raise Problem.one("INVALID_INPUT", f"served manifest {digest} is nested too deeply") from exc
     _complete(doc, where, digest)
     return manifest, digest
 
 
 # What the server's digests look like ("sha256:" + hex); anything else is refused before it names a path.
 _DIGEST = re.compile(r"[a-z0-9]{1,16}:[0-9a-f]{16,128}")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
-def _unpack(base: Path, where: Path, doc: dict[str, Any], files: dict[str, Any]) -> None:
-    """Write a served manifest's files under ``where`` (built aside, renamed in), then drop the older ones
-    (and what a killed agent left half-built): the pass lock is held, so no other pass reads them.
+def _names(files: dict[str, Any]) -> None:
+    """Refuse every served file name that is not a plain relative path inside the manifest, at once."""
+    from datum.core.findings import FieldError, invalid
 
-    Nothing is written outside ``base``: a file named outside the manifest is
-    refused, and removal never follows a link (``shutil.rmtree`` refuses one;
-    a link or file in ``base`` is unlinked, not followed).
-    """
-    from datum.core.findings import Problem
-
-    partial = base / f".{where.name}.tmp{os.getpid()}"
-    try:
-        _remove(partial)
-        base.mkdir(mode=0o700, parents=True, exist_ok=True)  # what a served manifest holds is root's alone
-        if not base.is_symlink() and base.stat().st_mode & 0o077:
-            base.chmod(0o700)  # as an older version left it
-        partial.mkdir(mode=0o700)
-        inside = partial.resolve()
-        for rel, data in files.items():
-            target = (partial / rel).resolve() if isinstance(rel, str) else inside
-            if target == inside or not target.is_relative_to(inside):
-                raise Problem.one("INVALID_INPUT", f"the server's manifest names a file outside it: {rel}")
+    wrong = []
+    for rel in files:
+        parts = rel.split("/")
+        if rel.startswith("/") or any(p in ("", ".", "..") for p in parts):
+            wrong.append(FieldError(f"files.{rel[:200]!r}", "names a file outside it"))
+        elif _CONTROL.search(rel) or len(rel) > 4096 or any(len(p.encode("utf-8", "replace")) > 255 for p in parts):
+            wrong.append(FieldError(f"files.{rel[:200]!r}", "is not a file name (a control character, or too long)"))
+        else:
             try:
-                content = base64.b64decode(data, validate=True)
-            except (ValueError, TypeError) as exc:
-                raise Problem.one("INVALID_INPUT", f"the server's file {rel} is not base64: {exc}") from exc
-            target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            _write_private(target, content)
-        _write_private(partial / "manifest.json", json.dumps(doc).encode())
-        if where.is_symlink():  # not the agent's: a link is removed, never written through
-            where.unlink()
+                rel.encode("utf-8")
+            except UnicodeEncodeError:
+                wrong.append(FieldError(f"files.{rel[:200]!r}", "is not a file name (not UTF-8)"))
+    if wrong:
+        shown = "; ".join(f"{e.field[6:]} {e.message}" for e in wrong[:3])
+        raise invalid(wrong, f"the server's manifest names a file it cannot hold: {shown}")
+
+
+def _open_base(base: Path) -> int:
+    """``<state>.manifest``, made when missing and opened without following a link: anything that is not
+    the agent's own directory there (a link, a file) is refused, and nothing it leads to is touched."""
+    from datum.core.findings import Problem
+    from datum.safefs import open_dir
+
+    try:
         try:
-            partial.rename(where)
+            os.mkdir(base, 0o700)
+        except FileExistsError:
+            pass
+        fd = open_dir(base)
+        if os.fstat(fd).st_mode & 0o077:  # what a served manifest holds is root's alone (an older one was 0755)
+            os.fchmod(fd, 0o700)
+        return fd
+    except NotADirectoryError as exc:
+        raise Problem.one(
+            "UNAVAILABLE",
+            f"{base} is not the agent's directory (a link or a file was found there): "
+            "refused, and nothing it leads to is read or removed; remove it and the next pass makes its own",
+        ) from exc
+    except OSError as exc:
+        raise Problem.one("UNAVAILABLE", f"cannot open {base}: {exc.strerror or exc}") from exc
+
+
+def _is_dir(dir_fd: int, name: str) -> bool:
+    try:
+        return stat.S_ISDIR(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
+    except FileNotFoundError:
+        return False
+
+
+_NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _unpack(base_fd: int, base: Path, name: str, doc: dict[str, Any], files: dict[str, Any]) -> None:
+    """Write a served manifest's files in ``base/name`` (built aside, renamed in), through directory
+    descriptors opened without following links: nothing is written outside ``base``."""
+    from datum.core.findings import Problem
+    from datum.safefs import open_dir
+
+    partial = f".{name}.tmp{os.getpid()}"
+    try:
+        _remove(base_fd, partial)
+        os.mkdir(partial, 0o700, dir_fd=base_fd)
+        top = open_dir(partial, dir_fd=base_fd)
+        try:
+            for rel, data in files.items():
+                try:
+                    content = base64.b64decode(data, validate=True)
+                except (ValueError, TypeError) as exc:
+                    raise Problem.one("INVALID_INPUT", f"the server's file {rel} is not base64: {exc}") from exc
+                _write(top, rel.split("/"), content)
+            _write(top, ["manifest.json"], json.dumps(doc).encode())
+        finally:
+            os.close(top)
+        if not _is_dir(base_fd, name):
+            _remove(base_fd, name)  # not the agent's: a link is removed, never written through
+        try:
+            os.rename(partial, name, src_dir_fd=base_fd, dst_dir_fd=base_fd)
         except OSError:  # another agent got there first: the same digest, the same content
             pass
     except OSError as exc:  # a file and a directory of one name, a full disk: said, never a crash
@@ -130,29 +193,44 @@ def _unpack(base: Path, where: Path, doc: dict[str, Any], files: dict[str, Any])
             f"the server's manifest cannot be written under {base}: {exc.strerror or exc} ({exc.filename})",
         ) from exc
     finally:
-        _remove(partial)
-    for old in base.iterdir():  # keep the one in use
-        if old != where:
-            _remove(old)
+        _remove(base_fd, partial)
 
 
-def _write_private(path: Path, data: bytes) -> None:
-    """``data`` in a new file readable by its owner alone (0600, whatever the umask)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    with os.fdopen(fd, "wb") as out:
-        out.write(data)
+def _write(top: int, parts: list[str], content: bytes) -> None:
+    """Write ``content`` at ``parts`` below the directory open at ``top``, making the directories on the
+    way; each opened without following a link, the file made new (``O_EXCL``)."""
+    from datum.safefs import open_dir
+
+    fd = os.dup(top)
+    try:
+        for part in parts[:-1]:
+            try:
+                os.mkdir(part, 0o700, dir_fd=fd)
+            except FileExistsError:
+                pass
+            sub = open_dir(part, dir_fd=fd)
+            os.close(fd)
+            fd = sub
+        out = os.open(parts[-1], _NEW, 0o600, dir_fd=fd)
+        with os.fdopen(out, "wb") as f:
+            f.write(content)
+    finally:
+        os.close(fd)
 
 
-def _remove(path: Path) -> None:
-    """Remove a directory tree, or unlink a link or file; never follow a link; best effort
-    (what cannot be removed now is tried again by the next fetch)."""
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path, ignore_errors=True)
-    else:
-        try:
-            path.unlink()
-        except OSError:
-            pass
+def _remove(base_fd: int, name: str) -> None:
+    """Remove the entry ``name`` of the directory open at ``base_fd``: a tree through descriptors, a link
+    or file unlinked; never following a link, never crossing a mount point; best effort (what cannot be
+    removed now is tried again by the next fetch)."""
+    from datum.safefs import Appeared, OtherFilesystem, remove_tree, tally
+
+    try:
+        if _is_dir(base_fd, name):
+            remove_tree(base_fd, name, decided=tally(name, dir_fd=base_fd).entries)
+        else:
+            os.unlink(name, dir_fd=base_fd)
+    except (OSError, Appeared, OtherFilesystem):
+        pass
 
 
 def _complete(doc: dict[str, Any], where: Path, digest: str) -> None:

@@ -3,22 +3,22 @@
 No lease, no reboot: a full group, a server that cannot be reached, an error
 answer or one that does not read as a grant all keep the host up, each with
 the host reason saying why (``waiting for the group's reboot budget (2/2
-rebooting)``, ``not rebooting: no reboot lease from the server (...)``). The
-standard library's urllib only, redirects not followed (the token goes to the
-configured server and nowhere else).
+rebooting)``, ``not rebooting: no reboot lease from the server (...)``). Each
+request is ``datum.agent.bounded``'s: the whole answer within its deadline and
+size, redirects not followed (the token goes to the configured server and
+nowhere else).
 """
 
 from __future__ import annotations
 
 import json
-import urllib.error
 import urllib.parse
-import urllib.request
 from typing import Any
 
+from datum.agent.bounded import MIB, Unusable, request
 from datum.core.budget import no_lease, waiting
 from datum.host.reboot import Slot
-from datum.host.remote import _NoRedirects, issues_of
+from datum.host.remote import issues_in
 
 
 def _url(server: str, host: str) -> str:
@@ -33,14 +33,17 @@ def take(server: str, host: str, token: str, boot_id: str, facts: dict[str, Any]
     """Ask for ``host``'s slot in its group's reboot budget, from boot ``boot_id``."""
     url = _url(server, host)
     body = json.dumps({"bootId": boot_id, "facts": facts}, default=str).encode()
-    request = urllib.request.Request(url, data=body, headers=_headers(token), method="POST")
     try:
-        with urllib.request.build_opener(_NoRedirects).open(request, timeout=timeout) as response:
-            answer = json.loads(response.read())
-    except urllib.error.HTTPError as exc:
-        return Slot(False, no_lease(f"{url} answered {exc.code} {exc.reason}{issues_of(exc)}"))
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        return Slot(False, no_lease(f"cannot reach {url}: {getattr(exc, 'reason', exc)}"))
+        got = request("POST", url, _headers(token), data=body, deadline=timeout, limit=MIB)
+    except Unusable as exc:
+        return Slot(False, no_lease(str(exc)))
+    if not 200 <= got.status < 300:
+        return Slot(False, no_lease(f"{url} answered {got.status} {got.reason}{issues_in(got.body)}"))
+    answer: Any = None
+    try:
+        answer = json.loads(got.body)
+    except (ValueError, RecursionError):
+        pass  # not a grant: no reboot
     return _slot(answer, url)
 
 
@@ -58,12 +61,8 @@ def _slot(answer: Any, url: str) -> Slot:
 def give_back(server: str, host: str, token: str, boot_id: str, timeout: float = 10) -> str | None:
     """Give the lease taken in ``boot_id`` back (the host is not rebooting); None when done, else why not."""
     url = f"{_url(server, host)}?{urllib.parse.urlencode({'bootId': boot_id})}"
-    request = urllib.request.Request(url, headers=_headers(token), method="DELETE")
     try:
-        with urllib.request.build_opener(_NoRedirects).open(request, timeout=timeout) as response:
-            response.read()
-            return None
-    except urllib.error.HTTPError as exc:
-        return f"{url} answered {exc.code} {exc.reason}{issues_of(exc)}"
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        return f"cannot reach {url}: {getattr(exc, 'reason', exc)}"
+        got = request("DELETE", url, _headers(token), deadline=timeout)
+    except Unusable as exc:
+        return str(exc)
+    return None if 200 <= got.status < 300 else f"{url} answered {got.status} {got.reason}{issues_in(got.body)}"

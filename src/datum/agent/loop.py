@@ -2,26 +2,34 @@
 
 A cycle:
 
-1. takes the next sequence number and a pass id (durable before anything runs);
-2. fetches this host's effective manifest (over HTTP, no lock held);
-3. takes the state file's pass lock (as ``datum apply`` does: ``lock_wait``,
-   then ``another pass is running``, exit 69) and, holding it, unpacks the
+1. fetches this host's effective manifest (over HTTP, no lock held; the whole
+   answer within ``deadline`` seconds and 16 MiB, ``datum.agent.bounded``):
+   an answer it cannot use is the reason the last good manifest is applied;
+2. takes the state file's pass lock (as ``datum apply`` does: ``lock_wait``,
+   then ``another pass is running``, exit 69) and, holding it, takes the next
+   sequence number and a pass id (durable before anything runs: passes on one
+   state file are numbered in the order they run), unpacks the
    manifest under ``<state>.manifest/<digest>/`` and removes the older ones
    (so no other pass's directory goes while it runs); when none was fetched,
    applies the last one (``manifestOrigin: "cached: <why>"``); with none,
    persists a report ``unknown`` saying why, and runs nothing; else runs a
-   pass through the host pass engine (``datum.host.agent.run``: SIGTERM after
+   pass through the host pass engine (``datum.host.agent.engine_pass``: SIGTERM after
    the current resource, incomplete reports), which
    persists the report and spools it in one transaction; a reboot the policy
    makes now is asked of the server first (the group's reboot budget,
    ``datum.agent.lease``): no lease, no reboot, and the report says why;
-4. sends every spooled report, oldest first, until the server stops answering;
-5. with a lease, runs the reboot command (a failure is recorded, and the lease
+3. sends every spooled report, oldest first, until the server stops taking them
+   (each within ``deadline``): what is not taken stays for the next cycle;
+4. with a lease, runs the reboot command (a failure is recorded, and the lease
    given back).
 
 It logs one line. The loop waits ``interval`` plus a random part of ``splay``
 between cycles; SIGTERM or SIGINT while it waits ends it at once, during a
-pass after the current resource (and after delivering the report).
+pass after the current resource (and after delivering the report). Before each
+cycle, and at once on SIGHUP, it re-reads its configuration and token file
+(``reload``): a rotated token or an edited ``datum.toml`` needs no restart, and
+one that cannot be read keeps the last good one (the log says why). No answer
+of the server ends the loop: a cycle that fails is logged and the next one runs.
 """
 
 from __future__ import annotations
@@ -30,21 +38,23 @@ import os
 import random
 import sys
 import threading
+import time
 import uuid
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, fields
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from datum.agent.bounded import DEADLINE
 from datum.agent.fetch import fetch, materialize
 from datum.agent.post import flush
 from datum.agent.state import AgentState
 from datum.core.findings import Problem
 from datum.core.vocab import Mode
+from datum.host import verdict
 from datum.host.compiled import HostConfig
 from datum.host.statefile import Held, StateStore
-
-EXIT_UNKNOWN = 4  # the host state is not known: bit 4, "something is not known to be in place"
 
 
 @dataclass(frozen=True)
@@ -57,6 +67,8 @@ class Options:
     mode: Mode
     interval: timedelta
     splay: timedelta
+    deadline: float = DEADLINE  # seconds for each of the server's answers, whole
+
 
 
 @dataclass(frozen=True)
@@ -81,12 +93,12 @@ def _manifest(state: AgentState, got: Any, last: tuple[str, bytes, str] | None, 
     lock held: unpacking removes the other manifests' directories under ``base``, which only a
     pass holding that lock reads.
     """
-    why = got.why
+    why = _brief(got.why)
     if got.body is not None:
         try:
             manifest, digest = materialize(got.body, base)
         except Problem as problem:
-            why = f"the served manifest does not validate here: {problem.findings[0].message}"
+            why = _brief(f"the served manifest does not validate here: {problem.findings[0].message}")
         else:
             state.keep_manifest(digest, got.body)
             return manifest, digest, "server"
@@ -95,36 +107,29 @@ def _manifest(state: AgentState, got: Any, last: tuple[str, bytes, str] | None, 
             manifest, digest = materialize(last[1], base)
             return manifest, digest, "server"
         except Problem as problem:
-            why = f"the kept manifest does not validate: {problem.findings[0].message}"
+            why = _brief(f"the kept manifest does not validate: {problem.findings[0].message}")
     if last is None:
         return None, None, f"no manifest has ever been fetched: {why}"
     try:
         manifest, digest = materialize(last[1], base)
     except Problem as problem:
-        return None, None, f"{why}; and the kept manifest does not validate: {problem.findings[0].message}"
+        return None, None, f"{why}; and the kept manifest does not validate: {_brief(problem.findings[0].message)}"
     return manifest, digest, f"cached: {why}; applied the manifest fetched at {last[2]}"
 
 
+def _brief(why: str | None, most: int = 300) -> str | None:
+    """``why`` cut to ``most`` characters: it goes into ``manifestOrigin`` (500 at most), whatever the server sent."""
+    return why if why is None or len(why) <= most else why[: most - 3] + "..."
+
+
 def _unknown(opts: Options, store: StateStore, boot: str, host: str, why: str, extra: dict[str, Any]) -> dict[str, Any]:
-    """The report of a cycle that had no manifest to apply: persisted and spooled like a pass's,
-    in ``store``, whose pass lock the caller holds."""
+    """The report of a cycle that had no manifest to apply (``datum.host.verdict.no_pass``):
+    persisted and spooled like a pass's, in ``store``, whose pass lock the caller holds."""
     now = datetime.now(UTC).isoformat()
-    report: dict[str, Any] = {
-        "host": host,
-        "mode": opts.mode.value,
-        "state": "unknown",
-        "reason": why,
-        "startedAt": now,
-        "finishedAt": now,
-        "durationSeconds": 0.0,
-        "exitCode": EXIT_UNKNOWN,
-        "incomplete": True,
-        "counts": {},
-        "resources": [],
-        **extra,
-    }
-    if boot:
-        report["bootId"] = boot
+    report = verdict.report(
+        verdict.no_pass(why), [], host=host, mode=opts.mode.value, started=now, finished=now, duration=0.0,
+        boot_id=boot, extra=extra,
+    )
     store.record(host, report)
     return report
 
@@ -169,26 +174,28 @@ def cycle(opts: Options) -> Cycle:
     state = AgentState(path)
     reboot_now = False
     try:
-        seq = state.next_seq()
-        extra: dict[str, Any] = {
-            "passId": str(uuid.uuid4()),
-            "seq": seq,
-            "intervalSeconds": opts.interval.total_seconds(),
-        }
         last = state.last_manifest()
-        got = fetch(opts.server, host, opts.token, last[0] if last else None, _facts(opts.root, opts.config))
+        got = fetch(
+            opts.server, host, opts.token, last[0] if last else None, _facts(opts.root, opts.config), opts.deadline
+        )
         boot = read_boot_id(opts.config.boot_id_file)
         agent.real_root(opts.root)  # a root that is not a directory: said before the lock is taken
         store = StateStore(path)
         try:
             with store.lease(opts.config.lock_wait, boot):
+                seq = state.next_seq()  # under the lock: numbered in the order the passes run
+                extra: dict[str, Any] = {
+                    "passId": str(uuid.uuid4()),
+                    "seq": seq,
+                    "intervalSeconds": opts.interval.total_seconds(),
+                }
                 manifest, digest, origin = _manifest(state, got, last, Path(f"{path}.manifest"))
                 if manifest is None:
                     report = _unknown(opts, store, boot, host, origin, {**extra, "manifestOrigin": origin})
-                    code, stopped = EXIT_UNKNOWN, False
+                    code, stopped = report["exitCode"], False
                 else:
                     extra.update(manifestDigest=digest, manifestOrigin=origin)
-                    result = agent.run(
+                    result = agent.engine_pass(
                         manifest, root=opts.root, mode=opts.mode, config=opts.config,
                         state_path=path, extra=extra, budget=_budget(opts, host), holding=Held(store),
                     )
@@ -196,7 +203,7 @@ def cycle(opts: Options) -> Cycle:
                     reboot_now = result.reboot_now
         finally:
             store.close()
-        sent = flush(state, opts.server, host, opts.token)
+        sent = flush(state, opts.server, host, opts.token, opts.deadline)
     finally:
         state.close()
     rebooting = _reboot(opts, host, report) if reboot_now else ""
@@ -212,19 +219,25 @@ def cycle(opts: Options) -> Cycle:
     return Cycle(report, code, line, stopped)
 
 
-def run_forever(opts: Options, log: Any = None) -> int:
-    """Cycles every ``interval`` (plus up to ``splay``) until SIGTERM or SIGINT; 0 on a clean stop."""
+def run_forever(opts: Options, log: Any = None, reload: Callable[[], Options] | None = None) -> int:
+    """Cycles every ``interval`` (plus up to ``splay``) until SIGTERM or SIGINT; 0 on a clean stop.
+
+    ``reload`` makes the options again from the configuration and token files: called before each
+    cycle and on SIGHUP; when it fails, the options it last made are kept.
+    """
     import signal
 
     log = log or (lambda text: print(text, file=sys.stderr, flush=True))
-    stop = threading.Event()
+    stop, hup, wake = threading.Event(), threading.Event(), threading.Event()
 
     def handler(signum: int, _frame: Any) -> None:
-        stop.set()
+        (hup if signum == signal.SIGHUP else stop).set()
+        wake.set()
 
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, handler)
     while not stop.is_set():
+        opts = _reloaded(opts, reload, log)
         try:
             done = cycle(opts)
             log(done.line)
@@ -232,6 +245,29 @@ def run_forever(opts: Options, log: Any = None) -> int:
                 return 0
         except Problem as problem:  # one bad cycle (a lock held, a full disk) is logged; the loop goes on
             log(f"datum agent: the pass did not run: {problem.findings[0].message}")
-        wait = opts.interval.total_seconds() + random.uniform(0, opts.splay.total_seconds())
-        stop.wait(max(wait, 0.0))
+        except Exception as exc:  # noqa: BLE001 - never stopped by what a cycle met; said, and the next runs
+            log(f"datum agent: the cycle failed: {type(exc).__name__}: {str(exc)[:500]}")
+        until = time.monotonic() + opts.interval.total_seconds() + random.uniform(0, opts.splay.total_seconds())
+        while not stop.is_set() and (left := until - time.monotonic()) > 0:
+            wake.wait(left)
+            wake.clear()
+            if hup.is_set() and not stop.is_set():
+                hup.clear()
+                opts = _reloaded(opts, reload, log, asked=True)
     return 0
+
+
+def _reloaded(opts: Options, reload: Callable[[], Options] | None, log: Any, asked: bool = False) -> Options:
+    """``reload()``'s options, logging what changed (never the token); ``opts`` when it fails."""
+    if reload is None:
+        return opts
+    try:
+        new = reload()
+    except Exception as exc:  # noqa: BLE001 - a bad edit must not stop the agent: the last good one runs
+        message = exc.findings[0].message if isinstance(exc, Problem) else f"{type(exc).__name__}: {exc}"
+        log(f"datum agent: the configuration was not re-read, the last good one is kept: {message[:500]}")
+        return opts
+    changed = [f.name for f in fields(Options) if getattr(new, f.name) != getattr(opts, f.name)]
+    if changed or asked:
+        log(f"datum agent: configuration re-read ({', '.join(changed) + ' changed' if changed else 'unchanged'})")
+    return new

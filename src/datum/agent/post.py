@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
-import urllib.error
 import urllib.parse
-import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
-from datum.host.remote import _NoRedirects
+from datum.agent.bounded import DEADLINE, Unusable, request
+from datum.host.remote import issues_in
 
 # Answers that will never change for this report: it is dropped (and said so), not retried forever.
 _PERMANENT = {400, 404, 413, 422}
@@ -22,22 +21,20 @@ class Sent:
     permanent: bool = False
 
 
-def post(server: str, host: str, report: dict[str, Any], token: str, timeout: float = 10) -> Sent:
+def post(server: str, host: str, report: dict[str, Any], token: str, deadline: float = DEADLINE) -> Sent:
+    """``POST`` one report; taken when the server answers 2xx within ``deadline`` seconds (its body is not
+    read). Anything else (no answer, a slow or cut one, a redirect, an error) keeps it for the next delivery,
+    but for an answer that will never change (``_PERMANENT``)."""
     url = f"{server.rstrip('/')}/v1/hosts/{urllib.parse.quote(host, safe='')}/passes"
-    request = urllib.request.Request(
-        url,
-        data=json.dumps(report).encode(),
-        headers={"Content-Type": "application/json", "Authorization": f"Bearer {token}"},
-        method="POST",
-    )
+    headers = {"Content-Type": "application/json", "Authorization": f"Bearer {token}"}
     try:
-        with urllib.request.build_opener(_NoRedirects).open(request, timeout=timeout) as response:
-            response.read()
-            return Sent(True)
-    except urllib.error.HTTPError as exc:
-        return Sent(False, f"{url} answered {exc.code} {exc.reason}", exc.code in _PERMANENT)
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        return Sent(False, f"cannot reach {url}: {getattr(exc, 'reason', exc)}")
+        answer = request("POST", url, headers, data=json.dumps(report).encode(), deadline=deadline)
+    except Unusable as exc:
+        return Sent(False, str(exc))
+    if 200 <= answer.status < 300:
+        return Sent(True)
+    why = f"{url} answered {answer.status} {answer.reason}{issues_in(answer.body)}"
+    return Sent(False, why, answer.status in _PERMANENT)
 
 
 @dataclass(frozen=True)
@@ -48,13 +45,13 @@ class Flushed:
     why: str | None  # why delivery stopped, when it did
 
 
-def flush(state: Any, server: str, host: str, token: str) -> Flushed:
+def flush(state: Any, server: str, host: str, token: str, deadline: float = DEADLINE) -> Flushed:
     """Send every spooled report in sequence order; stop at the first the server does not take."""
     delivered = dropped = 0
     dropped += state.trim()
     pending = state.pending()
     for i, (seq, report) in enumerate(pending):
-        sent = post(server, host, report, token)
+        sent = post(server, host, report, token, deadline)
         if sent.ok:
             state.delivered(seq)
             delivered += 1

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datum.api.intake import accepted
 from datum.api.models import host_status
 from datum.api.state import ServerState
+from datum.api.tokens import looks_like_token
 from datum.core.findings import FieldError, invalid
 from datum.host.report import PassReport
 from datum.store.hosts import take_pass
@@ -27,7 +28,12 @@ class Answer:
 
 
 def check_host(report: PassReport, host: str) -> None:
-    """``422`` unless the report is for the host of the path."""
+    """``422`` unless the report is for the host of the path, and that name is not shaped like a token."""
+    if looks_like_token(host):
+        raise invalid(
+            [FieldError("host", "is shaped like a bearer token; a host name never is one")],
+            "a pass is not taken for a host named like a token",
+        )
     if report.host != host:
         raise invalid(
             [FieldError("host", f"the report is for host {report.host!r}, the path names {host!r}")],

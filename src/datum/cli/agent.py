@@ -80,7 +80,8 @@ def _token(path: str) -> str:
 @click.option("--splay", default="5m", show_default=True, callback=_duration,
               help="Up to this much more, at random, so a fleet does not run in step.")
 @click.option("--once", is_flag=True, help="One cycle, then exit with the pass's exit code.")
-@click.option("--state", default=None, help="The agent's local state file (default: $DATUM_HOME/agent.db).")
+@click.option("--state", default=None, help="The agent's local state file, a path; never a store URL "
+              "(default: the configuration's [host] state, else $DATUM_HOME/agent.db).")
 @click.option("--mode", type=click.Choice(["enforce", "observe"]), default=None)
 @click.option("--config", type=click.Path(dir_okay=False), default=None, help="TOML configuration.")
 @click.option("--print-systemd-unit", "print_unit", is_flag=True, help="Print the systemd unit and exit.")
@@ -107,25 +108,31 @@ def agent(
     from datum.agent.loop import Options, cycle, run_forever
     from datum.config import load_settings
     from datum.core.vocab import Mode
+    from datum.host.agent import state_file
     from datum.host.compiled import HostConfig
-    from datum.host.statefile import state_path
 
-    host_config = HostConfig.from_settings(load_settings(config))
-    path = state_path(state) if state else host_config.state_path
-    os.makedirs(os.path.dirname(path) or ".", mode=0o700, exist_ok=True)  # its state is root's alone
-    opts = Options(
-        server=server,
-        token=_token(token_file),
-        root=root,
-        state_path=path,
-        config=host_config,
-        mode=Mode(mode) if mode else host_config.mode,
-        interval=interval,
-        splay=splay,
-    )
+    url, token_path = server, token_file  # not None (checked above), for the closure
+
+    def options() -> Options:
+        """The options from the configuration and the token file as they are now (re-read by the loop)."""
+        host_config = HostConfig.from_settings(load_settings(config))
+        path = state_file(state, host_config)
+        os.makedirs(os.path.dirname(path) or ".", mode=0o700, exist_ok=True)  # its state is root's alone
+        return Options(
+            server=url,
+            token=_token(token_path),
+            root=root,
+            state_path=path,
+            config=host_config,
+            mode=Mode(mode) if mode else host_config.mode,
+            interval=interval,
+            splay=splay,
+        )
+
+    opts = options()
     if once:
         done = cycle(opts)
         click.echo(done.line, err=True)
         code: int = done.exit_code
         return code
-    return run_forever(opts, lambda line: click.echo(line, err=True))
+    return run_forever(opts, lambda line: click.echo(line, err=True), reload=options)

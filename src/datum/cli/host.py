@@ -8,101 +8,76 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import click
 
-_CONFIG = click.option(
-    "--config",
-    "config",
-    type=click.Path(dir_okay=False),
-    default=None,
-    help="TOML configuration (default: $DATUM_CONFIG).",
-)
-_JSON = click.option("--json", "as_json", is_flag=True, help="Print JSON for machines.")
-_STATE = click.option(
-    "--state",
-    "state",
-    default=None,
-    help="SQLite file or store URL (default: the configured store).",
-)
-_OUTSIDE = click.option(
-    "--allow-source-outside",
-    "allow_outside",
-    is_flag=True,
-    help="Let a source: name a file outside the manifest's directory.",
-)
-_ROOT = click.option(
-    "--root",
-    "root",
-    type=click.Path(file_okay=False),
-    default="/",
-    show_default=True,
-    help="Every path resolves inside it.",
-)
+from datum.cli import passes
+from datum.cli.passes import APPLY_OPTIONS, CONFIG, JSON, OUTSIDE, ROOT, STATE, Option
+from datum.host.verdict import unknown
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _path(kind: str | None) -> Any:
+    """click's type for a path of ``kind`` (``datum.cli.passes.refused_path`` says the same)."""
+    return click.Path(dir_okay=False) if kind == "file" else click.Path(file_okay=False) if kind == "dir" else None
+
+
+def option(spec: Option) -> Callable[[F], F]:
+    """The click option ``spec`` declares (``datum.cli.passes``)."""
+    if not spec.takes_value:
+        return click.option(spec.flag, spec.keyword, is_flag=True, help=spec.help)
+    return click.option(
+        spec.flag,
+        spec.keyword,
+        type=click.Choice(list(spec.choices)) if spec.choices else _path(spec.path),
+        default=spec.default,
+        show_default=spec.default is not None,
+        envvar=spec.envvar,
+        help=spec.help,
+    )
+
+
+_CONFIG, _JSON, _STATE, _OUTSIDE, _ROOT = (option(o) for o in (CONFIG, JSON, STATE, OUTSIDE, ROOT))
+_MANIFEST = click.argument("manifest", type=_path("file"))
 
 
 def _config(config: str | None) -> Any:
-    from datum.cli.passes import host_config
-
-    return host_config(config)
+    return passes.host_config(config)
 
 
 def _state_path(state: str | None, host_config: Any) -> str:
-    from datum.cli.passes import state_path
+    from datum.host.agent import state_file
 
-    return state_path(state, host_config)
+    return state_file(state, host_config)
 
 
-@click.command()
-@click.argument("manifest", type=click.Path(dir_okay=False))
-@_ROOT
-@click.option(
-    "--mode",
-    type=click.Choice(["enforce", "observe"]),
-    default=None,
-    help="Default: the host configuration's mode.",
-)
-@_STATE
-@_JSON
-@_CONFIG
-@click.option(
-    "--report-to", "report_to", default=None, help="A Datum server URL to post the pass report to."
-)
-@click.option(
-    "--token",
-    default=None,
-    envvar="DATUM_TOKEN",
-    help="Bearer token for --report-to (or $DATUM_TOKEN).",
-)
-@_OUTSIDE
-def apply(
-    manifest: str,
-    root: str,
-    mode: str | None,
-    state: str | None,
-    as_json: bool,
-    config: str | None,
-    report_to: str | None,
-    token: str | None,
-    allow_outside: bool,
-) -> int:
-    """Converge this host (or --root) to MANIFEST in one pass, and persist where it stands."""
-    from datum.cli import passes
+def _apply(**given: Any) -> int:
+    return passes.apply(**given)
 
-    return passes.apply(manifest, root, mode, state, as_json, config, report_to, token, allow_outside)
+
+def _with(options: tuple[Option, ...], fn: Any) -> Any:
+    for spec in reversed(options):  # the first declared is the first shown
+        fn = option(spec)(fn)
+    return fn
+
+
+# ``datum apply``: its options as ``datum.cli.passes`` declares them, for its plain parser too.
+apply = click.command(
+    "apply", help="Converge this host (or --root) to MANIFEST in one pass, and persist where it stands."
+)(_MANIFEST(_with(APPLY_OPTIONS, _apply)))
 
 
 @click.command()
-@click.argument("manifest", type=click.Path(dir_okay=False))
+@_MANIFEST
 @_ROOT
 @_JSON
 @_CONFIG
 @_OUTSIDE
 def plan(manifest: str, root: str, as_json: bool, config: str | None, allow_outside: bool) -> int:
     """Show what a pass would change, with unified diffs; change nothing, persist nothing."""
-    from datum.cli import passes
-
     return passes.plan(manifest, root, as_json, config, allow_outside)
 
 
@@ -156,9 +131,10 @@ def schema() -> int:
 
 
 def _warn(message: str) -> None:
-    from datum.cli.passes import warn
+    passes.warn(message)
 
-    warn(message)
+
+NO_PASS = "no pass has completed"
 
 
 def _load(state: str | None, config: str | None) -> tuple[Any, str, Any, dict[str, Any] | None]:
@@ -174,7 +150,7 @@ def _load(state: str | None, config: str | None) -> tuple[Any, str, Any, dict[st
     try:
         return host_config, host, store, store.get(host)
     except Unreadable as exc:
-        return host_config, host, store, {"host": host, "state": "unknown", "reason": str(exc)}
+        return host_config, host, store, unknown(host, str(exc))
 
 
 @click.command()
@@ -192,7 +168,7 @@ def status(state: str | None, as_json: bool, config: str | None) -> int:
         report = _unfinished(store, host, report)
         store.close()
     if report is None:
-        report = {"host": host, "state": "unknown", "reason": "no pass has completed"}
+        report = unknown(host, NO_PASS)
     if as_json:
         click.echo(json.dumps(report, indent=2))
         return 0
@@ -223,7 +199,7 @@ def _unfinished(store: Any, host: str, report: dict[str, Any] | None) -> dict[st
     A dead one makes the host ``unknown`` (the last report is no longer
     current, kept under ``lastReport``); a live one is noted as running.
     """
-    from datum.host.agent import unfinished, unfinished_reason
+    from datum.host.statefile import unfinished, unfinished_reason
 
     record = store.unfinished()
     if record is None or record.get("node") != os.uname().nodename:
@@ -232,13 +208,11 @@ def _unfinished(store: Any, host: str, report: dict[str, Any] | None) -> dict[st
         return report
     seen = {k: record[k] for k in ("startedAt", "pid", "node") if k in record}
     if record["running"]:
-        shown = report or {"host": host, "state": "unknown", "reason": "no pass has completed"}
-        return {**shown, "passRunning": seen}
-    unknown: dict[str, Any] = {"host": host, "state": "unknown"}
-    unknown.update(reason=unfinished_reason(record), unfinished=seen)
+        return {**(report or unknown(host, NO_PASS)), "passRunning": seen}
+    shown = {**unknown(host, unfinished_reason(record)), "unfinished": seen}
     if report is not None:
-        unknown["lastReport"] = report
-    return unknown
+        shown["lastReport"] = report
+    return shown
 
 
 @click.command()
@@ -273,9 +247,7 @@ def reboot(state: str | None, config: str | None, force: bool) -> int:
         store.close()
         report = {**report, "reboot": need}
     click.echo(f"reboot needed: {need.get('reason', 'forced')}")
-    from datum.cli.passes import reboot as run_reboot
-
-    started = run_reboot(
-        host_config, _state_path(state, host_config), report or {"host": host, "state": "unknown"}
+    started = passes.reboot(
+        host_config, _state_path(state, host_config), report or unknown(host, NO_PASS)
     )
     return 0 if started else 1

@@ -17,3 +17,9 @@ _LOOKS_LIKE_A_TOKEN = re.compile(re.escape(PREFIX) + r"[A-Za-z0-9_-]{20,}")
 def redacted(text: str) -> str:
     """``text`` with whatever looks like a Datum token replaced by ``datum_[redacted]``."""
     return _LOOKS_LIKE_A_TOKEN.sub(PREFIX + "[redacted]", text) if PREFIX in text else text
+
+
+def looks_like_token(text: str) -> bool:
+    """Whether ``text`` holds what looks like a token ``create`` mints: never a host's name (it would be
+    listed in ``/v1/hosts`` and be a ``/metrics`` label)."""
+    return PREFIX in text and _LOOKS_LIKE_A_TOKEN.search(text) is not None

@@ -1,48 +1,48 @@
-"""One agent run end to end: validate, lock, pass, roll up, persist, then report and reboot.
+"""One host pass end to end: lock, engine, verdict, persist; ``datum apply``'s and ``datum plan``'s
+engine pass; the reboot once the report is persisted.
 
-The order is the contract's: nothing is touched before the whole manifest is
-valid; the report is persisted before it is posted and before any reboot.
+The order is the contract's: nothing is touched before the whole manifest is valid; the report
+is persisted before it is shown, posted, or any reboot. What the pass's outcomes mean (the host
+state, its reason, the exit code, the report) is decided once, in ``datum.host.verdict``.
 """
 
 from __future__ import annotations
 
 import os
 import time
-from collections import Counter
 from collections.abc import Callable
 from contextlib import ExitStack
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from datum.core.rollup import host_state
-from datum.core.vocab import HostState, Mode, ResourceState
-from datum.host.compiled import HostConfig
+from datum.core.vocab import Mode, ResourceState
+from datum.host import verdict
+from datum.host.compiled import HostConfig, prepare
 from datum.host.executor import Outcome, Progress, run_pass
 from datum.host.model import Manifest
 from datum.host.statefile import Held, StateStore, Unreadable, unfinished, unfinished_reason
+from datum.host.verdict import pass_report  # noqa: F401 - the report's form, for datum.host.idle's template
 from datum.providers.base import HostContext
 from datum.providers.value import Value
 
 if TYPE_CHECKING:
     from datum.host.reboot import Slot
-
-EXIT_CHANGED = 2
-EXIT_FAILED = 4
-EXIT_DRIFTED = 8
-EXIT_REBOOT = 16
-EXIT_DEGRADED = 32
+    from datum.signals import Stop
 
 
 class PassResult(Value):
-    """What a run produced: the report (JSON form), its outcomes and the reboot decision."""
+    """What a pass produced: the report (JSON form), its outcomes, the exit code, the reboot
+    decision and warnings; and the configuration and state file it ran with (for delivery)."""
 
-    __slots__ = ("report", "outcomes", "exit_code", "reboot_now", "warnings")
+    __slots__ = ("report", "outcomes", "exit_code", "reboot_now", "warnings", "config", "state_path")
     report: dict[str, Any]
     outcomes: list[Outcome]
     exit_code: int
     reboot_now: bool
     warnings: list[str]
+    config: HostConfig | None
+    state_path: str | None
 
     def __init__(
         self,
@@ -51,12 +51,16 @@ class PassResult(Value):
         exit_code: int,
         reboot_now: bool = False,
         warnings: list[str] | None = None,
+        config: HostConfig | None = None,
+        state_path: str | None = None,
     ) -> None:
         self.report = report
         self.outcomes = outcomes
         self.exit_code = exit_code
         self.reboot_now = reboot_now
         self.warnings = [] if warnings is None else warnings
+        self.config = config
+        self.state_path = state_path
 
 
 def real_root(root: str) -> Path:
@@ -76,50 +80,54 @@ def host_name(config: HostConfig) -> str:
     return config.name or node_name()
 
 
-def exit_code(outcomes: list[Outcome], awaiting_reboot: bool) -> int:
-    """The contract's bit flags, OR-ed."""
-    states = {o.state for o in outcomes}
-    code = 0
-    if any(o.changed for o in outcomes):
-        code |= EXIT_CHANGED
-    if states & {ResourceState.FAILED, ResourceState.BLOCKED}:
-        code |= EXIT_FAILED
-    if ResourceState.DRIFTED in states:
-        code |= EXIT_DRIFTED
-    if awaiting_reboot:
-        code |= EXIT_REBOOT
-    if ResourceState.SKIPPED in states:
-        code |= EXIT_DEGRADED
-    return code
+def state_file(state: str | None, config: HostConfig) -> str:
+    """The host's local state file: ``--state``, else the configuration's (a URL is a usage error)."""
+    from datum.host.statefile import state_path
+
+    return state_path(state) if state else str(config.state_path)
 
 
-def _names(outs: list[Outcome], what: str, limit: int = 3) -> str:
-    shown = [f"{o.id} {what}" + (f": {o.reason}" if o.reason else "") for o in outs[:limit]]
-    more = len(outs) - limit
-    return "; ".join(shown) + (f"; and {more} more" if more > 0 else "")
+def apply(
+    manifest_path: str,
+    *,
+    root: str,
+    mode: str | None,
+    state: str | None,
+    config: str | None,
+    allow_outside: bool = False,
+    progress: Progress | None = None,
+    held: Held | None = None,
+) -> PassResult:
+    """``datum apply``'s pass when the idle pass could not answer (``datum.host.idle``): the
+    manifest validated (or from its cache), the pass run and persisted, its idle entry kept.
+
+    ``held``: the lock the idle pass handed over, released whatever happens; before the engine
+    starts, as if no pass had run.
+    """
+    from datum.host import idle
+
+    taken = idle.before(config)
+    try:
+        chosen, loaded, data = prepare(manifest_path, config, allow_outside)
+        path = state_file(state, chosen)
+    except BaseException:
+        if held is not None:
+            held.close()  # no pass ran: its record goes, as the engine alone never wrote one
+        raise
+    result = engine_pass(
+        loaded, root=root, mode=Mode(mode) if mode else chosen.mode, config=chosen, state_path=path,
+        progress=progress, holding=held,
+    )
+    idle.remember(manifest_path, root, mode, state, config, allow_outside, taken, data, chosen, loaded, result)
+    return result
 
 
-def reason_for(state: HostState, outcomes: list[Outcome], reboot_reason: str | None) -> str | None:
-    """The host state's reason, naming the resources behind it."""
-    def by(s: ResourceState) -> list[Outcome]:  # asked for the state behind the host's only
-        return [o for o in outcomes if o.state is s]
-
-    if state is HostState.FAILED:
-        failed = _names(by(ResourceState.FAILED), "failed")
-        blocked = by(ResourceState.BLOCKED)
-        if blocked:
-            ids = ", ".join(o.id for o in blocked[:3]) + (
-                f" and {len(blocked) - 3} more" if len(blocked) > 3 else ""
-            )
-            failed += f"; blocked: {ids}"
-        return failed
-    if state is HostState.DRIFTED:
-        return _names(by(ResourceState.DRIFTED), "drifted")
-    if state is HostState.AWAITING_REBOOT:
-        return reboot_reason
-    if state is HostState.DEGRADED:
-        return _names(by(ResourceState.SKIPPED), "skipped")
-    return None
+def plan(manifest_path: str, *, root: str, config: str | None, allow_outside: bool = False,
+         progress: Progress | None = None) -> PassResult:
+    """``datum plan``: an observe pass that persists nothing."""
+    chosen, loaded, _data = prepare(manifest_path, config, allow_outside)
+    return engine_pass(loaded, root=root, mode=Mode.OBSERVE, config=chosen, state_path=None, progress=progress,
+                       persist=False)
 
 
 def _previous(store: StateStore | None, host: str) -> dict[str, Any] | None:
@@ -227,7 +235,7 @@ def _reboot_status(
     return reboot, decision.reboot_now, held, stale
 
 
-def run(
+def engine_pass(
     manifest: Manifest,
     *,
     root: str,
@@ -240,7 +248,8 @@ def run(
     budget: Budget | None = None,
     holding: Held | None = None,
 ) -> PassResult:
-    """One pass over a validated manifest; persist the report unless ``persist`` is False (``datum plan``).
+    """One pass over a validated manifest: lock, engine, verdict, persist (unless ``persist`` is
+    False: ``datum plan``).
 
     ``extra`` adds fields to the report before it is persisted (``datum agent``: ``passId``,
     ``seq``, ``manifestDigest``, ...); a report with a ``seq`` is spooled with it, in one transaction.
@@ -251,7 +260,6 @@ def run(
     lock is taken here.
     """
     from datum.providers.facts import read_boot_id
-    from datum.signals import PASS_SIGNALS, stop_on
 
     try:
         root_path = real_root(root)
@@ -268,104 +276,56 @@ def run(
     )
     host = host_name(config)
     boot_id = read_boot_id(config.boot_id_file)
-    warnings: list[str] = []
     with ExitStack() as stack:
-        if holding is not None:  # the caller's lock (and signal watch), released with the pass
-            stack.push(holding.close)
-            store: StateStore | None = holding.store
-        else:
-            store = StateStore(state_path) if persist and state_path else None
-            if store is not None:
-                stack.callback(store.close)
-                stack.enter_context(store.lease(config.lock_wait, boot_id))
+        store, stop = _hold(stack, holding, state_path if persist else None, config, boot_id, watch=persist)
+        previous = _previous(store, host)
+        warnings = []
         if store is not None:
             progress = _chain(progress, _first_change(store.mark_changing))
-        previous = _previous(store, host)
-        if store is not None and unfinished(store.taken_over, previous):
-            warnings.append(f"{unfinished_reason(store.taken_over or {})}; this pass replaces it")
-        stopped = holding.stop if holding is not None and holding.stop is not None else (
-            stack.enter_context(stop_on(*PASS_SIGNALS, once=True))
-            if persist
-            else None
-        )
+            if unfinished(store.taken_over, previous):
+                warnings.append(f"{unfinished_reason(store.taken_over or {})}; this pass replaces it")
         started = datetime.now(UTC)
         clock = time.perf_counter()
-        outcomes = run_pass(manifest, ctx, progress, stopped.is_set if stopped else None)
-        pending = [o for o in outcomes if o.state is ResourceState.PENDING]
-        incomplete = bool(stopped and stopped.signal and pending)
+        outcomes = run_pass(manifest, ctx, progress, stop.is_set if stop else None)
+        stopped_by = stop.signal if stop else None
         known = store.stale_markers() if store is not None else {}
         reboot, reboot_now, held, stale = _reboot_status(
-            config, mode, outcomes, root_path, previous, boot_id, budget, stopped=incomplete, known_stale=known
+            config, mode, outcomes, root_path, previous, boot_id, budget,
+            stopped=verdict.incomplete(outcomes, stopped_by), known_stale=known,
         )
-        state = host_state([o.state for o in outcomes], awaiting_reboot=reboot is not None)
-        code = exit_code(outcomes, reboot is not None)
-        if incomplete:
-            state, code, reboot_now = HostState.UNKNOWN, code | EXIT_FAILED, False
-        reason = reason_for(state, outcomes, held or (reboot["reason"] if reboot else None))
-        if incomplete:
-            assert stopped is not None
-            reason = _stopped_reason(stopped.signal, outcomes, pending)
-        report = pass_report(
-            host, mode.value, state.value, started.isoformat(), datetime.now(UTC).isoformat(),
-            round(time.perf_counter() - clock, 6), manifest.source, code, outcomes,
-            incomplete=incomplete, reason=reason, boot_id=boot_id, reboot=reboot, extra=extra,
+        decided = verdict.decide(
+            outcomes, reboot_reason=(held or reboot["reason"]) if reboot else None, stopped_by=stopped_by
         )
-        if store:
+        report = verdict.report(
+            decided, outcomes, host=host, mode=mode.value, started=started.isoformat(),
+            finished=datetime.now(UTC).isoformat(), duration=round(time.perf_counter() - clock, 6),
+            manifest=manifest.source, boot_id=boot_id, reboot=reboot, extra=extra,
+        )
+        if store is not None:
             store.record(host, report, stale_markers=stale if stale != known else None)
-    return PassResult(report, outcomes, code, reboot_now and persist, warnings)
+    return PassResult(report, outcomes, decided.exit_code, reboot_now and persist, warnings, config, state_path)
 
 
-def pass_report(
-    host: str,
-    mode: str,
-    state: str,
-    started: Any,
-    finished: Any,
-    duration: Any,
-    manifest: str,
-    code: int,
-    outcomes: list[Outcome],
-    *,
-    incomplete: bool = False,
-    reason: str | None = None,
-    boot_id: str = "",
-    reboot: dict[str, Any] | None = None,
-    extra: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """The pass report (the contract's ``PassReport``), its fields in the order they are stored
-    (``datum.host.idle`` fills the same form with an idle pass's times)."""
-    report: dict[str, Any] = {
-        "host": host,
-        "mode": mode,
-        "state": state,
-        "startedAt": started,
-        "finishedAt": finished,
-        "durationSeconds": duration,
-        "manifest": manifest,
-        "exitCode": code,
-        "counts": dict(Counter(o.state.value for o in outcomes)),
-        "resources": [o.as_report() for o in outcomes],
-    }
-    if incomplete:
-        report["incomplete"] = True
-    if reason:
-        report["reason"] = reason
-    if boot_id:
-        report["bootId"] = boot_id
-    if reboot:
-        report["reboot"] = reboot
-    report.update(extra or {})
-    return report
+def _hold(
+    stack: ExitStack, holding: Held | None, state_path: str | None, config: HostConfig, boot_id: str, watch: bool
+) -> tuple[StateStore | None, Stop | None]:
+    """The state file whose pass lock this pass holds (``holding``'s, or taken here; None for a
+    pass that persists nothing) and the signal watch (``holding``'s, or taken here when ``watch``),
+    each released when ``stack`` closes."""
+    from datum.signals import PASS_SIGNALS, stop_on
 
-
-def _stopped_reason(signal: str | None, outcomes: list[Outcome], pending: list[Outcome]) -> str:
-    done = len(outcomes) - len(pending)
-    why = f"the pass was stopped by {signal} after {done} of {len(outcomes)} resources; "
-    why += f"{len(pending)} not reached (pending)"
-    for state in (ResourceState.FAILED, ResourceState.BLOCKED):
-        bad = [o for o in outcomes if o.state is state]
-        why += f"; {_names(bad, state.value)}" if bad else ""
-    return why
+    store: StateStore | None = None
+    stop = None
+    if holding is not None:  # the caller's lock (and signal watch), released with the pass
+        stack.push(holding.close)
+        store, stop = holding.store, holding.stop
+    elif state_path is not None:
+        store = StateStore(state_path)
+        stack.callback(store.close)
+        stack.enter_context(store.lease(config.lock_wait, boot_id))
+    if stop is None and watch:
+        stop = stack.enter_context(stop_on(*PASS_SIGNALS, once=True))
+    return store, stop
 
 
 def _first_change(hook: Callable[[], None]) -> Progress:

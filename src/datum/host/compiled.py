@@ -119,7 +119,7 @@ def cache_dir() -> Path:
 
 def code_files() -> list[str]:
     """What "the code changed" means, for this cache and the idle pass's alike: every module of
-    Datum and its directories, what the installed plugins are found under (``datum.discovery``)
+    Datum, what the installed plugins are found under (``datum.discovery``)
     and the files their modules load from."""
     import datum
     from datum.discovery import dependencies
@@ -128,7 +128,9 @@ def code_files() -> list[str]:
     found = []
     for here, dirs, files in os.walk(top):
         dirs[:] = sorted(d for d in dirs if d != "__pycache__")
-        found.append(here)
+        # Files only: a directory's own times change when Python writes its __pycache__ there
+        # (a fresh checkout's first import), and a module added beside the others changes nothing
+        # until a module that imports it changes too.
         found += [os.path.join(here, f) for f in sorted(files) if f.endswith(".py")]
     # The running script's own directory (``datum`` and ``python -c`` differ there, and neither
     # installs anything in it) is left out, as the idle pass's search path leaves it.
@@ -359,3 +361,23 @@ def prune(directory: Path) -> None:
         entries = sorted(directory.glob(pattern), key=lambda p: p.stat().st_mtime)
         for old in entries[:-_MAX_ENTRIES]:
             old.unlink(missing_ok=True)
+
+
+def prepare(manifest_path: str, config: str | None, allow_outside: bool = False) -> tuple[HostConfig, Manifest, bytes | None]:
+    """The configuration, the validated manifest (from this cache when neither changed) and the
+    manifest's bytes they were made from (read once)."""
+    data = manifest_bytes(manifest_path)
+    key = cache_key(manifest_path, config, data) if data is not None else None
+    if key is not None and allow_outside:  # validated under another rule: another entry
+        key = f"{key[:48]}-outside"
+    hit = load(key)
+    if hit is not None:
+        return (*hit, data)
+    from datum.host.manifest import load_manifest
+
+    chosen = load_config(config)
+    memory = spec_memory(manifest_path)
+    loaded = load_manifest(manifest_path, allow_source_outside=allow_outside, memory=memory, data=data)
+    store(key, chosen, loaded)
+    remember_specs(manifest_path, memory)
+    return chosen, loaded, data

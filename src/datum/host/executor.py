@@ -24,7 +24,7 @@ from datum.host.model import Manifest, Resource
 from datum.providers.base import Change, HostContext, Provider, ProviderError
 from datum.providers.fs import in_read_only_image, sync_dirs
 from datum.providers.registry import provider
-from datum.providers.value import Value
+from datum.providers.value import Frozen
 
 # (position, total, resource id, state) for a progress display.
 Progress = Callable[[int, int, str, ResourceState], None]
@@ -32,8 +32,9 @@ Progress = Callable[[int, int, str, ResourceState], None]
 _BAD = (ResourceState.FAILED, ResourceState.BLOCKED)
 
 
-class Outcome(Value):
-    """What one resource did on this pass."""
+class Outcome(Frozen):
+    """What one resource did on this pass, as the executor left it: it never changes once made
+    (``datum.host.verdict`` reads the pass's outcomes into the host's state and report)."""
 
     __slots__ = (
         "resource", "action", "state", "changed", "reason", "error", "blocked_by", "diff", "sensitive",
@@ -45,7 +46,7 @@ class Outcome(Value):
     changed: bool
     reason: str | None
     error: str | None
-    blocked_by: list[str] | None
+    blocked_by: tuple[str, ...] | None
     diff: str | None
     sensitive: bool  # its diff was withheld; the report says so
     reboot_required: str | None
@@ -59,50 +60,28 @@ class Outcome(Value):
         changed: bool = False,
         reason: str | None = None,
         error: str | None = None,
-        blocked_by: list[str] | None = None,
+        blocked_by: tuple[str, ...] | None = None,
         diff: str | None = None,
         sensitive: bool = False,
         reboot_required: str | None = None,
         duration_seconds: float = 0.0,
     ) -> None:
-        self.resource = resource
-        self.action = action
-        self.state = state
-        self.changed = changed
-        self.reason = reason
-        self.error = error
-        self.blocked_by = blocked_by
-        self.diff = diff
-        self.sensitive = sensitive
-        self.reboot_required = reboot_required
-        self.duration_seconds = duration_seconds
+        setattr_ = object.__setattr__
+        setattr_(self, "resource", resource)
+        setattr_(self, "action", action)
+        setattr_(self, "state", state)
+        setattr_(self, "changed", changed)
+        setattr_(self, "reason", reason)
+        setattr_(self, "error", error)
+        setattr_(self, "blocked_by", blocked_by)
+        setattr_(self, "diff", diff)
+        setattr_(self, "sensitive", sensitive)
+        setattr_(self, "reboot_required", reboot_required)
+        setattr_(self, "duration_seconds", duration_seconds)
 
     @property
     def id(self) -> str:
         return self.resource.id
-
-    def as_report(self) -> dict[str, Any]:
-        """The ``ResourceReport`` JSON form: absent fields absent."""
-        out: dict[str, Any] = {
-            "id": self.id,
-            "type": self.resource.type,
-            "name": self.resource.name,
-            "action": self.action.value,
-            "state": self.state.value,
-            "changed": self.changed,
-            "durationSeconds": round(self.duration_seconds, 6),
-        }
-        for key, value in (
-            ("reason", self.reason),
-            ("error", self.error),
-            ("blockedBy", self.blocked_by),
-            ("diff", self.diff),
-            ("sensitive", True if self.sensitive else None),
-            ("rebootRequired", self.reboot_required),
-        ):
-            if value is not None:
-                out[key] = value
-        return out
 
 
 def _error(exc: BaseException) -> str:
@@ -128,48 +107,48 @@ def run_pass(
     ordered = manifest.ordered()
     if ctx.manifest is None:
         ctx.manifest = manifest  # a Directory purge keeps every path the manifest touches
-    outcomes = {r.id: Outcome(r) for r in ordered}
+    done: dict[str, Outcome] = {}
     unsupported: dict[str, str | None] = {}
     total = len(ordered)
     try:
         for position, resource in enumerate(ordered, 1):
             if stop is not None and stop():
                 break
-            out = outcomes[resource.id]
             started = time.perf_counter()
             announce = partial(progress, position, total, resource.id) if progress else None
-            _walk(resource, out, outcomes, unsupported, ctx, announce)
-            out.duration_seconds = time.perf_counter() - started
+            out = _walk(resource, done, unsupported, ctx, announce)
+            out = out.replace(duration_seconds=time.perf_counter() - started)
+            done[resource.id] = out
             if progress:
                 progress(position, total, resource.id, out.state)
     finally:
         sync_dirs()  # the renames of this pass are durable before anyone reads its outcomes
-    return [outcomes[r.id] for r in ordered]
+    return [done.get(r.id) or Outcome(r) for r in ordered]
 
 
 def _walk(
     resource: Resource,
-    out: Outcome,
-    outcomes: dict[str, Outcome],
+    done: dict[str, Outcome],
     unsupported: dict[str, str | None],
     ctx: HostContext,
     announce: Callable[[ResourceState], Any] | None,
-) -> None:
+) -> Outcome:
+    """What ``resource`` does on this pass, given the outcomes ``done`` before it."""
     named = resource.needs
-    needs = [outcomes[n] for n in dict.fromkeys(named)] if named else []
+    needs = [done[n] for n in dict.fromkeys(named)] if named else []
     bad = [n for n in needs if n.state in _BAD]
     if bad:
-        out.state = ResourceState.BLOCKED
-        out.blocked_by = [n.id for n in bad]
-        out.reason = ", ".join(f"{n.id} {n.state.value}" for n in bad)
-        return
+        return Outcome(
+            resource,
+            state=ResourceState.BLOCKED,
+            blocked_by=tuple(n.id for n in bad),
+            reason=", ".join(f"{n.id} {n.state.value}" for n in bad),
+        )
     prov = provider(resource.type)
     if resource.type not in unsupported:
         unsupported[resource.type] = prov.supported(ctx)
     if unsupported[resource.type]:
-        out.state = ResourceState.SKIPPED
-        out.reason = unsupported[resource.type]
-        return
+        return Outcome(resource, state=ResourceState.SKIPPED, reason=unsupported[resource.type])
     try:
         want = prov.desired(resource.name, resource.spec, ctx)
         have = prov.observe(want, ctx)
@@ -178,37 +157,30 @@ def _walk(
         drifted = [n.id for n in needs if n.state is ResourceState.DRIFTED]
         if ctx.mode is Mode.OBSERVE and drifted:
             # Its requirement is not in place yet, so it cannot be observed: that is drift, not failure.
-            out.state = ResourceState.DRIFTED
-            out.reason = f"waits on drifted {', '.join(drifted)}: {_error(exc)}"
-            return
-        out.state = ResourceState.FAILED
-        out.error = _error(exc)
-        out.reason = out.error
-        return
+            why = f"waits on drifted {', '.join(drifted)}: {_error(exc)}"
+            return Outcome(resource, state=ResourceState.DRIFTED, reason=why)
+        return _failed(resource, _error(exc))
     refresh = [n.id for n in needs if _would_change(n, ctx) and n.id in resource.spec.subscribes] if needs else None
     if refresh and prov.refreshable and change.action is Action.NONE:
         verb = "would change" if ctx.mode is Mode.OBSERVE else "changed"
         change = prov.refresh(want, have, f"{', '.join(refresh)} {verb}")
-    out.action = change.action
-    out.diff = change.diff
-    out.sensitive = change.sensitive
+    planned = Outcome(resource, action=change.action, diff=change.diff, sensitive=change.sensitive)
     if change.action is Action.NONE:
-        out.state = ResourceState.CONVERGED
-        return
+        return planned.replace(state=ResourceState.CONVERGED)
     if in_read_only_image(str(ctx.root), prov.paths(resource.spec)):
-        out.state = ResourceState.SKIPPED  # it changes only with a new image: reported, never written
-        out.reason = Reason.IMAGE_MODE.value
-        return
+        # It changes only with a new image: reported, never written nor failed.
+        return planned.replace(state=ResourceState.SKIPPED, reason=Reason.IMAGE_MODE.value)
     if ctx.mode is Mode.OBSERVE:
-        out.state = ResourceState.DRIFTED
-        out.reason = change.summary
-        return
-    out.state = ResourceState.APPLYING
+        return planned.replace(state=ResourceState.DRIFTED, reason=change.summary)
     if announce:
-        announce(out.state)
+        announce(ResourceState.APPLYING)
     if not prov.defers_dir_sync:
         sync_dirs()  # nothing else acts (runs a command, say) while a rename is not yet durable
-    _apply(prov, want, have, change, ctx, out)
+    return _apply(prov, want, have, change, ctx, planned)
+
+
+def _failed(resource: Resource, error: str) -> Outcome:
+    return Outcome(resource, state=ResourceState.FAILED, error=error, reason=error)
 
 
 def _would_change(need: Outcome, ctx: HostContext) -> bool:
@@ -224,24 +196,21 @@ def _apply(
     have: Any,
     change: Change,
     ctx: HostContext,
-    out: Outcome,
-) -> None:
+    planned: Outcome,
+) -> Outcome:
+    """Apply ``change`` and confirm it: ``planned`` converged, or failed saying why."""
+    reboot_required = None
     try:
         try:
-            out.reboot_required = prov.apply(want, have, change, ctx)
+            reboot_required = prov.apply(want, have, change, ctx)
         finally:
             ctx.changed()
         unconfirmed = prov.verify(want, change, ctx)
     except Exception as exc:  # noqa: BLE001 - recorded as this resource's failure
-        out.state = ResourceState.FAILED
-        out.error = _error(exc)
-        out.reason = out.error
-        return
-    out.changed = True
-    out.reason = change.summary  # what it found (a service stopped), in enforce mode as in observe
+        why = _error(exc)
+        return planned.replace(state=ResourceState.FAILED, error=why, reason=why, reboot_required=reboot_required)
+    # What it found (a service stopped), in enforce mode as in observe mode.
+    applied = planned.replace(changed=True, reboot_required=reboot_required, reason=change.summary)
     if unconfirmed:
-        out.state = ResourceState.FAILED
-        out.error = unconfirmed
-        out.reason = unconfirmed
-        return
-    out.state = ResourceState.CONVERGED
+        return applied.replace(state=ResourceState.FAILED, error=unconfirmed, reason=unconfirmed)
+    return applied.replace(state=ResourceState.CONVERGED)

@@ -23,9 +23,17 @@ class _NoRedirects(urllib.request.HTTPRedirectHandler):
 def issues_of(exc: urllib.error.HTTPError) -> str:
     """The messages of an error answer in the contract's shape, as ``": msg; msg"``; "" when it has none."""
     try:
-        issues = json.loads(exc.read()).get("issues") or []
+        return issues_in(exc.read())
+    except OSError:
+        return ""
+
+
+def issues_in(body: bytes) -> str:
+    """``issues_of`` for an error answer's body already read."""
+    try:
+        issues = json.loads(body).get("issues") or []
         return ": " + "; ".join(str(i.get("message")) for i in issues)[:2000]
-    except (ValueError, AttributeError, OSError):
+    except (ValueError, AttributeError, TypeError, RecursionError):
         return ""
 
 

@@ -13,6 +13,12 @@ never imports it.
 
 One pass at a time: the state file is locked with ``flock`` beside it, which
 the kernel releases with the process however it dies.
+
+Nothing beside the state is followed: the state file and its lock are opened
+only when they are regular files of one link (a symbolic link, a directory or
+a FIFO planted there is refused with a message naming it, and nothing it
+leads to is read, truncated or written); a new state file is made with
+``O_EXCL | O_NOFOLLOW``.
 """
 
 from __future__ import annotations
@@ -110,16 +116,17 @@ INSTEAD = "The server's store learns about this host from the reports posted to 
 
 
 def state_path(state: str, option: str = "--state") -> str:
-    """``--state``: the absolute path of the host's local state file; a URL is a usage error."""
+    """``--state``: the absolute path of the host's local state file; a URL is a usage error.
+
+    Made absolute without resolving links: a link planted at the state file is then refused where it is
+    (``open_local``), never followed to whatever it names."""
     from datum.home import url_refused
 
     if why := url_refused(state):
         from datum.core.findings import Problem
 
         raise Problem.one("USAGE", f"{option} {why}. {INSTEAD}")
-    from pathlib import Path
-
-    return str(Path(state).expanduser().resolve())
+    return os.path.abspath(os.path.expanduser(state))
 
 
 class StateStore:
@@ -146,10 +153,18 @@ class StateStore:
             report = json.loads(row[0]) if row else None
         except ValueError as exc:
             raise Unreadable(f"the last pass report of {host} cannot be read: {exc}") from exc
-        if report is not None and not (
-            isinstance(report, dict) and isinstance(report.get("state"), str)
-        ):
-            raise Unreadable(f"the last pass report of {host} cannot be read: not a pass report")
+        if report is not None:
+            from pydantic import ValidationError
+
+            from datum.host.report import PassReport
+
+            try:  # what reads it (datum status, datum reboot) reads a pass report: one, or unknown
+                PassReport.model_validate(report)
+            except ValidationError as exc:
+                wrong = "; ".join(
+                    f"{'.'.join(map(str, e['loc'])) or 'report'}: {e['msg']}" for e in exc.errors()[:3]
+                )
+                raise Unreadable(f"the last pass report of {host} cannot be read: not a pass report ({wrong})") from exc
         return report
 
     # What a pass needs of the last one: its state, when it finished, its reboot.
@@ -316,8 +331,8 @@ class StateStore:
         import fcntl
 
         try:
-            fd = os.open(lock_path(self.path), os.O_RDONLY | os.O_CLOEXEC)
-        except OSError:
+            fd = _open_plain(lock_path(self.path), os.O_RDONLY, "the lock file")
+        except Exception:  # noqa: BLE001 - none, or not one to read (a link): no pass record
             return None
         try:
             try:
@@ -333,7 +348,7 @@ class StateStore:
 
 class Held:
     """A state file whose pass lock is held, with what releases it, last taken first (an
-    ``ExitStack`` without ``contextlib``): ``datum.host.agent.run(holding=)`` takes it over and
+    ``ExitStack`` without ``contextlib``): ``datum.host.agent.engine_pass(holding=)`` takes it over and
     releases it when its pass ends. ``stop``: the signal watch taken with it, if one was
     (``datum.host.idle``, whose idle pass hands its lock and a signal that came to the engine).
     """
@@ -375,13 +390,11 @@ class _Lease:
         store, wait = self.store, self.wait
         path = lock_path(store.path)
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        except OSError as exc:
+            fd = _open_plain(path, os.O_RDWR | os.O_CREAT, "the lock file", 0o600)
+        except FileNotFoundError as exc:
             from datum.core.findings import Problem
 
-            raise Problem.one(
-                "UNAVAILABLE", f"cannot open the lock file {path}: {exc.strerror}"
-            ) from exc
+            raise Problem.one("UNAVAILABLE", f"cannot open the lock file {path}: {exc.strerror}") from exc
         try:
             deadline, tries = time.monotonic() + wait.total_seconds(), 0
             while True:
@@ -456,14 +469,16 @@ def open_local(path: str) -> Any:
     """The agent's local state file, its tables made when missing (``sqlite3``, autocommit).
 
     On a first pass the directory it lives in may not exist yet (``$DATUM_HOME``
-    on a fresh host): it is made, readable by its owner only (0700).
+    on a fresh host): it is made, readable by its owner only (0700). The file
+    is a regular file of one link, made 0600 when missing (``_plain_state``), and
+    still the same one once SQLite has opened it; anything else is refused.
     """
     import sqlite3
 
     try:
         try:
             return _connect(path)
-        except (sqlite3.OperationalError, FileNotFoundError):
+        except FileNotFoundError:
             parent = os.path.dirname(path)
             if not parent or os.path.lexists(parent):
                 raise
@@ -479,9 +494,12 @@ def open_local(path: str) -> Any:
 def _connect(path: str) -> Any:
     import sqlite3
 
-    _private(path)
+    found = _plain_state(path)
     db = sqlite3.connect(path, timeout=10, isolation_level=None)
     try:
+        st = os.lstat(path)
+        if (st.st_dev, st.st_ino) != found:  # swapped between the check and SQLite's open
+            raise _refused("the state file", path, "not the file that was checked (replaced while opened)")
         db.execute("PRAGMA busy_timeout=10000")
         if not db.execute("SELECT 1 FROM sqlite_master WHERE name='agent_meta'").fetchone():
             db.executescript(LOCAL_SCHEMA)
@@ -489,18 +507,6 @@ def _connect(path: str) -> Any:
         db.close()
         raise
     return db
-
-
-def _private(path: str) -> None:
-    """The state file exists and is its owner's alone (0600) before SQLite opens it: it holds every
-    File's content. Whatever the umask, and a file an older version left 0644 is narrowed; SQLite
-    gives its journal and WAL files the database's mode."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    try:
-        if os.fstat(fd).st_mode & 0o077:
-            os.fchmod(fd, 0o600)
-    finally:
-        os.close(fd)
 
 
 # -- who holds the pass lock ------------------------------------------------------------------
@@ -552,10 +558,63 @@ def _read_fd(fd: int) -> bytes:
 
 def _read_record(path: str) -> dict[str, Any] | None:
     try:
-        with open(path, "rb") as f:
-            return _parse(f.read(4096))
-    except OSError:
+        fd = _open_plain(path, os.O_RDONLY, "the lock file")
+    except Exception:  # noqa: BLE001 - gone, or not one to read
         return None
+    try:
+        return _parse(_read_fd(fd))
+    finally:
+        os.close(fd)
+
+
+def _open_plain(path: str, flags: int, what: str, mode: int = 0o644) -> int:
+    """``path`` opened without following a link (nor blocking on a FIFO): a descriptor of a regular file
+    with one link, or the ``UNAVAILABLE`` problem naming what is there instead (nothing it leads to is
+    touched). ``FileNotFoundError`` and ``FileExistsError`` (with ``O_EXCL``) as they are."""
+    import errno
+    import stat
+
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode)
+    except (FileNotFoundError, FileExistsError):
+        raise
+    except OSError as exc:
+        raise _refused(what, path, "a symbolic link" if exc.errno == errno.ELOOP else str(exc.strerror)) from exc
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+        os.close(fd)
+        raise _refused(what, path, "a file with other hard links" if stat.S_ISREG(st.st_mode) else "not a regular file")
+    return fd
+
+
+def _refused(what: str, path: str, found: str) -> Problem:
+    from datum.core.findings import Problem
+
+    return Problem.one(
+        "UNAVAILABLE",
+        f"{what} {path} is {found}: refused, and nothing it leads to is touched "
+        "(remove it, and the next pass makes its own)",
+    )
+
+
+def _plain_state(path: str) -> tuple[int, int]:
+    """The (device, inode) of the state file, a regular file of one link; a missing one is made (0600,
+    ``O_EXCL | O_NOFOLLOW``: never through a link). Anything else there is refused."""
+    what = "the state file"
+    try:
+        fd = _open_plain(path, os.O_RDONLY, what)
+    except FileNotFoundError:
+        try:
+            fd = _open_plain(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, what, 0o600)
+        except FileExistsError:  # made since (by another agent, or a link planted): as it is now
+            fd = _open_plain(path, os.O_RDONLY, what)
+    try:
+        st = os.fstat(fd)
+        if st.st_mode & 0o077:  # it holds every File's content: an older version left it 0644
+            os.fchmod(fd, 0o600)
+        return st.st_dev, st.st_ino
+    finally:
+        os.close(fd)
 
 
 def _parse(data: bytes) -> dict[str, Any] | None:

@@ -13,7 +13,10 @@ proportional to what diverged, never to what exists:
   stuck the same way for a week cost one map, not one per pass.
 
 A pass that could not complete stores no items (NULL with ``completed``
-false): what it saw is unknown. Rows older than the retention are pruned by
+false): what it saw is unknown. A host pass older than the host's latest (its
+``seq`` lower: two agents reporting one host, a report sent again after a lost
+answer) does not change the host's state but is kept here all the same, where
+it arrived, once (``record_older_host_pass``, by its ``passId``). Rows older than the retention are pruned by
 the writer of the same subject, in the writer's transaction. Times are the
 writer's clock (the reconciler's tick; the server's receipt of a host pass),
 so rows of one subject are in order.
@@ -95,6 +98,7 @@ def record(
     counts: Mapping[str, int] | None = None,
     items: dict[str, list[str]] | None = None,
     keep: timedelta | None = None,
+    pass_id: str | None = None,
 ) -> None:
     """Append one pass of ``subject``/``name`` in the caller's transaction; prune what is older than ``keep``.
 
@@ -112,6 +116,7 @@ def record(
             blocked=blocked,
             counts=dict(counts or {}),
             items=stored,
+            pass_id=pass_id,
         )
     )
     if keep is not None:
@@ -199,7 +204,13 @@ def host_pass_values(report: Mapping[str, Any]) -> dict[str, Any]:
         "drift": len(attention),
         "counts": count_states(resources),
         "items": grouped(attention),
+        "pass_id": _pass_id(report),
     }
+
+
+def _pass_id(report: Mapping[str, Any]) -> str | None:
+    pass_id = report.get("passId")
+    return pass_id[:64] if isinstance(pass_id, str) else None
 
 
 def record_host_pass(
@@ -207,6 +218,23 @@ def record_host_pass(
 ) -> None:
     """The history row of one host pass (a ``PassReport`` in its JSON form), received at ``at``."""
     record(conn, HOST, host, at, keep=keep, **host_pass_values(report))
+
+
+def record_older_host_pass(
+    conn: Connection, host: str, report: Mapping[str, Any], at: datetime, keep: timedelta | None
+) -> bool:
+    """``record_host_pass`` for a pass older than the host's latest, unless its ``passId`` is recorded
+    already (or it has none: nothing tells it from the same pass sent again). Whether it was recorded."""
+    pass_id = _pass_id(report)
+    if pass_id is None:
+        return False
+    seen = conn.execute(
+        sa.select(t.c.id).where(_subject(HOST, host), t.c.pass_id == pass_id).limit(1)
+    ).first()
+    if seen is not None:
+        return False
+    record_host_pass(conn, host, report, at, keep)
+    return True
 
 
 def first_seen(conn: Connection, subject: str, name: str, streak: int) -> datetime | None:

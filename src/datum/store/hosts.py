@@ -12,8 +12,15 @@ import sqlalchemy as sa
 from datum.core.hostsummary import interval_of, summarize
 from datum.core.vocab import HostState
 from datum.store.engine import Store
-from datum.store.history import HOST, KEYFRAME, host_pass_values, record_host_pass
+from datum.store.history import (
+    HOST,
+    KEYFRAME,
+    host_pass_values,
+    record_host_pass,
+    record_older_host_pass,
+)
 from datum.store.leases import release_rebooted
+from datum.store.runs import store_now
 from datum.store.schema import hosts
 from datum.store.types import ReadableTime, UTCDateTime
 
@@ -84,7 +91,9 @@ def take_pass(
     ``history`` a stored pass also gets its history row (``store.history``,
     pruned ``keep`` back) in the same transaction, at the store's clock: on
     PostgreSQL in the same statement, so a stored pass costs one round trip.
-    ``text`` is ``report`` as JSON text when the caller has it already.
+    ``text`` is ``report`` as JSON text when the caller has it already. With ``history`` an older pass
+    (not the same pass again) is still kept in the host's history, once, at its receipt
+    (``store.history.record_older_host_pass``): it is not the host's state, and it is not lost.
     With ``release_lease`` a stored pass from a boot other than the one of the
     host's reboot lease frees that lease (the host is back from its reboot:
     ``datum.store.leases.release_rebooted``), in the same transaction; on
@@ -116,11 +125,14 @@ def take_pass(
                 "seq": seq,
             })
         r = conn.execute(sa.select(*_COLUMNS, _RAW).where(hosts.c.host == host)).mappings().first()
-    if r is None:  # pragma: no cover - a conflict means the row is there
-        raise RuntimeError(f"the pass of {host!r} was neither stored nor found")
-    row = _row(r)
-    same = row["passId"] is not None and row["passId"] == report.get("passId")
-    return Taken("duplicate" if same or row["seq"] == seq else "older", row)
+        if r is None:  # pragma: no cover - a conflict means the row is there
+            raise RuntimeError(f"the pass of {host!r} was neither stored nor found")
+        row = _row(r)
+        same = row["passId"] is not None and row["passId"] == report.get("passId")
+        outcome = "duplicate" if same or row["seq"] == seq else "older"
+        if outcome == "older" and history:
+            record_older_host_pass(conn, host, report, store_now(conn), keep)
+    return Taken(outcome, row)
 
 
 def _upsert(dialect: str, host: str, values: dict[str, Any], seq: int | None) -> Any:
@@ -164,13 +176,14 @@ WITH up AS (
   WHERE subject = :subject AND name = :host AND CAST(:keep AS interval) IS NOT NULL
     AND at < (SELECT now FROM up) - CAST(:keep AS interval)
 ), recorded AS (
-  INSERT INTO pass_history (subject, name, at, outcome, completed, drift, blocked, counts, items)
+  INSERT INTO pass_history (subject, name, at, outcome, completed, drift, blocked, counts, items, pass_id)
   SELECT :subject, :host, up.now, :outcome, :completed, :drift, 0, CAST(:counts AS json),
     CASE WHEN CAST(:items AS jsonb) IS NULL THEN NULL
          WHEN NOT EXISTS (SELECT 1 FROM last) THEN CAST(:items AS json)
          WHEN (SELECT CAST(items AS jsonb) FROM last) IS DISTINCT FROM CAST(:items AS jsonb) THEN CAST(:items AS json)
          WHEN (SELECT n FROM since) >= :keyframe THEN CAST(:items AS json)
-    END
+    END,
+    :pass_id
   FROM up
 ), released AS (
   DELETE FROM reboot_leases
@@ -201,6 +214,7 @@ def _pg_params(
         "items": None if items is None else json.dumps(items),
         "keyframe": KEYFRAME - 1,
         "release": None,
+        "pass_id": passed["pass_id"],
     }
 
 

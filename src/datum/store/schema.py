@@ -100,6 +100,8 @@ pass_history = sa.Table(
     sa.Column("blocked", sa.Integer, nullable=False),
     sa.Column("counts", sa.JSON, nullable=False),
     sa.Column("items", sa.JSON(none_as_null=True)),
+    # The host pass the row is (its passId; migration 0010): an older pass is recorded once however often it comes.
+    sa.Column("pass_id", sa.String(64)),
     sa.Index("ix_pass_history_subject_at", "subject", "name", "at"),
 )
 

@@ -1,0 +1,236 @@
+"""One verdict: a pass's frozen outcomes made into the host's state, its reason, the exit code and
+the pass report.
+
+Every surface that says where a host stands shows what this module made, never a judgement of
+its own: the lines and ``--json`` of ``datum apply`` and ``datum plan``, the report stored in
+the state file (``datum status``), the one ``--report-to`` and ``datum agent`` post, and the
+API, which reads it as the ``PassReport`` model (``datum.host.report``: its schema; a test holds
+every form made here to it). Reports are built here as their JSON form: the model's pydantic
+is not imported on a pass.
+
+Pure: it reads no clock, file or host. The engine hands it what the pass found (the outcomes,
+the reboot the host needs, the signal that stopped it, the times).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from datum.core.rollup import host_state
+from datum.core.vocab import HostState, ResourceState
+from datum.providers.value import Frozen
+
+if TYPE_CHECKING:
+    from datum.host.executor import Outcome
+
+# The contract's exit codes of ``apply`` and ``plan``: bit flags, OR-ed.
+EXIT_CHANGED = 2
+EXIT_FAILED = 4  # also: the host state is not known (a pass stopped part-way, no manifest to apply)
+EXIT_DRIFTED = 8
+EXIT_REBOOT = 16
+EXIT_DEGRADED = 32
+
+
+class Verdict(Frozen):
+    """Where a pass left the host: its state, why (unless converged), the exit code, and whether
+    the pass was stopped before it reached every resource."""
+
+    __slots__ = ("state", "reason", "exit_code", "incomplete")
+    state: HostState
+    reason: str | None
+    exit_code: int
+    incomplete: bool
+
+    def __init__(self, state: HostState, reason: str | None, exit_code: int, incomplete: bool = False) -> None:
+        setattr_ = object.__setattr__
+        setattr_(self, "state", state)
+        setattr_(self, "reason", reason)
+        setattr_(self, "exit_code", exit_code)
+        setattr_(self, "incomplete", incomplete)
+
+
+def decide(
+    outcomes: Sequence[Outcome],
+    *,
+    reboot_reason: str | None = None,
+    stopped_by: str | None = None,
+) -> Verdict:
+    """The verdict of a pass over ``outcomes``.
+
+    ``reboot_reason``: why the host awaits a reboot (None: it does not). ``stopped_by``: the
+    signal that stopped the walk; with resources left ``pending`` the host state is not known.
+    """
+    awaiting = reboot_reason is not None
+    code = exit_code(outcomes, awaiting)
+    if stopped_by is not None and incomplete(outcomes, stopped_by):
+        return Verdict(HostState.UNKNOWN, stopped_reason(stopped_by, outcomes), code | EXIT_FAILED, True)
+    state = host_state([o.state for o in outcomes], awaiting_reboot=awaiting)
+    return Verdict(state, reason_for(state, outcomes, reboot_reason), code)
+
+
+def incomplete(outcomes: Sequence[Outcome], stopped_by: str | None) -> bool:
+    """Whether a signal stopped the walk before it reached every resource."""
+    return stopped_by is not None and any(o.state is ResourceState.PENDING for o in outcomes)
+
+
+def no_pass(why: str) -> Verdict:
+    """The verdict when no pass could run (``datum agent`` with no manifest to apply)."""
+    return Verdict(HostState.UNKNOWN, why, EXIT_FAILED, True)
+
+
+def exit_code(outcomes: Sequence[Outcome], awaiting_reboot: bool) -> int:
+    """The contract's bit flags, OR-ed."""
+    states = {o.state for o in outcomes}
+    code = 0
+    if any(o.changed for o in outcomes):
+        code |= EXIT_CHANGED
+    if states & {ResourceState.FAILED, ResourceState.BLOCKED}:
+        code |= EXIT_FAILED
+    if ResourceState.DRIFTED in states:
+        code |= EXIT_DRIFTED
+    if awaiting_reboot:
+        code |= EXIT_REBOOT
+    if ResourceState.SKIPPED in states:
+        code |= EXIT_DEGRADED
+    return code
+
+
+def _names(outs: Sequence[Outcome], what: str, limit: int = 3) -> str:
+    shown = [f"{o.id} {what}" + (f": {o.reason}" if o.reason else "") for o in outs[:limit]]
+    more = len(outs) - limit
+    return "; ".join(shown) + (f"; and {more} more" if more > 0 else "")
+
+
+def reason_for(state: HostState, outcomes: Sequence[Outcome], reboot_reason: str | None) -> str | None:
+    """The host state's reason, naming the resources behind it (None when converged)."""
+
+    def by(s: ResourceState) -> list[Outcome]:  # asked for the state behind the host's only
+        return [o for o in outcomes if o.state is s]
+
+    if state is HostState.FAILED:
+        failed = _names(by(ResourceState.FAILED), "failed")
+        blocked = by(ResourceState.BLOCKED)
+        if blocked:
+            ids = ", ".join(o.id for o in blocked[:3]) + (
+                f" and {len(blocked) - 3} more" if len(blocked) > 3 else ""
+            )
+            failed += f"; blocked: {ids}"
+        return failed
+    if state is HostState.DRIFTED:
+        return _names(by(ResourceState.DRIFTED), "drifted")
+    if state is HostState.AWAITING_REBOOT:
+        return reboot_reason
+    if state is HostState.DEGRADED:
+        return _names(by(ResourceState.SKIPPED), "skipped")
+    return None
+
+
+def stopped_reason(signal: str, outcomes: Sequence[Outcome]) -> str:
+    """Why a pass stopped part-way is ``unknown``: the signal, how far it came, what failed."""
+    pending = [o for o in outcomes if o.state is ResourceState.PENDING]
+    done = len(outcomes) - len(pending)
+    why = f"the pass was stopped by {signal} after {done} of {len(outcomes)} resources; "
+    why += f"{len(pending)} not reached (pending)"
+    for state in (ResourceState.FAILED, ResourceState.BLOCKED):
+        bad = [o for o in outcomes if o.state is state]
+        why += f"; {_names(bad, state.value)}" if bad else ""
+    return why
+
+
+def resource_report(o: Outcome) -> dict[str, Any]:
+    """One resource's part of the report (``ResourceReport``): absent fields absent."""
+    out: dict[str, Any] = {
+        "id": o.id,
+        "type": o.resource.type,
+        "name": o.resource.name,
+        "action": o.action.value,
+        "state": o.state.value,
+        "changed": o.changed,
+        "durationSeconds": round(o.duration_seconds, 6),
+    }
+    for key, value in (
+        ("reason", o.reason),
+        ("error", o.error),
+        ("blockedBy", list(o.blocked_by) if o.blocked_by is not None else None),
+        ("diff", o.diff),
+        ("sensitive", True if o.sensitive else None),
+        ("rebootRequired", o.reboot_required),
+    ):
+        if value is not None:
+            out[key] = value
+    return out
+
+
+def pass_report(
+    host: str,
+    mode: str,
+    state: str,
+    started: Any,
+    finished: Any,
+    duration: Any,
+    manifest: str | None,
+    code: int,
+    outcomes: Sequence[Outcome],
+    *,
+    incomplete: bool = False,
+    reason: str | None = None,
+    boot_id: str = "",
+    reboot: dict[str, Any] | None = None,
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The pass report (``PassReport``'s JSON form), its fields in the order they are stored.
+
+    ``datum.host.idle`` fills the same form with an idle pass's times; ``report`` gives it a
+    ``Verdict``.
+    """
+    report: dict[str, Any] = {
+        "host": host,
+        "mode": mode,
+        "state": state,
+        "startedAt": started,
+        "finishedAt": finished,
+        "durationSeconds": duration,
+    }
+    if manifest is not None:
+        report["manifest"] = manifest
+    report["exitCode"] = code
+    report["counts"] = dict(Counter(o.state.value for o in outcomes))
+    report["resources"] = [resource_report(o) for o in outcomes]
+    if incomplete:
+        report["incomplete"] = True
+    if reason:
+        report["reason"] = reason
+    if boot_id:
+        report["bootId"] = boot_id
+    if reboot:
+        report["reboot"] = reboot
+    report.update(extra or {})
+    return report
+
+
+def report(
+    verdict: Verdict,
+    outcomes: Sequence[Outcome],
+    *,
+    host: str,
+    mode: str,
+    started: str,
+    finished: str,
+    duration: float,
+    manifest: str | None = None,
+    boot_id: str = "",
+    reboot: dict[str, Any] | None = None,
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The pass report of ``verdict`` over ``outcomes``."""
+    return pass_report(
+        host, mode, verdict.state.value, started, finished, duration, manifest, verdict.exit_code, outcomes,
+        incomplete=verdict.incomplete, reason=verdict.reason, boot_id=boot_id, reboot=reboot, extra=extra,
+    )
+
+
+def unknown(host: str, why: str) -> dict[str, Any]:
+    """What ``datum status`` shows where there is no report to read: the host ``unknown``, and why."""
+    return {"host": host, "state": HostState.UNKNOWN.value, "reason": why}
