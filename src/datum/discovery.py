@@ -127,7 +127,9 @@ def _scan() -> dict[str, list[Found]]:
         index = _index()
         index.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         tmp = index.with_name(f".{index.name}.{os.getpid()}")
-        tmp.write_text(json.dumps(data), encoding="utf-8")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as out:  # the owner's alone, as all under $DATUM_HOME
+            out.write(json.dumps(data))
         os.replace(tmp, index)
     except OSError:
         pass  # a cache is never a failure: the next process scans again

@@ -322,3 +322,16 @@ def test_a_missing_source_is_found_even_after_a_cached_pass(host):
     result = host.apply(manifest, "--json")
     assert result.code == 65
     assert result.json["issues"][0]["fields"][0]["field"] == "resources[0].File[/srv/page.html].source"
+
+
+def test_a_changed_resource_says_what_it_found_in_enforce_mode_too(host):
+    """Observe mode's drift reason and enforce mode's are one text: a service found stopped
+    reads ``inactive, want running`` in the report of the pass that started it."""
+    manifest = host.manifest('resources:\n  - File[/etc/app.conf]:\n      content: "x\\n"\n      mode: "0640"\n')
+    assert host.apply(manifest).code == 2
+    os.chmod(host.root / "etc/app.conf", 0o666)
+    observed = host.apply(manifest, "--mode", "observe", "--json").json["resources"][0]
+    assert observed["reason"] == "mode 0666, want 0640"
+    enforced = host.apply(manifest, "--json").json["resources"][0]
+    assert (enforced["state"], enforced["changed"]) == ("converged", True)
+    assert enforced["reason"] == observed["reason"]

@@ -6,8 +6,10 @@ import subprocess
 from pathlib import Path
 
 
-def build_deb(workdir: Path, package: str, version: str, files: dict[str, str] | None = None) -> Path:
-    """A real, tiny .deb built with dpkg-deb --build."""
+def build_deb(
+    workdir: Path, package: str, version: str, files: dict[str, str] | None = None, conffiles: tuple[str, ...] = ()
+) -> Path:
+    """A real, tiny .deb built with dpkg-deb --build; ``conffiles`` are its configuration files."""
     tree = workdir / f"{package}_{version}"
     (tree / "DEBIAN").mkdir(parents=True)
     (tree / "DEBIAN" / "control").write_text(
@@ -18,6 +20,8 @@ def build_deb(workdir: Path, package: str, version: str, files: dict[str, str] |
         target = tree / path.lstrip("/")
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(content)
+    if conffiles:
+        (tree / "DEBIAN" / "conffiles").write_text("".join(f"{c}\n" for c in conffiles))
     deb = workdir / f"{package}_{version}_all.deb"
     subprocess.run(["dpkg-deb", "--build", "--root-owner-group", str(tree), str(deb)], check=True, capture_output=True)
     return deb

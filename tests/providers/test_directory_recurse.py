@@ -254,3 +254,25 @@ def test_datum_apply_recurses_once_and_plan_reports_drift_below(tmp_path, datum_
     assert code == 8, out + err
     assert "1 entry below differs: img/logo.png mode 0600, want 0644" in line(out, "Directory[/srv/www]")
     assert meta(www / "img" / "logo.png") == (0o600, 33, 33)
+
+
+@pytest.mark.parametrize("directory_first", [True, False])
+def test_a_new_file_below_a_recursing_directory_converges_in_one_pass(tmp_path, directory_first):
+    """A File with no mode made below ``recurse: true, mode: 0600``: the first pass said
+    converged and left it 0644, the second changed it. Now it is made 0600 (and with the
+    directory's owner), whichever resource is listed first; the second pass changes nothing."""
+    from datum.core.vocab import ResourceState
+    from datum.host.executor import run_pass
+    from datum.providers.base import HostContext
+
+    directory = "  - Directory[/srv/secret]: {recurse: true, mode: '0600', owner: '1000'}\n"
+    file = "  - File[/srv/secret/key]: {content: k}\n"
+    text = "resources:\n" + (directory + file if directory_first else file + directory)
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "srv/secret").mkdir(parents=True)
+    manifest = parse_manifest(text, tmp_path)
+    assert {o.state for o in run_pass(manifest, HostContext(root))} == {ResourceState.CONVERGED}
+    assert meta(root / "srv/secret/key") == (0o600, 1000, 0)
+    again = run_pass(manifest, HostContext(root))
+    assert [(o.id, o.changed) for o in again if o.changed] == []

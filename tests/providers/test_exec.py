@@ -68,3 +68,21 @@ def test_the_agents_token_is_not_passed_to_commands(ctx, monkeypatch):
     want, change = plan(spec, ctx)
     EXEC.apply(want, None, change, ctx)
     assert (ctx.root / "env").read_text().strip() == "none kept"
+
+
+def test_a_failing_commands_reason_keeps_its_last_lines_bounded_and_redacted(ctx):
+    """The lines above the last explain it (nginx's [emerg] above "test failed"); stdout fills
+    what stderr leaves; at most ten lines; a Datum token printed by the command is redacted."""
+    token = "datum_" + "A" * 40
+    command = (
+        "for i in $(seq 1 30); do echo out$i; done; "
+        f"echo '[emerg] unexpected }}' {token} >&2; echo 'test failed' >&2; exit 1"
+    )
+    want, change = plan(ExecSpec(command=command), ctx)
+    with pytest.raises(ProviderError) as info:
+        EXEC.apply(want, None, change, ctx)
+    why = str(info.value)
+    assert why == (
+        "exit status 1: out23 | out24 | out25 | out26 | out27 | out28 | out29 | out30 | "
+        "[emerg] unexpected } datum_[redacted] | test failed"
+    )

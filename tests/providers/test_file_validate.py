@@ -53,3 +53,35 @@ def test_validate_needs_percent_s_and_content():
     with pytest.raises(ValidationError, match="needs content"):
         FileSpec.model_validate({"path": "/etc/x", "validate": "true %s"})
     assert spec("x").validate_cmd == "grep -q '^good' %s"
+
+
+def test_the_copy_keeps_the_destinations_suffix(ctx):
+    """A checker that reads the kind from the name (``systemd-analyze verify %s`` on a unit)."""
+    (ctx.root / "etc").mkdir()
+    s = FileSpec.model_validate(
+        {"path": "/etc/app.service", "content": "x\n", "validate": "case %s in *.service) exit 0;; esac; exit 1"}
+    )
+    assert plan(s, ctx)[2].action is Action.CREATE
+
+
+# A checker that prints what it refused, as nginx -t does, with the line above its verdict.
+LOUD = "echo \"[emerg] unexpected '}' in %s:9: $(cat %s)\" >&2; echo 'test failed' >&2; exit 1"
+
+
+def test_the_reason_keeps_the_lines_above_the_last(ctx):
+    (ctx.root / "etc").mkdir()
+    with pytest.raises(ProviderError) as info:
+        plan(spec("listen 80}\n", LOUD), ctx)
+    assert str(info.value).endswith("exited 1: [emerg] unexpected '}' in %s:9: listen 80} | test failed")
+
+
+def test_a_sensitive_files_checker_output_is_withheld(ctx):
+    (ctx.root / "etc").mkdir()
+    s = FileSpec.model_validate(
+        {"path": "/etc/app.conf", "content": "hunter2-secret\n", "validate": LOUD, "sensitive": True}
+    )
+    with pytest.raises(ProviderError) as info:
+        plan(s, ctx)
+    assert "hunter2" not in str(info.value)
+    assert "emerg" not in str(info.value).replace(LOUD, "")
+    assert str(info.value).endswith("exited 1 (its output withheld: sensitive: true)")

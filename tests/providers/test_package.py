@@ -100,3 +100,64 @@ def test_plan_latest_purged_and_config_files():
     change = PACKAGE.plan(_want("purged"), left)
     assert change.action is Action.DELETE
     assert change.summary == "configuration files left, want purged"
+
+
+def test_a_package_dpkg_left_half_configured_is_reported_with_dpkgs_words_and_repaired(ctx):
+    """The wedge of a prompt nobody answered, made real: dpkg upgrading over a locally changed
+    configuration file with no policy and no input stops at the prompt and leaves the package
+    unpacked. The next pass says so in dpkg's words and finishes it, keeping the local file."""
+    import subprocess
+
+    dpkg_root(ctx.root)
+    conf = {"/etc/datum-hello.conf": "packaged 1\n"}
+    build_deb(ctx.manifest_dir / "v1", "datum-hello", "1.0", conf, conffiles=("/etc/datum-hello.conf",))
+    v2 = build_deb(
+        ctx.manifest_dir / "v2", "datum-hello", "2.0", {"/etc/datum-hello.conf": "packaged 2\n"},
+        conffiles=("/etc/datum-hello.conf",),
+    )
+    assert step(PackageSpec(name="datum-hello", source="v1/datum-hello_1.0_all.deb"), ctx)[2] is None
+    (ctx.root / "etc/datum-hello.conf").write_text("managed by a File\n")
+    wedged = subprocess.run(
+        ["dpkg", f"--root={ctx.root}", "--log=/dev/null", "--install", str(v2)],
+        stdin=subprocess.DEVNULL, capture_output=True, text=True, check=False,
+    )
+    assert wedged.returncode != 0 and "end of file on stdin at conffile prompt" in wedged.stderr
+
+    spec = PackageSpec(name="datum-hello", source="v2/datum-hello_2.0_all.deb", ensure="2.0")
+    want = PACKAGE.desired(spec.name, spec, ctx)
+    have = PACKAGE.observe(want, ctx)
+    change = PACKAGE.plan(want, have)
+    assert change.action is Action.UPDATE
+    (why,) = change.differences
+    assert why.startswith(("unpacked (", "half-configured (")) and "configure" in why, why
+    PACKAGE.apply(want, have, change, ctx)
+    assert PACKAGE.verify(want, change, ctx) is None
+    assert (ctx.root / "etc/datum-hello.conf").read_text() == "managed by a File\n"
+    assert step(spec, ctx)[0].action is Action.NONE
+
+
+def test_apt_is_told_the_configuration_file_policy_and_never_reads_input(ctx):
+    """What apt-get is run with (recorded: no repository here); its stdin is /dev/null (``run``)."""
+    from datum.providers.base import Completed
+
+    seen = []
+
+    def runner(argv, **kw):
+        seen.append((list(argv), kw))
+        if argv[0] == "dpkg-query":
+            return Completed(tuple(argv), 1, "", "")
+        return Completed(tuple(argv), 0, "", "")
+
+    from pathlib import Path
+
+    from datum.providers.base import HostContext
+
+    real = HostContext(Path("/"), runner=runner)
+    want = PACKAGE.desired("hello", PackageSpec(name="hello"), real)
+    have = PACKAGE.observe(want, real)
+    PACKAGE.apply(want, have, PACKAGE.plan(want, have), real)
+    (apt, kw), *_ = [(a, k) for a, k in seen if a[:2] == ["apt-get", "install"]]
+    assert apt[apt.index("-o") : apt.index("-o") + 4] == [
+        "-o", "Dpkg::Options::=--force-confdef", "-o", "Dpkg::Options::=--force-confold"
+    ]
+    assert kw["env"]["DEBIAN_FRONTEND"] == "noninteractive" and "input" not in kw

@@ -336,11 +336,51 @@ def test_temporary_files_of_a_killed_pass_are_removed_by_the_next(ctx):
     (etc / ".datum-tmp-0123456789ab").write_text("half")
     (etc / ".motd.k3j2h1.datum-tmp").write_text("half")  # as versions before named them
     (etc / ".current.datum-tmp").symlink_to("/data")  # a link: unlinked, never followed
+    os.utime(etc / ".current.datum-tmp", (1, 1), follow_symlinks=False)  # made long ago
     (etc / ".datum-tmp-0123456789ac").mkdir()  # not a file Datum leaves: kept
     (etc / "user.datum-tmp.txt").write_text("mine")
     (etc / ".datum-tmp-notes").write_text("mine")  # not Datum's 12 hex characters
     converge(FILE, FileSpec(path="/etc/motd", content="hi\n"), ctx)
     assert sorted(os.listdir(etc)) == [".datum-tmp-0123456789ac", ".datum-tmp-notes", "motd", "user.datum-tmp.txt"]
+
+
+def test_a_sweep_leaves_the_temporary_files_of_a_pass_still_writing(ctx):
+    """Two passes on one root with different state files: one's sweep met the other's file
+    in flight and removed it (``No such file or directory: .../.datum-tmp-...``). A writer
+    holds its file's lock until the rename; only an unlocked one (its writer dead) goes, and a
+    fresh link (one mid-rename) stays."""
+    import fcntl
+    import multiprocessing
+
+    etc = ctx.root / "etc"
+    etc.mkdir()
+    inflight, dead = etc / ".datum-tmp-0123456789ab", etc / ".datum-tmp-ba9876543210"
+    fd = os.open(inflight, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # as write_atomic holds it, in this process: another sweeps
+
+    def killed_writer():
+        held = os.open(dead, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        fcntl.flock(held, fcntl.LOCK_EX)
+        os._exit(9)  # dies holding it: the kernel lets the lock go
+
+    child = multiprocessing.get_context("fork").Process(target=killed_writer)
+    child.start()
+    child.join()
+    (etc / ".datum-tmp-00000000000a").symlink_to("/x")  # a link being renamed into place now
+
+    def sweep_elsewhere():
+        fs.forget_sweeps()
+        fs.sweep_temporaries(etc)
+        os._exit(0)
+
+    other = multiprocessing.get_context("fork").Process(target=sweep_elsewhere)
+    other.start()
+    other.join()
+    assert sorted(os.listdir(etc)) == [".datum-tmp-00000000000a", ".datum-tmp-0123456789ab"]
+    os.write(fd, b"still mine")
+    os.replace(inflight, etc / "motd")  # the writer finishes as it would have
+    os.close(fd)
+    assert (etc / "motd").read_text() == "still mine"
 
 
 # --- absolute link targets are read inside the root, whether they exist yet or not --------------

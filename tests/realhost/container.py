@@ -215,7 +215,8 @@ class Container:
                 self.sh(
                     "find /opt/datum-test -mindepth 1 -delete && "
                     "python3 -m venv /opt/datum-test && "
-                    "/opt/datum-test/bin/pip install -q --no-index --find-links /opt/wheels datum"
+                    "/opt/datum-test/bin/pip install -q --no-index --find-links /opt/wheels datum",
+                    timeout=600,  # minutes on a machine busy with other work
                 )
             elif have[1] != own:
                 self.sh(

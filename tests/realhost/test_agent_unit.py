@@ -35,7 +35,9 @@ def test_the_shipped_unit_runs_passes_on_its_interval_and_stops_cleanly(host):
     host.write("/srv/fleet/nodes.yaml", 'nodes:\n  - match: {name: "*"}\n    manifests: [agent.yaml]\n')
     host.write(
         "/srv/fleet/agent.yaml",
-        "resources:\n  - Exec[count]:\n      command: \"date +%s.%N >> /var/tmp/agent-passes\"\n",
+        "resources:\n  - Exec[count]:\n      command: \"date +%s.%N >> /var/tmp/agent-passes\"\n"
+        "  - File[/etc/datum-test/htpasswd]:\n      content: \"deploy:SECRET-HASH-4711\\n\"\n"
+        "      mode: \"0600\"\n      sensitive: true\n",
     )
     host.write(
         "/etc/datum-test/server.toml",
@@ -62,14 +64,16 @@ def test_the_shipped_unit_runs_passes_on_its_interval_and_stops_cleanly(host):
         "--config", "/etc/datum-test/server.toml", env={"DATUM_HOME": "/var/lib/datum-server"},
     ).stdout.strip().splitlines()[-1]
     host.write("/etc/datum/agent.token", token + "\n", mode="0600")
-    # The shipped unit as it is, its server and interval overridden by a drop-in, as an operator would.
+    # The shipped unit as it is, configured as an operator would: its environment file, and a
+    # drop-in (here: a umask that would leave everything readable; the state stays private).
     host.write("/etc/systemd/system/datum-agent.service", UNIT.read_text())
     host.write(
-        "/etc/systemd/system/datum-agent.service.d/test.conf",
-        f"[Service]\nEnvironment=DATUM_SERVER=http://127.0.0.1:{port}\nExecStart=\n"
-        "ExecStart=/usr/bin/datum agent --server ${DATUM_SERVER} "
-        "--token-file /etc/datum/agent.token --interval 1s --splay 0s\n",
+        "/etc/datum/agent.env",
+        f"DATUM_SERVER=http://127.0.0.1:{port}\nDATUM_INTERVAL=1s\nDATUM_SPLAY=0s\n",
     )
+    host.write("/etc/systemd/system/datum-agent.service.d/test.conf", "[Service]\nUMask=0000\n")
+    host.run("mkdir", "-p", "/var/lib/datum")
+    host.run("chmod", "0755", "/var/lib/datum")  # as the package before, or StateDirectory= alone, left it
     host.run("ln", "-sf", DATUM, "/usr/bin/datum")
     host.run("systemctl", "daemon-reload")
     host.run("systemctl", "start", "datum-agent")
@@ -82,6 +86,20 @@ def test_the_shipped_unit_runs_passes_on_its_interval_and_stops_cleanly(host):
     assert host.run("systemctl", "is-active", "datum-agent").stdout.strip() == "active"
     stamps = [float(x) for x in host.run("cat", "/var/tmp/agent-passes").stdout.split()]
     assert all(b - a >= 0.9 for a, b in zip(stamps, stamps[1:], strict=False)), stamps  # its interval
+
+    # Private by default: nothing under the state directory is readable by another user, and the
+    # sensitive file's content is found by root only (it was, with grep, out of agent.db).
+    modes = host.sh("find /var/lib/datum -printf '%m %y %p\\n'").stdout.splitlines()
+    assert modes[0].startswith("700 d "), modes
+    assert [m for m in modes if m.split()[0] != ("700" if m.split()[1] == "d" else "600")] == []
+    assert any("agent.db.manifest/" in m and m.endswith("/manifest.json") for m in modes), modes
+    assert host.sh("grep -rl SECRET-HASH-4711 /var/lib/datum", check=False).stdout.strip()
+    nobody = host.sh(
+        "setpriv --reuid=nobody --regid=nogroup --clear-groups grep -rl SECRET-HASH-4711 /var/lib/datum /etc/datum-test",
+        check=False,
+    )
+    assert nobody.returncode == 2 and not nobody.stdout.strip(), nobody
+    assert "Permission denied" in nobody.stderr, nobody
 
     started = time.monotonic()
     host.run("systemctl", "stop", "datum-agent")

@@ -35,6 +35,15 @@ def test_install_run_remove_keeps_configuration_and_state_purge_removes_them(hos
     assert exists(host, "/lib/systemd/system/datum-agent.service") or not (
         REPO / "contrib/systemd/datum-agent.service"
     ).exists()
+    # Its documentation is where the unit's Documentation= points.
+    unit = host.run("cat", "/lib/systemd/system/datum-agent.service").stdout
+    docs = [d for line in unit.splitlines() if line.startswith("Documentation=") for d in line.split("=", 1)[1].split()]
+    assert docs and all(d.startswith("file:///usr/share/doc/datum/") for d in docs), docs
+    assert all(exists(host, d.removeprefix("file://")) for d in docs), docs
+    assert exists(host, "/usr/share/doc/datum/README.md") and exists(host, "/usr/share/doc/datum/copyright")
+    # The state is root's alone: the directory, and the state file of the pass above.
+    assert host.run("stat", "-c", "%a", "/var/lib/datum").stdout.strip() == "700"
+    assert {host.run("stat", "-c", "%a", p).stdout.strip() for p in state} == {"600"}
     host.sh("echo '# edited by the operator' >> /etc/datum/datum.toml")
 
     host.run("dpkg", "-r", "datum")

@@ -35,7 +35,10 @@ def test_start_and_enable(host):
         "resources:\n  - Service[svc-start]:\n      ensure: running\n      enable: true\n"
     )
     assert code == 2, summary(report)
-    assert by_id(report)["Service[svc-start]"]["action"] == "update"
+    line = by_id(report)["Service[svc-start]"]
+    assert line["action"] == "update"
+    # What it found, in enforce mode as observe mode says it.
+    assert line["reason"] == "inactive, want running, disabled, want enabled", summary(report)
     assert state(host, "svc-start") == ("active", "enabled")
 
 

@@ -136,7 +136,10 @@ def _open_base(base: Path) -> int:
             os.mkdir(base, 0o700)
         except FileExistsError:
             pass
-        return open_dir(base)
+        fd = open_dir(base)
+        if os.fstat(fd).st_mode & 0o077:  # what a served manifest holds is root's alone (an older one was 0755)
+            os.fchmod(fd, 0o700)
+        return fd
     except NotADirectoryError as exc:
         raise Problem.one(
             "UNAVAILABLE",

@@ -346,7 +346,8 @@ def _write(key: str, data: str | dict[str, Any]) -> None:
     text = data if isinstance(data, str) else json.dumps(data, separators=(",", ":"))
     directory = cache_dir()
     try:
-        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        directory.parent.mkdir(parents=True, exist_ok=True, mode=0o700)  # Datum's cache: its owner's alone
+        directory.mkdir(exist_ok=True, mode=0o700)
         # Not made durable: an entry lost or emptied by a power cut is a miss (its JSON is checked).
         write_atomic(directory / f"{key}.json", text.encode(), mode=0o600, durable=False)
         prune(directory)

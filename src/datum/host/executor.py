@@ -2,9 +2,10 @@
 
 Resources run in requirement order. A resource whose requirement failed or is
 blocked is ``blocked`` and names what blocked it; a resource no provider
-supports here is ``skipped``; in observe mode nothing is applied and a
-difference is ``drifted``. After applying, the provider observes again and the
-resource is ``failed`` unless that confirms the result.
+supports here is ``skipped``, and so is one under the read-only ``/usr`` of an
+image-mode host that differs (reason ``image_mode``); in observe mode nothing
+is applied and a difference is ``drifted``. After applying, the provider
+observes again and the resource is ``failed`` unless that confirms the result.
 
 Directory fsyncs a provider deferred (``File``'s atomic writes) are made before
 any other resource is applied and before the pass returns: a pass's outcomes,
@@ -18,10 +19,10 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from datum.core.vocab import Action, Mode, ResourceState
+from datum.core.vocab import Action, Mode, Reason, ResourceState
 from datum.host.model import Manifest, Resource
 from datum.providers.base import Change, HostContext, Provider, ProviderError
-from datum.providers.fs import sync_dirs
+from datum.providers.fs import in_read_only_image, sync_dirs
 from datum.providers.registry import provider
 from datum.providers.value import Frozen
 
@@ -166,6 +167,9 @@ def _walk(
     planned = Outcome(resource, action=change.action, diff=change.diff, sensitive=change.sensitive)
     if change.action is Action.NONE:
         return planned.replace(state=ResourceState.CONVERGED)
+    if in_read_only_image(str(ctx.root), prov.paths(resource.spec)):
+        # It changes only with a new image: reported, never written nor failed.
+        return planned.replace(state=ResourceState.SKIPPED, reason=Reason.IMAGE_MODE.value)
     if ctx.mode is Mode.OBSERVE:
         return planned.replace(state=ResourceState.DRIFTED, reason=change.summary)
     if announce:
@@ -205,7 +209,8 @@ def _apply(
     except Exception as exc:  # noqa: BLE001 - recorded as this resource's failure
         why = _error(exc)
         return planned.replace(state=ResourceState.FAILED, error=why, reason=why, reboot_required=reboot_required)
-    applied = planned.replace(changed=True, reboot_required=reboot_required)
+    # What it found (a service stopped), in enforce mode as in observe mode.
+    applied = planned.replace(changed=True, reboot_required=reboot_required, reason=change.summary)
     if unconfirmed:
         return applied.replace(state=ResourceState.FAILED, error=unconfirmed, reason=unconfirmed)
     return applied.replace(state=ResourceState.CONVERGED)

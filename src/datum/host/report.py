@@ -33,7 +33,8 @@ class ResourceReport(_Model):
     state: ResourceState = Field(description="What the resource reached.")
     changed: bool = False
     reason: str | None = Field(
-        default=None, description="Why it is failed, blocked, skipped or drifted."
+        default=None,
+        description="Why it is failed, blocked, skipped or drifted; what it found when it changed.",
     )
     error: str | None = None
     blocked_by: list[str] | None = Field(default=None, alias="blockedBy")

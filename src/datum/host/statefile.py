@@ -390,7 +390,7 @@ class _Lease:
         store, wait = self.store, self.wait
         path = lock_path(store.path)
         try:
-            fd = _open_plain(path, os.O_RDWR | os.O_CREAT, "the lock file")
+            fd = _open_plain(path, os.O_RDWR | os.O_CREAT, "the lock file", 0o600)
         except FileNotFoundError as exc:
             from datum.core.findings import Problem
 
@@ -610,6 +610,8 @@ def _plain_state(path: str) -> tuple[int, int]:
             fd = _open_plain(path, os.O_RDONLY, what)
     try:
         st = os.fstat(fd)
+        if st.st_mode & 0o077:  # it holds every File's content: an older version left it 0644
+            os.fchmod(fd, 0o600)
         return st.st_dev, st.st_ino
     finally:
         os.close(fd)

@@ -72,10 +72,32 @@ class Completed:
     stderr: str
     timed_out: bool = False  # killed at its timeout (status 124), not an answer of its own
 
-    def why(self) -> str:
-        """The failure as one line: exit status and the last line of stderr."""
-        tail = (self.stderr or self.stdout).strip().splitlines()
-        return f"{self.argv[0]} exited {self.returncode}" + (f": {tail[-1]}" if tail else "")
+    def why(self, name: str | None = None) -> str:
+        """The failure as one line: ``NAME exited N: <tail>`` (``tail``); NAME is the program's."""
+        tail = self.tail()
+        return f"{name or self.argv[0]} exited {self.returncode}" + (f": {tail}" if tail else "")
+
+    def tail(self) -> str:
+        """The lines that explain a failure, as one line joined by `` | ``: the last lines of its
+        standard error, then (room left) of its output before them, blank lines dropped; at most
+        ``TAIL_LINES`` lines of ``TAIL_LINE_CHARS`` each. Anything shaped like a Datum token is
+        redacted. The same text reaches the pass line, the report, the store and the page."""
+        from datum.core.redact import redacted
+
+        def lines(text: str) -> list[str]:
+            return [line.strip() for line in text.splitlines() if line.strip()]
+
+        picked = lines(self.stderr)[-TAIL_LINES:]
+        room = TAIL_LINES - len(picked)
+        if room:
+            picked = lines(self.stdout)[-room:] + picked
+        shown = [line if len(line) <= TAIL_LINE_CHARS else line[: TAIL_LINE_CHARS - 3] + "..." for line in picked]
+        return redacted(" | ".join(shown))
+
+
+# A failed command's message keeps this much of its output (``Completed.tail``).
+TAIL_LINES = 10
+TAIL_LINE_CHARS = 300
 
 
 Runner = Callable[..., Completed]

@@ -7,6 +7,7 @@ would climb above the root is refused, never followed.
 
 from __future__ import annotations
 
+import fcntl as _fcntl
 import os
 import stat
 from collections.abc import Iterator
@@ -162,6 +163,9 @@ def _absolute_under(top: str, target: str, link: str, original: str) -> str:
 # by a killed pass is recognised and removed by the next pass that writes there.
 TMP_PREFIX = ".datum-tmp-"
 _OLD_TMP_SUFFIX = ".datum-tmp"  # what versions before named them: .{name}.XXXX.datum-tmp
+# A temporary link (``Symlink``) cannot be locked; it lives only between its symlink() and its
+# rename, so one older than this was left by a pass that died.
+LINK_LEFT_SECONDS = 60.0
 
 
 def _is_temporary(name: str) -> bool:
@@ -181,10 +185,13 @@ def forget_sweeps() -> None:
 
 
 def sweep_temporaries(directory: Path | str) -> None:
-    """Remove temporary files a killed pass left in ``directory``, once per pass and directory.
+    """Remove temporary files whose writer is gone from ``directory``, once per pass and directory.
 
-    Only regular files and links named as Datum names them; a link is removed,
-    never followed. Passes over one root do not overlap (the pass lock).
+    Only regular files and links named as Datum names them; a link is removed, never
+    followed. A writer holds an ``flock`` on its temporary file from its creation until
+    it is renamed into place (``write_atomic``): a file whose lock is held belongs to a
+    pass still running (another state file's, on the same root) and is left alone; one
+    whose lock can be taken was left by a pass that died (the kernel let its lock go).
     """
     key = str(directory)
     if key in _swept:
@@ -192,18 +199,37 @@ def sweep_temporaries(directory: Path | str) -> None:
     _swept.add(key)
     try:
         with os.scandir(directory) as entries:
-            stale = [
-                e.path
-                for e in entries
-                if _is_temporary(e.name) and not e.is_dir(follow_symlinks=False)
-            ]
+            found = [e for e in entries if _is_temporary(e.name) and not e.is_dir(follow_symlinks=False)]
     except OSError:
         return
-    for name in stale:
+    for entry in found:
         try:
-            os.unlink(name)
+            if entry.is_symlink():
+                import time
+
+                if time.time() - entry.stat(follow_symlinks=False).st_mtime > LINK_LEFT_SECONDS:
+                    os.unlink(entry.path)
+            else:
+                _remove_abandoned(entry.path)
         except OSError:
             pass
+
+
+def _remove_abandoned(path: str) -> None:
+    """Unlink the temporary file ``path`` when no writer holds its lock (the lock is held meanwhile,
+    and what is unlinked is the file that was locked: a writer that renamed it since is not touched)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        try:
+            _fcntl.flock(fd, _fcntl.LOCK_EX | _fcntl.LOCK_NB)
+        except BlockingIOError:
+            return  # its writer is still writing
+        held = os.fstat(fd)
+        now = os.lstat(path)
+        if (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino) and stat.S_ISREG(now.st_mode):
+            os.unlink(path)
+    finally:
+        os.close(fd)
 
 
 def temporary_name(directory: Path | str) -> Path:
@@ -260,7 +286,6 @@ def write_atomic(
         tmp = f"{directory}/{TMP_PREFIX}{os.urandom(6).hex()}"
         try:
             fd = os.open(tmp, flags, 0o600)
-            break
         except FileExistsError:
             continue
         except FileNotFoundError:  # the directory is not there yet: make it (and its parents)
@@ -268,6 +293,13 @@ def write_atomic(
                 raise
             os.makedirs(directory, exist_ok=True)
             made = True
+            continue
+        # Locked until renamed: another pass's sweep leaves it alone (``sweep_temporaries``).
+        # One swept in the instant before the lock was taken is unlinked: take another name.
+        _fcntl.flock(fd, _fcntl.LOCK_EX)
+        if os.fstat(fd).st_nlink:
+            break
+        os.close(fd)
     try:
         try:
             view = memoryview(data)
@@ -278,9 +310,9 @@ def write_atomic(
             os.fchmod(fd, mode)
             if durable:
                 os.fsync(fd)
+            os.replace(tmp, path)
         finally:
             os.close(fd)
-        os.replace(tmp, path)
     except BaseException:
         try:
             os.unlink(tmp)
@@ -367,6 +399,36 @@ def remove(path: Path | str) -> None:
         raise ProviderError(f"{path} is a directory now, not what the pass decided on; left alone")
     os.unlink(path)
     fsync_dir(os.path.dirname(os.fspath(path)) or ".")
+
+
+IMAGE = "/usr"  # what an image-mode host (bootc, ostree) boots read-only
+
+
+def in_read_only_image(root: str, host_paths: list[str]) -> bool:
+    """Whether one of ``host_paths`` is under ``/usr`` and ``/usr`` of ``root`` is mounted
+    read-only (an image-mode host): a difference there changes only with a new image, so it
+    is reported (``skipped``, reason ``image_mode``) and never written nor failed. A path that
+    resolves elsewhere (ostree's ``/usr/local -> /var/usrlocal``) is checked where it leads."""
+    for host_path in host_paths:
+        if not (host_path == IMAGE or host_path.startswith(IMAGE + "/")):
+            continue
+        try:
+            where = real_path(root, host_path)
+        except ProviderError:
+            continue
+        while True:  # the nearest that exists: the resource may create the rest
+            try:
+                if os.statvfs(where).f_flag & os.ST_RDONLY:
+                    return True
+                break
+            except FileNotFoundError:
+                parent = os.path.dirname(where)
+                if parent == where:
+                    break
+                where = parent
+            except OSError:
+                break
+    return False
 
 
 # The file type bits of ``st_mode`` -> the kind's name: one lookup per observed path.

@@ -277,6 +277,40 @@ def searchable(mode: int | None) -> int | None:
     return mode | ((mode & 0o444) >> 2)
 
 
+_RECURSING: list[object] = [None, ()]  # [the manifest, its recursing Directory specs]: found once per manifest
+
+
+def recursed_over(ctx: HostContext, where: str) -> tuple[int | None, int | None, int | None] | None:
+    """What the nearest ``recurse`` Directory of the manifest above ``where`` (a real path) gives a
+    regular file below it, as ``(mode, uid, gid)``; None when no such Directory covers it.
+
+    A ``File`` that sets none of these itself is created with them: without it, a File made
+    after its recursing Directory (the order its path implies) was created 0644 and changed by
+    the next pass, so a first pass said converged on a host that was not."""
+    manifest = ctx.manifest
+    if manifest is None:
+        return None
+    if _RECURSING[0] is not manifest:
+        found = tuple(
+            r.spec for r in manifest.resources
+            if r.type == "Directory" and getattr(r.spec, "recurse", False) and r.spec.ensure == "present"
+        )
+        _RECURSING[:] = [manifest, found]
+    best: tuple[int, Attributes] | None = None
+    for spec in _RECURSING[1]:  # type: ignore[attr-defined]
+        try:
+            top = str(ctx.path(spec.path)).rstrip("/") + "/"
+        except ProviderError:
+            continue
+        if where.startswith(top) and (best is None or len(top) > best[0]):
+            best = (len(top), spec)
+    if best is None:
+        return None
+    spec = best[1]
+    uid, gid = owner_ids(ctx, spec.owner, spec.group)
+    return (None if spec.mode is None else spec.mode & 0o777), uid, gid
+
+
 def _left_to_others(ctx: HostContext, real: Path, spec: Attributes) -> tuple[set[str], set[str]]:
     """Paths below ``real`` other resources set mode, owner or group on, and trees recursing Directories below cover."""
     left: set[str] = set()

@@ -86,7 +86,8 @@ class ExecProvider(Provider[Attributes, ExecWant, ExecHave]):
     def apply(self, want: ExecWant, have: ExecHave, change: Change, ctx: HostContext) -> str | None:
         done = shell(ctx, want, want.spec.command)
         if done.returncode != 0:
-            raise ProviderError(f"exit status {done.returncode}" + _tail(done))
+            tail = done.tail()
+            raise ProviderError(f"exit status {done.returncode}" + (f": {tail}" if tail else ""))
         return None
 
     def verify(self, want: ExecWant, change: Change, ctx: HostContext) -> str | None:
@@ -95,11 +96,6 @@ class ExecProvider(Provider[Attributes, ExecWant, ExecHave]):
         if want.spec.unless and not guard(ctx, want, "unless", want.spec.unless):
             return "verification failed: unless still fails"
         return None
-
-
-def _tail(done: Completed) -> str:
-    lines = (done.stderr or done.stdout).strip().splitlines()
-    return f": {lines[-1]}" if lines else ""
 
 
 PROVIDER = ExecProvider()

@@ -58,13 +58,21 @@ class FileHave:
     rejected: str | None = None  # why ``validate`` refused the new content
 
 
-def validate_candidate(command: str, data: bytes, ctx: HostContext) -> str | None:
+def validate_candidate(
+    command: str, data: bytes, ctx: HostContext, *, suffix: str = "", sensitive: bool = False
+) -> str | None:
     """Run ``command`` on a private copy of ``data`` (mode 0600, in the temporary directory,
-    %s standing for its path); None when it succeeds, else why it refused."""
+    named with the destination's ``suffix``: ``systemd-analyze verify %s`` needs ``.service``;
+    %s stands for its path); None when it succeeds, else why it refused.
+
+    Why keeps the tail of the command's output (``Completed.tail``, the copy's name shown as
+    %s), unless the content is ``sensitive``: a checker that prints the line it refused would
+    put the secret in the report, so then only the exit status is said."""
+    import dataclasses
     import shlex
     import tempfile
 
-    fd, name = tempfile.mkstemp(prefix="datum-validate-")
+    fd, name = tempfile.mkstemp(prefix="datum-validate-", suffix=suffix)
     try:
         with os.fdopen(fd, "wb") as out:
             out.write(data)
@@ -73,10 +81,11 @@ def validate_candidate(command: str, data: bytes, ctx: HostContext) -> str | Non
         os.unlink(name)
     if done.returncode == 0:
         return None
-    tail = (done.stderr or done.stdout).strip().splitlines()
-    return f"validate rejected the content: {command} exited {done.returncode}" + (
-        f": {tail[-1].replace(name, '%s')}" if tail else ""
-    )
+    why = f"validate rejected the content: {command} exited {done.returncode}"
+    if sensitive:
+        return why + " (its output withheld: sensitive: true)"
+    tail = dataclasses.replace(done, stdout=done.stdout.replace(name, "%s"), stderr=done.stderr.replace(name, "%s")).tail()
+    return why + (f": {tail}" if tail else "")
 
 
 def render_content(spec: Attributes, ctx: HostContext) -> bytes | None:
@@ -309,12 +318,18 @@ class FileProvider(PathProvider[Attributes, FileWant, FileHave]):
         real = ctx.real(spec.path, follow_last=spec.ensure == "present")
         if real == str(ctx.root):
             raise ProviderError(f"{spec.path} is the root; a File never removes or replaces it")
+        mode = spec.mode
+        if not owned and mode is None and spec.ensure == "present" and ctx.manifest is not None:
+            from datum.providers.directory import recursed_over
+
+            # Below a recursing Directory, what it gives a file: the one pass converges.
+            mode, uid, gid = recursed_over(ctx, real) or (None, None, None)
         return FileWant(
             spec.path,
             real,
             spec.ensure,
             render_content(spec, ctx) if spec.ensure == "present" else None,
-            spec.mode,
+            mode,
             uid,
             gid,
             bool(getattr(spec, "sensitive", False)),
@@ -334,7 +349,10 @@ class FileProvider(PathProvider[Attributes, FileWant, FileHave]):
             want.replace or kind == "absent"
         ):
             if kind in ("absent", "file"):  # observe and plan say what apply would refuse
-                rejected = validate_candidate(want.validate, want.content, ctx)
+                suffix = os.path.splitext(want.host_path)[1]
+                rejected = validate_candidate(
+                    want.validate, want.content, ctx, suffix=suffix, sensitive=want.sensitive
+                )
         return FileHave(kind, content, st, rejected)
 
     @staticmethod

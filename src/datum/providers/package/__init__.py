@@ -3,6 +3,14 @@
 Under ``--root`` dpkg runs with ``--root`` and dpkg-query with ``--admindir``,
 so a sandbox root with its own dpkg database is managed like a host. A kernel
 package that changes signals that the host needs a reboot; nothing reboots here.
+
+Nothing ever waits on a prompt: apt and dpkg run with ``DEBIAN_FRONTEND=noninteractive``,
+standard input from ``/dev/null`` and Debian's documented configuration-file policy
+(``--force-confdef --force-confold``: a configuration file changed locally, by a
+``File`` say, keeps its local version, which Datum then converges). A package dpkg
+left half-installed or half-configured (a run killed, or one before Datum's) is
+reported with dpkg's own words (``dpkg --audit``) and repaired: ``dpkg --configure -a``,
+or a reinstall when dpkg requires one.
 """
 
 from __future__ import annotations
@@ -18,7 +26,16 @@ from datum.providers.base import Attributes, Beside, Change, HostContext, Provid
 ADMINDIR = "/var/lib/dpkg"
 VERSION = re.compile(r"^[0-9][A-Za-z0-9.+~:-]*$")
 _KERNEL = re.compile(r"^linux-(image|modules)(-|$)")
-_ENV = {"DEBIAN_FRONTEND": "noninteractive", "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
+_ENV = {
+    "DEBIAN_FRONTEND": "noninteractive",
+    "APT_LISTCHANGES_FRONTEND": "none",
+    "PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
+}
+# dpkg's configuration-file policy: keep a locally changed file, take the new one otherwise.
+CONF_POLICY = ("--force-confdef", "--force-confold")
+_APT_CONF_POLICY = tuple(arg for opt in CONF_POLICY for arg in ("-o", f"Dpkg::Options::={opt}"))
+# dpkg's states of a package it did not finish installing (dpkg-query's ${Status}, last word).
+UNFINISHED = frozenset({"half-installed", "unpacked", "half-configured", "triggers-awaited", "triggers-pending"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +52,8 @@ class PkgHave:
     version: str | None  # None: not installed
     config_files: bool = False  # removed, its configuration files left (dpkg's config-files)
     candidate: str | None = None  # the version apt would install (asked for ensure: latest only)
+    # dpkg did not finish installing it: its status (``half-configured``...) and dpkg's words.
+    unfinished: tuple[str, str] | None = None
 
 
 def apt_lists_empty(ctx: HostContext) -> bool:
@@ -72,7 +91,14 @@ def deb_fields(ctx: HostContext, deb: Path) -> dict[str, str]:
 def dpkg(ctx: HostContext, *args: str) -> list[str]:
     """A dpkg command line for this root."""
     root = [] if ctx.is_real_root else [f"--root={ctx.root}", "--log=/dev/null"]
-    return ["dpkg", *root, "--force-confdef", "--force-confold", *args]
+    return ["dpkg", *root, *CONF_POLICY, *args]
+
+
+def audit(ctx: HostContext, name: str, status: str) -> str:
+    """dpkg's own words for a package it did not finish: the first sentence ``dpkg --audit`` says of it."""
+    done = ctx.runner(dpkg(ctx, "--audit", name), env=_ENV)
+    said = " ".join(done.stdout.split()).partition(". ")[0].strip().rstrip(".:")
+    return said or f"dpkg status {status}"
 
 
 def admindir(ctx: HostContext) -> Path:
@@ -127,20 +153,28 @@ class PackageProvider(Provider[Attributes, PkgWant, PkgHave]):
         )
         if done.returncode not in (0, 1):
             raise ProviderError(done.why())
-        version, config_files = None, False
+        version, config_files, unfinished = None, False, None
         for line in done.stdout.splitlines():
             status, _, found = line.partition("\t")
-            if status.endswith(" installed"):
+            state = status.rpartition(" ")[2]
+            if state == "installed":
                 version = found
-            elif status.endswith(" config-files"):
+            elif state == "config-files":
                 config_files = True
+            elif state in UNFINISHED:
+                unfinished = (state, audit(ctx, want.name, state))
         candidate = None
         if want.ensure == "latest" and want.source is None and ctx.is_real_root:
             candidate = apt_candidate(ctx, want.name)
-        return PkgHave(version, config_files, candidate)
+        return PkgHave(version, config_files, candidate, unfinished)
 
     def plan(self, want: PkgWant, have: PkgHave) -> Change:
+        if have.unfinished and want.ensure not in ("absent", "purged"):
+            state, said = have.unfinished
+            return Change(Action.UPDATE, (f"{state} ({said}), want {want.ensure}",))
         if want.ensure in ("absent", "purged"):
+            if have.unfinished:
+                return Change(Action.DELETE, (f"{have.unfinished[0]}, want {want.ensure}",))
             if have.version:
                 return Change(Action.DELETE, (f"{have.version} installed, want {want.ensure}",))
             if want.ensure == "purged" and have.config_files:
@@ -160,6 +194,14 @@ class PackageProvider(Provider[Attributes, PkgWant, PkgHave]):
         return Change()
 
     def apply(self, want: PkgWant, have: PkgHave, change: Change, ctx: HostContext) -> str | None:
+        if have.unfinished and change.action is not Action.DELETE:
+            self._repair(want, have.unfinished[0], ctx)
+            have = self.observe(want, ctx)
+            change = self.plan(want, have)
+            if change.action is Action.NONE:
+                return self._reboot(want)
+            if have.unfinished:
+                raise ProviderError(f"dpkg left it {have.unfinished[0]} after the repair: {have.unfinished[1]}")
         if change.action is Action.DELETE:
             argv = dpkg(ctx, "--purge" if want.ensure == "purged" else "--remove", want.name)
         elif want.source is not None:
@@ -172,6 +214,26 @@ class PackageProvider(Provider[Attributes, PkgWant, PkgHave]):
         if done.returncode != 0:
             raise ProviderError(done.why())
         return self._reboot(want)
+
+    def _repair(self, want: PkgWant, state: str, ctx: HostContext) -> None:
+        """Finish what dpkg left: configure every package waiting (Debian's own recovery), or,
+        half-installed, install it again (from its source, or apt's ``--reinstall``)."""
+        if state != "half-installed":
+            argv = dpkg(ctx, "--configure", "-a")
+        elif want.source is not None:
+            argv = dpkg(ctx, "--install", str(want.source))
+        elif ctx.is_real_root:
+            argv = [*self._apt(), "--reinstall", want.name]
+        else:
+            raise ProviderError("reinstalling from a repository under --root needs source: (a .deb)")
+        done = ctx.runner(argv, env=_ENV)
+        if done.returncode != 0:
+            raise ProviderError(done.why())
+
+    @staticmethod
+    def _apt() -> list[str]:
+        """``apt-get install`` that never asks: yes to apt, dpkg's configuration-file policy to dpkg."""
+        return ["apt-get", "install", "-y", "-q", "--no-install-recommends", *_APT_CONF_POLICY]
 
     def _reboot(self, want: PkgWant) -> str | None:
         if not want.reboot:
@@ -187,7 +249,7 @@ class PackageProvider(Provider[Attributes, PkgWant, PkgHave]):
         if want.ensure == "latest":
             version = apt_candidate(ctx, want.name)
         target = f"{want.name}={version}" if version else want.name
-        argv = ["apt-get", "install", "-y", "-q", "--no-install-recommends"]
+        argv = self._apt()
         if want.version:
             argv.append("--allow-downgrades")  # a pinned version below the installed one
         done = ctx.runner([*argv, target], env=_ENV)

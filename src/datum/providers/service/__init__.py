@@ -106,11 +106,7 @@ class ServiceProvider(Provider[Attributes, SvcWant, SvcHave]):
         for argv in commands(want, have, change.action):
             done = ctx.runner(argv)
             if done.returncode != 0:
-                lines = (done.stderr or done.stdout).strip().splitlines()
-                # systemctl's first line says what happened; the rest points at the journal.
-                why = f"{' '.join(argv[:2])} exited {done.returncode}" + (
-                    f": {lines[0]}" if lines else ""
-                )
+                why = done.why(" ".join(argv[:2]))
                 if argv[1] in ("start", "restart"):
                     tail = journal_tail(ctx, want.unit)
                     why += f"; journal: {tail}" if tail else ""
