@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any
@@ -23,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.json_schema import SkipJsonSchema
 
 from datum.core.findings import Problem
+from datum.core.redact import PREFIX, redacted
 
 log = logging.getLogger("datum.api")
 
@@ -87,24 +87,9 @@ class Issues(BaseModel):
     issues: list[FindingModel] = Field(min_length=1)
 
 
-# What ``datum token create`` mints starts so; anything that looks like one (or a good part of one) is
-# redacted wherever it would be echoed or logged.
-TOKEN_PREFIX = "datum_"
-_LOOKS_LIKE_A_TOKEN = re.compile(re.escape(TOKEN_PREFIX) + r"[A-Za-z0-9_-]{20,}")
-
-
-def redacted(text: str) -> str:
-    """``text`` (a path, a message) with whatever looks like a Datum token replaced by ``datum_[redacted]``.
-
-    For what is logged or echoed: a token someone put in a URL path by mistake.
-    """
-    return _LOOKS_LIKE_A_TOKEN.sub(TOKEN_PREFIX + "[redacted]", text) if TOKEN_PREFIX in text else text
-
-
-def looks_like_token(text: str) -> bool:
-    """Whether ``text`` holds what looks like a token ``create`` mints: never a host's name (it would be
-    listed in ``/v1/hosts`` and be a ``/metrics`` label)."""
-    return TOKEN_PREFIX in text and _LOOKS_LIKE_A_TOKEN.search(text) is not None
+# What ``datum token create`` mints, and what looks like one wherever it would be echoed or logged:
+# decided once, in ``datum.core.redact`` (a failed command's output in a pass report uses it too).
+TOKEN_PREFIX = PREFIX
 
 
 def public(problem: Problem) -> dict[str, Any]:

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from datum.api.errors import looks_like_token
 from datum.api.intake import accepted
 from datum.api.models import host_status
 from datum.api.state import ServerState
 from datum.core.findings import FieldError, invalid
+from datum.core.redact import looks_like_token
 from datum.host.report import PassReport
 from datum.store.hosts import take_pass
 

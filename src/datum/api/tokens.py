@@ -31,7 +31,6 @@ import sqlalchemy as sa
 from datum.api.authz import bound
 from datum.api.errors import TOKEN_PREFIX
 from datum.core.findings import FieldError, Problem, invalid
-from datum.core.redact import PREFIX, looks_like_token, redacted  # noqa: F401 - re-exported for the API
 from datum.store import Store
 from datum.store.schema import tokens
 
