@@ -163,6 +163,8 @@ def test_the_printed_systemd_unit_is_the_shipped_one():
     assert done.returncode == 0
     assert done.stdout == (ROOT / "contrib" / "systemd" / "datum-agent.service").read_text()
     assert "ExecStart=/usr/bin/datum agent --server" in done.stdout
+    assert "ExecReload=/bin/kill -HUP $MAINPID" in done.stdout  # systemctl reload: the SIGHUP re-read
+    assert (ROOT / "contrib" / "systemd" / "datum-agent.service").is_symlink()  # one file, packaged
 
 
 def test_the_agent_refuses_a_server_that_is_not_a_url_and_warns_of_a_readable_token(tmp_path):
