@@ -405,11 +405,13 @@ def test_a_pass_hung_past_its_claims_timeout_is_taken_over_and_writes_nothing(tm
 
 
 def test_a_long_pass_that_keeps_applying_renews_its_claim_and_is_not_taken_over(tmp_path, store_url):
-    root, (a, b), stores = runners(tmp_path, store_url, list("abcde"), lock_ttl="1s", delay=0.4)
+    # Times with room for a loaded machine: a renewal late by 0.6 s (a full suite beside real-host
+    # boots on two cores) made the 1 s claim of the first version time out.
+    root, (a, b), stores = runners(tmp_path, store_url, list("abcde"), lock_ttl="3s", delay=1.2)
     meanwhile = []
 
     def late(ctx, key):
-        if key == "e":  # 1.6 s into a pass whose claim times out after 1 s unless renewed
+        if key == "e":  # 4.8 s into a pass whose claim times out after 3 s unless renewed
             meanwhile.append(b.tick(NAME))
 
     Slow.on_apply = late
