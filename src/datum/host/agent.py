@@ -19,48 +19,14 @@ from typing import TYPE_CHECKING, Any
 from datum.core.vocab import Mode, ResourceState
 from datum.host import verdict
 from datum.host.compiled import HostConfig, prepare
-from datum.host.executor import Outcome, Progress, run_pass
+from datum.host.executor import Outcome, PassResult, Progress, run_pass
 from datum.host.model import Manifest
 from datum.host.statefile import Held, StateStore, Unreadable, unfinished, unfinished_reason
-from datum.host.verdict import pass_report  # noqa: F401 - the report's form, for datum.host.idle's template
 from datum.providers.base import HostContext
-from datum.providers.value import Value
 
 if TYPE_CHECKING:
     from datum.host.reboot import Slot
     from datum.signals import Stop
-
-
-class PassResult(Value):
-    """What a pass produced: the report (JSON form), its outcomes, the exit code, the reboot
-    decision and warnings; and the configuration and state file it ran with (for delivery)."""
-
-    __slots__ = ("report", "outcomes", "exit_code", "reboot_now", "warnings", "config", "state_path")
-    report: dict[str, Any]
-    outcomes: list[Outcome]
-    exit_code: int
-    reboot_now: bool
-    warnings: list[str]
-    config: HostConfig | None
-    state_path: str | None
-
-    def __init__(
-        self,
-        report: dict[str, Any],
-        outcomes: list[Outcome],
-        exit_code: int,
-        reboot_now: bool = False,
-        warnings: list[str] | None = None,
-        config: HostConfig | None = None,
-        state_path: str | None = None,
-    ) -> None:
-        self.report = report
-        self.outcomes = outcomes
-        self.exit_code = exit_code
-        self.reboot_now = reboot_now
-        self.warnings = [] if warnings is None else warnings
-        self.config = config
-        self.state_path = state_path
 
 
 def real_root(root: str) -> Path:

@@ -17,14 +17,17 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from datum.core.vocab import Action, Mode, Reason, ResourceState
 from datum.host.model import Manifest, Resource
 from datum.providers.base import Change, HostContext, Provider, ProviderError
 from datum.providers.fs import in_read_only_image, sync_dirs
 from datum.providers.registry import provider
-from datum.providers.value import Frozen
+from datum.providers.value import Frozen, Value
+
+if TYPE_CHECKING:
+    from datum.host.compiled import HostConfig
 
 # (position, total, resource id, state) for a progress display.
 Progress = Callable[[int, int, str, ResourceState], None]
@@ -91,6 +94,38 @@ def _error(exc: BaseException) -> str:
         where = f" {exc.filename}" if exc.filename else ""
         return f"{exc.strerror or type(exc).__name__}:{where}".rstrip(":")
     return f"{type(exc).__name__}: {exc}"
+
+
+class PassResult(Value):
+    """What a pass produced: the report (JSON form), its outcomes, the exit code, the reboot
+    decision and warnings; and the configuration and state file it ran with (for delivery)."""
+
+    __slots__ = ("report", "outcomes", "exit_code", "reboot_now", "warnings", "config", "state_path")
+    report: dict[str, Any]
+    outcomes: list[Outcome]
+    exit_code: int
+    reboot_now: bool
+    warnings: list[str]
+    config: HostConfig | None
+    state_path: str | None
+
+    def __init__(
+        self,
+        report: dict[str, Any],
+        outcomes: list[Outcome],
+        exit_code: int,
+        reboot_now: bool = False,
+        warnings: list[str] | None = None,
+        config: HostConfig | None = None,
+        state_path: str | None = None,
+    ) -> None:
+        self.report = report
+        self.outcomes = outcomes
+        self.exit_code = exit_code
+        self.reboot_now = reboot_now
+        self.warnings = [] if warnings is None else warnings
+        self.config = config
+        self.state_path = state_path
 
 
 def run_pass(

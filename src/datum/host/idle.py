@@ -37,8 +37,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-    from datum.host.agent import PassResult
     from datum.host.compiled import HostConfig
+    from datum.host.executor import PassResult
     from datum.host.model import Manifest
     from datum.host.statefile import Held
 
@@ -198,9 +198,9 @@ def _template(report: dict[str, Any], outcomes: list[Any], chosen: HostConfig) -
     import re
 
     from datum.core.vocab import ResourceState
-    from datum.host.agent import pass_report
     from datum.host.executor import Outcome
     from datum.host.output import pass_lines
+    from datum.host.verdict import pass_report
     from datum.providers.facts import read_boot_id
 
     nonce = os.urandom(8).hex()  # no manifest, path or host name can spell a slot
