@@ -388,7 +388,9 @@ def test_a_pass_hung_past_its_claims_timeout_is_taken_over_and_writes_nothing(tm
 
     def hang(ctx, key):
         Slow.on_apply = None
-        time.sleep(1.2)  # the hang: past the claim's timeout, with no renewal
+        # The hang: past the claim's 1 s timeout by a second, room for a loaded machine (0.2 s
+        # past it failed once in a full run beside the real-host boots), with no renewal.
+        time.sleep(2.2)
         other.append(b.tick(NAME))
 
     Slow.on_apply = hang
@@ -429,7 +431,7 @@ def test_a_pass_that_wakes_past_its_claims_timeout_applies_no_further_item(tmp_p
 
     def hang(ctx, key):
         Slow.on_apply = None
-        time.sleep(1.2)
+        time.sleep(2.2)  # past the claim's 1 s timeout, with room for a loaded machine
 
     Slow.on_apply = hang
     tick = a.tick(NAME)
@@ -463,7 +465,7 @@ def test_a_taker_not_allowed_to_end_the_hung_session_keeps_the_lease_for_a_later
 
     def hang(ctx, key):
         Slow.on_apply = None
-        time.sleep(1.2)
+        time.sleep(2.2)  # past the claim's 1 s timeout, with room for a loaded machine
         other.append(b.tick(NAME))
 
     try:
