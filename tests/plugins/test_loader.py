@@ -87,17 +87,29 @@ def test_a_broken_plugin_is_refused_alone_with_why(modules, source, why):
     assert not any(r.namespace == "bad1" for r in plugin_reasons())  # a refused plugin leaves no reasons
 
 
-def test_two_plugins_of_one_name_the_second_is_refused(modules):
-    loaded = _load([modules("dup", good("dup")), modules("dup2", good("dup"), ep_name="dup")])
-    assert [p.name for p in loaded.plugins] == ["dup"]
-    assert "already loaded" in loaded.broken[0].error
+@pytest.mark.parametrize("order", [1, -1], ids=["in-order", "reversed"])
+def test_two_plugins_of_one_name_are_both_refused_whatever_the_order(modules, order):
+    eps = [modules("dup", good("dup")), modules("dup2", good("dup"), ep_name="dup")][::order]
+    loaded = _load(eps)
+    assert loaded.plugins == ()
+    assert sorted(b.target for b in loaded.broken) == ["dup2:plugin", "dup:plugin"]
+    assert all("declares the name dup, as does" in b.error and "neither is loaded" in b.error for b in loaded.broken)
+    (row,) = loaded.unloaded()  # one row on the surfaces, naming both
+    assert row.name == "dup" and "dup:plugin" in row.target and "dup2:plugin" in row.target
 
 
-def test_a_second_plugin_on_a_taken_prefix_is_refused(modules):
-    routes = ", routes='x:y', prefix='/v1/same'"
-    loaded = _load([modules("first", good("first", routes)), modules("second", good("second", routes))])
-    assert [p.name for p in loaded.plugins] == ["first"]
-    assert "prefix /v1/same is already plugin 'first'" in loaded.broken[0].error
+@pytest.mark.parametrize("order", [1, -1], ids=["in-order", "reversed"])
+@pytest.mark.parametrize("second", ["/v1/same", "/v1/same/under"])
+def test_plugins_on_one_prefix_or_nested_prefixes_are_both_refused(modules, order, second):
+    eps = [
+        modules("first", good("first", ", routes='x:y', prefix='/v1/same'")),
+        modules("second", good("second", f", routes='x:y', prefix='{second}'")),
+        modules("third", good("third", ", routes='x:y', prefix='/v1/samefoot'")),  # not under /v1/same
+    ][::order]
+    loaded = _load(eps)
+    assert [p.name for p in loaded.plugins] == ["third"]
+    assert sorted(b.name for b in loaded.broken) == ["first", "second"]
+    assert all("the prefix /v1/same" in b.error and "neither is loaded" in b.error for b in loaded.broken)
 
 
 def test_routes_that_do_not_import_or_a_fragment_that_does_not_merge_leave_the_server_up(modules):

@@ -141,13 +141,18 @@ FILES = {
 
 
 def wheel(out: Path) -> Path:
-    """The plugin as a wheel in ``out``, built here (a zip and four metadata files: no build backend to fetch)."""
-    info = f"{NAME}-{VERSION}.dist-info"
+    """The plugin as a wheel in ``out``."""
+    return build(out, NAME, VERSION, FILES, ENTRY_POINTS)
+
+
+def build(out: Path, name: str, version: str, files: dict[str, str], entry_points: str) -> Path:
+    """A wheel of distribution ``name`` in ``out``, built here (a zip and four metadata files: no build backend to fetch)."""
+    info = f"{name}-{version}.dist-info"
     files = {
-        **FILES,
-        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: datum-tiny-plugin\nVersion: {VERSION}\n",
+        **files,
+        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name.replace('_', '-')}\nVersion: {version}\n",
         f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: datum-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
-        f"{info}/entry_points.txt": ENTRY_POINTS,
+        f"{info}/entry_points.txt": entry_points,
     }
     record = []
     for path, text in files.items():
@@ -156,7 +161,7 @@ def wheel(out: Path) -> Path:
         record.append(f"{path},sha256={digest},{len(data)}")
     files[f"{info}/RECORD"] = "\n".join([*record, f"{info}/RECORD,,"]) + "\n"
     out.mkdir(parents=True, exist_ok=True)
-    target = out / f"{NAME}-{VERSION}-py3-none-any.whl"
+    target = out / f"{name}-{version}-py3-none-any.whl"
     with zipfile.ZipFile(target, "w") as z:
         for path, text in files.items():
             z.writestr(path, text)

@@ -14,28 +14,49 @@ from fastapi import APIRouter, FastAPI
 
 from datum.api import errors
 from datum.api.authz import fragment_problem
+from datum.core.owners import Claim, refusals
 from datum.plugins import Loaded
 from datum.plugins.spec import resolve
 
 log = logging.getLogger("datum.plugins")
 
 
-def schema_fragments(plugins: Loaded) -> dict[str, str]:
-    """The Cedar schema fragment of every plugin that declares one and whose fragment merges."""
-    merged: dict[str, str] = {}
+def _fragment_refusals(plugins: Loaded) -> dict[str, str]:
+    """Why each plugin's Cedar fragment is refused: it does not merge with Datum's schema, or its
+    entities or actions are also declared by another's fragment (``owners``: Datum's own plugins
+    keep theirs; two others that collide are both refused, whatever the order they load in)."""
+    problems: dict[str, str] = {}
+    claims: list[Claim[str]] = []
+    fragment: dict[str, str] = {}
     for p in plugins.plugins:
-        if p.cedar_schema and fragment_problem(p.cedar_schema) is None:
-            merged[p.name] = p.cedar_schema
-    return merged
+        if not p.cedar_schema:
+            continue
+        alone = fragment_problem(p.cedar_schema)
+        if alone is not None:
+            problems[p.name] = alone
+        else:
+            fragment[p.name] = p.cedar_schema
+            claims.append(Claim(p.name, p.name, p.name, p.name in plugins.own))
+
+    def collide(a: str, b: str) -> bool:
+        return fragment_problem(fragment[a] + "\n" + fragment[b]) is not None
+
+    for claim, why in zip(claims, refusals(claims, collide, "Cedar schema fragment of"), strict=True):
+        if why is not None:
+            problems[claim.claimant] = why
+    return problems
+
+
+def schema_fragments(plugins: Loaded) -> dict[str, str]:
+    """The Cedar schema fragment of every plugin that declares one and whose fragment is its own to merge."""
+    refused = _fragment_refusals(plugins)
+    return {p.name: p.cedar_schema for p in plugins.plugins if p.cedar_schema and p.name not in refused}
 
 
 def route_problems(plugins: Loaded, fragments: dict[str, str]) -> dict[str, str]:
-    """Why each plugin's routes cannot be served: a fragment that does not merge."""
-    problems: dict[str, str] = {}
-    for p in plugins.plugins:
-        if p.cedar_schema and p.name not in fragments:
-            problems[p.name] = fragment_problem(p.cedar_schema) or "its Cedar schema fragment does not merge"
-    return problems
+    """Why each plugin's routes cannot be served: a fragment that is refused."""
+    refused = _fragment_refusals(plugins)
+    return {p.name: refused[p.name] for p in plugins.plugins if p.cedar_schema and p.name not in fragments and p.name in refused}
 
 
 def mount_plugins(app: FastAPI, plugins: Loaded, fragments: dict[str, str]) -> dict[str, str]:

@@ -136,5 +136,5 @@ def reconcilers(config: str | None, as_json: bool) -> None:
         click.echo(json.dumps([r.dump() for r in rows], indent=2))
     else:
         render.summaries(rows, render.console())
-    for broken in w.registry.broken:
+    for broken in w.registry.refused:
         click.echo(f"datum: plugin {broken.name} ({broken.target}) not loaded: {broken.error}", err=True)

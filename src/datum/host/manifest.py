@@ -16,7 +16,7 @@ from datum.host.document import parse
 from datum.host.model import MAX_BYTES, Manifest, Resource
 from datum.host.order import cycles, topological
 from datum.providers.base import Attributes, Beside
-from datum.providers.registry import Unloadable, provider, types
+from datum.providers.registry import Unloadable, provider, refusal, types
 
 IDENTITY = re.compile(r"^([A-Z][A-Za-z0-9]*)\[(.+)\]$")
 _TOP = {"resources", "include"}
@@ -187,11 +187,8 @@ def _resource(
         return None, None
     known = types()
     if type_name not in known:
-        found.append(
-            FieldError(
-                here, f"unknown resource type {type_name!r}; known: {', '.join(sorted(known))}"
-            )
-        )
+        why = refusal(type_name)  # declared, but by two distributions: neither's
+        found.append(FieldError(here, why or f"unknown resource type {type_name!r}; known: {', '.join(sorted(known))}"))
         return key, None
     try:
         prov = provider(type_name)

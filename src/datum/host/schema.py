@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from datum.providers.registry import Unloadable, provider, types
+from datum.providers.registry import Unloadable, provider, refused, types
 
 
 def manifest_schema(broken: dict[str, str] | None = None) -> dict[str, Any]:
@@ -16,6 +16,8 @@ def manifest_schema(broken: dict[str, str] | None = None) -> dict[str, Any]:
     """
     defs: dict[str, Any] = {}
     patterns: dict[str, Any] = {}
+    if broken is not None:
+        broken.update(refused())  # a name another distribution also declares (``datum.core.owners``)
     for type_name in sorted(types()):
         try:
             prov = provider(type_name)

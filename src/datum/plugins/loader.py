@@ -1,7 +1,8 @@
 """Finding and loading the installed reconciler plugins (``importlib.metadata`` entry points).
 
-``load()`` imports every ``datum.reconcilers`` entry point, checks its
-declaration, imports its reconciler and settings, registers its reasons and
+``load()`` first settles who owns each name and route prefix (``owners``:
+Datum's own first; a name two others claim is nobody's), then imports every
+``datum.reconcilers`` entry point left, checks its declaration, imports its reconciler and settings, registers its reasons and
 scans its code for unregistered ones. Anything that goes wrong refuses that
 plugin alone, with the reason (``Broken``); the others load. The outcome is
 kept for the process: plugins are installed with pip, not while Datum runs.
@@ -18,9 +19,10 @@ from importlib.metadata import EntryPoint
 from pathlib import Path
 
 from datum.config import ReconcilerSettings
+from datum.core.owners import Claim, refusals
 from datum.core.vocab import register_reason, unregister_namespace
 from datum.plugins.commands import declared as _declared
-from datum.plugins.commands import discover
+from datum.plugins.commands import discover, name_claims
 from datum.plugins.reasons import sources, unregistered
 from datum.plugins.spec import ReconcilerPlugin, resolve
 from datum.reconcile.registry import Registry
@@ -44,6 +46,7 @@ class Loaded:
 
     plugins: tuple[ReconcilerPlugin, ...]
     broken: tuple[Broken, ...]
+    own: frozenset[str] = frozenset()  # the names of Datum's own (``owners``): they win every claim
 
     def registry(self) -> Registry:
         """A fresh registry of every loaded plugin's reconciler."""
@@ -51,8 +54,22 @@ class Loaded:
         for p in self.plugins:
             registry.register(p.name, resolve(p.reconciler), resolve(p.settings))
         registry.plugins = {p.name: p for p in self.plugins}
-        registry.broken = list(self.broken)
+        registry.broken = self.unloaded()
+        registry.refused = list(self.broken)
         return registry
+
+    def unloaded(self) -> list[Broken]:
+        """What the surfaces list as not loaded: one row per name, the claims of two distributions
+        joined; none for a name a loaded plugin holds (an impostor of Datum's own is refused, logged
+        and named by ``datum reconcilers``, and the real one is not shown broken beside it)."""
+        loaded = {p.name for p in self.plugins}
+        rows: dict[str, Broken] = {}
+        for b in self.broken:
+            if b.name in loaded:
+                continue
+            seen = rows.get(b.name)
+            rows[b.name] = b if seen is None else Broken(b.name, f"{seen.target}, {b.target}", f"{seen.error}; {b.error}")
+        return list(rows.values())
 
     def branches(self) -> list[Branch]:
         """The plugins' own migration branches."""
@@ -83,28 +100,46 @@ def _check(ep: EntryPoint, plugin: ReconcilerPlugin) -> None:
             raise ValueError(f"emits reasons it did not register: {', '.join(bad[:3])}")
 
 
+def _nested(a: str, b: str) -> bool:
+    """Two route prefixes one of which is, or lies under, the other."""
+    return a == b or a.startswith(b + "/") or b.startswith(a + "/")
+
+
 def _load(eps: Iterable[EntryPoint]) -> Loaded:
-    plugins: dict[str, ReconcilerPlugin] = {}
+    eps = list(eps)
     broken: list[Broken] = []
-    prefixes: dict[str, str] = {}
-    for ep in eps:
-        if ep.name in plugins:
-            broken.append(Broken(ep.name, ep.value, f"another plugin named {ep.name!r} is already loaded"))
+    declared: list[tuple[EntryPoint, ReconcilerPlugin, Claim[str]]] = []
+
+    def refuse(ep: EntryPoint, why: str) -> None:
+        broken.append(Broken(ep.name, ep.value, why))
+        log.warning("plugin %s (%s) not loaded: %s", ep.name, ep.value, why)
+
+    for ep, claim, why in name_claims(eps):
+        if why is not None:
+            refuse(ep, why)
             continue
         try:
-            plugin = _declared(ep)
-            if plugin.prefix is not None and plugin.prefix in prefixes:
-                raise ValueError(f"prefix {plugin.prefix} is already plugin {prefixes[plugin.prefix]!r}'s")
+            declared.append((ep, _declared(ep), claim))
+        except Exception as exc:  # noqa: BLE001 - a broken plugin is reported, never fatal
+            refuse(ep, _error(exc))
+    prefixes = [Claim(p.prefix, c.claimant, c.dist, c.own) for _, p, c in declared if p.prefix is not None]
+    taken = {c.claimant: why for c, why in zip(prefixes, refusals(prefixes, _nested, "prefix"), strict=True) if why}
+    plugins: dict[str, ReconcilerPlugin] = {}
+    own: set[str] = set()
+    for ep, plugin, claim in declared:
+        if claim.claimant in taken:
+            refuse(ep, taken[claim.claimant])
+            continue
+        try:
             _check(ep, plugin)
         except Exception as exc:  # noqa: BLE001 - a broken plugin is reported, never fatal
             unregister_namespace(ep.name)
-            broken.append(Broken(ep.name, ep.value, _error(exc)))
-            log.warning("plugin %s (%s) not loaded: %s", ep.name, ep.value, _error(exc))
+            refuse(ep, _error(exc))
             continue
         plugins[plugin.name] = plugin
-        if plugin.prefix is not None:
-            prefixes[plugin.prefix] = plugin.name
-    return Loaded(tuple(plugins.values()), tuple(broken))
+        if claim.own:
+            own.add(plugin.name)
+    return Loaded(tuple(plugins.values()), tuple(broken), frozenset(own))
 
 
 _lock = threading.Lock()

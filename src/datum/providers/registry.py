@@ -10,6 +10,7 @@ resources are refused; the other types work as before.
 
 from __future__ import annotations
 
+import functools
 import importlib
 from typing import Any
 
@@ -25,20 +26,55 @@ class Unloadable(Exception):
     """A resource type whose plugin cannot be loaded; the message names it and says why."""
 
 
-def types() -> dict[str, Found]:
-    """Every declared resource type: name -> its entry point (the first one declared wins)."""
+def _owned() -> tuple[dict[str, Found], dict[str, str]]:
+    """Who owns each type name (``datum.core.owners``: Datum's nine first, a name two other
+    distributions declare is neither's), and why each refused declaration is refused."""
+    return _settle(tuple(entry_points(GROUP)))
+
+
+@functools.lru_cache(maxsize=4)
+def _settle(eps: tuple[Found, ...]) -> tuple[dict[str, Found], dict[str, str]]:
+    from datum.core.owners import Claim, is_own, refusals
+
+    claims = [Claim(ep.name, ep.value, ep.dist, is_own(ep.dist, ep.value)) for ep in eps]
     found: dict[str, Found] = {}
-    for ep in entry_points(GROUP):
-        found.setdefault(ep.name, ep)
-    return found
+    refused: dict[str, str] = {}
+    for ep, why in zip(eps, refusals(claims, what="resource type"), strict=True):
+        if why is None:
+            found.setdefault(ep.name, ep)
+        else:
+            refused[f"{ep.name} ({ep.dist})"] = why
+    return found, refused
+
+
+def types() -> dict[str, Found]:
+    """Every declared resource type that is its declarer's: name -> its entry point."""
+    return _owned()[0]
 
 
 def provider(type_name: str) -> Provider[Any, Any, Any]:
-    """The provider of ``type_name``; KeyError when none is declared, ``Unloadable`` when its plugin fails."""
+    """The provider of ``type_name``; KeyError when none is declared, ``Unloadable`` when its plugin
+    fails or two distributions declare it."""
     loaded = _LOADED.get(type_name)
     if loaded is None:
-        loaded = _LOADED[type_name] = _load(types()[type_name])
+        owned = types()
+        if type_name not in owned and (why := refusal(type_name)) is not None:
+            raise Unloadable(why)
+        loaded = _LOADED[type_name] = _load(owned[type_name])
     return loaded
+
+
+def refused() -> dict[str, str]:
+    """Every refused declaration of a type, as ``"Name (distribution)"``, with why."""
+    return _owned()[1]
+
+
+def refusal(type_name: str) -> str | None:
+    """Why ``type_name`` is nobody's (two distributions declare it), or None."""
+    if type_name in types():
+        return None
+    whys = [f"resource type {k}: {w}" for k, w in refused().items() if k.startswith(type_name + " (")]
+    return whys[0] if whys else None
 
 
 def _load(ep: Found) -> Provider[Any, Any, Any]:
@@ -69,8 +105,8 @@ def spec_model(type_name: str) -> Any:
 
 def broken() -> dict[str, str]:
     """Every declared type whose plugin cannot be loaded, with why (``datum schema`` and ``validate`` say so)."""
-    out: dict[str, str] = {}
-    for name in types():
+    owned, out = _owned()
+    for name in owned:
         try:
             provider(name).spec_model()
         except Unloadable as exc:

@@ -59,7 +59,8 @@ class Registry:
         self._entries: dict[str, Entry] = {}
         # Filled by datum.plugins: each reconciler's plugin declaration, and the plugins that did not load.
         self.plugins: dict[str, Any] = {}
-        self.broken: list[Any] = []
+        self.broken: list[Any] = []  # the plugins that did not load, one per name (``Loaded.unloaded``)
+        self.refused: list[Any] = []  # every refused entry point, impostors of loaded names included
 
     def register(
         self, name: str, factory: Factory, settings_model: type[ReconcilerSettings] = ReconcilerSettings
