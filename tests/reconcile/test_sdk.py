@@ -228,3 +228,33 @@ def test_a_plugin_reason_is_registered_under_its_namespace_and_checked(world):
 def test_datum_explain_knows_a_loaded_plugins_reason(datum_cli):
     code, out, _ = datum_cli("explain", "pg_roles.membership_outside_prefix")
     assert code == 0 and "pg_roles reconciler plugin" in out and "outside the prefix" in out
+
+
+@pytest.mark.parametrize("how", ["converge", "report_items"])
+def test_a_reason_of_another_plugin_built_at_run_time_is_refused_when_reported(world, how):
+    """The load-time scan sees only literal reasons in the plugin's source; one built at run time
+    is checked when reported: shown as unexpected_value with what it said, the health degraded with why."""
+    from datum.core.vocab import register_reason, unregister_namespace
+
+    runner, _, report = world
+    unregister_namespace("other")
+    register_reason("other", "jammed", "another plugin's reason")
+    borrowed = ".".join(["other", "jammed"])  # built at run time, as a careless plugin would
+    if how == "converge":
+        Behaviour.desired = {"a": 1}
+        Behaviour.raise_for = {"a": sdk.Waiting(borrowed, "gear 3 stuck")}
+    else:
+        Behaviour.items = [sdk.Item("restore", "a", borrowed, last_err="gear 3 stuck")]
+    for _ in range(2):  # stays so pass after pass
+        runner.tick("scripted")
+        r = report()
+        (item,) = r["items"]
+        assert item["reason"] == "unexpected_value"
+        assert item["lastErr"] == "reported other.jammed, a reason of other, not scripted's: gear 3 stuck"
+        assert r["health"] == "degraded", r
+        assert r["error"] == "reported reasons of other plugins (other.jammed): shown as unexpected_value"
+    Behaviour.raise_for, Behaviour.items = {}, None
+    Behaviour.desired, Behaviour.actual = {}, {}
+    runner.tick("scripted")
+    assert report()["health"] == "ok"  # its own reasons again: nothing held against it
+    unregister_namespace("other")

@@ -27,8 +27,9 @@ import sqlalchemy as sa
 from datum.config import ReconcilerSettings
 from datum.core.converge import ApplyFn, Converge, ItemReport, PassResult, SettleFn, parked, retain
 from datum.core.coverage import CoverageDecl, CoverageRow, histogram
+from datum.core.errors import Waiting
 from datum.core.memory import ItemMemory
-from datum.core.vocab import AnyReason, Direction, Reason, registered
+from datum.core.vocab import AnyReason, Direction, PluginReason, Reason, registered
 from datum.reconcile.desired import set_status
 from datum.store import Store
 from datum.store.memory import load_memory
@@ -103,6 +104,24 @@ class PassContext:
     stopped: bool = False
     # Coverage a bespoke reconciler measured itself (report_coverage); None: it reported none.
     coverage: list[CoverageRow] | None = None
+    # Reasons of another plugin's namespace this pass reported (``own``): the health says so.
+    borrowed: set[str] = field(default_factory=set)
+
+    def own(self, reason: AnyReason) -> AnyReason:
+        """``reason`` if it is the seed's or this reconciler's own; otherwise ``unexpected_value``,
+        remembered in ``borrowed``. A plugin registers reasons in its own namespace, which the scan
+        at load checks in its source; a reason built at run time is checked here, when reported."""
+        if isinstance(reason, PluginReason) and reason.namespace != self.reconciler:
+            self.borrowed.add(reason.value)
+            return Reason.UNEXPECTED_VALUE
+        return reason
+
+    def _borrowed(self, exc: Waiting) -> Waiting:
+        """The item's ``Waiting`` with its reason checked (``own``)."""
+        if self.own(exc.reason) is exc.reason:
+            return exc
+        owner = exc.reason.partition(".")[0]
+        return Waiting(Reason.UNEXPECTED_VALUE, f"reported {exc.reason}, a reason of {owner}, not {self.reconciler}'s: {exc}")
 
     @property
     def items_reported(self) -> bool:
@@ -175,12 +194,18 @@ class PassContext:
 
         def guarded(direction: Direction, key: str, want: D | None, have: A | None) -> None:
             reached(key)
-            apply(direction, key, want, have)
+            try:
+                apply(direction, key, want, have)
+            except Waiting as exc:
+                raise self._borrowed(exc) from None
 
         def guarded_settle(key: str, want: D, have: A | None) -> None:
             reached(key)
             assert settle is not None
-            settle(key, want, have)
+            try:
+                settle(key, want, have)
+            except Waiting as exc:
+                raise self._borrowed(exc) from None
 
         engine: Converge[D, A] = Converge(
             kind,
@@ -218,7 +243,11 @@ class PassContext:
         memory: dict[str, ItemMemory] = {}
         for item in items:
             direction = Direction(item.direction)
-            reason = registered(str(item.reason))
+            said = registered(str(item.reason))
+            reason = self.own(said)
+            last_err = item.last_err
+            if reason is not said:
+                last_err = f"reported {said}, a reason of {said.partition('.')[0]}, not {self.reconciler}'s: {item.last_err or ''}".rstrip(": ")
             if item.id in memory:
                 raise ValueError(f"item {kind}/{item.id} reported twice")
             prior = before.get(item.id)
@@ -227,7 +256,7 @@ class PassContext:
             mem = dataclasses.replace(
                 mem,
                 failures=(item.failures or 1) if failing else 0,
-                last_err=item.last_err,
+                last_err=last_err,
                 retry_after_passes=(item.retry_after_passes or 0) if failing else 0,
             )
             memory[item.id] = mem
@@ -239,7 +268,7 @@ class PassContext:
                     streak=mem.streak,
                     confirmations_needed=needed,
                     reason=reason,
-                    last_err=item.last_err,
+                    last_err=last_err,
                     desired=item.desired,
                     actual=item.actual if direction is Direction.ALIGN else None,
                     failures=mem.failures if failing else None,

@@ -378,6 +378,11 @@ class Runner:
         if completed and said is not None and said.health is Health.DEGRADED:
             health = Health.DEGRADED
             error = said.why
+        if completed and ctx.borrowed:
+            health = Health.DEGRADED
+            borrowed = ", ".join(sorted(ctx.borrowed))
+            error = "; ".join(filter(None, [error, f"reported reasons of other plugins ({borrowed}): shown as unexpected_value"]))
+            log.warning("pass of %s %s", name, error)
         reasons: Counter[str] = Counter()
         for r in results:
             reasons.update({k.value: v for k, v in r.reasons.items()})
