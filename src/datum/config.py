@@ -127,6 +127,14 @@ class ReconcilerSettings(_Strict):
     allow_empty: bool = False
     enabled: bool = True
     lock_ttl: Duration = timedelta(minutes=10)
+    # A pass running longer than this reads `failing` and applies no further item; None: ten
+    # intervals, at least a minute.
+    pass_timeout: Duration | None = None
+
+    @property
+    def overrun_after(self) -> timedelta:
+        """How long a pass may run before it reads ``failing`` and stops at its next item."""
+        return self.pass_timeout or max(10 * self.interval, timedelta(minutes=1))
 
     def converge_config(self) -> ConvergeConfig:
         """The pure core's view of these settings."""

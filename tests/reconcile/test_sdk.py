@@ -258,3 +258,64 @@ def test_a_reason_of_another_plugin_built_at_run_time_is_refused_when_reported(w
     runner.tick("scripted")
     assert report()["health"] == "ok"  # its own reasons again: nothing held against it
     unregister_namespace("other")
+
+
+def test_a_pass_running_past_its_pass_timeout_reads_failing_with_why_until_it_ends(world):
+    """Read while the pass is still in an apply (hung, as far as any reader can tell): ``ok`` until
+    ten intervals (pass_timeout's default), then ``failing`` saying for how long; the end of the pass
+    is the truth again."""
+    runner, clock, report = world
+    seen = []
+
+    def hang(direction, key, want, have):
+        seen.append((report()["health"], report().get("error")))
+        clock.advance(301)  # ten intervals of 30 s, and a second
+        seen.append((report()["health"], report().get("error")))
+        Behaviour.actual[key] = want
+
+    Behaviour.desired = {"a": 1}
+    runner.tick("scripted")  # a first pass: ok
+    clock.advance(30)
+    Behaviour.desired = {"a": 1, "b": 2}
+    Scripted.apply, original = staticmethod(hang), Scripted.apply
+    try:
+        tick = runner.tick("scripted")
+    finally:
+        Scripted.apply = original
+    assert tick.health is sdk.Health.OK, report()["items"]
+    assert seen[0] == ("ok", None)
+    assert seen[1] == (
+        "failing",
+        "a pass has been running for 5m 1s (interval 30s, pass_timeout 5m 0s): hung, or its process stopped mid-pass",
+    )
+    assert report()["health"] == "ok"  # it ended: running_since cleared
+
+
+def test_a_pass_stops_at_its_next_item_once_past_its_pass_timeout(store_url):
+    """Cancellation where the plugin allows it: before each apply. The item being applied finishes."""
+    import time
+
+    from datum.config import Settings
+    from datum.reconcile import Registry
+
+    Behaviour.said, Behaviour.actual, Behaviour.applied, Behaviour.items, Behaviour.coverage = None, {}, [], None, None
+    Behaviour.desired, Behaviour.raise_for = {"a": 1, "b": 2}, {}
+    registry = Registry()
+    registry.register("scripted", Scripted, sdk.ReconcilerSettings)
+    config = {"confirmation_ticks": 1, "pass_timeout": "1s"}
+    settings = Settings(store=store_url, reconcilers={"scripted": config})
+    store = open_store(store_url)
+
+    def slow(direction, key, want, have):
+        Behaviour.applied.append(key)
+        time.sleep(2.2)  # past the 1 s pass_timeout, with room for a loaded machine
+        Behaviour.actual[key] = want
+
+    Scripted.apply, original = staticmethod(slow), Scripted.apply
+    try:
+        tick = Runner(registry, settings, store).tick("scripted")
+    finally:
+        Scripted.apply = original
+    assert Behaviour.applied == ["a"]  # b waits for the next pass
+    assert tick.health is sdk.Health.FAILING and "ran past its pass_timeout (0:00:01)" in tick.error, tick.error
+    store.dispose()

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import datetime, timedelta
 
+from datum.core.humanize import age
 from datum.core.vocab import Health, HostState, ResourceState
 
 
@@ -45,3 +47,15 @@ def reconciler_health(*, executed: bool, completed: bool, degrading: bool) -> He
     if not completed:
         return Health.FAILING
     return Health.DEGRADED if degrading else Health.OK
+
+
+def overrun(running_since: datetime | None, now: datetime, interval: timedelta, after: timedelta) -> str | None:
+    """Why a reconciler reads ``failing`` while its pass has run past ``after`` (hung, or its process
+    gone mid-pass), or None. ``running_since``: when the unfinished pass claimed the reconciler."""
+    if running_since is None or now - running_since <= after:
+        return None
+    return (
+        f"a pass has been running for {age((now - running_since).total_seconds())} "
+        f"(interval {age(interval.total_seconds())}, pass_timeout {age(after.total_seconds())}): "
+        "hung, or its process stopped mid-pass"
+    )

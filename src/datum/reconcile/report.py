@@ -25,6 +25,7 @@ from pydantic.json_schema import SkipJsonSchema
 
 from datum.config import Settings
 from datum.core.coverage import CoverageRow
+from datum.core.rollup import overrun
 from datum.core.vocab import Direction, Health, PluginReason, Reason
 from datum.reconcile.coverage import measure
 from datum.reconcile.registry import Registry, declared_coverage, declared_items_reported
@@ -239,14 +240,15 @@ def drift_report(
             ]
         except Exception as exc:  # noqa: BLE001 - best effort, surfaced as coverageError
             coverage_error = f"{type(exc).__name__}: {exc}".splitlines()[0]
+    hung = overrun(run.get("running_since"), now, own.interval, own.overrun_after)
     return DriftReport(
         reconciler=name,
         as_of=as_of,
         last_ran_at=run.get("last_ran_at"),
         # Before the first executed pass the row (if a skipped tick made one) holds
         # health `unknown` and zero counts, so the stored values stand either way.
-        health=Health(run.get("health", Health.UNKNOWN)),
-        error=run.get("error"),
+        health=Health.FAILING if hung else Health(run.get("health", Health.UNKNOWN)),
+        error=hung or run.get("error"),
         drift=run.get("drift", 0),
         blocked=run.get("blocked", 0),
         items_reported=_items_reported(declared_items_reported(reconciler), metrics),

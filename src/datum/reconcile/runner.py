@@ -333,6 +333,7 @@ class Runner:
             previous = load_run(conn, name)
         first = previous is None or not previous.get("last_ran_at")
         why: list[str] = []
+        overrun_at = time.monotonic() + own.overrun_after.total_seconds()
 
         def stopping() -> bool:
             """Checked before every apply: no further item once this is true."""
@@ -340,6 +341,8 @@ class Runner:
                 return True
             if should_stop is not None and should_stop():
                 why.append("the process was asked to stop")
+            elif time.monotonic() > overrun_at:
+                why.append(f"it ran past its pass_timeout ({own.overrun_after}); the rest waits for the next pass")
             elif (lapsed := lease.lapsed()) is not None:
                 why.append(lapsed)
             elif not session.held():

@@ -82,6 +82,7 @@ def record_executed(conn: Connection, reconciler: str, values: Mapping[str, Any]
         .where(t.c.reconciler == reconciler)
         .values(
             executed_passes=t.c.executed_passes + 1,
+            running_since=None,  # the pass ended
             # A tick skipped while this pass ran is newer: asOf never moves back.
             as_of=sa.case((t.c.as_of > as_of, t.c.as_of), else_=sa.literal(as_of, UTCDateTime)),
             **fields,
@@ -179,6 +180,7 @@ def take_claim(
         due = row.last_ran_at + interval * max(1, int(requeue or 1))
         if now < due:
             raise NotDue(reconciler, now, due)
+    conn.execute(sa.update(t).where(t.c.reconciler == reconciler).values(running_since=now))
     return Claimed(int(row.claim), now)
 
 

@@ -53,6 +53,9 @@ reconciler_runs = sa.Table(
     # "itemsReported": bool, "coverage": [row, ...] (a bespoke reconciler's ctx.report_coverage),
     # "requeueAfterPasses": n}``; NULL before it.
     sa.Column("metrics", sa.JSON(none_as_null=True)),
+    # When the pass now running claimed the reconciler; NULL once it recorded its end (migration
+    # 0011). Past ``pass_timeout`` the reconciler reads ``failing`` (a hung pass, or a process gone).
+    sa.Column("running_since", UTCDateTime),
 )
 
 # Leases that keep one pass of a reconciler (or one host pass) running at a time.
