@@ -18,6 +18,7 @@ import sqlalchemy as sa
 
 from datum.reconcile import status_counts
 from datum.reconcile.coverage import measure
+from datum.reconcile.desired import set_status
 from datum.reconcilers.buckets import reconciler as buckets
 from datum.store import open_store
 from datum.store.migrate import MIGRATIONS, current_revisions
@@ -68,7 +69,7 @@ def test_every_kind_of_write_is_counted(bstore):
     assert assert_exact(bstore)["creating"] == 11
     buckets.delete(bstore, "via-create")  # set_status: creating -> deleting
     with bstore.begin() as conn:
-        buckets._set_status(conn, "b000", buckets.ACTIVE, {buckets.CREATING})
+        set_status(conn, buckets.buckets, "b000", buckets.ACTIVE, {buckets.CREATING})
         # an operator's SQL: several rows at once, some to a status nobody declared
         conn.execute(sa.text("UPDATE buckets SET status = 'typo' WHERE name IN ('b001', 'b002', 'b003')"))
         conn.execute(sa.text("UPDATE buckets SET updated_at = updated_at WHERE name = 'b004'"))  # no status change

@@ -20,6 +20,8 @@ Coverage
     ``drop_status_counts`` (in a migration: per-status counts kept by the
     database, read by a ``CoverageSpec(..., counted=True)``).
 Storage
+    ``DesiredTable`` (a desired-state table with statuses: its table, migration,
+    per-status counts, coverage, work query and CRUD, written once),
     ``set_status`` (compare-and-set on a desired-state row's status; during a
     pass, ``ctx.compare_and_set``), ``Store``, ``Branch`` (a plugin's own Alembic branch: ``store.require``), ``UTCDateTime``.
 Removing what may hold data (count first, never through a symlink)
@@ -69,6 +71,7 @@ _WHERE: dict[str, str] = {
     "drop_status_counts": "datum.reconcile.status_counts",
     "Store": "datum.store.engine",
     "set_status": "datum.reconcile.desired",
+    "DesiredTable": "datum.reconcile.desired",
     "Branch": "datum.store.migrate",
     "UTCDateTime": "datum.store.types",
     "Problem": "datum.core.findings",
@@ -124,6 +127,7 @@ __all__ = [
     "TemporaryError",
     "UTCDateTime",
     "set_status",
+    "DesiredTable",
     "Waiting",
     "count_objects",
     "count_statuses",
@@ -167,7 +171,7 @@ if TYPE_CHECKING:
     from datum.providers.spec import HostPath, Spec
     from datum.reconcile.context import Item, PassContext, SubstrateError
     from datum.reconcile.coverage import CoverageSpec
-    from datum.reconcile.desired import set_status
+    from datum.reconcile.desired import DesiredTable, set_status
     from datum.reconcile.registry import Reconciler
     from datum.reconcile.result import Result
     from datum.reconcile.status_counts import count_statuses, drop_status_counts

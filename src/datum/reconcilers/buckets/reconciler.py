@@ -23,7 +23,6 @@ import os
 import re
 from collections.abc import Collection
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
@@ -32,23 +31,20 @@ import sqlalchemy as sa
 from datum.sdk import (
     BlockedOnOwner,
     Branch,
-    CoverageDecl,
     CoverageSpec,
+    DesiredTable,
     Direction,
     FieldError,
     Occupied,
     PassContext,
-    Problem,
     Reason,
     ReconcilerSettings,
     Store,
     SubstrateError,
-    UTCDateTime,
     Waiting,
     count_objects,
     invalid,
     remove_empty,
-    set_status,
 )
 
 NAME = "buckets"
@@ -69,24 +65,16 @@ TOMBSTONES = frozenset({DELETING, DELETE_BLOCKED})
 BRANCH = Branch.of_plugin(NAME, Path(__file__).parent / "migrations")
 
 metadata = sa.MetaData()
-buckets = sa.Table(
-    "buckets",
-    metadata,
-    sa.Column("name", sa.String(63), primary_key=True),
-    sa.Column("status", sa.String(32), nullable=False),
-    sa.Column("created_at", UTCDateTime, nullable=False),
-    sa.Column("updated_at", UTCDateTime, nullable=False),
-    # per-status counts are kept by triggers (migration buckets_0002): coverage reads those
-    sa.Index("ix_buckets_status_updated_at", "status", "updated_at"),
+# The table (name, status, created_at, updated_at; its counts kept by triggers, migration buckets_0002).
+desired = DesiredTable(
+    "buckets", metadata, kind=KIND, noun="bucket", work_query=WORK_QUERY, terminal={DELETED}, branch=BRANCH
 )
+buckets = desired.table
 
 
 def coverage_spec(work_query: Collection[str] = WORK_QUERY) -> CoverageSpec:
     """What coverage reads for ``work_query``: the ``buckets`` table, its counts kept by the database."""
-    decl = CoverageDecl(
-        kind=KIND, selected=frozenset(work_query), terminal=frozenset({DELETED}) - frozenset(work_query)
-    )
-    return CoverageSpec(decl, buckets, counted=True)
+    return desired.coverage(work_query)
 
 
 _SAFE_NAME = re.compile(r"^[a-z0-9](?:[a-z0-9-]{1,61})[a-z0-9]$")
@@ -120,49 +108,19 @@ def check_name(name: str) -> str:
 # -- desired state -----------------------------------------------------------------
 
 
-def _now() -> datetime:
-    return datetime.now(UTC)
-
-
 def create(store: Store, name: str) -> str:
     """Ask for a bucket. Re-asking for a deleted bucket brings it back; otherwise it must be new."""
-    check_name(name)
-    store.require(BRANCH)
-    now = _now()
-    with store.begin() as conn:
-        row = conn.execute(sa.select(buckets.c.status).where(buckets.c.name == name)).first()
-        if row is None:
-            conn.execute(
-                sa.insert(buckets).values(name=name, status=CREATING, created_at=now, updated_at=now)
-            )
-        elif not (row.status == DELETED and _set_status(conn, name, CREATING, {DELETED}, created_at=now)):
-            raise Problem.one("CONFLICT", f"bucket {name!r} already exists (status {row.status})")
-    return CREATING
+    return desired.create(store, check_name(name), CREATING)
 
 
 def delete(store: Store, name: str) -> str:
     """Ask for a bucket to be deleted; the reconciler deletes it once it is empty."""
-    check_name(name)
-    store.require(BRANCH)
-    with store.begin() as conn:
-        if _set_status(conn, name, DELETING, {CREATING, ACTIVE}):
-            return DELETING
-        row = conn.execute(sa.select(buckets.c.status).where(buckets.c.name == name)).first()
-        if row is None or row.status == DELETED:
-            raise Problem.one("NOT_FOUND", f"no bucket named {name!r}")
-        return str(row.status)
+    return desired.request(store, check_name(name), DELETING, {CREATING, ACTIVE})
 
 
 def rows(store: Store) -> list[dict[str, Any]]:
     """Every bucket row, by name."""
-    store.require(BRANCH)
-    with store.connect() as conn:
-        return [dict(r) for r in conn.execute(sa.select(buckets).order_by(buckets.c.name)).mappings()]
-
-
-def _set_status(conn: sa.Connection, name: str, status: str, expected: Collection[str], **values: Any) -> bool:
-    """Compare-and-set: move ``name`` to ``status`` only from one of ``expected``; whether it moved."""
-    return set_status(conn, buckets, name, status, expected, **values)
+    return desired.rows(store)
 
 
 # -- substrate ---------------------------------------------------------------------
@@ -229,28 +187,15 @@ class BucketsReconciler:
         if not self.root.exists() and ctx.first_pass:
             self.root.mkdir(parents=True, exist_ok=True)
         with self.store.connect() as conn:
-            desired = {
-                r["name"]: dict(r)
-                for r in conn.execute(
-                    sa.select(buckets).where(buckets.c.status.in_(self.work_query))
-                ).mappings()
-            }
-            # A directory whose row sits in a status this work query does not
-            # select belongs to a known bucket, not a stray: never reap it.
-            # Coverage is what reports such rows as stranded.
-            unselected = set(
-                conn.execute(
-                    sa.select(buckets.c.name).where(
-                        buckets.c.status.not_in(self.work_query), buckets.c.status != DELETED
-                    )
-                ).scalars()
-            )
+            # A directory whose row sits in a status this work query does not select belongs to a
+            # known bucket, not a stray: never reaped (coverage reports such rows as stranded).
+            wanted, unselected = desired.work(conn, self.work_query)
         actual = {k: v for k, v in observe(self.root).items() if k not in unselected}
         self._ctx = ctx
         try:
             ctx.converge(
                 KIND,
-                desired,
+                wanted,
                 actual,
                 self.apply,
                 equal=lambda row, entry: entry.is_dir,

@@ -99,7 +99,4 @@ def delete_bucket(
 
 
 def _status(store: Store, name: str) -> str | None:
-    for row in buckets.rows(store):
-        if row["name"] == name:
-            return str(row["status"])
-    return None
+    return buckets.desired.status(store, name)

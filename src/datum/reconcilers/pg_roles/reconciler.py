@@ -24,10 +24,9 @@ role sits in a status the work query does not select is never reaped.
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -37,21 +36,17 @@ from pydantic import Field, field_validator
 from datum.sdk import (
     BlockedOnOwner,
     Branch,
-    CoverageDecl,
-    CoverageSpec,
+    DesiredTable,
     Direction,
     FieldError,
     PassContext,
     PermanentError,
-    Problem,
     Reason,
     ReconcilerSettings,
     Store,
     SubstrateError,
-    UTCDateTime,
     Waiting,
     invalid,
-    set_status,
 )
 
 NAME = "pg_roles"
@@ -63,19 +58,22 @@ WORK_QUERY = (ACTIVE, DROPPING)
 OWNED_BY = {REQUESTED: "access-review"}
 
 metadata = sa.MetaData()
-desired_roles = sa.Table(
+# The table (name, the role's attributes, status, created_at, updated_at; its counts kept by
+# triggers, migration pg_roles_0002).
+desired = DesiredTable(
     "pg_roles_desired",
     metadata,
-    sa.Column("name", sa.String(63), primary_key=True),
     sa.Column("login", sa.Boolean, nullable=False),
     sa.Column("connection_limit", sa.Integer, nullable=False),
     sa.Column("member_of", sa.JSON, nullable=False),
-    sa.Column("status", sa.String(32), nullable=False),
-    sa.Column("created_at", UTCDateTime, nullable=False),
-    sa.Column("updated_at", UTCDateTime, nullable=False),
-    # per-status counts are kept by triggers (migration pg_roles_0002): coverage reads those
-    sa.Index("ix_pg_roles_desired_status_updated_at", "status", "updated_at"),
+    kind=KIND,
+    noun="role",
+    work_query=WORK_QUERY,
+    terminal={DROPPED},
+    owned_by=OWNED_BY,
+    branch=BRANCH,
 )
+desired_roles = desired.table
 
 _IDENT = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 # The role attributes Datum does not model, and the value it expects of each.
@@ -121,10 +119,6 @@ def check_name(name: str, prefix: str | None = None) -> str:
 # -- desired state -----------------------------------------------------------------
 
 
-def _now() -> datetime:
-    return datetime.now(UTC)
-
-
 def put(
     store: Store,
     name: str,
@@ -141,43 +135,17 @@ def put(
         check_name(other, prefix)
     if connection_limit < -1:
         raise invalid([FieldError("connection_limit", "-1 (no limit) or more")])
-    store.require(BRANCH)
-    now = _now()
-    values = {
-        "login": login,
-        "connection_limit": connection_limit,
-        "member_of": sorted(set(member_of)),
-        "status": status,
-        "updated_at": now,
-    }
-    with store.begin() as conn:
-        done = conn.execute(sa.update(desired_roles).where(desired_roles.c.name == name).values(**values))
-        if done.rowcount == 0:
-            conn.execute(sa.insert(desired_roles).values(name=name, created_at=now, **values))
+    desired.put(store, name, status, login=login, connection_limit=connection_limit, member_of=sorted(set(member_of)))
 
 
 def drop(store: Store, name: str) -> str:
     """Ask for a role to be dropped; the reconciler drops it (PostgreSQL permitting)."""
-    store.require(BRANCH)
-    with store.begin() as conn:
-        if _set_status(conn, name, DROPPING, {ACTIVE, REQUESTED}):
-            return DROPPING
-        row = conn.execute(sa.select(desired_roles.c.status).where(desired_roles.c.name == name)).first()
-    if row is None or row.status == DROPPED:
-        raise Problem.one("NOT_FOUND", f"no role named {name!r}")
-    return str(row.status)
+    return desired.request(store, name, DROPPING, {ACTIVE, REQUESTED})
 
 
 def rows(store: Store) -> list[dict[str, Any]]:
     """Every desired role, by name."""
-    store.require(BRANCH)
-    with store.connect() as conn:
-        query = sa.select(desired_roles).order_by(desired_roles.c.name)
-        return [dict(r) for r in conn.execute(query).mappings()]
-
-
-def _set_status(conn: sa.Connection, name: str, status: str, expected: Collection[str]) -> bool:
-    return set_status(conn, desired_roles, name, status, expected)
+    return desired.rows(store)
 
 
 # -- substrate ---------------------------------------------------------------------
@@ -305,8 +273,7 @@ class PgRolesReconciler:
         self.settings = settings
         self.store = store
         self.prefix = settings.prefix
-        decl = CoverageDecl(kind=KIND, selected=frozenset(WORK_QUERY), terminal=frozenset({DROPPED}), owned_by=OWNED_BY)
-        self.coverage = [CoverageSpec(decl, desired_roles, counted=True)]
+        self.coverage = [desired.coverage()]
         self._ctx: PassContext | None = None
         store.require(BRANCH)
 
@@ -318,27 +285,15 @@ class PgRolesReconciler:
     def run(self, ctx: PassContext) -> None:
         target = self.target()
         with self.store.connect() as conn:
-            desired = {
-                r["name"]: dict(r)
-                for r in conn.execute(
-                    sa.select(desired_roles).where(desired_roles.c.status.in_(WORK_QUERY))
-                ).mappings()
-                if str(r["name"]).startswith(self.prefix)
-            }
-            # A role whose row sits in an unselected status is known, not a stray: never reap it.
-            unselected = set(
-                conn.execute(
-                    sa.select(desired_roles.c.name).where(
-                        desired_roles.c.status.not_in(WORK_QUERY), desired_roles.c.status != DROPPED
-                    )
-                ).scalars()
-            )
+            # A role whose row sits in an unselected status is known, not a stray: never reaped.
+            selected, unselected = desired.work(conn)
+        wanted = {name: row for name, row in selected.items() if name.startswith(self.prefix)}
         actual = {k: v for k, v in target.observe().items() if k not in unselected}
         self._ctx = ctx
         try:
             ctx.converge(
                 KIND,
-                desired,
+                wanted,
                 actual,
                 lambda direction, name, row, role: self.apply(target, direction, name, row, role),
                 equal=same,
