@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 from prometheus_client.parser import text_string_to_metric_families
 
 from datum.store.hosts import record_pass
@@ -19,16 +21,26 @@ def series(story) -> dict[str, int]:
 
 def test_host_series_grow_by_two_plus_the_resource_states_of_each_host(story):
     converged = pass_report(state="converged") | {
-        "reason": None, "counts": {"converged": 40},
+        "counts": {"converged": 40},
         "resources": [{"id": "Package[nginx]", "type": "Package", "name": "nginx", "action": "none", "state": "converged"}],
     }
+    del converged["reason"]
+    now = datetime.now(UTC).isoformat()
     for i in range(50):
         record_pass(story.store, f"web{i}", converged | {"host": f"web{i}"})
+    for i in range(10):  # an agent's: its interval is one more series
+        record_pass(story.store, f"app{i}", converged | {"host": f"app{i}", "finishedAt": now, "intervalSeconds": 600})
     record_pass(story.store, "db1", pass_report("db1"))  # failed: converged, failed, blocked resources
+    record_pass(story.store, "db2", converged | {  # awaiting a reboot by hand: one more while it waits
+        "host": "db2", "state": "awaiting-reboot", "reboot": {"required": True, "policy": "manual"},
+    })
     counts = series(story)
     host_series = sum(n for name, n in counts.items() if name.startswith("datum_host"))
     assert counts["datum_hosts"] == 6  # one per host state, whatever the fleet's size
-    assert host_series == 6 + 50 * (2 + 1) + (2 + 3)
+    assert counts["datum_fleet_stale_after"] == 1
+    assert counts["datum_host_interval_seconds"] == 10
+    assert counts["datum_host_awaiting_manual_reboot"] == 1
+    assert host_series == 6 + 50 * (2 + 1) + 10 * (3 + 1) + (2 + 3) + (2 + 1 + 1)
     # per reconciler: a fixed set, plus three per coverage row
     # (buckets, and pg_roles with its one reason of its own: the contract's 20 reasons and its own, per direction)
     per_reconciler = sum(n for name, n in counts.items() if name.startswith("datum_reconciler"))
@@ -44,7 +56,7 @@ def test_a_scrape_reads_the_summary_intake_wrote_and_a_row_without_one_its_repor
     from datum.store.schema import hosts
 
     report = pass_report(state="converged") | {
-        "reason": None, "counts": {"converged": 40}, "intervalSeconds": 60,
+        "counts": {"converged": 40}, "intervalSeconds": 60,
         "resources": [{"id": "Package[nginx]", "type": "Package", "name": "nginx", "action": "none", "state": "converged"}],
     }
     record_pass(story.store, "web1", report | {"host": "web1"})

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
@@ -31,14 +32,23 @@ def promtool() -> str:
     return found
 
 
-def alerts() -> list[dict]:
+def rules() -> list[dict]:
     return [rule for group in yaml.safe_load(RULES.read_text())["groups"] for rule in group["rules"]]
+
+
+def alerts() -> list[dict]:
+    return [rule for rule in rules() if "alert" in rule]
+
+
+def read_series(rule: dict) -> set[str]:
+    """The series of ``/metrics`` a rule's expression reads (not the recorded ones, ``level:metric``)."""
+    return {m for m in re.findall(r"\b(datum_[a-z_:]+)", rule["expr"]) if ":" not in m}
 
 
 def test_promtool_checks_the_rules():
     run = subprocess.run([promtool(), "check", "rules", str(RULES)], capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stdout + run.stderr
-    assert f"SUCCESS: {len(alerts())} rules found" in run.stdout
+    assert f"SUCCESS: {len(rules())} rules found" in run.stdout
 
 
 def test_promtool_unit_tests_of_the_rules_pass():
@@ -56,11 +66,17 @@ def test_every_alert_says_what_to_do():
     names = {a["alert"] for a in alerts()}
     assert {
         "DatumStrandedRows", "DatumBreakerTripped", "DatumItemsAtBackoffCap", "DatumReconcilerFailing",
-        "DatumReconcilerNotExecuting", "DatumHostFailed", "DatumHostSilent", "DatumHostAwaitingRebootTooLong",
+        "DatumReconcilerNotExecuting", "DatumReconcilerNeverRan", "DatumHostFailed", "DatumHostSilent",
+        "DatumHostUnknown", "DatumHostAwaitingManualReboot", "DatumHostAwaitingRebootTooLong", "DatumRebootOverdue",
     } <= names
     for a in alerts():
         assert a["annotations"]["summary"] and a["annotations"]["description"], a["alert"]
         assert ":" in a["annotations"]["summary"], f"{a['alert']}: the summary says what happened: then what to do"
+        # a count is said in good English ("1 item", "2 items"): never "(s)", never a bare {{ $value }} before a noun
+        # outside the template's conditional (the unit tests render both forms)
+        assert "(s)" not in a["annotations"]["summary"], a["alert"]
+        if re.search(r"\{\{ \$value \}\} [a-z{]", a["annotations"]["summary"]):
+            assert "{{ if eq $value 1.0 }}" in a["annotations"]["summary"], a["alert"]
 
 
 def _scraped(tmp_path: Path) -> dict[str, list]:
@@ -69,10 +85,23 @@ def _scraped(tmp_path: Path) -> dict[str, list]:
     story.settings.reconcilers["buckets"]["work_query"] = ["creating", "active", "deleting"]
     play(story)
     story.client.post("/v1/hosts/web1/passes", json=pass_report(), headers=story.auth("agent"))
-    story.client.post("/v1/hosts/web2/passes", json=pass_report("web2", "converged") | {
-        "reason": None, "exitCode": 0, "counts": {"converged": 1},
+    now = datetime.now(UTC).isoformat()
+    converged = pass_report("web2", "converged") | {
+        "startedAt": now, "finishedAt": now, "exitCode": 0, "counts": {"converged": 1},
         "resources": [{"id": "Package[nginx]", "type": "Package", "name": "nginx", "action": "none", "state": "converged"}],
-    }, headers=story.auth("agent"))
+    }
+    del converged["reason"]
+    agent = story.auth("agent")
+    assert story.client.post("/v1/hosts/web2/passes", json=converged | {"intervalSeconds": 600}, headers=agent).is_success
+    # awaiting a reboot: by hand (manual), by hand but already requested, and by the maintenance window
+    kernel = {"required": True, "reason": "kernel 6.1.0-9 in /boot, running 6.1.0-8"}
+    for host, reboot in (
+        ("db1", {"policy": "manual"}),
+        ("db2", {"policy": "manual", "requestedAt": now}),
+        ("db3", {"policy": "maintenance"}),
+    ):
+        awaiting = converged | {"host": host, "state": "awaiting-reboot", "reboot": kernel | reboot}
+        assert story.client.post(f"/v1/hosts/{host}/passes", json=awaiting, headers=agent).is_success
     token = story.tokens["operator"]
     story.client.close()
     story.store.dispose()
@@ -96,8 +125,8 @@ def test_a_live_server_exposes_every_series_the_rules_read(tmp_path):
         (hit,) = [s.value for s in families[name] if all(s.labels.get(k) == v for k, v in labels.items())]
         return hit
 
-    # every metric an alert expression names is exposed
-    read = {m for a in alerts() for m in re.findall(r"\b(datum_[a-z_]+)", a["expr"])}
+    # every metric a rule's expression names is exposed
+    read = {m for r in rules() for m in read_series(r)}
     assert read <= set(families), read - set(families)
     b = {"reconciler": "buckets"}
     # items by reason and direction, zero-valued series kept: every reason x direction
@@ -120,10 +149,22 @@ def test_a_live_server_exposes_every_series_the_rules_read(tmp_path):
     assert value("datum_reconciler_interval_seconds", **b) == 30
     assert value("datum_reconciler_health", **b, health="degraded") == 1
     # hosts: one state series per host, its age, its resources by state
-    assert [(s.labels["host"], s.labels["state"]) for s in families["datum_host_state"]] == [
-        ("web1", "failed"), ("web2", "converged")
+    assert sorted((s.labels["host"], s.labels["state"]) for s in families["datum_host_state"]) == [
+        ("db1", "awaiting-reboot"), ("db2", "awaiting-reboot"), ("db3", "awaiting-reboot"),
+        ("web1", "failed"), ("web2", "converged"),
     ]
     assert 0 <= value("datum_host_seconds_since_last_report", host="web1") < 600
     assert value("datum_host_resources", host="web1", state="blocked") == 1
     assert value("datum_host_resources", host="web2", state="converged") == 1
-    assert value("datum_hosts", state="failed") == 1 and value("datum_hosts", state="awaiting-reboot") == 0
+    assert value("datum_hosts", state="failed") == 1 and value("datum_hosts", state="awaiting-reboot") == 3
+    # the silent-host rule's parts: each agent's interval (none for a report without one), the server's multiple
+    assert value("datum_host_interval_seconds", host="web2") == 600
+    assert "web1" not in {s.labels["host"] for s in families["datum_host_interval_seconds"]}
+    assert value("datum_fleet_stale_after") == 3
+    # a reboot only a human will do: db1 alone (db2's was requested, db3 waits for its window)
+    assert [(s.labels["host"], s.labels["policy"], s.value) for s in families["datum_host_awaiting_manual_reboot"]] == [
+        ("db1", "manual", 1.0)
+    ]
+    # switched on, and off (pg_roles, off by default)
+    assert value("datum_reconciler_enabled", **b) == 1
+    assert value("datum_reconciler_enabled", reconciler="pg_roles") == 0

@@ -12,12 +12,17 @@ Series an alert reads are always there: every reason and direction of every
 reconciler (0 when no item has it), every breaker direction, every coverage
 row (stranded or not). ``contrib/prometheus/datum-rules.yml`` alerts on them.
 Series per host are bounded: ``datum_host_state`` and
-``datum_host_seconds_since_last_report`` one each, ``datum_host_resources``
-one per resource state the host's last pass has (at most seven).
+``datum_host_seconds_since_last_report`` one each, ``datum_host_interval_seconds``
+one for a host whose agent reports its interval, ``datum_host_resources``
+one per resource state the host's last pass has (at most seven), and
+``datum_host_awaiting_manual_reboot`` one while the host waits for a human's
+reboot (``datum.core.handreboot``: the report is read only for the hosts
+that read ``awaiting-reboot``).
 """
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -29,6 +34,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from datum.api.state import ServerState
+from datum.core.handreboot import awaits_hand
 from datum.core.memory import BackoffPolicy
 from datum.core.vocab import Direction, Health, HostState, Reason, ResourceState, plugin_reasons
 from datum.fleet.stale import stale
@@ -126,6 +132,10 @@ class StoreCollector(Collector):
             "Seconds since the last tick, executed or skipped (absent before one).", L,
         )
         interval = _gauge("datum_reconciler_interval_seconds", "The configured tick interval.", L)
+        enabled = _gauge(
+            "datum_reconciler_enabled",
+            "1 when the reconciler is switched on ([reconcilers.NAME] enabled), 0 when it is off: it runs no pass.", L,
+        )
         passes = CounterMetricFamily(
             "datum_reconciler_passes", "Ticks by outcome: executed or skipped.", labels=[L, "outcome"]
         )
@@ -172,6 +182,7 @@ class StoreCollector(Collector):
                 if age is not None:
                     family.add_metric([name], age)
             interval.add_metric([name], own.interval.total_seconds())
+            enabled.add_metric([name], 1.0 if own.enabled else 0.0)
             passes.add_metric([name, "executed"], run.get("executed_passes") or 0)
             passes.add_metric([name, "skipped"], run.get("skipped_passes") or 0)
         broken = _gauge(
@@ -183,7 +194,7 @@ class StoreCollector(Collector):
             broken.add_metric([name], 1.0)
         yield from (
             health, drift, blocked, dropped, items, at_cap, tripped, threshold, fraction, stranded_total,
-            stranded, coverage, oldest, duration, last_ran, since_pass, since_tick, interval, passes, broken,
+            stranded, coverage, oldest, duration, last_ran, since_pass, since_tick, interval, enabled, passes, broken,
         )
 
     def _hosts(self) -> Iterator[Metric]:
@@ -201,6 +212,8 @@ class StoreCollector(Collector):
                     sa.case((legacy, t.c.report["counts"]), else_=t.c.summary["counts"]),
                     FINISHED_AT,
                     sa.case((legacy, t.c.report["intervalSeconds"].as_float()), else_=t.c.interval_seconds),
+                    # the report's text, only for the hosts awaiting a reboot: whether a human must do it
+                    sa.case((t.c.state == HostState.AWAITING_REBOOT.value, sa.type_coerce(t.c.report, sa.Text))),
                 )
             ).all()
         multiple = self.state.settings.fleet.stale_after
@@ -218,8 +231,20 @@ class StoreCollector(Collector):
             "datum_host_resources", "Resources of the host's last pass by state (states it has none in are absent).",
             "host", "state",
         )
+        every = _gauge(
+            "datum_host_interval_seconds",
+            "The interval the host's agent reports at (absent when its reports carry none: it has no schedule to "
+            "miss). A host silent for more than datum_fleet_stale_after of them reads unknown.",
+            "host",
+        )
+        by_hand = _gauge(
+            "datum_host_awaiting_manual_reboot",
+            "1 while the host awaits a reboot its agent will not do (reboot_policy manual or never): "
+            "run datum reboot on it. Absent for the other hosts.",
+            "host", "policy",
+        )
         tally: Counter[str] = Counter()
-        for host, stored, updated, counts, finished, interval in rows:
+        for host, stored, updated, counts, finished, interval, report in rows:
             # A host whose agent fell silent, or whose stored state is not a host state, reads unknown, as in
             # /v1/hosts and on the page (the same rule: datum.fleet.stale).
             row = {"state": stored, "finishedAt": finished, "report": {"intervalSeconds": interval}}
@@ -232,9 +257,19 @@ class StoreCollector(Collector):
                 silent.add_metric([host], age)
             for rs, n in _counts(counts).items():
                 resources.add_metric([host, rs], n)
+            if isinstance(interval, int | float) and interval > 0:
+                every.add_metric([host], float(interval))
+            policy = awaits_hand(s, _reboot(report))
+            if policy is not None:
+                by_hand.add_metric([host, policy], 1.0)
         for s in HostState:
             fleet.add_metric([s.value], tally[s.value])
-        yield from (fleet, per_host, silent, resources)
+        limit = _gauge(
+            "datum_fleet_stale_after",
+            "[fleet] stale_after: a host silent for more than this many of its agent's intervals reads unknown.",
+        )
+        limit.add_metric([], multiple)
+        yield from (fleet, per_host, silent, resources, every, by_hand, limit)
 
 
     def _reboots(self) -> Iterator[Metric]:
@@ -293,6 +328,17 @@ def _exact(
         {str(d) for d in tripped} if isinstance(tripped, list) else set(),
         parked if isinstance(parked, int) and not isinstance(parked, bool) else 0,
     )
+
+
+def _reboot(raw: Any) -> Any:
+    """The ``reboot`` of a stored report's text; None when there is none or the text is not a JSON object."""
+    if raw is None:
+        return None
+    try:
+        report = json.loads(raw) if isinstance(raw, str | bytes) else raw
+    except ValueError:
+        return None
+    return report.get("reboot") if isinstance(report, dict) else None
 
 
 def _counts(raw: Any) -> dict[str, float]:
