@@ -7,7 +7,9 @@ Pydantic has already checked the shape; this checks what a shape cannot say:
   section 2), so a ``converged`` report with a failed resource is refused; a
   pass stopped by a signal (``incomplete``) may say ``unknown``;
 - a diff longer than ``[server] max_diff_bytes`` is cut, with a marker saying so;
-- the diff of a resource the report marks sensitive is never stored.
+- the diff of a resource the report marks sensitive is never stored;
+- a NUL in a string (an error, a diff) is stored as U+FFFD: PostgreSQL's ``jsonb`` cannot hold one,
+  and the report is the same on SQLite (a host name holding one is refused: it is a key).
 """
 
 from __future__ import annotations
@@ -56,11 +58,26 @@ def accept(report: PassReport, max_diff_bytes: int) -> PassReport:
     return accepted(report, max_diff_bytes)[0]
 
 
+def _without_nul(value: Any) -> Any:
+    """``value`` (a JSON form) with every NUL of its strings, keys included, replaced by U+FFFD."""
+    if isinstance(value, str):
+        return value.replace("\x00", "\ufffd")
+    if isinstance(value, dict):
+        return {_without_nul(k): _without_nul(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_without_nul(v) for v in value]
+    return value
+
+
 def accepted(report: PassReport, max_diff_bytes: int) -> tuple[PassReport, dict[str, Any], str]:
     """``accept``, with the report's JSON form (``PassReport.dump``) and its text, made once for the check,
     the store and the answer."""
     doc = report.dump()
     text = _text(doc)
+    if text is not None and "\\u0000" in text:  # json.dumps writes a NUL so: the one-pass check
+        report = PassReport.model_validate(_without_nul(doc))
+        doc = report.dump()
+        text = _text(doc)
     # the walk that names each field only when the one-pass check found something
     problems = [] if text is not None else _non_finite(report.model_dump(by_alias=True), [])
     states = [r.state for r in report.resources]

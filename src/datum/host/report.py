@@ -2,17 +2,23 @@
 
 The same model is printed by ``datum apply --json``, persisted in the store,
 posted by an agent to ``POST /v1/hosts/{host}/passes`` and served by
-``GET /v1/hosts/{host}``. Fields that do not apply are absent, never null.
+``GET /v1/hosts/{host}``. Fields that do not apply are absent, never null: an
+optional field is typed as its value with ``absent`` as its default
+(``datum.wire``), so it is None in Python when absent and an explicit
+``null`` is refused, as the OpenAPI document says.
 """
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from datum.core.vocab import Action, HostState, Mode, RebootPolicy, ResourceState
+from datum.wire import Text, absent
+
+MAX_INTERVAL = timedelta.max.total_seconds()
 
 
 class _Model(BaseModel):
@@ -31,88 +37,74 @@ class ResourceReport(_Model):
     name: str = Field(max_length=900)
     action: Action = Field(description="What the plan intended.")
     state: ResourceState = Field(description="What the resource reached.")
-    changed: bool = False
-    reason: str | None = Field(
-        default=None,
-        description="Why it is failed, blocked, skipped or drifted; what it found when it changed.",
-    )
-    error: str | None = None
-    blocked_by: list[str] | None = Field(default=None, alias="blockedBy")
-    diff: str | None = Field(default=None, description="What differs (observe mode, plan).")
-    sensitive: bool | None = Field(
-        default=None,
-        description="The content diff was withheld (a file not world-readable, or sensitive: true).",
-    )
-    reboot_required: str | None = Field(
-        default=None, alias="rebootRequired", description="Why this change needs a reboot."
-    )
+    changed: bool = Field(default=False, description="Whether the pass changed it.")
+    reason: str = absent("Why it is failed, blocked, skipped or drifted; what it found when it changed.")
+    error: str = absent("The error of a failed resource.")
+    blocked_by: list[str] = absent("What a blocked resource waits on (resources that failed or are blocked).", "blockedBy")
+    diff: str = absent("What differs (observe mode, plan).")
+    sensitive: bool = absent("The content diff was withheld (a file not world-readable, or sensitive: true).")
+    reboot_required: str = absent("Why this change needs a reboot.", "rebootRequired")
     duration_seconds: float = Field(default=0.0, alias="durationSeconds", ge=0)
+
+
+class RebootAttempt(_Model):
+    """A reboot already made for a newer kernel that came back to another one: no policy reboots for it again."""
+
+    kernel: str = Field(description="The newer kernel the reboot was for.")
+    requested_at: datetime = Field(alias="requestedAt", description="When the reboot command ran.")
+    boot_id: str = Field(alias="bootId", description="The boot the reboot was requested in.")
 
 
 class RebootStatus(_Model):
     """A reboot the host needs: why, and what the policy makes of it."""
 
     required: bool
-    reason: str | None = None
+    reason: str = absent("Why: the changes and markers behind the need.")
     policy: RebootPolicy
-    boot_id: str | None = Field(
-        default=None, alias="bootId", description="The boot the need was found in."
-    )
-    action: str | None = Field(default=None, description="What the agent did or will do about it.")
-    requested_at: datetime | None = Field(
-        default=None,
-        alias="requestedAt",
-        description="When the agent ran the reboot command in this boot.",
-    )
-    markers: dict[str, int] | None = Field(
-        default=None,
-        description="Reboot-required marker files seen, by path, with their mtime in ns.",
-    )
-    kernel: str | None = Field(default=None, description="The newer kernel in /boot behind the need.")
-    attempted: dict[str, str] | None = Field(
-        default=None,
-        description="The reboot already made for this kernel that came back to another one "
-        "(kernel, requestedAt, bootId): no policy reboots for it again.",
+    boot_id: str = absent("The boot the need was found in.", "bootId")
+    action: str = absent("What the agent did or will do about it.")
+    requested_at: datetime = absent("When the agent ran the reboot command in this boot.", "requestedAt")
+    markers: dict[str, int] = absent("Reboot-required marker files seen, by path, with their mtime in ns.")
+    kernel: str = absent("The newer kernel in /boot behind the need.")
+    attempted: RebootAttempt = absent(
+        "The reboot already made for this kernel that came back to another one: no policy reboots for it again."
     )
 
 
 class PassReport(_Model):
     """One completed pass of the host agent."""
 
-    host: str = Field(min_length=1, max_length=253)
+    host: Text = Field(min_length=1, max_length=253, description="The host's name (no NUL: it is a key of the store).")
     mode: Mode
     state: HostState
-    reason: str | None = None
+    reason: str = absent("The resources behind a state that is not converged.")
     started_at: datetime = Field(alias="startedAt")
     finished_at: datetime = Field(alias="finishedAt")
     duration_seconds: float = Field(alias="durationSeconds", ge=0)
-    boot_id: str | None = Field(default=None, alias="bootId")
-    manifest: str | None = None
+    boot_id: str = absent("The boot id the pass ran under.", "bootId")
+    manifest: str = absent("The manifest file the pass ran (datum apply).")
     exit_code: int = Field(alias="exitCode", ge=0, le=255)
-    incomplete: bool | None = Field(
-        default=None,
-        description="True when the pass was stopped (SIGTERM) before every resource was reached; "
-        "those are left pending and the host state is unknown.",
+    incomplete: bool = absent(
+        "True when the pass was stopped (SIGTERM) before every resource was reached; "
+        "those are left pending and the host state is unknown."
     )
     counts: dict[ResourceState, int] = Field(default_factory=dict)
-    reboot: RebootStatus | None = None
-    pass_id: str | None = Field(
-        default=None, alias="passId", max_length=64, description="The pass's id (a UUID), set by `datum agent`."
+    reboot: RebootStatus = absent("The reboot the host needs, when a change needs one.")
+    pass_id: str = absent("The pass's id (a UUID), set by `datum agent`.", "passId", max_length=64)
+    seq: int = absent(
+        "The agent's per-host sequence number: a report never replaces one with a higher number.", ge=0, le=2**62
     )
-    seq: int | None = Field(
-        default=None, ge=0, le=2**62,
-        description="The agent's per-host sequence number: a report never replaces one with a higher number.",
+    manifest_digest: str = absent(
+        "The digest of the effective manifest the pass ran (`sha256:...`), as the server's ETag.",
+        "manifestDigest", max_length=100,
     )
-    manifest_digest: str | None = Field(
-        default=None, alias="manifestDigest", max_length=100,
-        description="The digest of the effective manifest the pass ran (`sha256:...`), as the server's ETag.",
+    manifest_origin: str = absent(
+        "Where `datum agent` got the manifest: `server`, or `cached: <why the server's was not fetched>`.",
+        "manifestOrigin", max_length=500,
     )
-    manifest_origin: str | None = Field(
-        default=None, alias="manifestOrigin", max_length=500,
-        description="Where `datum agent` got the manifest: `server`, or `cached: <why the server's was not fetched>`.",
-    )
-    interval_seconds: float | None = Field(
-        default=None, alias="intervalSeconds", ge=0,
-        description="The agent's interval; a host silent for a few of them reads unknown.",
+    interval_seconds: float = absent(
+        "The agent's interval; a host silent for more than `[fleet] stale_after` of them reads unknown. At "
+        "most the longest interval an agent can be given (`datum agent --interval`, a Python timedelta).",
+        "intervalSeconds", ge=0, le=MAX_INTERVAL,
     )
     resources: list[ResourceReport] = Field(default_factory=list)

@@ -31,24 +31,13 @@ from datum.reconcile.coverage import measure
 from datum.reconcile.registry import Registry, declared_coverage, declared_items_reported
 from datum.store import Store
 from datum.store.runs import COVERAGE, ITEMS_REPORTED, load_run
+from datum.wire import absent
 
 # A reason a plugin registered under its namespace (``pg_roles.still_owns``).
 PluginReasonText = Annotated[
     str, StringConstraints(pattern=r"^[a-z][a-z0-9_]*\.[a-z][a-z0-9_]*$"), AfterValidator(PluginReason)
 ]
 
-
-def _no_default(schema: dict[str, Any]) -> None:
-    schema.pop("default", None)
-
-
-def absent(description: str, alias: str | None = None) -> Any:
-    """An optional field: absent from the JSON, never null, where it does not apply.
-
-    Typed ``T | SkipJsonSchema[None]``, so the published schema says ``T`` and
-    leaves the field out of ``required``: a client never has to handle ``null``.
-    """
-    return Field(default=None, alias=alias, description=description, json_schema_extra=_no_default)
 
 
 def _rfc3339(description: str, alias: str) -> Any:
