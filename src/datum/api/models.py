@@ -16,6 +16,7 @@ from datum.core.vocab import HostState, ResourceState
 from datum.fleet.listing import Page
 from datum.host.report import PassReport, ResourceReport
 from datum.reconcile.report import absent
+from datum.wire import Text
 
 
 class Out(BaseModel):
@@ -44,7 +45,7 @@ class RebootLeaseRequest(BaseModel):
 
     model_config = ConfigDict(populate_by_name=True, extra="forbid")
 
-    boot_id: str = Field(alias="bootId", min_length=1, max_length=100, description="The boot the host asks from.")
+    boot_id: Text = Field(alias="bootId", min_length=1, max_length=100, description="The boot the host asks from.")
     facts: dict[str, Any] = Field(
         default_factory=dict, description="The host's facts, as in `X-Datum-Facts`: nodes.yaml rules match them."
     )
@@ -149,6 +150,7 @@ class Endpoint(Out):
 
     method: str = Field(description="GET, PUT, POST or DELETE; HEAD is answered wherever GET is.")
     path: str = Field(description="The path, with its parameters in braces: /v1/hosts/{host}.")
+    operation_id: str = Field(alias="operationId", description="The operation's id in the OpenAPI document: getHost.")
     summary: str = Field(description="What it answers.")
 
 

@@ -12,7 +12,7 @@ written at intake (``datum.core.hostsummary``).
 from __future__ import annotations
 
 import base64
-import binascii
+import re
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -25,6 +25,12 @@ from datum.store.hosts import host_counts, host_page
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000
 _PREFIX = "h:"
+# A cursor, exactly: base64url without padding of "h:" and at least one byte ("aD" then one of o-r
+# spell "h:"), never one more than a multiple of 4 long (no such base64). The API's document
+# publishes this pattern and length, and ``host_after`` takes exactly the cursors they allow.
+CURSOR_PATTERN = r"^aD[o-r][A-Za-z0-9_-](?:[A-Za-z0-9_-]{4})*(?:[A-Za-z0-9_-]{2,3})?$"
+CURSOR_MAX_LENGTH = 1352  # "h:" and a 253-character name of 4-byte characters
+_CURSOR = re.compile(CURSOR_PATTERN)
 
 
 def cursor_after(host: str) -> str:
@@ -33,14 +39,15 @@ def cursor_after(host: str) -> str:
 
 
 def host_after(cursor: str) -> str:
-    """The host name a cursor continues after; ``ValueError`` saying why for one this server did not make."""
-    try:
-        text = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode("utf-8")
-    except (binascii.Error, UnicodeDecodeError, ValueError):
-        text = ""
-    if not text.startswith(_PREFIX) or not 0 < len(text) - len(_PREFIX) <= 253:
+    """The position a cursor continues after; ``ValueError`` saying why for a string that is not a cursor.
+
+    Every string ``CURSOR_PATTERN`` allows is a position, whoever made it: bytes that are not UTF-8
+    read as U+FFFD, and the name ends at a NUL (no host name holds one, so the page is the same).
+    """
+    if len(cursor) > CURSOR_MAX_LENGTH or _CURSOR.fullmatch(cursor) is None:
         raise ValueError("not a cursor of this listing: pass the `next` of a previous page as it is")
-    return text[len(_PREFIX):]
+    data = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+    return data[len(_PREFIX):].decode("utf-8", "replace").split("\x00", 1)[0]
 
 
 @dataclass(frozen=True)

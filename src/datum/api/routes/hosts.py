@@ -30,7 +30,14 @@ from datum.api.state import state_of
 from datum.core.findings import FieldError, Problem, invalid
 from datum.core.vocab import HostState
 from datum.fleet.effective import remembered
-from datum.fleet.listing import DEFAULT_LIMIT, MAX_LIMIT, host_after, page
+from datum.fleet.listing import (
+    CURSOR_MAX_LENGTH,
+    CURSOR_PATTERN,
+    DEFAULT_LIMIT,
+    MAX_LIMIT,
+    host_after,
+    page,
+)
 from datum.fleet.stale import stale
 from datum.host.report import PassReport
 from datum.store.hosts import get_host
@@ -40,12 +47,21 @@ router = APIRouter(prefix="/v1/hosts", tags=["fleet"])
 
 
 def cursor(value: str | None) -> str | None:
-    """A ``cursor`` query parameter: the host name it continues after (422 for one this server did not make)."""
+    """A ``cursor`` query parameter: the position it continues after (422 for a string that is not a cursor)."""
     return None if value is None else host_after(value)
+
+
+def cursor_query(description: str) -> Any:
+    """The ``cursor`` query parameter, with the pattern and length ``host_after`` takes, published as they are."""
+    return Query(
+        alias="cursor", max_length=CURSOR_MAX_LENGTH, description=description,
+        json_schema_extra={"pattern": CURSOR_PATTERN},
+    )
 
 
 @router.get(
     "",
+    name="list_hosts",
     response_model=HostList,
     summary="The fleet: a page of host summaries by name (state, reason, counts), every state's count.",
     description=(
@@ -60,13 +76,9 @@ def cursor(value: str | None) -> str | None:
 )
 def hosts(
     request: Request,
-    state: HostState | None = Query(default=None, description="Only the hosts that read this state."),
+    state: HostState = Query(default=None, description="Only the hosts that read this state."),
     limit: int = Query(default=DEFAULT_LIMIT, ge=1, le=MAX_LIMIT, description="Hosts per page."),
-    after: Annotated[
-        str | None,
-        Query(alias="cursor", max_length=400, description="The `next` of the previous page."),
-        AfterValidator(cursor),
-    ] = None,
+    after: Annotated[str, cursor_query("The `next` of the previous page."), AfterValidator(cursor)] = None,
     _p: str = Depends(needs(Action.READ_HOST)),
 ) -> Response:
     _registry, store = state_of(request).wired()
@@ -87,6 +99,7 @@ def _next_url(request: Request, cursor: str) -> str:
 
 @router.get(
     "/{host}",
+    name="get_host",
     response_model=HostStatus,
     summary="One host's state, reason and last pass report.",
     description="Cedar action `fleet:ReadHost` on `Host::\"{host}\"`. 404 for a host the store never heard of.",
@@ -152,20 +165,37 @@ async def report_pass_now(asked: Asked) -> Reply | None:
     return Reply(answer.status, answer.body, [] if answer.status == 201 else [(b"datum-pass", answer.outcome.encode())])
 
 
-def _facts(header: str | None) -> dict[str, Any]:
-    if not header:
+FACTS_HEADER = "X-Datum-Facts"
+# How the header is published: a JSON object, serialized (an OpenAPI parameter with `content`), as `facts_of` takes it.
+FACTS_PARAMETER = {
+    "name": FACTS_HEADER,
+    "in": "header",
+    "required": False,
+    "description": "The agent's facts, a JSON object (`datum agent` sends them): nodes.yaml rules match them. "
+    "Absent: no facts. Anything but a JSON object is 422.",
+    "content": {"application/json": {"schema": {"type": "object"}}},
+}
+
+
+def facts_of(header: str | bytes | None) -> dict[str, Any]:
+    """The facts an ``X-Datum-Facts`` header carries: none when it is absent, else a JSON object or ``422``.
+
+    The route and its fast answer both read the header here (the fast answer leaves a 422 to the route).
+    """
+    if header is None:
         return {}
     try:
         facts = json.loads(header)
     except ValueError as exc:
-        raise invalid([FieldError("X-Datum-Facts", "not JSON")], "the facts header does not parse") from exc
+        raise invalid([FieldError(FACTS_HEADER, "not JSON")], "the facts header does not parse") from exc
     if not isinstance(facts, dict):
-        raise invalid([FieldError("X-Datum-Facts", "a JSON object")], "the facts header is not an object")
+        raise invalid([FieldError(FACTS_HEADER, "a JSON object")], "the facts header is not an object")
     return facts
 
 
 @router.get(
     "/{host}/manifest",
+    name="get_manifest",
     summary="The host's effective manifest: its node rules' manifests composed and validated (datum agent).",
     description=(
         "Cedar action `fleet:ReadManifest` on `Host::\"{host}\"`. From `[fleet] manifests` and its `nodes.yaml`; "
@@ -175,12 +205,14 @@ def _facts(header: str | None) -> dict[str, Any]:
     ),
     responses={200: {"content": {"application/json": {}}}, 304: {"description": "Not modified"},
                **error_responses(401, 403, 404, 422, 503)},
+    openapi_extra={"parameters": [FACTS_PARAMETER]},
 )
 def manifest(
     request: Request,
     host: str = HostParam,
-    facts: str | None = Header(default=None, alias="X-Datum-Facts", max_length=65536),
-    if_none_match: str | None = Header(default=None, alias="If-None-Match"),
+    # published as FACTS_PARAMETER; bounded by the request's headers (64 KiB, else 431) like every header
+    facts: str = Header(default=None, alias=FACTS_HEADER, include_in_schema=False),
+    if_none_match: str = Header(default=None, alias="If-None-Match", description="An `ETag` it answered: 304 when still the same."),
     _p: str = Depends(needs(Action.READ_MANIFEST, path_resource("Host", "host"))),
 ) -> Response:
     from datum.fleet.effective import effective
@@ -188,7 +220,7 @@ def manifest(
     directory = state_of(request).settings.fleet.manifests
     if directory is None:
         raise Problem.one("NOT_FOUND", "this server serves no manifests ([fleet] manifests is not set)")
-    found = effective(directory, host, _facts(facts))
+    found = effective(directory, host, facts_of(facts))
     etag = f'"{found.digest}"'
     if if_none_match and matches(if_none_match, etag):
         return Response(status_code=304, headers={"ETag": etag})
@@ -204,12 +236,9 @@ async def manifest_now(asked: Asked) -> Reply | None:
     directory = asked.state.settings.fleet.manifests
     if directory is None:
         return None
-    raw = asked.header(b"x-datum-facts")
     try:
-        facts = json.loads(raw) if raw else {}
-    except ValueError:
-        return None
-    if not isinstance(facts, dict):
+        facts = facts_of(asked.header(b"x-datum-facts"))
+    except Problem:
         return None
     found = remembered(_resolved(str(directory)), asked.params["host"], facts)
     if found is None:

@@ -19,11 +19,12 @@ from datum.api.models import (
 from datum.api.security import needs, path_resource
 from datum.api.state import state_of
 from datum.store.leases import Lease, Leases
+from datum.wire import NO_NUL
 
 router = APIRouter(tags=["fleet"])
 
 # Shared with datum.api.routes.hosts (which imports from here, not the other way round).
-HostParam = Path(description="The host's name, as its agent reports it.", min_length=1, max_length=253)
+HostParam = Path(description="The host's name, as its agent reports it.", min_length=1, max_length=253, pattern=NO_NUL)
 OUT = {"response_model_by_alias": True, "response_model_exclude_none": True}
 S = TypeVar("S", bound=HostSummary)
 
@@ -40,6 +41,7 @@ def with_lease(status: S, leases: Leases) -> S:
 
 @router.post(
     "/v1/hosts/{host}/reboot-lease",
+    name="take_reboot_lease",
     response_model=RebootLeaseAnswer,
     summary="An agent asks for its host's slot of its group's reboot budget before it reboots (datum agent).",
     description=(
@@ -78,6 +80,7 @@ def take_lease(
 
 @router.delete(
     "/v1/hosts/{host}/reboot-lease",
+    name="give_back_reboot_lease",
     status_code=204,
     summary="An agent gives its reboot lease back: its reboot command failed, the host is not rebooting.",
     description="Cedar action `fleet:TakeRebootLease` on `Host::\"{host}\"`. Only the lease taken in `bootId`; 204 either way.",
@@ -86,7 +89,7 @@ def take_lease(
 def give_back_lease(
     request: Request,
     host: str = HostParam,
-    boot_id: str = Query(alias="bootId", min_length=1, max_length=100),
+    boot_id: str = Query(alias="bootId", min_length=1, max_length=100, pattern=NO_NUL, description="The boot the lease was taken in."),
     _p: str = Depends(needs(Action.TAKE_REBOOT_LEASE, path_resource("Host", "host"))),
 ) -> None:
     from datum.store.leases import give_back
@@ -97,6 +100,7 @@ def give_back_lease(
 
 @router.get(
     "/v1/reboots",
+    name="list_reboots",
     response_model=Reboots,
     summary="Who is rebooting, group by group, and leases past their timeout.",
     description="Cedar action `fleet:ReadHost` on `Server::\"datum\"`.",

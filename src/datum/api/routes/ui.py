@@ -22,7 +22,7 @@ from pydantic import AfterValidator
 from datum.api.authz import Action
 from datum.api.errors import error_responses
 from datum.api.models import host_summary
-from datum.api.routes.hosts import cursor
+from datum.api.routes.hosts import cursor, cursor_query
 from datum.api.security import may, needs
 from datum.api.state import state_of
 from datum.config import Settings
@@ -129,9 +129,7 @@ def page(request: Request) -> HTMLResponse:
 async def overview(
     request: Request,
     hosts: HostState | None = Query(default=None, description="List only the hosts that read this state."),
-    after: Annotated[
-        str | None, Query(alias="cursor", max_length=400, description="The hosts' next page."), AfterValidator(cursor)
-    ] = None,
+    after: Annotated[str | None, cursor_query("The hosts' next page."), AfterValidator(cursor)] = None,
     principal: str = Depends(needs(Action.READ_SUBSTRATE)),
 ) -> HTMLResponse:
     state = state_of(request)
