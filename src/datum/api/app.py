@@ -14,6 +14,7 @@ from fastapi import FastAPI, Request
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import HTMLResponse
+from fastapi.routing import APIRoute
 from fastapi.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -60,6 +61,7 @@ def create_app(
         description=DESCRIPTION,
         docs_url=None,  # served below from a package's copy of Swagger UI: no CDN
         redoc_url=None,
+        generate_unique_id_function=operation_id,  # every route's, the plugins' included
     )
     app.router.redirect_slashes = False  # Edge serves /v1/hosts/ as /v1/hosts, without a redirect
     from datum.plugins import load
@@ -84,6 +86,16 @@ def create_app(
     _docs(app)
     app.front = Edge(RequestGuard(app.framework, state, app.router.routes))
     return app
+
+
+def operation_id(route: APIRoute) -> str:
+    """An operation's ``operationId``, from its route's name: ``get_drift_report`` is ``getDriftReport``.
+
+    The name a generated client gives the call, decided in one place: the route's ``name`` (its
+    function's name unless the route sets one).
+    """
+    first, *rest = route.name.split("_")
+    return first + "".join(word.capitalize() for word in rest)
 
 
 class DatumApp(FastAPI):
@@ -157,4 +169,23 @@ def typed(document: dict[str, Any]) -> dict[str, Any]:
     schemas = document.get("components", {}).get("schemas", {})
     for unused in ("HTTPValidationError", "ValidationError"):
         schemas.pop(unused, None)
+    _integral(document)
     return document
+
+
+_BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
+
+
+def _integral(node: Any) -> None:
+    """An integer's bounds as integers again: FastAPI writes them as floats, and a client comparing
+    ``seq`` with ``4.611686018427388e+18`` takes values above 2**62 the server refuses."""
+    if isinstance(node, dict):
+        if node.get("type") == "integer":
+            for key in _BOUNDS:
+                if isinstance(node.get(key), float) and node[key].is_integer():
+                    node[key] = int(node[key])
+        for value in node.values():
+            _integral(value)
+    elif isinstance(node, list):
+        for value in node:
+            _integral(value)

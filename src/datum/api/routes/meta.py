@@ -14,13 +14,14 @@ from datum.api.state import state_of
 router = APIRouter(tags=["meta"])
 
 
-@router.get("/healthz", response_model=Status, summary="The process is alive. No token needed.")
+@router.get("/healthz", name="get_health", response_model=Status, summary="The process is alive. No token needed.")
 async def healthz() -> Status:
     return Status(status="ok")
 
 
 @router.get(
     "/readyz",
+    name="get_readiness",
     response_model=Status,
     summary="The registry is wired and the store answers (and, for SQLite, its file is still there). No token needed.",
     responses=error_responses(503),
@@ -33,13 +34,14 @@ def readyz(request: Request) -> Status:
 
 @router.get(
     "/v1",
+    name="get_api_root",
     response_model=ApiRoot,
     summary="This API's endpoints, and where they are documented. No token needed.",
 )
 async def api_root(request: Request) -> ApiRoot:
     document = request.app.openapi()
     endpoints = [
-        Endpoint(method=method.upper(), path=path, summary=operation.get("summary", ""))
+        Endpoint(method=method.upper(), path=path, operation_id=operation["operationId"], summary=operation.get("summary", ""))
         for path, operations in document["paths"].items()
         for method, operation in operations.items()
     ]
@@ -48,6 +50,7 @@ async def api_root(request: Request) -> ApiRoot:
 
 @router.get(
     "/metrics",
+    name="get_metrics",
     response_class=Response,
     summary="Prometheus metrics, read from the store at scrape time.",
     description="Cedar action `observability:ReadSubstrate` on `Server::\"datum\"`.",

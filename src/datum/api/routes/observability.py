@@ -48,6 +48,7 @@ async def list_reconcilers(
 
 @router.get(
     "/reconcilers/{name}/drift",
+    name="get_drift_report",
     response_model=DriftReport,
     response_model_by_alias=True,
     response_model_exclude_none=True,
