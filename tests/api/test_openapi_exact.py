@@ -1,0 +1,194 @@
+"""The OpenAPI document says exactly what the server takes and gives: no value it allows is refused, no null
+it promises is ever served, every object's fields named, operation ids a generated client would want.
+
+schemathesis with every check against a live server is ``test_schemathesis_live.py``; this file holds the
+document to each rule, and the one definition behind each published pattern to what the server does.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import httpx
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from datum.api.app import operation_id
+from datum.fleet.listing import CURSOR_MAX_LENGTH, CURSOR_PATTERN, cursor_after, host_after
+from datum.wire import NO_NUL
+
+from .story import pass_report, serve_fleet
+
+# Nullable because they are null before the first tick (the contract says so); nothing else is.
+NULL_BEFORE_THE_FIRST_TICK = {
+    ("DriftReport", "asOf"), ("DriftReport", "lastRanAt"),
+    ("ReconcilerSummary", "asOf"), ("ReconcilerSummary", "lastRanAt"),
+}
+# Objects that are maps by nature, their keys data: resources by state, marker files by path, an agent's facts,
+# an error's details (contract section 6: `details{}`).
+MAPS = {("PassReport", "counts"), ("HostSummary", "counts"), ("HostStatus", "counts"), ("RebootStatus", "markers"),
+        ("RebootLeaseRequest", "facts"), ("HostList", "counts"), ("FindingModel", "details")}
+
+OPERATION_IDS = {
+    ("get", "/v1/observability/admin/reconcilers"): "listReconcilers",
+    ("get", "/v1/observability/admin/reconcilers/{name}/drift"): "getDriftReport",
+    ("get", "/v1/hosts"): "listHosts",
+    ("get", "/v1/hosts/{host}"): "getHost",
+    ("post", "/v1/hosts/{host}/passes"): "reportPass",
+    ("get", "/v1/hosts/{host}/manifest"): "getManifest",
+    ("post", "/v1/hosts/{host}/reboot-lease"): "takeRebootLease",
+    ("delete", "/v1/hosts/{host}/reboot-lease"): "giveBackRebootLease",
+    ("get", "/v1/reboots"): "listReboots",
+    ("get", "/healthz"): "getHealth",
+    ("get", "/readyz"): "getReadiness",
+    ("get", "/v1"): "getApiRoot",
+    ("get", "/metrics"): "getMetrics",
+    ("get", "/v1/buckets"): "listBuckets",
+    ("put", "/v1/buckets/{name}"): "putBucket",
+    ("delete", "/v1/buckets/{name}"): "deleteBucket",
+}
+
+
+def _walk(node: Any, path: tuple[str, ...] = ()):
+    yield path, node
+    if isinstance(node, dict):
+        for k, v in node.items():
+            yield from _walk(v, (*path, str(k)))
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            yield from _walk(v, (*path, str(i)))
+
+
+def test_no_field_is_nullable_but_the_two_null_before_the_first_tick(story):
+    document = story.app.openapi()
+    nullable = set()
+    for path, node in _walk(document):
+        if node == {"type": "null"} or (isinstance(node, dict) and node.get("type") == "null"):
+            where = [p for p in path if p not in ("anyOf", "oneOf") and not p.isdigit()]
+            nullable.add(tuple(where))
+        assert not (isinstance(node, dict) and "default" in node and node["default"] is None), path
+    named = {(p[2], p[4]) for p in nullable if p[:2] == ("components", "schemas") and p[3] == "properties"}
+    assert named == NULL_BEFORE_THE_FIRST_TICK
+    assert len(nullable) == len(named), nullable  # no nullable parameter either (cursor, state, headers)
+
+
+def test_every_object_names_its_fields(story):
+    schemas = story.app.openapi()["components"]["schemas"]
+    free = []
+    for name, schema in schemas.items():
+        for field, prop in (schema.get("properties") or {}).items():
+            if prop.get("type") == "object" and "properties" not in prop and (name, field) not in MAPS:
+                free.append((name, field))
+            if prop.get("type") == "object" and isinstance(prop.get("additionalProperties"), dict):
+                assert (name, field) in MAPS, (name, field)
+    assert free == []
+    attempted = schemas["RebootStatus"]["properties"]["attempted"]
+    assert attempted["$ref"] == "#/components/schemas/RebootAttempt"
+    assert set(schemas["RebootAttempt"]["required"]) == {"kernel", "requestedAt", "bootId"}
+
+
+def test_operation_ids_are_the_route_names_a_client_calls(story):
+    document = story.app.openapi()
+    ids = {(m, p): op["operationId"] for p, ops in document["paths"].items() for m, op in ops.items()}
+    assert ids == OPERATION_IDS
+    assert len(set(ids.values())) == len(ids)
+    root = story.client.get("/v1").json()
+    assert {(e["method"].lower(), e["path"]): e["operationId"] for e in root["endpoints"]} == OPERATION_IDS
+
+
+def test_an_operation_id_is_the_route_name_in_camel_case():
+    class Route:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+    assert operation_id(Route("get_drift_report")) == "getDriftReport"  # type: ignore[arg-type]
+    assert operation_id(Route("healthz")) == "healthz"  # type: ignore[arg-type]
+
+
+def _cursor_parameter(document: dict[str, Any]) -> dict[str, Any]:
+    (param,) = [p for p in document["paths"]["/v1/hosts"]["get"]["parameters"] if p["name"] == "cursor"]
+    return param["schema"]
+
+
+def test_the_cursor_is_published_from_the_definition_the_server_checks(story):
+    schema = _cursor_parameter(story.app.openapi())
+    assert schema["pattern"] == CURSOR_PATTERN and schema["maxLength"] == CURSOR_MAX_LENGTH
+    assert schema["type"] == "string"
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.text(min_size=1, max_size=253))
+def test_every_cursor_the_listing_makes_is_one_the_document_allows(name):
+    made = cursor_after(name)
+    assert re.fullmatch(CURSOR_PATTERN, made) and len(made) <= CURSOR_MAX_LENGTH
+    assert host_after(made) == name.split("\x00", 1)[0]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.from_regex(CURSOR_PATTERN, fullmatch=True).filter(lambda c: len(c) <= CURSOR_MAX_LENGTH))
+def test_every_cursor_the_document_allows_is_taken(cursor):
+    assert "\x00" not in host_after(cursor)  # a position, never a refusal
+
+
+def test_what_the_pattern_refuses_is_422_and_what_it_allows_is_a_page(story):
+    story.client.post("/v1/hosts/web1/passes", json=pass_report(), headers=story.auth("agent"))
+    for bad in ("bogus", "aDo", "aDpz=", "aDpz\n", "a" * (CURSOR_MAX_LENGTH + 1)):
+        r = story.client.get("/v1/hosts", params={"cursor": bad}, headers=story.auth())
+        assert r.status_code == 422, bad
+        assert r.json()["issues"][0]["fields"][0]["field"] == "cursor"
+    for odd in ("aDoA", "aDr_____", cursor_after("web0")):  # "h:" and a NUL; bytes that are not UTF-8; before web1
+        r = story.client.get("/v1/hosts", params={"cursor": odd}, headers=story.auth())
+        assert r.status_code == 200, (odd, r.text)
+    assert [h["host"] for h in r.json()["hosts"]] == ["web1"]
+
+
+def test_a_null_where_a_field_does_not_apply_is_refused(story):
+    for field, where in (("reason", "reason"), ("bootId", "bootId"), ("reboot", "reboot")):
+        r = story.client.post("/v1/hosts/web1/passes", json=pass_report() | {field: None}, headers=story.auth("agent"))
+        assert r.status_code == 422, field
+        assert [f["field"] for f in r.json()["issues"][0]["fields"]] == [where]
+    resource = pass_report()["resources"][0] | {"diff": None}  # type: ignore[index]
+    r = story.client.post(
+        "/v1/hosts/web1/passes", json=pass_report() | {"resources": [resource]}, headers=story.auth("agent")
+    )
+    assert r.status_code == 422 and r.json()["issues"][0]["fields"][0]["field"] == "resources[0].diff"
+
+
+def test_a_host_name_holding_a_nul_is_refused_and_a_nul_in_text_is_stored_as_a_replacement(story):
+    (host,) = story.app.openapi()["paths"]["/v1/hosts/{host}"]["get"]["parameters"]
+    assert host["schema"]["pattern"] == NO_NUL
+    r = story.get("/v1/hosts/we%00b")
+    assert r.status_code == 422 and r.json()["issues"][0]["fields"][0]["field"] == "host"
+    report = pass_report() | {"reason": "File[motd] failed: \x00"}
+    r = story.client.post("/v1/hosts/web1/passes", json=report, headers=story.auth("agent"))
+    assert r.status_code == 201, r.text
+    assert story.get("/v1/hosts/web1").json()["report"]["reason"] == "File[motd] failed: \ufffd"
+
+
+def test_the_facts_header_is_a_json_object_as_published(story, tmp_path):
+    serve_fleet(story, tmp_path / "fleet")
+    (param,) = [
+        p for p in story.app.openapi()["paths"]["/v1/hosts/{host}/manifest"]["get"]["parameters"]
+        if p["name"] == "X-Datum-Facts"
+    ]
+    assert param["in"] == "header" and param["content"] == {"application/json": {"schema": {"type": "object"}}}
+
+    def get(facts: str | None) -> httpx.Response:
+        headers = story.auth("agent") | ({"X-Datum-Facts": facts} if facts is not None else {})
+        return story.client.get("/v1/hosts/web1/manifest", headers=headers)
+
+    for good in (None, "{}", '{"os_release": {"ID": "debian"}}'):
+        assert get(good).status_code == 200, good
+        assert get(good).status_code == 200, good  # the fast answer, once composed, says the same
+    for bad in ("", "[]", "1", "null", "{nope"):
+        r = get(bad)
+        assert r.status_code == 422, bad
+        assert r.json()["issues"][0]["fields"][0]["field"] == "X-Datum-Facts"
+
+
+def test_an_integer_bound_is_an_integer(story):
+    seq = story.app.openapi()["components"]["schemas"]["PassReport"]["properties"]["seq"]
+    assert seq["maximum"] == 2**62 and isinstance(seq["maximum"], int)
+    r = story.client.post("/v1/hosts/web1/passes", json=pass_report() | {"seq": 2**62 + 1}, headers=story.auth("agent"))
+    assert r.status_code == 422

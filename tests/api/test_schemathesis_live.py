@@ -1,0 +1,50 @@
+"""schemathesis with every check (``--checks all``) against a real ``datum serve`` on loopback finds no failure.
+
+Small enough for the suite (a few examples per operation, every phase: coverage, fuzzing, stateful);
+``./scripts/schemathesis`` runs it bigger, on SQLite or PostgreSQL. What it runs is
+``schemathesis_run.py``; what the document cannot say and the hooks tell it, ``schemathesis_hooks.py``.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from datum.host.report import MAX_INTERVAL
+
+from .schemathesis_run import populated, run
+from .story import build_story, pass_report, serving
+
+
+def test_schemathesis_with_every_check_finds_no_failure(tmp_path):
+    cfg, token = populated(tmp_path)
+    with serving(cfg, tmp_path / "serve.log") as base:
+        done = run(base, token, examples=5, seed=1, cwd=tmp_path)
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out
+    assert "No issues found" in out
+    for phase in ("Coverage", "Fuzzing", "Stateful"):  # every phase ran and passed
+        assert f"✅ {phase}" in out, out
+
+
+@pytest.mark.postgres
+def test_the_longest_interval_an_agent_can_have_does_not_overflow_the_stale_rule(tmp_path, pg_database):
+    """schemathesis found it on PostgreSQL: a report with ``intervalSeconds`` near the largest float was stored,
+    and every listing after answered 503 (``interval x stale_after`` overflowed). Now the interval is bounded
+    by what an agent can be given, and that bound is listed on PostgreSQL."""
+    story = build_story(tmp_path, pg_database)
+    now = datetime.now(UTC).isoformat()
+    agent = story.auth("agent")
+    longest = pass_report() | {"finishedAt": now, "intervalSeconds": MAX_INTERVAL}
+    assert story.client.post("/v1/hosts/web1/passes", json=longest, headers=agent).status_code == 201
+    beyond = pass_report("web2") | {"intervalSeconds": 1.6e308}
+    r = story.client.post("/v1/hosts/web2/passes", json=beyond, headers=agent)
+    assert r.status_code == 422 and r.json()["issues"][0]["fields"][0]["field"] == "intervalSeconds"
+    listing = story.get("/v1/hosts")
+    assert listing.status_code == 200, listing.text
+    assert [h["host"] for h in listing.json()["hosts"]] == ["web1"]
+    assert story.get("/metrics").status_code == 200
+    story.client.close()
+    story.store.dispose()
+
