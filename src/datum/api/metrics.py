@@ -18,6 +18,7 @@ one per resource state the host's last pass has (at most seven).
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -29,9 +30,13 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from datum.api.state import ServerState
+from datum.core.attention import counts as need_counts
+from datum.core.attention import decide
+from datum.core.attention import reasons as attention_reasons
 from datum.core.memory import BackoffPolicy
 from datum.core.vocab import Direction, Health, HostState, Reason, ResourceState, plugin_reasons
 from datum.fleet.stale import stale
+from datum.reconcile.attention import every
 from datum.reconcile.report import DriftReport
 from datum.store.hosts import FINISHED_AT, UPDATED_AT
 from datum.store.hosts import hosts as hosts_table
@@ -62,8 +67,27 @@ class StoreCollector(Collector):
         if not self.state.ready:
             return
         yield from self._reconcilers()
-        yield from self._hosts()
-        yield from self._reboots()
+        hosts: list[dict[str, Any]] = []
+        yield from self._hosts(hosts)
+        overdue: list[dict[str, Any]] = []
+        yield from self._reboots(overdue)
+        yield self._needs(hosts, overdue)
+
+    def _needs(self, hosts: list[dict[str, Any]], overdue: list[dict[str, Any]]) -> Metric:
+        """``datum_needs_human``: the lines of *Needs a human* (``datum.core.attention``) over every host."""
+        registry, _store = self.state.wired()
+        reports = [self.state.reports.get_sync(name).report for name in registry]
+        lines = decide(every(registry, self.state.settings, reports), hosts, overdue)
+        by = need_counts(lines)
+        family = _gauge(
+            "datum_needs_human",
+            "Lines of the page's Needs a human (GET /v1/attention), by severity (look: someone has to act; check: "
+            "check it is intended) and reason; every reason always present, 0 when none. Counts every host.",
+            "severity", "reason",
+        )
+        for reason, severity in attention_reasons().items():
+            family.add_metric([severity.value, reason], by[(severity.value, reason)])
+        return family
 
     def _reconcilers(self) -> Iterator[Metric]:
         state = self.state
@@ -126,6 +150,12 @@ class StoreCollector(Collector):
             "Seconds since the last tick, executed or skipped (absent before one).", L,
         )
         interval = _gauge("datum_reconciler_interval_seconds", "The configured tick interval.", L)
+        enabled = _gauge(
+            "datum_reconciler_enabled",
+            "1 when the reconciler is switched on ([reconcilers.NAME] enabled), 0 when it is off: a disabled one "
+            "runs no pass, and its health stays what its last pass left.",
+            L,
+        )
         passes = CounterMetricFamily(
             "datum_reconciler_passes", "Ticks by outcome: executed or skipped.", labels=[L, "outcome"]
         )
@@ -172,6 +202,7 @@ class StoreCollector(Collector):
                 if age is not None:
                     family.add_metric([name], age)
             interval.add_metric([name], own.interval.total_seconds())
+            enabled.add_metric([name], 1.0 if own.enabled else 0.0)
             passes.add_metric([name, "executed"], run.get("executed_passes") or 0)
             passes.add_metric([name, "skipped"], run.get("skipped_passes") or 0)
         broken = _gauge(
@@ -183,10 +214,11 @@ class StoreCollector(Collector):
             broken.add_metric([name], 1.0)
         yield from (
             health, drift, blocked, dropped, items, at_cap, tripped, threshold, fraction, stranded_total,
-            stranded, coverage, oldest, duration, last_ran, since_pass, since_tick, interval, passes, broken,
+            stranded, coverage, oldest, duration, last_ran, since_pass, since_tick, interval, enabled, passes, broken,
         )
 
-    def _hosts(self) -> Iterator[Metric]:
+    def _hosts(self, seen: list[dict[str, Any]]) -> Iterator[Metric]:
+        """The host series; ``seen`` gets each host as ``datum.core.attention`` reads it (state, reason, reboot)."""
         _registry, store = self.state.wired()
         now = datetime.now(UTC)  # reports are stamped with the store's wall clock, not the app's
         t = hosts_table
@@ -201,6 +233,13 @@ class StoreCollector(Collector):
                     sa.case((legacy, t.c.report["counts"]), else_=t.c.summary["counts"]),
                     FINISHED_AT,
                     sa.case((legacy, t.c.report["intervalSeconds"].as_float()), else_=t.c.interval_seconds),
+                    t.c.reason,
+                    # The reboot only matters to a host awaiting one: the others' is not read.
+                    sa.case(
+                        (t.c.state != HostState.AWAITING_REBOOT.value, sa.null()),
+                        (legacy, t.c.report["reboot"]),
+                        else_=t.c.summary["reboot"],
+                    ),
                 )
             ).all()
         multiple = self.state.settings.fleet.stale_after
@@ -219,12 +258,15 @@ class StoreCollector(Collector):
             "host", "state",
         )
         tally: Counter[str] = Counter()
-        for host, stored, updated, counts, finished, interval in rows:
+        for host, stored, updated, counts, finished, interval, reason, reboot in rows:
             # A host whose agent fell silent, or whose stored state is not a host state, reads unknown, as in
             # /v1/hosts and on the page (the same rule: datum.fleet.stale).
             row = {"state": stored, "finishedAt": finished, "report": {"intervalSeconds": interval}}
-            s = stale(row, multiple, now)["state"]
+            read = stale(row, multiple, now)
+            s = read["state"]
             s = s if s in HostState._value2member_map_ else HostState.UNKNOWN.value
+            seen.append({"host": host, "state": s, "stale": bool(read.get("stale")), "reason": read.get("reason", reason),
+                         "reboot": _json(reboot)})
             tally[s] += 1
             per_host.add_metric([host, s], 1.0)
             age = _age(now, updated)
@@ -237,8 +279,8 @@ class StoreCollector(Collector):
         yield from (fleet, per_host, silent, resources)
 
 
-    def _reboots(self) -> Iterator[Metric]:
-        """Per group of the reboot budget: hosts rebooting now, and leases past their timeout."""
+    def _reboots(self, overdue_leases: list[dict[str, Any]]) -> Iterator[Metric]:
+        """Per group of the reboot budget: hosts rebooting now, and leases past their timeout (into ``overdue_leases``)."""
         from datum.fleet.reboots import groups
         from datum.store.leases import read
 
@@ -255,6 +297,7 @@ class StoreCollector(Collector):
         )
         limit = _gauge("datum_fleet_reboot_concurrency", "[fleet] reboot_concurrency: hosts of a group rebooting at once.")
         live, late = Counter(x.group for x in leases.rebooting), Counter(x.group for x in leases.overdue)
+        overdue_leases.extend(x.as_json() for x in leases.overdue)
         for group in groups(fleet, leases):
             rebooting.add_metric([group], live[group])
             overdue.add_metric([group], late[group])
@@ -277,7 +320,7 @@ def _exact(
         parked = sum(
             1
             for i in report.items
-            if i.reason.value in _BACKING_OFF and i.failures and policy.window(i.failures) >= policy.cap_passes
+            if i.reason.value in _BACKING_OFF and i.failures and policy.at_cap(i.failures)
         )
         return by, {d for r, d in by if r == Reason.CIRCUIT_BREAKER.value}, parked
     exact: Counter[tuple[str, str]] = Counter()
@@ -293,6 +336,16 @@ def _exact(
         {str(d) for d in tripped} if isinstance(tripped, list) else set(),
         parked if isinstance(parked, int) and not isinstance(parked, bool) else 0,
     )
+
+
+def _json(raw: Any) -> Any:
+    """A JSON value a query returned: parsed already, or text (a dialect that hands it back as text)."""
+    if isinstance(raw, str | bytes):
+        try:
+            return json.loads(raw)
+        except ValueError:
+            return None
+    return raw
 
 
 def _counts(raw: Any) -> dict[str, float]:
