@@ -39,7 +39,10 @@ class Clock:
         return self.now
 
 
-def settings_for(tmp_path: Path, store: str | None = None, **server: object) -> Settings:
+def settings_for(
+    tmp_path: Path, store: str | None = None, buckets: dict[str, object] | None = None, **server: object
+) -> Settings:
+    """The story's settings; ``buckets`` overrides keys of its reconciler's section."""
     return Settings.model_validate(
         {
             "home": str(tmp_path / "home"),
@@ -52,6 +55,7 @@ def settings_for(tmp_path: Path, store: str | None = None, **server: object) -> 
                     "drift_cap": 500,
                     "breaker": {"restore": 100, "reap": 2, "align": 100},
                     "backoff": {"base_passes": 1, "cap_passes": 64},
+                    **(buckets or {}),
                 }
             },
             "server": {"scheduler": False, **server},
@@ -84,8 +88,10 @@ class Story:
         return self.client.get(path, headers=self.auth(principal))
 
 
-def build_story(tmp_path: Path, store: str | None = None, **server: object) -> Story:
-    settings = settings_for(tmp_path, store, **server)
+def build_story(
+    tmp_path: Path, store: str | None = None, buckets: dict[str, object] | None = None, **server: object
+) -> Story:
+    settings = settings_for(tmp_path, store, buckets, **server)
     store = open_store(settings.store_url)
     registry = _load_plugins().registry()
     clock = Clock()

@@ -153,12 +153,16 @@ def test_the_list_surface(story):
     row = next(r for r in story.get(LIST).json() if r["name"] == "buckets")
     assert row == {
         "name": "buckets", "health": "unknown", "drift": 0, "blocked": 0, "asOf": None,
-        "lastRanAt": None, "itemsReported": True, "coverageReported": True, "stranded": 0,
+        "lastRanAt": None, "itemsReported": True, "coverageReported": True, "stranded": 0, "enabled": True,
     }
+    # pg_roles is off by default: said so, its health left as the seed has it
+    pg = next(r for r in story.get(LIST).json() if r["name"] == "pg_roles")
+    assert (pg["enabled"], pg["health"]) == (False, "unknown")
     play(story)
     row = next(r for r in story.get(LIST).json() if r["name"] == "buckets")
     assert set(row) == {
         "name", "health", "drift", "blocked", "asOf", "lastRanAt", "itemsReported", "coverageReported", "stranded",
+        "enabled",
     }
     assert (row["health"], row["drift"], row["blocked"], row["stranded"]) == ("degraded", 4, 1, 0)
     assert at(row["asOf"]) == at(row["lastRanAt"]) == story.clock.now

@@ -40,6 +40,7 @@ OPERATION_IDS = {
     ("post", "/v1/hosts/{host}/reboot-lease"): "takeRebootLease",
     ("delete", "/v1/hosts/{host}/reboot-lease"): "giveBackRebootLease",
     ("get", "/v1/reboots"): "listReboots",
+    ("get", "/v1/attention"): "getAttention",
     ("get", "/healthz"): "getHealth",
     ("get", "/readyz"): "getReadiness",
     ("get", "/v1"): "getApiRoot",

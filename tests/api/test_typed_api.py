@@ -95,6 +95,7 @@ def test_real_responses_walk_the_schema_with_nothing_left_over(story_played):
     check(s.get("/v1/observability/admin/reconcilers"), "/v1/observability/admin/reconcilers")
     check(s.get("/v1/hosts"), "/v1/hosts")
     check(s.get("/v1/hosts/web1"), "/v1/hosts/{host}")
+    assert check(s.get("/v1/attention"), "/v1/attention")["needs"]
     check(s.get("/v1/buckets"), "/v1/buckets")
     check(s.client.put("/v1/buckets/omega", headers=s.auth("admin")), "/v1/buckets/{name}")
     check(s.client.put("/v1/buckets/omega", headers=s.auth("admin")), "/v1/buckets/{name}")

@@ -36,3 +36,36 @@ def test_a_store_at_0002_with_tokens_gains_the_binding_and_the_sequence(store_ur
         assert record_pass(store, "web1", _report(None, "apply")) == "stored"  # datum apply --report-to
     finally:
         store.dispose()
+
+
+def test_migration_0011_gives_the_summaries_of_hosts_awaiting_a_reboot_their_reboot(store_url):
+    """A host awaiting a reboot by hand is one from the first listing after the upgrade, not after its next pass."""
+    import json
+    from datetime import UTC, datetime
+
+    from datum.api.models import host_summary
+    from datum.core.attention import host_need
+    from datum.store.hosts import host_page
+
+    reboot = {"required": True, "policy": "manual", "bootId": "b1", "markers": {"/run/reboot-required": 1}}
+    reports = {
+        "web1": {"host": "web1", "state": "awaiting-reboot", "reboot": reboot, "resources": []},
+        "web2": {"host": "web2", "state": "converged", "resources": []},
+    }
+    with at_revision(store_url, "0010_history_pass_id") as conn:
+        for host, report in reports.items():
+            conn.execute(
+                sa.text("INSERT INTO hosts (host, state, updated_at, report, summary) VALUES (:h, :s, :u, :r, :m)"),
+                {"h": host, "s": report["state"], "u": datetime.now(UTC), "r": json.dumps(report),
+                 "m": json.dumps({"counts": {}, "attention": []})},
+            )
+    store = open_store(store_url)
+    try:
+        rows = {r["host"]: host_summary(r) for r in host_page(store, 3.0, datetime.now(UTC), limit=10)}
+        assert rows["web1"].reboot is not None and rows["web1"].reboot.policy.value == "manual"
+        assert rows["web1"].reboot.markers is None  # the summary leaves the markers in the report
+        assert rows["web2"].reboot is None
+        line = host_need(rows["web1"].dump())
+        assert line is not None and line.reason == "manual_reboot"
+    finally:
+        store.dispose()

@@ -88,7 +88,7 @@ def test_listed_beside_the_shipped_ones_and_the_broken_one_is_named_with_why(ven
     assert rows[-1] == {
         "name": "broken", "health": "unknown", "drift": 0, "blocked": 0, "asOf": None, "lastRanAt": None,
         "itemsReported": False, "coverageReported": False, "stranded": 0,
-        "error": "the plugin did not load: RuntimeError: this plugin is broken on purpose",
+        "error": "the plugin did not load: RuntimeError: this plugin is broken on purpose", "enabled": True,
     }
     assert "plugin broken (broken_plugin:plugin) not loaded: RuntimeError: this plugin is broken on purpose" in done.stderr
     text = datum(venv, "reconcilers", "--config", cfg)

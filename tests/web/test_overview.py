@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 from api.story import build_story, pass_report, play
 from datum.config import ReconcilerSettings
+from datum.core.attention import Reconciler, decide
 from datum.core.explain import Vocabulary, explain
 from datum.core.vocab import Direction, Health, Reason
 from datum.reconcile.report import DriftItem, DriftReport
@@ -18,7 +19,8 @@ from datum.web import view as v
 
 def text(page: str) -> str:
     """The page as a person reads it: tags dropped, entities decoded, spaces collapsed."""
-    return re.sub(r"\s+", " ", html.unescape(re.sub(r"<[^>]+>", " ", page)))
+    inline = re.sub(r"</?(?:time|wbr)\b[^>]*>", "", page)  # a time, a break opportunity: part of the text
+    return re.sub(r"\s+", " ", html.unescape(re.sub(r"<[^>]+>", " ", inline)))
 
 
 def section(page: str, start: str, end: str) -> str:
@@ -35,9 +37,10 @@ def test_a_glance_then_grouped_causes_explained_in_place(tmp_path):
     # the summary: reconcilers by health, hosts by state, and what needs a human first, each a link
     glance = section(page, 'id="summary"', 'id="reconcilers"')
     assert re.search(r"degraded</span> <b>1</b>", glance) and re.search(r"failed</span> <b>1</b>", glance)
-    assert 'href="#host-web1"' in glance and "host web1 failed" in text(glance)
-    assert 'href="#group-buckets-circuit_breaker-reap-0"' in glance
-    assert 'id="group-buckets-circuit_breaker-reap-0"' in page and 'id="host-web1"' in page
+    assert 'href="/hosts/web1"' in glance and "host web1 failed" in text(glance)
+    assert 'href="#group-buckets-circuit_breaker-reap"' in glance
+    assert 'id="group-buckets-circuit_breaker-reap"' in page and 'id="host-web1"' in page
+    assert '<a href="/hosts/web1">web1</a>' in page  # the host's name links to its page
 
     # twelve reaps held by the breaker are one row (here three), expandable, closed
     assert "3 reaps held: breaker reap > 2" in words
@@ -128,14 +131,15 @@ def test_an_item_parked_at_the_backoff_cap_needs_a_human_and_one_failed_once_wai
         PassRow(T0 + timedelta(minutes=n), "degraded", True, 2, 0, {}, {"k/parked": "backoff"}) for n in range(50)
     ]
     rv = v.reconciler_view(_report(items), own, passes, lambda streak: None)
-    [parked] = rv.at_cap
+    [parked] = [i for g in rv.groups for i in g.items if i.at_cap]
     assert parked.key == "k/parked" and parked.act.value == "look"
     assert [g.act.value for g in rv.groups] == ["look", "wait"]  # different causes: two rows, look first
     assert parked.since_text == "diverged for 60 passes (began before the kept history)"
     assert parked.strip.runs == [v.Run("a-depends r-backoff", 50, parked.strip.runs[0].title)]
     assert rv.health_since.startswith("degraded for all of the last 50 passes (since before")
-    glance = v.overview([rv], [], {})
-    assert [a.text for a in glance.attention] == ["k/parked (r) is parked at the backoff cap after 4 failures"]
+    lines = decide([Reconciler(_report(items).dump(), backoff=own.converge_config().backoff)])
+    glance = v.overview([rv], [], {}, lines)
+    assert [a.need.text for a in glance.attention] == ["k/parked (r) is parked at the backoff cap after 4 failures"]
     assert glance.attention[0].href == "#item-r-k/parked"
 
 
@@ -146,7 +150,7 @@ def test_a_silent_host_reads_unknown_and_needs_a_human(tmp_path):
     assert story.client.post("/v1/hosts/web1/passes", json=report, headers=story.auth("agent")).status_code == 201
     page = story.get("/ui/overview").text
     glance = text(section(page, 'id="summary"', 'id="reconcilers"'))
-    assert "host web1 is unknown stale: the last report is" in glance
+    assert "host web1 fell silent stale: the last report is" in glance
     assert re.search(r'<span class="state unknown">unknown</span> <b>1</b>', page)
     # Its row in the hosts table: unknown, and the reason says how stale and what it said last.
     row = text(section(page, 'class="host-unknown"', "</tr>"))

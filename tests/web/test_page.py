@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
-import struct
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -14,61 +10,9 @@ import sqlalchemy as sa
 
 from api.story import build_story, config_file, pass_report, play, serving
 from datum.reconcilers import buckets as b
+from web.browser import keep, next_refresh, png_size, sign_in
 
 pytestmark = pytest.mark.browser
-
-CHROMIUM = "/usr/bin/chromium"
-ROOT = Path(__file__).resolve().parents[2]
-ARTIFACTS = ROOT / "artifacts"
-FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-
-
-def chromium() -> str:
-    """Debian's Chromium, installed by scripts/setup-browser when missing; skip only if that cannot be done."""
-    if not os.access(CHROMIUM, os.X_OK):
-        setup = subprocess.run([str(ROOT / "scripts" / "setup-browser")], capture_output=True, text=True)
-        if not os.access(CHROMIUM, os.X_OK):
-            pytest.skip(f"Chromium cannot be installed here (scripts/setup-browser: {setup.stderr.strip()[-300:]})")
-    return CHROMIUM
-
-
-@pytest.fixture
-def browser_context(tmp_path):
-    sync_api = pytest.importorskip("playwright.sync_api")
-    executable = chromium()
-    profile = tmp_path / "chromium-profile"
-    with sync_api.sync_playwright() as p:
-        context = p.chromium.launch_persistent_context(
-            str(profile), executable_path=executable, headless=True, args=FLAGS, viewport={"width": 1400, "height": 1000}
-        )
-        try:
-            yield context
-        finally:
-            context.close()
-            shutil.rmtree(profile, ignore_errors=True)
-
-
-def png_size(path: Path) -> tuple[int, int]:
-    """Width and height from a PNG's IHDR chunk."""
-    head = path.read_bytes()[:24]
-    assert head[:8] == b"\x89PNG\r\n\x1a\n"
-    return struct.unpack(">II", head[16:24])
-
-
-def keep(shot: Path) -> None:
-    """A screenshot is a test artifact under the tmp dir; the latest of each is also copied to artifacts/."""
-    ARTIFACTS.mkdir(exist_ok=True)
-    shutil.copy(shot, ARTIFACTS / shot.name)
-
 
 def story_on_disk(tmp_path: Path) -> str:
     """The buckets story in the store ``datum serve`` will open; returns the operator's token."""
@@ -82,18 +26,6 @@ def story_on_disk(tmp_path: Path) -> str:
     story.client.close()
     story.store.dispose()
     return token
-
-
-def sign_in(page, base: str, token: str) -> None:
-    page.goto(base)
-    page.fill("#token", token)
-    page.click("#token-form button[type=submit]")
-    page.locator("#summary").wait_for(timeout=10_000)
-
-
-def next_refresh(page) -> None:
-    first = page.inner_text("#status")
-    page.wait_for_function("s => document.getElementById('status').textContent !== s", arg=first, timeout=5000)
 
 
 def test_the_page_shows_why_an_item_is_stuck(tmp_path, browser_context):
@@ -158,10 +90,13 @@ def test_the_page_shows_why_an_item_is_stuck(tmp_path, browser_context):
         assert stranded.count() == 1 and "archiving stranded" in stranded.inner_text()
         assert not page.is_visible("#token-form")
 
-        # a link in the summary leads to its detail
+        # a line about a host leads to the host's own page (the token stays in the tab), and back
         page.locator("#summary a", has_text="host web1 failed").click()
-        page.wait_for_function("() => location.hash === '#host-web1'")
-        assert page.locator("#host-web1").is_visible()
+        page.wait_for_url("**/hosts/web1")
+        page.locator("#host").wait_for(timeout=10_000)
+        assert "File[motd]" in page.inner_text("#resources") and "permission denied" in page.inner_text("#resources")
+        page.go_back()
+        page.locator("#summary").wait_for(timeout=10_000)
 
         # the favicon
         icon = page.eval_on_selector("link[rel=icon]", "e => e.href")
@@ -204,7 +139,9 @@ def test_on_a_phone_and_when_the_server_goes_away(tmp_path, browser_context):
     # the server is gone: the page greys out and says since when
     banner = page.locator("#stale")
     banner.wait_for(state="visible", timeout=10_000)
-    assert re.search(r"The server is unreachable since \d\d:\d\d:\d\d: this is what it said at", banner.inner_text())
+    # one time format on the page: UTC with its zone, never the browser's local time without one
+    said = banner.inner_text()
+    assert re.search(r"The server is unreachable since \d\d:\d\d:\d\d UTC: this is what it said at \d\d:\d\d:\d\d UTC", said)
     assert page.evaluate("document.body.classList.contains('stale')")
     assert float(page.eval_on_selector("#app", "e => getComputedStyle(e).opacity")) < 1
     assert page.inner_text("#status") == "stale"

@@ -34,10 +34,14 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from datum.api.state import ServerState
+from datum.core.attention import counts as need_counts
+from datum.core.attention import decide
+from datum.core.attention import reasons as attention_reasons
 from datum.core.handreboot import awaits_hand
 from datum.core.memory import BackoffPolicy
 from datum.core.vocab import Direction, Health, HostState, Reason, ResourceState, plugin_reasons
 from datum.fleet.stale import stale
+from datum.reconcile.attention import every
 from datum.reconcile.report import DriftReport
 from datum.store.hosts import FINISHED_AT, UPDATED_AT
 from datum.store.hosts import hosts as hosts_table
@@ -68,8 +72,27 @@ class StoreCollector(Collector):
         if not self.state.ready:
             return
         yield from self._reconcilers()
-        yield from self._hosts()
-        yield from self._reboots()
+        hosts: list[dict[str, Any]] = []
+        yield from self._hosts(hosts)
+        overdue: list[dict[str, Any]] = []
+        yield from self._reboots(overdue)
+        yield self._needs(hosts, overdue)
+
+    def _needs(self, hosts: list[dict[str, Any]], overdue: list[dict[str, Any]]) -> Metric:
+        """``datum_needs_human``: the lines of *Needs a human* (``datum.core.attention``) over every host."""
+        registry, _store = self.state.wired()
+        reports = [self.state.reports.get_sync(name).report for name in registry]
+        lines = decide(every(registry, self.state.settings, reports), hosts, overdue)
+        by = need_counts(lines)
+        family = _gauge(
+            "datum_needs_human",
+            "Lines of the page's Needs a human (GET /v1/attention), by severity (look: someone has to act; check: "
+            "check it is intended) and reason; every reason always present, 0 when none. Counts every host.",
+            "severity", "reason",
+        )
+        for reason, severity in attention_reasons().items():
+            family.add_metric([severity.value, reason], by[(severity.value, reason)])
+        return family
 
     def _reconcilers(self) -> Iterator[Metric]:
         state = self.state
@@ -134,7 +157,9 @@ class StoreCollector(Collector):
         interval = _gauge("datum_reconciler_interval_seconds", "The configured tick interval.", L)
         enabled = _gauge(
             "datum_reconciler_enabled",
-            "1 when the reconciler is switched on ([reconcilers.NAME] enabled), 0 when it is off: it runs no pass.", L,
+            "1 when the reconciler is switched on ([reconcilers.NAME] enabled), 0 when it is off: a disabled one "
+            "runs no pass, and its health stays what its last pass left.",
+            L,
         )
         passes = CounterMetricFamily(
             "datum_reconciler_passes", "Ticks by outcome: executed or skipped.", labels=[L, "outcome"]
@@ -197,7 +222,8 @@ class StoreCollector(Collector):
             stranded, coverage, oldest, duration, last_ran, since_pass, since_tick, interval, enabled, passes, broken,
         )
 
-    def _hosts(self) -> Iterator[Metric]:
+    def _hosts(self, seen: list[dict[str, Any]]) -> Iterator[Metric]:
+        """The host series; ``seen`` gets each host as ``datum.core.attention`` reads it (state, reason, reboot)."""
         _registry, store = self.state.wired()
         now = datetime.now(UTC)  # reports are stamped with the store's wall clock, not the app's
         t = hosts_table
@@ -212,8 +238,13 @@ class StoreCollector(Collector):
                     sa.case((legacy, t.c.report["counts"]), else_=t.c.summary["counts"]),
                     FINISHED_AT,
                     sa.case((legacy, t.c.report["intervalSeconds"].as_float()), else_=t.c.interval_seconds),
-                    # the report's text, only for the hosts awaiting a reboot: whether a human must do it
-                    sa.case((t.c.state == HostState.AWAITING_REBOOT.value, sa.type_coerce(t.c.report, sa.Text))),
+                    t.c.reason,
+                    # The reboot only matters to a host awaiting one: the others' is not read.
+                    sa.case(
+                        (t.c.state != HostState.AWAITING_REBOOT.value, sa.null()),
+                        (legacy, t.c.report["reboot"]),
+                        else_=t.c.summary["reboot"],
+                    ),
                 )
             ).all()
         multiple = self.state.settings.fleet.stale_after
@@ -244,12 +275,16 @@ class StoreCollector(Collector):
             "host", "policy",
         )
         tally: Counter[str] = Counter()
-        for host, stored, updated, counts, finished, interval, report in rows:
+        for host, stored, updated, counts, finished, interval, reason, reboot in rows:
             # A host whose agent fell silent, or whose stored state is not a host state, reads unknown, as in
             # /v1/hosts and on the page (the same rule: datum.fleet.stale).
             row = {"state": stored, "finishedAt": finished, "report": {"intervalSeconds": interval}}
-            s = stale(row, multiple, now)["state"]
+            read = stale(row, multiple, now)
+            s = read["state"]
             s = s if s in HostState._value2member_map_ else HostState.UNKNOWN.value
+            reboot = _json(reboot)
+            seen.append({"host": host, "state": s, "stale": bool(read.get("stale")), "reason": read.get("reason", reason),
+                         "reboot": reboot})
             tally[s] += 1
             per_host.add_metric([host, s], 1.0)
             age = _age(now, updated)
@@ -259,7 +294,7 @@ class StoreCollector(Collector):
                 resources.add_metric([host, rs], n)
             if isinstance(interval, int | float) and interval > 0:
                 every.add_metric([host], float(interval))
-            policy = awaits_hand(s, _reboot(report))
+            policy = awaits_hand(s, reboot)
             if policy is not None:
                 by_hand.add_metric([host, policy], 1.0)
         for s in HostState:
@@ -272,8 +307,8 @@ class StoreCollector(Collector):
         yield from (fleet, per_host, silent, resources, every, by_hand, limit)
 
 
-    def _reboots(self) -> Iterator[Metric]:
-        """Per group of the reboot budget: hosts rebooting now, and leases past their timeout."""
+    def _reboots(self, overdue_leases: list[dict[str, Any]]) -> Iterator[Metric]:
+        """Per group of the reboot budget: hosts rebooting now, and leases past their timeout (into ``overdue_leases``)."""
         from datum.fleet.reboots import groups
         from datum.store.leases import read
 
@@ -290,6 +325,7 @@ class StoreCollector(Collector):
         )
         limit = _gauge("datum_fleet_reboot_concurrency", "[fleet] reboot_concurrency: hosts of a group rebooting at once.")
         live, late = Counter(x.group for x in leases.rebooting), Counter(x.group for x in leases.overdue)
+        overdue_leases.extend(x.as_json() for x in leases.overdue)
         for group in groups(fleet, leases):
             rebooting.add_metric([group], live[group])
             overdue.add_metric([group], late[group])
@@ -312,7 +348,7 @@ def _exact(
         parked = sum(
             1
             for i in report.items
-            if i.reason.value in _BACKING_OFF and i.failures and policy.window(i.failures) >= policy.cap_passes
+            if i.reason.value in _BACKING_OFF and i.failures and policy.at_cap(i.failures)
         )
         return by, {d for r, d in by if r == Reason.CIRCUIT_BREAKER.value}, parked
     exact: Counter[tuple[str, str]] = Counter()
@@ -330,15 +366,14 @@ def _exact(
     )
 
 
-def _reboot(raw: Any) -> Any:
-    """The ``reboot`` of a stored report's text; None when there is none or the text is not a JSON object."""
-    if raw is None:
-        return None
-    try:
-        report = json.loads(raw) if isinstance(raw, str | bytes) else raw
-    except ValueError:
-        return None
-    return report.get("reboot") if isinstance(report, dict) else None
+def _json(raw: Any) -> Any:
+    """A JSON value a query returned: parsed already, or text (a dialect that hands it back as text)."""
+    if isinstance(raw, str | bytes):
+        try:
+            return json.loads(raw)
+        except ValueError:
+            return None
+    return raw
 
 
 def _counts(raw: Any) -> dict[str, float]:

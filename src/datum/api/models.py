@@ -11,10 +11,11 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.json_schema import SkipJsonSchema
 
+from datum.core.attention import Severity
 from datum.core.hostsummary import count_states
-from datum.core.vocab import HostState, ResourceState
+from datum.core.vocab import Direction, HostState, ResourceState
 from datum.fleet.listing import Page
-from datum.host.report import PassReport, ResourceReport
+from datum.host.report import PassReport, RebootStatus, ResourceReport
 from datum.reconcile.report import absent
 from datum.wire import Text
 
@@ -116,6 +117,10 @@ class HostSummary(Out):
     rebooting: RebootLease | SkipJsonSchema[None] = absent(
         "The reboot lease the host holds while it reboots; absent when it holds none."
     )
+    reboot: RebootStatus | SkipJsonSchema[None] = absent(
+        "The last pass's `reboot` (the report's, without `markers`): the reboot the host needs, its `policy` "
+        "and what the agent did about it; absent when the last pass recorded none."
+    )
 
 
 class HostStatus(HostSummary):
@@ -136,6 +141,42 @@ class HostList(Out):
     total: int = Field(description="How many hosts the fleet has.")
     next: str | SkipJsonSchema[None] = absent(
         "The cursor of the next page (`?cursor=`, with the same filter); absent on the last page."
+    )
+
+
+class NeedLine(Out):
+    """One line of *Needs a human* (``datum.core.attention``): what, about which reconciler or host, and what to do."""
+
+    severity: Severity = Field(
+        description="`look`: it will not clear by itself, someone has to act (the page's red *go and look*); "
+        "`check`: it may be intended, check that it is."
+    )
+    reason: str = Field(
+        description="What kind of thing it is: `backoff_cap`, `host_failed`, `manual_reboot`, `stranded`, a drift "
+        "reason whose explanation says go and look (`circuit_breaker`, ...), ... (`datum_needs_human`'s label)."
+    )
+    reconciler: str | SkipJsonSchema[None] = absent("The reconciler it is about, when it is about one.")
+    host: str | SkipJsonSchema[None] = absent("The host it is about, when it is about one.")
+    ids: list[str] | SkipJsonSchema[None] = absent(
+        "The items it names (`kind/id`, as in the drift report), or the coverage row (`kind/status`)."
+    )
+    direction: Direction | SkipJsonSchema[None] = absent("The direction of the items it names.")
+    text: str = Field(description="The line as the page prints it.")
+    detail: str | SkipJsonSchema[None] = absent("Why: the last error, the host's reason, ...")
+    do: str = Field(description="What to do about it.")
+
+
+class Attention(Out):
+    """``GET /v1/attention``: what needs a human, decided once (the page's *Needs a human* renders this)."""
+
+    needs: list[NeedLine] = Field(description="Every line, `look` first, then in the order a human reads them.")
+    hosts: bool = Field(
+        description="Whether hosts were considered: false when the token may not read them (`fleet:ReadHost`)."
+    )
+    hosts_not_listed: int | SkipJsonSchema[None] = absent(
+        "Hosts that are not converged beyond the worst hosts considered (the page's first "
+        "hosts, worst first): `GET /v1/hosts?state=...` lists them. Absent when none.",
+        "hostsNotListed",
     )
 
 
@@ -197,6 +238,8 @@ def host_status(row: dict[str, Any], parsed: PassReport | None = None) -> HostSt
         values["attention"] = [r for r in report.resources if r.state != ResourceState.CONVERGED]
         values["manifestDigest"] = report.manifest_digest
         values["counts"] = count_states([{"state": r.state.value} for r in report.resources])
+        if report.reboot is not None:
+            values["reboot"] = report.reboot.model_copy(update={"markers": None})
     return _validated(HostStatus, {**values, "report": report})
 
 
@@ -238,6 +281,7 @@ def host_summary(row: dict[str, Any]) -> HostSummary:
     values["attention"] = summary.get("attention") or []
     values["attentionTotal"] = summary.get("attentionTotal")
     values["manifestDigest"] = summary.get("manifestDigest")
+    values["reboot"] = summary.get("reboot")
     if row.get("unreadable"):
         values.update(state=HostState.UNKNOWN, reason=f"the summary of the last pass cannot be read: {row['unreadable']}")
     elif row.get("reported") not in HostState._value2member_map_ and not row.get("stale"):

@@ -177,7 +177,7 @@ _BACKING_OFF = frozenset({Reason.BACKOFF, Reason.APPLY_FAILED})
 
 def parked(reason: AnyReason, mem: ItemMemory, policy: BackoffPolicy) -> bool:
     """An item in backoff or apply_failed whose window has reached the policy's cap: go and look."""
-    return reason in _BACKING_OFF and mem.failures > 0 and policy.window(mem.failures) >= policy.cap_passes
+    return reason in _BACKING_OFF and policy.at_cap(mem.failures)
 
 
 def retain(items: list[ItemReport], cap: int) -> tuple[list[ItemReport], int]:

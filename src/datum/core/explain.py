@@ -148,8 +148,8 @@ _REASONS: dict[Reason, tuple[str, str, Act]] = {
     Reason.APPLY_FAILED: (
         "Datum acted on the item this pass and the apply errored; lastErr says why. It enters backoff on "
         "the next pass.",
-        "A first failure may be transient: wait for the retry. If it fails again (failures above 1, then "
-        "backoff), go and look at lastErr.",
+        "Failed once or twice, it may be transient: wait for the retry (backoff). Failed three times or more, "
+        "or parked at the backoff cap: it will not fix itself, go and look at lastErr and remove the cause.",
         Act.DEPENDS,
     ),
     Reason.BLOCKED_ON_OWNER: (
@@ -234,15 +234,15 @@ _OTHERS: dict[tuple[Vocabulary, str], tuple[str, str, str, Act]] = {
         "observe mode found resources that differ from the manifest",
         "The host runs in observe mode: the last pass found resources that differ from the manifest and "
         "changed nothing.",
-        "Go and look at the differences (datum plan shows the diffs); then run in enforce mode or change "
-        "the manifest.",
+        "Go and look at the differences (the host's page here shows the diffs, as datum plan does on the "
+        "host); then run in enforce mode or change the manifest.",
         Act.LOOK,
     ),
     (Vocabulary.HOST_STATE, HostState.FAILED): (
         "at least one resource failed",
         "At least one resource failed on the last pass; a blocked resource always traces back to one. The "
         "reason names the resources behind it.",
-        "Go and look at the failed resource's error (datum status on the host, or the host's detail here), "
+        "Go and look at the failed resource's error (the host's page here, or datum status on the host), "
         "fix the cause; the next pass retries.",
         Act.LOOK,
     ),
@@ -437,11 +437,17 @@ def explain(vocabulary: Vocabulary, name: str) -> Explanation:
     return found
 
 
+# Consecutive failures from which a failing item (``backoff`` or ``apply_failed``) is a human's: failed once or
+# twice, it retries shortly; three times, it will not fix itself.
+REPEATED_FAILURES = 3
+
+
 def advice(reason: AnyReason, failures: int | None = None, backoff: BackoffPolicy | None = None) -> Act:
     """What one item calls for: wait or look, deciding ``depends`` from its failures and backoff window.
 
-    ``backoff`` parked at the cap (see ``at_backoff_cap``), or failed three times or more, is *look*; fewer
-    failures are *wait*. ``apply_failed`` is *wait* on its first failure, *look* after.
+    ``backoff`` and ``apply_failed`` read the same (the pass that retries an item and the passes that wait
+    it out are one situation): *look* once it failed ``REPEATED_FAILURES`` times or is parked at the backoff
+    cap (``at_backoff_cap``), else *wait*.
     """
     if not isinstance(reason, Reason):
         return Act.LOOK  # a plugin's reason: its plugin knows, so go and look
@@ -449,13 +455,12 @@ def advice(reason: AnyReason, failures: int | None = None, backoff: BackoffPolic
     if act is not Act.DEPENDS:
         return act
     n = failures or 0
-    if reason is Reason.APPLY_FAILED:
-        return Act.WAIT if n <= 1 else Act.LOOK
-    return Act.LOOK if n >= 3 or at_backoff_cap(reason, failures, backoff) else Act.WAIT
+    return Act.LOOK if n >= REPEATED_FAILURES or at_backoff_cap(reason, failures, backoff) else Act.WAIT
 
 
 def at_backoff_cap(reason: AnyReason, failures: int | None, backoff: BackoffPolicy | None) -> bool:
-    """Whether an item sits in ``backoff`` with its window at the policy's cap: more waiting will not help."""
-    if reason is not Reason.BACKOFF or not failures or backoff is None:
+    """Whether a failing item (``backoff`` or ``apply_failed``) has a window at the policy's cap: waiting will
+    not help. The same on the pass that retries it as on the passes that wait it out."""
+    if reason not in (Reason.BACKOFF, Reason.APPLY_FAILED) or not failures or backoff is None:
         return False
-    return backoff.window(failures) >= backoff.cap_passes
+    return backoff.at_cap(failures)

@@ -9,7 +9,9 @@ progress, say) is one more key here, not a new column and a migration:
 - ``attention``: the resources that are not converged, as the report has them
   but without their diffs, at most ``ATTENTION_CAP`` (``attentionTotal`` says
   how many there are when they are more);
-- ``manifestDigest``: the digest of the manifest the pass ran, when it says.
+- ``manifestDigest``: the digest of the manifest the pass ran, when it says;
+- ``reboot``: the report's ``reboot`` (the need, its policy, what the agent did about it) without its
+  ``markers``, when it has one: what decides whether a host awaits a human's reboot.
 
 Pure: a report in its JSON form in, a dict out.
 """
@@ -53,6 +55,9 @@ def summarize(report: Mapping[str, Any]) -> dict[str, Any]:
     digest = report.get("manifestDigest")
     if isinstance(digest, str):
         summary["manifestDigest"] = digest
+    reboot = report.get("reboot")
+    if isinstance(reboot, dict):
+        summary["reboot"] = {k: v for k, v in reboot.items() if k != "markers"}
     return summary
 
 

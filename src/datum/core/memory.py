@@ -45,6 +45,10 @@ class BackoffPolicy:
         exponent = min(failures - 1, 62)
         return int(min(self.cap_passes, self.base_passes * (2**exponent)))
 
+    def at_cap(self, failures: int) -> bool:
+        """Whether ``failures`` consecutive failures put the window at the cap: waiting longer will not help."""
+        return failures > 0 and self.window(failures) >= self.cap_passes
+
 
 @dataclass(frozen=True, slots=True)
 class ItemMemory:

@@ -177,12 +177,24 @@ class ReconcilerSummary(_Out):
     )
     stranded: int = Field(ge=0, description="How many coverage rows are stranded.")
     error: str | SkipJsonSchema[None] = absent(_ERROR)
+    enabled: bool = Field(
+        description="Whether the reconciler is switched on (`[reconcilers.NAME] enabled`). A disabled one runs no "
+        "pass; its `health` is what its last pass left (`unknown` when it never ran)."
+    )
 
 
-def broken_summary(name: str, why: str) -> ReconcilerSummary:
+def enabled(registry: Registry, settings: Settings, name: str) -> bool:
+    """Whether reconciler ``name`` is switched on: its settings' ``enabled`` (a plugin that did not load: as configured)."""
+    if name in registry:
+        return registry.settings(settings, name).enabled
+    return settings.reconcilers.get(name, {}).get("enabled", True) is not False
+
+
+def broken_summary(name: str, why: str, enabled: bool = True) -> ReconcilerSummary:
     """The list row of an installed reconciler plugin that did not load: nothing is known of it."""
     return ReconcilerSummary(
         name=name,
+        enabled=enabled,
         health=Health.UNKNOWN,
         drift=0,
         blocked=0,
@@ -257,10 +269,11 @@ def _items_reported(declared: bool | None, metrics: dict[str, Any]) -> bool:
     return bool(metrics.get(ITEMS_REPORTED, False))
 
 
-def summary(report: DriftReport) -> ReconcilerSummary:
-    """One reconciler's line on the list surface, from its drift report."""
+def summary(report: DriftReport, *, enabled: bool) -> ReconcilerSummary:
+    """One reconciler's line on the list surface, from its drift report and whether it is switched on."""
     return ReconcilerSummary(
         name=report.reconciler,
+        enabled=enabled,
         health=report.health,
         drift=report.drift,
         blocked=report.blocked,
@@ -275,5 +288,8 @@ def summary(report: DriftReport) -> ReconcilerSummary:
 
 def summaries(registry: Registry, settings: Settings, store: Store, now: datetime) -> list[ReconcilerSummary]:
     """The list surface: one line per registered reconciler, then one per plugin that did not load."""
-    rows = [summary(drift_report(registry, settings, store, name, now)) for name in registry]
-    return rows + [broken_summary(b.name, b.error) for b in registry.broken]
+    rows = [
+        summary(drift_report(registry, settings, store, name, now), enabled=enabled(registry, settings, name))
+        for name in registry
+    ]
+    return rows + [broken_summary(b.name, b.error, enabled(registry, settings, b.name)) for b in registry.broken]

@@ -14,8 +14,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
+from urllib.parse import quote
 
 from datum.config import ReconcilerSettings
+from datum.core import attention as need
+from datum.core.attention import Need, Severity
 from datum.core.explain import (
     ACT_LABEL,
     Act,
@@ -26,7 +29,7 @@ from datum.core.explain import (
     explain,
     lookup,
 )
-from datum.core.humanize import age, when
+from datum.core.humanize import when
 from datum.core.memory import BackoffPolicy
 from datum.core.vocab import Direction, Health, HostState, Reason
 from datum.reconcile.report import DriftItem, DriftReport
@@ -44,6 +47,23 @@ HOST_ORDER = [
 ]
 _ACT_ORDER = [Act.LOOK, Act.DEPENDS, Act.WAIT, Act.NONE, Act.OWNER]
 MAX_HOSTS = 100  # hosts per page of the hosts table (the listing's pages); all are counted
+DISABLED = "disabled"  # the reconcilers tile's count of switched-off reconcilers, apart from their health
+
+
+@dataclass(frozen=True)
+class Badge:
+    """What a thing calls for, as a coloured word: the red *go and look* only on what *Needs a human* lists."""
+
+    css: str
+    label: str
+
+
+def act_badge(act: Act) -> Badge:
+    return Badge(f"act-{act.value}", ACT_LABEL[act])
+
+
+def severity_badge(severity: Severity) -> Badge:
+    return Badge("act-look" if severity is Severity.LOOK else "act-check", need.SEVERITY_LABEL[severity])
 
 
 @dataclass(frozen=True)
@@ -149,9 +169,13 @@ class ItemView:
 
 @dataclass
 class Group:
-    """Items that share a cause: reason, direction and the same last error."""
+    """Items that share a cause: the line they belong to (or their reason), direction, and the same last error.
 
-    reason: Reason
+    ``key`` is ``datum.core.attention.group_key``: a failing item stays in its group whether this pass retried it
+    (``apply_failed``) or waited it out (``backoff``).
+    """
+
+    key: str
     direction: Direction
     items: list[ItemView]
     label: str
@@ -159,29 +183,17 @@ class Group:
     act: Act
     anchor: str = ""
 
+    @property
+    def reason(self) -> str:
+        """The reason word the group's summary shows: the items' own, or both failing ones."""
+        reasons = {i.item.reason.value for i in self.items}
+        if reasons <= {Reason.BACKOFF.value, Reason.APPLY_FAILED.value}:
+            return "backoff / apply_failed"
+        return self.key if len(reasons) != 1 else reasons.pop()
 
-def _plural(direction: Direction, n: int) -> str:
-    noun = {Direction.RESTORE: "restore", Direction.REAP: "reap", Direction.ALIGN: "align"}[direction]
-    return f"{n} {noun}{'s' if n != 1 else ''}"
-
-
-def _group_label(reason: Reason, direction: Direction, items: list[ItemView], own: ReconcilerSettings) -> str:
-    n = len(items)
-    if reason is Reason.CIRCUIT_BREAKER:
-        threshold = own.converge_config().breaker.get(direction)
-        bound = []
-        if threshold is not None and threshold.count is not None:
-            bound.append(f"> {threshold.count}")
-        if threshold is not None and threshold.fraction is not None:
-            bound.append(f"> {threshold.fraction:.0%} of what exists")
-        return f"{_plural(direction, n)} held: breaker {direction.value} {' or '.join(bound) or 'tripped'}"
-    if reason is Reason.BLOCKED_ON_OWNER:
-        return f"{_plural(direction, n)} waiting on their owners"
-    if reason is Reason.AWAITING_CONFIRMATION:
-        return f"{_plural(direction, n)} awaiting confirmation"
-    if reason is Reason.BACKOFF:
-        return f"{_plural(direction, n)} in backoff"
-    return f"{_plural(direction, n)}: {reason.value}"
+    @property
+    def badge(self) -> Badge:
+        return act_badge(self.act)
 
 
 @dataclass
@@ -194,6 +206,8 @@ class ReconcilerView:
     owner_groups: list[Group]
     last_completed: datetime | None
     backoff: BackoffPolicy
+    enabled: bool = True
+    act: Act = Act.NONE  # what its health calls for, as Needs a human decided (set by ``overview``)
 
     @property
     def name(self) -> str:
@@ -204,30 +218,64 @@ class ReconcilerView:
         return sum(1 for c in self.report.coverage if c.stranded)
 
     @property
-    def at_cap(self) -> list[ItemView]:
-        return [i for g in self.groups for i in g.items if i.at_cap]
+    def badge(self) -> Badge:
+        return act_badge(self.act)
 
 
 @dataclass
 class HostView:
-    status: Any  # api.models.HostStatus
+    status: Any  # api.models.HostSummary
     explanation: Explanation
     strip: Strip
     state_since: str
+    line: Need | None = None  # its line of Needs a human, when it has one
 
     @property
     def anchor(self) -> str:
         return f"host-{self.status.host}"
 
+    @property
+    def href(self) -> str:
+        return host_href(self.status.host)
 
-@dataclass
-class Attention:
-    """One line of "needs a human": what, where to look, why."""
+    @property
+    def badge(self) -> Badge | None:
+        """Red or amber only when Needs a human lists it; else what its state calls for (never red)."""
+        if self.line is not None:
+            return severity_badge(self.line.severity)
+        if self.status.state is HostState.CONVERGED:
+            return None
+        act = self.explanation.act
+        return act_badge(Act.WAIT if act in (Act.LOOK, Act.DEPENDS) else act)
 
-    act: Act
-    text: str
+    @property
+    def do(self) -> str:
+        if self.line is not None:
+            return self.line.do
+        if self.status.state is HostState.AWAITING_REBOOT and self.explanation.vocabulary is Vocabulary.HOST_STATE:
+            return need.reboot_do(self.status.host, _dumped(self.status.reboot))
+        return self.explanation.do
+
+
+def _dumped(model: Any) -> dict[str, Any] | None:
+    return None if model is None else model.model_dump(mode="json", by_alias=True, exclude_none=True)  # type: ignore[no-any-return]
+
+
+def host_href(host: str) -> str:
+    """The host's own page (``GET /hosts/{host}``)."""
+    return f"/hosts/{quote(host, safe='')}"
+
+
+@dataclass(frozen=True)
+class Line:
+    """One line of *Needs a human* as the page shows it: the decision's line and where its detail is."""
+
+    need: Need
     href: str
-    detail: str = ""
+
+    @property
+    def badge(self) -> Badge:
+        return severity_badge(self.need.severity)
 
 
 @dataclass(frozen=True)
@@ -261,7 +309,8 @@ class Overview:
     health_counts: list[tuple[str, int]]
     host_counts: list[tuple[str, int]]
     hosts_page: HostsPage = field(default_factory=lambda: HostsPage())
-    attention: list[Attention] = field(default_factory=list)
+    attention: list[Line] = field(default_factory=list)
+    hosts_not_listed: int = 0  # hosts not converged past the worst ones the decision considered
     rebooting: list[Rebooting] = field(default_factory=list)  # the fleet's reboot budget, when hosts are readable
     reboot_limit: int = 0
 
@@ -279,9 +328,11 @@ def reconciler_view(
     own: ReconcilerSettings,
     passes: Sequence[PassRow],
     first_seen: Any,
+    enabled: bool = True,
 ) -> ReconcilerView:
     """``first_seen(streak)``: when the pass ``streak - 1`` passes back ran (``store.history.first_seen``)."""
-    backoff = own.converge_config().backoff
+    config = own.converge_config()
+    backoff = config.backoff
     seen: dict[int, datetime | None] = {}
     views: list[ItemView] = []
     for item in report.items:
@@ -298,19 +349,23 @@ def reconciler_view(
                 first_diverged=seen[item.streak],
             )
         )
-    buckets: dict[tuple[Reason, Direction, str | None], list[ItemView]] = {}
+    buckets: dict[tuple[str, Direction, str | None], list[ItemView]] = {}
     for v in views:
-        cause = v.item.last_err if v.item.reason is not Reason.BACKOFF else f"{v.item.last_err}|{v.act}"
-        buckets.setdefault((v.item.reason, v.item.direction, cause), []).append(v)
+        group = need.group_key(v.item.dump(), backoff)
+        buckets.setdefault((group, v.item.direction, v.item.last_err), []).append(v)
     groups = []
-    for (reason, direction, _cause), items in buckets.items():
+    for (group, direction, _cause), items in buckets.items():
         act = min((i.act for i in items), key=_ACT_ORDER.index)
-        groups.append(
-            Group(reason, direction, items, _group_label(reason, direction, items, own), explain(Vocabulary.REASON, reason), act)
-        )
-    groups.sort(key=lambda g: (_ACT_ORDER.index(g.act), -len(g.items), g.reason.value))
-    for n, g in enumerate(groups):
-        g.anchor = f"{g.reason.value}-{g.direction.value}-{n}"
+        reason = items[0].item.reason
+        failing = reason in (Reason.BACKOFF, Reason.APPLY_FAILED)
+        label = need.group_label(group, direction, len(items), config.breaker.get(direction))
+        groups.append(Group(group, direction, items, label, _explained(Reason.BACKOFF if failing else reason), act))
+    groups.sort(key=lambda g: (_ACT_ORDER.index(g.act), -len(g.items), g.key))
+    taken: dict[str, int] = {}
+    for g in groups:
+        base = f"{g.key}-{g.direction.value}"
+        taken[base] = taken.get(base, 0) + 1
+        g.anchor = base if taken[base] == 1 else f"{base}-{taken[base]}"
     health = report.health
     first, count, before = since(passes, lambda p: (p.outcome if p.completed else "failing") == health.value)
     last_completed = next((p.at for p in reversed(passes) if p.completed), None)
@@ -318,15 +373,26 @@ def reconciler_view(
         report=report,
         explanation=explain(Vocabulary.HEALTH, health.value),
         strip=health_strip(passes, report.reconciler),
-        health_since=_since_text(first, count, before, health.value) if health is not Health.OK else "",
-        groups=[g for g in groups if g.reason is not Reason.BLOCKED_ON_OWNER],
-        owner_groups=[g for g in groups if g.reason is Reason.BLOCKED_ON_OWNER],
+        health_since=_since_text(first, count, before, health.value) if health is not Health.OK and enabled else "",
+        groups=[g for g in groups if g.key != Reason.BLOCKED_ON_OWNER.value],
+        owner_groups=[g for g in groups if g.key == Reason.BLOCKED_ON_OWNER.value],
         last_completed=last_completed,
         backoff=backoff,
+        enabled=enabled,
     )
 
 
-def host_view(status: Any, passes: Sequence[PassRow]) -> HostView:
+def _explained(reason: Any) -> Explanation:
+    try:
+        return explain(Vocabulary.REASON, reason.value)
+    except KeyError:  # a plugin's reason whose plugin is gone: say so rather than fail the page
+        return Explanation(Vocabulary.REASON, reason.value, "", "A reason of a plugin not loaded here.",
+                           "Go and look at the item's lastErr.", Act.LOOK)
+
+
+def host_view(status: Any, passes: Sequence[PassRow], lines: Sequence[Need] = ()) -> HostView:
+    """``lines``: *Needs a human* as decided (a host's line may come from a reboot lease past its timeout);
+    a host they do not name has the line its own summary gives (``datum.core.attention.host_need``)."""
     state = status.state
     first, count, before = since(passes, lambda p: p.outcome == state.value)
     # A reason with an explanation of its own (waiting for the group's reboot budget) says more than the state's.
@@ -336,82 +402,108 @@ def host_view(status: Any, passes: Sequence[PassRow]) -> HostView:
         explanation=own[0] if own else explain(Vocabulary.HOST_STATE, state.value),
         strip=host_strip(passes, status.host),
         state_since=_since_text(first, count, before, state.value) if state is not HostState.CONVERGED else "",
+        line=next((n for n in lines if n.host == status.host), None) or need.host_need(status.dump()),
     )
+
+
+_REBOOT_LINES = (need.MANUAL_REBOOT, need.REBOOT_REFUSED, need.NO_REBOOT_LEASE, need.REBOOT_OVERDUE)
+
+
+@dataclass
+class HostPage:
+    """A host's own page: its state and line, the reboot it needs and what to do, what is not converged (with
+    the diffs, redacted as in the API), its last report, and its passes."""
+
+    host: HostView
+    status: Any  # api.models.HostStatus: GET /v1/hosts/{host}'s answer
+
+    @property
+    def reboot(self) -> Any:
+        """The reboot the last pass recorded (``RebootStatus``), or None."""
+        report = self.status.report
+        return report.reboot if report is not None and report.reboot is not None else self.status.reboot
+
+    @property
+    def reboot_badge(self) -> Badge:
+        line = self.host.line
+        if line is not None and line.reason in _REBOOT_LINES:
+            return severity_badge(line.severity)
+        return act_badge(Act.WAIT)
+
+    @property
+    def reboot_do(self) -> str:
+        line = self.host.line
+        if line is not None and line.reason in _REBOOT_LINES:
+            return line.do
+        reboot = self.reboot
+        if reboot is not None and reboot.requested_at is not None:
+            return f"Wait: a reboot was requested at {when(reboot.requested_at)}; the host's next pass from a new boot clears it."
+        return need.reboot_do(self.status.host, _dumped(reboot))
+
+
+def host_page(status: Any, passes: Sequence[PassRow], overdue: Sequence[dict[str, Any]] = ()) -> HostPage:
+    """``status``: ``GET /v1/hosts/{host}``'s answer (``api.models.HostStatus``); ``passes``: its history;
+    ``overdue``: its reboot lease when past its timeout (JSON), which makes a line of its own."""
+    return HostPage(host_view(status, passes, need.decide(hosts=[status.dump()], overdue=overdue)), status)
+
+
+def href(line: Need) -> str:
+    """Where a line's detail is on the page: the host's own page, the item, the group, the coverage, the section."""
+    if line.host is not None:
+        return host_href(line.host)
+    name = line.reconciler
+    if line.reason == need.PLUGIN_BROKEN:
+        return "#reconcilers"
+    if line.reason in (need.BACKOFF_CAP, need.REPEATED_FAILURES) and line.ids:
+        return f"#item-{name}-{line.ids[0]}"
+    if line.reason == need.STRANDED:
+        return f"#coverage-{name}"
+    if line.direction is not None:
+        return f"#group-{name}-{line.reason}-{line.direction.value}"
+    return f"#reconciler-{name}"
 
 
 def overview(
     reconcilers: list[ReconcilerView],
     hosts: list[HostView] | None,
     hosts_by_state: dict[str, int] | None,
+    lines: Sequence[Need],
     hosts_page: HostsPage | None = None,
     rebooting: Sequence[Rebooting] = (),
     reboot_limit: int = 0,
     broken: Sequence[tuple[str, str]] = (),
+    hosts_not_listed: int = 0,
 ) -> Overview:
-    """The page's view. ``broken``: (name, why) of each reconciler plugin that did not load, counted
-    ``unknown`` and put first under "Needs a human" (absent, it would read as not installed)."""
+    """The page's view. ``lines``: *Needs a human*, as ``datum.core.attention.decide`` made them (``GET
+    /v1/attention`` serves the same). ``broken``: (name, why) of each reconciler plugin that did not load,
+    counted ``unknown`` (absent, it would read as not installed)."""
+    on = [r for r in reconcilers if r.enabled]
     health_counts = [
-        (h.value, sum(1 for r in reconcilers if r.report.health is h) + (len(broken) if h is Health.UNKNOWN else 0))
+        (h.value, sum(1 for r in on if r.report.health is h) + (len(broken) if h is Health.UNKNOWN else 0))
         for h in _HEALTH_ORDER
     ]
+    health_counts.append((DISABLED, len(reconcilers) - len(on)))
     host_counts = [(s.value, (hosts_by_state or {}).get(s.value, 0)) for s in HOST_ORDER]
-    out = Overview(
+    named = {line.reconciler for line in lines if line.reconciler is not None}
+    for r in reconcilers:
+        if r.name in named:
+            r.act = Act.LOOK
+        elif not r.enabled or r.report.health is Health.OK:
+            r.act = Act.NONE
+        else:  # degraded by items that retry by themselves, or before its first tick: wait
+            r.act = Act.WAIT
+    return Overview(
         reconcilers=reconcilers,
         hosts=hosts,
         hosts_total=sum((hosts_by_state or {}).values()),
         health_counts=health_counts,
         host_counts=host_counts,
         hosts_page=hosts_page or HostsPage(),
+        attention=[Line(n, href(n)) for n in lines],
+        hosts_not_listed=hosts_not_listed,
         rebooting=list(rebooting),
         reboot_limit=reboot_limit,
     )
-    attention = out.attention
-    for name, why in broken:
-        attention.append(Attention(Act.LOOK, f"reconciler plugin {name} did not load", "#reconcilers", why))
-    for r in reconcilers:
-        if r.report.health is Health.FAILING:
-            attention.append(
-                Attention(Act.LOOK, f"{r.name} is failing", f"#reconciler-{r.name}", r.report.error or "")
-            )
-    for r in reconcilers:
-        for i in r.at_cap:
-            attention.append(
-                Attention(
-                    Act.LOOK,
-                    f"{i.key} ({r.name}) is parked at the backoff cap after {i.item.failures} failures",
-                    f"#item-{r.name}-{i.key}",
-                    i.item.last_err or "",
-                )
-            )
-    for r in reconcilers:
-        for c in r.report.coverage:
-            if c.stranded:
-                attention.append(
-                    Attention(
-                        Act.LOOK,
-                        f"{c.count} {c.kind} row{'s' if c.count != 1 else ''} stranded in {c.status} ({r.name})",
-                        f"#coverage-{r.name}",
-                        f"oldest {age(c.oldest_age_seconds)}; no work query selects this status and nothing owns it",
-                    )
-                )
-    for state, words in ((HostState.FAILED, "failed"), (HostState.UNKNOWN, "is unknown")):
-        for h in hosts or []:
-            if h.status.state is state:
-                attention.append(Attention(Act.LOOK, f"host {h.status.host} {words}", f"#{h.anchor}", h.status.reason or ""))
-    for b in out.rebooting:
-        if b.overdue:
-            attention.append(
-                Attention(
-                    Act.LOOK, f"host {b.host} has not come back from its reboot", f"#{b.anchor}",
-                    f"its reboot lease of group {b.group} (since {when(b.since)}) expired at {when(b.expires_at)} "
-                    "with no report from a new boot; the slot is free again",
-                )
-            )
-    for r in reconcilers:
-        for g in r.groups:
-            if g.act is Act.LOOK and g.reason is not Reason.BACKOFF:
-                attention.append(Attention(Act.LOOK, f"{g.label} ({r.name})", f"#group-{r.name}-{g.anchor}", g.explanation.summary))
-    return out
 
 
 __all__ = [

@@ -26,7 +26,7 @@ from datum.api.models import HostList, HostStatus, host_list, host_status
 from datum.api.passes import take
 from datum.api.routes.reboots import OUT, HostParam, with_lease
 from datum.api.security import Asked, Reply, fast, needs, path_resource
-from datum.api.state import state_of
+from datum.api.state import ServerState, state_of
 from datum.core.findings import FieldError, Problem, invalid
 from datum.core.vocab import HostState
 from datum.fleet.effective import remembered
@@ -111,11 +111,16 @@ def host(
     host: str = HostParam,
     _p: str = Depends(needs(Action.READ_HOST, path_resource("Host", "host"))),
 ) -> HostStatus:
-    _registry, store = state_of(request).wired()
+    return one_host(state_of(request), host)
+
+
+def one_host(state: ServerState, host: str) -> HostStatus:
+    """One host as ``GET /v1/hosts/{host}`` answers it (diffs redacted, its lease), or 404; the host's page shows it."""
+    _registry, store = state.wired()
     row = get_host(store, host)
     if row is None:
         raise Problem.one("NOT_FOUND", f"no host named {host!r} has reported a pass")
-    return with_lease(host_status(stale(row, state_of(request).settings.fleet.stale_after)), read_leases(store, host))
+    return with_lease(host_status(stale(row, state.settings.fleet.stale_after)), read_leases(store, host))
 
 
 @router.post(

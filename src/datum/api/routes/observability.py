@@ -16,7 +16,7 @@ from datum.api.authz import Action
 from datum.api.errors import error_responses
 from datum.api.security import Asked, Reply, fast, needs, path_resource
 from datum.api.state import state_of
-from datum.reconcile.report import DriftReport, ReconcilerSummary, broken_summary, summary
+from datum.reconcile.report import DriftReport, ReconcilerSummary, broken_summary, enabled, summary
 
 router = APIRouter(prefix="/v1/observability/admin", tags=["observability"])
 
@@ -32,7 +32,8 @@ NameParam = Path(description="The reconciler's stable name (e.g. buckets).", max
     description=(
         "Cedar action `observability:ReadSubstrate` on `Server::\"datum\"`. 503 before the registry is wired. "
         "A reconciler plugin that is installed and did not load is listed too, `health` `unknown` with "
-        "`error` saying why: absent from the list would read as not installed."
+        "`error` saying why: absent from the list would read as not installed. `enabled` false: switched off "
+        "(`[reconcilers.NAME] enabled = false`): no pass runs; its health stays what its last pass left."
     ),
     responses=error_responses(401, 403, 503),
 )
@@ -41,8 +42,9 @@ async def list_reconcilers(
 ) -> Response:
     state = state_of(request)
     registry, _store = state.wired()
-    rows = [summary((await state.reports.get(name)).report).dump() for name in registry]
-    rows += [broken_summary(b.name, b.error).dump() for b in registry.broken]
+    on = {name: enabled(registry, state.settings, name) for name in [*registry, *(b.name for b in registry.broken)]}
+    rows = [summary((await state.reports.get(name)).report, enabled=on[name]).dump() for name in registry]
+    rows += [broken_summary(b.name, b.error, on[b.name]).dump() for b in registry.broken]
     return Response(json.dumps(rows), media_type="application/json")
 
 

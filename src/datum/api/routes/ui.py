@@ -7,33 +7,40 @@ page shows nothing its viewer could not read from the API.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import cache
 from importlib.resources import files
 from typing import Annotated
+from urllib.parse import quote
 
 import anyio.to_thread
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import HTMLResponse, Response
 from jinja2 import Environment, PackageLoader, select_autoescape
+from markupsafe import Markup, escape
 from pydantic import AfterValidator
 
+from datum.api import attention
 from datum.api.authz import Action
 from datum.api.errors import error_responses
 from datum.api.models import host_summary
-from datum.api.routes.hosts import cursor, cursor_query
-from datum.api.security import may, needs
+from datum.api.routes.hosts import cursor, cursor_query, one_host
+from datum.api.routes.reboots import HostParam
+from datum.api.security import may, needs, path_resource
 from datum.api.state import state_of
 from datum.config import Settings
-from datum.core.explain import ACT_LABEL
+from datum.core.explain import ACT_LABEL, Act
 from datum.core.humanize import age, when
 from datum.core.vocab import HostState
 from datum.fleet import listing
 from datum.reconcile.registry import Registry
-from datum.reconcile.report import DriftReport
+from datum.reconcile.report import DriftReport, enabled
 from datum.store import Store
 from datum.store.history import HOST, RECONCILER, STRIP, first_seen_many, recent
+from datum.store.leases import Leases
+from datum.store.leases import read as read_leases
 from datum.web import view as v
 
 router = APIRouter(tags=["page"])
@@ -54,8 +61,20 @@ PAGE_HEADERS = {
 @cache
 def templates() -> Environment:
     env = Environment(loader=PackageLoader("datum.web", "templates"), autoescape=select_autoescape(["html"]))
-    env.globals.update(when=when, age=age, act_label=ACT_LABEL, history_passes=STRIP)
+    env.globals.update(
+        when=when, age=age, act_label=ACT_LABEL, history_passes=STRIP, act_badge=v.act_badge, act_none=Act.NONE,
+        host_href=v.host_href,
+    )
+    env.filters["wbr"] = _breakable
     return env
+
+
+_SEPARATORS = re.compile(r"([/\[\].:_-])")
+
+
+def _breakable(text: str) -> Markup:
+    """``text`` escaped, with a word-break opportunity after each separator: an id wraps there, not mid-word."""
+    return Markup(_SEPARATORS.sub(lambda m: f"{m.group(1)}<wbr>", str(escape(text))))
 
 
 @dataclass(frozen=True)
@@ -68,50 +87,96 @@ class HostsShown:
 
 def _hosts(store: Store, settings: Settings, shown: HostsShown) -> listing.Page:
     """The listing's page of hosts the page shows (a host whose agent fell silent reads unknown, as in /v1/hosts)."""
-    silent, now = settings.fleet.stale_after, datetime.now(UTC)
     if shown.state is None:
-        return listing.worst_first(store, silent, now, [s.value for s in v.HOST_ORDER], v.MAX_HOSTS)
+        return attention.worst_hosts(store, settings)
+    silent, now = settings.fleet.stale_after, datetime.now(UTC)
     return listing.page(store, silent, now, state=shown.state, after=shown.after, limit=v.MAX_HOSTS)
 
 
 def _view(
     reports: list[DriftReport], registry: Registry, settings: Settings, store: Store, shown: HostsShown | None
 ) -> v.Overview:
-    """The page's view: the reports with their history, and (when readable) a page of hosts with theirs."""
+    """The page's view: the reports with their history, *Needs a human* as ``GET /v1/attention`` decides it,
+    and (when readable) a page of hosts with theirs."""
     views = []
     with store.connect() as conn:
         for report in reports:
             name = report.reconciler
             since = first_seen_many(conn, RECONCILER, name, (i.streak for i in report.items))
             views.append(
-                v.reconciler_view(report, registry.settings(settings, name), recent(conn, RECONCILER, name), since.get)
+                v.reconciler_view(
+                    report, registry.settings(settings, name), recent(conn, RECONCILER, name), since.get,
+                    enabled(registry, settings, name),
+                )
             )
         broken = [(b.name, b.error) for b in registry.broken]
         if shown is None:
-            return v.overview(views, None, None, broken=broken)
+            return v.overview(views, None, None, attention.needs(registry, settings, reports, None).lines, broken=broken)
         found = _hosts(store, settings, shown)
-        hosts = [v.host_view(h, recent(conn, HOST, h.host)) for h in map(host_summary, found.hosts)]
+        worst = found if shown.state is None else attention.worst_hosts(store, settings)
+        leases = read_leases(store)
+        decided = attention.needs(registry, settings, reports, worst, leases)
+        hosts = [v.host_view(h, recent(conn, HOST, h.host), decided.lines) for h in map(host_summary, found.hosts)]
     return v.overview(
-        views, hosts, found.counts, v.HostsPage(shown.state, found.next), _rebooting(store),
-        settings.fleet.reboot_concurrency, broken,
+        views, hosts, found.counts, decided.lines, v.HostsPage(shown.state, found.next), _rebooting(leases),
+        settings.fleet.reboot_concurrency, broken, decided.hosts_not_listed,
     )
 
 
-def _rebooting(store: Store) -> list[v.Rebooting]:
+def _rebooting(leases: Leases) -> list[v.Rebooting]:
     """The hosts holding a reboot lease, then those past its timeout (``datum.store.leases``)."""
-    from datum.store.leases import read
-
-    leases = read(store)
     return [
         v.Rebooting(x.host, x.group, x.since, x.expires_at, overdue=not x.live(leases.now))
         for x in [*leases.rebooting, *leases.overdue]
     ]
 
 
+def _shell(request: Request, view_url: str, title: str, api: str, back: bool = False) -> HTMLResponse:
+    """The page's shell: asks for a token once, then shows ``view_url`` (a fragment below) with it."""
+    refresh = state_of(request).settings.server.refresh.total_seconds()
+    html = templates().get_template("index.html").render(
+        refresh_seconds=int(refresh), view_url=view_url, title=title, api_hint=api, back=back
+    )
+    return HTMLResponse(html, headers=PAGE_HEADERS)
+
+
 @router.get("/", response_class=HTMLResponse, include_in_schema=False)
 def page(request: Request) -> HTMLResponse:
-    refresh = state_of(request).settings.server.refresh.total_seconds()
-    html = templates().get_template("index.html").render(refresh_seconds=int(refresh))
+    return _shell(request, "/ui/overview", "Datum", "/v1/attention")
+
+
+@router.get("/hosts/{host}", response_class=HTMLResponse, include_in_schema=False)
+def host_page(request: Request, host: str = HostParam) -> HTMLResponse:
+    """A host's own page (every host name on the overview links here): its data comes from ``/ui/hosts/{host}``."""
+    name = quote(host, safe="")
+    return _shell(request, f"/ui/hosts/{name}", f"Datum: {host}", f"/v1/hosts/{name}", back=True)
+
+
+@router.get(
+    "/ui/hosts/{host}",
+    response_class=HTMLResponse,
+    include_in_schema=False,  # the host page's own fragment, not an API
+    summary="A host's page as an HTML fragment.",
+    description="Cedar action `fleet:ReadHost` on `Host::\"{host}\"`, as `GET /v1/hosts/{host}`; 404 for a host "
+    "that never reported.",
+    responses=error_responses(401, 403, 404, 503),
+)
+async def host_fragment(
+    request: Request,
+    host: str = HostParam,
+    _p: str = Depends(needs(Action.READ_HOST, path_resource("Host", "host"))),
+) -> HTMLResponse:
+    state = state_of(request)
+    _registry, store = state.wired()
+
+    def read() -> v.HostPage:
+        status = one_host(state, host)
+        with store.connect() as conn:
+            passes = recent(conn, HOST, host)
+        return v.host_page(status, passes, [x.as_json() for x in read_leases(store, host).overdue])
+
+    view = await anyio.to_thread.run_sync(read)
+    html = templates().get_template("host.html").render(page=view)
     return HTMLResponse(html, headers=PAGE_HEADERS)
 
 

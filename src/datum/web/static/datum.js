@@ -1,5 +1,5 @@
 // Datum's page: ask for a bearer token once (kept in sessionStorage, this tab only),
-// then fetch the server-rendered overview with it and refresh it every few seconds.
+// then fetch the server-rendered overview (or a host's page) with it and refresh it every few seconds.
 // When the server cannot be reached the page greys out and says since when; what is
 // shown is then what the server last said, and the banner says when that was.
 (() => {
@@ -15,7 +15,9 @@
   let lastGood = null; // when the shown data arrived
   let failingSince = null; // first failed refresh since then
 
-  const clock = (d) => d.toLocaleTimeString([], { hour12: false });
+  const view = document.body.dataset.view || "/ui/overview"; // the fragment this shell shows
+  // One time format on the page, the server's: UTC, with its zone.
+  const clock = (d) => d.toISOString().slice(11, 19) + " UTC";
 
   function signedOut(message) {
     sessionStorage.removeItem(KEY);
@@ -46,7 +48,7 @@
     if (!token) return signedOut("not signed in");
     let r;
     try {
-      r = await fetch("/ui/overview" + location.search, { headers: { Authorization: "Bearer " + token }, cache: "no-store" });
+      r = await fetch(view + location.search, { headers: { Authorization: "Bearer " + token }, cache: "no-store" });
     } catch (e) {
       return stale("The server is unreachable");
     }
