@@ -24,25 +24,17 @@ from datum.core.explain import (
     advice,
     at_backoff_cap,
     explain,
-    lookup,
+    host_explanation,
 )
 from datum.core.humanize import age, when
 from datum.core.memory import BackoffPolicy
+from datum.core.order import HEALTH_ORDER as _HEALTH_ORDER
+from datum.core.order import HOST_ORDER, Cause, by_cause, group_label
 from datum.core.vocab import Direction, Health, HostState, Reason
 from datum.reconcile.report import DriftItem, DriftReport
 from datum.store.history import STRIP, PassRow
 
-# The order a human reads them in: what needs them first.
-_HEALTH_ORDER = [Health.FAILING, Health.DEGRADED, Health.UNKNOWN, Health.OK]
-HOST_ORDER = [
-    HostState.FAILED,
-    HostState.UNKNOWN,
-    HostState.DRIFTED,
-    HostState.AWAITING_REBOOT,
-    HostState.DEGRADED,
-    HostState.CONVERGED,
-]
-_ACT_ORDER = [Act.LOOK, Act.DEPENDS, Act.WAIT, Act.NONE, Act.OWNER]
+# The order a human reads them in (what needs them first) is datum.core.order's, the CLI's too.
 MAX_HOSTS = 100  # hosts per page of the hosts table (the listing's pages); all are counted
 
 
@@ -160,28 +152,8 @@ class Group:
     anchor: str = ""
 
 
-def _plural(direction: Direction, n: int) -> str:
-    noun = {Direction.RESTORE: "restore", Direction.REAP: "reap", Direction.ALIGN: "align"}[direction]
-    return f"{n} {noun}{'s' if n != 1 else ''}"
-
-
 def _group_label(reason: Reason, direction: Direction, items: list[ItemView], own: ReconcilerSettings) -> str:
-    n = len(items)
-    if reason is Reason.CIRCUIT_BREAKER:
-        threshold = own.converge_config().breaker.get(direction)
-        bound = []
-        if threshold is not None and threshold.count is not None:
-            bound.append(f"> {threshold.count}")
-        if threshold is not None and threshold.fraction is not None:
-            bound.append(f"> {threshold.fraction:.0%} of what exists")
-        return f"{_plural(direction, n)} held: breaker {direction.value} {' or '.join(bound) or 'tripped'}"
-    if reason is Reason.BLOCKED_ON_OWNER:
-        return f"{_plural(direction, n)} waiting on their owners"
-    if reason is Reason.AWAITING_CONFIRMATION:
-        return f"{_plural(direction, n)} awaiting confirmation"
-    if reason is Reason.BACKOFF:
-        return f"{_plural(direction, n)} in backoff"
-    return f"{_plural(direction, n)}: {reason.value}"
+    return group_label(reason, direction, len(items), own.converge_config().breaker)
 
 
 @dataclass
@@ -298,17 +270,13 @@ def reconciler_view(
                 first_diverged=seen[item.streak],
             )
         )
-    buckets: dict[tuple[Reason, Direction, str | None], list[ItemView]] = {}
-    for v in views:
-        cause = v.item.last_err if v.item.reason is not Reason.BACKOFF else f"{v.item.last_err}|{v.act}"
-        buckets.setdefault((v.item.reason, v.item.direction, cause), []).append(v)
-    groups = []
-    for (reason, direction, _cause), items in buckets.items():
-        act = min((i.act for i in items), key=_ACT_ORDER.index)
-        groups.append(
-            Group(reason, direction, items, _group_label(reason, direction, items, own), explain(Vocabulary.REASON, reason), act)
+    groups = [
+        Group(
+            g.reason, g.direction, g.items, _group_label(g.reason, g.direction, g.items, own),
+            explain(Vocabulary.REASON, g.reason), g.act,
         )
-    groups.sort(key=lambda g: (_ACT_ORDER.index(g.act), -len(g.items), g.reason.value))
+        for g in by_cause(views, lambda v: Cause(v.item.reason, v.item.direction, v.item.last_err, v.act))
+    ]
     for n, g in enumerate(groups):
         g.anchor = f"{g.reason.value}-{g.direction.value}-{n}"
     health = report.health
@@ -329,11 +297,9 @@ def reconciler_view(
 def host_view(status: Any, passes: Sequence[PassRow]) -> HostView:
     state = status.state
     first, count, before = since(passes, lambda p: p.outcome == state.value)
-    # A reason with an explanation of its own (waiting for the group's reboot budget) says more than the state's.
-    own = [e for e in lookup(status.reason or "") if e.vocabulary is Vocabulary.HOST_REASON]
     return HostView(
         status=status,
-        explanation=own[0] if own else explain(Vocabulary.HOST_STATE, state.value),
+        explanation=host_explanation(state.value, status.reason),
         strip=host_strip(passes, status.host),
         state_since=_since_text(first, count, before, state.value) if state is not HostState.CONVERGED else "",
     )
