@@ -21,7 +21,7 @@ from enum import StrEnum
 
 from datum.core.glossary import WORDS
 from datum.core.memory import BackoffPolicy
-from datum.core.phrases import words
+from datum.core.phrases import bare, words
 from datum.core.vocab import (
     DESCRIPTIONS,
     AnyReason,
@@ -435,7 +435,7 @@ def lookup(name: str) -> list[Explanation]:
     (``datum.core.phrases``): a host reason as the host shows it
     (``File[motd] failed: permission denied``, ``waiting for the group's reboot budget (2/2 rebooting)``).
     """
-    key = normalise(name)
+    key = normalise(bare(name))
     plugins = plugin_explanations()
     found = [e for e in (*EXPLANATIONS, *plugins) if normalise(e.name) == key]
     if not found:

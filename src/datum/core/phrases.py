@@ -64,12 +64,17 @@ _FAMILIES: list[tuple[re.Pattern[str], list[tuple[str, str]]]] = [
 _LABEL = re.compile(r"^(?:reason|host state)\s*:\s*", re.IGNORECASE)
 
 
+def bare(text: str) -> str:
+    """``text`` without the label a pass line gives it (``reason: ...``, ``host state: failed``)."""
+    return _LABEL.sub("", text.strip())
+
+
 def words(text: str) -> list[tuple[str, str]]:
     """The (vocabulary, name) pairs that explain ``text``, each once, the host's state first; [] for none.
 
-    A leading ``reason:`` (as ``datum status`` prints it) is ignored.
+    A leading ``reason:`` or ``host state:`` (as ``datum status`` prints them) is ignored.
     """
-    line = _LABEL.sub("", text.strip())
+    line = bare(text)
     found: list[tuple[str, str]] = []
     for pattern, pairs in _FAMILIES:
         if pattern.search(line):
