@@ -159,3 +159,28 @@ def test_status_fits_with_its_resources_then_the_pass_lines_state(scene: Scene, 
 
 def test_the_ids_shown_without_wide_are_few():
     assert IDS_SHOWN == 3
+
+
+def test_a_needs_a_human_section_draws_what_it_is_fed_at_80_columns(scene: Scene, tmp_path, capsys):
+    """The section the one attention decision will feed (today the page's ``Attention`` rows)."""
+    from datum.cli import render
+
+    story = build_story(tmp_path / "page", store=load_settings(str(scene.config)).store_url)
+    try:
+        settings = load_settings(str(scene.config))
+        registry = load().registry()
+        report = drift_report(registry, settings, story.store, "buckets", utcnow())
+        view = v.overview([v.reconciler_view(report, registry.settings(settings, "buckets"), [], lambda s: None)], [], {})
+    finally:
+        story.client.close()
+        story.store.dispose()
+    assert view.attention
+    render.needs_human(view.attention, render.console())
+    out = capsys.readouterr().out
+    lines = fits(out)
+    assert lines[0] == "Needs a human" and lines[1].split() == ["advice", "what"]
+    flat = " ".join(out.split())
+    for a in view.attention:
+        assert " ".join(a.text.split()) in flat and " ".join(a.detail.split()) in flat
+    render.needs_human([], render.console())
+    assert capsys.readouterr().out == ""

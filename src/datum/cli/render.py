@@ -286,6 +286,23 @@ def summaries(rows: Sequence[ReconcilerSummary], out: Console, times: Times) -> 
     out.print(t)
 
 
+def needs_human(entries: Sequence[Any], out: Console) -> None:
+    """A "Needs a human" section: one row per entry (its ``act``, ``text`` and ``detail``, the page's
+    ``Attention`` shape), as the page heads its overview; nothing when there is none.
+
+    Fed by the one function that decides what needs a human; drawn only here.
+    """
+    if not entries:
+        return
+    out.print(text("Needs a human", "bold"))
+    records(
+        out,
+        [Column("advice", most=12), Column("what", fold=True)],
+        [([act(e.act), text(e.text)], text(e.detail, "dim") if e.detail else None) for e in entries],
+    )
+    out.print("")
+
+
 def host_advice(host: Any) -> Act:
     """What a host row calls for: its reason's or its state's advice, as the page's badge says."""
     return host_explanation(host.state.value, host.reason).act
