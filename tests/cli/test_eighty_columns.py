@@ -184,3 +184,17 @@ def test_a_needs_a_human_section_draws_what_it_is_fed_at_80_columns(scene: Scene
         assert " ".join(a.text.split()) in flat and " ".join(a.detail.split()) in flat
     render.needs_human([], render.console())
     assert capsys.readouterr().out == ""
+
+
+def test_a_plugins_table_takes_the_same_form(scene: Scene, datum_cli):
+    """``datum bucket list`` (the buckets plugin, through ``datum.sdk.cli``): a header, the one time form."""
+    code, out, err = datum_cli("bucket", "list", "--config", str(scene.config))
+    assert code == 0, err
+    lines = fits(out)
+    assert lines[0].split() == ["name", "status", "created", "updated"]
+    assert [line.split()[:2] for line in lines[2:]] == [
+        ["alpha", "archiving"], ["beta", "active"], ["delta", "creating"], ["gamma", "delete_blocked"]
+    ]
+    assert all(line.endswith("ago") for line in map(str.rstrip, lines[2:])) and not ABSOLUTE.search(out)
+    _code, wide, _err = datum_cli("bucket", "list", "--config", str(scene.config), "--wide")
+    assert len(ABSOLUTE.findall(wide)) == 8
