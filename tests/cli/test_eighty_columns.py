@@ -198,3 +198,21 @@ def test_a_plugins_table_takes_the_same_form(scene: Scene, datum_cli):
     assert all(line.endswith("ago") for line in map(str.rstrip, lines[2:])) and not ABSOLUTE.search(out)
     _code, wide, _err = datum_cli("bucket", "list", "--config", str(scene.config), "--wide")
     assert len(ABSOLUTE.findall(wide)) == 8
+
+
+def test_a_reconciler_switched_off_reads_disabled_not_unknown(capsys):
+    """Where the list surface says ``enabled`` (false), the table says disabled."""
+    from datetime import UTC, datetime
+    from types import SimpleNamespace
+
+    from datum.cli import render
+    from datum.core.vocab import Health
+
+    rows = [
+        SimpleNamespace(name=n, health=Health.UNKNOWN, drift=0, blocked=0, stranded=0, coverage_reported=False,
+                        last_ran_at=None, **extra)
+        for n, extra in (("pg_roles", {"enabled": False}), ("buckets", {}))
+    ]
+    render.summaries(rows, render.console(), render.Times(datetime.now(UTC)))
+    listed = [line.split() for line in capsys.readouterr().out.splitlines()[2:]]
+    assert listed == [["pg_roles", "disabled", "0", "0", "-", "never"], ["buckets", "unknown", "0", "0", "-", "never"]]

@@ -225,13 +225,14 @@ def status(state: str | None, host: str | None, as_json: bool, config: str | Non
         return code
     from datum.cli import render
 
+    times = render.Times(datetime.now(UTC), wide)
     notes = []
     running = report.get("passRunning")
     if running:
-        notes.append(f"a pass is running since {running['startedAt']} (pid {running['pid']})")
+        notes.append(f"a pass is running since {times(running['startedAt'])} (pid {running['pid']})")
     if report.get("bootId") and boot and boot != report["bootId"] and report.get("host") == host_name_of(host_config):
         notes.append("the host has rebooted since this pass; the next pass will tell where it stands")
-    render.status(report, render.console(wide), render.Times(datetime.now(UTC), wide), notes)
+    render.status(report, render.console(wide), times, notes)
     return code
 
 

@@ -279,8 +279,10 @@ def summaries(rows: Sequence[ReconcilerSummary], out: Console, times: Times) -> 
         t.add_column(col, justify="right", no_wrap=True)
     t.add_column("last ran", no_wrap=True)
     for r in rows:
+        # A reconciler switched off reads disabled, not unknown (the list surface's ``enabled``, where it has one).
+        health = r.health.value if getattr(r, "enabled", True) else "disabled"
         t.add_row(
-            text(r.name), text(r.health.value, _HEALTH_STYLE.get(r.health.value, "")), str(r.drift), str(r.blocked),
+            text(r.name), text(health, _HEALTH_STYLE.get(health, "dim")), str(r.drift), str(r.blocked),
             str(r.stranded) if r.coverage_reported else "-", times(r.last_ran_at),
         )
     out.print(t)
