@@ -73,7 +73,9 @@ def test_a_revoked_token_is_refused_by_a_running_server_within_seconds(served, d
     assert all(len(r["id"]) == ID_LENGTH for r in rows)
     assert token not in out and agent_token not in out and digest(token) not in out  # ids only
     code, text, _ = datum_cli("token", "list", "--config", cfg)
-    assert f"{rows[0]['id']}  operator  created " in text
+    listed = [line.split() for line in text.splitlines()]
+    assert listed[0] == ["id", "principal", "host", "created"]
+    assert listed[2][:3] == [rows[0]["id"], "operator", "any"] and listed[3][:3] == [rows[1]["id"], "agent", "web1"]
 
     auth = {"Authorization": f"Bearer {token}"}
     assert httpx.get(base + "v1/hosts", headers=auth).status_code == 200  # accepted, and remembered

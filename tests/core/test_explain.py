@@ -93,10 +93,23 @@ def test_datum_explain_unknown_lists_the_known_ones(datum_cli):
     assert finding["code"] == "NOT_FOUND" and "backoff" in finding["details"]["known"]
 
 
-def test_datum_explain_without_a_name_lists_everything(datum_cli):
+def test_datum_explain_without_a_name_lists_everything_the_plugins_too(datum_cli, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
     rc, out, _err = datum_cli("explain")
     assert rc == 0
-    assert len(out.splitlines()) == len(EXPLANATIONS)
+    from datum.core.explain import plugin_explanations
+
+    listed = out.splitlines()
+    assert all(len(line) <= 80 for line in listed)
+    rows = [line[2:] for line in listed if line.startswith("  ") and not line.startswith("   ")]
+    every = [*EXPLANATIONS, *plugin_explanations()]
+    every.sort(key=lambda e: [x.vocabulary for x in EXPLANATIONS].index(e.vocabulary))  # by vocabulary, stable
+    assert len(rows) == len(every)
+    for e, row in zip(every, rows, strict=True):  # a name, then its summary (on the next line when it is long)
+        assert row == e.name or row.startswith(f"{e.name} "), (e.name, row)
+    assert any(e.name == "pg_roles.membership_outside_prefix" for e in every)  # a plugin's, no dot typed
+    headings = [line[:-1] for line in listed if not line.startswith(" ")]
+    assert headings == list(dict.fromkeys(e.vocabulary.value for e in EXPLANATIONS))
 
 
 def test_the_reboot_budget_s_host_reasons_are_explained_as_the_host_shows_them(datum_cli):

@@ -176,8 +176,12 @@ def test_datum_hosts_pages_the_same_listing(store_url, tmp_path, datum_cli):
     code, out, err = datum_cli("hosts", "--config", str(cfg), "--limit", "2")
     assert code == 0, err
     lines = out.splitlines()
-    assert lines[0].startswith("converged 2  drifted 0  failed 1") and lines[0].endswith("(total 3)")
-    assert [line.split()[0] for line in lines[1:3]] == ["web0", "web1"]
+    assert lines[0] == "3 hosts  failed 1  converged 2"  # the page's order, worst first
+    assert [line.split()[0] for line in lines[3:5]] == ["web1", "web0"]  # worst first, as the page
+    assert lines[-1].startswith("the 2 worst of 3 hosts; the others: datum hosts --state STATE, or --by-name")
+    code, out, err = datum_cli("hosts", "--config", str(cfg), "--limit", "2", "--by-name")
+    lines = out.splitlines()
+    assert [line.split()[0] for line in lines[3:5]] == ["web0", "web1"]
     nxt = lines[-1].split("--cursor ")[1]
     code, out, err = datum_cli("hosts", "--config", str(cfg), "--json", "--limit", "2", "--cursor", nxt)
     doc = json.loads(out)

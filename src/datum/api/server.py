@@ -16,6 +16,7 @@ import copy
 import gc
 import json
 import logging
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
@@ -214,10 +215,30 @@ class JsonLines(logging.Formatter):
         return json.dumps(out, default=str)
 
 
+# Text log lines start with their time, in UTC with its zone, as JSON lines' ``time``: 2026-11-29T23:49:10.123Z.
+TEXT_TIME = {"fmt_prefix": "%(asctime)s.%(msecs)03dZ ", "datefmt": "%Y-%m-%dT%H:%M:%S"}
+
+
+def text_formatter() -> logging.Formatter:
+    """The text log's line for Datum's own records (the ``datum serve`` banner among them)."""
+    return _utc("uvicorn.logging.DefaultFormatter")(
+        TEXT_TIME["fmt_prefix"] + "%(levelprefix)s %(message)s", TEXT_TIME["datefmt"], use_colors=False
+    )
+
+
 def log_config(log_format: str) -> dict[str, Any]:
-    """uvicorn's logging configuration, as text (its own) or JSON lines (every logger, Datum's included)."""
+    """uvicorn's logging configuration, as text (its own lines, each after its UTC time; Datum's loggers
+    too) or JSON lines (every logger, Datum's included)."""
     if log_format == "text":
-        return copy.deepcopy(uvicorn.config.LOGGING_CONFIG)
+        config = copy.deepcopy(uvicorn.config.LOGGING_CONFIG)
+        for formatter in config["formatters"].values():
+            formatter["fmt"] = TEXT_TIME["fmt_prefix"] + formatter["fmt"]
+            formatter["datefmt"] = TEXT_TIME["datefmt"]
+            formatter["()"] = _utc(formatter["()"])
+        config["formatters"]["datum"] = {"()": text_formatter}
+        config["handlers"]["datum"] = {**config["handlers"]["default"], "formatter": "datum"}
+        config["root"] = {"handlers": ["datum"], "level": "INFO"}
+        return config
     handler = {"formatter": "json", "class": "logging.StreamHandler", "stream": "ext://sys.stderr"}
     return {
         "version": 1,
@@ -231,6 +252,15 @@ def log_config(log_format: str) -> dict[str, Any]:
         },
         "root": {"handlers": ["json"], "level": "INFO"},
     }
+
+
+def _utc(factory: str) -> type[Any]:
+    """uvicorn's formatter class ``factory`` (a dotted name), telling times in UTC."""
+    import importlib
+
+    module, _, name = factory.rpartition(".")
+    base: type[Any] = getattr(importlib.import_module(module), name)
+    return type(f"Utc{name}", (base,), {"converter": staticmethod(time.gmtime)})
 
 
 def uvicorn_config(

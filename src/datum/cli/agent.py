@@ -55,7 +55,9 @@ def _token(path: str) -> str:
 @click.option("--once", is_flag=True, help="One cycle, then exit with the pass's exit code.")
 @click.option("--state", default=None, help="The agent's local state file, a path; never a store URL "
               "(default: the configuration's [host] state, else $DATUM_HOME/agent.db).")
-@click.option("--mode", type=click.Choice(["enforce", "observe"]), default=None)
+@click.option("--mode", type=click.Choice(["enforce", "observe"]), default=None,
+              help="enforce: change what differs from the manifest; observe: report drift and change nothing "
+              "(default: the configuration's [host] mode, else enforce).")
 @click.option("--config", type=click.Path(dir_okay=False), default=None, help="TOML configuration.")
 @click.option("--print-systemd-unit", "print_unit", is_flag=True, help="Print the systemd unit and exit.")
 def agent(

@@ -29,6 +29,13 @@ def json_option(fn: F) -> F:
     return click.option("--json", "as_json", is_flag=True, help="Print JSON for machines.")(fn)
 
 
+def wide_option(fn: F) -> F:
+    return click.option(
+        "--wide", is_flag=True,
+        help="Absolute times (UTC) instead of relative ones, every item of a group, every resource; wider than the terminal.",
+    )(fn)
+
+
 @dataclass
 class Wired:
     """The configuration, the registry and the store, opened once for a command."""

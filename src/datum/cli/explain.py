@@ -1,11 +1,16 @@
-"""``datum explain NAME``: what a drift reason, host state, resource state, health or host reason means, and what to do.
+"""``datum explain NAME``: what a word the surfaces print means, and what to do.
 
-The text is ``datum.core.explain``'s, the same the web page shows in place.
+Drift reasons (the contract's and the plugins'), host, resource and item states, reconciler health,
+``stranded``, ``disabled``, advice labels, modes and policies, and a host reason pasted as
+``datum status``, ``datum hosts`` or the page show it. The text is ``datum.core.explain``'s, the same
+the web page shows in place.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
+import textwrap
 
 import click
 
@@ -17,23 +22,30 @@ from datum.core.findings import Finding, Problem
 @click.argument("name", required=False)
 @json_option
 def explain(name: str | None, as_json: bool) -> None:
-    """What NAME (a drift reason, host or resource state, health, or a host reason as shown) means, and whether to wait or go and look.
+    """What NAME means, and whether to wait or go and look: a drift reason (a plugin's too, with or
+    without its namespace), a host, resource or item state, a reconciler's health or state (disabled),
+    stranded, an advice label, a mode or policy, or a host reason pasted as shown.
 
     Without NAME, every name that can be explained, with its one-line summary.
     An unknown NAME exits 64 and lists the known ones.
     """
-    from datum.core.explain import EXPLANATIONS, known, lookup
+    from datum.core.explain import EXPLANATIONS, known, lookup, plugin_explanations
+    from datum.plugins import load
 
-    if name is not None and "." in name:
-        from datum.plugins import load
-
-        load()  # a plugin's reason (``pg_roles.membership_outside_prefix``) is known once it is loaded
+    load()  # a plugin's reasons (``pg_roles.membership_outside_prefix``) are known once it is loaded
     if name is None:
+        every = [*EXPLANATIONS, *plugin_explanations()]
         if as_json:
-            click.echo(json.dumps({"explanations": [e.to_json() for e in EXPLANATIONS]}, indent=2))
-        else:
-            for e in EXPLANATIONS:
-                click.echo(f"{e.name:<24} {e.vocabulary.value:<18} {e.summary}")
+            click.echo(json.dumps({"explanations": [e.to_json() for e in every]}, indent=2))
+            return
+        width = min(shutil.get_terminal_size().columns, 100)
+        for vocabulary in dict.fromkeys(e.vocabulary for e in every):
+            click.echo(f"{vocabulary.value}:")
+            for e in (e for e in every if e.vocabulary is vocabulary):
+                if len(e.name) > 23:  # a long name on a line of its own, its summary under it
+                    click.echo(f"  {e.name}")
+                first = " " * 26 if len(e.name) > 23 else f"  {e.name:<24}"
+                click.echo(textwrap.fill(e.summary, width, initial_indent=first, subsequent_indent=" " * 26))
         return
     found = lookup(name)
     if not found:
@@ -42,12 +54,17 @@ def explain(name: str | None, as_json: bool) -> None:
             [
                 Finding(
                     "NOT_FOUND",
-                    f"{name!r} is not a drift reason, host state, resource state, health or host reason; known: {', '.join(names)}",
+                    f"{name!r} is not a word Datum prints (a reason, state, health, advice, mode or host reason); "
+                    f"known: {', '.join(names)}",
                     details={"known": names},
                 )
             ]
         )
     if as_json:
-        click.echo(json.dumps({"name": found[0].name, "explanations": [e.to_json() for e in found]}, indent=2))
+        from datum.core.explain import normalise
+
+        said = found[0].name if normalise(found[0].name) == normalise(name) else name
+        click.echo(json.dumps({"name": said, "explanations": [e.to_json() for e in found]}, indent=2))
         return
-    click.echo("\n".join(e.text() for e in found), nl=False)
+    width = min(shutil.get_terminal_size().columns, 100)
+    click.echo("\n".join(e.text(width) for e in found), nl=False)

@@ -1,4 +1,4 @@
-"""``datum hosts``: the fleet's host listing from the store, a page at a time, as ``GET /v1/hosts`` gives it."""
+"""``datum hosts``: the fleet's hosts from the store, worst first as the page lists them, or a page at a time."""
 
 from __future__ import annotations
 
@@ -7,37 +7,63 @@ from datetime import UTC, datetime
 
 import click
 
-from datum.cli.common import config_option, json_option, wire
+from datum.cli.common import config_option, json_option, wide_option, wire
 from datum.core.vocab import HostState
 
 
 @click.command()
 @click.option("--state", "state", type=click.Choice([s.value for s in HostState]), default=None,
-              help="Only the hosts that read this state (a host whose agent fell silent reads unknown).")
+              help="Only the hosts that read this state, by name (a host whose agent fell silent reads unknown).")
+@click.option("--by-name", "by_name", is_flag=True,
+              help="Every host by name, a page at a time (GET /v1/hosts's pages), instead of the worst first.")
 @click.option("--limit", type=click.IntRange(1, 1000), default=100, show_default=True, help="Hosts per page.")
-@click.option("--cursor", default=None, help="The next page: the cursor the previous page printed.")
+@click.option("--cursor", default=None, help="The next page: the cursor the previous page printed (by name).")
 @config_option
 @json_option
-def hosts(state: str | None, limit: int, cursor: str | None, config: str | None, as_json: bool) -> None:
-    """List the fleet's hosts by name, a page at a time, with every state's count."""
+@wide_option
+def hosts(
+    state: str | None, by_name: bool, limit: int, cursor: str | None, config: str | None, as_json: bool, wide: bool
+) -> None:
+    """List the fleet's hosts, worst first as the page does (failed, unknown, drifted, awaiting-reboot,
+    degraded, converged), with every state's count.
+
+    The first LIMIT hosts in that order; the others are counted, and listed by --state STATE or --by-name,
+    a page at a time (--json: the page as GET /v1/hosts answers it, its cursor in `next`).
+    """
     from datum.api.models import host_list
+    from datum.cli import render
     from datum.core.findings import FieldError, invalid
-    from datum.fleet.listing import host_after, page
+    from datum.core.order import HOST_ORDER
+    from datum.fleet.listing import host_after, page, worst_first
 
     try:
         after = host_after(cursor) if cursor is not None else None
     except ValueError as exc:
         raise invalid([FieldError("--cursor", str(exc))], "the cursor is not one of this listing") from exc
     w = wire(config)
-    found = page(w.store, w.settings.fleet.stale_after, datetime.now(UTC), state=state, after=after, limit=limit)
+    now = datetime.now(UTC)
+    silent = w.settings.fleet.stale_after
+    paged = state is not None or by_name or after is not None
+    if paged:
+        found = page(w.store, silent, now, state=state, after=after, limit=limit)
+    else:
+        found = worst_first(w.store, silent, now, [s.value for s in HOST_ORDER], limit)
     listing = host_list(found)
     if as_json:
         click.echo(json.dumps(listing.dump(), indent=2))
         return
-    click.echo("  ".join(f"{s} {n}" for s, n in found.counts.items()) + f"  (total {listing.total})")
-    for h in listing.hosts:
-        last = h.updated_at.strftime("%Y-%m-%d %H:%M:%S UTC") if h.updated_at else "(stored at an unknown time)"
-        click.echo(f"{h.host}  {h.state.value}  {last}" + (f"  {h.reason}" if h.reason else ""))
+    from datum.core.attention import decide
+    from datum.store.leases import read
+
+    out = render.console(wide)
+    overdue = [x.as_json() for x in read(w.store).overdue]
+    render.hosts(listing.hosts, found.counts, out, render.Times(now, wide))
+    render.needs_human(decide(hosts=listing.dump()["hosts"], overdue=overdue), out, after=True)
     if listing.next:
-        more = f" --state {state}" if state else ""
+        more = f" --state {state}" if state else " --by-name"
         click.echo(f"next page: datum hosts{more} --limit {limit} --cursor {listing.next}")
+    elif not paged and listing.total > len(listing.hosts):
+        click.echo(
+            f"the {len(listing.hosts)} worst of {listing.total} hosts; the others: datum hosts --state STATE, "
+            "or --by-name for every host a page at a time"
+        )

@@ -15,6 +15,8 @@ import click
 
 from datum.cli import passes
 from datum.cli.passes import APPLY_OPTIONS, CONFIG, JSON, OUTSIDE, ROOT, STATE, Option
+from datum.core.vocab import HostState
+from datum.host import verdict
 from datum.host.verdict import unknown
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -136,17 +138,56 @@ def _warn(message: str) -> None:
 
 NO_PASS = "no pass has completed"
 
+# ``datum status``'s exit code: the contract's bits of ``apply`` for the state the host reads (a pass that
+# is not known to have finished, or none at all, is bit 4 as in the verdict), OR-ed with the last pass's own
+# bits but the one for "changed" (status changes nothing).
+STATE_BITS = {
+    HostState.CONVERGED: 0,
+    HostState.FAILED: verdict.EXIT_FAILED,
+    HostState.UNKNOWN: verdict.EXIT_FAILED,
+    HostState.DRIFTED: verdict.EXIT_DRIFTED,
+    HostState.AWAITING_REBOOT: verdict.EXIT_REBOOT,
+    HostState.DEGRADED: verdict.EXIT_DEGRADED,
+}
+_PASS_BITS = verdict.EXIT_FAILED | verdict.EXIT_DRIFTED | verdict.EXIT_REBOOT | verdict.EXIT_DEGRADED
 
-def _load(state: str | None, config: str | None) -> tuple[Any, str, Any, dict[str, Any] | None]:
+
+def status_exit(report: dict[str, Any]) -> int:
+    """The exit code of ``datum status`` showing ``report``: its state's bit, and its pass's but "changed"."""
+    state = report.get("state")
+    code = STATE_BITS[HostState(state)] if state in HostState._value2member_map_ else verdict.EXIT_FAILED
+    bits = report.get("exitCode")
+    if isinstance(bits, int) and not isinstance(bits, bool) and 0 <= bits < 64:
+        code |= bits & _PASS_BITS
+    return code
+
+
+def _load(
+    state: str | None, config: str | None, host: str | None = None, *, named_in_file: bool = False
+) -> tuple[Any, str, Any, dict[str, Any] | None]:
+    """(the host configuration, the host, its state file or None, its last report or None).
+
+    The host is ``host``, else this machine's name; with ``named_in_file``, the one the file holds when it
+    holds another host's reports only (a state file copied from another machine).
+    """
     from datum.host.agent import host_name
     from datum.host.statefile import StateStore, Unreadable
 
     host_config = _config(config)
     path = _state_path(state, host_config)
-    host = host_name(host_config)
+    host = host or host_name(host_config)
     if not os.path.exists(path):
         return host_config, host, None, None
     store = StateStore(path)
+    if named_in_file:
+        held = store.hosts()
+        if host not in held and len(held) == 1:
+            host = held[0]
+        elif host not in held and held:
+            store.close()
+            raise click.UsageError(
+                f"{path} holds the reports of {', '.join(held)}, not of {host}: name one with --host"
+            )
     try:
         return host_config, host, store, store.get(host)
     except Unreadable as exc:
@@ -155,42 +196,55 @@ def _load(state: str | None, config: str | None) -> tuple[Any, str, Any, dict[st
 
 @click.command()
 @_STATE
+@click.option("--host", "host", default=None,
+              help="The host whose report to show, when the state file holds several (default: the host it "
+              "holds, else this machine's name).")
 @_JSON
 @_CONFIG
-def status(state: str | None, as_json: bool, config: str | None) -> int:
-    """The persisted host state and last pass report, without running a pass."""
-    from datum.host.output import echo_lines, pass_lines
+@click.option("--wide", is_flag=True, help="Every resource of the pass, and absolute times (UTC).")
+def status(state: str | None, host: str | None, as_json: bool, config: str | None, wide: bool) -> int:
+    """The persisted host state and last pass report, without running a pass.
+
+    Reads the host named in the state file (one copied from another machine included); exits with the
+    bits of the state it reads, as datum apply would have.
+    """
+    from datetime import UTC, datetime
+
     from datum.providers.facts import read_boot_id
 
-    host_config, host, store, report = _load(state, config)
+    host_config, host, store, report = _load(state, config, host, named_in_file=True)
     boot = read_boot_id(host_config.boot_id_file)
     if store is not None:
         report = _unfinished(store, host, report)
         store.close()
     if report is None:
         report = unknown(host, NO_PASS)
+    code = status_exit(report)
     if as_json:
         click.echo(json.dumps(report, indent=2))
-        return 0
-    last = report.get("lastReport") or report
-    if "finishedAt" in last:
-        click.echo(
-            f"host {host}: last pass {last['finishedAt']} ({last['mode']}, exit {last['exitCode']}, "
-            f"{last['durationSeconds']:.2f}s{', incomplete' if last.get('incomplete') else ''})"
-            + (", no longer current" if last is not report else "")
-        )
-        click.echo("")
+        return code
+    from datum.cli import render
+
+    times = render.Times(datetime.now(UTC), wide)
+    notes = []
     running = report.get("passRunning")
     if running:
-        click.echo(
-            f"note:       a pass is running since {running['startedAt']} (pid {running['pid']})"
-        )
-    echo_lines(pass_lines(report))
-    if report.get("bootId") and boot and boot != report["bootId"]:
-        click.echo(
-            "note:       the host has rebooted since this pass; the next pass will tell where it stands"
-        )
-    return 0
+        notes.append(f"a pass is running since {times(running['startedAt'])} (pid {running['pid']})")
+    if report.get("bootId") and boot and boot != report["bootId"] and report.get("host") == host_name_of(host_config):
+        notes.append("the host has rebooted since this pass; the next pass will tell where it stands")
+    from datum.core.attention import host_need
+
+    out = render.console(wide)
+    line = host_need(report)
+    render.status(report, out, times, notes)
+    render.needs_human([line] if line is not None else [], out, after=True)
+    return code
+
+
+def host_name_of(host_config: Any) -> str:
+    from datum.host.agent import host_name
+
+    return str(host_name(host_config))
 
 
 def _unfinished(store: Any, host: str, report: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -218,9 +272,14 @@ def _unfinished(store: Any, host: str, report: dict[str, Any] | None) -> dict[st
 @click.command()
 @_STATE
 @_CONFIG
+@_JSON
 @click.option("--force", is_flag=True, help="Reboot even when no pass recorded a need.")
-def reboot(state: str | None, config: str | None, force: bool) -> int:
-    """Reboot now if the last pass found a reboot is needed (reboot_policy manual), and record it."""
+def reboot(state: str | None, config: str | None, as_json: bool, force: bool) -> int:
+    """Reboot now if the last pass found a reboot is needed (reboot_policy manual), and record it.
+
+    With --json: `host`, `needed` (the last pass found a need in this boot), `reason`, and `rebooting`
+    (the reboot command started).
+    """
     from datetime import UTC, datetime
 
     from datum.providers.facts import read_boot_id
@@ -229,13 +288,21 @@ def reboot(state: str | None, config: str | None, force: bool) -> int:
     need = (report or {}).get("reboot") or {}
     current = read_boot_id(host_config.boot_id_file)
     needed = bool(need.get("required")) and need.get("bootId") == current
+
+    def said(rebooting: bool) -> None:
+        if as_json:
+            shown = {"host": host, "needed": needed, "reason": need.get("reason"), "rebooting": rebooting}
+            click.echo(json.dumps(shown, indent=2))
+
     if not needed and not force:
         if store is not None:
             store.close()
-        click.echo(
-            "no reboot is needed"
-            + (" (the host has rebooted since the need was found)" if need.get("required") else "")
-        )
+        said(False)
+        if not as_json:
+            click.echo(
+                "no reboot is needed"
+                + (" (the host has rebooted since the need was found)" if need.get("required") else "")
+            )
         return 0
     if store is not None and report is not None:
         need = {
@@ -246,8 +313,10 @@ def reboot(state: str | None, config: str | None, force: bool) -> int:
         store.record(host, {**report, "reboot": need})
         store.close()
         report = {**report, "reboot": need}
-    click.echo(f"reboot needed: {need.get('reason', 'forced')}")
+    if not as_json:
+        click.echo(f"reboot needed: {need.get('reason', 'forced')}")
     started = passes.reboot(
         host_config, _state_path(state, host_config), report or unknown(host, NO_PASS)
     )
+    said(started)
     return 0 if started else 1

@@ -68,20 +68,22 @@ def _group() -> click.Group:
             return sorted({*COMMANDS, *_plugin_commands()})
 
         def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+            from datum.cli.exits import document
+
             spec = COMMANDS.get(cmd_name)
             if spec is not None:
                 module, attr, _help = spec
                 import importlib
 
                 command: click.Command = getattr(importlib.import_module(module), attr)
-                return command
+                return document(command, cmd_name)  # type: ignore[no-any-return]
             declared = _plugin_commands().get(cmd_name)
             if declared is None:
                 return None
             from datum.plugins.spec import resolve
 
             found = resolve(declared[0])
-            return found if isinstance(found, click.Command) else None
+            return document(found, cmd_name) if isinstance(found, click.Command) else None  # type: ignore[no-any-return]
 
         def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
             plugins = _plugin_commands()
@@ -95,7 +97,11 @@ def _group() -> click.Group:
     @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
     @click.version_option(package_name="datum")
     def cli() -> None:
-        """Datum converges hosts and control-plane resources to their desired state, and says where they stand."""
+        """Datum converges hosts and control-plane resources to their desired state, and says where they stand.
+
+        Each command's --help ends with its exit codes. Shell completion: see docs/host.md
+        (eval "$(_DATUM_COMPLETE=bash_source datum)").
+        """
 
     return cli
 

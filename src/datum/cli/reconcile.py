@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from datum.cli.common import config_option, json_option, wire
+from datum.cli.common import config_option, json_option, wide_option, wire
 from datum.core.vocab import Health
 
 if TYPE_CHECKING:
@@ -103,24 +103,37 @@ def _print_ticks(ticks: list[Tick]) -> None:
 @click.argument("name")
 @config_option
 @json_option
-def drift(name: str, config: str | None, as_json: bool) -> None:
-    """Show reconciler NAME's drift report: which items diverged and why."""
+@wide_option
+def drift(name: str, config: str | None, as_json: bool, wide: bool) -> None:
+    """Show reconciler NAME's drift report: which items diverged and why.
+
+    Items sharing a cause are one row (a tripped breaker's reaps, say), those that need a human first,
+    as on the page; then the work-query coverage, stranded statuses flagged.
+    """
     from datum.cli import render
     from datum.reconcile.report import drift_report
     from datum.reconcile.runner import utcnow
 
     w = wire(config)
-    report = drift_report(w.registry, w.settings, w.store, name, utcnow())
+    now = utcnow()
+    report = drift_report(w.registry, w.settings, w.store, name, now)
     if as_json:
         click.echo(json.dumps(report.dump(), indent=2))
-    else:
-        render.drift(report, render.console())
+        return
+    from datum.core.attention import decide
+    from datum.reconcile.attention import facts
+
+    own = w.registry.settings(w.settings, name).converge_config()
+    out = render.console(wide)
+    render.drift(report, out, render.Times(now, wide), own.breaker, own.backoff)
+    render.needs_human(decide([facts(w.registry, w.settings, report)]), out, after=True)
 
 
 @click.command()
 @config_option
 @json_option
-def reconcilers(config: str | None, as_json: bool) -> None:
+@wide_option
+def reconcilers(config: str | None, as_json: bool, wide: bool) -> None:
     """List the registered reconcilers with health, drift, blocked and stranded coverage rows.
 
     A plugin that could not be loaded is listed with health ``unknown`` and
@@ -131,10 +144,11 @@ def reconcilers(config: str | None, as_json: bool) -> None:
     from datum.reconcile.runner import utcnow
 
     w = wire(config)
-    rows = summaries(w.registry, w.settings, w.store, utcnow())
+    now = utcnow()
+    rows = summaries(w.registry, w.settings, w.store, now)
     if as_json:
         click.echo(json.dumps([r.dump() for r in rows], indent=2))
     else:
-        render.summaries(rows, render.console())
+        render.summaries(rows, render.console(wide), render.Times(now, wide))
     for broken in w.registry.refused:
         click.echo(f"datum: plugin {broken.name} ({broken.target}) not loaded: {broken.error}", err=True)

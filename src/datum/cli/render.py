@@ -1,120 +1,414 @@
-"""Readable terminal output for reports: rich tables, imported only when a human is reading."""
+"""Readable terminal output: rich tables that fit the terminal, imported only when a human is reading.
+
+Every table has a header and fits the terminal's width (``$COLUMNS``, else 80 off a terminal):
+long text wraps inside its column at word boundaries, short words (a state, a status, the
+``stranded`` flag) are never cut. What the page groups is grouped here too, and in the page's
+order, both taken from ``datum.core.order``: a reconciler's items one row per cause (twelve reaps
+held by a breaker are one row), the rows that need a human first; hosts worst first. Times are
+relative to now (``5m ago``); ``--wide`` shows the absolute UTC time instead, every item of a group
+and every resource of a pass (``datum.core.humanize``).
+
+A table's ``advice`` column says what a row calls for in the page's words (``go and look``,
+``wait``): each renderer takes it from one function given to it, so what needs a human is decided
+once, elsewhere, and only drawn here.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
 
-from datum.core.humanize import age, when
+from datum.core.attention import group_key, group_label
+from datum.core.explain import ACT_LABEL, Act, advice, at_backoff_cap, host_explanation
+from datum.core.humanize import age, ago, when
+from datum.core.order import HOST_ORDER, Cause, by_cause
 
 if TYPE_CHECKING:
     from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
 
-    from datum.reconcile.report import DriftReport, ReconcilerSummary
+    from datum.core.breaker import Threshold
+    from datum.core.memory import BackoffPolicy
+    from datum.core.vocab import Direction
+    from datum.reconcile.report import DriftItem, DriftReport, ReconcilerSummary
 
 _HEALTH_STYLE = {"ok": "green", "degraded": "yellow", "failing": "bold red", "unknown": "dim"}
-_REASON_STYLE = {
-    "apply_failed": "bold red",
-    "backoff": "red",
-    "circuit_breaker": "magenta",
-    "suppressed_unconfigured": "yellow",
-    "blocked_on_owner": "cyan",
-    "acting": "green",
-    "awaiting_confirmation": "dim",
+_STATE_STYLE = {
+    "converged": "green", "drifted": "yellow", "failed": "bold red", "blocked": "red", "degraded": "yellow",
+    "skipped": "yellow", "awaiting-reboot": "magenta", "unknown": "dim", "pending": "dim",
 }
+_ACT_STYLE = {Act.LOOK: "bold red", Act.DEPENDS: "yellow", Act.WAIT: "", Act.NONE: "dim", Act.OWNER: "cyan"}
+WIDE = 160  # the least width of --wide output
+IDS_SHOWN = 3  # ids of a group's items shown without --wide
 
 
-def console() -> Console:
-    import sys
+@dataclass(frozen=True)
+class Times:
+    """How this command prints a time: relative to ``now``, or (``wide``) absolute in UTC."""
 
+    now: datetime
+    wide: bool = False
+
+    def __call__(self, value: datetime | str | None) -> str:
+        if isinstance(value, str):
+            try:
+                value = datetime.fromisoformat(value)
+            except ValueError:
+                return value
+        return when(value) if self.wide else ago(value, self.now)
+
+
+def console(wide: bool = False) -> Console:
+    """A console of the terminal's width (``$COLUMNS`` wins; 80 off a terminal); ``--wide``: at least ``WIDE``."""
     from rich.console import Console
 
-    # Off a terminal (a pipe, CI) rich would wrap at 80 columns; tables need more.
-    return Console(highlight=False, width=None if sys.stdout.isatty() else 160)
+    out = Console(highlight=False, soft_wrap=False)
+    if wide and out.width < WIDE:
+        out = Console(highlight=False, soft_wrap=False, width=WIDE)
+    return out
+
+
+def text(value: str, style: str = "") -> Text:
+    """``value`` as it is: never read as markup (a resource id ``File[/etc/motd]`` holds brackets)."""
+    from rich.text import Text
+
+    return Text(value, style=style)
+
+
+def lines(*parts: Text | str | None) -> Text:
+    """The non-empty ``parts``, one per line."""
+    from rich.text import Text
+
+    return Text("\n").join(p if not isinstance(p, str) else text(p) for p in parts if p)
+
+
+def table(title: str | None = None) -> Table:
+    """A table with a header and no vertical rules, so the columns get the width."""
+    from rich import box
+    from rich.table import Table
+
+    return Table(
+        title=title, title_justify="left", title_style="bold", box=box.SIMPLE_HEAD, pad_edge=False,
+        show_edge=False, expand=False,
+    )
+
+
+@dataclass(frozen=True)
+class Column:
+    """A column of ``records``: its header, whether a long cell folds (else it wraps at words), its widest."""
+
+    header: str
+    fold: bool = False
+    most: int | None = None
+
+
+def records(out: Console, columns: Sequence[Column], rows: Sequence[tuple[Sequence[Text], Text | None]]) -> None:
+    """Rows of short cells under a header, each followed by its long text (a reason) on the whole width.
+
+    A table cell would hold the long text to its column's width, a few words a line; here the cells
+    are aligned as in a table and the text runs under them, indented, at the terminal's width.
+    """
+    from rich.padding import Padding
+
+    widths = []
+    for n, c in enumerate(columns):
+        longest = max([len(c.header), *(cells[n].cell_len for cells, _ in rows)])
+        widths.append(min(longest, c.most) if c.most else longest)
+    spare = out.width - sum(widths) - 3 * (len(widths) - 1)  # a space of padding each side, a rule between
+    if spare < 0:  # the folding column gives the room back
+        n = next((i for i, c in enumerate(columns) if c.fold), 0)
+        widths[n] = max(8, widths[n] + spare)
+    for i, (cells, detail) in enumerate(rows):
+        t = table()
+        t.show_header = i == 0
+        for c, w in zip(columns, widths, strict=True):
+            t.add_column(c.header, width=w, overflow="fold" if c.fold else "ellipsis" if not c.most else "fold")
+        t.add_row(*cells)
+        out.print(t)
+        if detail is not None:
+            out.print(Padding(detail, (0, 0, 0, 2), expand=False))
+
+
+def act(value: Act) -> Text:
+    return text(ACT_LABEL[value], _ACT_STYLE[value])
 
 
 def _retry_in(passes: int | None) -> str:
     if passes is None:
         return ""
     if passes == 0:
-        return "next pass"
-    return f"{passes} pass{'' if passes == 1 else 'es'}"
+        return "retry next pass"
+    return f"retry in {passes} pass{'' if passes == 1 else 'es'}"
 
 
-def drift(report: DriftReport, out: Console) -> None:
-    """The drift report as a header, an item table and a coverage table."""
-    from rich.table import Table
+def _item_facts(i: DriftItem, backoff: BackoffPolicy | None) -> str:
+    """What one item says beyond its reason: its streak, failures, when it is retried, whether it is parked."""
+    facts = [f"streak {i.streak}/{i.confirmations_needed}"]
+    if i.failures is not None:
+        facts.append(f"failures {i.failures}")
+    if i.retry_after_passes is not None:
+        facts.append(_retry_in(i.retry_after_passes))
+    if at_backoff_cap(i.reason, i.failures, backoff):
+        facts.append("parked at the backoff cap")
+    return ", ".join(facts)
 
-    style = _HEALTH_STYLE.get(report.health.value, "")
-    out.print(
-        f"[bold]{report.reconciler}[/]  health [{style}]{report.health.value}[/]  "
-        f"drift {report.drift}  blocked {report.blocked}  "
-        f"as of {when(report.as_of)}  last ran {when(report.last_ran_at)}"
-    )
-    if report.error:
-        out.print(f"[bold red]last pass could not complete:[/] {report.error}")
-    if not report.items_reported:
-        out.print("[dim]this reconciler does not report items: an empty list means nothing[/]")
-    elif report.items:
-        columns = ("direction", "id", "reason", "streak", "failures", "retry in", "last error", "desired", "actual")
-        rows = [
-            (
-                i.direction.value,
-                i.id,
-                f"[{_REASON_STYLE.get(i.reason.value, '')}]{i.reason.value}[/]",
-                f"{i.streak}/{i.confirmations_needed}",
-                "" if i.failures is None else str(i.failures),
-                _retry_in(i.retry_after_passes),
-                i.last_err or "",
-                i.desired or "",
-                i.actual or "",
-            )
-            for i in report.items
+
+def _sides(i: DriftItem) -> str | None:
+    said = [f"{k}: {v}" for k, v in (("desired", i.desired), ("actual", i.actual)) if v]
+    return "; ".join(said) or None
+
+
+def _group_detail(items: list[DriftItem], wide: bool, backoff: BackoffPolicy | None) -> Text:
+    """Under a group's row: its items (the first few unless ``wide``), their facts, what they share."""
+    first = items[0]
+    if len(items) == 1 or wide:
+        body = [
+            lines(f"{i.kind}/{i.id}: {_item_facts(i, backoff)}", _sides(i), text(f"last error: {i.last_err}", "red")
+                  if i.last_err and len(items) == 1 else None)
+            for i in items
         ]
-        # Show only the columns some item has something to say in.
-        keep = [n for n in range(len(columns)) if n < 4 or any(row[n] for row in rows)]
-        table = Table(title="diverged items", title_justify="left")
-        for n in keep:
-            table.add_column(columns[n], overflow="fold")
-        for row in rows:
-            table.add_row(*(row[n] for n in keep))
-        out.print(table)
     else:
-        if report.last_ran_at is None:
-            out.print("no pass has executed yet")
-        elif report.error:
-            out.print("no items: no pass of this reconciler has completed yet")
-        else:
-            out.print("no diverged items on the last executed pass")
+        shown = items[:IDS_SHOWN]
+        more = len(items) - len(shown)
+        body = [text(", ".join(f"{i.kind}/{i.id}" for i in shown) + (f" and {more} more (--wide lists them)" if more else ""))]
+    shared = text(f"last error: {first.last_err}", "red") if first.last_err and len(items) > 1 else None
+    return lines(*body, shared)
+
+
+def drift(
+    report: DriftReport, out: Console, times: Times, breaker: Mapping[Direction, Threshold],
+    backoff: BackoffPolicy | None, advise: Callable[[DriftItem], Act] | None = None,
+) -> None:
+    """The drift report: a header, the items one row per cause (the page's groups and order), the coverage.
+
+    ``breaker`` names the threshold of a group the breaker holds; ``advise`` says what an item calls
+    for (default: ``datum.core.explain.advice`` from its failures and ``backoff``).
+    """
+    from rich.markup import escape
+
+    advise = advise or (lambda i: advice(i.reason, i.failures, backoff))
+    style = _HEALTH_STYLE.get(report.health.value, "")
+    head = (
+        f"[bold]{escape(report.reconciler)}[/]  health [{style}]{report.health.value}[/]  "
+        f"drift {report.drift}  blocked {report.blocked}"
+        + (f"  stranded {sum(1 for c in report.coverage if c.stranded)}" if report.coverage_reported else "")
+        + f"  last ran {times(report.last_ran_at)}"
+    )
+    if report.as_of != report.last_ran_at:
+        head += f"  (latest tick {times(report.as_of)} was skipped)"
+    out.print(head)
+    if report.error:
+        out.print(text(f"the last pass could not complete: {report.error}", "bold red"))
+    if not report.items_reported:
+        out.print(text("this reconciler does not report items: an empty list means nothing", "dim"))
+    elif report.items:
+        groups = by_cause(
+            report.items, lambda i: Cause(group_key(i.dump(), backoff), i.direction, i.last_err, advise(i))
+        )
+        out.print("")
+        out.print(text(f"{len(report.items)} items, one row per cause, what needs a human first", "bold"))
+        records(
+            out,
+            [Column("advice", most=12), Column("items", fold=True, most=60), Column("reason", fold=True)],
+            [
+                (
+                    [act(g.act), text(group_label(g.group, g.direction, len(g.items), breaker.get(g.direction)), "bold"),
+                     text(", ".join(sorted({i.reason.value for i in g.items})))],
+                    _group_detail(g.items, times.wide, backoff),
+                )
+                for g in groups
+            ],
+        )
+    elif report.last_ran_at is None:
+        out.print("no pass has executed yet")
+    elif report.error:
+        out.print("no items: no pass of this reconciler has completed yet")
+    else:
+        out.print("no diverged items on the last executed pass")
     if report.dropped:
-        out.print(f"[yellow]{report.dropped} more items past driftCap {report.drift_cap} not shown[/]")
+        out.print(text(f"{report.dropped} more items past driftCap {report.drift_cap} not shown", "yellow"))
     if report.coverage_error:
-        out.print(f"[bold red]coverage query failed:[/] {report.coverage_error}")
+        out.print(text(f"coverage query failed: {report.coverage_error}", "bold red"))
     elif report.coverage_reported:
-        table = Table(title="work-query coverage", title_justify="left")
-        for col in ("kind", "status", "count", "selected", "terminal", "owned by", "oldest", "stranded"):
-            table.add_column(col)
-        for c in report.coverage:
-            table.add_row(
-                c.kind,
-                c.status,
-                str(c.count),
-                "yes" if c.selected else "no",
-                "yes" if c.terminal else "no",
-                c.owned_by or "",
-                age(c.oldest_age_seconds) if c.count else "",
-                "[bold red]STRANDED[/]" if c.stranded else "",
-                style="on dark_red" if c.stranded else None,
+        out.print("")
+        _coverage(report, out)
+
+
+def _coverage(report: DriftReport, out: Console) -> None:
+    """The coverage table: every status with its rows; a stranded one flagged on its row, never cut."""
+    kinds = {c.kind for c in report.coverage}
+    t = table("Work-query coverage" + (f" of {next(iter(kinds))} rows" if len(kinds) == 1 else ""))
+    if len(kinds) > 1:
+        t.add_column("kind", no_wrap=True)
+    t.add_column("status", no_wrap=True)
+    t.add_column("rows", justify="right", no_wrap=True)
+    t.add_column("selected", no_wrap=True)
+    t.add_column("terminal", no_wrap=True)
+    t.add_column("owned by", overflow="fold")
+    t.add_column("oldest", no_wrap=True)
+    t.add_column("", no_wrap=True)
+    for c in report.coverage:
+        cells = [
+            text(c.status, "bold" if c.stranded else ""),
+            str(c.count),
+            "yes" if c.selected else "no",
+            "yes" if c.terminal else "no",
+            text(c.owned_by or ""),
+            age(c.oldest_age_seconds) if c.count else "",
+            text("STRANDED", "bold red") if c.stranded else "",
+        ]
+        t.add_row(*([text(c.kind)] if len(kinds) > 1 else []), *cells)
+    out.print(t)
+    for c in report.coverage:
+        if c.stranded:
+            out.print(
+                text(
+                    f"{c.count} {c.kind} row{'s' if c.count != 1 else ''} stranded in {c.status}: no work query "
+                    "selects this status, it is not terminal and nothing owns it (datum explain stranded)",
+                    "bold red",
+                )
             )
-        out.print(table)
 
 
-def summaries(rows: list[ReconcilerSummary], out: Console) -> None:
-    from rich.table import Table
-
-    table = Table()
-    for col in ("reconciler", "health", "drift", "blocked", "stranded", "last ran"):
-        table.add_column(col)
+def summaries(rows: Sequence[ReconcilerSummary], out: Console, times: Times) -> None:
+    """The list surface, in the page's order."""
+    t = table()
+    t.add_column("reconciler", overflow="fold")
+    t.add_column("health", no_wrap=True)
+    for col in ("drift", "blocked", "stranded"):
+        t.add_column(col, justify="right", no_wrap=True)
+    t.add_column("last ran", no_wrap=True)
     for r in rows:
-        style = _HEALTH_STYLE.get(r.health.value, "")
-        table.add_row(r.name, f"[{style}]{r.health.value}[/]", str(r.drift), str(r.blocked), str(r.stranded), when(r.last_ran_at))
-    out.print(table)
+        # A reconciler switched off reads disabled, not unknown (the list surface's ``enabled``, where it has one).
+        health = r.health.value if getattr(r, "enabled", True) else "disabled"
+        t.add_row(
+            text(r.name), text(health, _HEALTH_STYLE.get(health, "dim")), str(r.drift), str(r.blocked),
+            str(r.stranded) if r.coverage_reported else "-", times(r.last_ran_at),
+        )
+    out.print(t)
+
+
+def needs_human(needs: Sequence[Any], out: Console, *, after: bool = False) -> None:
+    """A "Needs a human" section: one row per line of the one decision (``datum.core.attention.decide``,
+    what the page and ``GET /v1/attention`` show), its severity's words, its text and what to do;
+    nothing when there is none. ``after``: it follows another section (a blank line first)."""
+    if not needs:
+        return
+    from datum.core.attention import SEVERITY_LABEL
+
+    if after:
+        out.print("")
+    out.print(text("Needs a human", "bold"))
+    records(
+        out,
+        [Column("severity", most=12), Column("what", fold=True)],
+        [
+            ([text(SEVERITY_LABEL[n.severity], "bold red" if n.severity.value == "look" else "yellow"), text(n.text)],
+             lines(text(n.detail, "dim") if n.detail else None, text(n.do)))
+            for n in needs
+        ],
+    )
+    if not after:
+        out.print("")
+
+
+def host_advice(host: Any) -> Act:
+    """What a host row calls for: its reason's or its state's advice, as the page's badge says."""
+    return host_explanation(host.state.value, host.reason).act
+
+
+def hosts(
+    rows: Sequence[Any], counts: Mapping[str, int], out: Console, times: Times,
+    advise: Callable[[Any], Act] = host_advice,
+) -> None:
+    """The fleet's counts, worst first, then a table of ``rows`` (``HostSummary``) in the order given."""
+    total = sum(counts.values())
+    out.print(
+        f"{total} host{'s' if total != 1 else ''}"
+        + "".join(f"  {s.value} {counts[s.value]}" for s in HOST_ORDER if counts.get(s.value))
+    )
+    if not rows:
+        out.print("no host has reported a pass")
+        return
+    records(
+        out,
+        [Column("host", fold=True, most=40), Column("state"), Column("advice", most=12), Column("last pass")],
+        [
+            (
+                [
+                    text(h.host), text(h.state.value, _STATE_STYLE.get(h.state.value, "")),
+                    act(advise(h)) if h.state.value != "converged" else text(""),
+                    text(times(h.finished_at or h.updated_at)),
+                ],
+                text(h.reason, "dim") if h.reason else None,
+            )
+            for h in rows
+        ],
+    )
+
+
+def tokens(rows: Sequence[Mapping[str, Any]], out: Console, times: Times) -> None:
+    """The store's tokens, oldest first: id, principal, the host it is bound to, when it was made."""
+    if not rows:
+        out.print("no token: datum token create --principal NAME makes one")
+        return
+    t = table()
+    t.add_column("id", no_wrap=True)
+    t.add_column("principal", overflow="fold")
+    t.add_column("host", overflow="fold")
+    t.add_column("created", no_wrap=True)
+    for r in rows:
+        t.add_row(text(r["id"]), text(r["principal"]), text(r["host"] or "any"), times(r["createdAt"]))
+    out.print(t)
+
+
+def status(report: Mapping[str, Any], out: Console, times: Times, notes: Sequence[str] = ()) -> None:
+    """A host's persisted state: a header, the resources that need reading, then ``host state:`` and ``reason:``.
+
+    The table lists the resources the last pass did not leave converged, or changed (with ``--wide``
+    every one); the last two lines are the pass lines' (``datum apply``), wrapped to the width.
+    """
+    from datum.host.output import status_word
+
+    host = str(report.get("host", ""))
+    state = str(report.get("state", "unknown"))
+    last = report.get("lastReport") or report
+    head = text(f"host {host}: ", "bold")
+    head.append(state, _STATE_STYLE.get(state, ""))
+    if state != "converged":
+        head.append("  ")
+        head.append_text(act(host_explanation(state, report.get("reason")).act))
+    out.print(head)
+    if "finishedAt" in last:
+        said = [str(last.get("mode", "?")), f"exit {last.get('exitCode', '?')}"]
+        if isinstance(last.get("durationSeconds"), int | float):
+            said.append(f"{last['durationSeconds']:.2f}s")
+        if last.get("incomplete"):
+            said.append("incomplete")
+        if last is not report:
+            said.append("no longer current")
+        out.print(text(f"last pass {times(last['finishedAt'])} ({', '.join(said)})"))
+    for note in notes:
+        out.print(text(f"note: {note}"))
+    reboot = last.get("reboot")
+    if isinstance(reboot, dict) and reboot.get("required"):
+        out.print(text(f"reboot needed: {reboot.get('reason')}; {reboot.get('action') or 'no action recorded'}"))
+    resources = [r for r in report.get("resources") or [] if isinstance(r, dict)]
+    shown = resources if times.wide else [r for r in resources if r.get("state") != "converged" or r.get("changed")]
+    rows = []
+    for r in shown:
+        word, _sep, why = status_word(r).partition(": ")
+        rows.append(([text(str(r.get("id"))), text(word, _STATE_STYLE.get(str(r.get("state")), ""))],
+                     text(why, "dim") if why else None))
+    if rows:
+        records(out, [Column("resource", fold=True), Column("state")], rows)
+    hidden = len(resources) - len(shown)
+    if hidden:
+        out.print(text(f"{hidden} more resource{'s' if hidden != 1 else ''} converged, unchanged (--wide lists every one)", "dim"))
+    out.print("")
+    out.print(text(f"host state: {state}"))
+    if report.get("reason") and state != "converged":
+        out.print(text(f"reason: {report['reason']}"))

@@ -1,12 +1,46 @@
-"""``datum serve``: the HTTP API and the web page, with the enabled reconcilers ticking."""
+"""``datum serve``: the HTTP API and the web page, with the enabled reconcilers ticking.
+
+The address is tried before anything is said: a busy port is an error of its own (exit 69) and the
+banner "serving the page at ..." is printed only once the port could be had.
+"""
 
 from __future__ import annotations
 
+import errno
 import logging
+import socket
 
 import click
 
 from datum.cli.common import config_option
+
+
+def can_listen(host: str, port: int) -> str | None:
+    """None when ``host``:``port`` can be listened on now, else why not (uvicorn binds the same way).
+
+    A port in use by a listening socket is refused even with ``SO_REUSEADDR``, which lets a port
+    left in TIME_WAIT by a server that just stopped be taken at once, as uvicorn takes it.
+    """
+    if port == 0:
+        return None  # any free port
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    shown = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+            probe.listen(1)
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                return f"port {port} is busy: another process listens on {shown}; stop it, or serve on another --port"
+            if exc.errno == errno.EACCES:
+                return f"may not listen on {shown}: a port below 1024 needs privileges; serve on another --port"
+            if exc.errno == errno.EADDRNOTAVAIL:
+                return f"cannot listen on {shown}: {host} is not an address of this host"
+            return f"cannot listen on {shown}: {exc.strerror or exc}"
+        except (socket.gaierror, UnicodeError) as exc:
+            return f"cannot listen on {shown}: {host!r} does not resolve ({exc})"
+    return None
 
 
 @click.command()
@@ -15,25 +49,33 @@ from datum.cli.common import config_option
 @click.option("--port", type=click.IntRange(0, 65535), default=None, help="Port (default: [server] port, 8080).")
 @click.option(
     "--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
-    help="json: one JSON object per log line (access log included), for log shippers.",
+    help="text: one line per event, after its UTC time; json: one JSON object per log line (access log "
+    "included), for log shippers.",
 )
 def serve(config: str | None, host: str | None, port: int | None, log_format: str) -> None:
     """Serve the HTTP API and the web page; tick every enabled reconciler at its interval."""
     from datum.api.server import run, serving_app
     from datum.cli.common import wire
+    from datum.core.findings import Problem
 
     w = wire(config)  # validate the configuration and open the store before listening
     server = w.settings.server
     host = host or server.host
     port = server.port if port is None else port
+    busy = can_listen(host, port)
+    if busy is not None:
+        w.store.dispose()
+        raise Problem.one("UNAVAILABLE", busy)
     app = serving_app(w.settings, lambda: (w.registry, w.store))
     shown = f"[{host}]" if ":" in host else host
     banner = f"datum: serving the page at http://{shown}:{port}/ (API under /v1, OpenAPI at /docs)"
+    record = logging.LogRecord("datum.server", logging.INFO, __file__, 0, banner, None, None)
     if log_format == "json":
         from datum.api.server import JsonLines
 
-        record = logging.LogRecord("datum.server", logging.INFO, __file__, 0, banner, None, None)
         click.echo(JsonLines().format(record))
     else:
-        click.echo(banner)
+        from datum.api.server import text_formatter
+
+        click.echo(text_formatter().format(record))
     run(app, host, port, access_log=server.access_log, log_format=log_format)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
+
 import click
 
-from datum.cli.common import config_option
+from datum.cli.common import config_option, json_option
 
 
 @click.group()
@@ -14,8 +16,12 @@ def store() -> None:
 
 @store.command()
 @config_option
-def migrate(config: str | None) -> None:
-    """Upgrade the store to every migration head, the plugins' branches included; safe to run from several replicas at once."""
+@json_option
+def migrate(config: str | None, as_json: bool) -> None:
+    """Upgrade the store to every migration head, the plugins' branches included; safe to run from several replicas at once.
+
+    With --json: `store` (its name, never a password), `upgraded`, and the revisions `before` and `after`.
+    """
     from datum.config import load_settings
     from datum.plugins import load
     from datum.store import open_store
@@ -24,6 +30,14 @@ def migrate(config: str | None) -> None:
     opened = open_store(settings.store_url, lock_wait=settings.host.lock_wait, branches=load().branches())
     try:
         done = opened.migrated
+        if as_json:
+            click.echo(json.dumps({
+                "store": opened.name,
+                "upgraded": bool(done is not None and done.upgraded),
+                "before": sorted(done.before) if done is not None else None,
+                "after": sorted(done.after) if done is not None else None,
+            }, indent=2))
+            return
         after = ", ".join(sorted(done.after)) if done is not None else "?"
         if done is not None and done.upgraded:
             before = ", ".join(sorted(done.before)) or "empty"
@@ -36,18 +50,23 @@ def migrate(config: str | None) -> None:
 
 @store.command()
 @config_option
-def recount(config: str | None) -> None:
+@json_option
+def recount(config: str | None, as_json: bool) -> None:
     """Count every counted desired-state table's rows per status again and correct the kept counts.
 
     The repair after writes their triggers did not see (a REPLACE from a SQLite
     connection without recursive_triggers, triggers disabled); says what was
     wrong. Safe beside running servers: each table's writers wait for it.
+
+    With --json: one object per counted table, `reconciler`, `table` and `corrected` (status -> the count
+    kept and the true one; empty when the counts were right).
     """
     from datum.cli.common import wire
     from datum.reconcile.registry import declared_coverage
     from datum.reconcile.status_counts import recount as recount_table
 
     w = wire(config)
+    found: list[dict[str, object]] = []
     try:
         for name in w.registry:
             reconciler, _own = w.registry.build(w.settings, name, w.store)
@@ -55,9 +74,17 @@ def recount(config: str | None) -> None:
                 if not spec.counted:
                     continue
                 wrong = recount_table(w.store.engine, spec.table.name, spec.status_column)
+                found.append({
+                    "reconciler": name, "table": spec.table.name,
+                    "corrected": {status: {"kept": kept, "true": true} for status, (kept, true) in wrong.items()},
+                })
+                if as_json:
+                    continue
                 if not wrong:
                     click.echo(f"{name}: {spec.table.name}: the counts were right")
                 for status, (kept, true) in wrong.items():
                     click.echo(f"{name}: {spec.table.name}: {status} was counted {kept}, is {true}: corrected")
     finally:
         w.store.dispose()
+    if as_json:
+        click.echo(json.dumps(found, indent=2))

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
+
 import click
 
-from datum.cli.common import config_option, json_option
+from datum.cli.common import config_option, json_option, wide_option
 
 
 @click.group()
@@ -16,14 +18,28 @@ def token() -> None:
 @click.option("--principal", required=True, help="Who the token speaks for (the Cedar principal), e.g. operator or agent.")
 @click.option("--host", default=None, help="Bind the token to one host: it may read that host's manifest and report its passes only.")
 @config_option
-def create(principal: str, host: str | None, config: str | None) -> None:
-    """Mint a token for PRINCIPAL and print it once, alone on the last line."""
+@json_option
+def create(principal: str, host: str | None, config: str | None, as_json: bool) -> None:
+    """Mint a token for PRINCIPAL and print it once, alone on the last line.
+
+    With --json: one object, the token in `token` beside its `id` (what datum token list and revoke
+    name it by), `principal` and `host`.
+    """
+    from datum.api.tokens import ID_LENGTH, digest
     from datum.api.tokens import create as create_token
     from datum.config import load_settings
     from datum.store import open_store
 
     settings = load_settings(config)
-    secret = create_token(open_store(settings.store_url, lock_wait=settings.host.lock_wait), principal, host)
+    store = open_store(settings.store_url, lock_wait=settings.host.lock_wait)
+    try:
+        secret = create_token(store, principal, host)
+    finally:
+        store.dispose()
+    if as_json:
+        made = {"id": digest(secret)[:ID_LENGTH], "principal": principal, "host": host, "token": secret}
+        click.echo(json.dumps(made, indent=2))
+        return
     bound = f" bound to host {host}" if host else ""
     click.echo(f"token for principal {principal}{bound} (stored as a SHA-256 hash; it is not shown again):", err=True)
     click.echo(secret)
@@ -32,11 +48,14 @@ def create(principal: str, host: str | None, config: str | None) -> None:
 @token.command(name="list")
 @config_option
 @json_option
-def list_tokens(config: str | None, as_json: bool) -> None:
-    """The store's tokens by id (the first digits of the stored hash), principal, host and creation; never a token."""
-    import json
+@wide_option
+def list_tokens(config: str | None, as_json: bool, wide: bool) -> None:
+    """The store's tokens, oldest first, by id (the first digits of the stored hash), principal, host and
+    creation; never a token."""
+    from datetime import UTC, datetime
 
     from datum.api.tokens import listed
+    from datum.cli import render
     from datum.config import load_settings
     from datum.store import open_store
 
@@ -49,16 +68,18 @@ def list_tokens(config: str | None, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
-    for r in rows:
-        bound = f" host {r['host']}" if r["host"] else ""
-        click.echo(f"{r['id']}  {r['principal']}{bound}  created {r['createdAt']}")
+    render.tokens(rows, render.console(wide), render.Times(datetime.now(UTC), wide))
 
 
 @token.command()
 @click.argument("token_id")
 @config_option
-def revoke(token_id: str, config: str | None) -> None:
-    """Delete the token TOKEN_ID (from datum token list); every running server refuses it within seconds."""
+@json_option
+def revoke(token_id: str, config: str | None, as_json: bool) -> None:
+    """Delete the token TOKEN_ID (from datum token list); every running server refuses it within seconds.
+
+    With --json: the token revoked, as datum token list showed it.
+    """
     from datum.api.tokens import RECHECK
     from datum.api.tokens import revoke as revoke_token
     from datum.config import load_settings
@@ -70,6 +91,9 @@ def revoke(token_id: str, config: str | None) -> None:
         gone = revoke_token(store, token_id)
     finally:
         store.dispose()
+    if as_json:
+        click.echo(json.dumps(gone, indent=2))
+        return
     bound = f" bound to host {gone['host']}" if gone["host"] else ""
     click.echo(f"revoked token {gone['id']} of principal {gone['principal']}{bound}; "
                f"running servers refuse it within {RECHECK:g} s")

@@ -19,8 +19,9 @@ import textwrap
 from dataclasses import dataclass
 from enum import StrEnum
 
-from datum.core import budget
+from datum.core.glossary import WORDS
 from datum.core.memory import BackoffPolicy
+from datum.core.phrases import bare, words
 from datum.core.vocab import (
     DESCRIPTIONS,
     AnyReason,
@@ -57,6 +58,16 @@ class Vocabulary(StrEnum):
     RESOURCE_STATE = "resource state"
     HEALTH = "reconciler health"
     HOST_REASON = "host reason"
+    # datum.core.glossary's
+    DIRECTION = "drift direction"
+    ACTION = "plan action"
+    HOST_MODE = "host mode"
+    RECONCILER_MODE = "reconciler mode"
+    REBOOT_POLICY = "reboot policy"
+    ADVICE = "advice"
+    COVERAGE = "coverage"
+    ITEM_STATE = "item state"
+    RECONCILER_STATE = "reconciler state"
 
 
 @dataclass(frozen=True)
@@ -80,9 +91,9 @@ class Explanation:
             "act": self.act.value,
         }
 
-    def text(self) -> str:
-        """The terminal form."""
-        wrap = textwrap.TextWrapper(width=88, initial_indent="  ", subsequent_indent="  ")
+    def text(self, width: int = 80) -> str:
+        """The terminal form, its paragraphs wrapped to ``width``."""
+        wrap = textwrap.TextWrapper(width=width, initial_indent="  ", subsequent_indent="  ")
         return (
             f"{self.name} ({self.vocabulary.value}): {self.summary}\n\n"
             f"{wrap.fill(self.means)}\n\n"
@@ -342,11 +353,10 @@ _OTHERS: dict[tuple[Vocabulary, str], tuple[str, str, str, Act]] = {
 }
 
 
-# Host reasons worth a word of their own: name -> (the reason's text starts with, summary, means, do, act).
-# ``datum explain`` takes the name or the reason as the host shows it.
-_HOST_REASONS: dict[str, tuple[str, str, str, str, Act]] = {
+# Host reasons worth a word of their own: name -> (summary, means, do, act); more in datum.core.glossary.
+# ``datum explain`` takes the name or the reason as the host shows it (``datum.core.phrases``).
+_HOST_REASONS: dict[str, tuple[str, str, str, Act]] = {
     "reboot_budget": (
-        budget.WAITING,
         "a reboot is due, and the group's reboot budget is full",
         "The host needs a reboot its policy (automatic, or maintenance inside the window) would make now, "
         "but as many hosts of its group (nodes.yaml group) as [fleet] reboot_concurrency allows are "
@@ -358,7 +368,6 @@ _HOST_REASONS: dict[str, tuple[str, str, str, str, Act]] = {
         Act.WAIT,
     ),
     "no_reboot_lease": (
-        budget.NO_LEASE,
         "a reboot is due, and the server could not grant the reboot lease",
         "The host needs a reboot its policy would make now, but datum agent reboots only under a lease of "
         "its group's reboot budget, and the server could not be asked (unreachable, an error answer, a "
@@ -380,7 +389,11 @@ def _build() -> list[Explanation]:
     ]
     out += [
         Explanation(Vocabulary.HOST_REASON, name, summary, means, do, act)
-        for name, (_starts, summary, means, do, act) in _HOST_REASONS.items()
+        for name, (summary, means, do, act) in _HOST_REASONS.items()
+    ]
+    out += [
+        Explanation(Vocabulary(vocabulary), name, summary, means, do, Act(act))
+        for (vocabulary, name), (summary, means, do, act) in WORDS.items()
     ]
     return out
 
@@ -394,7 +407,7 @@ def normalise(name: str) -> str:
     return name.strip().lower().replace("-", "_")
 
 
-def _plugin_explanations() -> list[Explanation]:
+def plugin_explanations() -> list[Explanation]:
     """The reasons plugins registered: what their plugin says they mean; an operator goes and looks."""
     return [
         Explanation(
@@ -411,27 +424,45 @@ def _plugin_explanations() -> list[Explanation]:
 
 def known() -> list[str]:
     """Every name that can be explained, sorted, each once."""
-    return sorted({e.name for e in (*EXPLANATIONS, *_plugin_explanations())})
+    return sorted({e.name for e in (*EXPLANATIONS, *plugin_explanations())})
 
 
 def lookup(name: str) -> list[Explanation]:
     """Every explanation of ``name`` (``failed`` is a host state and a resource state), or [].
 
-    A host reason may be given as the host shows it (``waiting for the group's reboot budget (2/2 rebooting)``).
+    A plugin's reason is found by its whole name or by the name within its namespace
+    (``membership_outside_prefix``). A line a surface printed is read into its words
+    (``datum.core.phrases``): a host reason as the host shows it
+    (``File[motd] failed: permission denied``, ``waiting for the group's reboot budget (2/2 rebooting)``).
     """
-    key = normalise(name)
-    found = [e for e in (*EXPLANATIONS, *_plugin_explanations()) if normalise(e.name) == key]
-    for reason, (starts, *_rest) in _HOST_REASONS.items():
-        if key.startswith(normalise(starts)) and reason != key:
-            found.append(_BY_KEY[(Vocabulary.HOST_REASON, reason)])
-    return found
+    key = normalise(bare(name))
+    plugins = plugin_explanations()
+    found = [e for e in (*EXPLANATIONS, *plugins) if normalise(e.name) == key]
+    if not found:
+        found = [e for e in plugins if normalise(e.name.partition(".")[2]) == key]
+    if found:
+        return found
+    out: list[Explanation] = []
+    for vocabulary, word in words(name):
+        try:
+            out.append(explain(Vocabulary(vocabulary), word))
+        except KeyError:
+            continue
+    return out
+
+
+def host_explanation(state: str, reason: str | None) -> Explanation:
+    """What a host in ``state`` with ``reason`` calls for: the host reason's own explanation when it has one
+    (its agent fell silent, it waits for the reboot budget), else its state's. The page and the CLI show this."""
+    own = [e for e in lookup(reason or "") if e.vocabulary is Vocabulary.HOST_REASON] if reason else []
+    return own[0] if own else explain(Vocabulary.HOST_STATE, state)
 
 
 def explain(vocabulary: Vocabulary, name: str) -> Explanation:
     """The explanation of ``name`` in ``vocabulary``; KeyError when there is none."""
     found = _BY_KEY.get((vocabulary, str(name)))
     if found is None and vocabulary is _R:
-        found = next((e for e in _plugin_explanations() if e.name == str(name)), None)
+        found = next((e for e in plugin_explanations() if e.name == str(name)), None)
     if found is None:
         raise KeyError((vocabulary, str(name)))
     return found

@@ -27,25 +27,17 @@ from datum.core.explain import (
     advice,
     at_backoff_cap,
     explain,
-    lookup,
+    host_explanation,
 )
 from datum.core.humanize import when
 from datum.core.memory import BackoffPolicy
+from datum.core.order import HEALTH_ORDER as _HEALTH_ORDER
+from datum.core.order import HOST_ORDER, Cause, by_cause
 from datum.core.vocab import Direction, Health, HostState, Reason
 from datum.reconcile.report import DriftItem, DriftReport
 from datum.store.history import STRIP, PassRow
 
-# The order a human reads them in: what needs them first.
-_HEALTH_ORDER = [Health.FAILING, Health.DEGRADED, Health.UNKNOWN, Health.OK]
-HOST_ORDER = [
-    HostState.FAILED,
-    HostState.UNKNOWN,
-    HostState.DRIFTED,
-    HostState.AWAITING_REBOOT,
-    HostState.DEGRADED,
-    HostState.CONVERGED,
-]
-_ACT_ORDER = [Act.LOOK, Act.DEPENDS, Act.WAIT, Act.NONE, Act.OWNER]
+# The order a human reads them in (what needs them first) is datum.core.order's, the CLI's too.
 MAX_HOSTS = 100  # hosts per page of the hosts table (the listing's pages); all are counted
 DISABLED = "disabled"  # the reconcilers tile's count of switched-off reconcilers, apart from their health
 
@@ -349,18 +341,14 @@ def reconciler_view(
                 first_diverged=seen[item.streak],
             )
         )
-    buckets: dict[tuple[str, Direction, str | None], list[ItemView]] = {}
-    for v in views:
-        group = need.group_key(v.item.dump(), backoff)
-        buckets.setdefault((group, v.item.direction, v.item.last_err), []).append(v)
     groups = []
-    for (group, direction, _cause), items in buckets.items():
-        act = min((i.act for i in items), key=_ACT_ORDER.index)
-        reason = items[0].item.reason
+    for g in by_cause(
+        views, lambda v: Cause(need.group_key(v.item.dump(), backoff), v.item.direction, v.item.last_err, v.act)
+    ):
+        reason = g.items[0].item.reason
         failing = reason in (Reason.BACKOFF, Reason.APPLY_FAILED)
-        label = need.group_label(group, direction, len(items), config.breaker.get(direction))
-        groups.append(Group(group, direction, items, label, _explained(Reason.BACKOFF if failing else reason), act))
-    groups.sort(key=lambda g: (_ACT_ORDER.index(g.act), -len(g.items), g.key))
+        label = need.group_label(g.group, g.direction, len(g.items), config.breaker.get(g.direction))
+        groups.append(Group(g.group, g.direction, g.items, label, _explained(Reason.BACKOFF if failing else reason), g.act))
     taken: dict[str, int] = {}
     for g in groups:
         base = f"{g.key}-{g.direction.value}"
@@ -395,11 +383,9 @@ def host_view(status: Any, passes: Sequence[PassRow], lines: Sequence[Need] = ()
     a host they do not name has the line its own summary gives (``datum.core.attention.host_need``)."""
     state = status.state
     first, count, before = since(passes, lambda p: p.outcome == state.value)
-    # A reason with an explanation of its own (waiting for the group's reboot budget) says more than the state's.
-    own = [e for e in lookup(status.reason or "") if e.vocabulary is Vocabulary.HOST_REASON]
     return HostView(
         status=status,
-        explanation=own[0] if own else explain(Vocabulary.HOST_STATE, state.value),
+        explanation=host_explanation(state.value, status.reason),
         strip=host_strip(passes, status.host),
         state_since=_since_text(first, count, before, state.value) if state is not HostState.CONVERGED else "",
         line=next((n for n in lines if n.host == status.host), None) or need.host_need(status.dump()),

@@ -6,7 +6,7 @@ import json
 
 import click
 
-from datum.sdk.cli import config_option, json_option, wire
+from datum.sdk.cli import config_option, json_option, wide_option, wire
 
 
 @click.group()
@@ -41,7 +41,8 @@ def delete(name: str, config: str | None, as_json: bool) -> None:
 @bucket.command(name="list")
 @config_option
 @json_option
-def list_(config: str | None, as_json: bool) -> None:
+@wide_option
+def list_(config: str | None, as_json: bool, wide: bool) -> None:
     """List every bucket and its status."""
     from datum.reconcilers.buckets import reconciler as buckets
 
@@ -62,13 +63,14 @@ def list_(config: str | None, as_json: bool) -> None:
             )
         )
         return
-    from rich.table import Table
+    from datetime import UTC, datetime
 
-    from datum.sdk.cli import console
+    from datum.sdk.cli import Times, console, table, text
 
-    table = Table()
+    when = Times(datetime.now(UTC), wide)
+    shown = table()
     for col in ("name", "status", "created", "updated"):
-        table.add_column(col)
+        shown.add_column(col, overflow="fold")
     for r in rows:
-        table.add_row(r["name"], r["status"], f"{r['created_at']:%Y-%m-%d %H:%M:%S}", f"{r['updated_at']:%Y-%m-%d %H:%M:%S}")
-    console().print(table)
+        shown.add_row(text(r["name"]), text(r["status"]), when(r["created_at"]), when(r["updated_at"]))
+    console(wide).print(shown)

@@ -1,0 +1,87 @@
+"""Every command's exit codes, in one table, shown at the end of its ``--help``.
+
+``datum.cli.main`` turns errors into these codes (a finding's code decides: ``USAGE`` and
+``NOT_FOUND`` 64, ``INVALID_INPUT`` 65, ``UNAVAILABLE`` 69, anything else 70); the commands
+that say more (the bit flags of ``apply``, ``plan`` and ``status``, ``reconcile``'s 4 and 143,
+``serve``'s busy port) add their own rows here. ``docs/host.md`` and ``docs/server.md`` show the
+same table.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+_BITS = [
+    ("2", "something changed"),
+    ("4", "something failed or was blocked"),
+    ("8", "drift found (observe mode)"),
+    ("16", "awaiting reboot"),
+    ("32", "degraded: something was skipped"),
+]
+_STATE_BITS = [
+    ("0", "converged"),
+    ("4", "failed, or unknown (no pass has completed, it did not finish, or the report cannot be read)"),
+    ("8", "drifted"),
+    ("16", "awaiting-reboot"),
+    ("32", "degraded"),
+]
+_USAGE = ("64", "usage error: a bad option or argument, an unknown name")
+_INVALID = ("65", "invalid input or configuration: every finding at once, nothing done")
+_UNAVAILABLE = ("69", "unavailable: the store is locked past lock_wait, unreachable or full")
+_INTERNAL = ("70", "an unexpected error (DATUM_DEBUG=1 shows where)")
+_COMMON = [("0", "done"), _USAGE, _INVALID, _UNAVAILABLE, _INTERNAL]
+
+# command path -> its rows; a command not named here (a plugin's) has the common ones.
+CODES: dict[str, list[tuple[str, str]]] = {
+    "apply": [("0", "converged, nothing changed"), *_BITS, ("", "(bit flags, OR-ed)"), _INVALID, _USAGE,
+              ("69", "another pass holds the state file (after lock_wait)"), _INTERNAL],
+    "plan": [("0", "nothing would change"), *_BITS, ("", "(bit flags, OR-ed)"), _INVALID, _USAGE, _INTERNAL],
+    "status": [*_STATE_BITS, ("", "(the state's bit, OR-ed with the last pass's other bits)"), _USAGE, _INVALID,
+               _INTERNAL],
+    "validate": [("0", "valid"), ("65", "not valid: every finding at once"), _USAGE, _INTERNAL],
+    "reconcile": [("0", "the last pass completed"), ("4", "the last pass could not complete, or lost its claim"),
+                  ("69", "skipped: another pass of the reconciler is running"),
+                  ("143", "stopped by SIGTERM after the item it was applying"), _USAGE, _INVALID, _INTERNAL],
+    "drift": [("0", "the report was printed (whatever the drift)"), ("64", "usage error, or no such reconciler"),
+              _INVALID, _UNAVAILABLE, _INTERNAL],
+    "explain": [("0", "explained"), ("64", "usage error, or not a word Datum prints (the known ones are listed)"),
+                _INTERNAL],
+    "serve": [("0", "stopped (SIGTERM, SIGINT)"),
+              ("69", "cannot listen: the port is busy (another process listens on it) or the address is not "
+                     "this host's; or the store is unavailable"),
+              ("3", "the server could not start after the check (the port was taken in between)"),
+              _USAGE, _INVALID, _INTERNAL],
+    "agent": [("0", "stopped (SIGTERM, SIGINT)"),
+              ("", "--once: the pass's exit code, as datum apply's (4 when no manifest could be had)"),
+              _USAGE, ("65", "invalid configuration, or the token file cannot be read"), _INTERNAL],
+    "reboot": [("0", "rebooting, or no reboot is needed"), ("1", "the reboot command failed"), _USAGE, _INVALID,
+               _INTERNAL],
+    "token revoke": [("0", "revoked"), ("64", "usage error, or no token has that id, or it names several"), _INVALID,
+                     _UNAVAILABLE, _INTERNAL],
+    "schema": [("0", "printed"), _USAGE, _INTERNAL],
+}
+
+
+def epilog(path: str) -> str:
+    """The ``Exit codes:`` section of ``path``'s help (click keeps the lines as they are after ``\\b``)."""
+    import textwrap
+
+    rows = CODES.get(path, _COMMON)
+    width = max(len(code) for code, _ in rows)
+    body = "\n".join(
+        textwrap.fill(what, 76, initial_indent=f"  {code:<{width}}  ", subsequent_indent=" " * (width + 4))
+        for code, what in rows
+    )
+    return f"\b\nExit codes:\n{body}"
+
+
+def document(command: Any, path: str) -> Any:
+    """``command`` (a click command or group) with its exit codes, and its subcommands', in its help."""
+    import click
+
+    if isinstance(command, click.Group):
+        for name, sub in command.commands.items():
+            document(sub, f"{path} {name}")
+    elif not command.epilog:
+        command.epilog = epilog(path)
+    return command

@@ -1,0 +1,265 @@
+"""The words the surfaces print beyond states, health and reasons: what each means and what to do.
+
+``datum.core.explain`` holds the contract's states, health values and drift reasons; this module
+holds the rest of what an operator reads on the page, in the terminal or in the JSON: drift
+directions, plan actions (and their past tense in pass lines), the host's and the reconcilers'
+modes, reboot policies, the advice labels, the coverage words (``stranded``), an item parked at
+the backoff cap, a reconciler switched off (``disabled``), and the host reasons that say why a
+host reads ``unknown``. ``datum.core.explain`` builds its explanations from these rows, so
+``datum explain`` and the page say the same.
+
+Plain data: (vocabulary, name) -> (summary, means, do, act), the vocabulary and the act as
+``datum.core.explain``'s ``Vocabulary`` and ``Act`` values.
+"""
+
+from __future__ import annotations
+
+_NOTHING_ALONE = "Nothing by itself: the item's reason says whether it waits or needs a human (datum explain REASON)."
+
+WORDS: dict[tuple[str, str], tuple[str, str, str, str]] = {
+    ("drift direction", "restore"): (
+        "desired, absent from the substrate: converging creates it",
+        "The item has a desired row but does not exist in the substrate; converging it creates it.",
+        _NOTHING_ALONE,
+        "none",
+    ),
+    ("drift direction", "reap"): (
+        "in the substrate with no desired row: converging deletes it",
+        "The item exists in the substrate and nothing desires it; converging it deletes it, only after the "
+        "confirmation streak and within the breaker's threshold.",
+        _NOTHING_ALONE + " A reap nobody meant means desired state was read wrong: go and look before it proceeds.",
+        "none",
+    ),
+    ("drift direction", "align"): (
+        "in both, values differ: converging changes it",
+        "The item exists in the desired state and in the substrate, and their values differ; converging it "
+        "changes the substrate to the desired value.",
+        _NOTHING_ALONE,
+        "none",
+    ),
+    ("plan action", "none"): (
+        "nothing to change",
+        "The resource is as the manifest asks; the pass leaves it alone.",
+        "Nothing.",
+        "none",
+    ),
+    ("plan action", "create"): (
+        "the resource does not exist and is created",
+        "The pass finds the resource absent and creates it (in observe mode it only reports that it would).",
+        "Nothing, unless the creation is not meant: then change the manifest.",
+        "none",
+    ),
+    ("plan action", "update"): (
+        "the resource differs and is changed",
+        "The pass finds the resource different from the manifest (content, mode, owner, version, ...) and "
+        "changes what differs, nothing more (in observe mode it only reports the difference).",
+        "Nothing, unless the change is not meant: then change the manifest.",
+        "none",
+    ),
+    ("plan action", "delete"): (
+        "the resource must be absent and is removed",
+        "The manifest asks for the resource to be absent and the pass removes it.",
+        "Nothing, unless the removal is not meant: then change the manifest.",
+        "none",
+    ),
+    ("plan action", "restart"): (
+        "a service is restarted for a change it subscribes to",
+        "Something the service subscribes to changed on this pass, so the pass restarts (or refreshes) it.",
+        "Nothing.",
+        "none",
+    ),
+    ("plan action", "created"): (
+        "created on this pass, and converged",
+        "A pass line's past tense: the pass created the resource and it reached converged.",
+        "Nothing.",
+        "none",
+    ),
+    ("plan action", "updated"): (
+        "changed on this pass, and converged",
+        "A pass line's past tense: the pass changed what differed and the resource reached converged.",
+        "Nothing. If it is updated pass after pass, something else changes it back: go and look.",
+        "none",
+    ),
+    ("plan action", "deleted"): (
+        "removed on this pass, and converged",
+        "A pass line's past tense: the pass removed the resource, as the manifest asks.",
+        "Nothing.",
+        "none",
+    ),
+    ("plan action", "restarted"): (
+        "restarted on this pass, and converged",
+        "A pass line's past tense: the pass restarted the service for a change it subscribes to.",
+        "Nothing.",
+        "none",
+    ),
+    ("host mode", "enforce"): (
+        "the host is converged: what differs is changed",
+        "The host's reconciliation mode (host configuration, never desired state): a pass changes every "
+        "resource that differs from the manifest.",
+        "Nothing.",
+        "none",
+    ),
+    ("host mode", "observe"): (
+        "drift is reported and nothing is changed",
+        "The host's reconciliation mode (host configuration, never desired state): a pass reads every "
+        "resource and reports what differs as drifted, and changes nothing; the host then reads drifted.",
+        "Review the drift (datum plan shows the diffs); switch the host to enforce when the changes are meant.",
+        "none",
+    ),
+    ("reconciler mode", "enforce"): (
+        "the reconciler acts on confirmed items",
+        "The reconciler's mode: confirmed items are created, aligned and reaped, within the breaker.",
+        "Nothing.",
+        "none",
+    ),
+    ("reconciler mode", "dry_run"): (
+        "the reconciler reports what it would do and commits nothing",
+        "The reconciler's mode: confirmed items are reported with reason dry_run and nothing is committed.",
+        "Review what it would do; set mode = \"enforce\" for the reconciler when it should be done.",
+        "none",
+    ),
+    ("reconciler mode", "restore"): (
+        "the reconciler creates and aligns, never deletes",
+        "The reconciler's safe mode: items are created and aligned, reaps are recorded with reason "
+        "suppressed_restore_mode and never performed.",
+        "Nothing if safe mode is meant; set mode = \"enforce\" to let it delete.",
+        "none",
+    ),
+    ("reboot policy", "never"): (
+        "the host never reboots itself",
+        "A needed reboot is recorded (the host reads awaiting-reboot) and never performed by Datum.",
+        "Someone must reboot the host (datum reboot on it, or your own tooling); it reads awaiting-reboot until then.",
+        "look",
+    ),
+    ("reboot policy", "manual"): (
+        "the host reboots when a person runs datum reboot",
+        "A needed reboot is recorded and waits for a person: the report says \"run 'datum reboot' to reboot\".",
+        "Run datum reboot on the host when it suits; it reads awaiting-reboot until it comes back from a new boot.",
+        "look",
+    ),
+    ("reboot policy", "maintenance"): (
+        "the host reboots itself in its maintenance window",
+        "A needed reboot is made by the agent inside the configured maintenance window, when the group's "
+        "reboot budget has a slot.",
+        "Wait for the window. Go and look if the host stays awaiting-reboot past it.",
+        "wait",
+    ),
+    ("reboot policy", "automatic"): (
+        "the host reboots itself as soon as a reboot is needed",
+        "A needed reboot is made by the agent right after the pass that found it, when the group's reboot "
+        "budget has a slot.",
+        "Wait. Go and look if the host stays awaiting-reboot across passes (the reason says why).",
+        "wait",
+    ),
+    ("advice", "wait"): (
+        "it clears by itself",
+        "Datum's advice: what is shown resolves without anyone acting (a confirmation streak, a retry, a "
+        "window).",
+        "Wait. Go and look only if it does not clear after a few passes.",
+        "wait",
+    ),
+    ("advice", "go and look"): (
+        "it will not clear by itself",
+        "Datum's advice: waiting changes nothing; someone has to find and remove the cause.",
+        "Go and look: datum explain on the reason or state says where.",
+        "look",
+    ),
+    ("advice", "waits on its owner"): (
+        "only the item's owner can clear it",
+        "Datum's advice: the platform has done all it can and the item waits on its owner (a tenant emptying "
+        "a bucket).",
+        "Nothing for the operator; tell the owner if it has waited long.",
+        "owner",
+    ),
+    ("advice", "nothing to do"): (
+        "nothing is wrong",
+        "Datum's advice: what is shown is expected (a mode, a converged state).",
+        "Nothing.",
+        "none",
+    ),
+    ("advice", "wait, or go and look"): (
+        "it depends on how often it failed",
+        "Datum's advice for backoff and apply_failed when not told apart per item: a first failure retries "
+        "shortly; one that keeps failing, or is parked at the backoff cap, will not clear by itself.",
+        "Wait for the retry; go and look at lastErr when failures climb.",
+        "depends",
+    ),
+    ("coverage", "stranded"): (
+        "rows in a status nothing will ever move",
+        "Work-query coverage: rows sit in a status that the reconciler's work query does not select, that is "
+        "not terminal, and that no other component owns (count > 0, not selected, not terminal, no ownedBy). "
+        "Nothing will move them: they are stuck for good.",
+        "Go and look: move the rows to a status something drives, teach the work query this status, or declare "
+        "who owns it (ownedBy) or that it is final (terminal).",
+        "look",
+    ),
+    ("coverage", "selected"): (
+        "the work query picks this status up",
+        "Work-query coverage: rows in this status are read by the reconciler's work query on every pass.",
+        "Nothing.",
+        "none",
+    ),
+    ("coverage", "terminal"): (
+        "a legitimately final status",
+        "Work-query coverage: rows in this status are finished (deleted, say); nothing needs to move them.",
+        "Nothing.",
+        "none",
+    ),
+    ("item state", "at_backoff_cap"): (
+        "an item parked at the backoff cap: more waiting will not help",
+        "The item's apply failed on enough consecutive tries that its backoff window reached the configured "
+        "cap (backoff cap_passes): it is retried only once per cap, and it stays under this heading, retry "
+        "after retry, while it keeps failing.",
+        "Go and look at its lastErr and remove the cause; the next retry then converges it.",
+        "look",
+    ),
+    ("reconciler state", "disabled"): (
+        "the reconciler is switched off",
+        "The reconciler is installed but not enabled ([reconcilers.NAME] enabled = false, or off by default as "
+        "pg_roles is until configured): no pass runs, so it has no health, items or coverage to report. It is "
+        "not stuck and not waiting for a tick.",
+        "Nothing if it is meant to be off. To run it, configure it and set enabled = true under "
+        "[reconcilers.NAME], then restart datum serve.",
+        "none",
+    ),
+    ("host reason", "stale"): (
+        "the agent fell silent: its last report is overdue",
+        "The host's last report is older than [fleet] stale_after times the interval its agent reports at, so "
+        "the server no longer trusts the state it said (shown at the end: it said converged) and reads the "
+        "host unknown. The agent stopped, cannot reach the server, or the host is down.",
+        "Go and look at the host: is datum agent running (systemctl status datum-agent), can it reach the "
+        "server and is its token valid? The next report it delivers replaces this.",
+        "look",
+    ),
+    ("host reason", "stopped"): (
+        "a signal stopped the pass before it reached every resource",
+        "The pass was stopped by a signal (SIGTERM, SIGINT) part-way; the resources it did not reach are "
+        "pending, so the host state is not known. What it applied is persisted and the report is marked "
+        "incomplete.",
+        "Wait for the next pass, which replaces it. Go and look if passes keep being stopped (a service "
+        "manager's timeout, a shutdown during passes).",
+        "wait",
+    ),
+    ("host reason", "unfinished"): (
+        "a pass started and never persisted its report",
+        "The process that ran the pass died before it stored a report (killed, out of memory, the host lost "
+        "power); the last report is no longer current, so the host state is not known.",
+        "Go and look at why the process died (the journal); the next pass takes over and replaces it.",
+        "look",
+    ),
+    ("host reason", "unreadable"): (
+        "the stored report cannot be read",
+        "The last report (or its summary) is stored, but cannot be read as a pass report: damaged, or written "
+        "by a version that stores another form. The reason names the field at fault. The host reads unknown.",
+        "Go and look if it persists; the next good pass replaces it.",
+        "look",
+    ),
+    ("host reason", "no_manifest"): (
+        "the agent had no manifest to apply",
+        "datum agent could not fetch its manifest from the server and has none kept from before that "
+        "validates, so no pass ran; the reason says why the fetch failed.",
+        "Go and look at what the reason names: the server's address and reachability, the agent's token "
+        "(fleet:ReadManifest for its host), the fleet's nodes.yaml rule for this host.",
+        "look",
+    ),
+}

@@ -1,0 +1,100 @@
+"""Reading a line a surface printed back into the words ``datum explain`` knows.
+
+An operator pastes what they see: a host reason as ``datum status``, ``datum hosts`` or the page
+show it (``File[motd] failed: permission denied; blocked: Service[nginx]``, ``stale: the last
+report is 2h05m old, ...``, ``/run/reboot-required present (linux-image-amd64)``), a pass line
+(``File[motd]   updated``), or a line of "Needs a human" (``... is parked at the backoff cap after
+12 failures``). ``words`` names the (vocabulary, name) pairs that explain it, the host state it
+reads first.
+
+The shapes are the producers' (``datum.host.verdict``, ``datum.host.reboot``, ``datum.fleet.stale``,
+``datum.host.statefile``, ``datum.agent.loop``, ``datum.core.budget``, the API's host rows); a test
+pastes what each of them makes and checks it is read. Pure: strings in, pairs out.
+"""
+
+from __future__ import annotations
+
+import re
+
+from datum.core import budget
+from datum.core.vocab import HostState, ResourceState, registered
+
+HOST_STATE, RESOURCE_STATE, HOST_REASON = "host state", "resource state", "host reason"
+REASON, ACTION = "drift reason", "plan action"
+
+# A resource id followed by the word a pass line or a host reason gives it: ``File[/etc/motd] failed``.
+_RESOURCE_WORD = re.compile(
+    r"\]\s+(failed|blocked|drifted|skipped|converged|pending|applying|created|updated|deleted|restarted)\b"
+)
+_SKIPPED_BECAUSE = re.compile(r"\]\s+skipped:\s+([a-z][a-z0-9_]*(?:\.[a-z][a-z0-9_]*)?)\b")
+_PAST = {"created", "updated", "deleted", "restarted"}
+# Resource words -> the host state they roll up to (contract section 2, first rule that matches).
+_ROLLUP = [
+    ({"failed", "blocked"}, HostState.FAILED),
+    ({"drifted"}, HostState.DRIFTED),
+    ({"skipped"}, HostState.DEGRADED),
+]
+
+# Why a host awaits a reboot: a change that needs one, Debian's marker, a newer kernel, a kernel not booted.
+_REBOOT = re.compile(
+    r"\]\s+(?:created|updated|deleted|restarted),\s"  # Package[linux-image] updated, running kernel differs
+    r"|reboot-required present"  # /run/reboot-required present (pkgs)
+    r"|(?:^|;\s)kernel \S+ in /boot, running "  # kernel 6.2 in /boot, running 6.1
+    r"|newer kernel \S+ is not the default boot entry"
+)
+
+# Host reasons of a host that reads unknown (or waits on its reboot budget): pattern -> words.
+_FAMILIES: list[tuple[re.Pattern[str], list[tuple[str, str]]]] = [
+    (re.compile(r"^stale: the last report is "), [(HOST_STATE, HostState.UNKNOWN), (HOST_REASON, "stale")]),
+    (re.compile(r"^the pass was stopped by "), [(HOST_STATE, HostState.UNKNOWN), (HOST_REASON, "stopped")]),
+    (re.compile(r"^the pass started at .* did not finish"), [(HOST_STATE, HostState.UNKNOWN), (HOST_REASON, "unfinished")]),
+    (re.compile(r"cannot be read|is not a host state$"), [(HOST_STATE, HostState.UNKNOWN), (HOST_REASON, "unreadable")]),
+    (re.compile(r"^no pass has completed"), [(HOST_STATE, HostState.UNKNOWN)]),
+    (
+        re.compile(r"^no manifest has ever been fetched|; and the kept manifest does not validate"),
+        [(HOST_STATE, HostState.UNKNOWN), (HOST_REASON, "no_manifest")],
+    ),
+    (re.compile("^" + re.escape(budget.WAITING)), [(HOST_REASON, "reboot_budget")]),
+    (re.compile("^" + re.escape(budget.NO_LEASE)), [(HOST_REASON, "no_reboot_lease")]),
+    # "Needs a human" on the page.
+    (re.compile(r"parked at the backoff cap"), [("item state", "at_backoff_cap"), (REASON, "backoff")]),
+    (re.compile(r"\bstranded in\b"), [("coverage", "stranded")]),
+]
+
+_LABEL = re.compile(r"^(?:reason|host state)\s*:\s*", re.IGNORECASE)
+
+
+def bare(text: str) -> str:
+    """``text`` without the label a pass line gives it (``reason: ...``, ``host state: failed``)."""
+    return _LABEL.sub("", text.strip())
+
+
+def words(text: str) -> list[tuple[str, str]]:
+    """The (vocabulary, name) pairs that explain ``text``, each once, the host's state first; [] for none.
+
+    A leading ``reason:`` or ``host state:`` (as ``datum status`` prints them) is ignored.
+    """
+    line = bare(text)
+    found: list[tuple[str, str]] = []
+    for pattern, pairs in _FAMILIES:
+        if pattern.search(line):
+            found += pairs
+            break
+    said = [m.group(1) for m in _RESOURCE_WORD.finditer(line)]
+    if "; blocked: " in line:
+        said.append(ResourceState.BLOCKED.value)
+    if not found and _REBOOT.search(line):
+        found.append((HOST_STATE, HostState.AWAITING_REBOOT))
+    if not found:
+        found += [(HOST_STATE, state) for states, state in _ROLLUP if states & set(said)][:1]
+    found += [(ACTION if w in _PAST else RESOURCE_STATE, w) for w in said]
+    found += [(REASON, m.group(1)) for m in _SKIPPED_BECAUSE.finditer(line) if _registered(m.group(1))]
+    return [(v, str(n)) for v, n in dict.fromkeys(found)]
+
+
+def _registered(reason: str) -> bool:
+    try:
+        registered(reason)
+    except ValueError:
+        return False
+    return True
