@@ -13,7 +13,7 @@ A cycle:
    (so no other pass's directory goes while it runs); when none was fetched,
    applies the last one (``manifestOrigin: "cached: <why>"``); with none,
    persists a report ``unknown`` saying why, and runs nothing; else runs a
-   pass through the host pass engine (``datum.host.agent.engine_pass``: SIGTERM after
+   pass through the host pass engine (``datum.host.agent.host_pass``: SIGTERM after
    the current resource, incomplete reports), which
    persists the report and spools it in one transaction; a reboot the policy
    makes now is asked of the server first (the group's reboot budget,
@@ -42,7 +42,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, fields
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -52,9 +52,8 @@ from datum.agent.post import flush
 from datum.agent.state import AgentState
 from datum.core.findings import Problem
 from datum.core.vocab import Mode
-from datum.host import verdict
 from datum.host.compiled import HostConfig
-from datum.host.statefile import Held, StateStore
+from datum.host.statefile import hold
 
 
 @dataclass(frozen=True)
@@ -122,18 +121,6 @@ def _brief(why: str | None, most: int = 300) -> str | None:
     return why if why is None or len(why) <= most else why[: most - 3] + "..."
 
 
-def _unknown(opts: Options, store: StateStore, boot: str, host: str, why: str, extra: dict[str, Any]) -> dict[str, Any]:
-    """The report of a cycle that had no manifest to apply (``datum.host.verdict.no_pass``):
-    persisted and spooled like a pass's, in ``store``, whose pass lock the caller holds."""
-    now = datetime.now(UTC).isoformat()
-    report = verdict.report(
-        verdict.no_pass(why), [], host=host, mode=opts.mode.value, started=now, finished=now, duration=0.0,
-        boot_id=boot, extra=extra,
-    )
-    store.record(host, report)
-    return report
-
-
 def _budget(opts: Options, host: str) -> Any:
     """The pass engine's reboot budget: this host's lease, asked of the server with its facts."""
 
@@ -147,7 +134,7 @@ def _budget(opts: Options, host: str) -> Any:
 
 def _reboot(opts: Options, host: str, report: dict[str, Any]) -> str:
     """Run the reboot command under the lease the pass took; give the lease back when it fails. The log's words."""
-    from datum.host.agent import reboot_and_record
+    from datum.host.reboot import reboot_and_record
 
     command = opts.config.reboot_command
     why = reboot_and_record(command, opts.state_path, report)
@@ -160,8 +147,9 @@ def _reboot(opts: Options, host: str, report: dict[str, Any]) -> str:
 
 
 def cycle(opts: Options) -> Cycle:
-    """Fetch (over HTTP, unlocked), then take the state file's pass lock and, holding it, unpack the
-    manifest, prune the older ones and run the pass; deliver the spool once it is released.
+    """Fetch (over HTTP, unlocked), then take the state file's pass lock and, holding it, number the
+    pass, unpack the manifest and prune the older ones; the pass (``datum.host.agent.host_pass``: engine,
+    verdict, persist and spool) releases it; deliver the spool, then the reboot.
 
     A lock held past ``lock_wait`` raises the ``UNAVAILABLE`` problem ``datum apply`` raises
     (``another pass is running ...``), before anything under ``<state>.manifest/`` is touched.
@@ -172,41 +160,36 @@ def cycle(opts: Options) -> Cycle:
     path = opts.state_path
     host = agent.host_name(opts.config)
     state = AgentState(path)
-    reboot_now = False
     try:
         last = state.last_manifest()
         got = fetch(
             opts.server, host, opts.token, last[0] if last else None, _facts(opts.root, opts.config), opts.deadline
         )
-        boot = read_boot_id(opts.config.boot_id_file)
         agent.real_root(opts.root)  # a root that is not a directory: said before the lock is taken
-        store = StateStore(path)
+        held = hold(path, opts.config.lock_wait, read_boot_id(opts.config.boot_id_file))
         try:
-            with store.lease(opts.config.lock_wait, boot):
-                seq = state.next_seq()  # under the lock: numbered in the order the passes run
-                extra: dict[str, Any] = {
-                    "passId": str(uuid.uuid4()),
-                    "seq": seq,
-                    "intervalSeconds": opts.interval.total_seconds(),
-                }
-                manifest, digest, origin = _manifest(state, got, last, Path(f"{path}.manifest"))
-                if manifest is None:
-                    report = _unknown(opts, store, boot, host, origin, {**extra, "manifestOrigin": origin})
-                    code, stopped = report["exitCode"], False
-                else:
-                    extra.update(manifestDigest=digest, manifestOrigin=origin)
-                    result = agent.engine_pass(
-                        manifest, root=opts.root, mode=opts.mode, config=opts.config,
-                        state_path=path, extra=extra, budget=_budget(opts, host), holding=Held(store),
-                    )
-                    report, code, stopped = result.report, result.exit_code, bool(result.report.get("incomplete"))
-                    reboot_now = result.reboot_now
-        finally:
-            store.close()
+            seq = state.next_seq()  # under the lock: numbered in the order the passes run
+            extra: dict[str, Any] = {
+                "passId": str(uuid.uuid4()),
+                "seq": seq,
+                "intervalSeconds": opts.interval.total_seconds(),
+            }
+            manifest, digest, origin = _manifest(state, got, last, Path(f"{path}.manifest"))
+        except BaseException as exc:
+            held.close(type(exc), exc, exc.__traceback__)
+            raise
+        if manifest is not None:
+            extra["manifestDigest"] = digest
+        extra["manifestOrigin"] = origin
+        result = agent.host_pass(
+            manifest, root=opts.root, mode=opts.mode, config=opts.config, state_path=path, held=held,
+            extra=extra, budget=_budget(opts, host), none_because=origin,
+        )
         sent = flush(state, opts.server, host, opts.token, opts.deadline)
     finally:
         state.close()
-    rebooting = _reboot(opts, host, report) if reboot_now else ""
+    report, code = result.report, result.exit_code
+    rebooting = _reboot(opts, host, report) if result.reboot_now else ""
     line = (
         f"datum agent: pass {seq} ({report.get('passId', '')[:8]}) host {host} state {report['state']}, "
         f"exit {code}, manifest {digest or 'none'} ({origin.split(';')[0] if manifest is not None else 'none'})"
@@ -216,7 +199,7 @@ def cycle(opts: Options) -> Cycle:
         + (f"; reason: {report['reason']}" if report.get("reason") and report["state"] != "converged" else "")
         + rebooting
     )
-    return Cycle(report, code, line, stopped)
+    return Cycle(report, code, line, stopped=manifest is not None and bool(report.get("incomplete")))
 
 
 def run_forever(opts: Options, log: Any = None, reload: Callable[[], Options] | None = None) -> int:

@@ -2,7 +2,8 @@
 
 ``datum apply`` is thin: the idle pass (``datum.host.idle``) or else the engine's
 (``datum.host.agent.apply``: lock, pass, verdict, persist), then what a person or a
-server is given: lines or JSON, the report posted, the reboot.
+server is given, in the contract's order (``deliver``): lines or JSON, the report
+posted, the reboot.
 
 ``apply``'s options are declared once, in ``APPLY_OPTIONS``: ``parse_apply`` reads a
 plain command line with them here, so an idle pass never imports click (about a fifth
@@ -83,40 +84,24 @@ def apply(
     token: str | None = None,
     allow_outside: bool = False,
 ) -> int:
-    """``datum apply``: one pass, its lines (or JSON), the report posted, the reboot; the exit code."""
+    """``datum apply``: the idle pass, else the engine's; then its lines (or JSON), the report
+    posted, the reboot (``deliver``); the exit code."""
     from datum.host import idle
 
-    found = idle.run(manifest, root, mode, state, config, allow_outside)
-    if isinstance(found, idle.Done):  # converged, proved without the engine: exit 0
-        sys.stdout.write(_pretty(found.text) if as_json else found.lines)
-        sys.stdout.flush()
-        for warning in found.warnings:
-            warn(warning)
-        if report_to:
-            import json
+    result = idle.run(manifest, root, mode, state, config, allow_outside)
+    if not isinstance(result, idle.Done):  # the engine runs, under the lock the idle pass may hand over
+        from datum.host import agent
 
-            post(report_to, token, json.loads(found.text))
-        return 0
-    from datum.host import agent
-
-    progress = _progress(as_json)
-    try:
-        result = agent.apply(
-            manifest, root=root, mode=mode, state=state, config=config, allow_outside=allow_outside,
-            progress=progress, held=found,
-        )
-    finally:
-        if progress is not None:
-            progress.close()
-    show(result, as_json)
-    chosen: Any = result.config
-    target = report_to or chosen.report_to
-    if target:
-        post(target, token or chosen.token, result.report)
-    if result.reboot_now:
-        reboot(chosen, str(result.state_path), result.report)
-    code: int = result.exit_code
-    return code
+        progress = _progress(as_json)
+        try:
+            result = agent.apply(
+                manifest, root=root, mode=mode, state=state, config=config, allow_outside=allow_outside,
+                progress=progress, held=result,
+            )
+        finally:
+            if progress is not None:
+                progress.close()
+    return deliver(result, as_json, report_to, token)
 
 
 def plan(manifest: str, root: str = ROOT.default, as_json: bool = False, config: str | None = None,
@@ -130,7 +115,36 @@ def plan(manifest: str, root: str = ROOT.default, as_json: bool = False, config:
     finally:
         if progress is not None:
             progress.close()
-    show(result, as_json, plan=True)
+    return deliver(result, as_json, plan=True)
+
+
+def deliver(result: Any, as_json: bool, report_to: str | None = None, token: str | None = None,
+            plan: bool = False) -> int:
+    """A pass whose report is persisted (an idle pass's ``Done`` or the engine's ``PassResult``),
+    given out in the contract's order: its lines (or its report as JSON) and warnings, the report
+    posted to ``report_to`` (else the configuration's), then the reboot; the exit code. A ``plan``
+    shows its diffs, and posts nothing."""
+    from datum.host.idle import Done
+
+    if as_json:
+        import json
+
+        sys.stdout.write(json.dumps(result.report, indent=2) + "\n")
+    elif isinstance(result, Done):  # an idle pass's lines: the engine's, kept with its entry
+        sys.stdout.write(result.lines)
+    else:
+        from datum.host.output import echo_lines, pass_lines
+
+        echo_lines(pass_lines(result.report, plan=plan))
+    sys.stdout.flush()
+    for warning in result.warnings:
+        warn(warning)
+    chosen = result.config
+    target = report_to or (chosen.report_to if chosen is not None else None)
+    if target and not plan:  # a plan persists nothing, and posts nothing
+        post(target, token or (chosen.token if chosen is not None else None), result.report)
+    if result.reboot_now:
+        reboot(chosen, str(result.state_path), result.report)
     code: int = result.exit_code
     return code
 
@@ -140,27 +154,6 @@ def _progress(as_json: bool) -> Any:
     from datum.host.output import ProgressLine
 
     return None if as_json else ProgressLine()
-
-
-def show(result: Any, as_json: bool, plan: bool = False) -> None:
-    """A pass's lines (or its report as JSON), then its warnings."""
-    from datum.host.output import echo_lines, pass_lines
-
-    if as_json:
-        import json
-
-        sys.stdout.write(json.dumps(result.report, indent=2) + "\n")
-        sys.stdout.flush()
-    else:
-        echo_lines(pass_lines(result.report, plan=plan))
-    for warning in result.warnings:
-        warn(warning)
-
-
-def _pretty(text: str) -> str:
-    import json
-
-    return json.dumps(json.loads(text), indent=2) + "\n"
 
 
 def post(target: str, token: str | None, report: dict[str, Any]) -> None:
@@ -174,7 +167,7 @@ def post(target: str, token: str | None, report: dict[str, Any]) -> None:
 
 def reboot(chosen_config: Any, state_path: str, report: dict[str, Any]) -> bool:
     """Run the reboot command after the report is persisted; record a failure. True when it started."""
-    from datum.host.agent import reboot_and_record
+    from datum.host.reboot import reboot_and_record
 
     command = chosen_config.reboot_command
     print(f"rebooting: {command}", file=sys.stderr, flush=True)

@@ -46,12 +46,25 @@ FORMAT = 3  # 3: the engine's read set
 
 
 class Done:
-    """An idle pass that stored its report: the report's JSON text, the lines a person reads."""
+    """An idle pass that stored its report: the report's JSON text, the lines a person reads; read
+    as the engine's ``PassResult`` is (``datum.cli.passes.deliver``): exit 0, no reboot."""
 
     __slots__ = ("text", "lines", "warnings")
+    exit_code = 0
+    reboot_now = False
+    config = None  # an entry is never made for a configuration that posts its report
+    state_path = None
 
     def __init__(self, text: str, lines: str, warnings: list[str]) -> None:
         self.text, self.lines, self.warnings = text, lines, warnings
+
+    @property
+    def report(self) -> dict[str, Any]:
+        """The stored report, parsed (``json`` imported only when it is shown or posted)."""
+        import json
+
+        parsed: dict[str, Any] = json.loads(self.text)
+        return parsed
 
 
 # -- where an entry lives ----------------------------------------------------------------------
@@ -192,15 +205,16 @@ def _entry(
 
 
 def _template(report: dict[str, Any], outcomes: list[Any], chosen: HostConfig) -> dict[str, Any]:
-    """The report and lines an idle pass of this manifest gives, made by the engine's own
-    ``pass_report`` and ``pass_lines``, its times left as numbered slots."""
+    """The report and lines an idle pass of this manifest gives, made by the engine's own verdict
+    (``datum.host.verdict``: every resource converged) and ``pass_lines``, its times left as
+    numbered slots."""
     import json
     import re
 
     from datum.core.vocab import ResourceState
+    from datum.host import verdict
     from datum.host.executor import Outcome
     from datum.host.output import pass_lines
-    from datum.host.verdict import pass_report
     from datum.providers.facts import read_boot_id
 
     nonce = os.urandom(8).hex()  # no manifest, path or host name can spell a slot
@@ -210,9 +224,9 @@ def _template(report: dict[str, Any], outcomes: list[Any], chosen: HostConfig) -
 
     boot_id = read_boot_id(chosen.boot_id_file)
     idle = [Outcome(o.resource, state=ResourceState.CONVERGED) for o in outcomes]
-    template = pass_report(
-        report["host"], report["mode"], "converged", slot(0), slot(1), slot(2), report["manifest"], 0, idle,
-        boot_id=slot(3) if boot_id else "",
+    template = verdict.report(
+        verdict.decide(idle), idle, host=report["host"], mode=report["mode"], started=slot(0), finished=slot(1),
+        duration=slot(2), manifest=report["manifest"], boot_id=slot(3) if boot_id else "",
     )
     for n, item in enumerate(template["resources"]):
         item["durationSeconds"] = slot(4 + n)

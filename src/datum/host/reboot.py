@@ -1,4 +1,5 @@
-"""Reboots: what says one is needed, whether an earlier need still holds, and what the policy makes of it.
+"""Reboots: what says one is needed, whether an earlier need still holds, what the policy makes of
+it (``status``: the report's ``reboot``), and the reboot itself once the report is persisted.
 
 A need comes from a change a provider made (a kernel package), from Debian's
 ``/run/reboot-required`` marker under the root, or from a newer kernel under
@@ -11,14 +12,19 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from datum.core.vocab import RebootPolicy
+from datum.core.vocab import Mode, RebootPolicy, ResourceState
 from datum.providers import fs, reads
 from datum.providers.base import ProviderError
+
+if TYPE_CHECKING:
+    from datum.host.compiled import HostConfig
+    from datum.host.executor import Outcome
 
 MARKERS = ("/run/reboot-required", "/var/run/reboot-required")
 
@@ -230,3 +236,127 @@ def reboot_argv(command: str) -> list[str]:
     import shlex
 
     return shlex.split(command)
+
+
+# Asked before a policy reboot by ``datum agent``: the group's reboot budget (a lease from the server).
+Budget = Callable[[str], Slot]  # given the boot id the pass ran in
+
+
+@dataclass(frozen=True, slots=True)
+class Status:
+    """What a pass says of reboots: the report's ``reboot`` (None when none is needed), whether to
+    reboot once the report is persisted, the host reason when the reboot budget holds it back, and
+    the markers found stale (kept for the next pass)."""
+
+    reboot: dict[str, Any] | None
+    reboot_now: bool
+    held: str | None
+    stale: dict[str, int]
+
+    @property
+    def reason(self) -> str | None:
+        """Why the host awaits a reboot (the verdict's ``reboot_reason``); None when it does not."""
+        return (self.held or self.reboot["reason"]) if self.reboot else None
+
+
+def status(
+    config: HostConfig,
+    mode: Mode,
+    outcomes: Sequence[Outcome],
+    root: Path,
+    previous: dict[str, Any] | None,
+    boot_id: str,
+    budget: Budget | None = None,
+    stopped: bool = False,
+    known_stale: dict[str, int] | None = None,
+) -> Status:
+    """The reboot status of a pass over ``outcomes`` (``known_stale``: the markers the last pass kept).
+
+    With ``budget``, a reboot the policy would make now is asked for first, after every resource
+    ran: no slot (the group is full, the server cannot be asked) is no reboot, said so. A pass
+    ``stopped`` part-way never reboots, asks for no slot and records no request: the next whole
+    pass decides.
+    """
+    changes = [
+        f"{o.id} {o.action.past}, {o.reboot_required}"
+        for o in outcomes
+        if o.changed and o.reboot_required and o.state is ResourceState.CONVERGED
+    ]
+    from datum.providers.facts import running_kernel
+
+    running = running_kernel()
+    found = detect(root, running, changes)
+    reasons, markers, need_boot = still_needed(found, previous, boot_id, known_stale)
+    stale = {m: t for m, t in found.markers.items() if m not in markers}
+    if not reasons:
+        return Status(None, False, None, stale)
+    before = (previous or {}).get("reboot") or {}
+    already = bool(before.get("requestedAt")) and before.get("bootId") == boot_id
+    reasons, attempted = not_booted(reasons, found.kernel, running, before, boot_id)
+    if mode is Mode.OBSERVE:
+        decision = Decision(False, "none in observe mode; an enforce pass applies the reboot policy")
+    elif stopped:
+        decision = Decision(False, "none: the pass was stopped part-way; the next whole pass decides")
+    elif attempted is not None and len(reasons) == 1 and not already:
+        decision = Decision(
+            False,
+            f"not rebooting again for kernel {found.kernel} (a reboot was requested at "
+            f"{attempted['requestedAt']}); make it the default boot entry, or remove it",
+        )
+    else:
+        decision = decide(config.reboot_policy, config.maintenance_window, datetime.now().astimezone(), already)
+    held: str | None = None
+    if decision.reboot_now and budget is not None:
+        slot = budget(boot_id)
+        if slot.granted:
+            decision = Decision(True, f"{decision.action}; {slot.words}")
+        else:
+            decision, held = Decision(False, f"{slot.words}; asks again at the next pass"), slot.words
+    reboot: dict[str, Any] = {
+        "required": True,
+        "reason": "; ".join(reasons),
+        "policy": config.reboot_policy.value,
+        "bootId": need_boot,
+        "action": decision.action,
+    }
+    if markers:
+        reboot["markers"] = markers
+    if found.kernel:
+        reboot["kernel"] = found.kernel
+    if attempted is not None:
+        reboot["attempted"] = attempted
+    if already:
+        reboot["requestedAt"] = before["requestedAt"]
+    elif decision.reboot_now:
+        reboot["requestedAt"] = datetime.now(UTC).isoformat()
+    return Status(reboot, decision.reboot_now, held, stale)
+
+
+def reboot_and_record(command: str, state_path: str, report: dict[str, Any]) -> str | None:
+    """Run the reboot command once the report is persisted; None when it started.
+
+    A command that fails is recorded in the host's last report (``the reboot command failed: ...``,
+    no ``requestedAt``, so the next pass tries again), and why is returned.
+    """
+    why = reboot_host(command)
+    if why is None:
+        return None
+    from datum.host.statefile import StateStore
+
+    reboot = dict(report.get("reboot") or {})
+    reboot.pop("requestedAt", None)
+    reboot["action"] = f"the reboot command failed: {why}"
+    store = StateStore(state_path)
+    try:
+        store.record(report["host"], {**report, "reboot": reboot})
+    finally:
+        store.close()
+    return why
+
+
+def reboot_host(command: str) -> str | None:
+    """Run the reboot command; None when it started, else why not."""
+    from datum.providers.base import run as run_command
+
+    done = run_command(reboot_argv(command), timeout=120)
+    return None if done.returncode == 0 else done.why()

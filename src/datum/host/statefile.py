@@ -348,7 +348,7 @@ class StateStore:
 
 class Held:
     """A state file whose pass lock is held, with what releases it, last taken first (an
-    ``ExitStack`` without ``contextlib``): ``datum.host.agent.engine_pass(holding=)`` takes it over and
+    ``ExitStack`` without ``contextlib``): ``datum.host.agent.host_pass(held=)`` takes it over and
     releases it when its pass ends. ``stop``: the signal watch taken with it, if one was
     (``datum.host.idle``, whose idle pass hands its lock and a signal that came to the engine).
     """
@@ -373,6 +373,20 @@ class Held:
         exits, self._exits = self._exits, []
         for leave in reversed(exits):
             leave(*(exc or (None, None, None)))
+
+
+def hold(path: str, wait: timedelta, boot_id: str) -> Held:
+    """The state file at ``path`` opened and its pass lock taken (``StateStore.lease``: waiting at
+    most ``wait``), both released by the ``Held``'s ``close``."""
+    store = StateStore(path)
+    held = Held(store)
+    held.callback(store.close)
+    try:
+        held.enter(store.lease(wait, boot_id))
+    except BaseException as exc:
+        held.close(type(exc), exc, exc.__traceback__)
+        raise
+    return held
 
 
 class _Lease:

@@ -163,53 +163,6 @@ def resource_report(o: Outcome) -> dict[str, Any]:
     return out
 
 
-def pass_report(
-    host: str,
-    mode: str,
-    state: str,
-    started: Any,
-    finished: Any,
-    duration: Any,
-    manifest: str | None,
-    code: int,
-    outcomes: Sequence[Outcome],
-    *,
-    incomplete: bool = False,
-    reason: str | None = None,
-    boot_id: str = "",
-    reboot: dict[str, Any] | None = None,
-    extra: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """The pass report (``PassReport``'s JSON form), its fields in the order they are stored.
-
-    ``datum.host.idle`` fills the same form with an idle pass's times; ``report`` gives it a
-    ``Verdict``.
-    """
-    report: dict[str, Any] = {
-        "host": host,
-        "mode": mode,
-        "state": state,
-        "startedAt": started,
-        "finishedAt": finished,
-        "durationSeconds": duration,
-    }
-    if manifest is not None:
-        report["manifest"] = manifest
-    report["exitCode"] = code
-    report["counts"] = dict(Counter(o.state.value for o in outcomes))
-    report["resources"] = [resource_report(o) for o in outcomes]
-    if incomplete:
-        report["incomplete"] = True
-    if reason:
-        report["reason"] = reason
-    if boot_id:
-        report["bootId"] = boot_id
-    if reboot:
-        report["reboot"] = reboot
-    report.update(extra or {})
-    return report
-
-
 def report(
     verdict: Verdict,
     outcomes: Sequence[Outcome],
@@ -218,17 +171,38 @@ def report(
     mode: str,
     started: str,
     finished: str,
-    duration: float,
+    duration: float | str,
     manifest: str | None = None,
     boot_id: str = "",
     reboot: dict[str, Any] | None = None,
     extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The pass report of ``verdict`` over ``outcomes``."""
-    return pass_report(
-        host, mode, verdict.state.value, started, finished, duration, manifest, verdict.exit_code, outcomes,
-        incomplete=verdict.incomplete, reason=verdict.reason, boot_id=boot_id, reboot=reboot, extra=extra,
-    )
+    """The pass report of ``verdict`` over ``outcomes`` (``PassReport``'s JSON form), its fields in
+    the order they are stored. ``datum.host.idle`` makes its template here, with numbered slots
+    for the times (strings) that an idle pass fills."""
+    out: dict[str, Any] = {
+        "host": host,
+        "mode": mode,
+        "state": verdict.state.value,
+        "startedAt": started,
+        "finishedAt": finished,
+        "durationSeconds": duration,
+    }
+    if manifest is not None:
+        out["manifest"] = manifest
+    out["exitCode"] = verdict.exit_code
+    out["counts"] = dict(Counter(o.state.value for o in outcomes))
+    out["resources"] = [resource_report(o) for o in outcomes]
+    if verdict.incomplete:
+        out["incomplete"] = True
+    if verdict.reason:
+        out["reason"] = verdict.reason
+    if boot_id:
+        out["bootId"] = boot_id
+    if reboot:
+        out["reboot"] = reboot
+    out.update(extra or {})
+    return out
 
 
 def unknown(host: str, why: str) -> dict[str, Any]:
