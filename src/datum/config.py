@@ -302,7 +302,7 @@ class FleetSettings(_Strict):
 class Settings(_Strict):
     """The whole configuration file."""
 
-    home: Path = Field(default_factory=default_home)
+    home: Path = Field(default_factory=lambda: Path(default_home()))
     store: str | None = None
     reconcilers: dict[str, dict[str, Any]] = Field(default_factory=dict)
     host: HostSettings = HostSettings()

@@ -3,16 +3,13 @@
 Apart from ``datum.config`` so that a pass with no configuration file learns it
 without importing pydantic and the whole settings model; the URL rule is here
 so that ``--state`` (``datum.host.statefile``) and ``[host] state``
-(``datum.config``) say the same.
+(``datum.config``) say the same. Paths are strings: the idle pass finds its
+entry here on its cold start (``datum.host.idle``), without ``pathlib``.
 """
 
 from __future__ import annotations
 
 import os
-
-TYPE_CHECKING = False  # the idle pass finds its cache here: no pathlib imported for it
-if TYPE_CHECKING:
-    from pathlib import Path
 
 
 def url_refused(state: str) -> str | None:
@@ -22,16 +19,14 @@ def url_refused(state: str) -> str | None:
     return None
 
 
-def default_home() -> Path:
+def default_home() -> str:
     """``$DATUM_HOME``; else ``/var/lib/datum`` as root; else ``$XDG_STATE_HOME/datum``."""
-    from pathlib import Path
-
     if home := os.environ.get("DATUM_HOME"):
-        return Path(home).expanduser()
+        return os.path.expanduser(home)
     if os.geteuid() == 0:
-        return Path("/var/lib/datum")
-    state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(state) / "datum"
+        return "/var/lib/datum"
+    state = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return os.path.join(state, "datum")
 
 
 def cache_root() -> str:

@@ -71,6 +71,22 @@ def test_report_to_posts_the_pass_report_with_a_bearer_token(host, collector):
     assert "s3cret" not in result.out + result.err
 
 
+def test_the_configured_report_to_gets_every_apply_and_never_a_plan(host, collector):
+    """``[host] report_to``: an apply's report is posted there, the idle pass's too (it runs the
+    engine: a configuration that posts keeps no idle entry); a plan persists nothing and posts
+    nothing, though it is given out by the same code (``datum.cli.passes.deliver``)."""
+    url, received = collector
+    host.configure(f'[host]\nname = "web-1"\nreport_to = "{url}"\n')
+    manifest = host.manifest(MANIFEST)
+    plan = host.datum("plan", str(manifest), "--root", str(host.root))
+    assert plan.code == 8 and "drifted: would create" in plan.out and received == []
+    assert [host.apply(manifest).code for _ in range(3)] == [2, 0, 0]
+    assert [(path, body["exitCode"]) for path, _auth, body in received] == [("/v1/hosts/web-1/passes", 2)] + [
+        ("/v1/hosts/web-1/passes", 0)
+    ] * 2
+    assert host.datum("plan", str(manifest), "--root", str(host.root)).code == 0 and len(received) == 3
+
+
 def test_an_unreachable_server_is_a_warning_not_a_failed_pass(host):
     result = host.apply(host.manifest(MANIFEST), "--report-to", "http://127.0.0.1:9", "--token", "s3cret")
     assert result.code == 2

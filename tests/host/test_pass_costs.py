@@ -203,9 +203,9 @@ def test_a_changed_resource_is_validated_without_scanning_the_installed_distribu
 
 
 def test_an_unchanged_pass_imports_no_findings_and_no_validation(host):
-    """What the engine's pass over a validated manifest loads: neither the findings nor
-    validation's modules (YAML, pydantic, the spec models), until something fails; a failure
-    still reads as it did. (The idle check's cold start imports less: tests/host/test_idle.py.)"""
+    """What the engine's pass over a validated manifest loads: none of validation's modules (YAML,
+    pydantic, the spec models), until something fails; a failure still reads as it did. (The idle
+    check's cold start imports less: tests/host/test_idle.py.)"""
     manifest = host.manifest(WEB)
     args = ("apply", str(manifest), "--root", str(host.root), "--state", str(host.state))
     assert _imports(host, *args)[0] == 2
@@ -213,7 +213,7 @@ def test_an_unchanged_pass_imports_no_findings_and_no_validation(host):
     code, imported, out = _imports(host, *args)
     assert code == 0 and "host state: converged" in out
     assert {"datum.host.model", "datum.host.executor", "datum.providers.accounts"} <= imported
-    loaded = {"datum.core.findings", "datum.host.manifest", "yaml", "pydantic", "datum.providers.file.spec"}
+    loaded = {"datum.host.manifest", "yaml", "pydantic", "datum.providers.file.spec"}
     assert loaded.isdisjoint(imported), loaded & imported
     code, imported, out = _imports(host, "apply", str(manifest), "--root", str(host.base / "nowhere"), "--json")
     assert code == 65 and "datum.core.findings" in imported
@@ -302,7 +302,7 @@ def test_a_report_that_cannot_be_stored_is_a_not_persisted_problem_carrying_it(t
     assert caught.value.code == "UNAVAILABLE" and "was not stored" in str(caught.value)
     with pytest.raises(Problem, match="is a URL"):  # the other problem this module raises, as before
         statefile.state_path("postgresql://db/datum")
-    assert statefile.NotPersisted is statefile._not_persisted() and statefile.NotPersisted.__module__ == statefile.__name__
+    assert statefile.NotPersisted.__module__ == statefile.__name__
 
 
 @pytest.mark.parametrize(

@@ -18,6 +18,7 @@ from datum.host.executor import Outcome
 from datum.host.manifest import SpecMemory, parse_manifest
 from datum.host.model import Manifest, Resource
 from datum.host.reboot import Decision, Found, Slot
+from datum.host.verdict import Verdict
 from datum.providers.accounts import Table
 from datum.providers.base import Attributes, Beside, Change, Completed, HostContext, run
 from datum.providers.exec import ExecHave, ExecWant
@@ -42,13 +43,17 @@ def _config(**kw):
 FROZEN = [
     Change, FileWant, FileHave, Found, Decision, Slot, Table, compiled.HostConfig, Resource, Manifest,
     ExecWant, ExecHave, GroupWant, GroupHave, LineWant, LineHave, PkgWant, PkgHave, SvcWant, SvcHave,
-    LinkWant, LinkHave, UserWant, UserHave,
+    LinkWant, LinkHave, UserWant, UserHave, Outcome, Verdict, Facts,
 ]
 
 
 @pytest.mark.parametrize("cls", FROZEN, ids=lambda c: c.__name__)
 def test_every_value_of_a_pass_is_a_frozen_slotted_dataclass(cls):
     assert cls.__dataclass_params__.frozen and "__slots__" in vars(cls)
+
+
+def test_what_a_pass_produced_is_a_slotted_dataclass():
+    assert not PassResult.__dataclass_params__.frozen and "__slots__" in vars(PassResult)
 
 
 def test_the_defaults_and_the_copies():
@@ -108,7 +113,7 @@ def test_facts_give_templates_a_copy_and_name_every_fact():
     seen["os_release"]["ID"] = "changed"
     assert facts.os_release == {"ID": "debian"} and Facts("h").os_release == {}
     assert NAMES == {"hostname", "os_release", "kernel", "boot_id", "cpu_count", "memory_mb", "facts"}
-    assert os.uname().release  # what running_kernel reads
+    assert os.uname().release  # what datum.providers.reads.kernel reads
 
 
 MANIFEST = """resources:

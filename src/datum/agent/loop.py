@@ -53,7 +53,8 @@ from datum.agent.state import AgentState
 from datum.core.findings import Problem
 from datum.core.vocab import Mode
 from datum.host.compiled import HostConfig
-from datum.host.statefile import hold
+from datum.host.lock import hold
+from datum.providers import reads
 
 
 @dataclass(frozen=True)
@@ -155,7 +156,6 @@ def cycle(opts: Options) -> Cycle:
     (``another pass is running ...``), before anything under ``<state>.manifest/`` is touched.
     """
     from datum.host import agent
-    from datum.providers.facts import read_boot_id
 
     path = opts.state_path
     host = agent.host_name(opts.config)
@@ -166,7 +166,7 @@ def cycle(opts: Options) -> Cycle:
             opts.server, host, opts.token, last[0] if last else None, _facts(opts.root, opts.config), opts.deadline
         )
         agent.real_root(opts.root)  # a root that is not a directory: said before the lock is taken
-        held = hold(path, opts.config.lock_wait, read_boot_id(opts.config.boot_id_file))
+        held = hold(path, opts.config.lock_wait.total_seconds(), reads.boot_id(opts.config.boot_id_file), watch=False)
         try:
             seq = state.next_seq()  # under the lock: numbered in the order the passes run
             extra: dict[str, Any] = {

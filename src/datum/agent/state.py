@@ -1,6 +1,6 @@
 """The agent's part of its local state file: spool, sequence numbers, the last fetched manifest.
 
-The tables are made by ``datum.host.statefile`` (one schema for the file);
+The tables are made by ``datum.host.lock`` (one schema for the file);
 only the agent writes them. A report is spooled in the same transaction that
 persists it as the host's last pass (``StateStore.record``), so a pass is
 never persisted and then lost on the way to the server.
@@ -13,7 +13,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from datum.host.statefile import open_local
+from datum.host.lock import open_local
 
 MAX_SPOOL = 10_000  # past it the oldest undelivered reports go (and the log says how many)
 

@@ -88,19 +88,20 @@ def apply(
     posted, the reboot (``deliver``); the exit code."""
     from datum.host import idle
 
-    result = idle.run(manifest, root, mode, state, config, allow_outside)
-    if not isinstance(result, idle.Done):  # the engine runs, under the lock the idle pass may hand over
-        from datum.host import agent
+    found = idle.run(manifest, root, mode, state, config, allow_outside)
+    if isinstance(found, idle.Done):
+        return deliver(found, as_json, report_to, token)
+    from datum.host import agent
 
-        progress = _progress(as_json)
-        try:
-            result = agent.apply(
-                manifest, root=root, mode=mode, state=state, config=config, allow_outside=allow_outside,
-                progress=progress, held=result,
-            )
-        finally:
-            if progress is not None:
-                progress.close()
+    progress = _progress(as_json)
+    try:  # the engine, under the lock the idle pass may hand over
+        result = agent.apply(
+            manifest, root=root, mode=mode, state=state, config=config, allow_outside=allow_outside,
+            progress=progress, held=found,
+        )
+    finally:
+        if progress is not None:
+            progress.close()
     return deliver(result, as_json, report_to, token)
 
 

@@ -17,18 +17,17 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from datum.core.vocab import Mode, ResourceState
 from datum.host import reboot, verdict
 from datum.host.compiled import HostConfig, prepare
 from datum.host.executor import PassResult, Progress, run_pass
+from datum.host.lock import Held, Watch, hold, unfinished, unfinished_reason
 from datum.host.model import Manifest
-from datum.host.statefile import Held, StateStore, Unreadable, unfinished, unfinished_reason
+from datum.host.statefile import StateStore, Unreadable
+from datum.providers import reads
 from datum.providers.base import HostContext
-
-if TYPE_CHECKING:
-    from datum.signals import Stop
 
 __all__ = ["PassResult", "apply", "host_name", "plan", "real_root", "host_pass", "state_file"]
 
@@ -45,9 +44,7 @@ def real_root(root: str) -> Path:
 
 
 def host_name(config: HostConfig) -> str:
-    from datum.providers.facts import node_name  # a read the idle pass replays
-
-    return config.name or node_name()
+    return config.name or reads.node_name()  # a read the idle pass replays
 
 
 def state_file(state: str | None, config: HostConfig) -> str:
@@ -117,14 +114,14 @@ def host_pass(
     ``state_path`` None: ``datum plan``, which takes no lock and persists nothing. ``held``: the
     state file whose pass lock the caller holds (``datum agent``, which unpacked the manifest
     under it; an idle pass that handed over, with its signal watch), released when the pass ends;
-    else the lock is taken here. ``manifest`` None: there is none to apply (``datum agent``), and
-    the report persisted says why (``none_because``, ``datum.host.verdict.no_pass``).
+    else the lock is taken here (``datum.host.lock``). A pass that runs resources watches the pass
+    signals: SIGTERM or SIGINT stops it after the current resource. ``manifest`` None: there is
+    none to apply (``datum agent``), and the report persisted says why (``none_because``,
+    ``datum.host.verdict.no_pass``).
     ``extra`` adds fields to the report before it is persisted (``datum agent``: ``passId``,
     ``seq``, ``manifestDigest``, ...); a report with a ``seq`` is spooled with it, in one
     transaction. ``budget`` is asked before a policy reboot (``datum agent``: the group's lease).
     """
-    from datum.providers.facts import read_boot_id
-
     try:
         root_path = real_root(root)
     except BaseException:
@@ -135,14 +132,21 @@ def host_pass(
         if held is not None:
             stack.push(held.close)  # the caller's lock (and signal watch), released with the pass
         host = host_name(config)
-        boot_id = read_boot_id(config.boot_id_file)
-        store, stop = _hold(stack, held, state_path, config, boot_id, watch=manifest is not None)
+        boot_id = reads.boot_id(config.boot_id_file)
+        if held is None and state_path is not None:
+            held = hold(state_path, config.lock_wait.total_seconds(), boot_id, watch=False)
+            stack.push(held.close)
+        stop = held.watch if held is not None else None
+        if stop is None and held is not None and manifest is not None:  # a pass that runs resources
+            stop = Watch()
+            stack.callback(stop.close)
+        store = StateStore(held.path, held.db) if held is not None else None
         previous = _previous(store, host)
         warnings = []
-        if store is not None:
-            progress = _chain(progress, _first_change(store.mark_changing))
-            if unfinished(store.taken_over, previous):
-                warnings.append(f"{unfinished_reason(store.taken_over or {})}; this pass replaces it")
+        if held is not None:
+            progress = _chain(progress, _first_change(held.lease.mark_changing))
+            if unfinished(held.lease.taken_over, previous):
+                warnings.append(f"{unfinished_reason(held.lease.taken_over or {})}; this pass replaces it")
         started = datetime.now(UTC)
         clock = time.perf_counter()
         known: dict[str, int] = {}
@@ -171,27 +175,6 @@ def host_pass(
             store.record(host, report, stale_markers=found.stale if found.stale != known else None)
     reboot_now = found.reboot_now and state_path is not None
     return PassResult(report, outcomes, decided.exit_code, reboot_now, warnings, config, state_path)
-
-
-def _hold(
-    stack: ExitStack, held: Held | None, state_path: str | None, config: HostConfig, boot_id: str, watch: bool
-) -> tuple[StateStore | None, Stop | None]:
-    """The state file whose pass lock this pass holds (``held``'s, or taken here; None for a pass
-    that persists nothing) and the signal watch (``held``'s, or taken here when ``watch``: a pass
-    that runs resources), each released when ``stack`` closes."""
-    from datum.signals import PASS_SIGNALS, stop_on
-
-    if state_path is None:
-        return None, None
-    if held is not None:
-        store, stop = held.store, held.stop
-    else:
-        store, stop = StateStore(state_path), None
-        stack.callback(store.close)
-        stack.enter_context(store.lease(config.lock_wait, boot_id))
-    if stop is None and watch:
-        stop = stack.enter_context(stop_on(*PASS_SIGNALS, once=True))
-    return store, stop
 
 
 def _previous(store: StateStore | None, host: str) -> dict[str, Any] | None:

@@ -61,7 +61,7 @@ class HostConfig:
             reboot_policy=RebootPolicy.NEVER,
             maintenance_window=None,
             reboot_command="systemctl reboot",
-            state_path=state_path(str(default_home() / "agent.db"), "[host] state"),
+            state_path=state_path(os.path.join(default_home(), "agent.db"), "[host] state"),
             boot_id_file="/proc/sys/kernel/random/boot_id",
             lock_wait=timedelta(seconds=30),
         )

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -24,7 +25,6 @@ from datum.host.model import Manifest, Resource
 from datum.providers.base import Change, HostContext, Provider, ProviderError
 from datum.providers.fs import in_read_only_image, sync_dirs
 from datum.providers.registry import provider
-from datum.providers.value import Frozen, Value
 
 if TYPE_CHECKING:
     from datum.host.compiled import HostConfig
@@ -35,56 +35,30 @@ Progress = Callable[[int, int, str, ResourceState], None]
 _BAD = (ResourceState.FAILED, ResourceState.BLOCKED)
 
 
-class Outcome(Frozen):
+@dataclass(frozen=True, slots=True)
+class Outcome:
     """What one resource did on this pass, as the executor left it: it never changes once made
     (``datum.host.verdict`` reads the pass's outcomes into the host's state and report)."""
 
-    __slots__ = (
-        "resource", "action", "state", "changed", "reason", "error", "blocked_by", "diff", "sensitive",
-        "reboot_required", "duration_seconds",
-    )  # fmt: skip
     resource: Resource
-    action: Action
-    state: ResourceState
-    changed: bool
-    reason: str | None
-    error: str | None
-    blocked_by: tuple[str, ...] | None
-    diff: str | None
-    sensitive: bool  # its diff was withheld; the report says so
-    reboot_required: str | None
-    duration_seconds: float
-
-    def __init__(
-        self,
-        resource: Resource,
-        action: Action = Action.NONE,
-        state: ResourceState = ResourceState.PENDING,
-        changed: bool = False,
-        reason: str | None = None,
-        error: str | None = None,
-        blocked_by: tuple[str, ...] | None = None,
-        diff: str | None = None,
-        sensitive: bool = False,
-        reboot_required: str | None = None,
-        duration_seconds: float = 0.0,
-    ) -> None:
-        setattr_ = object.__setattr__
-        setattr_(self, "resource", resource)
-        setattr_(self, "action", action)
-        setattr_(self, "state", state)
-        setattr_(self, "changed", changed)
-        setattr_(self, "reason", reason)
-        setattr_(self, "error", error)
-        setattr_(self, "blocked_by", blocked_by)
-        setattr_(self, "diff", diff)
-        setattr_(self, "sensitive", sensitive)
-        setattr_(self, "reboot_required", reboot_required)
-        setattr_(self, "duration_seconds", duration_seconds)
+    action: Action = Action.NONE
+    state: ResourceState = ResourceState.PENDING
+    changed: bool = False
+    reason: str | None = None
+    error: str | None = None
+    blocked_by: tuple[str, ...] | None = None
+    diff: str | None = None
+    sensitive: bool = False  # its diff was withheld; the report says so
+    reboot_required: str | None = None
+    duration_seconds: float = 0.0
 
     @property
     def id(self) -> str:
         return self.resource.id
+
+    def replace(self, **changes: Any) -> Outcome:
+        """A copy with ``changes`` (each step of a resource's walk makes the next outcome)."""
+        return replace(self, **changes)
 
 
 def _error(exc: BaseException) -> str:
@@ -96,36 +70,18 @@ def _error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-class PassResult(Value):
+@dataclass(slots=True)
+class PassResult:
     """What a pass produced: the report (JSON form), its outcomes, the exit code, the reboot
     decision and warnings; and the configuration and state file it ran with (for delivery)."""
 
-    __slots__ = ("report", "outcomes", "exit_code", "reboot_now", "warnings", "config", "state_path")
     report: dict[str, Any]
     outcomes: list[Outcome]
     exit_code: int
-    reboot_now: bool
-    warnings: list[str]
-    config: HostConfig | None
-    state_path: str | None
-
-    def __init__(
-        self,
-        report: dict[str, Any],
-        outcomes: list[Outcome],
-        exit_code: int,
-        reboot_now: bool = False,
-        warnings: list[str] | None = None,
-        config: HostConfig | None = None,
-        state_path: str | None = None,
-    ) -> None:
-        self.report = report
-        self.outcomes = outcomes
-        self.exit_code = exit_code
-        self.reboot_now = reboot_now
-        self.warnings = [] if warnings is None else warnings
-        self.config = config
-        self.state_path = state_path
+    reboot_now: bool = False
+    warnings: list[str] = field(default_factory=list)
+    config: HostConfig | None = None
+    state_path: str | None = None
 
 
 def run_pass(

@@ -16,11 +16,15 @@ file and options (``run``) takes the pass lock and replays the read set
 returned, the engine would decide what it decided, and the idle pass stores the
 same report, filled with this pass's times, and prints the same lines.
 Anything else (no entry, a read that differs, a reboot on record, a signal)
-hands the lock it holds, and the signal, to the engine (``statefile.Held``),
+hands the lock it holds, and the signal watch, to the engine (``datum.host.lock.Held``),
 which runs the pass as always. No dependency is listed here by hand.
 
-It imports neither ``json`` nor ``typing``, ``pathlib``, ``enum`` nor the pass
-engine: what it costs is close to a bare loop that ``lstat``s the same files.
+Its cold start imports three of Datum's modules besides the command's (and
+``datum.home``, where the entry lives): this one, the recorder and the pass
+lock (``datum.host.lock``); neither ``json`` nor ``typing``, ``pathlib``,
+``enum``, ``signal`` nor the pass engine: what it costs is close to a bare
+loop that ``lstat``s the same files. What the engine needs of it (``before``,
+``remember``) imports what it uses where it is used.
 """
 
 from __future__ import annotations
@@ -31,16 +35,16 @@ import sys
 import time
 from zlib import crc32
 
+from datum.host import lock
 from datum.providers import reads
 
-TYPE_CHECKING = False
+TYPE_CHECKING = False  # the cold start's: no typing imported (datum.host.lock says why)
 if TYPE_CHECKING:
     from typing import Any
 
     from datum.host.compiled import HostConfig
     from datum.host.executor import PassResult
     from datum.host.model import Manifest
-    from datum.host.statefile import Held
 
 FORMAT = 3  # 3: the engine's read set
 
@@ -215,14 +219,12 @@ def _template(report: dict[str, Any], outcomes: list[Any], chosen: HostConfig) -
     from datum.host import verdict
     from datum.host.executor import Outcome
     from datum.host.output import pass_lines
-    from datum.providers.facts import read_boot_id
-
     nonce = os.urandom(8).hex()  # no manifest, path or host name can spell a slot
 
     def slot(n: int) -> str:
         return f"\0{nonce}:{n}\0"
 
-    boot_id = read_boot_id(chosen.boot_id_file)
+    boot_id = reads.boot_id(chosen.boot_id_file)
     idle = [Outcome(o.resource, state=ResourceState.CONVERGED) for o in outcomes]
     template = verdict.report(
         verdict.decide(idle), idle, host=report["host"], mode=report["mode"], started=slot(0), finished=slot(1),
@@ -246,54 +248,59 @@ def _template(report: dict[str, Any], outcomes: list[Any], chosen: HostConfig) -
 
 
 def run(manifest: str, root: str, mode: str | None, state: str | None, config: str | None,
-        allow_outside: bool) -> Done | Held | None:
+        allow_outside: bool) -> Done | lock.Held | None:
     """The idle pass of ``datum apply``'s arguments: ``Done`` when it stored its report; the state
     file ``Held`` when the engine must run the pass (its lock and the signal watch taken); None
     when there is no entry to check, or it was made for another Python or search path."""
     entry = _load(_where(manifest, root, mode, state, config, allow_outside))
     if entry is None or entry["path"] != _search_path():  # another Datum, a plugin found first
         return None
-    from datum.host.statefile import Held, StateStore, Unreadable, unfinished, unfinished_reason
-    from datum.providers.facts import read_boot_id
-
-    boot_id = read_boot_id(entry["boot_id_file"])
+    boot_id = reads.boot_id(entry["boot_id_file"])
     if bool(boot_id) != entry["has_boot"]:
         return None
-    from datetime import UTC, datetime, timedelta
+    from datetime import UTC, datetime
 
-    from datum.signals import PASS_SIGNALS, stop_on
-
-    store = StateStore(entry["state_path"])
-    handover = Held(store)
-    handover.callback(store.close)
+    held = lock.hold(entry["state_path"], entry["lock_wait"], boot_id)
     try:
-        handover.enter(store.lease(timedelta(seconds=entry["lock_wait"]), boot_id))
-        handover.stop = handover.enter(stop_on(*PASS_SIGNALS, once=True))
         try:
-            previous = store.summary(entry["host"])
-        except Unreadable:
+            previous = lock.last_pass(held.db, entry["host"])
+        except lock.Unreadable:
             previous = None
         if previous is not None and "reboot" in previous:
-            return handover  # a reboot on record: the engine decides whether it still holds
+            return held  # a reboot on record: the engine decides whether it still holds
         started = datetime.now(UTC)
         clock = time.perf_counter()
-        if not reads.unchanged(entry["reads"], entry["started"]) or handover.stop.signal is not None:
-            return handover  # a read would differ (or a signal came: the engine stops before its first resource)
+        same = reads.unchanged(entry["reads"], entry["started"])
+        if not same or (held.watch is not None and held.watch.is_set()):
+            return held  # a read would differ (or a signal came: the engine stops before its first resource)
         took = time.perf_counter() - clock
         finished = datetime.now(UTC).isoformat()
         count = len(entry["slots"]) - (4 if entry["has_boot"] else 3)
         each = repr(round(took / max(count, 1), 6))  # the replay is of the pass, not of one resource
         values = [_q(started.isoformat()), _q(finished), repr(round(took, 6)), _q(boot_id), *[each] * count]
         text = "".join(_fill(entry["fragments"], entry["slots"], values))
-        store.record_idle(entry["host"], finished, text)
+        _store(held, entry["host"], finished, text)
         warnings = []
-        if unfinished(store.taken_over, previous):
-            warnings.append(f"{unfinished_reason(store.taken_over or {})}; this pass replaces it")
+        if lock.unfinished(held.lease.taken_over, previous):
+            warnings.append(f"{lock.unfinished_reason(held.lease.taken_over or {})}; this pass replaces it")
     except BaseException as exc:
-        handover.close(type(exc), exc, exc.__traceback__)
+        held.close(type(exc), exc, exc.__traceback__)
         raise
-    handover.close()
+    held.close()
     return Done(text, entry["lines"], warnings)
+
+
+def _store(held: lock.Held, host: str, finished: str, text: str) -> None:
+    """The idle pass's report stored as the engine stores its own (``datum.host.lock.write_pass``);
+    ``NotPersisted``, carrying it, when the state file refuses it."""
+    try:
+        lock.write_pass(held.db, held.path, host, "converged", finished, text)
+    except lock.Unstored as exc:
+        import json
+
+        from datum.host.statefile import NotPersisted
+
+        raise NotPersisted(held.path, exc, json.loads(text)) from exc
 
 
 def _load(where: str) -> dict[str, Any] | None:
@@ -311,9 +318,7 @@ def _load(where: str) -> dict[str, Any] | None:
 
 
 def _q(text: str) -> str:
-    from datum.core.jsontext import string
-
-    return string(text)
+    return lock.json_string(text)
 
 
 def _fill(fragments: list[str], slots: list[int], values: list[str]) -> list[str]:

@@ -282,9 +282,7 @@ def status(
         for o in outcomes
         if o.changed and o.reboot_required and o.state is ResourceState.CONVERGED
     ]
-    from datum.providers.facts import running_kernel
-
-    running = running_kernel()
+    running = reads.kernel()
     found = detect(root, running, changes)
     reasons, markers, need_boot = still_needed(found, previous, boot_id, known_stale)
     stale = {m: t for m, t in found.markers.items() if m not in markers}

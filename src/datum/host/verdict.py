@@ -16,11 +16,11 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from datum.core.rollup import host_state
 from datum.core.vocab import HostState, ResourceState
-from datum.providers.value import Frozen
 
 if TYPE_CHECKING:
     from datum.host.executor import Outcome
@@ -33,22 +33,15 @@ EXIT_REBOOT = 16
 EXIT_DEGRADED = 32
 
 
-class Verdict(Frozen):
+@dataclass(frozen=True, slots=True)
+class Verdict:
     """Where a pass left the host: its state, why (unless converged), the exit code, and whether
     the pass was stopped before it reached every resource."""
 
-    __slots__ = ("state", "reason", "exit_code", "incomplete")
     state: HostState
     reason: str | None
     exit_code: int
-    incomplete: bool
-
-    def __init__(self, state: HostState, reason: str | None, exit_code: int, incomplete: bool = False) -> None:
-        setattr_ = object.__setattr__
-        setattr_(self, "state", state)
-        setattr_(self, "reason", reason)
-        setattr_(self, "exit_code", exit_code)
-        setattr_(self, "incomplete", incomplete)
+    incomplete: bool = False
 
 
 def decide(

@@ -380,6 +380,24 @@ def fact(name: str, arg: str = "") -> Any:
     return found
 
 
+def boot_id(boot_id_file: str) -> str:
+    """The running boot's id; ``DATUM_BOOT_ID_FILE`` overrides the configured file (tests)."""
+    found: str = fact("text", os.environ.get("DATUM_BOOT_ID_FILE") or boot_id_file)
+    return found
+
+
+def kernel() -> str:
+    """The running kernel's release."""
+    found: str = fact("uname", "release")
+    return found
+
+
+def node_name() -> str:
+    """What gethostname(2) returns, without importing socket."""
+    found: str = fact("uname", "nodename")
+    return found
+
+
 # -- a replay -----------------------------------------------------------------------------------
 
 
