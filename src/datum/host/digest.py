@@ -1,7 +1,5 @@
-"""What a file's bytes are remembered by: BLAKE2b-256, hex (the caches check a file against it).
-
-CPython's own ``_blake2``: ``hashlib`` would load OpenSSL, ~4 ms of an idle pass.
-"""
+"""What a file's bytes are remembered by: BLAKE2b-256, hex (the caches check a file against it),
+made by the recorder's ``digest`` (``datum.providers.reads``), which the idle pass replays by."""
 
 from __future__ import annotations
 

@@ -103,6 +103,20 @@ def _note(kind: str, path: str, value: Any) -> None:
         _current.seen.setdefault((kind, path), value)
 
 
+def _recorded(kind: str, key: str, now: Callable[..., Any], *args: Any, noted: Callable[[Any], Any] | None = None) -> Any:
+    """``now(*args)``, made as one of this module's reads (``reading`` is true while it runs) and
+    recorded under ``(kind, key)``: what it returned, or ``noted`` of it. Nothing is recorded when
+    it raises."""
+    global _depth
+    _depth += 1
+    try:
+        found = now(*args)
+    finally:
+        _depth -= 1
+    _note(kind, key, found if noted is None else noted(found))
+    return found
+
+
 def signature(st: os.stat_result) -> tuple[int, int, int, int, int, int, int]:
     """What an ``lstat`` says of a path: mode (kind included), inode, size, times, owner and group."""
     return (st.st_mode, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_uid, st.st_gid)
@@ -116,19 +130,24 @@ def digest(data: bytes) -> str:
 # -- the reads ------------------------------------------------------------------------------------
 
 
+def _lstat_now(path: str) -> os.stat_result | OSError:
+    try:
+        return os.lstat(path)
+    except OSError as exc:
+        return exc
+
+
+def _lstat_value(found: os.stat_result | OSError) -> tuple[int, ...] | int | None:
+    """What an ``lstat`` is recorded and replayed by: its signature, or the error's number."""
+    return found.errno if isinstance(found, OSError) else signature(found)
+
+
 def lstat(path: str) -> os.stat_result:
     """``os.lstat``, recorded (its signature, or the error it raised: absence is a read too)."""
-    global _depth
-    _depth += 1
-    try:
-        st = os.lstat(path)
-    except OSError as exc:
-        _note("stat", path, exc.errno)
-        raise
-    finally:
-        _depth -= 1
-    _note("stat", path, signature(st))
-    return st
+    found: os.stat_result | OSError = _recorded("stat", path, _lstat_now, path, noted=_lstat_value)
+    if isinstance(found, OSError):
+        raise found
+    return found
 
 
 def _follow_now(path: str) -> tuple[int, ...] | int:
@@ -141,13 +160,7 @@ def _follow_now(path: str) -> tuple[int, ...] | int:
 def stat(path: str) -> tuple[int, ...] | int:
     """The signature of what ``path`` leads to, links followed (Datum's code, where modules are
     found), or the error's number: recorded, never raised."""
-    global _depth
-    _depth += 1
-    try:
-        found = _follow_now(path)
-    finally:
-        _depth -= 1
-    _note("follow", path, found)
+    found: tuple[int, ...] | int = _recorded("follow", path, _follow_now, path)
     return found
 
 
@@ -161,13 +174,7 @@ def _kind_now(path: str) -> int:
 def kind(path: str) -> int | None:
     """The file type bits of what is at ``path`` (``S_IFMT``; a link is not followed), None when
     nothing can be found there: ``os.path.islink`` and ``lexists`` as a read that records only that."""
-    global _depth
-    _depth += 1
-    try:
-        found = _kind_now(path)
-    finally:
-        _depth -= 1
-    _note("kind", path, found)
+    found: int = _recorded("kind", path, _kind_now, path)
     return found if found > 0 else None
 
 
@@ -180,13 +187,7 @@ def _link_now(path: str) -> str | int:
 
 def readlink(path: str) -> str:
     """``os.readlink``, recorded."""
-    global _depth
-    _depth += 1
-    try:
-        found = _link_now(path)
-    finally:
-        _depth -= 1
-    _note("link", path, found)
+    found: str | int = _recorded("link", path, _link_now, path)
     if isinstance(found, int):
         raise OSError(found, os.strerror(found), path)
     return found
@@ -215,13 +216,10 @@ def _open_read(path: str, size: int) -> bytes | None:
 def content(path: str, st: os.stat_result) -> bytes | None:
     """The bytes of the regular file at ``path`` whose ``lstat`` (``st``) was just made; None when it
     is gone. ``NotRegular`` when what was opened is not a regular file; OSError as raised."""
-    global _depth
-    _depth += 1
-    try:
-        data = _open_read(path, st.st_size)
-    finally:
-        _depth -= 1
-    _note("bytes", path, (signature(st), None if data is None else digest(data)))
+    data: bytes | None = _recorded(
+        "bytes", path, _open_read, path, st.st_size,
+        noted=lambda found: (signature(st), None if found is None else digest(found)),
+    )
     return data
 
 
@@ -255,16 +253,15 @@ def _names_now(path: str, fd: int | None = None) -> list[str] | int:
             os.close(own)
 
 
+def _listing_value(found: list[str] | int) -> str | int:
+    """What a listing is recorded and replayed by: the digest of its names, or the error's number."""
+    return found if isinstance(found, int) else digest("\0".join(found).encode())
+
+
 def listdir(path: str, fd: int | None = None) -> list[str]:
     """The names in the directory ``path`` (read through ``fd`` when given, opened without
     following a link otherwise), sorted; a listing is a read (purge, ``/boot``'s kernels)."""
-    global _depth
-    _depth += 1
-    try:
-        found = _names_now(path, fd)
-    finally:
-        _depth -= 1
-    _note("list", path, found if isinstance(found, int) else digest("\0".join(found).encode()))
+    found: list[str] | int = _recorded("list", path, _names_now, path, fd, noted=_listing_value)
     if isinstance(found, int):
         raise OSError(found, os.strerror(found), path)
     return found
@@ -272,13 +269,7 @@ def listdir(path: str, fd: int | None = None) -> list[str]:
 
 def realpath(path: str) -> str:
     """``os.path.realpath``, recorded (where a link out of the manifest's directory leads)."""
-    global _depth
-    _depth += 1
-    try:
-        found = os.path.realpath(path)
-    finally:
-        _depth -= 1
-    _note("real", path, found)
+    found: str = _recorded("real", path, os.path.realpath, path)
     return found
 
 
@@ -359,7 +350,7 @@ def _memory_kb(_arg: str) -> int:
     return 0
 
 
-_FACTS = {
+_FACTS: dict[str, Callable[[str], Any]] = {
     "uname": lambda field: getattr(os.uname(), field),
     "cpus": lambda _arg: os.cpu_count() or 1,
     "memory_kb": _memory_kb,
@@ -370,14 +361,7 @@ _FACTS = {
 def fact(name: str, arg: str = "") -> Any:
     """A fact of the running machine (``_FACTS``), recorded as its value: the kernel's release,
     the node name, a boot id, CPUs, memory. A replay asks it again."""
-    global _depth
-    _depth += 1
-    try:
-        found = _FACTS[name](arg)
-    finally:
-        _depth -= 1
-    _note("fact", f"{name}:{arg}", found)
-    return found
+    return _recorded("fact", f"{name}:{arg}", _FACTS[name], arg)
 
 
 def boot_id(boot_id_file: str) -> str:
@@ -423,11 +407,7 @@ def unchanged(reads: list[tuple[str, str, Any]], started: int) -> bool:
                 if data is None or digest(data) != known:
                     return False
         elif kind == "stat":
-            try:
-                now = signature(os.lstat(path))
-            except OSError as exc:
-                now = exc.errno
-            if now != value:
+            if _lstat_value(_lstat_now(path)) != value:
                 return False
         elif kind == "follow":
             if _follow_now(path) != value:
@@ -439,8 +419,7 @@ def unchanged(reads: list[tuple[str, str, Any]], started: int) -> bool:
             if _link_now(path) != value:
                 return False
         elif kind == "list":
-            names = _names_now(path)
-            if (names if isinstance(names, int) else digest("\0".join(names).encode())) != value:
+            if _listing_value(_names_now(path)) != value:
                 return False
         elif kind == "real":
             if os.path.realpath(path) != value:
