@@ -76,7 +76,7 @@ class Cycle:
     report: dict[str, Any]
     exit_code: int
     line: str
-    stopped: bool  # a signal stopped the pass
+    stopped: bool  # a signal came during the pass: the loop ends
 
 
 def _facts(root: str, config: HostConfig) -> dict[str, Any]:
@@ -199,7 +199,7 @@ def cycle(opts: Options) -> Cycle:
         + (f"; reason: {report['reason']}" if report.get("reason") and report["state"] != "converged" else "")
         + rebooting
     )
-    return Cycle(report, code, line, stopped=manifest is not None and bool(report.get("incomplete")))
+    return Cycle(report, code, line, stopped=result.signal is not None)
 
 
 def run_forever(opts: Options, log: Any = None, reload: Callable[[], Options] | None = None) -> int:

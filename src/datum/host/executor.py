@@ -73,7 +73,9 @@ def _error(exc: BaseException) -> str:
 @dataclass(slots=True)
 class PassResult:
     """What a pass produced: the report (JSON form), its outcomes, the exit code, the reboot
-    decision and warnings; and the configuration and state file it ran with (for delivery)."""
+    decision and warnings; the configuration and state file it ran with (for delivery); and the
+    signal that asked it to stop, when one came, even after its last resource (``datum agent``
+    then ends its loop)."""
 
     report: dict[str, Any]
     outcomes: list[Outcome]
@@ -82,6 +84,7 @@ class PassResult:
     warnings: list[str] = field(default_factory=list)
     config: HostConfig | None = None
     state_path: str | None = None
+    signal: str | None = None
 
 
 def run_pass(
