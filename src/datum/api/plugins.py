@@ -8,6 +8,7 @@ and reported by ``datum reconcilers``); the server and the other plugins serve.
 
 from __future__ import annotations
 
+import functools
 import logging
 
 from fastapi import APIRouter, FastAPI
@@ -25,18 +26,23 @@ def _fragment_refusals(plugins: Loaded) -> dict[str, str]:
     """Why each plugin's Cedar fragment is refused: it does not merge with Datum's schema, or its
     entities or actions are also declared by another's fragment (``owners``: Datum's own plugins
     keep theirs; two others that collide are both refused, whatever the order they load in)."""
+    declared = tuple((p.name, p.cedar_schema, p.name in plugins.own) for p in plugins.plugins if p.cedar_schema)
+    return dict(_refusals(declared))
+
+
+@functools.lru_cache(maxsize=8)
+def _refusals(declared: tuple[tuple[str, str, bool], ...]) -> tuple[tuple[str, str], ...]:
+    """``_fragment_refusals`` of the fragments declared, parsed by Cedar once for the schema and the routes."""
     problems: dict[str, str] = {}
     claims: list[Claim[str]] = []
     fragment: dict[str, str] = {}
-    for p in plugins.plugins:
-        if not p.cedar_schema:
-            continue
-        alone = fragment_problem(p.cedar_schema)
+    for name, schema, own in declared:
+        alone = fragment_problem(schema)
         if alone is not None:
-            problems[p.name] = alone
+            problems[name] = alone
         else:
-            fragment[p.name] = p.cedar_schema
-            claims.append(Claim(p.name, p.name, p.name, p.name in plugins.own))
+            fragment[name] = schema
+            claims.append(Claim(name, name, name, own))
 
     def collide(a: str, b: str) -> bool:
         return fragment_problem(fragment[a] + "\n" + fragment[b]) is not None
@@ -44,7 +50,7 @@ def _fragment_refusals(plugins: Loaded) -> dict[str, str]:
     for claim, why in zip(claims, refusals(claims, collide, "Cedar schema fragment of"), strict=True):
         if why is not None:
             problems[claim.claimant] = why
-    return problems
+    return tuple(problems.items())
 
 
 def schema_fragments(plugins: Loaded) -> dict[str, str]:

@@ -18,6 +18,7 @@ Pure: a report in its JSON form in, a dict out.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -67,3 +68,16 @@ def interval_of(report: Mapping[str, Any]) -> float | None:
     if isinstance(interval, int | float) and not isinstance(interval, bool) and interval > 0:
         return float(interval)
     return None
+
+
+def stored(raw: object) -> dict[str, Any]:
+    """A report as a database column hands it back (bytes, text or parsed JSON); {} when it is not a JSON object.
+    The migrations that fill summaries in read the rows already there through this."""
+    if isinstance(raw, bytes | bytearray | memoryview):
+        raw = bytes(raw).decode("utf-8", "replace")
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except ValueError:
+            return {}
+    return raw if isinstance(raw, dict) else {}

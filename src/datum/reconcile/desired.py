@@ -86,10 +86,6 @@ class DesiredTable:
         self.owned_by = dict(owned_by or {})
         self.branch = branch
 
-    @property
-    def c(self) -> Any:
-        return self.table.c
-
     # -- the migration and coverage ------------------------------------------------------
 
     def upgrade(self) -> None:

@@ -5,28 +5,15 @@ Revision ID: host_summaries
 Revises: 0006_tokens
 """
 
-import json
-
 import sqlalchemy as sa
 from alembic import op
 
-from datum.core.hostsummary import interval_of, summarize
+from datum.core.hostsummary import interval_of, stored, summarize
 
 revision = "host_summaries"
 down_revision = "0006_tokens"
 branch_labels = None
 depends_on = None
-
-
-def _report(raw: object) -> dict:
-    if isinstance(raw, bytes | bytearray | memoryview):
-        raw = bytes(raw).decode("utf-8", "replace")
-    if isinstance(raw, str):
-        try:
-            raw = json.loads(raw)
-        except ValueError:
-            return {}
-    return raw if isinstance(raw, dict) else {}
 
 
 def upgrade() -> None:
@@ -48,7 +35,7 @@ def upgrade() -> None:
         sa.select(hosts.c.host, sa.type_coerce(hosts.c.report, sa.Text)).where(hosts.c.summary.is_(None))
     ).all()
     for host, raw in rows:
-        report = _report(raw)
+        report = stored(raw)
         bind.execute(
             sa.update(hosts)
             .where(hosts.c.host == host)

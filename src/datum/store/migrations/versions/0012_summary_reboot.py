@@ -6,28 +6,15 @@ Revision ID: 0012_summary_reboot
 Revises: 0011_running_since
 """
 
-import json
-
 import sqlalchemy as sa
 from alembic import op
 
-from datum.core.hostsummary import summarize
+from datum.core.hostsummary import stored, summarize
 
 revision = "0012_summary_reboot"
 down_revision = "0011_running_since"
 branch_labels = None
 depends_on = None
-
-
-def _report(raw: object) -> dict:
-    if isinstance(raw, bytes | bytearray | memoryview):
-        raw = bytes(raw).decode("utf-8", "replace")
-    if isinstance(raw, str):
-        try:
-            raw = json.loads(raw)
-        except ValueError:
-            return {}
-    return raw if isinstance(raw, dict) else {}
 
 
 def upgrade() -> None:
@@ -40,7 +27,7 @@ def upgrade() -> None:
         )
     ).all()
     for host, raw in rows:
-        report = _report(raw)
+        report = stored(raw)
         if isinstance(report.get("reboot"), dict):
             bind.execute(sa.update(hosts).where(hosts.c.host == host).values(summary=summarize(report)))
 
