@@ -317,7 +317,9 @@ class Settings(_Strict):
         """One reconciler's section validated against its own settings model."""
         raw = dict(self.reconcilers.get(name, {}))
         try:
-            return model.model_validate({**_defaults_for(model, self), **raw})
+            # The whole configuration is the validation's context: a reconciler whose defaults follow
+            # another section (``hosts``: on with the fleet) reads it there.
+            return model.model_validate({**_defaults_for(model, self), **raw}, context={"settings": self})
         except ValidationError as exc:
             raise invalid(field_errors(exc, f"reconcilers.{name}"), "configuration is not valid") from exc
 

@@ -149,7 +149,7 @@ def test_a_stranded_status_is_marked_and_counted_on_the_list_surface(story):
 
 
 def test_the_list_surface(story):
-    assert [r["name"] for r in story.get(LIST).json()] == ["buckets", "pg_roles"]  # every installed plugin
+    assert [r["name"] for r in story.get(LIST).json()] == ["buckets", "hosts", "pg_roles"]  # every installed plugin
     row = next(r for r in story.get(LIST).json() if r["name"] == "buckets")
     assert row == {
         "name": "buckets", "health": "unknown", "drift": 0, "blocked": 0, "asOf": None,

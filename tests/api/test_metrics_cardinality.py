@@ -42,10 +42,11 @@ def test_host_series_grow_by_two_plus_the_resource_states_of_each_host(story):
     assert counts["datum_host_awaiting_manual_reboot"] == 1
     assert host_series == 6 + 50 * (2 + 1) + 10 * (3 + 1) + (2 + 3) + (2 + 1 + 1)
     # per reconciler: a fixed set, plus three per coverage row
-    # (buckets, and pg_roles with its one reason of its own: the contract's 20 reasons and its own, per direction)
+    # (buckets, pg_roles with its one reason of its own and hosts with its two: the contract's 20
+    # reasons and their own, per direction)
     per_reconciler = sum(n for name, n in counts.items() if name.startswith("datum_reconciler"))
-    assert counts["datum_reconciler_items"] == 20 * 3 + (20 + 1) * 3
-    assert per_reconciler <= 2 * 85 + 3 + 3 * counts["datum_reconciler_coverage_rows"]
+    assert counts["datum_reconciler_items"] == 20 * 3 + (20 + 1) * 3 + (20 + 2) * 3
+    assert per_reconciler <= 3 * 85 + 3 + 3 * counts["datum_reconciler_coverage_rows"]
 
 
 def test_a_scrape_reads_the_summary_intake_wrote_and_a_row_without_one_its_report(story):

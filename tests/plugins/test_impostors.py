@@ -160,7 +160,7 @@ def test_the_order_on_the_path_decides_nothing_the_impostors_are_refused_and_nam
     assert done.returncode == 0, done.stderr
     listed = json.loads(done.stdout)
     rows = {r["name"]: r for r in listed}
-    assert sorted(r["name"] for r in listed) == ["buckets", "forger", "pg_roles", "squatter", "twin"]  # one row each
+    assert sorted(r["name"] for r in listed) == ["buckets", "forger", "hosts", "pg_roles", "squatter", "twin"]  # one row each
     assert "error" not in rows["buckets"]  # Datum's, loaded, not shown broken beside its impostor
     assert "the prefix /v1/buckets/steal collides with Datum's own" in rows["squatter"]["error"]
     twin = rows["twin"]["error"]

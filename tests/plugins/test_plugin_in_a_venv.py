@@ -83,7 +83,7 @@ def test_listed_beside_the_shipped_ones_and_the_broken_one_is_named_with_why(ven
     done = datum(venv, "reconcilers", "--json", "--config", cfg)
     assert done.returncode == 0, done.stderr
     rows = json.loads(done.stdout)
-    assert [r["name"] for r in rows] == ["buckets", "pg_roles", "tiny", "broken"]
+    assert [r["name"] for r in rows] == ["buckets", "hosts", "pg_roles", "tiny", "broken"]
     # Installed and not loaded: listed as unknown with why, not left out (which reads as not installed).
     assert rows[-1] == {
         "name": "broken", "health": "unknown", "drift": 0, "blocked": 0, "asOf": None, "lastRanAt": None,
@@ -125,7 +125,7 @@ def test_it_ticks_serves_its_drift_reason_metrics_and_route_over_http(venv, tmp_
         assert (tmp_path / "notes" / "a").exists()
         listed = httpx.get(f"{base}/v1/observability/admin/reconcilers", headers=auth).json()
         health = {r["name"]: r["health"] for r in listed}
-        assert set(health) == {"buckets", "pg_roles", "tiny", "broken"}
+        assert set(health) == {"buckets", "hosts", "pg_roles", "tiny", "broken"}
         assert health["tiny"] == "ok" and health["broken"] == "unknown"
         assert listed[-1]["error"] == "the plugin did not load: RuntimeError: this plugin is broken on purpose"
         metrics = httpx.get(f"{base}/metrics", headers=auth).text

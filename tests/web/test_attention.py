@@ -107,12 +107,12 @@ def test_disabled_is_a_state_of_its_own(tmp_path):
     assert all(listed[n]["enabled"] for n in ("buckets", "steady", "flaky", "ghost"))
     scraped = story.get("/metrics").text
     assert gauge(scraped, "datum_reconciler_enabled") == {
-        "buckets": 1.0, "flaky": 1.0, "idle": 1.0, "pg_roles": 0.0, "steady": 1.0
+        "buckets": 1.0, "flaky": 1.0, "hosts": 0.0, "idle": 1.0, "pg_roles": 0.0, "steady": 1.0
     }
     page = story.get("/ui/overview").text
     tile = text(section(page, 'id="summary"', 'id="reconcilers"'))
-    # idle and the plugin that did not load are unknown; pg_roles is counted apart
-    assert "failing 1 degraded 1 unknown 2 ok 1 disabled 1" in tile
+    # idle and the plugin that did not load are unknown; pg_roles and hosts (no fleet) are counted apart
+    assert "failing 1 degraded 1 unknown 2 ok 1 disabled 2" in tile
     pg = text(section(page, 'id="reconciler-pg_roles"', "</section>"))
     assert "disabled" in pg and "enabled = false" in pg
     for never in ("Wait for the first tick", "found nothing diverged", "wait"):

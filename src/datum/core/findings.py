@@ -65,6 +65,13 @@ class Problem(Exception):
     def to_json(self) -> dict[str, Any]:
         return {"issues": [f.to_json() for f in self.findings]}
 
+    def plain(self) -> str:
+        """Every finding on one line, each with its fields: where a single text must say it all (an ``error``)."""
+        return "; ".join(
+            f.message + (f" ({', '.join(f'{e.field}: {e.message}' for e in f.fields)})" if f.fields else "")
+            for f in self.findings
+        )
+
 
 def invalid(fields: Iterable[FieldError], message: str = "the input is not valid") -> Problem:
     """An INVALID_INPUT problem listing every field finding at once."""

@@ -8,12 +8,16 @@ nodes:
     group: web                                  # its reboot budget's group ([fleet] reboot_concurrency)
   - match: {facts: {os_release.ID: debian}}     # dotted paths into the agent's facts; values globbed
     manifests: [debian.yaml]
+  - match: {name: db1}                          # one host's name, no glob
+    expected: true                              # declared: the ``hosts`` reconciler misses it when silent
 ```
 
 Every rule whose ``match`` fits contributes, in file order: its manifests
 (each once), its ``vars`` and its ``group`` (a later rule's value wins). A
 rule with both ``name`` and ``facts`` needs both. A host no rule matches has
-no manifest. A rule may give only a ``group`` (no ``manifests``).
+no manifest. A rule may give only a ``group`` or ``expected`` (no ``manifests``).
+``expected: true`` declares the one host its ``match.name`` names (a name, not
+a glob, and no ``facts``): the fleet's inventory (``datum.fleet.inventory``).
 """
 
 from __future__ import annotations
@@ -26,7 +30,8 @@ from typing import Any
 from datum.core.findings import FieldError, Problem, invalid
 
 NODES = "nodes.yaml"
-_RULE_KEYS = {"match", "manifests", "vars", "group"}
+_RULE_KEYS = {"match", "manifests", "vars", "group", "expected"}
+_GLOB = frozenset("*?[")
 _MATCH_KEYS = {"name", "facts"}
 
 
@@ -38,6 +43,7 @@ class Rule:
     manifests: tuple[str, ...]
     vars: dict[str, Any] = field(default_factory=dict)
     group: str | None = None
+    expected: bool = False
 
     def matches(self, host: str, facts: dict[str, Any]) -> bool:
         if self.name is not None and not fnmatch.fnmatchcase(host, self.name):
@@ -61,24 +67,31 @@ def _fits(value: Any, want: str) -> bool:
     return fnmatch.fnmatchcase(text, want)
 
 
-def load_rules(directory: Path) -> list[Rule]:
-    """The rules of ``directory/nodes.yaml``; a Problem with every finding when it is not valid."""
+def read_list(path: Path, key: str, what: str) -> tuple[list[Any], list[FieldError]]:
+    """The list under ``key`` of a fleet YAML file (``nodes.yaml``, an inventory) and the findings so far,
+    each at ``NAME: field``; a Problem when the file cannot be read or is not YAML."""
     from datum.host.document import parse
 
-    path = directory / NODES
     try:
         text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise Problem.one("INVALID_INPUT", f"cannot read {path}: {exc.strerror or exc}") from exc
-    doc, found = parse(text, str(path))
-    found = [FieldError(f"{NODES}: {f.field}", f.message) for f in found]
-    rules: list[Rule] = []
-    items = doc.get("nodes") if isinstance(doc, dict) else None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise Problem.one("INVALID_INPUT", f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from exc
+    doc, parsed = parse(text, str(path))
+    found = [FieldError(f"{path.name}: {f.field}", f.message) for f in parsed]
+    items = doc.get(key) if isinstance(doc, dict) else None
     if not isinstance(items, list):
-        found.append(FieldError(f"{NODES}: nodes", "a list of rules: {match, manifests, vars}"))
+        found.append(FieldError(f"{path.name}: {key}", what))
         items = []
     if isinstance(doc, dict):
-        found.extend(FieldError(f"{NODES}: {k}", "unknown field") for k in doc if k != "nodes")
+        found.extend(FieldError(f"{path.name}: {k}", "unknown field") for k in doc if k != key)
+    return items, found
+
+
+def load_rules(directory: Path) -> list[Rule]:
+    """The rules of ``directory/nodes.yaml``; a Problem with every finding when it is not valid."""
+    path = directory / NODES
+    items, found = read_list(path, "nodes", "a list of rules: {match, manifests, vars}")
+    rules: list[Rule] = []
     for i, item in enumerate(items):
         rule = _rule(i, item, directory, found)
         if rule is not None:
@@ -86,6 +99,15 @@ def load_rules(directory: Path) -> list[Rule]:
     if found:
         raise invalid(found, f"{path} is not valid: {len(found)} finding{'s' if len(found) > 1 else ''}")
     return rules
+
+
+def expected_hosts(rules: list[Rule]) -> dict[str, int]:
+    """The hosts rules declare (``expected: true``), each with the index of the first rule that does."""
+    declared: dict[str, int] = {}
+    for rule in rules:
+        if rule.expected and rule.name is not None:
+            declared.setdefault(rule.name, rule.index)
+    return declared
 
 
 def _rule(i: int, item: Any, directory: Path, found: list[FieldError]) -> Rule | None:
@@ -110,8 +132,18 @@ def _rule(i: int, item: Any, directory: Path, found: list[FieldError]) -> Rule |
     group = item.get("group")
     if group is not None and not (isinstance(group, str) and group.strip() and len(group) <= 253):
         found.append(FieldError(f"{here}.group", "a group name (reboot budget), 1 to 253 characters"))
-    manifests = item.get("manifests", [] if group is not None else None)
-    if not isinstance(manifests, list) or not (manifests or group) or not all(isinstance(m, str) and m for m in manifests):
+    expected = item.get("expected", False)
+    if not isinstance(expected, bool):
+        found.append(FieldError(f"{here}.expected", "true or false: whether the host this rule names is declared"))
+        expected = False
+    elif expected and (not isinstance(name, str) or _GLOB & set(name) or match.get("facts")):
+        found.append(FieldError(
+            f"{here}.expected",
+            "declares one host: match.name must be its name (no * ? [) and the rule match no facts; "
+            "declare many hosts in an inventory file ([reconcilers.hosts] inventory)",
+        ))
+    manifests = item.get("manifests", [] if group is not None or "expected" in item else None)
+    if not isinstance(manifests, list) or not (manifests or group or "expected" in item) or not all(isinstance(m, str) and m for m in manifests):
         found.append(FieldError(f"{here}.manifests", "required: a list of manifest paths in the fleet directory"))
         manifests = []
     for j, rel in enumerate(manifests):
@@ -127,7 +159,7 @@ def _rule(i: int, item: Any, directory: Path, found: list[FieldError]) -> Rule |
     if len(found) > bad:
         return None
     flat = {str(k): str(v).lower() if isinstance(v, bool) else str(v) for k, v in facts.items()}
-    return Rule(i, name, flat, tuple(manifests), dict(variables), group)
+    return Rule(i, name, flat, tuple(manifests), dict(variables), group, expected)
 
 
 def classify(rules: list[Rule], host: str, facts: dict[str, Any]) -> tuple[list[str], dict[str, Any], list[int]]:

@@ -8,7 +8,8 @@ Names are imported on first use, so ``import datum.sdk`` costs nothing.
 Reconcilers
     ``ReconcilerPlugin`` (what an entry point in ``datum.reconcilers`` names),
     ``Reconciler`` (the protocol), ``ReconcilerSettings``, ``PassContext``,
-    ``Result``, ``Item`` (a bespoke reconciler's report), ``SubstrateError``.
+    ``Result``, ``Item`` (a bespoke reconciler's report), ``SubstrateError``,
+    ``BreakerSettings`` (a reconciler's own breaker defaults).
 Converging
     ``Converge``, ``ConvergeConfig``, ``Direction``, ``ConvergeMode``.
 What an apply raises (``datum.core.errors`` draws the hierarchy)
@@ -32,9 +33,12 @@ Resource types
     ``Provider``, ``PathProvider`` (one whose name is a path under ``--root``),
     ``Spec`` (the spec base), ``HostPath`` (a path attribute), ``HostContext``,
     ``Change`` and ``Action`` (what a plan would do).
+Words an operator reads
+    ``HostState``, ``Health``; ``age`` (``5m 3s``) and ``when`` (``2026-11-29 23:49:10 UTC``).
 
 HTTP routes and CLI commands of a plugin use ``datum.sdk.http`` and
-``datum.sdk.cli``, imported only by the server and the command line.
+``datum.sdk.cli``, imported only by the server and the command line; a
+reconciler over the fleet itself uses ``datum.sdk.fleet``.
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ _WHERE: dict[str, str] = {
     "ReconcilerPlugin": "datum.plugins.spec",
     "Reconciler": "datum.reconcile.registry",
     "ReconcilerSettings": "datum.config",
+    "BreakerSettings": "datum.config",
     "PassContext": "datum.reconcile.context",
     "Item": "datum.reconcile.context",
     "SubstrateError": "datum.reconcile.context",
@@ -57,6 +62,9 @@ _WHERE: dict[str, str] = {
     "Direction": "datum.core.vocab",
     "ConvergeMode": "datum.core.vocab",
     "Health": "datum.core.vocab",
+    "HostState": "datum.core.vocab",
+    "age": "datum.core.humanize",
+    "when": "datum.core.humanize",
     "TemporaryError": "datum.core.errors",
     "PermanentError": "datum.core.errors",
     "BlockedOnOwner": "datum.core.errors",
@@ -95,6 +103,7 @@ __all__ = [
     "Action",
     "BlockedOnOwner",
     "Branch",
+    "BreakerSettings",
     "Change",
     "Converge",
     "ConvergeConfig",
@@ -108,6 +117,7 @@ __all__ = [
     "Health",
     "HostContext",
     "HostPath",
+    "HostState",
     "Item",
     "Occupied",
     "PassContext",
@@ -129,12 +139,14 @@ __all__ = [
     "set_status",
     "DesiredTable",
     "Waiting",
+    "age",
     "count_objects",
     "count_statuses",
     "drop_status_counts",
     "invalid",
     "registered",
     "remove_empty",
+    "when",
 ]
 
 
@@ -152,16 +164,18 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
-    from datum.config import ReconcilerSettings
+    from datum.config import BreakerSettings, ReconcilerSettings
     from datum.core.converge import Converge, ConvergeConfig
     from datum.core.coverage import CoverageDecl, CoverageRow
     from datum.core.errors import BlockedOnOwner, PermanentError, TemporaryError, Waiting
     from datum.core.findings import FieldError, Finding, Problem, invalid
+    from datum.core.humanize import age, when
     from datum.core.vocab import (
         Action,
         ConvergeMode,
         Direction,
         Health,
+        HostState,
         PluginReason,
         Reason,
         registered,

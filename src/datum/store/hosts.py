@@ -349,3 +349,43 @@ def _summary_row(r: Any) -> dict[str, Any]:
     if unreadable or (summary is not None and not isinstance(summary, dict)):
         row["unreadable"] = unreadable or "the stored summary is not an object"
     return row
+
+
+@dataclass(frozen=True, slots=True)
+class Sighting:
+    """When the server last heard from one host, and the state it reads at ``now`` (stale ones ``unknown``)."""
+
+    host: str
+    state: str
+    stale: bool
+    finished_at: datetime | None  # the agent's clock: when its last pass finished
+    received_at: datetime | None  # the server's clock: when that report was stored
+    interval_seconds: float | None
+
+
+def sightings(store: Store, multiple: float, now: datetime) -> list[Sighting]:
+    """Every host the store has heard from, by name: no report or summary read (the ``hosts`` reconciler's actual state)."""
+    stale_now = silent(store.dialect, multiple, now)
+    query = sa.select(
+        hosts.c.host, _effective(stale_now).label("effective"), stale_now.label("stale"), FINISHED_AT, UPDATED_AT,
+        hosts.c.interval_seconds,
+    ).order_by(hosts.c.host)
+    with store.connect() as conn:
+        rows = conn.execute(query).mappings().all()
+    return [
+        Sighting(r["host"], r["effective"], bool(r["stale"]), _maybe_utc(r["finished_at"]), _maybe_utc(r["updated_at"]),
+                 r["interval_seconds"])
+        for r in rows
+    ]
+
+
+def _maybe_utc(value: Any) -> datetime | None:
+    return None if value is None else _as_utc(value)
+
+
+def revoke_host_tokens(conn: sa.Connection, host: str) -> int:
+    """Delete the tokens bound to ``host`` in the caller's transaction: how many. Every server refuses a
+    deleted token within ``datum.api.tokens.RECHECK`` seconds; a token not bound to a host is not touched."""
+    from datum.store.schema import tokens
+
+    return int(conn.execute(sa.delete(tokens).where(tokens.c.host == host)).rowcount)
