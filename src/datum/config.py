@@ -11,7 +11,7 @@ import re
 import tomllib
 from datetime import timedelta
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -299,6 +299,22 @@ class FleetSettings(_Strict):
     )
 
 
+class MetricsSettings(_Strict):
+    """The ``[metrics]`` section: how many series ``/metrics`` carries per host (``docs/server.md``).
+
+    ``per_host``: ``all`` (every host's series), ``problems`` (only the hosts that do not read
+    ``converged``: what the shipped alerts need), ``none`` (fleet-wide series only), or ``auto``:
+    ``all`` up to ``per_host_limit`` hosts, ``problems`` above. The fleet-wide series are always there.
+    """
+
+    per_host: Literal["auto", "all", "problems", "none"] = Field(
+        default="auto", description="Per-host series: all, problems (hosts not converged), none, or auto."
+    )
+    per_host_limit: int = Field(
+        default=1000, ge=0, description="With per_host = auto: every host's series up to this many hosts, problems above."
+    )
+
+
 class Settings(_Strict):
     """The whole configuration file."""
 
@@ -308,6 +324,7 @@ class Settings(_Strict):
     host: HostSettings = HostSettings()
     server: ServerSettings = ServerSettings()
     fleet: FleetSettings = FleetSettings()
+    metrics: MetricsSettings = MetricsSettings()
 
     @property
     def store_url(self) -> str:

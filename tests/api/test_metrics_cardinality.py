@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from datum.config import MetricsSettings
 from datum.store.hosts import record_pass
 
 from .story import pass_report
@@ -19,7 +20,8 @@ def series(story) -> dict[str, int]:
     return counts
 
 
-def test_host_series_grow_by_two_plus_the_resource_states_of_each_host(story):
+def fill(story) -> None:
+    """62 hosts: 50 converged without an interval, 10 agents' converged, db1 failed, db2 awaiting a manual reboot."""
     converged = pass_report(state="converged") | {
         "counts": {"converged": 40},
         "resources": [{"id": "Package[nginx]", "type": "Package", "name": "nginx", "action": "none", "state": "converged"}],
@@ -34,6 +36,10 @@ def test_host_series_grow_by_two_plus_the_resource_states_of_each_host(story):
     record_pass(story.store, "db2", converged | {  # awaiting a reboot by hand: one more while it waits
         "host": "db2", "state": "awaiting-reboot", "reboot": {"required": True, "policy": "manual"},
     })
+
+
+def test_host_series_grow_by_two_plus_the_resource_states_of_each_host(story):
+    fill(story)
     counts = series(story)
     host_series = sum(n for name, n in counts.items() if name.startswith("datum_host"))
     assert counts["datum_hosts"] == 6  # one per host state, whatever the fleet's size
@@ -75,3 +81,55 @@ def test_a_scrape_reads_the_summary_intake_wrote_and_a_row_without_one_its_repor
     # both silent for more than a few of their 60 s intervals: unknown, the interval read either way
     assert samples[("datum_host_state", "web1", "unknown")] == 1.0
     assert samples[("datum_host_state", "old1", "unknown")] == 1.0
+
+
+def samples(story) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(story.get("/metrics").text)
+        for s in family.samples
+    }
+
+
+def per_host(story, **metrics: object) -> tuple[int, dict]:
+    state = story.app.state.datum
+    state.settings = state.settings.model_copy(update={"metrics": MetricsSettings.model_validate(metrics)})
+    counts = series(story)
+    return sum(n for name, n in counts.items() if name.startswith("datum_host_")), samples(story)
+
+
+def test_per_host_series_are_a_choice_and_the_fleet_wide_ones_are_always_there(story):
+    fill(story)
+    every, seen = per_host(story, per_host="all")
+    assert every == 50 * (2 + 1) + 10 * (3 + 1) + (2 + 3) + (2 + 1 + 1)
+    assert seen[("datum_metrics_per_host", (("mode", "all"),))] == 1.0
+    # problems: only the hosts that do not read converged, with every series the shipped alerts read
+    problems, seen = per_host(story, per_host="problems")
+    assert problems == (2 + 3) + (2 + 1 + 1)
+    assert seen[("datum_host_state", (("host", "db1"), ("state", "failed")))] == 1.0
+    assert seen[("datum_host_awaiting_manual_reboot", (("host", "db2"), ("policy", "manual")))] == 1.0
+    assert not any(name == "datum_host_state" and dict(labels)["host"].startswith("web") for name, labels in seen)
+    # none: not one per-host series; the fleet's own say what the alerts need
+    none, seen = per_host(story, per_host="none")
+    assert none == 0
+    assert seen[("datum_hosts", (("state", "failed"),))] == 1.0
+    assert seen[("datum_hosts", (("state", "converged"),))] == 60.0
+    assert seen[("datum_fleet_awaiting_manual_reboot", (("policy", "manual"),))] == 1.0
+    assert seen[("datum_fleet_awaiting_manual_reboot", (("policy", "never"),))] == 0.0
+    assert seen[("datum_fleet_stale_hosts", ())] == 0.0
+    assert seen[("datum_metrics_per_host", (("mode", "none"),))] == 1.0
+    # auto: every host's up to the limit, the problems above it
+    assert per_host(story, per_host="auto", per_host_limit=62)[0] == every
+    assert per_host(story, per_host="auto", per_host_limit=61)[0] == problems
+
+
+def test_the_fleet_counts_stale_hosts_whatever_the_mode(story):
+    from datetime import timedelta
+
+    old = (datetime.now(UTC) - timedelta(hours=1)).isoformat()
+    report = pass_report(state="converged") | {"finishedAt": old, "intervalSeconds": 60}
+    for host in ("web1", "web2"):
+        record_pass(story.store, host, report | {"host": host})
+    _count, seen = per_host(story, per_host="none")
+    assert seen[("datum_fleet_stale_hosts", ())] == 2.0
+    assert seen[("datum_hosts", (("state", "unknown"),))] == 2.0

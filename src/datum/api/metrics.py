@@ -11,6 +11,10 @@ reconciler's (cached) drift report.
 Series an alert reads are always there: every reason and direction of every
 reconciler (0 when no item has it), every breaker direction, every coverage
 row (stranded or not). ``contrib/prometheus/datum-rules.yml`` alerts on them.
+Series per host are a choice (``[metrics] per_host``, ``per_host_mode``): every host's, only the
+hosts that do not read ``converged`` (what the shipped alerts read), or none; the fleet-wide series
+(``datum_hosts``, ``datum_fleet_*``) are always there, and so is ``datum_metrics_per_host``, which
+says the mode in force so that the fleet-wide alerts fire only when the per-host ones cannot.
 Series per host are bounded: ``datum_host_state`` and
 ``datum_host_seconds_since_last_report`` one each, ``datum_host_interval_seconds``
 one for a host whose agent reports its interval, ``datum_host_resources``
@@ -34,10 +38,11 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from datum.api.state import ServerState
+from datum.config import MetricsSettings
 from datum.core.attention import counts as need_counts
 from datum.core.attention import decide
 from datum.core.attention import reasons as attention_reasons
-from datum.core.handreboot import awaits_hand
+from datum.core.handreboot import BY_HAND, awaits_hand
 from datum.core.memory import BackoffPolicy
 from datum.core.vocab import Direction, Health, HostState, Reason, ResourceState, plugin_reasons
 from datum.fleet.stale import stale
@@ -48,6 +53,16 @@ from datum.store.hosts import hosts as hosts_table
 from datum.store.runs import load_runs
 
 _BACKING_OFF = frozenset({Reason.BACKOFF.value, Reason.APPLY_FAILED.value})
+
+
+PER_HOST_MODES = ("all", "problems", "none")
+
+
+def per_host_mode(settings: MetricsSettings, hosts: int) -> str:
+    """The per-host series a scrape of ``hosts`` hosts carries: ``[metrics] per_host``, ``auto`` resolved."""
+    if settings.per_host != "auto":
+        return settings.per_host
+    return "all" if hosts <= settings.per_host_limit else "problems"
 
 
 def _gauge(name: str, doc: str, *labels: str) -> GaugeMetricFamily:
@@ -274,7 +289,10 @@ class StoreCollector(Collector):
             "run datum reboot on it. Absent for the other hosts.",
             "host", "policy",
         )
+        mode = per_host_mode(self.state.settings.metrics, len(rows))
         tally: Counter[str] = Counter()
+        stale_hosts = 0
+        by_hand_hosts: Counter[str] = Counter()
         for host, stored, updated, counts, finished, interval, reason, reboot in rows:
             # A host whose agent fell silent, or whose stored state is not a host state, reads unknown, as in
             # /v1/hosts and on the page (the same rule: datum.fleet.stale).
@@ -286,6 +304,12 @@ class StoreCollector(Collector):
             seen.append({"host": host, "state": s, "stale": bool(read.get("stale")), "reason": read.get("reason", reason),
                          "reboot": reboot})
             tally[s] += 1
+            stale_hosts += bool(read.get("stale"))
+            policy = awaits_hand(s, reboot)
+            if policy is not None:
+                by_hand_hosts[policy] += 1
+            if mode == "none" or (mode == "problems" and s == HostState.CONVERGED.value):
+                continue
             per_host.add_metric([host, s], 1.0)
             age = _age(now, updated)
             if age is not None:
@@ -294,17 +318,35 @@ class StoreCollector(Collector):
                 resources.add_metric([host, rs], n)
             if isinstance(interval, int | float) and interval > 0:
                 every.add_metric([host], float(interval))
-            policy = awaits_hand(s, reboot)
             if policy is not None:
                 by_hand.add_metric([host, policy], 1.0)
         for s in HostState:
             fleet.add_metric([s.value], tally[s.value])
+        in_force = _gauge(
+            "datum_metrics_per_host",
+            "1 for the per-host series this scrape carries ([metrics] per_host, auto resolved): all, problems "
+            "(hosts not converged) or none; 0 for the others.",
+            "mode",
+        )
+        for m in PER_HOST_MODES:
+            in_force.add_metric([m], 1.0 if m == mode else 0.0)
+        fleet_stale = _gauge(
+            "datum_fleet_stale_hosts", "Hosts silent for more than datum_fleet_stale_after of their intervals (they read unknown)."
+        )
+        fleet_stale.add_metric([], stale_hosts)
+        fleet_by_hand = _gauge(
+            "datum_fleet_awaiting_manual_reboot",
+            "Hosts awaiting a reboot their agent will not do (reboot_policy manual or never): someone runs datum reboot.",
+            "policy",
+        )
+        for policy_name in BY_HAND:
+            fleet_by_hand.add_metric([policy_name], by_hand_hosts[policy_name])
         limit = _gauge(
             "datum_fleet_stale_after",
             "[fleet] stale_after: a host silent for more than this many of its agent's intervals reads unknown.",
         )
         limit.add_metric([], multiple)
-        yield from (fleet, per_host, silent, resources, every, by_hand, limit)
+        yield from (fleet, per_host, silent, resources, every, by_hand, limit, in_force, fleet_stale, fleet_by_hand)
 
 
     def _reboots(self, overdue_leases: list[dict[str, Any]]) -> Iterator[Metric]:
