@@ -183,6 +183,10 @@ class ServerSettings(_Strict):
     keep_alive: Duration = timedelta(seconds=5)
     # How long pass history (the page's strips, datum.store.history) is kept; older rows are pruned.
     history: Duration = timedelta(days=14)
+    # People's reads (the page, drift reports, the host listing, /metrics) served at once per process; one
+    # that waits read_wait for a slot is answered 503 with Retry-After (datum.api.gate).
+    read_slots: int = Field(default=8, ge=1, le=1000)
+    read_wait: Duration = timedelta(seconds=5)
 
     @field_validator("tokens", mode="before")
     @classmethod

@@ -143,6 +143,7 @@ INTERNAL = Problem.one("INTERNAL", "the server could not answer this request; se
 
 
 _ALLOW = {"Allow": {"description": "Every method the path answers, HEAD included where GET is.", "schema": {"type": "string"}}}
+_RETRY = {"Retry-After": {"description": "Seconds to wait before asking again, on a read the server shed.", "schema": {"type": "string"}}}
 _WWW = {"WWW-Authenticate": {"description": "`Bearer`: the scheme the API expects.", "schema": {"type": "string"}}}
 
 # status -> (description, headers): the answers the server can give, in the error shape.
@@ -159,7 +160,11 @@ ERROR_STATUSES: dict[int, tuple[str, dict[str, Any]]] = {
     422: ("INVALID_INPUT: the input is not valid; each problem at its field.", {}),
     431: ("INVALID_INPUT: the request line and headers exceed 64 KiB.", {}),
     500: ("INTERNAL: the server could not answer; the detail is in its log, never in the body.", {}),
-    503: ("UNAVAILABLE: the registry is not wired yet, or the store cannot answer (named, with why).", {}),
+    503: (
+        "UNAVAILABLE: the registry is not wired yet, the store cannot answer (named, with why), or the server is "
+        "answering `[server] read_slots` reads at once and this one waited `[server] read_wait` (`Retry-After`).",
+        _RETRY,
+    ),
 }
 
 # Answers any operation can give: they come from the protocol and the guard, before any route.

@@ -45,6 +45,7 @@ from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from datum.api.errors import problem_response
+from datum.api.gate import READS
 from datum.api.security import (
     ADMISSION,
     Admission,
@@ -146,7 +147,21 @@ class RequestGuard:
                 if reply is not None:
                     await _send(send, reply)
                     return
-        await self.app(scope, receive, send)
+        if admission is None or admission.allowed is None or admission.allowed[0] not in READS:
+            await self.app(scope, receive, send)
+            return
+        # A person's read that goes to its route (a fast answer needs no thread and no connection): one of
+        # [server] read_slots, or shed (datum.api.gate).
+        try:
+            await self.state.reads.acquire()
+        except Problem as shed:
+            retry = str(shed.findings[0].details["retryAfter"])
+            await problem_response(shed, {"Retry-After": retry})(scope, receive, send)
+            return
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.state.reads.release()
 
     async def _admit(self, scope: Scope, found: tuple[Served, Scope] | None, has_body: bool) -> Admission | None:
         """The request's principal and decision, left in the scope; None when its route needs none."""

@@ -9,6 +9,7 @@ from datetime import datetime
 from fastapi import Request
 
 from datum.api.authz import Authorizer
+from datum.api.gate import ReadGate
 from datum.api.reports import ReportCache
 from datum.api.tokens import TokenBook
 from datum.config import Settings
@@ -31,11 +32,15 @@ class ServerState:
     store: Store | None = None
     registry: Registry | None = None
     reports: ReportCache = field(init=False)
+    # People's reads served at once ([server] read_slots), the rest queued or shed (datum.api.gate).
+    reads: ReadGate = field(init=False)
     # Plugins whose routes or Cedar fragment could not be served: {plugin: why}.
     broken_routes: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.reports = ReportCache(self._report, ttl=self.settings.server.report_ttl.total_seconds())
+        server = self.settings.server
+        self.reads = ReadGate(server.read_slots, server.read_wait.total_seconds())
 
     def wire(self, registry: Registry, store: Store) -> None:
         """Make the observability endpoints answer: until now they are 503 UNAVAILABLE."""

@@ -97,8 +97,18 @@ def _view(
     reports: list[DriftReport], registry: Registry, settings: Settings, store: Store, shown: HostsShown | None
 ) -> v.Overview:
     """The page's view: the reports with their history, *Needs a human* as ``GET /v1/attention`` decides it,
-    and (when readable) a page of hosts with theirs."""
+    and (when readable) a page of hosts with theirs.
+
+    The reads that open a connection of their own (the hosts, the leases) come first: a request never
+    holds one connection while it waits for another, which under a storm of page loads is how every
+    request ends up holding one and waiting for a second that never frees (the pool runs dry)."""
+    found = worst = leases = None
+    if shown is not None:
+        found = _hosts(store, settings, shown)
+        worst = found if shown.state is None else attention.worst_hosts(store, settings)
+        leases = read_leases(store)
     views = []
+    broken = [(b.name, b.error) for b in registry.broken]
     with store.connect() as conn:
         for report in reports:
             name = report.reconciler
@@ -109,12 +119,8 @@ def _view(
                     enabled(registry, settings, name),
                 )
             )
-        broken = [(b.name, b.error) for b in registry.broken]
-        if shown is None:
+        if shown is None or found is None or leases is None:
             return v.overview(views, None, None, attention.needs(registry, settings, reports, None).lines, broken=broken)
-        found = _hosts(store, settings, shown)
-        worst = found if shown.state is None else attention.worst_hosts(store, settings)
-        leases = read_leases(store)
         decided = attention.needs(registry, settings, reports, worst, leases)
         hosts = [v.host_view(h, recent(conn, HOST, h.host), decided.lines) for h in map(host_summary, found.hosts)]
     return v.overview(
