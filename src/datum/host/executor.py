@@ -73,9 +73,10 @@ def _error(exc: BaseException) -> str:
 @dataclass(slots=True)
 class PassResult:
     """What a pass produced: the report (JSON form), its outcomes, the exit code, the reboot
-    decision and warnings; the configuration and state file it ran with (for delivery); and the
+    decision and warnings; the configuration and state file it ran with (for delivery); the
     signal that asked it to stop, when one came, even after its last resource (``datum agent``
-    then ends its loop)."""
+    then ends its loop); and the reboot markers the state file keeps as stale after it
+    (``datum.host.reboot``: the idle pass keeps no entry while there are any)."""
 
     report: dict[str, Any]
     outcomes: list[Outcome]
@@ -85,6 +86,7 @@ class PassResult:
     config: HostConfig | None = None
     state_path: str | None = None
     signal: str | None = None
+    stale_markers: dict[str, int] = field(default_factory=dict)
 
 
 def run_pass(
