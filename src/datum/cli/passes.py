@@ -88,7 +88,7 @@ def apply(
     posted, the reboot (``deliver``); the exit code."""
     from datum.host import idle
 
-    result = idle.run(manifest, root, mode, state, config, allow_outside)
+    result: Any = idle.run(manifest, root, mode, state, config, allow_outside)  # Done, or the lock held
     if not isinstance(result, idle.Done):
         from datum.host import agent
 

@@ -171,7 +171,7 @@ def host_pass(
             store.record(host, report, stale_markers=found.stale if found.stale != known else None)
     reboot_now = found.reboot_now and state_path is not None
     signalled = stop.signal if stop is not None else None  # one that came after the last resource too
-    stale = found.stale if store is not None else {}  # what the state file keeps now: recorded, or as known
+    stale = found.stale if store is not None else {}  # as the state file keeps them now (recorded, or known)
     return PassResult(report, outcomes, decided.exit_code, reboot_now, warnings, config, state_path, signalled, stale)
 
 
