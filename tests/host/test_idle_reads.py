@@ -91,7 +91,7 @@ def test_the_engine_reads_the_host_through_the_recorder_alone(host, monkeypatch)
     config, loaded, _data = prepare(str(manifest), None)
 
     def engine() -> agent.PassResult:
-        return agent.host_pass(loaded, root=str(host.root), mode=Mode.ENFORCE, config=config,
+        return agent.host_pass(loaded, root=agent.real_root(str(host.root)), mode=Mode.ENFORCE, config=config,
                          state_path=str(host.state))
 
     engine()

@@ -388,3 +388,34 @@ def test_the_state_option_says_what_it_takes(command, capsys):
     out = " ".join(capsys.readouterr().out.split())
     assert done.value.code == 0
     assert "never a store URL" in out and "[host] state" in out and "configured store" not in out
+
+
+def test_a_cached_manifest_is_the_one_validation_made(host, monkeypatch):
+    """From validation or from the cache, a pass gets one manifest: the same resources, order,
+    paths and included files, and the files beside it that validation found (``Manifest.besides``,
+    what a cached manifest checks are still there), an outside ``source`` by its resolved path."""
+    from datum.host import manifest as validation
+    from datum.host.compiled import prepare
+
+    (host.base / "page.html").write_text("<p>hi</p>\n")
+    (host.base / "motd.j2").write_text("{{ kernel }}\n")
+    (host.base / "sub").mkdir()
+    path = host.manifest(
+        "resources:\n  - File[/srv/page.html]:\n      source: page.html\n"
+        "  - File[/etc/motd]:\n      template: motd.j2\n"
+    )
+    outside = host.manifest("resources:\n  - File[/srv/page.html]:\n      source: ../page.html\n", "sub/manifest.yaml")
+    monkeypatch.setenv("DATUM_HOME", str(host.base / "home"))
+    monkeypatch.delenv("DATUM_CONFIG", raising=False)
+    _config, validated, _data = prepare(str(path), None)
+    _config, beyond, _data = prepare(str(outside), None, allow_outside=True)
+    base = host.base.resolve()
+    assert validated.besides == (str(base / "page.html"), str(base / "motd.j2"))
+    assert beyond.besides == (str(base / "page.html"),)
+
+    def validates(*_args: object, **_kwargs: object) -> None:
+        raise AssertionError("validated again: the cache missed")
+
+    monkeypatch.setattr(validation, "load_manifest", validates)
+    assert prepare(str(path), None)[1] == validated
+    assert prepare(str(outside), None, allow_outside=True)[1] == beyond

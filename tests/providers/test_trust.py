@@ -16,7 +16,7 @@ import pytest
 
 from datum import safefs
 from datum.core.vocab import Action
-from datum.providers import fs
+from datum.providers import fs, reads
 from datum.providers.base import ProviderError
 from datum.providers.directory import PROVIDER as DIRECTORY
 from datum.providers.directory.spec import DirectorySpec
@@ -404,7 +404,7 @@ def test_an_absolute_target_that_exists_only_outside_the_root_is_refused(ctx, tm
     (tmp_path / "outside").mkdir()
     (ctx.root / "etc").mkdir()
     (ctx.root / "etc" / "x").symlink_to(tmp_path / "outside")
-    with pytest.raises(fs.Escape, match="links out of the root"):
+    with pytest.raises(reads.Escape, match="links out of the root"):
         FILE.desired("x", FileSpec(path="/etc/x/f", content="x"), ctx)
     (ctx.root / str(tmp_path / "outside").lstrip("/")).mkdir(parents=True)  # the root has it too
     assert FILE.desired("x", FileSpec(path="/etc/x/f", content="x"), ctx).real == (
@@ -415,7 +415,7 @@ def test_an_absolute_target_that_exists_only_outside_the_root_is_refused(ctx, tm
 def test_an_absolute_target_climbing_above_the_root_is_still_refused(ctx):
     (ctx.root / "etc").mkdir()
     (ctx.root / "etc" / "x").symlink_to("/../../../tmp/evil")
-    with pytest.raises(fs.Escape):
+    with pytest.raises(reads.Escape):
         FILE.desired("x", FileSpec(path="/etc/x", content="x"), ctx)
 
 

@@ -165,7 +165,7 @@ def cycle(opts: Options) -> Cycle:
         got = fetch(
             opts.server, host, opts.token, last[0] if last else None, _facts(opts.root, opts.config), opts.deadline
         )
-        agent.real_root(opts.root)  # a root that is not a directory: said before the lock is taken
+        root = agent.real_root(opts.root)  # a root that is not a directory: said before the lock is taken
         held = hold(path, opts.config.lock_wait.total_seconds(), reads.boot_id(opts.config.boot_id_file), watch=False)
         try:
             seq = state.next_seq()  # under the lock: numbered in the order the passes run
@@ -182,7 +182,7 @@ def cycle(opts: Options) -> Cycle:
             extra["manifestDigest"] = digest
         extra["manifestOrigin"] = origin
         result = agent.host_pass(
-            manifest, root=opts.root, mode=opts.mode, config=opts.config, state_path=path, held=held,
+            manifest, root=root, mode=opts.mode, config=opts.config, state_path=path, held=held,
             extra=extra, budget=_budget(opts, host), none_because=origin,
         )
         sent = flush(state, opts.server, host, opts.token, opts.deadline)

@@ -88,20 +88,19 @@ def apply(
     posted, the reboot (``deliver``); the exit code."""
     from datum.host import idle
 
-    found = idle.run(manifest, root, mode, state, config, allow_outside)
-    if isinstance(found, idle.Done):
-        return deliver(found, as_json, report_to, token)
-    from datum.host import agent
+    result: Any = idle.run(manifest, root, mode, state, config, allow_outside)  # Done, or the lock held
+    if not isinstance(result, idle.Done):
+        from datum.host import agent
 
-    progress = _progress(as_json)
-    try:  # the engine, under the lock the idle pass may hand over
-        result = agent.apply(
-            manifest, root=root, mode=mode, state=state, config=config, allow_outside=allow_outside,
-            progress=progress, held=found,
-        )
-    finally:
-        if progress is not None:
-            progress.close()
+        progress = _progress(as_json)
+        try:  # the engine, under the lock the idle pass may hand over
+            result = agent.apply(
+                manifest, root=root, mode=mode, state=state, config=config, allow_outside=allow_outside,
+                progress=progress, held=result,
+            )
+        finally:
+            if progress is not None:
+                progress.close()
     return deliver(result, as_json, report_to, token)
 
 
@@ -143,7 +142,11 @@ def deliver(result: Any, as_json: bool, report_to: str | None = None, token: str
     chosen = result.config
     target = report_to or (chosen.report_to if chosen is not None else None)
     if target and not plan:  # a plan persists nothing, and posts nothing
-        post(target, token or (chosen.token if chosen is not None else None), result.report)
+        from datum.host.remote import post_report
+
+        report = result.report
+        if why := post_report(target, report["host"], report, token or (chosen.token if chosen is not None else None)):
+            warn(f"the pass report was not delivered: {why}")
     if result.reboot_now:
         reboot(chosen, str(result.state_path), result.report)
     code: int = result.exit_code
@@ -155,15 +158,6 @@ def _progress(as_json: bool) -> Any:
     from datum.host.output import ProgressLine
 
     return None if as_json else ProgressLine()
-
-
-def post(target: str, token: str | None, report: dict[str, Any]) -> None:
-    """Post the persisted report to ``--report-to``; a warning when it was not delivered."""
-    from datum.host.remote import post_report
-
-    why = post_report(target, report["host"], report, token)
-    if why:
-        warn(f"the pass report was not delivered: {why}")
 
 
 def reboot(chosen_config: Any, state_path: str, report: dict[str, Any]) -> bool:

@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
 from contextlib import ExitStack
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from datum.core.vocab import Mode, ResourceState
+from datum.core.vocab import Mode
 from datum.host import reboot, verdict
 from datum.host.compiled import HostConfig, prepare
 from datum.host.executor import PassResult, Progress, run_pass
@@ -77,12 +76,13 @@ def apply(
     try:
         chosen, loaded, data = prepare(manifest_path, config, allow_outside)
         path = state_file(state, chosen)
+        root_path = real_root(root)
     except BaseException:
         if held is not None:
             held.close()  # no pass ran: its record goes, as the engine alone never wrote one
         raise
     result = host_pass(
-        loaded, root=root, mode=Mode(mode) if mode else chosen.mode, config=chosen, state_path=path,
+        loaded, root=root_path, mode=Mode(mode) if mode else chosen.mode, config=chosen, state_path=path,
         progress=progress, held=held,
     )
     idle.remember(manifest_path, root, mode, state, config, allow_outside, taken, data, chosen, loaded, result)
@@ -93,13 +93,15 @@ def plan(manifest_path: str, *, root: str, config: str | None, allow_outside: bo
          progress: Progress | None = None) -> PassResult:
     """``datum plan``: an observe pass that persists nothing."""
     chosen, loaded, _data = prepare(manifest_path, config, allow_outside)
-    return host_pass(loaded, root=root, mode=Mode.OBSERVE, config=chosen, state_path=None, progress=progress)
+    return host_pass(
+        loaded, root=real_root(root), mode=Mode.OBSERVE, config=chosen, state_path=None, progress=progress
+    )
 
 
 def host_pass(
     manifest: Manifest | None,
     *,
-    root: str,
+    root: Path,
     mode: Mode,
     config: HostConfig,
     state_path: str | None,
@@ -111,7 +113,8 @@ def host_pass(
 ) -> PassResult:
     """One host pass: lock, engine, verdict, persist.
 
-    ``state_path`` None: ``datum plan``, which takes no lock and persists nothing. ``held``: the
+    ``root``: the real root (``real_root``, resolved before any lock was taken). ``state_path``
+    None: ``datum plan``, which takes no lock and persists nothing. ``held``: the
     state file whose pass lock the caller holds (``datum agent``, which unpacked the manifest
     under it; an idle pass that handed over, with its signal watch), released when the pass ends;
     else the lock is taken here (``datum.host.lock``). A pass that runs resources watches the pass
@@ -122,12 +125,6 @@ def host_pass(
     ``seq``, ``manifestDigest``, ...); a report with a ``seq`` is spooled with it, in one
     transaction. ``budget`` is asked before a policy reboot (``datum agent``: the group's lease).
     """
-    try:
-        root_path = real_root(root)
-    except BaseException:
-        if held is not None:
-            held.close()  # nothing ran: the lock given back as if never taken (no record left)
-        raise
     with ExitStack() as stack:
         if held is not None:
             stack.push(held.close)  # the caller's lock (and signal watch), released with the pass
@@ -143,10 +140,8 @@ def host_pass(
         store = StateStore(held.path, held.db) if held is not None else None
         previous = _previous(store, host)
         warnings = []
-        if held is not None:
-            progress = _chain(progress, _first_change(held.lease.mark_changing))
-            if unfinished(held.lease.taken_over, previous):
-                warnings.append(f"{unfinished_reason(held.lease.taken_over or {})}; this pass replaces it")
+        if held is not None and unfinished(held.lease.taken_over, previous):
+            warnings.append(f"{unfinished_reason(held.lease.taken_over or {})}; this pass replaces it")
         started = datetime.now(UTC)
         clock = time.perf_counter()
         known: dict[str, int] = {}
@@ -154,14 +149,15 @@ def host_pass(
             outcomes, found, decided = [], reboot.Status(None, False, None, {}), verdict.no_pass(none_because)
         else:
             ctx = HostContext(
-                root=root_path, mode=mode, manifest_dir=manifest.dir, boot_id_file=config.boot_id_file,
+                root=root, mode=mode, manifest_dir=manifest.dir, boot_id_file=config.boot_id_file,
                 managed_paths=manifest.paths,
             )
-            outcomes = run_pass(manifest, ctx, progress, stop.is_set if stop else None)
+            changing = held.lease.mark_changing if held is not None else None  # its record made durable
+            outcomes = run_pass(manifest, ctx, progress, stop.is_set if stop else None, changing)
             stopped_by = stop.signal if stop else None
             known = store.stale_markers() if store is not None else {}
             found = reboot.status(
-                config, mode, outcomes, root_path, previous, boot_id, budget,
+                config, mode, outcomes, root, previous, boot_id, budget,
                 stopped=verdict.incomplete(outcomes, stopped_by), known_stale=known,
             )
             decided = verdict.decide(outcomes, reboot_reason=found.reason, stopped_by=stopped_by)
@@ -175,7 +171,8 @@ def host_pass(
             store.record(host, report, stale_markers=found.stale if found.stale != known else None)
     reboot_now = found.reboot_now and state_path is not None
     signalled = stop.signal if stop is not None else None  # one that came after the last resource too
-    return PassResult(report, outcomes, decided.exit_code, reboot_now, warnings, config, state_path, signalled)
+    stale = found.stale if store is not None else {}  # as the state file keeps them now (recorded, or known)
+    return PassResult(report, outcomes, decided.exit_code, reboot_now, warnings, config, state_path, signalled, stale)
 
 
 def _previous(store: StateStore | None, host: str) -> dict[str, Any] | None:
@@ -188,25 +185,3 @@ def _previous(store: StateStore | None, host: str) -> dict[str, Any] | None:
     except Unreadable:
         return None
 
-
-def _chain(first: Progress | None, second: Progress) -> Progress:
-    if first is None:
-        return second
-
-    def both(position: int, total: int, resource: str, state: ResourceState) -> None:
-        first(position, total, resource, state)
-        second(position, total, resource, state)
-
-    return both
-
-
-def _first_change(hook: Callable[[], None]) -> Progress:
-    """A progress hook that calls ``hook`` once, before the first resource is applied."""
-    done = [False]
-
-    def first(_position: int, _total: int, _resource: str, state: ResourceState) -> None:
-        if state is ResourceState.APPLYING and not done[0]:
-            done[0] = True
-            hook()
-
-    return first

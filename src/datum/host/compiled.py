@@ -290,7 +290,8 @@ def load(key: str | None) -> tuple[HostConfig, Manifest] | None:
         for r in m["resources"]
     )
     manifest = Manifest(
-        Path(m["dir"]), resources, tuple(m["order"]), m["source"], frozenset(m["paths"]), included
+        Path(m["dir"]), resources, tuple(m["order"]), m["source"], frozenset(m["paths"]), included,
+        tuple(data["files"]),
     )
     return HostConfig.from_json(data["config"]), manifest
 
@@ -309,18 +310,11 @@ def store(key: str | None, config: HostConfig, manifest: Manifest) -> None:
     """Remember a validated pair; silently not when it cannot be (a cache is never a failure)."""
     if key is None or config.token:
         return  # a token stays in the configuration file only
-    from datum.providers.registry import provider
-
-    files = [
-        str(manifest.dir / beside.path)
-        for r in manifest.resources
-        for beside in provider(r.type).beside(r.spec)
-    ]
     try:
         data = {
             "format": FORMAT,
             "config": config.to_json(),
-            "files": files,
+            "files": list(manifest.besides),
             "manifest": {
                 "dir": str(manifest.dir),
                 "source": manifest.source,

@@ -73,9 +73,10 @@ def _error(exc: BaseException) -> str:
 @dataclass(slots=True)
 class PassResult:
     """What a pass produced: the report (JSON form), its outcomes, the exit code, the reboot
-    decision and warnings; the configuration and state file it ran with (for delivery); and the
+    decision and warnings; the configuration and state file it ran with (for delivery); the
     signal that asked it to stop, when one came, even after its last resource (``datum agent``
-    then ends its loop)."""
+    then ends its loop); and the reboot markers the state file keeps as stale after it
+    (``datum.host.reboot``: the idle pass keeps no entry while there are any)."""
 
     report: dict[str, Any]
     outcomes: list[Outcome]
@@ -85,6 +86,7 @@ class PassResult:
     config: HostConfig | None = None
     state_path: str | None = None
     signal: str | None = None
+    stale_markers: dict[str, int] = field(default_factory=dict)
 
 
 def run_pass(
@@ -92,11 +94,14 @@ def run_pass(
     ctx: HostContext,
     progress: Progress | None = None,
     stop: Callable[[], bool] | None = None,
+    changing: Callable[[], None] | None = None,
 ) -> list[Outcome]:
     """Walk the manifest once; return every resource's outcome in the order walked.
 
     ``stop()`` is asked before each resource: once it is true (SIGTERM), the
-    walk ends there and the resources not reached stay ``pending``.
+    walk ends there and the resources not reached stay ``pending``. ``changing()``
+    is called before each change is applied (the pass lock makes its record
+    durable on the first: ``datum.host.lock.Lease.mark_changing``).
     """
     ordered = manifest.ordered()
     if ctx.manifest is None:
@@ -110,7 +115,7 @@ def run_pass(
                 break
             started = time.perf_counter()
             announce = partial(progress, position, total, resource.id) if progress else None
-            out = _walk(resource, done, unsupported, ctx, announce)
+            out = _walk(resource, done, unsupported, ctx, announce, changing)
             out = out.replace(duration_seconds=time.perf_counter() - started)
             done[resource.id] = out
             if progress:
@@ -126,6 +131,7 @@ def _walk(
     unsupported: dict[str, str | None],
     ctx: HostContext,
     announce: Callable[[ResourceState], Any] | None,
+    changing: Callable[[], None] | None,
 ) -> Outcome:
     """What ``resource`` does on this pass, given the outcomes ``done`` before it."""
     named = resource.needs
@@ -168,6 +174,8 @@ def _walk(
         return planned.replace(state=ResourceState.DRIFTED, reason=change.summary)
     if announce:
         announce(ResourceState.APPLYING)
+    if changing:
+        changing()
     if not prov.defers_dir_sync:
         sync_dirs()  # nothing else acts (runs a command, say) while a rename is not yet durable
     return _apply(prov, want, have, change, ctx, planned)

@@ -135,7 +135,7 @@ def remember(
     reads.stop()
     where = _where(manifest_path, root, mode, state, config, allow_outside)
     try:
-        entry = _entry(manifest_path, state, taken, data, chosen, loaded, result)
+        entry = _entry(manifest_path, taken, data, chosen, loaded, result)
         payload = None if entry is None else marshal.dumps(entry)
     except Exception:  # a cache is never a failure: without an entry, the engine runs every pass
         if os.environ.get("DATUM_DEBUG"):
@@ -163,33 +163,25 @@ def remember(
 
 
 def _entry(
-    manifest_path: str, state: str | None, record: reads.Record | None, data: bytes | None,
+    manifest_path: str, record: reads.Record | None, data: bytes | None,
     chosen: HostConfig, loaded: Manifest, result: PassResult,
 ) -> dict[str, Any] | None:
     """The entry's contents, or None when an idle pass could not stand for the engine's: a pass
     that did or would do something, ran a command, read the host other than through the recorder
-    (a provider that does not say ``reads_recorded``), posts its report, or knows a stale reboot
-    marker (whether it stays stale is the state file's to say, every pass)."""
+    (a provider that does not say ``reads_recorded``), posts its report, or left a stale reboot
+    marker in the state file (whether it stays stale is the state file's to say, every pass)."""
     from datum.core.vocab import ResourceState
-    from datum.host.statefile import StateStore, state_path
     from datum.providers.registry import provider
 
     report, outcomes = result.report, result.outcomes
     if (
-        record is None or record.opaque or data is None
+        record is None or record.opaque or data is None or result.state_path is None
         or report.get("state") != "converged" or "reboot" in report or report.get("incomplete")
-        or result.reboot_now or chosen.report_to or chosen.token or not outcomes
+        or result.reboot_now or result.stale_markers or chosen.report_to or chosen.token or not outcomes
         or any(o.state is not ResourceState.CONVERGED or o.changed or not provider(o.resource.type).reads_recorded
                for o in outcomes)  # a change: what was read before it is not what is there now
     ):
         return None
-    path = state_path(state) if state else chosen.state_path
-    store = StateStore(path)
-    try:
-        if store.stale_markers():
-            return None
-    finally:
-        store.close()
     seen = record.seen
     seen.setdefault(("bytes", os.path.realpath(manifest_path)), (None, reads.digest(data)))
     for included, digest in loaded.included:  # the bytes each included manifest's validation read
@@ -201,14 +193,14 @@ def _entry(
         "started": record.started,
         "reads": record.reads(),
         "host": report["host"],
-        "state_path": path,
+        "state_path": result.state_path,
         "lock_wait": chosen.lock_wait.total_seconds(),
         "boot_id_file": chosen.boot_id_file,
-        **_template(report, outcomes, chosen),
+        **_template(report, outcomes),
     }
 
 
-def _template(report: dict[str, Any], outcomes: list[Any], chosen: HostConfig) -> dict[str, Any]:
+def _template(report: dict[str, Any], outcomes: list[Any]) -> dict[str, Any]:
     """The report and lines an idle pass of this manifest gives, made by the engine's own verdict
     (``datum.host.verdict``: every resource converged) and ``pass_lines``, its times left as
     numbered slots."""
@@ -224,7 +216,7 @@ def _template(report: dict[str, Any], outcomes: list[Any], chosen: HostConfig) -
     def slot(n: int) -> str:
         return f"\0{nonce}:{n}\0"
 
-    boot_id = reads.boot_id(chosen.boot_id_file)
+    boot_id = report.get("bootId", "")  # the boot the pass ran in, as it reported it
     idle = [Outcome(o.resource, state=ResourceState.CONVERGED) for o in outcomes]
     template = verdict.report(
         verdict.decide(idle), idle, host=report["host"], mode=report["mode"], started=slot(0), finished=slot(1),

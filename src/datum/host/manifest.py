@@ -128,8 +128,9 @@ def parse_manifest(
     declared: dict[
         str, int
     ] = {}  # every identity, valid or not, so a reference to a broken one is not a second finding
+    besides: list[str] = []
     for i, item in enumerate(items):
-        identity, resource = _resource(i, item, directory, found, allow_source_outside, memory)
+        identity, resource = _resource(i, item, directory, found, besides, allow_source_outside, memory)
         if identity is None:
             continue
         if identity in declared:
@@ -159,7 +160,9 @@ def parse_manifest(
             f"manifest {source} is not valid: {count} finding{'s' if count > 1 else ''}, nothing applied",
         )
     order = topological(len(resources), needs)
-    return Manifest(directory, tuple(resources), tuple(order), source, frozenset(paths), tuple(read))
+    return Manifest(
+        directory, tuple(resources), tuple(order), source, frozenset(paths), tuple(read), tuple(besides)
+    )
 
 
 def _resource(
@@ -167,10 +170,12 @@ def _resource(
     item: Any,
     directory: Path,
     found: list[FieldError],
+    besides: list[str],
     allow_source_outside: bool = False,
     memory: SpecMemory | None = None,
 ) -> tuple[str | None, Resource | None]:
-    """The item's identity (None when it has none) and the resource (None when it is not valid)."""
+    """The item's identity (None when it has none) and the resource (None when it is not valid);
+    the files beside the manifest a valid one reads are added to ``besides``."""
     here = f"resources[{i}]"
     if not isinstance(item, dict) or len(item) != 1:
         found.append(FieldError(here, "a resource is a mapping with one key, Type[name]"))
@@ -211,6 +216,7 @@ def _resource(
         memory.used[remembered] = dump
     spec = Attributes(**dump)
     missing = False
+    files: list[str] = []
     for beside in prov.beside(spec):
         problem, outside = _file_problem(directory, beside, allow_source_outside)
         if problem:
@@ -219,7 +225,11 @@ def _resource(
         elif outside is not None:
             # Allowed: the resolved path, so a pass reads exactly the file validated here.
             spec = Attributes(**{**vars(spec), beside.attribute: outside})
-    return key, None if missing else Resource(i, type_name, name, spec)
+        files.append(str(directory / (outside or beside.path)))
+    if missing:
+        return key, None
+    besides.extend(files)
+    return key, Resource(i, type_name, name, spec)
 
 
 def _validate(prov: Any, name: str, body: dict[str, Any], here: str, found: list[FieldError]) -> Any:

@@ -47,6 +47,9 @@ class Manifest:
     source: str = '<manifest>'
     paths: frozenset[str] = frozenset()
     included: tuple[tuple[str, str], ...] = ()  # the files ``include`` read: (path, digest of their bytes)
+    # The files beside it that its resources read (``Provider.beside``: a source, a template), as
+    # validation found them: a cached manifest stands while each is still a file.
+    besides: tuple[str, ...] = ()
 
     def ordered(self) -> list[Resource]:
         return [self.resources[i] for i in self.order]

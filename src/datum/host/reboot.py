@@ -48,8 +48,8 @@ def newer_kernel(root: Path, running: str) -> str | None:
     A /boot that cannot be read (or links out of the root) has none.
     """
     try:
-        boot = fs.resolve(root, "/boot")
-        versions = [n.removeprefix("vmlinuz-") for n in reads.listdir(str(boot)) if n.startswith("vmlinuz-")]
+        boot = reads.real_path(str(root), "/boot")
+        versions = [n.removeprefix("vmlinuz-") for n in reads.listdir(boot) if n.startswith("vmlinuz-")]
     except (OSError, ProviderError):
         return None
     if not versions:
@@ -68,7 +68,7 @@ def detect(root: Path, running_kernel: str, changes: list[str]) -> Found:
     """
     reasons = list(changes)
     markers: dict[str, int] = {}
-    seen: set[Path] = set()
+    seen: set[str] = set()
     for marker in MARKERS:
         seen_as, mtime, reason = _marker(root, marker)
         if reason is None or seen_as in seen:
@@ -82,18 +82,21 @@ def detect(root: Path, running_kernel: str, changes: list[str]) -> Found:
     return Found(tuple(reasons), markers, kernel)
 
 
-def _marker(root: Path, marker: str) -> tuple[Path, int, str | None]:
-    """(where it is, its mtime, the reason it gives) for one marker; no reason when it is absent."""
+def _marker(root: Path, marker: str) -> tuple[str, int, str | None]:
+    """(where it is, its mtime, the reason it gives) for one marker; no reason when it is absent.
+    Read as the engine reads every path (``datum.providers.reads``: resolved inside the root,
+    recorded); the ``.pkgs`` list as a provider reads a file (``datum.providers.fs``: refused
+    unless it is a regular file)."""
     try:
-        real = fs.resolve(root, marker)
-        st = reads.lstat(str(real))
+        real = reads.real_path(str(root), marker)
+        st = reads.lstat(real)
     except (FileNotFoundError, NotADirectoryError):
-        return Path(marker), 0, None  # absent (a parent that is a file included)
+        return marker, 0, None  # absent (a parent that is a file included)
     except (OSError, ProviderError) as exc:
         where, mtime = _link_itself(root, marker)
         return where, mtime, f"{marker} present but could not be read ({_why(exc, root)})"
     try:
-        pkgs = fs.read_bytes(fs.resolve(root, f"{marker}.pkgs")) or b""
+        pkgs = fs.read_bytes(reads.real_path(str(root), f"{marker}.pkgs")) or b""
     except (OSError, ProviderError) as exc:
         return (
             real,
@@ -104,13 +107,13 @@ def _marker(root: Path, marker: str) -> tuple[Path, int, str | None]:
     return real, st.st_mtime_ns, f"{marker} present" + (f" ({', '.join(names)})" if names else "")
 
 
-def _link_itself(root: Path, marker: str) -> tuple[Path, int]:
+def _link_itself(root: Path, marker: str) -> tuple[str, int]:
     """The marker's own path and mtime, its last link not followed; (the marker, 0) when even that fails."""
     try:
-        real = fs.resolve(root, marker, follow_last=False)
+        real = reads.real_path(str(root), marker, follow_last=False)
         st = fs.lstat(real)
     except (OSError, ProviderError):
-        return Path(marker), 0
+        return marker, 0
     return real, st.st_mtime_ns if st is not None else 0
 
 

@@ -208,7 +208,7 @@ class HostContext:
 
     def real(self, host_path: str, *, follow_last: bool = True) -> str:
         """``path`` as a string; the ``lstat`` it made of the final component is kept for ``lstat``."""
-        from datum.providers.fs import real_path
+        from datum.providers.reads import real_path
 
         found: dict[str, os.stat_result] = {}
         real = real_path(

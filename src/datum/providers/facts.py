@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 from datum.providers import reads
-from datum.providers.fs import resolve
 
 # The running machine's boot id, kernel and node name are reads the idle pass replays: made by
 # ``datum.providers.reads`` (the idle pass's cold start imports it, not this module).
@@ -61,10 +60,10 @@ def _read(path: str | Path) -> str:
 
 def read_facts(root: Path, boot_id_file: str) -> Facts:
     """Read every fact once."""
-    hostname = _read(resolve(root, "/etc/hostname")).strip() if str(root) != "/" else ""
-    os_release = parse_os_release(_read(resolve(root, "/etc/os-release")))
+    hostname = _read(reads.real_path(str(root), "/etc/hostname")).strip() if str(root) != "/" else ""
+    os_release = parse_os_release(_read(reads.real_path(str(root), "/etc/os-release")))
     if not os_release:
-        os_release = parse_os_release(_read(resolve(root, "/usr/lib/os-release")))
+        os_release = parse_os_release(_read(reads.real_path(str(root), "/usr/lib/os-release")))
     return Facts(
         hostname=hostname or reads.node_name(),
         os_release=os_release,

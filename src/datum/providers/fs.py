@@ -1,8 +1,9 @@
-"""Paths under ``--root`` and atomic writes: the one place either is done.
+"""Atomic writes, and files read, compared or removed as a provider sees them: the one place
+either is done.
 
-A host path resolves inside the root the way a chroot sees it: an absolute
-symlink target is taken relative to the root, and a symlink or ``..`` that
-would climb above the root is refused, never followed.
+What goes wrong is a ``ProviderError`` whose message is what the pass line says. Every read
+goes through the recorder (``datum.providers.reads``), which also resolves a host path inside
+the root (``real_path``).
 """
 
 from __future__ import annotations
@@ -15,148 +16,6 @@ from pathlib import Path
 
 from datum.providers import reads
 from datum.providers.errors import ProviderError
-
-_MAX_LINKS = 40
-
-
-class Escape(ProviderError):
-    """A path that would leave the root."""
-
-
-def resolve(
-    root: Path, host_path: str, *, follow_last: bool = True, cache: dict[str, str] | None = None
-) -> Path:
-    """The real path of ``host_path`` inside ``root``; refuse one that escapes it.
-
-    Components that do not exist yet are kept as they are (the resource may
-    create them). ``follow_last=False`` leaves a final symlink unresolved, for
-    resources that manage the link itself. ``cache`` remembers resolved parent
-    directories within one pass (the pass drops it after every change).
-    """
-    return Path(real_path(str(root), host_path, follow_last=follow_last, cache=cache))
-
-
-def real_path(
-    root: str,
-    host_path: str,
-    *,
-    follow_last: bool = True,
-    cache: dict[str, str] | None = None,
-    stats: dict[str, os.stat_result] | None = None,
-) -> str:
-    """``resolve`` on strings, the form a pass uses for every path (no ``Path`` built per file).
-
-    ``stats``, when given, receives the ``lstat`` of the final component that the
-    check for a final link made, keyed by the returned path, so the provider that
-    observes it next need not ``lstat`` it again.
-    """
-    top = cache.get(root) if cache is not None else None
-    if top is None:
-        top = os.path.abspath(root)
-        if cache is not None:
-            cache[root] = top  # a root has no NUL: never a parent's key
-    parent, _, last = host_path.rstrip("/").rpartition("/")
-    key = f"{top}\0{parent}"
-    base = cache.get(key) if cache is not None else None
-    if base is None:
-        base = _walk(top, parent, True, host_path)
-        if cache is not None:
-            cache[key] = base
-    if not last or last == ".":
-        return base
-    candidate = f"{base}{last}" if base.endswith("/") else f"{base}/{last}"
-    if last == "..":
-        return _walk(top, last, follow_last, host_path, _from(top, base))
-    if not follow_last:
-        return candidate
-    try:
-        st = reads.lstat(candidate)
-    except OSError:  # absent, or a parent that is not a directory: the observer says which
-        return candidate
-    if not stat.S_ISLNK(st.st_mode):
-        if stats is not None:
-            stats[candidate] = st
-        return candidate  # the common case: nothing left to resolve
-    return _walk(top, last, follow_last, host_path, _from(top, base))
-
-
-def _from(top: str, base: str) -> list[str]:
-    return [p for p in base[len(top) :].split("/") if p]
-
-
-def _walk(
-    top: str,
-    path: str,
-    follow_last: bool,
-    original: str,
-    start: list[str] | None = None,
-    seen: set[str] | None = None,
-) -> str:
-    """Resolve ``path`` component by component under ``top`` as a chroot would, from ``start``.
-
-    ``seen``, when given, collects every path the walk passes through (links included).
-    """
-    todo = [p for p in path.split("/") if p not in ("", ".")]
-    todo.reverse()
-    done: list[str] = list(start or ())
-    hops = 0
-    while todo:
-        part = todo.pop()
-        if part == "..":
-            if not done:
-                raise Escape(f"{original} escapes the root {top}")
-            done.pop()
-            continue
-        here = os.path.join(top, *done, part)
-        if seen is not None:
-            seen.add(here)
-        if (todo or follow_last) and reads.kind(here) == stat.S_IFLNK:
-            hops += 1
-            if hops > _MAX_LINKS:
-                raise Escape(f"{original}: too many levels of symbolic links")
-            target = reads.readlink(here)
-            if target.startswith("/"):
-                if top != "/":
-                    target = _absolute_under(top, target, here, original)
-                done = []
-            todo.extend(reversed([p for p in target.split("/") if p not in ("", ".")]))
-            continue
-        done.append(part)
-    return os.path.join(top, *done) if done else top
-
-
-def passes_through(root: Path, host_path: str) -> set[str]:
-    """Every real path under ``root`` that resolving ``host_path`` visits: each component, each link and its target.
-
-    A Directory purge keeps all of them, so an alias (``/var/run -> /run``) or a
-    link on the way is the same path as what it leads to. Empty when the path escapes.
-    """
-    seen: set[str] = set()
-    try:
-        _walk(os.path.abspath(root), host_path, True, host_path, seen=seen)
-    except (Escape, OSError):
-        pass
-    return seen
-
-
-def _absolute_under(top: str, target: str, link: str, original: str) -> str:
-    """Where an absolute link under a sandbox root leads, as a path from the root.
-
-    A chroot reads ``/run`` as the root's own ``run`` (Debian's ``/var/run ->
-    /run``). So does Datum when the target exists inside the root, and also when
-    it exists nowhere yet (an image root's ``/etc/resolv.conf ->
-    /run/systemd/resolve/stub-resolv.conf`` before anything made it). A target
-    naming the root by its real path is inside too. A target that exists only
-    outside the root, on the running system, is a symlink out: refused, never
-    followed. A ``..`` that would climb above the root is refused by the walk.
-    """
-    real = os.path.normpath(target)
-    if os.path.commonpath([top, real]) == top:
-        return real[len(top) :] or "/"
-    if reads.kind(os.path.join(top, real.lstrip("/"))) is not None or reads.kind(real) is None:
-        return target
-    raise Escape(f"{original}: {link} links out of the root to {target}")
-
 
 # Temporary files are named with this prefix and a few random characters, so a
 # name stays short whatever the target's (NAME_MAX is 255 bytes), and a file left
@@ -413,7 +272,7 @@ def in_read_only_image(root: str, host_paths: list[str]) -> bool:
         if not (host_path == IMAGE or host_path.startswith(IMAGE + "/")):
             continue
         try:
-            where = real_path(root, host_path)
+            where = reads.real_path(root, host_path)
         except ProviderError:
             continue
         while True:  # the nearest that exists: the resource may create the rest

@@ -4,7 +4,9 @@ The engine reads the host through these functions alone: a path's ``lstat``
 (its kind and signature: mode, inode, size, times, owner), whether something is
 there and of which kind, a link's target, a regular file's bytes, a directory's
 names or the whole tree below it, a path's real path, and the facts of the
-running machine (kernel, node name, boot id, CPUs, memory). Between ``start``
+running machine (kernel, node name, boot id, CPUs, memory). A host path is
+resolved inside the root here too (``real_path``, as a chroot would), with
+those same reads: where the engine looked is what it recorded. Between ``start``
 and ``stop`` each read is also recorded, keyed by what was read and where, with
 what it returned; a command run (``opaque``) makes the record unreplayable.
 
@@ -24,6 +26,8 @@ from __future__ import annotations
 import errno
 import os
 
+from datum.providers.errors import ProviderError
+
 try:  # CPython's own BLAKE2: hashlib would load OpenSSL
     from _blake2 import blake2b
 except ImportError:  # pragma: no cover - an interpreter without the module
@@ -35,7 +39,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 RACY_NS = 1_100_000_000  # a file changed this close to a pass's start may have changed during it
-_S_IFMT, _S_IFREG = 0o170000, 0o100000
+_S_IFMT, _S_IFREG, _S_IFLNK = 0o170000, 0o100000, 0o120000
 _READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
@@ -330,6 +334,148 @@ def _tree_now(path: str) -> str | int:
     finally:
         os.close(fd)
     return hashed.hexdigest()
+
+
+# -- a path inside the root ------------------------------------------------------------------------
+# A host path resolves inside the root the way a chroot sees it: an absolute symbolic link's
+# target is taken relative to the root, and a link or ``..`` that would climb above the root is
+# refused, never followed. Resolving is made of the reads above, so what the engine resolved is
+# what the record holds, and what a replay resolves again.
+
+_MAX_LINKS = 40
+
+
+
+
+class Escape(ProviderError):
+    """A path that would leave the root."""
+
+
+def real_path(
+    root: str,
+    host_path: str,
+    *,
+    follow_last: bool = True,
+    cache: dict[str, str] | None = None,
+    stats: dict[str, os.stat_result] | None = None,
+) -> str:
+    """The real path of ``host_path`` inside ``root``; ``Escape`` when it would leave it.
+
+    Components that do not exist yet are kept as they are (the resource may
+    create them). ``follow_last=False`` leaves a final symbolic link unresolved,
+    for resources that manage the link itself. ``cache`` remembers resolved
+    parent directories within one pass (the pass drops it after every change).
+
+    ``stats``, when given, receives the ``lstat`` of the final component that the
+    check for a final link made, keyed by the returned path, so the provider that
+    observes it next need not ``lstat`` it again.
+    """
+    top = cache.get(root) if cache is not None else None
+    if top is None:
+        top = os.path.abspath(root)
+        if cache is not None:
+            cache[root] = top  # a root has no NUL: never a parent's key
+    parent, _, last = host_path.rstrip("/").rpartition("/")
+    key = f"{top}\0{parent}"
+    base = cache.get(key) if cache is not None else None
+    if base is None:
+        base = _walk(top, parent, True, host_path)
+        if cache is not None:
+            cache[key] = base
+    if not last or last == ".":
+        return base
+    candidate = f"{base}{last}" if base.endswith("/") else f"{base}/{last}"
+    if last == "..":
+        return _walk(top, last, follow_last, host_path, _from(top, base))
+    if not follow_last:
+        return candidate
+    try:
+        st = lstat(candidate)
+    except OSError:  # absent, or a parent that is not a directory: the observer says which
+        return candidate
+    if st.st_mode & _S_IFMT != _S_IFLNK:
+        if stats is not None:
+            stats[candidate] = st
+        return candidate  # the common case: nothing left to resolve
+    return _walk(top, last, follow_last, host_path, _from(top, base))
+
+
+def _from(top: str, base: str) -> list[str]:
+    return [p for p in base[len(top) :].split("/") if p]
+
+
+def _walk(
+    top: str,
+    path: str,
+    follow_last: bool,
+    original: str,
+    start: list[str] | None = None,
+    seen: set[str] | None = None,
+) -> str:
+    """Resolve ``path`` component by component under ``top`` as a chroot would, from ``start``.
+
+    ``seen``, when given, collects every path the walk passes through (links included).
+    """
+    todo = [p for p in path.split("/") if p not in ("", ".")]
+    todo.reverse()
+    done: list[str] = list(start or ())
+    hops = 0
+    while todo:
+        part = todo.pop()
+        if part == "..":
+            if not done:
+                raise Escape(f"{original} escapes the root {top}")
+            done.pop()
+            continue
+        here = os.path.join(top, *done, part)
+        if seen is not None:
+            seen.add(here)
+        if (todo or follow_last) and kind(here) == _S_IFLNK:
+            hops += 1
+            if hops > _MAX_LINKS:
+                raise Escape(f"{original}: too many levels of symbolic links")
+            target = readlink(here)
+            if target.startswith("/"):
+                if top != "/":
+                    target = _absolute_under(top, target, here, original)
+                done = []
+            todo.extend(reversed([p for p in target.split("/") if p not in ("", ".")]))
+            continue
+        done.append(part)
+    return os.path.join(top, *done) if done else top
+
+
+def passes_through(root: str, host_path: str) -> set[str]:
+    """Every real path under ``root`` that resolving ``host_path`` visits: each component, each link and its target.
+
+    A Directory purge keeps all of them, so an alias (``/var/run -> /run``) or a
+    link on the way is the same path as what it leads to. Empty when the path escapes.
+    """
+    seen: set[str] = set()
+    try:
+        _walk(os.path.abspath(root), host_path, True, host_path, seen=seen)
+    except (Escape, OSError):
+        pass
+    return seen
+
+
+def _absolute_under(top: str, target: str, link: str, original: str) -> str:
+    """Where an absolute link under a sandbox root leads, as a path from the root.
+
+    A chroot reads ``/run`` as the root's own ``run`` (Debian's ``/var/run ->
+    /run``). So does Datum when the target exists inside the root, and also when
+    it exists nowhere yet (an image root's ``/etc/resolv.conf ->
+    /run/systemd/resolve/stub-resolv.conf`` before anything made it). A target
+    naming the root by its real path is inside too. A target that exists only
+    outside the root, on the running system, is a symlink out: refused, never
+    followed. A ``..`` that would climb above the root is refused by the walk.
+    """
+    real = os.path.normpath(target)
+    if os.path.commonpath([top, real]) == top:
+        return real[len(top) :] or "/"
+    if kind(os.path.join(top, real.lstrip("/"))) is not None or kind(real) is None:
+        return target
+    raise Escape(f"{original}: {link} links out of the root to {target}")
 
 
 # -- the running machine ------------------------------------------------------------------------

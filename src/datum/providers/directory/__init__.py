@@ -117,7 +117,7 @@ def kept_paths(ctx: HostContext) -> frozenset[str]:
             local.add(reads.realpath(manifest.source))
     kept: set[str] = set()
     for p in host_paths:
-        kept |= fs.passes_through(ctx.root, p)
+        kept |= reads.passes_through(str(ctx.root), p)
     for p in local:  # files on the running system: kept with every directory above them
         while p not in kept and p != "/":
             kept.add(p)
