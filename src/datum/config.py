@@ -181,12 +181,16 @@ class ServerSettings(_Strict):
     header_timeout: Duration = timedelta(seconds=10)
     body_timeout: Duration = timedelta(seconds=30)
     keep_alive: Duration = timedelta(seconds=5)
-    # How long pass history (the page's strips, datum.store.history) is kept; older rows are pruned.
+    # How long a reconciler's pass history (the page's strips, datum.store.history) is kept; older rows are
+    # pruned by the pass that writes the next one.
     history: Duration = timedelta(days=14)
     # People's reads (the page, drift reports, the host listing, /metrics) served at once per process; one
     # that waits read_wait for a slot is answered 503 with Retry-After (datum.api.gate).
     read_slots: int = Field(default=8, ge=1, le=1000)
     read_wait: Duration = timedelta(seconds=5)
+    # How long every host pass is kept (the pass archive, datum.store.passes: GET /v1/hosts/{host}/passes,
+    # /v1/events, the host strips); older passes are dropped in bulk by datum serve, off the request path.
+    retention: Duration = timedelta(days=14)
 
     @field_validator("tokens", mode="before")
     @classmethod

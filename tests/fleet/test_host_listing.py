@@ -46,13 +46,12 @@ def report(host: str, seq: int | None = None, *, failed: int = 0, finished: date
 
 
 def test_the_sequence_rule_holds_with_the_history_row_in_the_same_write(store):
-    keep = timedelta(days=7)
-    assert take_pass(store, "web1", report("web1", 5), history=True, keep=keep).outcome == "stored"
-    assert take_pass(store, "web1", report("web1", 5), history=True, keep=keep).outcome == "duplicate"
+    assert take_pass(store, "web1", report("web1", 5), history=True).outcome == "stored"
+    assert take_pass(store, "web1", report("web1", 5), history=True).outcome == "duplicate"
     for _ in range(2):  # the older one sent again: one history row all the same
-        older = take_pass(store, "web1", report("web1", 4, failed=1, incomplete=True), history=True, keep=keep)
+        older = take_pass(store, "web1", report("web1", 4, failed=1, incomplete=True), history=True)
         assert older.outcome == "older" and older.row["seq"] == 5
-    taken = take_pass(store, "web1", report("web1", 6, failed=1), history=True, keep=keep)
+    taken = take_pass(store, "web1", report("web1", 6, failed=1), history=True)
     assert taken.outcome == "stored" and taken.row["state"] == "failed"
     assert get_host(store, "web1")["seq"] == 6
     with store.connect() as conn:
@@ -79,11 +78,16 @@ def test_history_items_are_stored_only_when_they_change_or_a_keyframe_is_due(sto
     assert all(r.items == {"File[/f0]": "failed"} for r in rows[2:-1])
 
 
-def test_history_is_pruned_in_the_same_write(store):
+def test_host_history_is_not_pruned_at_intake_but_by_the_archives_retention(store):
+    from datum.store.passes import retain
+
     take_pass(store, "web1", report("web1", 1), history=True)
     with store.begin() as conn:
-        conn.execute(sa.text("UPDATE pass_history SET at = :at"), {"at": datetime(2020, 1, 1)})
-    take_pass(store, "web1", report("web1", 2), history=True, keep=timedelta(days=1))
+        conn.execute(sa.text("UPDATE pass_history SET at = :at"), {"at": datetime(2020, 1, 1, tzinfo=UTC)})
+    take_pass(store, "web1", report("web1", 2), history=True)
+    with store.connect() as conn:
+        assert conn.execute(sa.text("SELECT count(*) FROM pass_history")).scalar() == 2  # intake drops nothing
+    assert retain(store, timedelta(days=1)) == 1
     with store.connect() as conn:
         assert conn.execute(sa.text("SELECT count(*) FROM pass_history")).scalar() == 1
 

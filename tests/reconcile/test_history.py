@@ -135,7 +135,7 @@ def test_a_host_pass_keeps_its_state_and_the_resources_behind_it(store):
         ],
     }
     with store.begin() as conn:
-        record_host_pass(conn, "web1", report, T0, timedelta(days=14))
+        record_host_pass(conn, "web1", report, T0)
     with store.connect() as conn:
         [p] = recent(conn, HOST, "web1")
     assert p.outcome == "failed" and p.drift == 2

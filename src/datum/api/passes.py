@@ -48,7 +48,7 @@ def take(state: ServerState, host: str, report: PassReport) -> Answer:
     report, doc, text = accepted(report, state.settings.server.max_diff_bytes)
     # with the page's history strip (not for a pass re-sent), in the same statement on PostgreSQL
     taken = take_pass(
-        store, host, doc, history=True, keep=state.settings.server.history, text=text,
+        store, host, doc, history=True, text=text,
         # back from a reboot: its lease frees the group's slot, in the same transaction (statement, on PostgreSQL)
         release_lease=True,
     )

@@ -19,7 +19,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import uvicorn
@@ -41,6 +41,21 @@ from datum.store import Store
 
 log = logging.getLogger("datum.server")
 
+RETAIN_EVERY = 600.0  # seconds between two runs of the pass archive's retention (the first at start)
+
+
+def retained(store: Store, keep: timedelta) -> None:
+    """One run of the pass archive's retention (``datum.store.passes.retain``); a failure is logged, not raised."""
+    from datum.store.passes import retain
+
+    try:
+        gone = retain(store, keep)
+    except Exception:  # noqa: BLE001 - the next run tries again; serving goes on
+        log.exception("pass retention failed")
+        return
+    if gone:
+        log.info("pass retention: %d passes received more than %s ago dropped", gone, keep)
+
 
 def serving_app(settings: Settings, wire: Callable[[], tuple[Registry, Store]]) -> FastAPI:
     """The app with a lifespan that wires ``wire()``'s registry and store, and ticks the reconcilers."""
@@ -60,8 +75,11 @@ def serving_app(settings: Settings, wire: Callable[[], tuple[Registry, Store]]) 
         # Ticks recorded by any process on the store (other replicas, datum reconcile), and revoked tokens.
         watch = RunWatch(store, forget)
         recheck = Every(state.tokens.revalidate, RECHECK, "token-recheck")
+        # Every host pass is kept [server] retention long: older ones dropped in batches, here, never at intake.
+        retention = Every(lambda: retained(store, settings.server.retention), RETAIN_EVERY, "pass-retention")
         watch.start()
         recheck.start()
+        retention.start()
         # Everything allocated so far lives as long as the process: take it out of the
         # collector's sight, so a full collection under load scans only request garbage.
         gc.collect()
@@ -81,6 +99,7 @@ def serving_app(settings: Settings, wire: Callable[[], tuple[Registry, Store]]) 
                 scheduler.stop()
             watch.stop()
             recheck.stop()
+            retention.stop()
             store.dispose()
 
     app.router.lifespan_context = lifespan

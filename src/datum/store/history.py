@@ -16,10 +16,14 @@ A pass that could not complete stores no items (NULL with ``completed``
 false): what it saw is unknown. A host pass older than the host's latest (its
 ``seq`` lower: two agents reporting one host, a report sent again after a lost
 answer) does not change the host's state but is kept here all the same, where
-it arrived, once (``record_older_host_pass``, by its ``passId``). Rows older than the retention are pruned by
-the writer of the same subject, in the writer's transaction. Times are the
-writer's clock (the reconciler's tick; the server's receipt of a host pass),
-so rows of one subject are in order.
+it arrived, once (``record_older_host_pass``, by its ``passId``), flagged ``older``.
+
+A host row is also the pass archive's record of that pass (issue 23: every pass kept, ``datum.store.passes``):
+the times the host measured, its ``seq``, reason and the digest of its report, kept once in ``pass_reports``.
+Reconciler rows older than ``[server] history`` are pruned by their writer, in the writer's transaction;
+host rows are kept ``[server] retention`` and dropped in bulk off the request path
+(``datum.store.passes.prune_passes``). ``at`` is the writer's clock (the reconciler's tick; the server's
+receipt of a host pass), so rows of one subject are in order of arrival.
 """
 
 from __future__ import annotations
@@ -33,12 +37,13 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from datum.core.hostsummary import count_states, needs_attention, resources_of
+from datum.core.passcontent import content_digest
 from datum.store.engine import Store
+from datum.store.passes import HOST, archive
 from datum.store.runs import store_now
 from datum.store.schema import pass_history as t
 
 RECONCILER = "reconciler"
-HOST = "host"
 STRIP = 50  # passes per strip on the page
 ITEMS = t.c["items"]  # not t.c.items: that is the column collection's own method
 KEYFRAME = STRIP  # an items map is stored at least this often, so any STRIP rows can be read back
@@ -99,13 +104,15 @@ def record(
     items: dict[str, list[str]] | None = None,
     keep: timedelta | None = None,
     pass_id: str | None = None,
-) -> None:
+    extra: Mapping[str, Any] | None = None,
+) -> int:
     """Append one pass of ``subject``/``name`` in the caller's transaction; prune what is older than ``keep``.
 
-    ``items`` (see ``grouped``) only for a completed pass; None for one that could not complete.
+    ``items`` (see ``grouped``) only for a completed pass; None for one that could not complete. ``extra``:
+    more columns (a host pass's times, seq, reason and digest). The new row's id.
     """
     stored = _items_to_store(conn, subject, name, items) if completed and items is not None else None
-    conn.execute(
+    row_id = conn.execute(
         sa.insert(t).values(
             subject=subject,
             name=name,
@@ -117,10 +124,12 @@ def record(
             counts=dict(counts or {}),
             items=stored,
             pass_id=pass_id,
+            **dict(extra or {}),
         )
-    )
+    ).inserted_primary_key[0]
     if keep is not None:
         prune(conn, subject, name, at - keep)
+    return int(row_id)
 
 
 def prune(conn: Connection, subject: str, name: str, before: datetime) -> int:
@@ -195,7 +204,8 @@ def record_reconciler_pass(
 
 
 def host_pass_values(report: Mapping[str, Any]) -> dict[str, Any]:
-    """``record``'s keywords for one host pass (a ``PassReport`` in its JSON form): outcome, counts, items."""
+    """``record``'s keywords for one host pass (a ``PassReport`` in its JSON form): outcome, counts, items,
+    and in ``extra`` what the pass archive keeps of it (``pass_columns``)."""
     resources = resources_of(report)
     attention = [(str(r.get("id")), str(r.get("state"))) for r in resources if needs_attention(r)]
     return {
@@ -205,6 +215,32 @@ def host_pass_values(report: Mapping[str, Any]) -> dict[str, Any]:
         "counts": count_states(resources),
         "items": grouped(attention),
         "pass_id": _pass_id(report),
+        "extra": pass_columns(report),
+    }
+
+
+def _time(value: Any) -> datetime | None:
+    if isinstance(value, datetime):
+        return value
+    try:
+        return datetime.fromisoformat(value) if isinstance(value, str) else None
+    except ValueError:
+        return None
+
+
+def pass_columns(report: Mapping[str, Any], *, older: bool = False) -> dict[str, Any]:
+    """The columns of a host pass row beyond the strip's: the host's times, seq, reason, report digest."""
+    seq = report.get("seq")
+    duration = report.get("durationSeconds")
+    reason = report.get("reason")
+    return {
+        "started_at": _time(report.get("startedAt")),
+        "finished_at": _time(report.get("finishedAt")),
+        "duration_seconds": float(duration) if isinstance(duration, int | float) and not isinstance(duration, bool) else None,
+        "seq": seq if isinstance(seq, int) and not isinstance(seq, bool) else None,
+        "reason": reason if isinstance(reason, str) else None,
+        "digest": content_digest(report),
+        "older": older,
     }
 
 
@@ -214,15 +250,20 @@ def _pass_id(report: Mapping[str, Any]) -> str | None:
 
 
 def record_host_pass(
-    conn: Connection, host: str, report: Mapping[str, Any], at: datetime, keep: timedelta | None
+    conn: Connection, host: str, report: Mapping[str, Any], at: datetime, *, older: bool = False
 ) -> None:
-    """The history row of one host pass (a ``PassReport`` in its JSON form), received at ``at``."""
-    record(conn, HOST, host, at, keep=keep, **host_pass_values(report))
+    """The history row of one host pass (a ``PassReport`` in its JSON form), received at ``at``, with its
+    report kept once by digest and its events (``datum.store.passes``). Host rows are not pruned here: the
+    archive's retention drops them in bulk (``datum.store.passes.prune_passes``)."""
+    values = host_pass_values(report)
+    values["extra"] = {**values["extra"], "older": older}
+    if values["extra"]["finished_at"] is None:
+        values["extra"]["finished_at"] = at
+    row_id = record(conn, HOST, host, at, **values)
+    archive(conn, host, row_id, report, values["extra"], at)
 
 
-def record_older_host_pass(
-    conn: Connection, host: str, report: Mapping[str, Any], at: datetime, keep: timedelta | None
-) -> bool:
+def record_older_host_pass(conn: Connection, host: str, report: Mapping[str, Any], at: datetime) -> bool:
     """``record_host_pass`` for a pass older than the host's latest, unless its ``passId`` is recorded
     already (or it has none: nothing tells it from the same pass sent again). Whether it was recorded."""
     pass_id = _pass_id(report)
@@ -233,7 +274,7 @@ def record_older_host_pass(
     ).first()
     if seen is not None:
         return False
-    record_host_pass(conn, host, report, at, keep)
+    record_host_pass(conn, host, report, at, older=True)
     return True
 
 
@@ -249,10 +290,10 @@ def first_seen(conn: Connection, subject: str, name: str, streak: int) -> dateti
     ).scalar()
 
 
-def record_host(store: Store, host: str, report: Mapping[str, Any], keep: timedelta | None) -> None:
+def record_host(store: Store, host: str, report: Mapping[str, Any]) -> None:
     """For report intake: the history row of a host pass just stored, received now (the store's clock)."""
     with store.begin() as conn:
-        record_host_pass(conn, host, report, store_now(conn), keep)
+        record_host_pass(conn, host, report, store_now(conn))
 
 
 def first_seen_many(conn: Connection, subject: str, name: str, streaks: Iterable[int]) -> dict[int, datetime | None]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 import sqlalchemy as sa
@@ -20,6 +20,7 @@ from datum.store.history import (
     record_older_host_pass,
 )
 from datum.store.leases import release_rebooted
+from datum.store.passes import PG_ARCHIVE_CTES, pg_archive_params
 from datum.store.runs import store_now
 from datum.store.schema import hosts
 from datum.store.types import ReadableTime, UTCDateTime
@@ -76,7 +77,6 @@ def take_pass(
     report: dict[str, Any],
     *,
     history: bool = False,
-    keep: timedelta | None = None,
     text: str | None = None,
     release_lease: bool = False,
 ) -> Taken:
@@ -88,9 +88,10 @@ def take_pass(
     ``"stored"``. The comparison and the write are one statement (an INSERT
     whose conflict updates only under the sequence rule), so two servers taking
     the same host's reports at once cannot put an older pass last. With
-    ``history`` a stored pass also gets its history row (``store.history``,
-    pruned ``keep`` back) in the same transaction, at the store's clock: on
-    PostgreSQL in the same statement, so a stored pass costs one round trip.
+    ``history`` a stored pass also gets its history row (``store.history``: the pass archive's record of it,
+    with its report kept once by digest and its events, ``store.passes``) in the same transaction, at the
+    store's clock: on PostgreSQL in the same statement, so a stored pass costs one round trip. Nothing is
+    pruned here: retention is ``store.passes.prune_passes``, off the request path.
     ``text`` is ``report`` as JSON text when the caller has it already. With ``history`` an older pass
     (not the same pass again) is still kept in the host's history, once, at its receipt
     (``store.history.record_older_host_pass``): it is not the host's state, and it is not lost.
@@ -103,13 +104,13 @@ def take_pass(
     values, seq = _values(report)
     with store.begin() as conn:
         if history and store.dialect == "postgresql":
-            params = _pg_params(host, values, report, keep, text)
+            params = _pg_params(host, values, report, text)
             params["release"] = (values["boot_id"] or None) if release_lease else None
             now = conn.execute(_PG_TAKE_WITH_HISTORY, params).scalar()
         else:
             now = conn.execute(_upsert(store.dialect, host, values, seq)).scalar()
             if now is not None and history:
-                record_host_pass(conn, host, report, _as_utc(now), keep)
+                record_host_pass(conn, host, report, _as_utc(now))
             if now is not None and release_lease:
                 release_rebooted(conn, host, values["boot_id"])
         if now is not None:
@@ -131,7 +132,7 @@ def take_pass(
         same = row["passId"] is not None and row["passId"] == report.get("passId")
         outcome = "duplicate" if same or row["seq"] == seq else "older"
         if outcome == "older" and history:
-            record_older_host_pass(conn, host, report, store_now(conn), keep)
+            record_older_host_pass(conn, host, report, store_now(conn))
     return Taken(outcome, row)
 
 
@@ -150,9 +151,10 @@ def _upsert(dialect: str, host: str, values: dict[str, Any], seq: int | None) ->
 
 # PostgreSQL, report intake: the host row under the sequence rule and, when it was stored, its history row
 # (items only when they differ from the last row that stored them, or that row is KEYFRAME rows back, as
-# store.history.record decides), the prune of what is older than :keep and, with :release (the report's
-# boot id, when the caller frees a reboot lease), the host's lease from another boot: one statement, one
-# round trip.
+# store.history.record decides) with what the pass archive keeps beside it (store.passes: its report once by
+# digest, its events) and, with :release (the report's boot id, when the caller frees a reboot lease), the
+# host's lease from another boot: one statement, one round trip. Host history rows are not pruned here:
+# the archive's retention drops them in bulk (store.passes.prune_passes).
 _HOST_COLUMNS = (
     "host", "state", "reason", "boot_id", "finished_at", "updated_at", "report", "pass_id", "seq", "summary",
     "interval_seconds",
@@ -171,21 +173,20 @@ WITH up AS (
 ), since AS (
   SELECT count(*) AS n FROM pass_history p, last
   WHERE p.subject = :subject AND p.name = :host AND p.at >= last.at AND p.id <> last.id
-), pruned AS (
-  DELETE FROM pass_history
-  WHERE subject = :subject AND name = :host AND CAST(:keep AS interval) IS NOT NULL
-    AND at < (SELECT now FROM up) - CAST(:keep AS interval)
 ), recorded AS (
-  INSERT INTO pass_history (subject, name, at, outcome, completed, drift, blocked, counts, items, pass_id)
+  INSERT INTO pass_history (subject, name, at, outcome, completed, drift, blocked, counts, items, pass_id,
+                            started_at, finished_at, duration_seconds, seq, reason, digest, older)
   SELECT :subject, :host, up.now, :outcome, :completed, :drift, 0, CAST(:counts AS json),
     CASE WHEN CAST(:items AS jsonb) IS NULL THEN NULL
          WHEN NOT EXISTS (SELECT 1 FROM last) THEN CAST(:items AS json)
          WHEN (SELECT CAST(items AS jsonb) FROM last) IS DISTINCT FROM CAST(:items AS jsonb) THEN CAST(:items AS json)
          WHEN (SELECT n FROM since) >= :keyframe THEN CAST(:items AS json)
     END,
-    :pass_id
+    :pass_id, CAST(:started_at AS timestamptz), COALESCE(CAST(:finished_at AS timestamptz), up.now),
+    CAST(:duration_seconds AS double precision), CAST(:seq AS bigint), :reason, :digest, false
   FROM up
-), released AS (
+  RETURNING id
+),{PG_ARCHIVE_CTES}, released AS (
   DELETE FROM reboot_leases
   WHERE host = :host AND boot_id <> CAST(:release AS text) AND EXISTS (SELECT 1 FROM up)
 )
@@ -194,7 +195,7 @@ SELECT now FROM up
 
 
 def _pg_params(
-    host: str, values: dict[str, Any], report: dict[str, Any], keep: timedelta | None, text: str | None
+    host: str, values: dict[str, Any], report: dict[str, Any], text: str | None
 ) -> dict[str, Any]:
     given = {"report": text} if text is not None else {}
     row = {
@@ -202,11 +203,15 @@ def _pg_params(
     }
     passed = host_pass_values(report)
     items = passed["items"] if passed["completed"] else None
+    extra = passed["extra"]
     return {
         **row,
+        **pg_archive_params(report),
+        "started_at": extra["started_at"],
+        "duration_seconds": extra["duration_seconds"],
+        "digest": extra["digest"],
         "host": host,
         "subject": HOST,
-        "keep": keep,
         "outcome": passed["outcome"],
         "completed": passed["completed"],
         "drift": passed["drift"],

@@ -105,7 +105,53 @@ pass_history = sa.Table(
     sa.Column("items", sa.JSON(none_as_null=True)),
     # The host pass the row is (its passId; migration 0010): an older pass is recorded once however often it comes.
     sa.Column("pass_id", sa.String(64)),
+    # A host pass as the host measured it and what it was (migration 0013_pass_archive; NULL on reconciler
+    # rows): ``at`` is when the server received it, ``finished_at`` what listings order by, ``digest`` the
+    # report in ``pass_reports`` (datum.store.passes), ``older`` a pass that arrived after a newer one.
+    sa.Column("started_at", UTCDateTime),
+    sa.Column("finished_at", UTCDateTime),
+    sa.Column("duration_seconds", sa.Float),
+    sa.Column("seq", sa.BigInteger),
+    sa.Column("reason", sa.Text),
+    sa.Column("digest", sa.String(64)),
+    sa.Column("older", sa.Boolean),
     sa.Index("ix_pass_history_subject_at", "subject", "name", "at"),
+    sa.Index("ix_pass_history_finished", "subject", "name", "finished_at", "id"),
+    sa.Index("ix_pass_history_received", "subject", "at"),
+)
+
+# Every distinct host pass report, once (datum.store.passes): keyed by the digest of what it says
+# (datum.core.passcontent), so a pass that changed nothing adds a pass_history row and no report.
+# ``last_seen`` is the receipt of the newest pass that had it: retention drops it with that pass.
+pass_reports = sa.Table(
+    "pass_reports",
+    metadata,
+    sa.Column("digest", sa.String(64), primary_key=True),
+    sa.Column("host", sa.String(253), nullable=False),
+    sa.Column("report", sa.JSON, nullable=False),
+    sa.Column("last_seen", UTCDateTime, nullable=False),
+    sa.Index("ix_pass_reports_last_seen", "last_seen"),
+)
+
+# One row per resource a host pass changed, or found failed, drifted or blocked (GET /v1/events).
+pass_events = sa.Table(
+    "pass_events",
+    metadata,
+    sa.Column("id", sa.BigInteger().with_variant(sa.Integer, "sqlite"), primary_key=True, autoincrement=True),
+    sa.Column("pass_row", sa.BigInteger, nullable=False),  # pass_history.id
+    sa.Column("host", sa.String(253), nullable=False),
+    sa.Column("pass_id", sa.String(64)),
+    sa.Column("finished_at", UTCDateTime, nullable=False),
+    sa.Column("received_at", UTCDateTime, nullable=False),
+    sa.Column("resource", sa.String(1000), nullable=False),
+    sa.Column("type", sa.String(100), nullable=False),
+    sa.Column("action", sa.String(16), nullable=False),
+    sa.Column("state", sa.String(16), nullable=False),
+    sa.Column("changed", sa.Boolean, nullable=False),
+    sa.Column("reason", sa.Text),
+    sa.Index("ix_pass_events_finished", "finished_at", "id"),
+    sa.Index("ix_pass_events_host", "host", "finished_at", "id"),
+    sa.Index("ix_pass_events_pass_row", "pass_row"),
 )
 
 # Bearer tokens that ``datum token create`` minted (datum.api.tokens): only their SHA-256 is kept.

@@ -1,0 +1,272 @@
+"""The pass archive: every delivered host pass, its report kept once by digest, its events, and retention.
+
+One truth for "what a pass was": the host rows of ``pass_history`` (``datum.store.history`` writes them at
+intake, stored and older passes alike). This module adds what the archive needs beside them, in the
+writer's transaction, and reads them back:
+
+- ``pass_reports``: each distinct report once, under ``datum.core.passcontent.content_digest``. A pass
+  that said what an earlier one said (most passes) costs its ``pass_history`` row only: times, state,
+  counts and the digest. Its whole report is the kept one with its own per-pass fields put back.
+- ``pass_events``: one row per resource a pass changed or found failed, drifted or blocked, with the
+  host's finish time, for the fleet's event queries without reading a report.
+
+Retention (``[server] retention``) is ``prune_passes``: batches of the oldest rows by receipt, each batch
+one short transaction, run by ``datum serve`` off the request path (never by an intake). PostgreSQL
+uses the same batched deletes as SQLite (no day partitions): a batch is an index range on
+``(subject, at)``, so its cost is the rows it drops.
+
+Listings are newest first by the time the host finished the pass (what a person asks about: "last
+Tuesday" is when web1 ran, not when a queued report reached the server), then by row id, and page by
+keyset on that pair: a page never skips or repeats a row whatever is written meanwhile.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from datum.core.passcontent import events_of, restored
+from datum.store.engine import Store
+from datum.store.runs import store_now
+from datum.store.schema import pass_events as ev
+from datum.store.schema import pass_history as ph
+from datum.store.schema import pass_reports as pr
+
+HOST = "host"  # pass_history's subject of a host pass (datum.store.history.HOST)
+BATCH = 1000  # rows a retention batch drops in one transaction
+
+
+def _upsert_report(dialect: str) -> Any:
+    if dialect == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert
+    else:
+        from sqlalchemy.dialects.sqlite import insert
+    stmt = insert(pr)
+    return stmt.on_conflict_do_update(index_elements=[pr.c.digest], set_={"last_seen": stmt.excluded.last_seen})
+
+
+def archive(
+    conn: Connection, host: str, row_id: int, report: Mapping[str, Any], columns: Mapping[str, Any], at: datetime
+) -> None:
+    """What the archive keeps of one host pass beside its ``pass_history`` row ``row_id``: its report, unless
+    one with its digest is kept already (then only that one's ``last_seen`` moves), and its events."""
+    conn.execute(
+        _upsert_report(conn.dialect.name).values(digest=columns["digest"], host=host, report=dict(report), last_seen=at)
+    )
+    events = events_of(report)
+    if events:
+        pass_id = report.get("passId")
+        conn.execute(sa.insert(ev), [
+            {**e, "pass_row": row_id, "host": host, "pass_id": pass_id[:64] if isinstance(pass_id, str) else None,
+             "finished_at": columns["finished_at"] or at, "received_at": at}
+            for e in events
+        ])
+
+
+# PostgreSQL: the same, as CTEs of datum.store.hosts' one intake statement (``recorded`` is the new row).
+PG_ARCHIVE_CTES = """
+kept AS (
+  INSERT INTO pass_reports (digest, host, report, last_seen)
+  SELECT :digest, :host, CAST(:report AS json), up.now FROM up
+  ON CONFLICT (digest) DO UPDATE SET last_seen = excluded.last_seen
+), evented AS (
+  INSERT INTO pass_events (pass_row, host, pass_id, finished_at, received_at, resource, type, action, state,
+                           changed, reason)
+  SELECT recorded.id, :host, :pass_id, COALESCE(CAST(:finished_at AS timestamptz), up.now), up.now,
+         e.resource, e.type, e.action, e.state, e.changed, e.reason
+  FROM recorded, up,
+       json_to_recordset(CAST(:events AS json)) AS e(resource text, type text, action text, state text,
+                                                    changed boolean, reason text)
+)"""
+
+
+def pg_archive_params(report: Mapping[str, Any]) -> dict[str, Any]:
+    """The parameters ``PG_ARCHIVE_CTES`` adds to the intake statement's."""
+    return {"events": json.dumps(events_of(report))}
+
+
+# Reads.
+
+@dataclass(frozen=True)
+class After:
+    """A keyset position: the last row of the previous page (its finish time and id)."""
+
+    finished_at: datetime
+    id: int
+
+
+def _before(finished: Any, row_id: Any, after: After | None) -> Any:
+    if after is None:
+        return sa.true()
+    at = sa.literal(after.finished_at, ph.c.finished_at.type)
+    return sa.or_(finished < at, sa.and_(finished == at, row_id < after.id))
+
+
+def _window(column: Any, since: datetime | None, until: datetime | None) -> list[Any]:
+    out = []
+    if since is not None:
+        out.append(column >= sa.literal(since, ph.c.finished_at.type))
+    if until is not None:
+        out.append(column < sa.literal(until, ph.c.finished_at.type))
+    return out
+
+
+_PASS_COLUMNS = [
+    ph.c.id, ph.c.name, ph.c.pass_id, ph.c.seq, ph.c.outcome, ph.c.reason, ph.c.completed, ph.c.counts,
+    ph.c.drift, ph.c.started_at, ph.c.finished_at, ph.c.duration_seconds, ph.c.at, ph.c.digest, ph.c.older,
+]
+
+
+def _pass_row(r: Any) -> dict[str, Any]:
+    return {
+        "id": int(r["id"]),
+        "host": r["name"],
+        "passId": r["pass_id"],
+        "seq": r["seq"],
+        "state": r["outcome"],
+        "reason": r["reason"],
+        "completed": bool(r["completed"]),
+        "counts": {str(k): int(v) for k, v in dict(r["counts"] or {}).items()},
+        "attention": int(r["drift"] or 0),
+        "startedAt": r["started_at"],
+        "finishedAt": r["finished_at"] or r["at"],
+        "durationSeconds": r["duration_seconds"],
+        "receivedAt": r["at"],
+        "digest": r["digest"],
+        "older": bool(r["older"]),
+    }
+
+
+def host_passes(
+    store: Store, host: str, *, since: datetime | None = None, until: datetime | None = None,
+    state: str | None = None, after: After | None = None, limit: int,
+) -> list[dict[str, Any]]:
+    """Up to ``limit`` passes of ``host``, newest finish first, after ``after``; finished in [since, until)
+    and of host ``state`` when given. No report is read."""
+    query = sa.select(*_PASS_COLUMNS).where(
+        ph.c.subject == HOST, ph.c.name == host, _before(ph.c.finished_at, ph.c.id, after),
+        *_window(ph.c.finished_at, since, until),
+    )
+    if state is not None:
+        query = query.where(ph.c.outcome == state)
+    query = query.order_by(ph.c.finished_at.desc(), ph.c.id.desc()).limit(limit)
+    with store.connect() as conn:
+        return [_pass_row(r) for r in conn.execute(query).mappings()]
+
+
+def _report_of(raw: Any) -> Any:
+    if isinstance(raw, bytes | bytearray | memoryview):
+        raw = bytes(raw).decode("utf-8", "replace")
+    if isinstance(raw, str):
+        try:
+            return json.loads(raw)
+        except ValueError:
+            return None
+    return raw
+
+
+def one_pass(store: Store, host: str, which: str) -> dict[str, Any] | None:
+    """One pass of ``host`` by its ``passId``, or by its archive id (digits): its row with ``report``, the
+    whole report (the kept copy of its digest with the pass's own times and ids); None when not kept.
+    ``report`` is None (and ``unreadable`` says why) when the kept copy is gone or not an object."""
+    query = sa.select(*_PASS_COLUMNS).where(ph.c.subject == HOST, ph.c.name == host)
+    query = query.where(ph.c.id == int(which)) if which.isdigit() and len(which) < 19 else query.where(ph.c.pass_id == which)
+    with store.connect() as conn:
+        r = conn.execute(query.order_by(ph.c.id.desc()).limit(1)).mappings().first()
+        if r is None:
+            return None
+        raw = conn.execute(
+            sa.select(sa.type_coerce(pr.c.report, sa.Text)).where(pr.c.digest == r["digest"])
+        ).scalar() if r["digest"] else None
+        events = conn.execute(
+            sa.select(ev.c.resource, ev.c.type, ev.c.action, ev.c.state, ev.c.changed, ev.c.reason)
+            .where(ev.c.pass_row == r["id"]).order_by(ev.c.id)
+        ).mappings().all()
+    row = _pass_row(r)
+    kept = _report_of(raw)
+    if isinstance(kept, dict):
+        own = {"passId": row["passId"], "seq": row["seq"], "durationSeconds": row["durationSeconds"],
+               "startedAt": _iso(row["startedAt"]), "finishedAt": _iso(r["finished_at"])}
+        row["report"] = restored(kept, own)
+    else:
+        row["report"] = None
+        row["unreadable"] = "the report of this pass is not kept (a pass recorded before every pass was kept)"
+    row["events"] = [dict(e) for e in events]
+    return row
+
+
+def _iso(value: datetime | None) -> str | None:
+    return None if value is None else value.isoformat().replace("+00:00", "Z")
+
+
+def fleet_events(
+    store: Store, *, since: datetime | None = None, until: datetime | None = None, host: str | None = None,
+    resource: str | None = None, type: str | None = None, action: str | None = None, state: str | None = None,
+    after: After | None = None, limit: int,
+) -> list[dict[str, Any]]:
+    """Up to ``limit`` events across the fleet, newest finish first, after ``after``, each filter exact."""
+    query = sa.select(
+        ev.c.id, ev.c.host, ev.c.pass_row, ev.c.pass_id, ev.c.finished_at, ev.c.received_at, ev.c.resource,
+        ev.c.type, ev.c.action, ev.c.state, ev.c.changed, ev.c.reason,
+    ).where(_before(ev.c.finished_at, ev.c.id, after), *_window(ev.c.finished_at, since, until))
+    for column, value in ((ev.c.host, host), (ev.c.resource, resource), (ev.c.type, type), (ev.c.action, action),
+                          (ev.c.state, state)):
+        if value is not None:
+            query = query.where(column == value)
+    query = query.order_by(ev.c.finished_at.desc(), ev.c.id.desc()).limit(limit)
+    with store.connect() as conn:
+        rows = conn.execute(query).mappings().all()
+    return [
+        {"id": int(r["id"]), "host": r["host"], "pass": str(r["pass_id"] or r["pass_row"]), "passId": r["pass_id"],
+         "finishedAt": r["finished_at"], "receivedAt": r["received_at"], "resource": r["resource"],
+         "type": r["type"], "action": r["action"], "state": r["state"], "changed": bool(r["changed"]),
+         "reason": r["reason"]}
+        for r in rows
+    ]
+
+
+# Retention.
+
+def retain(store: Store, keep: timedelta, *, batch: int = BATCH) -> int:
+    """``prune_passes`` of what was received more than ``keep`` ago by the store's clock: how many went."""
+    with store.connect() as conn:
+        now = store_now(conn)
+    return prune_passes(store, now - keep, batch=batch)
+
+
+def prune_passes(store: Store, before: datetime, *, batch: int = BATCH) -> int:
+    """Drop every host pass received before ``before``, with its events, then every kept report no pass
+    received since had: in batches of ``batch`` rows, each its own transaction. How many passes went.
+
+    A report's ``last_seen`` is the receipt of the newest pass with its digest, so a report still named by a
+    pass left is never dropped.
+    """
+    at = sa.literal(before, ph.c.at.type)
+    gone = 0
+    while True:
+        with store.begin() as conn:
+            ids = conn.execute(
+                sa.select(ph.c.id).where(ph.c.subject == HOST, ph.c.at < at).order_by(ph.c.at).limit(batch)
+            ).scalars().all()
+            if ids:
+                conn.execute(sa.delete(ev).where(ev.c.pass_row.in_(ids)))
+                conn.execute(sa.delete(ph).where(ph.c.id.in_(ids)))
+        gone += len(ids)
+        if len(ids) < batch:
+            break
+    while True:
+        with store.begin() as conn:
+            digests = conn.execute(
+                sa.select(pr.c.digest).where(pr.c.last_seen < sa.literal(before, pr.c.last_seen.type)).limit(batch)
+            ).scalars().all()
+            if digests:
+                conn.execute(sa.delete(pr).where(pr.c.digest.in_(digests)))
+        if len(digests) < batch:
+            break
+    return gone
