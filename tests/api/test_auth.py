@@ -47,12 +47,14 @@ ENDPOINTS = [
     ("GET", "/v1/hosts", Action.READ_HOST, None),
     ("GET", "/v1/hosts/web1", Action.READ_HOST, None),
     ("POST", "/v1/hosts/web1/passes", Action.REPORT_PASS, pass_report()),
+    ("GET", "/v1/hosts/web1/passes", Action.READ_HISTORY, None),
+    ("GET", "/v1/events", Action.READ_HISTORY, None),
     ("GET", "/v1/buckets", BUCKETS_READ, None),
     ("PUT", "/v1/buckets/alpha", BUCKETS_WRITE, None),
     ("DELETE", "/v1/buckets/alpha", BUCKETS_WRITE, None),
 ]
 
-READS = {Action.READ_SUBSTRATE, Action.READ_HOST, BUCKETS_READ}
+READS = {Action.READ_SUBSTRATE, Action.READ_HOST, Action.READ_HISTORY, BUCKETS_READ}
 ALLOWED = {
     "operator": READS,
     "agent": {Action.REPORT_PASS},
@@ -120,6 +122,7 @@ def test_decisions_of_the_shipped_policies():
     resources = {
         Action.READ_SUBSTRATE: reconciler("buckets"),
         Action.READ_HOST: host("web1"),
+        Action.READ_HISTORY: host("web1"),
         Action.REPORT_PASS: host("web1"),
         BUCKETS_READ: SERVER,
         BUCKETS_WRITE: bucket("alpha"),

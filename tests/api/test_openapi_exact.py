@@ -28,7 +28,8 @@ NULL_BEFORE_THE_FIRST_TICK = {
 # Objects that are maps by nature, their keys data: resources by state, marker files by path, an agent's facts,
 # an error's details (contract section 6: `details{}`).
 MAPS = {("PassReport", "counts"), ("HostSummary", "counts"), ("HostStatus", "counts"), ("RebootStatus", "markers"),
-        ("RebootLeaseRequest", "facts"), ("HostList", "counts"), ("FindingModel", "details")}
+        ("RebootLeaseRequest", "facts"), ("HostList", "counts"), ("FindingModel", "details"),
+        ("PassSummary", "counts"), ("PassDetail", "counts")}
 
 OPERATION_IDS = {
     ("get", "/v1/observability/admin/reconcilers"): "listReconcilers",
@@ -36,6 +37,9 @@ OPERATION_IDS = {
     ("get", "/v1/hosts"): "listHosts",
     ("get", "/v1/hosts/{host}"): "getHost",
     ("post", "/v1/hosts/{host}/passes"): "reportPass",
+    ("get", "/v1/hosts/{host}/passes"): "listPasses",
+    ("get", "/v1/hosts/{host}/passes/{pass}"): "getPass",
+    ("get", "/v1/events"): "listEvents",
     ("get", "/v1/hosts/{host}/manifest"): "getManifest",
     ("post", "/v1/hosts/{host}/reboot-lease"): "takeRebootLease",
     ("delete", "/v1/hosts/{host}/reboot-lease"): "giveBackRebootLease",

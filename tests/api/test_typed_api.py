@@ -116,9 +116,16 @@ def test_real_responses_walk_the_schema_with_nothing_left_over(story_played):
     r = s.client.post("/v1/hosts/web1/passes", json={"host": "web1"}, headers=s.auth("agent"))
     assert r.status_code == 422
     check(r, "/v1/hosts/{host}/passes")
-    r = s.get("/v1/hosts/web1/passes")
-    assert r.status_code == 405 and r.headers["Allow"] == "POST"
+    r = s.client.delete("/v1/hosts/web1/passes", headers=s.auth())
+    assert r.status_code == 405 and r.headers["Allow"] == "GET, HEAD, POST"
     checker.validate(r.json(), checker.schema_for("POST", "/v1/hosts/{host}/passes", 405))
+    # the pass archive: a page of passes, one pass with its report, the fleet's events
+    passes = check(s.get("/v1/hosts/web1/passes"), "/v1/hosts/{host}/passes")["passes"]
+    detail = check(s.get(f"/v1/hosts/web1/passes/{passes[0]['id']}"), "/v1/hosts/{host}/passes/{pass}")
+    assert detail["report"]["resources"]
+    assert check(s.get("/v1/events"), "/v1/events")["events"]
+    check(s.get("/v1/hosts/web1/passes/nope"), "/v1/hosts/{host}/passes/{pass}")
+    check(s.get("/v1/events?state=nope"), "/v1/events")
     statuses = {c[2] for c in checker.checked}
     assert {200, 201, 202, 401, 403, 404, 422} <= statuses, statuses
 

@@ -39,6 +39,7 @@ class Action(StrEnum):
 
     READ_SUBSTRATE = "observability:ReadSubstrate"
     READ_HOST = "fleet:ReadHost"
+    READ_HISTORY = "fleet:ReadHistory"
     REPORT_PASS = "fleet:ReportPass"
     READ_MANIFEST = "fleet:ReadManifest"
     TAKE_REBOOT_LEASE = "fleet:TakeRebootLease"

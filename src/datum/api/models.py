@@ -13,7 +13,7 @@ from pydantic.json_schema import SkipJsonSchema
 
 from datum.core.attention import Severity
 from datum.core.hostsummary import count_states
-from datum.core.vocab import Direction, HostState, ResourceState
+from datum.core.vocab import Action, Direction, HostState, ResourceState
 from datum.fleet.listing import Page
 from datum.host.report import PassReport, RebootStatus, ResourceReport
 from datum.reconcile.report import absent
@@ -316,3 +316,88 @@ def host_list(found: Page) -> HostList:
         total=sum(found.counts.values()),
         next=found.next,
     )
+
+
+# The pass archive (issue 23): a host's passes and the fleet's events (datum.fleet.history).
+
+class PassSummary(Out):
+    """One delivered pass of a host, as the archive keeps it: its times, state and counts (no report)."""
+
+    id: int = Field(description="The pass's number in the archive (`GET /v1/hosts/{host}/passes/{id}` takes it).")
+    host: str
+    pass_id: str | SkipJsonSchema[None] = absent("The pass's id (datum agent); the path takes it too.", "passId")
+    seq: int | SkipJsonSchema[None] = absent("The agent's per-host sequence number of the pass.")
+    state: HostState = Field(description="The host state the pass reported.")
+    reason: str | SkipJsonSchema[None] = absent("The resources behind a state that is not converged.")
+    completed: bool = Field(description="False for a pass stopped before every resource was reached.")
+    counts: dict[str, int] = Field(description="The pass's resources by state.")
+    attention: int = Field(description="How many of its resources were not converged.")
+    started_at: datetime | SkipJsonSchema[None] = absent("When the host started the pass (its clock).", "startedAt")
+    finished_at: datetime = Field(alias="finishedAt", description="When the host finished the pass (its clock).")
+    duration_seconds: float | SkipJsonSchema[None] = absent("How long the pass took, as the host measured it.", "durationSeconds")
+    received_at: datetime = Field(alias="receivedAt", description="When the server received the pass (its clock).")
+    digest: str | SkipJsonSchema[None] = absent(
+        "The digest of what the pass reported apart from its ids and times: passes that found the same share it, "
+        "and their report is kept once."
+    )
+    older: bool = Field(
+        description="The pass reached the server after a newer one of the host (a lower `seq`): kept here, "
+        "never the host's state."
+    )
+
+
+class PassDetail(PassSummary):
+    """One pass with its whole report (diffs of sensitive resources redacted, as `GET /v1/hosts/{host}`)."""
+
+    report: PassReport | SkipJsonSchema[None] = absent(
+        "The pass's report: the kept report of its digest with the pass's own ids and times (a resource's "
+        "`durationSeconds` is the kept copy's); absent when it is not kept (`unreadable` says why)."
+    )
+    unreadable: str | SkipJsonSchema[None] = absent("Why `report` is absent.")
+
+
+class PassList(Out):
+    """``GET /v1/hosts/{host}/passes``: one page of a host's passes, newest finish first."""
+
+    passes: list[PassSummary]
+    next: str | SkipJsonSchema[None] = absent(
+        "The cursor of the next page (`?cursor=`, with the same filters); absent on the last page."
+    )
+
+
+class PassEvent(Out):
+    """A resource a pass changed, or found failed, drifted or blocked."""
+
+    id: int = Field(description="The event's number in the archive.")
+    host: str
+    pass_: str = Field(alias="pass", description="The pass: its `passId`, else its number in the archive.")
+    finished_at: datetime = Field(alias="finishedAt", description="When the host finished the pass (its clock).")
+    received_at: datetime = Field(alias="receivedAt", description="When the server received the pass.")
+    resource: str = Field(description="The resource's identity, Type[name].")
+    type: str
+    action: Action = Field(description="What the plan intended for the resource.")
+    state: ResourceState = Field(description="What the resource reached.")
+    changed: bool = Field(description="Whether the pass changed it.")
+    reason: str | SkipJsonSchema[None] = absent("Why it is failed, blocked or drifted (a failure's error with it).")
+
+
+class EventList(Out):
+    """``GET /v1/events``: one page of the fleet's events, newest finish first."""
+
+    events: list[PassEvent]
+    next: str | SkipJsonSchema[None] = absent(
+        "The cursor of the next page (`?cursor=`, with the same filters); absent on the last page."
+    )
+
+
+def pass_detail(row: dict[str, Any]) -> PassDetail:
+    """The API's view of one archived pass (``store.passes.one_pass``): its report read and redacted. A kept
+    report that no longer reads as a ``PassReport`` is absent, with why."""
+    values = {k: v for k, v in row.items() if k not in ("report", "events")}
+    report = row.get("report")
+    if report is not None:
+        try:
+            values["report"] = redacted(PassReport.model_validate(report))
+        except ValidationError as exc:
+            values["unreadable"] = _unreadable_why(exc).replace("the last pass report", "the report of this pass")
+    return PassDetail.model_validate(values)

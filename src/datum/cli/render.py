@@ -412,3 +412,60 @@ def status(report: Mapping[str, Any], out: Console, times: Times, notes: Sequenc
     out.print(text(f"host state: {state}"))
     if report.get("reason") and state != "converged":
         out.print(text(f"reason: {report['reason']}"))
+
+
+def _counted(counts: Mapping[str, int]) -> str:
+    """``1 failed, 1 blocked, 3 converged``: a pass's resources by state, worst first."""
+    order = ["failed", "blocked", "drifted", "skipped", "pending", "applying", "converged"]
+    ranked = sorted(counts, key=lambda s: (order.index(s) if s in order else len(order), s))
+    return ", ".join(f"{counts[s]} {s}" for s in ranked if counts[s]) or "no resources"
+
+
+def passes(rows: Sequence[Any], out: Console, times: Times) -> None:
+    """A host's kept passes (``PassSummary``), newest first: when the host finished each and when the server
+    received it, the state it reported (``older``: it arrived after a newer one), its resources, its id."""
+    if not rows:
+        out.print("no pass of this host is kept in that window")
+        return
+    records(
+        out,
+        [Column("finished"), Column("state"), Column("resources", fold=True, most=36), Column("received"),
+         Column("pass", most=12)],
+        [
+            (
+                [
+                    text(times(p.finished_at)),
+                    text(p.state.value + (" (older)" if p.older else ""), _STATE_STYLE.get(p.state.value, "")),
+                    text(_counted(p.counts)),
+                    text(times(p.received_at)),
+                    text(p.pass_id or str(p.id)),
+                ],
+                text(p.reason, "dim") if p.reason else None,
+            )
+            for p in rows
+        ],
+    )
+
+
+def events(rows: Sequence[Any], out: Console, times: Times) -> None:
+    """The fleet's events (``PassEvent``), newest first: when, which host and resource, what was meant and
+    what it reached, and why."""
+    if not rows:
+        out.print("no resource changed, failed, drifted or was blocked in that window")
+        return
+    records(
+        out,
+        [Column("finished"), Column("host", fold=True, most=24), Column("resource", fold=True, most=40),
+         Column("action"), Column("state")],
+        [
+            (
+                [
+                    text(times(e.finished_at)), text(e.host), text(e.resource), text(e.action.value),
+                    text(e.state.value + (" (changed)" if e.changed and e.state.value != "converged" else ""),
+                         _STATE_STYLE.get(e.state.value, "")),
+                ],
+                text(e.reason, "dim") if e.reason else None,
+            )
+            for e in rows
+        ],
+    )

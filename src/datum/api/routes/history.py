@@ -1,0 +1,165 @@
+"""``GET /v1/hosts/{host}/passes[/{pass}]`` and ``GET /v1/events``: every kept pass and the fleet's events.
+
+Read from the pass archive (``datum.store.passes``, ``[server] retention`` long) a page at a time
+(``datum.fleet.history``: newest finish first, keyset cursors), authorized by Cedar ``fleet:ReadHistory``.
+Every filter is typed, so a bad one is 422 naming it (the front door's validation findings); a window whose
+``since`` is not before its ``until`` holds nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import anyio.to_thread
+from fastapi import APIRouter, Depends, Path, Query, Request, Response
+from pydantic import AfterValidator, AwareDatetime
+
+from datum.api.authz import Action as Cedar
+from datum.api.errors import error_responses
+from datum.api.models import EventList, PassDetail, PassList, pass_detail
+from datum.api.routes.reboots import OUT, HostParam
+from datum.api.security import needs, path_resource
+from datum.api.state import state_of
+from datum.core.findings import Problem
+from datum.core.vocab import Action, HostState, ResourceState
+from datum.fleet.history import (
+    CURSOR_PATTERN,
+    DEFAULT_LIMIT,
+    MAX_LIMIT,
+    Rows,
+    Window,
+    events_page,
+    passes_page,
+    position,
+)
+from datum.store.passes import After, one_pass
+from datum.wire import NO_NUL
+
+router = APIRouter(tags=["fleet"])
+
+CURSOR_MAX_LENGTH = 35  # 16 digits, a dash, 18 digits
+
+
+def _after(value: str | None) -> After | None:
+    return None if value is None else position(value)
+
+
+Cursor = Annotated[
+    str,
+    Query(alias="cursor", max_length=CURSOR_MAX_LENGTH, description="The `next` of the previous page.",
+          json_schema_extra={"pattern": CURSOR_PATTERN}),
+    AfterValidator(_after),
+]
+Since = Annotated[AwareDatetime, Query(description="Only what finished at or after this time (RFC 3339, with its offset).")]
+Until = Annotated[AwareDatetime, Query(description="Only what finished before this time (RFC 3339, with its offset).")]
+Limit = Annotated[int, Query(ge=1, le=MAX_LIMIT, description="Rows per page.")]
+PassParam = Path(
+    alias="pass", description="The pass: its `passId`, or its number in the archive (`id`).", min_length=1, max_length=64, pattern=NO_NUL
+)
+
+
+def _json(model: Any, found: Rows, request: Request) -> Response:
+    headers = None
+    if found.next:
+        headers = {"Link": f'<{request.url.include_query_params(cursor=found.next)}>; rel="next"'}
+    return Response(model.model_dump_json(by_alias=True, exclude_none=True), media_type="application/json",
+                    headers=headers)
+
+
+@router.get(
+    "/v1/hosts/{host}/passes",
+    name="list_passes",
+    response_model=PassList,
+    summary="A host's kept passes, newest first: when the host ran each and when the server received it.",
+    description=(
+        "Cedar action `fleet:ReadHistory` on `Host::\"{host}\"`. Every delivered pass is kept `[server] retention` "
+        "long (default 14 days), older ones and ones that arrived after a newer pass (`older`) included. "
+        "Newest finish first (the host's clock), `limit` per page (default "
+        f"{DEFAULT_LIMIT}, at most {MAX_LIMIT}); `since`/`until` keep the passes that finished in that window, "
+        "`state=` those that reported that host state; `next` is the cursor of the following page, absent on "
+        "the last. An empty list for a host with no pass kept. A bad filter is 422 naming each."
+    ),
+    responses=error_responses(401, 403, 422, 503),
+    **OUT,
+)
+async def list_passes(
+    request: Request,
+    host: str = HostParam,
+    since: Since = None,
+    until: Until = None,
+    state: HostState = Query(default=None, description="Only the passes that reported this host state."),
+    limit: Limit = DEFAULT_LIMIT,
+    after: Cursor = None,
+    _p: str = Depends(needs(Cedar.READ_HISTORY, path_resource("Host", "host"))),
+) -> Response:
+    _registry, store = state_of(request).wired()
+    window = Window(since, until)
+    found = await anyio.to_thread.run_sync(
+        lambda: passes_page(store, host, window, state=state.value if state else None, after=after, limit=limit)
+    )
+    return _json(PassList.model_validate({"passes": found.rows, "next": found.next}), found, request)
+
+
+@router.get(
+    "/v1/hosts/{host}/passes/{pass}",
+    name="get_pass",
+    response_model=PassDetail,
+    summary="One kept pass of a host, its whole report (diffs of sensitive resources redacted).",
+    description=(
+        "Cedar action `fleet:ReadHistory` on `Host::\"{host}\"`. The pass by its `passId` or its `id`; a pass "
+        "that changed nothing shares the report of the first pass that said the same, with its own ids and "
+        "times. 404 for a pass not kept (never received, or dropped by `[server] retention`)."
+    ),
+    responses=error_responses(401, 403, 404, 422, 503),
+    **OUT,
+)
+async def get_pass(
+    request: Request,
+    host: str = HostParam,
+    pass_: str = PassParam,
+    _p: str = Depends(needs(Cedar.READ_HISTORY, path_resource("Host", "host"))),
+) -> PassDetail:
+    _registry, store = state_of(request).wired()
+    row = await anyio.to_thread.run_sync(one_pass, store, host, pass_)
+    if row is None:
+        raise Problem.one("NOT_FOUND", f"no pass {pass_!r} of host {host!r} is kept")
+    return pass_detail(row)
+
+
+@router.get(
+    "/v1/events",
+    name="list_events",
+    response_model=EventList,
+    summary="What changed, failed, drifted or was blocked across the fleet, newest first: one row per resource.",
+    description=(
+        "Cedar action `fleet:ReadHistory` on `Server::\"datum\"`. One row per resource a kept pass changed, or "
+        "found failed, drifted or blocked, with its host, pass, times, action, state and reason. Newest finish "
+        f"first, `limit` per page (default {DEFAULT_LIMIT}, at most {MAX_LIMIT}); `since`/`until` keep the "
+        "events of passes that finished in that window; `host`, `resource` (`Type[name]`), `type`, `action` and "
+        "`state` keep those that are exactly that. A bad filter is 422 naming each."
+    ),
+    responses=error_responses(401, 403, 422, 503),
+    **OUT,
+)
+async def list_events(
+    request: Request,
+    since: Since = None,
+    until: Until = None,
+    host: str = Query(default=None, min_length=1, max_length=253, pattern=NO_NUL, description="Only this host's."),
+    resource: str = Query(default=None, min_length=1, max_length=1000, pattern=NO_NUL,
+                          description="Only this resource's (`Type[name]`)."),
+    type: str = Query(default=None, min_length=1, max_length=100, pattern=NO_NUL,
+                      description="Only resources of this type (`File`, `Package`, ...)."),
+    action: Action = Query(default=None, description="Only resources the plan meant to do this to."),
+    state: ResourceState = Query(default=None, description="Only resources that reached this state."),
+    limit: Limit = DEFAULT_LIMIT,
+    after: Cursor = None,
+    _p: str = Depends(needs(Cedar.READ_HISTORY)),
+) -> Response:
+    _registry, store = state_of(request).wired()
+    window = Window(since, until)
+    exact = {"host": host, "resource": resource, "type": type, "action": action.value if action else None,
+             "state": state.value if state else None}
+    found = await anyio.to_thread.run_sync(lambda: events_page(store, window, after=after, limit=limit, **exact))
+    return _json(EventList.model_validate({"events": found.rows, "next": found.next}), found, request)
+

@@ -1,0 +1,227 @@
+"""Every pass kept and queryable (issue 23 items 1 and 2), through the real app on SQLite and PostgreSQL:
+``GET /v1/hosts/{host}/passes[/{pass}]`` and ``GET /v1/events``, their pages, filters and Cedar action."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+import sqlalchemy as sa
+
+from datum.store.passes import retain
+
+from .story import build_story, pass_report
+
+T0 = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+def story(tmp_path, store_url):
+    s = build_story(tmp_path, store_url)
+    yield s
+    s.client.close()
+    s.store.dispose()
+
+
+def a_pass(seq: int, *, failed: bool = False, minutes: int | None = None, host: str = "web1") -> dict:
+    """Pass ``seq`` of ``host``, run ``minutes`` (default ``seq``) after T0; converged unless ``failed``."""
+    report = pass_report(host, "failed" if failed else "converged")
+    if not failed:
+        report |= {"resources": report["resources"][:1], "counts": {"converged": 1}, "exitCode": 0}
+        report.pop("reason")
+    started = T0 + timedelta(minutes=seq if minutes is None else minutes)
+    return report | {
+        "seq": seq, "passId": f"{host}-pass-{seq}", "startedAt": started.isoformat(),
+        "finishedAt": (started + timedelta(seconds=2)).isoformat(), "durationSeconds": 2.0,
+    }
+
+
+def post(story, report: dict, expect: int = 201):  # type: ignore[no-untyped-def]
+    r = story.client.post(f"/v1/hosts/{report['host']}/passes", json=report, headers=story.auth("agent"))
+    assert r.status_code == expect, r.text
+    return r
+
+
+def passes(story, query: str = "", host: str = "web1") -> dict:  # type: ignore[no-untyped-def]
+    r = story.get(f"/v1/hosts/{host}/passes{query}")
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def count(story, table: str) -> int:  # type: ignore[no-untyped-def]
+    with story.store.connect() as conn:
+        return int(conn.execute(sa.text(f"SELECT count(*) FROM {table}")).scalar_one())
+
+
+def test_every_pass_is_kept_with_the_times_the_host_measured_and_the_time_received(story):
+    before = datetime.now(UTC)
+    for seq in (1, 2, 3):  # delivered together, after an outage: measured minutes apart
+        post(story, a_pass(seq, failed=seq == 2))
+    after = datetime.now(UTC)
+    doc = passes(story)
+    rows = doc["passes"]
+    assert [r["passId"] for r in rows] == ["web1-pass-3", "web1-pass-2", "web1-pass-1"]  # newest first
+    assert [r["state"] for r in rows] == ["converged", "failed", "converged"]
+    for r in rows:
+        finished = datetime.fromisoformat(r["finishedAt"])
+        assert finished == T0 + timedelta(minutes=r["seq"], seconds=2)  # the host's clock, not the receipt
+        assert datetime.fromisoformat(r["startedAt"]) == T0 + timedelta(minutes=r["seq"])
+        assert before - timedelta(seconds=1) <= datetime.fromisoformat(r["receivedAt"]) <= after + timedelta(seconds=1)
+        assert r["older"] is False
+    assert rows[1]["counts"] == {"converged": 1, "failed": 1, "blocked": 1} and rows[1]["attention"] == 2
+    assert "report" not in rows[0] and "next" not in doc
+
+
+def test_a_pass_that_changed_nothing_is_a_small_row_naming_a_report_already_kept(story):
+    post(story, a_pass(1))
+    post(story, a_pass(2))  # says what pass 1 said: only its ids and times differ
+    post(story, a_pass(3, failed=True))
+    assert count(story, "pass_reports") == 2  # the converged report once, the failed one
+    with story.store.connect() as conn:
+        rows = conn.execute(sa.text(
+            "SELECT pass_id, digest FROM pass_history WHERE subject = 'host' ORDER BY id"
+        )).all()
+        columns = {c["name"] for c in sa.inspect(conn).get_columns("pass_history")}
+    assert "report" not in columns  # a pass row never holds a copy of a report
+    assert rows[0].digest == rows[1].digest != rows[2].digest
+    # the second pass's whole report: the kept one with its own ids and times
+    r = story.get("/v1/hosts/web1/passes/web1-pass-2")
+    assert r.status_code == 200, r.text
+    detail = r.json()
+    assert detail["report"]["passId"] == "web1-pass-2" and detail["report"]["seq"] == 2
+    assert detail["report"]["finishedAt"].startswith("2026-11-01T12:02:02")
+    assert [(x["id"], x["state"]) for x in detail["report"]["resources"]] == [("Package[nginx]", "converged")]
+    by_id = story.get(f"/v1/hosts/web1/passes/{detail['id']}").json()
+    assert by_id["passId"] == "web1-pass-2"
+    assert story.get("/v1/hosts/web1/passes/nope").status_code == 404
+    assert story.get("/v1/hosts/web2/passes/web1-pass-2").status_code == 404  # another host's pass
+
+
+def test_the_pass_report_has_its_sensitive_diffs_redacted_as_the_host_has(story):
+    report = a_pass(1, failed=True)
+    report["resources"][1] |= {"diff": "--- secret\n+++ secret\n", "sensitive": True}
+    post(story, report)
+    detail = story.get("/v1/hosts/web1/passes/web1-pass-1").json()
+    host = story.get("/v1/hosts/web1").json()
+    assert detail["report"]["resources"][1]["diff"] == host["report"]["resources"][1]["diff"]
+    assert "secret" not in str(detail)
+
+
+def test_an_older_pass_is_kept_without_becoming_the_hosts_state(story):
+    post(story, a_pass(5))
+    r = post(story, a_pass(4, failed=True), expect=200)
+    assert r.headers["datum-pass"] == "older"
+    post(story, a_pass(4, failed=True), expect=200)  # sent again: kept once
+    assert story.get("/v1/hosts/web1").json()["state"] == "converged"
+    rows = passes(story)["passes"]
+    assert [(r["seq"], r["state"], r["older"]) for r in rows] == [(5, "converged", False), (4, "failed", True)]
+    events = story.get("/v1/events?host=web1").json()["events"]
+    assert {(e["pass"], e["resource"], e["state"]) for e in events} == {
+        ("web1-pass-4", "File[motd]", "failed"), ("web1-pass-4", "Service[nginx]", "blocked"),
+    }
+
+
+def test_pages_never_skip_nor_repeat_whatever_is_written_meanwhile(story):
+    for seq in range(1, 8):
+        post(story, a_pass(seq, minutes=3 if seq in (3, 4, 5) else seq))  # three passes finished at one time
+    seen, url, pages = [], "/v1/hosts/web1/passes?limit=2", 0
+    while True:
+        r = story.get(url)
+        doc = r.json()
+        seen += [p["seq"] for p in doc["passes"]]
+        pages += 1
+        if pages == 2:
+            post(story, a_pass(8, minutes=60))  # newer than the walk: not in its later pages
+        if "next" not in doc:
+            break
+        assert r.headers["link"].endswith(f'cursor={doc["next"]}>; rel="next"')
+        url = f"/v1/hosts/web1/passes?limit=2&cursor={doc['next']}"
+    assert sorted(seen) == list(range(1, 8)) and len(seen) == 7
+    assert seen[:1] == [7] and seen[-2:] == [2, 1]
+
+
+def test_filters_window_and_state(story):
+    for seq in range(1, 6):
+        post(story, a_pass(seq, failed=seq in (2, 4)))
+    since = (T0 + timedelta(minutes=2)).isoformat()
+    until = (T0 + timedelta(minutes=4)).isoformat()
+    got = passes(story, f"?since={since}&until={until}".replace("+", "%2B"))
+    assert [p["seq"] for p in got["passes"]] == [3, 2]  # finished at or after since, before until
+    assert [p["seq"] for p in passes(story, "?state=failed")["passes"]] == [4, 2]
+    assert passes(story, f"?since={until}&until={since}".replace("+", "%2B"))["passes"] == []
+    assert passes(story, host="never-seen")["passes"] == []
+
+
+def test_fleet_events_one_row_per_resource_that_changed_failed_drifted_or_blocked(story):
+    post(story, a_pass(1))  # nothing changed: no event
+    post(story, a_pass(2, failed=True))
+    changed = a_pass(3, host="web2")
+    changed["resources"][0] |= {"action": "create", "changed": True}
+    post(story, changed)
+    r = story.get("/v1/events")
+    assert r.status_code == 200, r.text
+    events = r.json()["events"]
+    assert [(e["host"], e["resource"], e["action"], e["state"], e["changed"]) for e in events] == [
+        ("web2", "Package[nginx]", "create", "converged", True),
+        ("web1", "Service[nginx]", "restart", "blocked", False),
+        ("web1", "File[motd]", "update", "failed", False),
+    ]
+    failed = events[2]
+    assert failed["reason"] == "permission denied" and failed["pass"] == "web1-pass-2"
+    assert failed["finishedAt"].startswith("2026-11-01T12:02:02")
+    assert [e["resource"] for e in story.get("/v1/events?state=failed").json()["events"]] == ["File[motd]"]
+    assert [e["host"] for e in story.get("/v1/events?host=web2").json()["events"]] == ["web2"]
+    assert [e["host"] for e in story.get("/v1/events?type=Service&action=restart").json()["events"]] == ["web1"]
+    assert story.get("/v1/events?resource=File%5Bmotd%5D").json()["events"][0]["state"] == "failed"
+    since = (T0 + timedelta(minutes=3)).isoformat().replace("+", "%2B")
+    assert [e["host"] for e in story.get(f"/v1/events?since={since}").json()["events"]] == ["web2"]
+    first = story.get("/v1/events?limit=2").json()
+    rest = story.get(f"/v1/events?limit=2&cursor={first['next']}").json()
+    assert [e["id"] for e in first["events"] + rest["events"]] == [e["id"] for e in events] and "next" not in rest
+
+
+def test_bad_filters_are_422_naming_each(story):
+    r = story.get("/v1/events?since=yesterday&until=2026-11-01T12:00:00&state=happy&action=smash&limit=0&cursor=x")
+    assert r.status_code == 422, r.text
+    (issue,) = r.json()["issues"]
+    assert issue["code"] == "INVALID_INPUT"
+    fields = {f["field"]: f["message"] for f in issue["fields"]}
+    assert set(fields) == {"since", "until", "state", "action", "limit", "cursor"}, fields
+    assert "not a cursor of this listing" in fields["cursor"]
+    r = story.get("/v1/hosts/web1/passes?state=fine&limit=1001")
+    assert r.status_code == 422
+    assert {f["field"] for f in r.json()["issues"][0]["fields"]} == {"state", "limit"}
+
+
+def test_history_needs_fleet_read_history(story):
+    post(story, a_pass(1))
+    for path in ("/v1/hosts/web1/passes", "/v1/hosts/web1/passes/web1-pass-1", "/v1/events"):
+        assert story.client.get(path).status_code == 401
+        for principal in ("agent", "stranger"):
+            r = story.client.get(path, headers=story.auth(principal))
+            assert r.status_code == 403, (path, principal)
+            assert r.json()["issues"][0]["action"] == "fleet:ReadHistory"
+        assert story.get(path, "operator").status_code == 200
+        assert story.get(path, "admin").status_code == 200
+
+
+def test_retention_drops_old_passes_their_events_and_reports_in_batches(story):
+    for seq in range(1, 6):
+        post(story, a_pass(seq, failed=seq % 2 == 0))
+    post(story, a_pass(1, host="web2"))
+    with story.store.begin() as conn:  # web1's first four passes were received 20 days ago
+        conn.execute(sa.text(
+            "UPDATE pass_history SET at = :old WHERE subject = 'host' AND name = 'web1' AND seq <= 4"
+        ), {"old": datetime.now(UTC) - timedelta(days=20)})
+        conn.execute(sa.text("UPDATE pass_reports SET last_seen = :old WHERE host = 'web1'"),
+                     {"old": datetime.now(UTC) - timedelta(days=20)})
+        conn.execute(sa.text("UPDATE pass_reports SET last_seen = :now WHERE digest = (SELECT digest FROM "
+                             "pass_history WHERE name = 'web1' AND seq = 5)"), {"now": datetime.now(UTC)})
+    assert count(story, "pass_events") == 4
+    assert retain(story.store, timedelta(days=14), batch=3) == 4  # two batches: 3 and 1
+    assert [p["seq"] for p in passes(story)["passes"]] == [5]
+    assert [p["seq"] for p in passes(story, host="web2")["passes"]] == [1]
+    assert count(story, "pass_events") == 0  # the failed passes' events went with them
+    assert count(story, "pass_reports") == 2  # web1's converged report (its pass 5 names it) and web2's
+    assert story.get("/v1/hosts/web1/passes/web1-pass-5").json()["report"]["seq"] == 5
+    assert story.get("/v1/hosts/web1/passes/web1-pass-2").status_code == 404
