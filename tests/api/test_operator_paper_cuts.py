@@ -57,7 +57,7 @@ def test_405_allows_every_method_of_the_path(story):
     r = story.client.post("/healthz")
     assert r.status_code == 405 and r.headers["Allow"] == "GET, HEAD"
     r = story.client.delete("/v1/hosts/web1/passes", headers=story.auth())
-    assert r.status_code == 405 and r.headers["Allow"] == "POST"
+    assert r.status_code == 405 and r.headers["Allow"] == "GET, HEAD, POST"
 
 
 def test_head_works_wherever_get_does(story):

@@ -225,3 +225,34 @@ def test_retention_drops_old_passes_their_events_and_reports_in_batches(story):
     assert count(story, "pass_reports") == 2  # web1's converged report (its pass 5 names it) and web2's
     assert story.get("/v1/hosts/web1/passes/web1-pass-5").json()["report"]["seq"] == 5
     assert story.get("/v1/hosts/web1/passes/web1-pass-2").status_code == 404
+
+
+def test_the_host_page_lists_its_kept_passes_with_what_each_did_and_diffs_redacted(story):
+    report = a_pass(1, failed=True)
+    report["resources"][1] |= {"diff": "--- secret\n+++ secret\n", "sensitive": True}
+    post(story, report)
+    quiet = a_pass(2)
+    quiet["resources"][0] |= {"diff": "--- a\n+++ b\n+hello from datum\n", "action": "update", "changed": True}
+    post(story, quiet)
+    page = story.get("/ui/hosts/web1")
+    assert page.status_code == 200, page.text
+    html = page.text
+    kept = html[html.index('class="kept-passes'):]
+    assert kept.index('id="pass-') < kept.index("+hello from datum") < kept.index("permission denied")  # newest first
+    assert "(diff redacted: the resource is sensitive)" in kept and "secret" not in html
+    assert "2 resources changed, failed, drifted or blocked" in kept
+
+
+def test_the_host_page_leaves_kept_passes_out_without_read_history(tmp_path, store_url):
+    policy = tmp_path / "p.cedar"
+    policy.write_text('permit (principal == Principal::"operator", action == Action::"fleet:ReadHost", resource);\n'
+                      'permit (principal == Principal::"agent", action == Action::"fleet:ReportPass", resource);\n')
+    s = build_story(tmp_path, store_url, policy=str(policy))
+    try:
+        post(s, a_pass(1, failed=True))
+        html = s.get("/ui/hosts/web1").text
+        assert "permission denied" not in html.split('id="passes"')[1] and "fleet:ReadHistory" in html
+        assert s.get("/v1/hosts/web1/passes").status_code == 403
+    finally:
+        s.client.close()
+        s.store.dispose()

@@ -95,6 +95,11 @@ def test_the_page_shows_why_an_item_is_stuck(tmp_path, browser_context):
         page.wait_for_url("**/hosts/web1")
         page.locator("#host").wait_for(timeout=10_000)
         assert "File[motd]" in page.inner_text("#resources") and "permission denied" in page.inner_text("#resources")
+        # its kept passes, each expandable to what it did (issue 23)
+        kept = page.locator("#passes table.kept-passes")
+        assert "failed" in kept.inner_text() and "permission denied" not in kept.inner_text()
+        kept.locator("details summary").first.click()
+        assert "File[motd]" in kept.inner_text() and "permission denied" in kept.inner_text()
         page.go_back()
         page.locator("#summary").wait_for(timeout=10_000)
 

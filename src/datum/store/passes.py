@@ -201,6 +201,15 @@ def one_pass(store: Store, host: str, which: str) -> dict[str, Any] | None:
     return row
 
 
+def kept_reports(store: Store, digests: set[str]) -> dict[str, Any]:
+    """The kept reports of ``digests`` (a page's passes share few), parsed; one that does not parse is None."""
+    if not digests:
+        return {}
+    query = sa.select(pr.c.digest, sa.type_coerce(pr.c.report, sa.Text)).where(pr.c.digest.in_(sorted(digests)))
+    with store.connect() as conn:
+        return {d: _report_of(raw) for d, raw in conn.execute(query)}
+
+
 def _iso(value: datetime | None) -> str | None:
     return None if value is None else value.isoformat().replace("+00:00", "Z")
 

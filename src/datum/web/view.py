@@ -495,3 +495,33 @@ def overview(
 __all__ = [
     "ACT_LABEL", "HOST_ORDER", "HostsPage", "Overview", "Rebooting", "overview", "reconciler_view", "host_view", "MAX_HOSTS",
 ]
+
+
+@dataclass(frozen=True)
+class KeptPass:
+    """One kept pass on a host's page (``fleet:ReadHistory``): its row, and the resources it changed or found
+    failed, drifted or blocked, with their diffs redacted as in the API (empty when its report is not kept)."""
+
+    row: Any  # api.models.PassSummary
+    resources: list[Any]  # host.report.ResourceReport
+    report_kept: bool
+
+
+def kept_passes(rows: Sequence[Any], reports: dict[str, Any]) -> list[KeptPass]:
+    """``rows`` (``PassSummary``, newest first) with the event resources of the kept report of each's digest."""
+    from pydantic import ValidationError
+
+    from datum.api.models import redacted
+    from datum.core.passcontent import is_event
+    from datum.host.report import PassReport
+
+    out = []
+    for row in rows:
+        raw = reports.get(row.digest) if row.digest else None
+        try:
+            report = redacted(PassReport.model_validate(raw)) if isinstance(raw, dict) else None
+        except ValidationError:
+            report = None
+        resources = [r for r in report.resources if is_event(r.dump())] if report is not None else []
+        out.append(KeptPass(row, resources, report is not None))
+    return out

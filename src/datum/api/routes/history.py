@@ -8,11 +8,12 @@ Every filter is typed, so a bad one is 422 naming it (the front door's validatio
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any
 
 import anyio.to_thread
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
-from pydantic import AfterValidator, AwareDatetime
+from pydantic import AfterValidator, AwareDatetime, BeforeValidator
 
 from datum.api.authz import Action as Cedar
 from datum.api.errors import error_responses
@@ -50,8 +51,21 @@ Cursor = Annotated[
           json_schema_extra={"pattern": CURSOR_PATTERN}),
     AfterValidator(_after),
 ]
-Since = Annotated[AwareDatetime, Query(description="Only what finished at or after this time (RFC 3339, with its offset).")]
-Until = Annotated[AwareDatetime, Query(description="Only what finished before this time (RFC 3339, with its offset).")]
+# RFC 3339's date-time, as the document's `format: date-time` says: pydantic alone would also take a number
+# of seconds since the epoch, which the document does not allow.
+_RFC3339 = re.compile(r"^\d{4}-\d\d-\d\d[Tt]\d\d:\d\d:\d\d(?:\.\d+)?(?:[Zz]|[+-]\d\d:\d\d)$")
+
+
+def _rfc3339(value: Any) -> Any:
+    if not isinstance(value, str) or _RFC3339.fullmatch(value) is None:
+        raise ValueError("a time in RFC 3339 with its offset, such as 2026-11-01T12:00:00Z")
+    return value
+
+
+Since = Annotated[AwareDatetime, BeforeValidator(_rfc3339),
+                  Query(description="Only what finished at or after this time (RFC 3339, with its offset).")]
+Until = Annotated[AwareDatetime, BeforeValidator(_rfc3339),
+                  Query(description="Only what finished before this time (RFC 3339, with its offset).")]
 Limit = Annotated[int, Query(ge=1, le=MAX_LIMIT, description="Rows per page.")]
 PassParam = Path(
     alias="pass", description="The pass: its `passId`, or its number in the archive (`id`).", min_length=1, max_length=64, pattern=NO_NUL

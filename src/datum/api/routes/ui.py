@@ -25,7 +25,7 @@ from pydantic import AfterValidator
 from datum.api import attention
 from datum.api.authz import Action
 from datum.api.errors import error_responses
-from datum.api.models import host_summary
+from datum.api.models import PassSummary, host_summary
 from datum.api.routes.hosts import cursor, cursor_query, one_host
 from datum.api.routes.reboots import HostParam
 from datum.api.security import may, needs, path_resource
@@ -35,15 +35,19 @@ from datum.core.explain import ACT_LABEL, Act
 from datum.core.humanize import age, when
 from datum.core.vocab import HostState
 from datum.fleet import listing
+from datum.fleet.history import passes_page
 from datum.reconcile.registry import Registry
 from datum.reconcile.report import DriftReport, enabled
 from datum.store import Store
 from datum.store.history import HOST, RECONCILER, STRIP, first_seen_many, recent
 from datum.store.leases import Leases
 from datum.store.leases import read as read_leases
+from datum.store.passes import kept_reports
 from datum.web import view as v
 
 router = APIRouter(tags=["page"])
+
+KEPT_SHOWN = 20  # kept passes listed on a host's page, newest first (GET /v1/hosts/{host}/passes has them all)
 
 # Scripts only from this server (the token lives in sessionStorage: no inline or foreign
 # script may read it); inline styles are allowed for the coverage bars' widths.
@@ -170,19 +174,24 @@ def host_page(request: Request, host: str = HostParam) -> HTMLResponse:
 async def host_fragment(
     request: Request,
     host: str = HostParam,
-    _p: str = Depends(needs(Action.READ_HOST, path_resource("Host", "host"))),
+    principal: str = Depends(needs(Action.READ_HOST, path_resource("Host", "host"))),
 ) -> HTMLResponse:
     state = state_of(request)
     _registry, store = state.wired()
+    history = may(request, principal, Action.READ_HISTORY, ("Host", host))
 
-    def read() -> v.HostPage:
+    def read() -> tuple[v.HostPage, list[v.KeptPass] | None]:
         status = one_host(state, host)
         with store.connect() as conn:
             passes = recent(conn, HOST, host)
-        return v.host_page(status, passes, [x.as_json() for x in read_leases(store, host).overdue])
+        page = v.host_page(status, passes, [x.as_json() for x in read_leases(store, host).overdue])
+        if not history:
+            return page, None
+        rows = [PassSummary.model_validate(r) for r in passes_page(store, host, limit=KEPT_SHOWN).rows]
+        return page, v.kept_passes(rows, kept_reports(store, {r.digest for r in rows if r.digest}))
 
-    view = await anyio.to_thread.run_sync(read)
-    html = templates().get_template("host.html").render(page=view)
+    view, kept = await anyio.to_thread.run_sync(read)
+    html = templates().get_template("host.html").render(page=view, kept=kept, kept_shown=KEPT_SHOWN)
     return HTMLResponse(html, headers=PAGE_HEADERS)
 
 
