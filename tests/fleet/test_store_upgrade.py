@@ -69,3 +69,33 @@ def test_migration_0011_gives_the_summaries_of_hosts_awaiting_a_reboot_their_reb
         assert line is not None and line.reason == "manual_reboot"
     finally:
         store.dispose()
+
+
+def test_migration_0013_keeps_the_host_history_already_there_as_passes_received_and_finished_then(store_url):
+    """Rows of pass_history from before every pass was kept list as passes finished when they were received
+    (the only time they have), without a report; a pass taken after the upgrade is kept whole."""
+    from datetime import UTC, datetime, timedelta
+
+    from datum.fleet.history import passes_page
+    from datum.store.hosts import take_pass
+    from datum.store.passes import one_pass
+
+    then = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+    with at_revision(store_url, "0012_summary_reboot") as conn:
+        conn.execute(sa.text(
+            "INSERT INTO pass_history (subject, name, at, outcome, completed, drift, blocked, counts, pass_id)"
+            " VALUES ('host', 'web1', :at, 'failed', :t, 1, 0, :c, 'old')"
+        ), {"at": then, "t": True, "c": '{"failed": 1}'})
+    store = open_store(store_url)
+    try:
+        later = _report(7, "new") | {"finishedAt": (then + timedelta(hours=1)).isoformat(), "resources": []}
+        assert take_pass(store, "web1", later, history=True).outcome == "stored"
+        rows = passes_page(store, "web1").rows
+        assert [(r["passId"], r["finishedAt"], r["state"]) for r in rows] == [
+            ("new", then + timedelta(hours=1), "converged"), ("old", then, "failed"),
+        ]
+        old = one_pass(store, "web1", "old")
+        assert old is not None and old["report"] is None and "not kept" in old["unreadable"]
+        assert one_pass(store, "web1", "new")["report"]["passId"] == "new"
+    finally:
+        store.dispose()
