@@ -1,8 +1,8 @@
 """The read gate: how many people's reads a server process serves at once, so reads never starve the control loop.
 
 A read an operator or the page makes (Cedar ``observability:ReadSubstrate``,
-``fleet:ReadHost``: drift reports, the list surface, the host listing, the
-page's fragments, ``/metrics``) runs on a worker thread and holds a store
+``fleet:ReadHost``, ``fleet:ReadHistory``: drift reports, the list surface, the host listing, a host's
+kept passes and the fleet's events, the page's fragments, ``/metrics``) runs on a worker thread and holds a store
 connection while it does. Unbounded, a refresh storm (a thousand browsers
 reloading the page) takes every thread and every pooled connection, and the
 scheduler's tick and the agents' reports wait behind it until the pool times
@@ -23,7 +23,7 @@ from datum.api.authz import Action
 from datum.core.findings import Problem
 
 # The Cedar actions of people's reads: the requests that take a slot.
-READS = frozenset({Action.READ_SUBSTRATE.value, Action.READ_HOST.value})
+READS = frozenset({Action.READ_SUBSTRATE.value, Action.READ_HOST.value, Action.READ_HISTORY.value})
 
 
 class ReadGate:
