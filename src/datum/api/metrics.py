@@ -2,10 +2,11 @@
 
 A custom collector rather than counters updated in-process: with several
 servers (PostgreSQL) or the CLI ticking reconcilers, only the store knows the
-truth. A scrape costs one query for the run rows, one for the hosts (their
-state, when their last pass finished, their agent's interval, last report
-time and resource counts: the summary columns intake writes, not their
-reports) and each
+truth. A scrape costs one query for the run rows, two for the hosts (how many
+there are; then their state, when their last pass finished, their agent's
+interval, last report time and resource counts: the summary columns intake
+writes, not their reports; with per-host series other than ``all``, only of
+the hosts that are not converged and on time, the rest counted) and each
 reconciler's (cached) drift report.
 
 Series an alert reads are always there: every reason and direction of every
@@ -48,7 +49,7 @@ from datum.core.vocab import Direction, Health, HostState, Reason, ResourceState
 from datum.fleet.stale import stale
 from datum.reconcile.attention import every
 from datum.reconcile.report import DriftReport
-from datum.store.hosts import FINISHED_AT, UPDATED_AT
+from datum.store.hosts import FINISHED_AT, UPDATED_AT, silent
 from datum.store.hosts import hosts as hosts_table
 from datum.store.runs import load_runs
 
@@ -246,23 +247,30 @@ class StoreCollector(Collector):
         # (only a hand edit makes one: intake always writes it, migration 0007 filled the old rows) reads
         # its report's, in the same query; /v1/hosts has no such fallback.
         legacy = t.c.summary.is_(None)
-        with store.connect() as conn:
-            rows = conn.execute(
-                sa.select(
-                    t.c.host, t.c.state, UPDATED_AT,  # a time edited into nonsense reads None
-                    sa.case((legacy, t.c.report["counts"]), else_=t.c.summary["counts"]),
-                    FINISHED_AT,
-                    sa.case((legacy, t.c.report["intervalSeconds"].as_float()), else_=t.c.interval_seconds),
-                    t.c.reason,
-                    # The reboot only matters to a host awaiting one: the others' is not read.
-                    sa.case(
-                        (t.c.state != HostState.AWAITING_REBOOT.value, sa.null()),
-                        (legacy, t.c.report["reboot"]),
-                        else_=t.c.summary["reboot"],
-                    ),
-                )
-            ).all()
         multiple = self.state.settings.fleet.stale_after
+        # A host that is converged, reporting on time and summarized has nothing to say past its count:
+        # unless every host's series are asked for, only the others are read (the scrape's cost grows
+        # with the fleet's problems, not its size), the quiet ones counted in the same store.
+        problem = sa.or_(
+            t.c.state != HostState.CONVERGED.value, silent(store.dialect, multiple, now), legacy
+        )
+        with store.connect() as conn:
+            total = conn.execute(sa.select(sa.func.count()).select_from(t)).scalar_one()
+            mode = per_host_mode(self.state.settings.metrics, int(total))
+            query = sa.select(
+                t.c.host, t.c.state, UPDATED_AT,  # a time edited into nonsense reads None
+                sa.case((legacy, t.c.report["counts"]), else_=t.c.summary["counts"]),
+                FINISHED_AT,
+                sa.case((legacy, t.c.report["intervalSeconds"].as_float()), else_=t.c.interval_seconds),
+                t.c.reason,
+                # The reboot only matters to a host awaiting one: the others' is not read.
+                sa.case(
+                    (t.c.state != HostState.AWAITING_REBOOT.value, sa.null()),
+                    (legacy, t.c.report["reboot"]),
+                    else_=t.c.summary["reboot"],
+                ),
+            )
+            rows = conn.execute(query if mode == "all" else query.where(problem)).all()
         fleet = _gauge(
             "datum_hosts", "Hosts by state: of their last pass, or unknown when their agent fell silent.", "state"
         )
@@ -272,7 +280,7 @@ class StoreCollector(Collector):
             "(as in /v1/hosts).",
             "host", "state",
         )
-        silent = _gauge("datum_host_seconds_since_last_report", "Seconds since the host's last pass was stored.", "host")
+        since_report = _gauge("datum_host_seconds_since_last_report", "Seconds since the host's last pass was stored.", "host")
         resources = _gauge(
             "datum_host_resources", "Resources of the host's last pass by state (states it has none in are absent).",
             "host", "state",
@@ -289,8 +297,7 @@ class StoreCollector(Collector):
             "run datum reboot on it. Absent for the other hosts.",
             "host", "policy",
         )
-        mode = per_host_mode(self.state.settings.metrics, len(rows))
-        tally: Counter[str] = Counter()
+        tally: Counter[str] = Counter({HostState.CONVERGED.value: int(total) - len(rows)})  # the quiet ones not read
         stale_hosts = 0
         by_hand_hosts: Counter[str] = Counter()
         for host, stored, updated, counts, finished, interval, reason, reboot in rows:
@@ -313,7 +320,7 @@ class StoreCollector(Collector):
             per_host.add_metric([host, s], 1.0)
             age = _age(now, updated)
             if age is not None:
-                silent.add_metric([host], age)
+                since_report.add_metric([host], age)
             for rs, n in _counts(counts).items():
                 resources.add_metric([host, rs], n)
             if isinstance(interval, int | float) and interval > 0:
@@ -346,7 +353,7 @@ class StoreCollector(Collector):
             "[fleet] stale_after: a host silent for more than this many of its agent's intervals reads unknown.",
         )
         limit.add_metric([], multiple)
-        yield from (fleet, per_host, silent, resources, every, by_hand, limit, in_force, fleet_stale, fleet_by_hand)
+        yield from (fleet, per_host, since_report, resources, every, by_hand, limit, in_force, fleet_stale, fleet_by_hand)
 
 
     def _reboots(self, overdue_leases: list[dict[str, Any]]) -> Iterator[Metric]:
