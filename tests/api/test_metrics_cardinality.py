@@ -133,3 +133,18 @@ def test_the_fleet_counts_stale_hosts_whatever_the_mode(story):
     _count, seen = per_host(story, per_host="none")
     assert seen[("datum_fleet_stale_hosts", ())] == 2.0
     assert seen[("datum_hosts", (("state", "unknown"),))] == 2.0
+
+
+def test_the_process_counts_the_reports_it_took_and_how_long_each_took(story):
+    for seq, pass_id in ((2, "p2"), (2, "p2"), (1, "p1")):  # then the same pass again, then an older one
+        report = pass_report("web1") | {"seq": seq, "passId": pass_id}
+        r = story.client.post("/v1/hosts/web1/passes", json=report, headers=story.auth("agent"))
+        assert r.status_code in (200, 201), r.text
+    refused = story.client.post("/v1/hosts/web2/passes", json=pass_report("web1"), headers=story.auth("agent"))
+    assert refused.status_code == 422  # not taken: not counted
+    seen = samples(story)
+    assert seen[("datum_reports_received_total", (("outcome", "stored"),))] == 1.0
+    assert seen[("datum_reports_received_total", (("outcome", "duplicate"),))] == 1.0
+    assert seen[("datum_reports_received_total", (("outcome", "older"),))] == 1.0
+    assert seen[("datum_report_intake_seconds_count", ())] == 3.0
+    assert seen[("datum_report_intake_seconds_bucket", (("le", "+Inf"),))] == 3.0

@@ -440,4 +440,6 @@ def metrics_registry(state: ServerState) -> CollectorRegistry:
     """A registry of its own per app, so two apps in one process (tests) never collide."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(StoreCollector(state))
+    registry.register(state.intake.received)  # the process's own (datum.api.counters)
+    registry.register(state.intake.seconds)
     return registry

@@ -7,6 +7,7 @@ worker thread, with a report already validated.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 from datum.api.intake import accepted
@@ -44,6 +45,7 @@ def check_host(report: PassReport, host: str) -> None:
 def take(state: ServerState, host: str, report: PassReport) -> Answer:
     """Accept ``report`` (``422`` naming every field at fault), store it, answer. Blocks on the store."""
     _registry, store = state.wired()
+    started = time.perf_counter()
     check_host(report, host)
     report, doc, text = accepted(report, state.settings.server.max_diff_bytes)
     # with the page's history strip (not for a pass re-sent), in the same statement on PostgreSQL
@@ -52,6 +54,7 @@ def take(state: ServerState, host: str, report: PassReport) -> Answer:
         # back from a reboot: its lease frees the group's slot, in the same transaction (statement, on PostgreSQL)
         release_lease=True,
     )
+    state.intake.took(taken.outcome, time.perf_counter() - started)
     if taken.outcome != "stored":  # the same pass again, or one older than the stored: kept as it was
         return Answer(200, host_status(taken.row).model_dump_json(by_alias=True, exclude_none=True).encode(), taken.outcome)
     # The report was validated once, on the way in: the answer is built from it, not read back nor

@@ -9,6 +9,7 @@ from datetime import datetime
 from fastapi import Request
 
 from datum.api.authz import Authorizer
+from datum.api.counters import IntakeCounters
 from datum.api.gate import ReadGate
 from datum.api.reports import ReportCache
 from datum.api.tokens import TokenBook
@@ -34,6 +35,8 @@ class ServerState:
     reports: ReportCache = field(init=False)
     # People's reads served at once ([server] read_slots), the rest queued or shed (datum.api.gate).
     reads: ReadGate = field(init=False)
+    # The reports this process took and how long each took (datum.api.counters), on /metrics.
+    intake: IntakeCounters = field(init=False)
     # Plugins whose routes or Cedar fragment could not be served: {plugin: why}.
     broken_routes: dict[str, str] = field(default_factory=dict)
 
@@ -41,6 +44,7 @@ class ServerState:
         self.reports = ReportCache(self._report, ttl=self.settings.server.report_ttl.total_seconds())
         server = self.settings.server
         self.reads = ReadGate(server.read_slots, server.read_wait.total_seconds())
+        self.intake = IntakeCounters()
 
     def wire(self, registry: Registry, store: Store) -> None:
         """Make the observability endpoints answer: until now they are 503 UNAVAILABLE."""
