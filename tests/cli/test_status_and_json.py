@@ -77,19 +77,25 @@ def test_store_migrate_and_recount_print_json(scene: Scene, datum_cli, tmp_path)
     assert done["upgraded"] is True and done["before"] == [] and done["after"]
     import sqlite3
 
-    from datum.reconcile.status_counts import counts_name
+    from datum.store.status_counts import counts_name
 
     db = sqlite3.connect(tmp_path / "datum.db")
-    with db:  # a kept count the triggers did not see: 5 active rows where there is 1
+    with db:  # a kept count the triggers did not see: 5 active rows where there is 1, 7 more hosts failed
         db.execute(f'UPDATE "{counts_name("buckets")}" SET n = 5 WHERE status = \'active\'')
+        failed = db.execute("SELECT count(*) FROM hosts WHERE state = 'failed'").fetchone()[0]
+        db.execute(f'UPDATE "{counts_name("hosts")}" SET n = n + 7 WHERE status = \'failed\'')
     db.close()
     code, out, err = datum_cli("store", "recount", "--config", str(scene.config), "--json")
     assert code == 0, err
     assert {"reconciler": "buckets", "table": "buckets", "corrected": {"active": {"kept": 5, "true": 1}}} in (
         json.loads(out)
     )
+    assert {"reconciler": None, "table": "hosts", "corrected": {"failed": {"kept": failed + 7, "true": failed}}} in (
+        json.loads(out)
+    )
     again = json.loads(datum_cli("store", "recount", "--config", str(scene.config), "--json")[1])
     assert {"reconciler": "buckets", "table": "buckets", "corrected": {}} in again
+    assert {"reconciler": None, "table": "hosts", "corrected": {}} in again
 
 
 def test_reboot_prints_json(scene: Scene, datum_cli, tmp_path):

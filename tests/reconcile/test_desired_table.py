@@ -19,9 +19,9 @@ import sqlalchemy as sa
 
 from datum.core.findings import Problem
 from datum.reconcile.coverage import measure
-from datum.reconcile.status_counts import counts_name
 from datum.store import open_store
 from datum.store.migrate import Branch
+from datum.store.status_counts import counts_name
 
 
 @pytest.fixture

@@ -41,9 +41,8 @@ def test_a_new_store_is_at_head_and_matches_the_table_definitions(store_url):
     store = open_store(store_url)
     with store.connect() as conn:
         assert current_revisions(conn) == HEADS
-        diff = compare_metadata(MigrationContext.configure(conn), metadata)
     # SQLite cannot tell a timezone-aware timestamp from a naive one; ignore that only.
-    assert [d for d in diff if d[0] != "modify_type"] == []
+    assert _schema_diff(store) == []
     store.dispose()
 
 
@@ -107,7 +106,8 @@ def test_a_store_at_0004_gains_the_run_metrics_column_empty_until_the_next_pass(
 def _schema_diff(store) -> list[object]:
     with store.connect() as conn:
         diff = compare_metadata(MigrationContext.configure(conn), metadata)
-    return [d for d in diff if d[0] != "modify_type"]
+    # A count table is made with its triggers in raw DDL (datum.store.status_counts), not declared.
+    return [d for d in diff if d[0] != "modify_type" and not (d[0] == "remove_table" and d[1].name.endswith("_status_counts"))]
 
 
 def test_a_tokens_table_made_by_create_all_is_adopted_with_its_tokens(store_url):

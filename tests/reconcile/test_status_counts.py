@@ -16,11 +16,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import sqlalchemy as sa
 
-from datum.reconcile import status_counts
 from datum.reconcile.coverage import measure
 from datum.reconcile.desired import set_status
 from datum.reconcilers.buckets import reconciler as buckets
-from datum.store import open_store
+from datum.store import open_store, status_counts
 from datum.store.migrate import MIGRATIONS, current_revisions
 
 STATUSES = buckets.STATUSES

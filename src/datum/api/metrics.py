@@ -49,7 +49,7 @@ from datum.core.vocab import Direction, Health, HostState, Reason, ResourceState
 from datum.fleet.stale import stale
 from datum.reconcile.attention import every
 from datum.reconcile.report import DriftReport
-from datum.store.hosts import FINISHED_AT, UPDATED_AT, silent
+from datum.store.hosts import FINISHED_AT, UPDATED_AT, stale_hosts
 from datum.store.hosts import hosts as hosts_table
 from datum.store.runs import load_runs
 
@@ -251,10 +251,9 @@ class StoreCollector(Collector):
         # A host that is converged, reporting on time and summarized has nothing to say past its count:
         # unless every host's series are asked for, only the others are read (the scrape's cost grows
         # with the fleet's problems, not its size), the quiet ones counted in the same store.
-        problem = sa.or_(
-            t.c.state != HostState.CONVERGED.value, silent(store.dialect, multiple, now), legacy
-        )
         with store.connect() as conn:
+            late = stale_hosts(conn, multiple, now)
+            problem = sa.or_(t.c.state != HostState.CONVERGED.value, legacy, *([late] if late is not None else []))
             total = conn.execute(sa.select(sa.func.count()).select_from(t)).scalar_one()
             mode = per_host_mode(self.state.settings.metrics, int(total))
             query = sa.select(
@@ -298,7 +297,7 @@ class StoreCollector(Collector):
             "host", "policy",
         )
         tally: Counter[str] = Counter({HostState.CONVERGED.value: int(total) - len(rows)})  # the quiet ones not read
-        stale_hosts = 0
+        silent_hosts = 0
         by_hand_hosts: Counter[str] = Counter()
         for host, stored, updated, counts, finished, interval, reason, reboot in rows:
             # A host whose agent fell silent, or whose stored state is not a host state, reads unknown, as in
@@ -311,7 +310,7 @@ class StoreCollector(Collector):
             seen.append({"host": host, "state": s, "stale": bool(read.get("stale")), "reason": read.get("reason", reason),
                          "reboot": reboot})
             tally[s] += 1
-            stale_hosts += bool(read.get("stale"))
+            silent_hosts += bool(read.get("stale"))
             policy = awaits_hand(s, reboot)
             if policy is not None:
                 by_hand_hosts[policy] += 1
@@ -340,7 +339,7 @@ class StoreCollector(Collector):
         fleet_stale = _gauge(
             "datum_fleet_stale_hosts", "Hosts silent for more than datum_fleet_stale_after of their intervals (they read unknown)."
         )
-        fleet_stale.add_metric([], stale_hosts)
+        fleet_stale.add_metric([], silent_hosts)
         fleet_by_hand = _gauge(
             "datum_fleet_awaiting_manual_reboot",
             "Hosts awaiting a reboot their agent will not do (reboot_policy manual or never): someone runs datum reboot.",

@@ -52,38 +52,42 @@ def migrate(config: str | None, as_json: bool) -> None:
 @config_option
 @json_option
 def recount(config: str | None, as_json: bool) -> None:
-    """Count every counted desired-state table's rows per status again and correct the kept counts.
+    """Count the hosts by state, and every counted desired-state table's rows per status, again; correct the kept counts.
 
     The repair after writes their triggers did not see (a REPLACE from a SQLite
     connection without recursive_triggers, triggers disabled); says what was
     wrong. Safe beside running servers: each table's writers wait for it.
 
-    With --json: one object per counted table, `reconciler`, `table` and `corrected` (status -> the count
-    kept and the true one; empty when the counts were right).
+    With --json: one object per counted table, `reconciler` (null for the fleet's `hosts`), `table` and
+    `corrected` (status -> the count kept and the true one; empty when the counts were right).
     """
     from datum.cli.common import wire
     from datum.reconcile.registry import declared_coverage
-    from datum.reconcile.status_counts import recount as recount_table
+    from datum.store.status_counts import recount as recount_table
 
     w = wire(config)
     found: list[dict[str, object]] = []
+    def again(owner: str | None, table: str, column: str) -> None:
+        wrong = recount_table(w.store.engine, table, column)
+        found.append({
+            "reconciler": owner, "table": table,
+            "corrected": {status: {"kept": kept, "true": true} for status, (kept, true) in wrong.items()},
+        })
+        if as_json:
+            return
+        said = f"{owner}: {table}" if owner else table
+        if not wrong:
+            click.echo(f"{said}: the counts were right")
+        for status, (kept, true) in wrong.items():
+            click.echo(f"{said}: {status} was counted {kept}, is {true}: corrected")
+
     try:
+        again(None, "hosts", "state")  # the fleet's counts by state (migration 0014_host_counts)
         for name in w.registry:
             reconciler, _own = w.registry.build(w.settings, name, w.store)
             for spec in declared_coverage(reconciler) or ():
-                if not spec.counted:
-                    continue
-                wrong = recount_table(w.store.engine, spec.table.name, spec.status_column)
-                found.append({
-                    "reconciler": name, "table": spec.table.name,
-                    "corrected": {status: {"kept": kept, "true": true} for status, (kept, true) in wrong.items()},
-                })
-                if as_json:
-                    continue
-                if not wrong:
-                    click.echo(f"{name}: {spec.table.name}: the counts were right")
-                for status, (kept, true) in wrong.items():
-                    click.echo(f"{name}: {spec.table.name}: {status} was counted {kept}, is {true}: corrected")
+                if spec.counted:
+                    again(name, spec.table.name, spec.status_column)
     finally:
         w.store.dispose()
     if as_json:

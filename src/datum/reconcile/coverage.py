@@ -11,8 +11,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from datum.core.coverage import CoverageDecl, CoverageRow, histogram
-from datum.reconcile import status_counts
-from datum.store import Store
+from datum.store import Store, status_counts
 
 log = logging.getLogger(__name__)
 

@@ -93,7 +93,7 @@ class DesiredTable:
         plugin's own branch (``op`` is Alembic's; the rows already there are counted)."""
         from alembic import op
 
-        from datum.reconcile.status_counts import count_statuses
+        from datum.store.status_counts import count_statuses
 
         self.table.create(op.get_bind())  # with its (status, updated_at) index
         count_statuses(self.table.name, status_column="status", since_column="updated_at")
@@ -102,7 +102,7 @@ class DesiredTable:
         """Undo ``upgrade``: the counts' triggers, then the table."""
         from alembic import op
 
-        from datum.reconcile.status_counts import drop_status_counts
+        from datum.store.status_counts import drop_status_counts
 
         drop_status_counts(self.table.name, status_column="status", since_column="updated_at")
         op.drop_table(self.table.name)

@@ -75,8 +75,8 @@ _WHERE: dict[str, str] = {
     "CoverageDecl": "datum.core.coverage",
     "CoverageRow": "datum.core.coverage",
     "CoverageSpec": "datum.reconcile.coverage",
-    "count_statuses": "datum.reconcile.status_counts",
-    "drop_status_counts": "datum.reconcile.status_counts",
+    "count_statuses": "datum.store.status_counts",
+    "drop_status_counts": "datum.store.status_counts",
     "Store": "datum.store.engine",
     "set_status": "datum.reconcile.desired",
     "DesiredTable": "datum.reconcile.desired",
@@ -188,8 +188,8 @@ if TYPE_CHECKING:
     from datum.reconcile.desired import DesiredTable, set_status
     from datum.reconcile.registry import Reconciler
     from datum.reconcile.result import Result
-    from datum.reconcile.status_counts import count_statuses, drop_status_counts
     from datum.safefs import Occupied, count_objects, remove_empty
     from datum.store.engine import Store
     from datum.store.migrate import Branch
+    from datum.store.status_counts import count_statuses, drop_status_counts
     from datum.store.types import UTCDateTime

@@ -190,7 +190,7 @@ def _sqlite_pragmas(lock_wait: timedelta):  # type: ignore[no-untyped-def]
         cur.execute("PRAGMA synchronous=NORMAL")
         cur.execute("PRAGMA foreign_keys=ON")
         # A REPLACE that removes a row fires its delete triggers only with this on: the per-status
-        # counts (datum.reconcile.status_counts) would otherwise count the replaced row twice.
+        # counts (datum.store.status_counts) would otherwise count the replaced row twice.
         cur.execute("PRAGMA recursive_triggers=ON")
         cur.close()
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import logging
+from collections import Counter
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -23,7 +25,10 @@ from datum.store.leases import release_rebooted
 from datum.store.passes import PG_ARCHIVE_CTES, pg_archive_params
 from datum.store.runs import store_now
 from datum.store.schema import hosts
+from datum.store.status_counts import COMPACT_AT, compact, counts_table
 from datum.store.types import ReadableTime, UTCDateTime
+
+log = logging.getLogger(__name__)
 
 
 def _values(report: dict[str, Any]) -> tuple[dict[str, Any], int | None]:
@@ -306,11 +311,59 @@ def _effective(stale_now: Any) -> Any:
 
 
 def host_counts(store: Store, multiple: float, now: datetime) -> dict[str, int]:
-    """Every host by the state it reads at ``now`` (stale ones ``unknown``): one aggregate, no report read."""
-    states = sa.select(_effective(silent(store.dialect, multiple, now)).label("s")).select_from(hosts).subquery()
+    """Every host by the state it reads at ``now`` (stale ones ``unknown``), without reading every host.
+
+    The database keeps the count of each stored state (``hosts_status_counts``, migration
+    0014_host_counts); the stale hosts, found through ``finished_at`` (``stale_hosts``), move from their
+    stored state to ``unknown``, as does a stored state that is not a host state.
+    """
+    kept = counts_table(hosts.name)
     with store.connect() as conn:
-        rows = conn.execute(sa.select(states.c.s, sa.func.count()).group_by(states.c.s)).all()
-    return {state: int(n) for state, n in rows}
+        logged = 0
+        counts: Counter[str] = Counter()
+        for state, n, entries in conn.execute(
+            sa.select(kept.c.status, sa.func.sum(kept.c.n), sa.func.count()).group_by(kept.c.status)
+        ):
+            logged += int(entries)
+            counts[_readable(str(state))] += int(n)
+        late = stale_hosts(conn, multiple, now)
+        if late is not None:
+            for state, n in conn.execute(sa.select(hosts.c.state, sa.func.count()).where(late).group_by(hosts.c.state)):
+                counts[_readable(str(state))] -= int(n)
+                counts[HostState.UNKNOWN.value] += int(n)
+    if logged > COMPACT_AT:
+        compact_counts(store)
+    return {state: n for state, n in counts.items() if n > 0}
+
+
+def _readable(state: str) -> str:
+    """The state a stored one reads as: itself, or ``unknown`` when it is not a host state."""
+    return state if state in _HOST_STATES else HostState.UNKNOWN.value
+
+
+def stale_hosts(conn: sa.Connection, multiple: float, now: datetime) -> Any:
+    """The stale rule (``silent``) through the ``finished_at`` index, or None when no host can be stale.
+
+    A host cannot be stale before ``multiple`` of the fleet's shortest agent interval has passed since
+    its last pass finished: only the hosts that finished before that are weighed, one index range.
+    """
+    shortest = conn.execute(
+        sa.select(sa.func.min(hosts.c.interval_seconds)).where(hosts.c.interval_seconds > 0)
+    ).scalar()
+    if shortest is None:
+        return None
+    bound = now - timedelta(seconds=float(shortest) * multiple)
+    return sa.and_(hosts.c.finished_at < bound, silent(conn.dialect.name, multiple, now))
+
+
+def compact_counts(store: Store) -> None:
+    """Fold the count log of ``hosts`` (PostgreSQL); the counts are exact either way, only reads are slower."""
+    if store.dialect != "postgresql":
+        return
+    try:
+        compact(store.engine, hosts.name)
+    except sa.exc.SQLAlchemyError as exc:
+        log.warning("could not fold the host count log: %s", exc)
 
 
 def host_page(
@@ -328,7 +381,7 @@ def host_page(
         UPDATED_AT, t.c.pass_id, t.c.seq, _SUMMARY, t.c.interval_seconds, stale_now.label("stale"),
     )
     if state == HostState.UNKNOWN.value:
-        query = query.where(_effective(stale_now) == state)
+        query = query.where(_unknown(store, multiple, now))
     elif state is not None:  # the index on (state, host) serves it
         query = query.where(t.c.state == state, sa.not_(stale_now))
     if after is not None:
@@ -336,6 +389,17 @@ def host_page(
     with store.connect() as conn:
         rows = conn.execute(query.order_by(t.c.host).limit(limit)).mappings().all()
     return [_summary_row(r) for r in rows]
+
+
+def _unknown(store: Store, multiple: float, now: datetime) -> Any:
+    """The hosts that read ``unknown``, each through an index: the stale ones (``stale_hosts``), those that said
+    unknown, and those whose stored state is not a host state (named from the kept counts)."""
+    kept = counts_table(hosts.name)
+    with store.connect() as conn:
+        odd = [s for s in conn.execute(sa.select(kept.c.status).distinct()).scalars() if s not in _HOST_STATES]
+        late = stale_hosts(conn, multiple, now)
+    said = [HostState.UNKNOWN.value, *odd]
+    return hosts.c.state.in_(said) if late is None else sa.or_(hosts.c.state.in_(said), late)
 
 
 _SUMMARY = sa.type_coerce(hosts.c.summary, sa.Text).label("summary")  # parsed row by row, as the report

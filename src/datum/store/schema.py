@@ -86,6 +86,10 @@ hosts = sa.Table(
     sa.Column("summary", sa.JSON(none_as_null=True)),
     sa.Column("interval_seconds", sa.Float),
     sa.Index("ix_hosts_state_host", "state", "host"),
+    # What finds the stale hosts without reading every host (migration 0014_host_counts, with the
+    # counts by state the database keeps in hosts_status_counts).
+    sa.Index("ix_hosts_finished_at", "finished_at"),
+    sa.Index("ix_hosts_interval_seconds", "interval_seconds"),
 )
 
 # One row per executed reconciler pass and per stored host pass (datum.store.history), kept
