@@ -256,3 +256,42 @@ def test_the_host_page_leaves_kept_passes_out_without_read_history(tmp_path, sto
     finally:
         s.client.close()
         s.store.dispose()
+
+
+def test_the_page_has_the_fleets_timeline_of_the_last_hour_or_day(story):
+    now = datetime.now(UTC)
+
+    def at(report: dict, ago: timedelta) -> dict:
+        return report | {"startedAt": (now - ago).isoformat(), "finishedAt": (now - ago).isoformat()}
+
+    post(story, at(a_pass(1, failed=True), timedelta(hours=5)))  # in the day, not in the hour
+    changed = a_pass(2, host="web2")
+    changed["resources"][0] |= {"action": "create", "changed": True}
+    post(story, at(changed, timedelta(minutes=10)))
+    html = story.get("/ui/overview").text
+    timeline = html[html.index('id="changes"'):]
+    timeline = timeline[:timeline.index("</section>")]
+    assert "in the last hour, newest first" in timeline
+    assert 'href="/hosts/web2"' in timeline and "Package[" in timeline and ">created<" in timeline
+    assert "permission denied" not in timeline and "web1" not in timeline
+    day = story.get("/ui/overview?changes=1d").text
+    day = day[day.index('id="changes"'):]
+    day = day[:day.index("</section>")]
+    assert day.index("web2") < day.index("web1")  # newest first
+    assert "permission denied" in day and ">failed<" in day and 'href="?changes=1h#changes"' in day
+    assert story.get("/ui/overview?changes=1w").status_code == 422
+
+
+def test_the_timeline_is_left_out_without_read_history(tmp_path, store_url):
+    policy = tmp_path / "p.cedar"
+    policy.write_text('permit (principal == Principal::"operator", action == Action::"observability:ReadSubstrate", resource);\n'
+                      'permit (principal == Principal::"agent", action == Action::"fleet:ReportPass", resource);\n')
+    s = build_story(tmp_path, store_url, policy=str(policy))
+    try:
+        post(s, a_pass(1, failed=True) | {"finishedAt": datetime.now(UTC).isoformat()})
+        html = s.get("/ui/overview").text
+        timeline = html[html.index('id="changes"'):]
+        assert "fleet:ReadHistory" in timeline.split("</section>")[0] and "permission denied" not in html
+    finally:
+        s.client.close()
+        s.store.dispose()

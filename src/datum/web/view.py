@@ -33,7 +33,7 @@ from datum.core.humanize import when
 from datum.core.memory import BackoffPolicy
 from datum.core.order import HEALTH_ORDER as _HEALTH_ORDER
 from datum.core.order import HOST_ORDER, Cause, by_cause
-from datum.core.vocab import Direction, Health, HostState, Reason
+from datum.core.vocab import Action, Direction, Health, HostState, Reason
 from datum.reconcile.report import DriftItem, DriftReport
 from datum.store.history import STRIP, PassRow
 
@@ -305,6 +305,7 @@ class Overview:
     hosts_not_listed: int = 0  # hosts not converged past the worst ones the decision considered
     rebooting: list[Rebooting] = field(default_factory=list)  # the fleet's reboot budget, when hosts are readable
     reboot_limit: int = 0
+    changes: Changes | None = None  # the fleet's timeline, when the token may read its history
 
 
 def _since_text(first: datetime | None, count: int, before: bool, word: str) -> str:
@@ -459,6 +460,7 @@ def overview(
     reboot_limit: int = 0,
     broken: Sequence[tuple[str, str]] = (),
     hosts_not_listed: int = 0,
+    changes: Changes | None = None,
 ) -> Overview:
     """The page's view. ``lines``: *Needs a human*, as ``datum.core.attention.decide`` made them (``GET
     /v1/attention`` serves the same). ``broken``: (name, why) of each reconciler plugin that did not load,
@@ -489,12 +491,40 @@ def overview(
         hosts_not_listed=hosts_not_listed,
         rebooting=list(rebooting),
         reboot_limit=reboot_limit,
+        changes=changes,
     )
 
 
 __all__ = [
     "ACT_LABEL", "HOST_ORDER", "HostsPage", "Overview", "Rebooting", "overview", "reconciler_view", "host_view", "MAX_HOSTS",
 ]
+
+
+# The windows the page's timeline offers, and how many of its events it lists.
+CHANGE_WINDOWS = {"1h": "the last hour", "1d": "the last day"}
+CHANGES_SHOWN = 50
+
+
+@dataclass(frozen=True)
+class Changes:
+    """The fleet's timeline (``GET /v1/events``' rows): what changed, failed, drifted or was blocked, and where,
+    in ``window`` (a key of ``CHANGE_WINDOWS``), newest first; ``more`` when there were more than listed."""
+
+    window: str
+    events: list[dict[str, Any]]
+    more: bool
+
+    @property
+    def words(self) -> str:
+        return CHANGE_WINDOWS[self.window]
+
+
+def event_word(event: dict[str, Any]) -> str:
+    """What an event says: the change made (``updated``), or the state the resource was left in."""
+    action = event.get("action")
+    if event.get("changed") and action in Action._value2member_map_ and action != Action.NONE.value:
+        return Action(action).past
+    return str(event.get("state") or action or "")
 
 
 @dataclass(frozen=True)

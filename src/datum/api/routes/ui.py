@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from functools import cache
 from importlib.resources import files
-from typing import Annotated
+from typing import Annotated, Literal
 from urllib.parse import quote
 
 import anyio.to_thread
@@ -35,7 +35,7 @@ from datum.core.explain import ACT_LABEL, Act
 from datum.core.humanize import age, when
 from datum.core.vocab import HostState
 from datum.fleet import listing
-from datum.fleet.history import passes_page
+from datum.fleet.history import Window, events_page, passes_page
 from datum.reconcile.registry import Registry
 from datum.reconcile.report import DriftReport, enabled
 from datum.store import Store
@@ -67,7 +67,7 @@ def templates() -> Environment:
     env = Environment(loader=PackageLoader("datum.web", "templates"), autoescape=select_autoescape(["html"]))
     env.globals.update(
         when=when, age=age, act_label=ACT_LABEL, history_passes=STRIP, act_badge=v.act_badge, act_none=Act.NONE,
-        host_href=v.host_href,
+        host_href=v.host_href, event_word=v.event_word, change_windows=v.CHANGE_WINDOWS,
     )
     env.filters["wbr"] = _breakable
     return env
@@ -97,13 +97,21 @@ def _hosts(store: Store, settings: Settings, shown: HostsShown) -> listing.Page:
     return listing.page(store, silent, now, state=shown.state, after=shown.after, limit=v.MAX_HOSTS)
 
 
+def _changes(store: Store, window: str, now: datetime) -> v.Changes:
+    """The fleet's events in ``window`` (``1h`` or ``1d``), newest first: what ``GET /v1/events`` answers."""
+    since = now - (timedelta(hours=1) if window == "1h" else timedelta(days=1))
+    found = events_page(store, Window(since=since), limit=v.CHANGES_SHOWN)
+    return v.Changes(window, found.rows, found.next is not None)
+
+
 def _view(
-    reports: list[DriftReport], registry: Registry, settings: Settings, store: Store, shown: HostsShown | None
+    reports: list[DriftReport], registry: Registry, settings: Settings, store: Store, shown: HostsShown | None,
+    changes: str | None = None,
 ) -> v.Overview:
     """The page's view: the reports with their history, *Needs a human* as ``GET /v1/attention`` decides it,
-    and (when readable) a page of hosts with theirs.
+    and (when readable) a page of hosts with theirs and the fleet's timeline of ``changes`` (``1h``, ``1d``).
 
-    The reads that open a connection of their own (the hosts, the leases) come first: a request never
+    The reads that open a connection of their own (the hosts, the leases, the timeline) come first: a request never
     holds one connection while it waits for another, which under a storm of page loads is how every
     request ends up holding one and waiting for a second that never frees (the pool runs dry)."""
     found = worst = leases = None
@@ -111,6 +119,7 @@ def _view(
         found = _hosts(store, settings, shown)
         worst = found if shown.state is None else attention.worst_hosts(store, settings)
         leases = read_leases(store)
+    timeline = _changes(store, changes, datetime.now(UTC)) if changes is not None else None
     views = []
     broken = [(b.name, b.error) for b in registry.broken]
     with store.connect() as conn:
@@ -124,12 +133,15 @@ def _view(
                 )
             )
         if shown is None or found is None or leases is None:
-            return v.overview(views, None, None, attention.needs(registry, settings, reports, None).lines, broken=broken)
+            return v.overview(
+                views, None, None, attention.needs(registry, settings, reports, None).lines, broken=broken,
+                changes=timeline,
+            )
         decided = attention.needs(registry, settings, reports, worst, leases)
         hosts = [v.host_view(h, recent(conn, HOST, h.host), decided.lines) for h in map(host_summary, found.hosts)]
     return v.overview(
         views, hosts, found.counts, decided.lines, v.HostsPage(shown.state, found.next), _rebooting(leases),
-        settings.fleet.reboot_concurrency, broken, decided.hosts_not_listed,
+        settings.fleet.reboot_concurrency, broken, decided.hosts_not_listed, timeline,
     )
 
 
@@ -210,13 +222,15 @@ async def overview(
     request: Request,
     hosts: HostState | None = Query(default=None, description="List only the hosts that read this state."),
     after: Annotated[str | None, cursor_query("The hosts' next page."), AfterValidator(cursor)] = None,
+    changes: Literal["1h", "1d"] = Query(default="1h", description="The window of the fleet's timeline."),
     principal: str = Depends(needs(Action.READ_SUBSTRATE)),
 ) -> HTMLResponse:
     state = state_of(request)
     registry, store = state.wired()
     reports = [(await state.reports.get(name)).report for name in registry]
     shown = HostsShown(hosts.value if hosts else None, after) if may(request, principal, Action.READ_HOST) else None
-    view = await anyio.to_thread.run_sync(_view, reports, registry, state.settings, store, shown)
+    window = changes if may(request, principal, Action.READ_HISTORY) else None  # the timeline, or left out
+    view = await anyio.to_thread.run_sync(_view, reports, registry, state.settings, store, shown, window)
     html = templates().get_template("overview.html").render(view=view)
     return HTMLResponse(html, headers=PAGE_HEADERS)
 
