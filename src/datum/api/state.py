@@ -12,6 +12,7 @@ from datum.api.authz import Authorizer
 from datum.api.gate import ReadGate
 from datum.api.reports import ReportCache
 from datum.api.tokens import TokenBook
+from datum.api.waits import FleetChanges
 from datum.config import Settings
 from datum.core.findings import Problem
 from datum.reconcile.registry import Registry
@@ -34,6 +35,9 @@ class ServerState:
     reports: ReportCache = field(init=False)
     # People's reads served at once ([server] read_slots), the rest queued or shed (datum.api.gate).
     reads: ReadGate = field(init=False)
+    # The fleet directory's changes, watched while the app is served with a fleet (``datum.api.waits``):
+    # without it a manifest request's ``wait`` is answered at once, without ``Datum-Wait``.
+    manifest_changes: FleetChanges | None = None
     # Plugins whose routes or Cedar fragment could not be served: {plugin: why}.
     broken_routes: dict[str, str] = field(default_factory=dict)
 
