@@ -32,7 +32,8 @@ from pathlib import Path
 
 import anyio.to_thread
 
-from datum.fleet.effective import Effective, effective, forget_all_but, remembered, signature
+from datum.fleet import effective as composing
+from datum.fleet.effective import Effective, forget_all_but, remembered, signature
 
 log = logging.getLogger("datum.api")
 
@@ -114,7 +115,7 @@ async def current(resolved: Path, host: str, facts: dict[str, object]) -> Effect
     thread. A Problem when there is none (404) or it does not validate (422)."""
     found = remembered(resolved, host, facts)
     if found is None:
-        found = await anyio.to_thread.run_sync(effective, resolved, host, facts)
+        found = await anyio.to_thread.run_sync(composing.effective, resolved, host, facts)
     return found
 
 
