@@ -104,22 +104,33 @@ async def answer(reader):
     e = ETAG.search(head)
     return status, (e.group(1).decode() if e else None), body
 
+async def connect(i, host):
+    # a connection and the manifest's first answer, tried again (a busy server's backlog overflows)
+    for attempt in range(20):
+        try:
+            reader, writer = await asyncio.wait_for(
+                asyncio.open_connection("127.0.0.1", PORTS[i % len(PORTS)]), 30)
+            writer.write(request(host, None, None))
+            status, etag, _ = await asyncio.wait_for(answer(reader), 60)
+            if status == 200:
+                return reader, writer, etag
+            errors.append(status)
+            return None
+        except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, asyncio.TimeoutError):
+            await asyncio.sleep(0.2 * (attempt + 1))
+    errors.append("connect")
+    return None
+
 async def agent(i, held, go):
     host = f"host-{{i:05d}}"
-    for attempt in range(50):
-        try:
-            reader, writer = await asyncio.open_connection("127.0.0.1", PORTS[i % len(PORTS)])
-            break
-        except OSError:
-            await asyncio.sleep(0.2 * (attempt + 1))
-    else:
-        errors.append("connect"); held.append(i); return
-    writer.write(request(host, None, None))
-    status, etag, _ = await answer(reader)
-    if status != 200:
-        errors.append(status)
+    try:
+        got = await connect(i, host)
+    finally:
+        held.append(i)
+    if got is None:
+        return
+    reader, writer, etag = got
     digests[i] = etag
-    held.append(i)
     await go.wait()
     wait = random.randint(1, WAIT)  # a fleet that has run a while: the waits end spread out
     while True:
@@ -153,12 +164,13 @@ async def main():
         if not line.strip():
             break
         rounds += 1
-        while True:  # every agent has read a digest that arrived after the change
+        give_up = time.monotonic() + 120
+        while time.monotonic() < give_up:  # every agent has read a digest that arrived after the change
             done = [d for d, ts in fetched.items() if len(ts) >= N]
             if done or errors:
                 break
             await asyncio.sleep(0.01)
-        last = max((ts for ts in fetched.values() if len(ts) >= N), key=len, default=[])
+        last = max(fetched.values(), key=len, default=[])  # short of N: the round gave up
         print(json.dumps({{"round": rounds, "first": min(last, default=0), "last": max(last, default=0),
                           "fetched": len(last), "errors": len(errors)}}), flush=True)
         fetched.clear()
