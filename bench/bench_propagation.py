@@ -14,7 +14,7 @@ and one fleet directory, the agents split between them. The agents are
 simulated: one asyncio process of ``--agents`` plain HTTP/1.1 connections
 (``_AGENTS`` below), each a host of its own (``host-00042``) with an unbound
 agent token, so every request goes through the front door and Cedar. Each
-fetches its manifest, then holds ``wait=`` the agent's own
+fetches its manifest, then at once holds ``wait=`` the agent's own
 (``datum.agent.push.WAIT``) with ``If-None-Match``, asking again on a 304
 and after a 200; its first wait is a random part of that, so the waits end
 spread out as in a fleet that has run a while. With every wait held: the
@@ -77,7 +77,7 @@ def prepare(home: Path, store_url: str, resources: int) -> tuple[Path, str, str]
 
 
 # The simulated agents: one process, one asyncio connection each. Reads commands on stdin
-# ("go": hold the waits), prints JSON lines: {"held": n}, then one {"round": k, ...} per change.
+# a line on stdin: a change was made), prints JSON lines: {"held": n}, then one {"round": k, ...} per change.
 _AGENTS = r"""
 import asyncio, json, random, re, resource, sys, time
 
@@ -89,6 +89,7 @@ ETAG = re.compile(rb'(?i)etag: *("[^"]*")')
 digests = {{}}      # agent -> the digest it has
 fetched = {{}}      # digest -> [time each agent read it]
 errors = []
+dropped = []       # waits whose connection closed under them (asked again on a new one)
 
 def request(host, etag, wait):
     q = "" if wait is None else f"?wait={{wait}}"
@@ -121,7 +122,7 @@ async def connect(i, host):
     errors.append("connect")
     return None
 
-async def agent(i, held, go):
+async def agent(i, held):
     host = f"host-{{i:05d}}"
     try:
         got = await connect(i, host)
@@ -131,14 +132,19 @@ async def agent(i, held, go):
         return
     reader, writer, etag = got
     digests[i] = etag
-    await go.wait()
     wait = random.randint(1, WAIT)  # a fleet that has run a while: the waits end spread out
-    while True:
+    while True:  # held at once: an idle keep-alive connection would be closed by the server
         writer.write(request(host, etag, wait))
         try:
             status, got, body = await answer(reader)
-        except (asyncio.IncompleteReadError, ConnectionError):
-            return
+        except (asyncio.IncompleteReadError, ConnectionError):  # closed under it: as an agent, a new connection
+            dropped.append(i)
+            try:
+                reader, writer = await asyncio.open_connection("127.0.0.1", PORTS[i % len(PORTS)])
+            except OSError:
+                errors.append("reconnect")
+                return
+            continue
         wait = WAIT
         if status == 200 and got != etag:
             fetched.setdefault(got, []).append(time.time())
@@ -148,15 +154,14 @@ async def agent(i, held, go):
             return
 
 async def main():
-    held, go = [], asyncio.Event()
+    held = []
     tasks = []
     for start in range(0, N, 200):  # connect in batches: the listen backlog is finite
-        tasks += [asyncio.create_task(agent(i, held, go)) for i in range(start, min(N, start + 200))]
+        tasks += [asyncio.create_task(agent(i, held)) for i in range(start, min(N, start + 200))]
         while len(held) < len(tasks):
             await asyncio.sleep(0.01)
-    go.set()
     await asyncio.sleep(1)
-    print(json.dumps({{"held": len(held), "errors": len(errors)}}), flush=True)
+    print(json.dumps({{"held": len(held) - len(errors), "errors": len(errors)}}), flush=True)
     loop = asyncio.get_running_loop()
     rounds = 0
     while True:
@@ -172,7 +177,7 @@ async def main():
             await asyncio.sleep(0.01)
         last = max(fetched.values(), key=len, default=[])  # short of N: the round gave up
         print(json.dumps({{"round": rounds, "first": min(last, default=0), "last": max(last, default=0),
-                          "fetched": len(last), "errors": len(errors)}}), flush=True)
+                          "fetched": len(last), "errors": len(errors), "dropped": len(dropped)}}), flush=True)
         fetched.clear()
 
 asyncio.run(main())
@@ -265,6 +270,7 @@ def main(agents: int = 10_000, resources: int = 20, replicas: int = 1, store: st
         "wait_s": wait,
         "connect_s": round(connect_s, 1),
         "errors": ready["errors"] + max((r["errors"] for r in rounds), default=0),
+        "dropped_waits": max((r["dropped"] for r in rounds), default=0),
         "fetched": min((r["fetched"] for r in rounds), default=0),
         "all_fetched_s": [round(s, 2) for s in seconds],
         "all_fetched_s_median": round(median(seconds), 2) if seconds else None,
