@@ -76,8 +76,8 @@ def prepare(home: Path, store_url: str, resources: int) -> tuple[Path, str, str]
     return cfg, operator, agent
 
 
-# The simulated agents: one process, one asyncio connection each. Reads commands on stdin
-# a line on stdin: a change was made), prints JSON lines: {"held": n}, then one {"round": k, ...} per change.
+# The simulated agents: one process, one asyncio connection each. Reads a line on stdin per change
+# made, prints JSON lines: {"held": n}, then one {"round": k, ...} per change.
 _AGENTS = r"""
 import asyncio, json, random, re, resource, sys, time
 
