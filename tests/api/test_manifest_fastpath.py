@@ -69,4 +69,17 @@ def test_what_is_in_doubt_goes_to_the_route(fleet_story):
     assert refused.status_code == 403 and refused.json()["issues"][0]["action"] == "fleet:ReadManifest"
     assert s.client.get("/v1/hosts/web1/manifest").status_code == 401
     assert s.client.get("/v1/hosts/web1/manifest?x=1", headers=s.auth("agent")).status_code == 200
-    assert s.composed == ["web1", "db1", "web1"]  # the route composed; bad facts and refusals never got there
+    # the route composed db1; bad facts and refusals never got there; the route, too, serves what is remembered
+    assert s.composed == ["web1", "db1"]
+
+
+def test_a_fast_answer_sees_only_the_query_parameters_it_reads():
+    from datum.api.guard import offered
+
+    reads = frozenset({"wait"})
+    assert offered(b"", reads) == {} and offered(b"", frozenset()) == {}
+    assert offered(b"wait=5", reads) == {"wait": "5"}
+    assert offered(b"wait=5", frozenset()) is None  # a fast answer that reads no query sees none
+    assert offered(b"x=1", reads) is None and offered(b"wait=5&x=1", reads) is None
+    assert offered(b"wait=5&wait=6", reads) is None  # twice: the route's parsing says what it means
+    assert offered(b"wait", reads) is None  # not a pair

@@ -121,3 +121,12 @@ def test_coverage_counts_every_row_both_ways_on_both_backends():
     out = bench.main(3_000, runs=2, scan=True, writes=10)  # asserts the counted and the scanned totals are the rows written
     assert set(out) == {"sqlite", "postgresql"}
     assert all(counted > 0 and scanned > 0 for counted, scanned in out.values())
+
+
+def test_propagation_benchmark_wakes_fifty_waiting_agents():
+    """50 simulated agents hold their waits against a real ``datum serve``; two changes reach every one."""
+    bench = load("bench_propagation")
+    out = bench.main(agents=50, resources=5, changes=2, idle=1, pin=False)
+    assert (out["held"], out["fetched"], out["errors"]) == (50, 50, 0)
+    assert len(out["all_fetched_s"]) == 2 and all(0 < s < 30 for s in out["all_fetched_s"])
+    assert out["kib_per_agent"] is not None and out["idle_cpu_core_fraction"] >= 0

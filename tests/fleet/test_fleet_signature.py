@@ -35,17 +35,17 @@ def test_every_kind_of_edit_moves_the_signature_and_nothing_else_walks(tmp_path:
     (fleet / "roles").mkdir(parents=True)
     (fleet / "nodes.yaml").write_text("nodes: []\n")
     (fleet / "roles" / "web.yaml").write_text("resources: []\n")
-    first = eff._signature(fleet)
-    assert [eff._signature(fleet) for _ in range(5)] == [first] * 5
+    first = eff.signature(fleet)
+    assert [eff.signature(fleet) for _ in range(5)] == [first] * 5
     assert len(walks) == 1  # remembered: the five answers cost a stat per path
 
     seen = {first}
 
     def moved() -> str:
-        now = eff._signature(fleet)
+        now = eff.signature(fleet)
         assert now not in seen
         seen.add(now)
-        assert eff._signature(fleet) == now  # and stays put until the next edit
+        assert eff.signature(fleet) == now  # and stays put until the next edit
         return now
 
     (fleet / "roles" / "web.yaml").write_text("resources: [] \n")  # written: size and mtime

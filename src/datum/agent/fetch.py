@@ -31,13 +31,23 @@ class Fetched:
     body: bytes | None  # the server's answer (None: not modified, or not fetched)
     digest: str | None
     why: str | None = None  # why it was not fetched
+    held: bool = False  # asked to wait, the server said it holds waits (``Datum-Wait``)
+
+
+WAIT_HEADER = "Datum-Wait"  # the server's word that it held the wait (datum.api.waits)
 
 
 def fetch(
-    server: str, host: str, token: str, etag: str | None, facts: dict[str, Any], deadline: float = DEADLINE
+    server: str, host: str, token: str, etag: str | None, facts: dict[str, Any], deadline: float = DEADLINE,
+    wait: int | None = None,
 ) -> Fetched:
-    """``GET`` this host's manifest: its body within ``deadline`` seconds and ``MAX_MANIFEST`` bytes, or why not."""
+    """``GET`` this host's manifest: its body within ``deadline`` seconds and ``MAX_MANIFEST`` bytes, or why not.
+
+    With ``wait`` (seconds), a long poll: the server answers when the manifest no longer matches ``etag``,
+    else 304 after ``wait`` seconds (``datum.agent.push``); ``deadline`` then counts from the end of the wait.
+    """
     url = f"{server.rstrip('/')}/v1/hosts/{urllib.parse.quote(host, safe='')}/manifest"
+    path = url if wait is None else f"{url}?wait={wait}"
     headers = {
         "Accept": "application/json",
         "Authorization": f"Bearer {token}",
@@ -46,14 +56,15 @@ def fetch(
     if etag:
         headers["If-None-Match"] = f'"{etag}"'
     try:
-        answer = request("GET", url, headers, deadline=deadline, limit=MAX_MANIFEST)
+        answer = request("GET", path, headers, deadline=deadline + (wait or 0), limit=MAX_MANIFEST)
     except Unusable as exc:
         return Fetched(None, None, str(exc))
+    held = wait is not None and answer.headers.get(WAIT_HEADER) is not None
     if answer.status == 304:
-        return Fetched(None, etag)
+        return Fetched(None, etag, held=held)
     if answer.status != 200:
         return Fetched(None, None, f"{url} answered {answer.status} {answer.reason}{issues_in(answer.body)}")
-    return Fetched(answer.body, (answer.headers.get("ETag") or "").strip('"') or None)
+    return Fetched(answer.body, (answer.headers.get("ETag") or "").strip('"') or None, held=held)
 
 
 def materialize(body: bytes, base: Path) -> tuple[Any, str]:

@@ -24,7 +24,10 @@ A cycle:
    given back).
 
 It logs one line. The loop waits ``interval`` plus a random part of ``splay``
-between cycles; SIGTERM or SIGINT while it waits ends it at once, during a
+between cycles, and meanwhile holds a long poll on its manifest
+(``datum.agent.push``): a change starts the next cycle within seconds (after a
+random part of ``min(splay, 10 s)``), with the manifest the wait brought; a
+server that does not hold waits, or a wait that fails, leaves the interval; SIGTERM or SIGINT while it waits ends it at once, during a
 pass after the current resource (and after delivering the report). Before each
 cycle, and at once on SIGHUP, it re-reads its configuration and token file
 (``reload``): a rotated token or an edited ``datum.toml`` needs no restart, and
@@ -49,6 +52,7 @@ from typing import Any
 from datum.agent.bounded import DEADLINE
 from datum.agent.fetch import fetch, materialize
 from datum.agent.post import flush
+from datum.agent.push import JITTER, Waiter
 from datum.agent.state import AgentState
 from datum.core.findings import Problem
 from datum.core.vocab import Mode
@@ -147,7 +151,7 @@ def _reboot(opts: Options, host: str, report: dict[str, Any]) -> str:
     return f"; the reboot command failed: {why}" + (f"; the reboot lease was not given back: {back}" if back else "")
 
 
-def cycle(opts: Options) -> Cycle:
+def cycle(opts: Options, pushed: Any = None) -> Cycle:
     """Fetch (over HTTP, unlocked), then take the state file's pass lock and, holding it, number the
     pass, unpack the manifest and prune the older ones; the pass (``datum.host.agent.host_pass``: engine,
     verdict, persist and spool) releases it; deliver the spool, then the reboot.
@@ -162,7 +166,7 @@ def cycle(opts: Options) -> Cycle:
     state = AgentState(path)
     try:
         last = state.last_manifest()
-        got = fetch(
+        got = pushed or fetch(
             opts.server, host, opts.token, last[0] if last else None, _facts(opts.root, opts.config), opts.deadline
         )
         root = agent.real_root(opts.root)  # a root that is not a directory: said before the lock is taken
@@ -219,10 +223,11 @@ def run_forever(opts: Options, log: Any = None, reload: Callable[[], Options] | 
 
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, handler)
+    pushed = None
     while not stop.is_set():
         opts = _reloaded(opts, reload, log)
         try:
-            done = cycle(opts)
+            done = cycle(opts, pushed)
             log(done.line)
             if done.stopped:
                 return 0
@@ -230,14 +235,48 @@ def run_forever(opts: Options, log: Any = None, reload: Callable[[], Options] | 
             log(f"datum agent: the pass did not run: {problem.findings[0].message}")
         except Exception as exc:  # noqa: BLE001 - never stopped by what a cycle met; said, and the next runs
             log(f"datum agent: the cycle failed: {type(exc).__name__}: {str(exc)[:500]}")
+        pushed = None
         until = time.monotonic() + opts.interval.total_seconds() + random.uniform(0, opts.splay.total_seconds())
+        waiter = _waiter(opts, until, wake)
         while not stop.is_set() and (left := until - time.monotonic()) > 0:
             wake.wait(left)
             wake.clear()
             if hup.is_set() and not stop.is_set():
                 hup.clear()
                 opts = _reloaded(opts, reload, log, asked=True)
+            if waiter is not None and pushed is None and waiter.changed is not None:
+                pushed = waiter.changed  # the next pass, within seconds, not all of a fleet in one second
+                jitter = random.uniform(0, min(opts.splay.total_seconds(), JITTER))
+                until = min(until, time.monotonic() + jitter)
+        if waiter is not None:
+            waiter.stop()
+            if waiter.why is not None and pushed is None:
+                log(f"datum agent: not waiting for changes: {waiter.why}; this pass runs on the interval")
     return 0
+
+
+def _waiter(opts: Options, until: float, wake: threading.Event) -> Waiter | None:
+    """A long poll on this host's manifest until ``until``, from the digest of the manifest it has
+    (none fetched yet: nothing to wait on, the interval)."""
+    from datum.host import agent
+
+    try:
+        state = AgentState(opts.state_path)
+        try:
+            last = state.last_manifest()
+        finally:
+            state.close()
+        host = agent.host_name(opts.config)
+        facts = _facts(opts.root, opts.config)
+    except Exception:  # noqa: BLE001 - what the next pass says too; meanwhile, the interval
+        return None
+    if last is None:
+        return None
+
+    def ask(seconds: int) -> Any:
+        return fetch(opts.server, host, opts.token, last[0], facts, opts.deadline, wait=seconds)
+
+    return Waiter(ask, last[0], until, wake).start()
 
 
 def _reloaded(opts: Options, reload: Callable[[], Options] | None, log: Any, asked: bool = False) -> Options:

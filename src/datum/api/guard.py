@@ -27,14 +27,16 @@ its path. Then:
 A refusal before the body closes the connection (the rest is never read). The
 body read here is handed on as one message. A route that registered a fast
 answer (``security.fast``) is offered an admitted request without a query
-string first: what it answers goes out without FastAPI's routing and
-dependencies; when it answers None the request goes on to the route. Every
-refusal is written by ``datum.api.errors.written``.
+string (or with only the query parameters it reads, each once) first: what
+it answers goes out without FastAPI's routing and dependencies; when it
+answers None the request goes on to the route. Every refusal is written by
+``datum.api.errors.written``.
 """
 
 from __future__ import annotations
 
 import re
+import urllib.parse
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -55,6 +57,7 @@ from datum.api.security import (
     Reply,
     decide,
     fast_of,
+    fast_query,
     header,
     need_of,
     principal,
@@ -72,6 +75,7 @@ class Served:
     matches: Callable[[Scope], tuple[Match, Scope]]
     need: Need | None
     answer: FastAnswer | None
+    query: frozenset[str] = frozenset()  # the query parameters ``answer`` reads
 
 
 def served(routes: Sequence[BaseRoute]) -> list[Served]:
@@ -83,6 +87,7 @@ def served(routes: Sequence[BaseRoute]) -> list[Served]:
             route.matches,
             need_of(getattr(route, "dependant", None)),
             fast_of(route.endpoint),
+            fast_query(route.endpoint),
         )
         for route in iter_route_contexts(routes)
     ]
@@ -137,8 +142,9 @@ class RequestGuard:
             body = read
             receive = replayed(body, receive)
         if found is not None and found[0].answer is not None and admission is not None and admission.allowed:
-            if not scope.get("query_string"):
-                asked = Asked(self.state, scope, found[1].get("path_params", {}), body)
+            query = offered(scope.get("query_string") or b"", found[0].query)
+            if query is not None:
+                asked = Asked(self.state, scope, found[1].get("path_params", {}), body, query)
                 try:
                     reply = await found[0].answer(asked)
                 except Problem as problem:  # e.g. a report that does not hold together (422), a store fault (503)
@@ -224,6 +230,21 @@ class RequestGuard:
             "REQUEST_TIMEOUT",
             f"the request body did not arrive within {timeout:g}s ([server] body_timeout)",
         )
+
+
+def offered(query_string: bytes, reads: frozenset[str]) -> dict[str, str] | None:
+    """The query parameters of a request a fast answer may see (each of ``reads``, once), or None when
+    there is any other (or one twice): the route's own parsing answers those."""
+    if not query_string:
+        return {}
+    if not reads:
+        return None
+    try:
+        pairs = urllib.parse.parse_qsl(query_string.decode("latin-1"), keep_blank_values=True, strict_parsing=True)
+    except ValueError:
+        return None
+    query = dict(pairs)
+    return query if len(query) == len(pairs) and query.keys() <= reads else None
 
 
 _JSON = (b"content-type", b"application/json")

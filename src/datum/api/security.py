@@ -178,6 +178,7 @@ class Asked:
     scope: Scope
     params: dict[str, Any]  # the route's path parameters, as its path converts them
     body: bytes
+    query: dict[str, str] = field(default_factory=dict)  # the query parameters its ``fast`` names, each once
 
     def header(self, name: bytes) -> bytes | None:
         return header(self.scope, name)
@@ -194,12 +195,14 @@ class Reply:
 
 FastAnswer = Callable[[Asked], Awaitable[Reply | None]]
 _FAST: dict[Callable[..., Any], FastAnswer] = {}
+_QUERY: dict[Callable[..., Any], frozenset[str]] = {}
 
 
-def fast(endpoint: Callable[..., Any]) -> Callable[[FastAnswer], FastAnswer]:
+def fast(endpoint: Callable[..., Any], query: tuple[str, ...] = ()) -> Callable[[FastAnswer], FastAnswer]:
     """Register a fast answer on the route whose endpoint is ``endpoint``.
 
-    The guard calls it, for a request without a query string, only once the
+    The guard calls it, for a request without a query string (or whose query
+    parameters are among ``query``, each once: ``Asked.query``), only once the
     request is admitted under that route's ``needs`` (the principal known,
     Cedar's decision Allow for the route's action and resource). It answers a
     ``Reply`` when everything is known and good, or None to let the route
@@ -209,6 +212,7 @@ def fast(endpoint: Callable[..., Any]) -> Callable[[FastAnswer], FastAnswer]:
 
     def register(answer: FastAnswer) -> FastAnswer:
         _FAST[endpoint] = answer
+        _QUERY[endpoint] = frozenset(query)
         return answer
 
     return register
@@ -217,6 +221,11 @@ def fast(endpoint: Callable[..., Any]) -> Callable[[FastAnswer], FastAnswer]:
 def fast_of(endpoint: object) -> FastAnswer | None:
     """The fast answer registered on ``endpoint``'s route, if any."""
     return _FAST.get(endpoint) if callable(endpoint) else None
+
+
+def fast_query(endpoint: object) -> frozenset[str]:
+    """The query parameters the fast answer on ``endpoint``'s route reads (none: it sees no query string)."""
+    return _QUERY.get(endpoint, frozenset()) if callable(endpoint) else frozenset()
 
 
 def fast_answers() -> dict[Callable[..., Any], FastAnswer]:

@@ -3,8 +3,10 @@
 The registry and the store are wired in the app's lifespan, which uvicorn runs
 before it opens the socket; then the scheduler starts, the watch that
 forgets a cached drift report when any process records a tick of its
-reconciler, and the thread that checks remembered tokens against the store
-(``datum.api.watch``). ``503 UNAVAILABLE`` is
+reconciler, the thread that checks remembered tokens against the store
+(``datum.api.watch``), and, with a fleet, the task that watches its directory
+for the agents' long polls (``datum.api.waits``), whose waits end at once when
+the server shuts down. ``503 UNAVAILABLE`` is
 what an app answers before it is wired (``create_app`` without a registry,
 e.g. when the app is mounted by another ASGI server that skips lifespans).
 """
@@ -31,6 +33,7 @@ from datum.api.app import create_app
 from datum.api.corked import Corked
 from datum.api.errors import redacted, written
 from datum.api.tokens import RECHECK
+from datum.api.waits import FleetChanges
 from datum.api.watch import Every, RunWatch
 from datum.config import Settings
 from datum.core.findings import Problem
@@ -80,6 +83,9 @@ def serving_app(settings: Settings, wire: Callable[[], tuple[Registry, Store]]) 
         watch.start()
         recheck.start()
         retention.start()
+        if settings.fleet.manifests is not None:
+            state.manifest_changes = FleetChanges(settings.fleet.manifests)
+            state.manifest_changes.start()
         # Everything allocated so far lives as long as the process: take it out of the
         # collector's sight, so a full collection under load scans only request garbage.
         gc.collect()
@@ -100,6 +106,8 @@ def serving_app(settings: Settings, wire: Callable[[], tuple[Registry, Store]]) 
             watch.stop()
             recheck.stop()
             retention.stop()
+            if state.manifest_changes is not None:
+                await state.manifest_changes.stop()
             store.dispose()
 
     app.router.lifespan_context = lifespan
@@ -306,4 +314,16 @@ def run(app: FastAPI, host: str, port: int, access_log: bool = True, log_format:
     """Serve ``app`` until interrupted. Access log lines carry method, path and status: never headers, a query or a token."""
     config = uvicorn_config(app, host, port, access_log, log_format)
     logging.getLogger("uvicorn.access").addFilter(TokensLeftOut())
-    uvicorn.Server(config).run()
+    DatumServer(config).run()
+
+
+class DatumServer(uvicorn.Server):
+    """uvicorn's server, whose graceful shutdown first answers the held long polls (``datum.api.waits``):
+    it waits for every request in flight, a wait of minutes included, even one whose client has left."""
+
+    async def shutdown(self, sockets: list[Any] | None = None) -> None:
+        app = self.config.app
+        changes = getattr(getattr(getattr(app, "state", None), "datum", None), "manifest_changes", None)
+        if changes is not None:
+            changes.close()
+        await super().shutdown(sockets)

@@ -13,6 +13,7 @@ from datum.api.counters import IntakeCounters
 from datum.api.gate import ReadGate
 from datum.api.reports import ReportCache
 from datum.api.tokens import TokenBook
+from datum.api.waits import FleetChanges
 from datum.config import Settings
 from datum.core.findings import Problem
 from datum.reconcile.registry import Registry
@@ -37,6 +38,9 @@ class ServerState:
     reads: ReadGate = field(init=False)
     # The reports this process took and how long each took (datum.api.counters), on /metrics.
     intake: IntakeCounters = field(init=False)
+    # The fleet directory's changes, watched while the app is served with a fleet (``datum.api.waits``):
+    # without it a manifest request's ``wait`` is answered at once, without ``Datum-Wait``.
+    manifest_changes: FleetChanges | None = None
     # Plugins whose routes or Cedar fragment could not be served: {plugin: why}.
     broken_routes: dict[str, str] = field(default_factory=dict)
 

@@ -49,9 +49,11 @@ def _token(path: str) -> str:
               help="A file holding this host's bearer token (datum token create --principal agent --host NAME).")
 @click.option("--root", type=click.Path(file_okay=False), default="/", show_default=True,
               help="Every path resolves inside it.")
-@click.option("--interval", default="30m", show_default=True, callback=_duration, help="Time between passes.")
+@click.option("--interval", default="30m", show_default=True, callback=_duration,
+              help="Time between passes at most; a change of the manifest on the server starts one within seconds.")
 @click.option("--splay", default="5m", show_default=True, callback=_duration,
-              help="Up to this much more, at random, so a fleet does not run in step.")
+              help="Up to this much more, at random, so a fleet does not run in step (after a change, up to "
+              "the smaller of this and 10 s).")
 @click.option("--once", is_flag=True, help="One cycle, then exit with the pass's exit code.")
 @click.option("--state", default=None, help="The agent's local state file, a path; never a store URL "
               "(default: the configuration's [host] state, else $DATUM_HOME/agent.db).")

@@ -5,6 +5,12 @@ composed manifest, the files its resources name (``template``, ``source``)
 and every file those templates load (``{% include %}``, ``{% import %}``,
 ``{% extends %}``, found by Jinja2's parser; base64) and a digest of both, which is the response's ``ETag`` and the
 ``manifestDigest`` of the pass reports made from it.
+
+Everything is remembered by the directory's files as they are now (``signature``):
+the rules of ``nodes.yaml`` once, each composition once whatever the number of hosts
+it serves (its digest and JSON do not depend on the host), and each host's small
+entry. A fleet of 10,000 hosts sharing a few compositions costs a few compositions
+when the directory changes, not 10,000, and holds one copy of each body.
 """
 
 from __future__ import annotations
@@ -21,11 +27,16 @@ from datum.core.findings import FieldError, Problem, invalid
 from datum.fleet.nodes import NODES, Rule, classify, load_rules
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Effective:
     host: str
     digest: str
-    body: bytes  # the JSON the server sends
+    shared: bytes  # the JSON of everything but ``host`` (one object for every host of the composition)
+
+    @property
+    def body(self) -> bytes:
+        """The JSON the server sends: ``host`` first, then the composition's shared part."""
+        return b'{"host":' + json.dumps(self.host).encode() + b"," + self.shared[1:]
 
 
 def _with_vars(resources: list[Any], variables: dict[str, Any]) -> list[Any]:
@@ -104,7 +115,9 @@ def _files(directory: Path, doc: dict[str, Any]) -> dict[str, str]:
 
 
 _CACHE: dict[tuple[str, str, str, str], Effective] = {}
-_CACHE_MAX = 10_000
+# Hosts' entries are small (the composition's JSON is shared): a fleet of 10,000 hosts, each with a few
+# sets of facts, fits, and never clears it at every change.
+_CACHE_MAX = 100_000
 
 
 def _walk(directory: Path) -> list[str]:
@@ -133,7 +146,7 @@ def _stats(paths: tuple[str, ...]) -> tuple[tuple[int, int, int], ...] | None:
 _SEEN: dict[str, tuple[tuple[str, ...], tuple[tuple[int, int, int], ...], str]] = {}
 
 
-def _signature(directory: Path) -> str:
+def signature(directory: Path) -> str:
     """Every file of the fleet directory with its size and mtime: any edit is another signature.
 
     The directory is walked again only when a ``stat`` of what the last walk found differs: a file
@@ -162,7 +175,7 @@ def _signature(directory: Path) -> str:
 def _key(directory: Path, host: str, facts: dict[str, Any]) -> tuple[str, str, str, str]:
     """What an effective manifest is remembered by: ``directory`` (resolved) and its files' state, the host, its facts."""
     told = json.dumps(facts, sort_keys=True, default=str) if facts else "{}"
-    return (str(directory), host, told, _signature(directory))
+    return (str(directory), host, told, signature(directory))
 
 
 def effective(directory: Path, host: str, facts: dict[str, Any]) -> Effective:
@@ -175,7 +188,7 @@ def effective(directory: Path, host: str, facts: dict[str, Any]) -> Effective:
     hit = _CACHE.get(key)
     if hit is not None:
         return hit
-    found = _effective(directory, host, facts)
+    found = _effective(directory, host, facts, key[3])
     if len(_CACHE) >= _CACHE_MAX:
         _CACHE.clear()
     _CACHE[key] = found
@@ -189,17 +202,48 @@ def remembered(resolved: Path, host: str, facts: dict[str, Any]) -> Effective | 
     return _CACHE.get(_key(resolved, host, facts))
 
 
-def _effective(directory: Path, host: str, facts: dict[str, Any]) -> Effective:
-    rules = load_rules(directory)
+def forget_all_but(resolved: Path, now: str) -> None:
+    """Drop what is remembered of ``resolved`` for any state of its files but ``now`` (its ``signature``):
+    after an edit, the older entries would only be found again if the edit were undone exactly."""
+    where = str(resolved)
+    caches: tuple[dict[Any, Any], ...] = (_CACHE, _RULES, _COMPOSED)
+    for cache in caches:
+        for key in list(cache):  # a copy: worker threads add entries meanwhile
+            if key[0] == where and key[-1] != now:
+                cache.pop(key, None)
+
+
+# Per (directory, signature): the rules of its nodes.yaml. Per (directory, manifests, vars, signature):
+# the composition's digest and shared JSON.
+_RULES: dict[tuple[str, str], list[Rule]] = {}
+_COMPOSED: dict[tuple[str, tuple[str, ...], str, str], tuple[str, bytes]] = {}
+
+
+def _effective(directory: Path, host: str, facts: dict[str, Any], state: str) -> Effective:
+    where = str(directory)
+    rules = _RULES.get((where, state))
+    if rules is None:
+        rules = load_rules(directory)
+        if len(_RULES) >= 100:
+            _RULES.clear()
+        _RULES[(where, state)] = rules
     manifests, variables, _matched = classify(rules, host, facts)
     if not manifests:
         raise Problem.one("NOT_FOUND", f"no rule of {NODES} matches host {host!r}")
-    doc = compose(directory, manifests, variables, f"host {host!r}")
-    files = _files(directory, doc)
-    canonical = json.dumps({"manifest": doc, "files": files}, sort_keys=True, separators=(",", ":"))
-    digest = "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
-    body = {"host": host, "digest": digest, "manifests": manifests, "manifest": doc, "files": files}
-    return Effective(host, digest, json.dumps(body, separators=(",", ":")).encode())
+    told = json.dumps(variables, sort_keys=True, default=str)
+    key = (where, tuple(manifests), told, state)
+    composed = _COMPOSED.get(key)
+    if composed is None:  # a composition that does not validate is not remembered: its findings name the host
+        doc = compose(directory, manifests, variables, f"host {host!r}")
+        files = _files(directory, doc)
+        canonical = json.dumps({"manifest": doc, "files": files}, sort_keys=True, separators=(",", ":"))
+        digest = "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
+        shared = {"digest": digest, "manifests": manifests, "manifest": doc, "files": files}
+        composed = (digest, json.dumps(shared, separators=(",", ":")).encode())
+        if len(_COMPOSED) >= 1_000:
+            _COMPOSED.clear()
+        _COMPOSED[key] = composed
+    return Effective(host, composed[0], composed[1])
 
 
 def check_fleet(directory: Path) -> tuple[int, int]:

@@ -27,9 +27,10 @@ from datum.api.passes import take
 from datum.api.routes.reboots import OUT, HostParam, with_lease
 from datum.api.security import Asked, Reply, fast, needs, path_resource
 from datum.api.state import ServerState, state_of
+from datum.api.waits import MAX_WAIT, WAIT_HEADER, current, etag_of, held, matches, wait_of
 from datum.core.findings import FieldError, Problem, invalid
 from datum.core.vocab import HostState
-from datum.fleet.effective import remembered
+from datum.fleet.effective import Effective, remembered
 from datum.fleet.listing import (
     CURSOR_MAX_LENGTH,
     CURSOR_PATTERN,
@@ -205,63 +206,93 @@ def facts_of(header: str | bytes | None) -> dict[str, Any]:
     description=(
         "Cedar action `fleet:ReadManifest` on `Host::\"{host}\"`. From `[fleet] manifests` and its `nodes.yaml`; "
         "the agent's facts come in the `X-Datum-Facts` header (JSON). `ETag` is the manifest's digest; "
-        "`If-None-Match` with it is 304. 404 when no rule matches the host or no fleet is configured; "
+        "`If-None-Match` with it is 304. With `wait=N` and `If-None-Match`, a long poll: the answer comes as soon "
+        "as the host's effective manifest differs (200), else 304 after N seconds; a server that holds waits says "
+        f"`{WAIT_HEADER}: N` on either. 404 when no rule matches the host or no fleet is configured; "
         "422 with every finding when the composition is not valid."
     ),
     responses={200: {"content": {"application/json": {}}}, 304: {"description": "Not modified"},
                **error_responses(401, 403, 404, 422, 503)},
     openapi_extra={"parameters": [FACTS_PARAMETER]},
 )
-def manifest(
+async def manifest(
     request: Request,
     host: str = HostParam,
     # published as FACTS_PARAMETER; bounded by the request's headers (64 KiB, else 431) like every header
     facts: str = Header(default=None, alias=FACTS_HEADER, include_in_schema=False),
     if_none_match: str = Header(default=None, alias="If-None-Match", description="An `ETag` it answered: 304 when still the same."),
+    wait: int = Query(
+        default=None, ge=0, le=MAX_WAIT,
+        description="Seconds to hold the answer while the manifest still matches `If-None-Match` (a long poll).",
+    ),
     _p: str = Depends(needs(Action.READ_MANIFEST, path_resource("Host", "host"))),
 ) -> Response:
-    from datum.fleet.effective import effective
-
-    directory = state_of(request).settings.fleet.manifests
+    state = state_of(request)
+    directory = state.settings.fleet.manifests
     if directory is None:
         raise Problem.one("NOT_FOUND", "this server serves no manifests ([fleet] manifests is not set)")
-    found = effective(directory, host, facts_of(facts))
-    etag = f'"{found.digest}"'
-    if if_none_match and matches(if_none_match, etag):
-        return Response(status_code=304, headers={"ETag": etag})
-    return Response(found.body, media_type="application/json", headers={"ETag": etag})
+    told = facts_of(facts)
+    resolved = _resolved(str(directory))
+    changes = state.manifest_changes
+    if wait and if_none_match and changes is not None:
+        found = await held(changes, resolved, host, told, if_none_match, wait)
+    else:
+        found = await current(resolved, host, told)
+    reply = _reply(found, if_none_match, wait if changes is not None else None)
+    headers = {k.decode(): v.decode() for k, v in reply.headers}
+    if reply.status == 304:
+        return Response(status_code=304, headers=headers)
+    return Response(reply.body, media_type="application/json", headers=headers)
 
 
-@fast(manifest)
+@fast(manifest, query=("wait",))
 async def manifest_now(asked: Asked) -> Reply | None:
-    """The manifest already composed for the directory's files as they are now (a ``stat`` per file, no read).
+    """The manifest already composed for the directory's files as they are now (a ``stat`` per file, no read);
+    with ``wait``, the long poll (``datum.api.waits``), composing in a worker thread when it must.
 
-    A first request, an edited directory, facts that do not parse: the route, which composes in a worker thread.
+    A first request without ``wait``, an edited directory, facts that do not parse, a ``wait`` that is not
+    one, a composition that fails: the route, which composes in a worker thread and says what is wrong.
     """
     directory = asked.state.settings.fleet.manifests
     if directory is None:
         return None
     try:
         facts = facts_of(asked.header(b"x-datum-facts"))
+        wait = wait_of(asked.query.get("wait"))
+    except (Problem, ValueError):
+        return None
+    resolved = _resolved(str(directory))
+    header = asked.header(b"if-none-match")
+    wanted = None if header is None else header.decode("latin-1")
+    changes = asked.state.manifest_changes
+    if wait is None or changes is None:
+        found = remembered(resolved, asked.params["host"], facts)
+        if found is None:
+            return None
+        return _reply(found, wanted, None)
+    try:
+        if wait and wanted:
+            found = await held(changes, resolved, asked.params["host"], facts, wanted, wait)
+        else:
+            found = await current(resolved, asked.params["host"], facts)
     except Problem:
         return None
-    found = remembered(_resolved(str(directory)), asked.params["host"], facts)
-    if found is None:
-        return None
-    etag = f'"{found.digest}"'
-    wanted = asked.header(b"if-none-match")
-    if wanted is not None and matches(wanted.decode("latin-1"), etag):
-        return Reply(304, headers=[(b"etag", etag.encode())])
-    return Reply(200, found.body, [(b"etag", etag.encode())])
+    return _reply(found, wanted, wait)
+
+
+def _reply(found: Effective, wanted: str | None, wait: int | None) -> Reply:
+    """200 with the manifest, or 304 when ``wanted`` (an ``If-None-Match``) matches it; ``Datum-Wait`` when the
+    request asked to wait and this server holds waits."""
+    etag = etag_of(found)
+    headers = [(b"etag", etag.encode())]
+    if wait is not None:
+        headers.append((WAIT_HEADER.lower().encode(), str(wait).encode()))
+    if wanted is not None and matches(wanted, etag):
+        return Reply(304, headers=headers)
+    return Reply(200, found.body, headers)
 
 
 @cache
 def _resolved(directory: str) -> Path:
-    """The fleet directory, resolved once per process (the route resolves it on every request)."""
+    """The fleet directory, resolved once per process."""
     return Path(directory).resolve()
-
-
-def matches(if_none_match: str, etag: str) -> bool:
-    """RFC 9110's weak comparison for ``If-None-Match``: ``*``, or any listed tag, ``W/`` or not."""
-    tags = [t.strip().removeprefix("W/") for t in if_none_match.split(",")]
-    return "*" in tags or etag in tags
