@@ -106,7 +106,7 @@ def time_writes(store, writes: int) -> float:  # type: ignore[no-untyped-def]
 
 def _write_cost(store, label: str, writes: int) -> None:  # type: ignore[no-untyped-def]
     """What keeping the counts costs a write: A/B/A in one run (with the triggers, without, with again)."""
-    from datum.reconcile.status_counts import count_statuses, drop_status_counts
+    from datum.store.status_counts import count_statuses, drop_status_counts
 
     first = time_writes(store, writes)
     with store.begin() as conn:

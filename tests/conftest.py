@@ -55,6 +55,12 @@ def pg_database():
     yield from _pg_database()
 
 
+@pytest.fixture(scope="module")
+def pg_module_database():
+    """The URL of a fresh PostgreSQL database shared by one module's tests; dropped afterwards."""
+    yield from _pg_database()
+
+
 @pytest.fixture
 def store(store_url):
     from datum.store import open_store

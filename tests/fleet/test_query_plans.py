@@ -34,12 +34,8 @@ STALE = 37  # hosts whose agents fell silent a day ago
 
 
 @pytest.fixture(scope="module")
-def fleet(tmp_path_factory) -> Iterator[Any]:
-    from conftest import _pg_database
-
-    urls = _pg_database()
-    url = next(urls)
-    store = open_store(url)
+def fleet(pg_module_database) -> Iterator[Any]:
+    store = open_store(pg_module_database)
     with store.begin() as conn:
         conn.execute(sa.text(f"""
             INSERT INTO hosts (host, state, reason, finished_at, updated_at, report, summary, interval_seconds, seq)
@@ -60,7 +56,6 @@ def fleet(tmp_path_factory) -> Iterator[Any]:
         conn.execute(sa.text("ANALYZE"))
     yield store
     store.dispose()
-    next(urls, None)
 
 
 @contextmanager

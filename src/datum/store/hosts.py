@@ -352,7 +352,10 @@ def stale_hosts(conn: sa.Connection, multiple: float, now: datetime) -> Any:
     ).scalar()
     if shortest is None:
         return None
-    bound = now - timedelta(seconds=float(shortest) * multiple)
+    try:
+        bound = now - timedelta(seconds=float(shortest) * multiple)
+    except OverflowError:  # the shortest interval reaches past the calendar's start: none can be stale yet
+        return None
     return sa.and_(hosts.c.finished_at < bound, silent(conn.dialect.name, multiple, now))
 
 

@@ -24,7 +24,7 @@ from datum.api.authz import Action
 from datum.api.errors import error_responses
 from datum.api.models import HostList, HostStatus, host_list, host_status
 from datum.api.passes import take
-from datum.api.routes.reboots import OUT, HostParam, with_lease
+from datum.api.routes.reboots import OUT, HostParam, host_fits, with_lease
 from datum.api.security import Asked, Reply, fast, needs, path_resource
 from datum.api.state import ServerState, state_of
 from datum.api.waits import MAX_WAIT, WAIT_HEADER, current, etag_of, held, matches, wait_of
@@ -254,7 +254,7 @@ async def manifest_now(asked: Asked) -> Reply | None:
     one, a composition that fails: the route, which composes in a worker thread and says what is wrong.
     """
     directory = asked.state.settings.fleet.manifests
-    if directory is None:
+    if directory is None or not host_fits(asked.params["host"]):
         return None
     try:
         facts = facts_of(asked.header(b"x-datum-facts"))
