@@ -130,3 +130,13 @@ def test_propagation_benchmark_wakes_fifty_waiting_agents():
     assert (out["held"], out["fetched"], out["errors"]) == (50, 50, 0)
     assert len(out["all_fetched_s"]) == 2 and all(0 < s < 30 for s in out["all_fetched_s"])
     assert out["kib_per_agent"] is not None and out["idle_cpu_core_fraction"] >= 0
+
+
+@pytest.mark.postgres
+def test_fleet_benchmark_fills_posts_a_burst_and_reads_on_two_replicas():
+    """A fleet of 40 on two replicas: every report answered, every read timed, the failed ones listed apart."""
+    bench = load("bench_fleet")
+    out = bench.main(hosts=40, replicas=2, resources=5, concurrency=4, burst_seconds=1, read_runs=1)
+    assert out["errors"] == 0 and out["intake_rps"] > 0 and out["burst_p99_ms"] > 0
+    assert all(out[f"{read}_ms_median"] > 0 for read in ("list_first", "list_deep", "list_failed", "overview", "metrics"))
+    assert out["metrics_series"] > 0 and len(out["server_rss_mib"]) == 2 and out["database_mib"] > 0
