@@ -303,7 +303,7 @@ class FleetSettings(_Strict):
     )
     reboot_timeout: Duration = Field(
         default=timedelta(hours=1),
-        description="A reboot lease whose host has not reported from a new boot by then frees its slot.",
+        description="A reboot lease whose host has not reported from a new boot by then is overdue: its group's reboots halt.",
     )
 
 

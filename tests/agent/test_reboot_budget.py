@@ -242,7 +242,7 @@ def test_never_more_than_n_of_a_group_reboot_at_once_and_a_new_boot_id_frees_the
     assert back.name not in " ".join(later)
 
 
-def test_an_expired_lease_frees_its_slot(tmp_path: Path):
+def test_a_host_not_back_halts_its_group_until_an_operator_clears_its_lease(tmp_path: Path):
     with _budget_fleet(tmp_path, f"sqlite:///{tmp_path / 'datum.db'}", 'reboot_timeout = "8s"\n') as fleet:
         operator = fleet.token("operator")
         web1, web2 = _hosts(fleet, "web1", "web2")
@@ -260,14 +260,26 @@ def test_an_expired_lease_frees_its_slot(tmp_path: Path):
         while _metric(fleet, operator, "datum_fleet_reboots_overdue")["web"] != 1.0:  # web1 never came back
             assert time.monotonic() < deadline
             time.sleep(0.5)
-        code, err = web2.once()  # the expired lease no longer counts: web2 takes the slot
-        assert "rebooting: " in err, err
-        assert [c.split()[0] for c in _calls(fleet)] == ["web1", "web2"]
+        code, err = web2.once()  # web1's lease expired, and halts the group: web2 stays up and says why
+        assert "the group's reboots are halted: web1 has not come back" in err, err
+        assert [c.split()[0] for c in _calls(fleet)] == ["web1"]
+        assert web2.local()["reason"].startswith("the group's reboots are halted")
         groups = {g["group"]: g for g in fleet.get("/v1/reboots", operator).json()["groups"]}
-        assert [x["host"] for x in groups["web"]["rebooting"]] == ["web2"]
-        assert [x["host"] for x in groups["web"]["overdue"]] == ["web1"]
+        assert groups["web"]["rebooting"] == [] and [x["host"] for x in groups["web"]["overdue"]] == ["web1"]
         page = httpx.get(fleet.url + "/ui/overview", headers={"Authorization": f"Bearer {operator}"}).text
         assert "host web1 has not come back from its reboot" in page
+        # an operator looked at web1 and clears its lease: the group goes on, web2 reboots at its next pass
+        from datum.store import open_store
+        from datum.store.leases import clear
+
+        store = open_store(f"sqlite:///{tmp_path / 'datum.db'}")
+        try:
+            assert clear(store, "web1") is not None
+        finally:
+            store.dispose()
+        code, err = web2.once()
+        assert "rebooting: " in err, err
+        assert [c.split()[0] for c in _calls(fleet)] == ["web1", "web2"]
 
 
 def test_no_reboot_without_a_lease_when_the_server_is_unreachable_or_the_command_fails(tmp_path: Path):

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import json
+from datetime import timedelta
+
+from datum.config import FleetSettings
+
 from .story import build_story, pass_report
 from .test_typed_api import Checker
 
@@ -44,6 +49,42 @@ def test_lease_answers_hosts_and_the_reboots_list_are_typed(tmp_path):
         assert s.get("/v1/reboots").json()["groups"][0]["rebooting"]
         assert s.client.delete("/v1/hosts/web2/reboot-lease?bootId=b1", headers=s.auth("agent")).status_code == 204
         assert s.get("/v1/reboots").json()["groups"][0]["rebooting"] == []
+    finally:
+        s.client.close()
+        s.store.dispose()
+
+
+def test_a_group_halted_by_a_host_not_back_says_so_until_an_operator_clears_it(tmp_path, datum_cli):
+    s = build_story(tmp_path)
+    state = s.app.state.datum
+    state.settings = state.settings.model_copy(
+        update={"fleet": FleetSettings(reboot_timeout=timedelta(seconds=1), reboot_concurrency=2)}
+    )
+    try:
+        checker = Checker(s.app.openapi())
+        ask = lambda host: checker.check(  # noqa: E731
+            s.client.post(f"/v1/hosts/{host}/reboot-lease", json={"bootId": "b1"}, headers=s.auth("agent")), LEASE
+        )
+        assert ask("web1")["granted"]
+        import time
+
+        time.sleep(1.2)  # web1 has not reported from a new boot within reboot_timeout
+        halted = ask("web2")
+        assert not halted["granted"] and [x["host"] for x in halted["halted"]] == ["web1"]
+        assert halted["reason"] == (
+            "the group's reboots are halted: web1 has not come back from a reboot within [fleet] reboot_timeout"
+        )
+        code, out, _ = datum_cli("explain", halted["reason"])
+        assert code == 0 and "reboot_halted" in out and "datum reboots clear HOST" in out
+        cfg = tmp_path / "datum.toml"
+        cfg.write_text(f'store = "{s.settings.store_url}"\n')
+        code, out, err = datum_cli("reboots", "list", "--config", str(cfg))
+        assert code == 0 and "web1" in out and "overdue: its group is halted" in out
+        code, out, err = datum_cli("reboots", "clear", "web1", "--config", str(cfg), "--json")
+        assert code == 0, err
+        assert json.loads(out)["host"] == "web1"
+        assert datum_cli("reboots", "clear", "web1", "--config", str(cfg))[0] == 64  # no lease left: NOT_FOUND
+        assert ask("web2")["granted"]
     finally:
         s.client.close()
         s.store.dispose()

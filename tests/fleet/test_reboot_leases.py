@@ -13,7 +13,7 @@ from datum.core.findings import Problem
 from datum.fleet.nodes import group_of, load_rules
 from datum.fleet.reboots import group_for
 from datum.store import open_store
-from datum.store.leases import give_back, read, release_rebooted, take
+from datum.store.leases import clear, give_back, read, release_rebooted, take
 
 HOUR = timedelta(hours=1)
 
@@ -68,19 +68,33 @@ def test_a_lease_is_kept_in_its_boot_released_by_a_new_one_and_given_back(store)
     assert take(store, "web3", "web", "boot-1", 1, HOUR).granted
 
 
-def test_an_expired_lease_frees_its_slot_and_reads_overdue(store):
-    assert take(store, "web1", "web", "boot-1", 1, timedelta(milliseconds=300)).granted
-    assert not take(store, "web2", "web", "boot-1", 1, HOUR).granted
-    time.sleep(0.5)
+def test_a_host_not_back_within_the_timeout_halts_its_group_until_it_comes_back(store):
+    assert take(store, "web1", "web", "boot-1", 2, timedelta(milliseconds=300)).granted
+    time.sleep(0.5)  # web1 has not reported from a new boot within its reboot_timeout
     leases = read(store)
     assert leases.rebooting == [] and [x.host for x in leases.overdue] == ["web1"]
-    granted = take(store, "web2", "web", "boot-1", 1, HOUR)
-    assert granted.granted and [x.host for x in granted.rebooting] == ["web2"]
-    # The overdue host asking again in the same boot is a new request, and waits like any other.
-    assert not take(store, "web1", "web", "boot-1", 1, HOUR).granted
+    refused = take(store, "web2", "web", "boot-1", 2, HOUR)  # a slot is free, yet the group is halted
+    assert not refused.granted and [x.host for x in refused.halted] == ["web1"]
+    assert take(store, "db1", "db", "boot-1", 2, HOUR).granted  # another group goes on
     with store.begin() as conn:
-        release_rebooted(conn, "web1", "boot-2")  # it came back after all
-    assert [x.host for x in read(store).all] == ["web2"]
+        release_rebooted(conn, "web1", "boot-2")  # it came back after all: the group goes on
+    granted = take(store, "web2", "web", "boot-1", 2, HOUR)
+    assert granted.granted and granted.halted == ()
+
+
+def test_an_operator_clears_the_lease_of_a_host_that_will_not_come_back(store):
+    assert take(store, "web1", "web", "boot-1", 1, timedelta(milliseconds=300)).granted
+    time.sleep(0.5)
+    assert not take(store, "web2", "web", "boot-1", 1, HOUR).granted
+    assert clear(store, "web9") is None
+    dropped = clear(store, "web1")
+    assert dropped is not None and dropped.host == "web1" and dropped.group == "web"
+    assert take(store, "web2", "web", "boot-1", 1, HOUR).granted
+    # The host asking again in the boot its lease expired in (its reboot never came) is a new request.
+    assert take(store, "web3", "web", "boot-1", 2, timedelta(milliseconds=300)).granted
+    time.sleep(0.5)
+    again = take(store, "web3", "web", "boot-1", 2, HOUR)
+    assert again.granted and again.lease is not None and again.lease.expires_at - again.lease.since == HOUR
 
 
 def test_a_lease_from_another_boot_is_replaced(store):

@@ -16,7 +16,7 @@ import urllib.parse
 from typing import Any
 
 from datum.agent.bounded import MIB, Unusable, request
-from datum.core.budget import no_lease, waiting
+from datum.core.budget import HALTED, no_lease, waiting
 from datum.host.reboot import Slot
 from datum.host.remote import issues_in
 
@@ -54,6 +54,9 @@ def _slot(answer: Any, url: str) -> Slot:
     group, limit = str(answer.get("group")), answer.get("limit")
     rebooting = answer.get("rebooting") if isinstance(answer.get("rebooting"), list) else []
     if not answer["granted"]:
+        said = answer.get("reason")
+        if isinstance(said, str) and said.startswith(HALTED) and len(said) <= 1000:  # the server names who halts it
+            return Slot(False, said)
         return Slot(False, waiting(len(rebooting), int(limit) if isinstance(limit, int) else 0))
     return Slot(True, f"holds a reboot lease of group {group} ({len(rebooting)}/{limit} rebooting)")
 

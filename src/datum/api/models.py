@@ -64,6 +64,10 @@ class RebootLeaseAnswer(Out):
         "Why not, when not granted: `waiting for the group's reboot budget (2/2 rebooting)`."
     )
     lease: RebootLease | SkipJsonSchema[None] = absent("The host's lease, when granted.")
+    halted: list[RebootLease] | SkipJsonSchema[None] = absent(
+        "When not granted because the group is halted: the leases past `[fleet] reboot_timeout` whose hosts have "
+        "not come back (until they report from a new boot, or an operator clears them)."
+    )
 
 
 class RebootGroup(Out):
@@ -73,7 +77,8 @@ class RebootGroup(Out):
     rebooting: list[RebootLease] = Field(description="Hosts holding a slot now, oldest first.")
     overdue: list[RebootLease] = Field(
         description="Leases past `[fleet] reboot_timeout` whose host has not reported from a new boot: "
-        "their slot is free again, the host may not have come back."
+        "the host may not have come back, and the group's reboots are halted until it does or an operator clears "
+        "its lease (`datum reboots clear HOST`)."
     )
 
 

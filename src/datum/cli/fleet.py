@@ -67,3 +67,55 @@ def hosts(
             f"the {len(listing.hosts)} worst of {listing.total} hosts; the others: datum hosts --state STATE, "
             "or --by-name for every host a page at a time"
         )
+
+
+@click.group()
+def reboots() -> None:
+    """The fleet's reboot budget: who holds a lease, whose is overdue, and clearing one."""
+
+
+@reboots.command("list")
+@config_option
+@json_option
+def list_reboots(config: str | None, as_json: bool) -> None:
+    """Every reboot lease, group by group: rebooting, or overdue (not back within [fleet] reboot_timeout:
+    its group's reboots are halted until it reports from a new boot or its lease is cleared)."""
+    from datum.store.leases import read
+
+    w = wire(config)
+    try:
+        leases = read(w.store)
+    finally:
+        w.store.dispose()
+    rows = [{**x.as_json(), "overdue": not x.live(leases.now)} for x in leases.all]
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    if not rows:
+        click.echo("no host holds a reboot lease")
+    for r in rows:
+        said = "overdue: its group is halted" if r["overdue"] else f"rebooting until {r['expiresAt']} at the latest"
+        click.echo(f"{r['group']}: {r['host']} since {r['since']}, {said}")
+
+
+@reboots.command("clear")
+@click.argument("host")
+@config_option
+@json_option
+def clear_reboot(host: str, config: str | None, as_json: bool) -> None:
+    """Drop HOST's reboot lease, so that its group's reboots go on: for a host that will not come back from its
+    reboot, or came back and was looked at. Its next report from a new boot would have freed it too."""
+    from datum.core.findings import Problem
+    from datum.store.leases import clear
+
+    w = wire(config)
+    try:
+        dropped = clear(w.store, host)
+    finally:
+        w.store.dispose()
+    if dropped is None:
+        raise Problem.one("NOT_FOUND", f"host {host!r} holds no reboot lease")
+    if as_json:
+        click.echo(json.dumps(dropped.as_json()))
+        return
+    click.echo(f"cleared the reboot lease of {host} (group {dropped.group}, taken {dropped.since.isoformat()})")

@@ -378,10 +378,11 @@ def _overdue(lease: Mapping[str, Any]) -> Need:
     name = str(lease.get("host"))
     return Need(
         Severity.LOOK, REBOOT_OVERDUE, f"host {name} has not come back from its reboot",
-        "Go and look at the host: it took its reboot slot and has not reported from a new boot since.",
+        "Go and look at the host: it took its reboot slot and has not reported from a new boot since. Its "
+        f"group's reboots are halted until it does, or until datum reboots clear {name}.",
         host=name,
         detail=f"its reboot lease of group {lease.get('group')} (since {_time(lease.get('since'))}) expired at "
-        f"{_time(lease.get('expiresAt'))} with no report from a new boot; the slot is free again",
+        f"{_time(lease.get('expiresAt'))} with no report from a new boot; group {lease.get('group')} is halted",
     )
 
 

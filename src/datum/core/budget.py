@@ -10,11 +10,20 @@ DEFAULT_GROUP = "default"  # the group of a host no nodes.yaml rule gives one
 
 WAITING = "waiting for the group's reboot budget"
 NO_LEASE = "not rebooting: no reboot lease from the server"
+HALTED = "the group's reboots are halted"
 
 
 def waiting(rebooting: int, limit: int) -> str:
     """The host reason of a host whose group has no slot left: ``... (2/2 rebooting)``."""
     return f"{WAITING} ({rebooting}/{limit} rebooting)"
+
+
+def halted(hosts: list[str]) -> str:
+    """The host reason while a host of its group took a lease and has not come back within ``reboot_timeout``:
+    no other host of the group reboots until it reports from a new boot, or an operator clears its lease."""
+    named = ", ".join(hosts[:3]) + (f" and {len(hosts) - 3} more" if len(hosts) > 3 else "")
+    verb = "has" if len(hosts) == 1 else "have"
+    return f"{HALTED}: {named} {verb} not come back from a reboot within [fleet] reboot_timeout"
 
 
 def no_lease(why: str) -> str:

@@ -361,11 +361,21 @@ _HOST_REASONS: dict[str, tuple[str, str, str, Act]] = {
         "The host needs a reboot its policy (automatic, or maintenance inside the window) would make now, "
         "but as many hosts of its group (nodes.yaml group) as [fleet] reboot_concurrency allows are "
         "rebooting: (2/2 rebooting) counts them. It does not reboot, and asks again at its next pass. A "
-        "slot frees when a rebooting host reports from a new boot id, or after [fleet] reboot_timeout.",
+        "slot frees when a rebooting host reports from a new boot id; one that has not come back by [fleet] "
+        "reboot_timeout halts the group (reboot_halted).",
         "Wait: it reboots at a pass after a slot frees. Go and look if it waits long: GET /v1/reboots or the "
-        "page's Rebooting section names the hosts holding the slots; one that has not come back holds its "
-        "slot until the timeout.",
+        "page's Rebooting section names the hosts holding the slots.",
         Act.WAIT,
+    ),
+    "reboot_halted": (
+        "a reboot is due, and the group's reboots are halted",
+        "A host of the same group took a reboot lease and has not reported from a new boot within [fleet] "
+        "reboot_timeout: it may not have come back, or came back broken. Until it does, or an operator clears "
+        "its lease, no other host of the group is granted one, so that one host that does not come back is "
+        "looked at before the next goes down. This host stays up and asks again at its next pass.",
+        "Go and look at the host the reason names (GET /v1/reboots, the page's Rebooting section): bring it "
+        "back, then its next report frees the group; or, once looked at, run datum reboots clear HOST.",
+        Act.LOOK,
     ),
     "no_reboot_lease": (
         "a reboot is due, and the server could not grant the reboot lease",

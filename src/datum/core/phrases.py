@@ -55,6 +55,7 @@ _FAMILIES: list[tuple[re.Pattern[str], list[tuple[str, str]]]] = [
         [(HOST_STATE, HostState.UNKNOWN), (HOST_REASON, "no_manifest")],
     ),
     (re.compile("^" + re.escape(budget.WAITING)), [(HOST_REASON, "reboot_budget")]),
+    (re.compile("^" + re.escape(budget.HALTED)), [(HOST_REASON, "reboot_halted")]),
     (re.compile("^" + re.escape(budget.NO_LEASE)), [(HOST_REASON, "no_reboot_lease")]),
     # "Needs a human" on the page.
     (re.compile(r"parked at the backoff cap"), [("item state", "at_backoff_cap"), (REASON, "backoff")]),

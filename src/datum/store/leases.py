@@ -10,10 +10,13 @@ leases counted and the host's lease written: two agents asking at once, on one
 server or two, can never both take the last slot.
 
 A lease holds from the grant until the host reports from another boot id
-(``release_rebooted``, in the pass intake's transaction), the agent gives it
-back (its reboot command failed), or ``expires_at`` passes: an expired lease
-frees its slot but stays readable (``overdue``) until its host reports again.
-Times are the store's clock, the one every server shares.
+(``release_rebooted``, in the pass intake's transaction) or the agent gives it
+back (its reboot command failed). One whose ``expires_at`` passed first is
+``overdue``: its host did not come back within ``reboot_timeout``, and the
+group's reboots halt (no other host of the group is granted one) until that host
+reports from a new boot or an operator clears the lease (``clear``, ``datum
+reboots clear HOST``): a host that does not come back is looked at before the
+next one goes down. Times are the store's clock, the one every server shares.
 """
 
 from __future__ import annotations
@@ -64,6 +67,7 @@ class Grant:
     limit: int
     rebooting: tuple[Lease, ...]
     lease: Lease | None  # the host's own lease, when granted
+    halted: tuple[Lease, ...] = ()  # overdue leases of the group that halt its reboots, when not granted
 
 
 def _lease(r: Any) -> Lease:
@@ -89,13 +93,21 @@ def _live(conn: Connection, group: str, now: datetime) -> list[Lease]:
     return [_lease(r) for r in rows]
 
 
+def _overdue(conn: Connection, group: str, now: datetime) -> list[Lease]:
+    rows = conn.execute(
+        sa.select(t).where(t.c.group_name == group, t.c.expires_at <= now).order_by(t.c.since, t.c.host)
+    )
+    return [_lease(r) for r in rows]
+
+
 def take(store: Store, host: str, group: str, boot_id: str, limit: int, ttl: timedelta) -> Grant:
     """Grant ``host`` (in boot ``boot_id``) a lease in ``group`` when fewer than ``limit`` hold one.
 
     Asking again in the same boot while the lease lives is granted again,
     unchanged (an agent that restarts before it reboots). A lease from another
-    boot is over (the host rebooted since) and replaced; an expired one no
-    longer counts and is replaced when there is room.
+    boot is over (the host rebooted since) and replaced. While another host of
+    the group holds an overdue lease, nothing is granted (``halted``); the
+    host's own expired lease is replaced when there is room.
     """
     with store.begin() as conn:
         _lock_group(conn, group)
@@ -104,6 +116,9 @@ def take(store: Store, host: str, group: str, boot_id: str, limit: int, ttl: tim
         if mine is not None and mine.boot_id == boot_id and mine.expires_at > now:
             return Grant(True, mine.group_name, limit, tuple(_live(conn, mine.group_name, now)), _lease(mine))
         others = [lease for lease in _live(conn, group, now) if lease.host != host]
+        stuck = tuple(lease for lease in _overdue(conn, group, now) if lease.host != host)
+        if stuck:
+            return Grant(False, group, limit, tuple(others), None, stuck)
         if not room(len(others), limit):
             return Grant(False, group, limit, tuple(others), None)
         values = {"group_name": group, "boot_id": boot_id, "since": now, "expires_at": now + ttl}
@@ -120,6 +135,17 @@ def give_back(store: Store, host: str, boot_id: str) -> bool:
     with store.begin() as conn:
         gone = conn.execute(sa.delete(t).where(t.c.host == host, t.c.boot_id == boot_id))
     return gone.rowcount > 0
+
+
+def clear(store: Store, host: str) -> Lease | None:
+    """An operator's decision: drop ``host``'s lease (live or overdue), so that its group's reboots go on; the
+    lease dropped, or None when it held none. For a host that will not come back, or was looked at."""
+    with store.begin() as conn:
+        found = conn.execute(sa.select(t).where(t.c.host == host)).first()
+        if found is None:
+            return None
+        conn.execute(sa.delete(t).where(t.c.host == host))
+    return _lease(found)
 
 
 def release_rebooted(conn: Connection, host: str, boot_id: str | None) -> bool:

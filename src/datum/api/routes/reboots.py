@@ -57,7 +57,9 @@ def with_lease(status: S, leases: Leases) -> S:
         "gives one) hold a lease at once; the grant is atomic across requests and servers. `granted: false` "
         "says why in `reason`: the agent must not reboot and asks again at its next pass. The same boot asking "
         "again keeps its lease. A lease ends when the host reports a pass from another boot id, when the agent "
-        "gives it back (DELETE), or after `[fleet] reboot_timeout`."
+        "gives it back (DELETE). A host whose lease passed `[fleet] reboot_timeout` before it came back halts its "
+        "group: nothing more is granted in it (`halted` names it) until it reports from a new boot or an operator "
+        "clears its lease (`datum reboots clear HOST`)."
     ),
     responses=error_responses(401, 403, 422, 503),
     **OUT,
@@ -68,7 +70,7 @@ def take_lease(
     host: str = HostParam,
     _p: str = Depends(needs(Action.TAKE_REBOOT_LEASE, path_resource("Host", "host"))),
 ) -> RebootLeaseAnswer:
-    from datum.core.budget import waiting
+    from datum.core.budget import halted, waiting
     from datum.fleet.reboots import ask
 
     state = state_of(request)
@@ -80,8 +82,13 @@ def take_lease(
         granted=grant.granted,
         limit=grant.limit,
         rebooting=[lease_model(lease) for lease in grant.rebooting],
-        reason=None if grant.granted else waiting(len(grant.rebooting), grant.limit),
+        reason=(
+            None if grant.granted
+            else halted([x.host for x in grant.halted]) if grant.halted
+            else waiting(len(grant.rebooting), grant.limit)
+        ),
         lease=lease_model(grant.lease) if grant.lease is not None else None,
+        halted=[lease_model(x) for x in grant.halted] or None,
     )
 
 
