@@ -163,3 +163,10 @@ def drop_days(conn: Connection, before: datetime) -> tuple[int, list[str]]:
             dropped.append(name)
     return gone, dropped
 
+
+
+def is_partition(table: str) -> bool:
+    """Whether ``table`` is one of the archive's partitions (not declared in ``datum.store.schema``: made here)."""
+    return table in ("pass_history_host", "pass_history_other", HISTORY.default, EVENTS.default) or any(
+        table.startswith(t.prefix + "_") and table[len(t.prefix) + 1:].isdigit() for t in RANGED
+    )
