@@ -130,3 +130,14 @@ def test_propagation_benchmark_wakes_fifty_waiting_agents():
     assert (out["held"], out["fetched"], out["errors"]) == (50, 50, 0)
     assert len(out["all_fetched_s"]) == 2 and all(0 < s < 30 for s in out["all_fetched_s"])
     assert out["kib_per_agent"] is not None and out["idle_cpu_core_fraction"] >= 0
+
+
+@pytest.mark.postgres
+def test_archive_benchmark_fills_reads_and_drops_a_day():
+    """50 hosts x 3 days filled in SQL, read through a real ``datum serve``, the oldest day dropped whole."""
+    bench = load("bench_archive")
+    out = bench.main(hosts=50, days=3, resources=5, runs=2)
+    assert abs(out["passes"] - 50 * 3 * 48) <= 50  # the last 72 hours' passes, one every 30 min
+    assert out["events"] == out["reports"] - 50 and 0 < out["events"] < out["passes"] // 50
+    assert out["page_rows"] == 100 and out["page_ms_median"] > 0 and out["events_ms_median"] > 0
+    assert out["drop_day_passes"] == 50 * 48 and out["extrapolated"] is True  # a whole day's, at once
