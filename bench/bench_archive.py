@@ -137,8 +137,9 @@ def sizes(store_url: str) -> dict[str, int]:
         with engine.connect() as conn:
             out = {"database": int(conn.execute(sa.text("SELECT pg_database_size(current_database())")).scalar_one())}
             for table in ("pass_history", "pass_events", "pass_reports"):
-                out[table] = int(conn.execute(sa.text(
-                    "SELECT sum(pg_total_relation_size(relid)) FROM pg_partition_tree(CAST(:t AS regclass))"
+                out[table] = int(conn.execute(sa.text(  # a table not partitioned (pass_reports) has no tree
+                    "SELECT COALESCE((SELECT sum(pg_total_relation_size(relid)) FROM pg_partition_tree(CAST(:t AS "
+                    "regclass)) WHERE level > 0), pg_total_relation_size(CAST(:t AS regclass)))"
                 ), {"t": table}).scalar_one() or 0)
             out["passes"] = int(conn.execute(sa.text("SELECT count(*) FROM pass_history WHERE subject = 'host'")).scalar_one())
             out["events"] = int(conn.execute(sa.text("SELECT count(*) FROM pass_events")).scalar_one())
