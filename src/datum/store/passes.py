@@ -264,7 +264,8 @@ def prune_passes(store: Store, before: datetime, *, batch: int = BATCH) -> int:
     is the receipt of the newest pass with its digest, so a report still named by a pass left is never
     dropped.
     """
-    gone, rows, reports_before = 0, ph, before
+    gone, reports_before = 0, before
+    rows: Any = ph  # the table whose rows are deleted: all of pass_history, or its default partition
     with store.begin() as conn:
         if partitioned(conn):
             gone, _ = drop_days(conn, before)
