@@ -140,3 +140,13 @@ def test_fleet_benchmark_fills_posts_a_burst_and_reads_on_two_replicas():
     assert out["errors"] == 0 and out["intake_rps"] > 0 and out["burst_p99_ms"] > 0
     assert all(out[f"{read}_ms_median"] > 0 for read in ("list_first", "list_deep", "list_failed", "overview", "metrics"))
     assert out["metrics_series"] > 0 and len(out["server_rss_mib"]) == 2 and out["database_mib"] > 0
+
+
+def test_archive_benchmark_fills_reads_and_drops_a_day():
+    """50 hosts x 3 days filled in SQL, read through a real ``datum serve``, the oldest day dropped whole."""
+    bench = load("bench_archive")
+    out = bench.main(hosts=50, days=3, resources=5, runs=2)
+    assert abs(out["passes"] - 50 * 3 * 48) <= 50  # the last 72 hours' passes, one every 30 min
+    assert out["events"] == out["reports"] - 50 and 0 < out["events"] < out["passes"] // 50
+    assert out["page_rows"] == 100 and out["page_ms_median"] > 0 and out["events_ms_median"] > 0
+    assert out["drop_day_passes"] == 50 * 48 and out["extrapolated"] is True  # a whole day's, at once

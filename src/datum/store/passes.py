@@ -10,10 +10,12 @@ writer's transaction, and reads them back:
 - ``pass_events``: one row per resource a pass changed or found failed, drifted or blocked, with the
   host's finish time, for the fleet's event queries without reading a report.
 
-Retention (``[server] retention``) is ``prune_passes``: batches of the oldest rows by receipt, each batch
-one short transaction, run by ``datum serve`` off the request path (never by an intake). PostgreSQL
-uses the same batched deletes as SQLite (no day partitions): a batch is an index range on
-``(subject, at)``, so its cost is the rows it drops.
+Retention (``[server] retention``) is ``retain``, run by ``datum serve`` at start and every
+``RETAIN_EVERY`` off the request path (never by an intake). On PostgreSQL the host rows and the events are
+partitioned by day of receipt (``datum.store.partitions``): retention makes the days ahead, drops whole
+days that ended before its bound, and deletes in batches only what the default partition holds. On
+SQLite it deletes in batches of the oldest rows by receipt, each batch one short transaction (an index
+range on ``(subject, at)``, so its cost is the rows it drops). ``pass_reports`` is batched on both.
 
 Listings are newest first by the time the host finished the pass (what a person asks about: "last
 Tuesday" is when web1 ran, not when a queued report reached the server), then by row id, and page by
@@ -25,7 +27,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
@@ -33,6 +35,7 @@ from sqlalchemy.engine import Connection
 
 from datum.core.passcontent import events_of, restored
 from datum.store.engine import Store
+from datum.store.partitions import HISTORY, ahead, day_start, drop_days, make_days, partitioned
 from datum.store.runs import store_now
 from datum.store.schema import pass_events as ev
 from datum.store.schema import pass_history as ph
@@ -243,36 +246,48 @@ def fleet_events(
 # Retention.
 
 def retain(store: Store, keep: timedelta, *, batch: int = BATCH) -> int:
-    """``prune_passes`` of what was received more than ``keep`` ago by the store's clock: how many went."""
-    with store.connect() as conn:
+    """``prune_passes`` of what was received more than ``keep`` ago by the store's clock, after making the
+    day partitions of today and the days ahead (PostgreSQL): how many passes went."""
+    with store.begin() as conn:
         now = store_now(conn)
+        make_days(conn, ahead(now.astimezone(UTC).date()))
     return prune_passes(store, now - keep, batch=batch)
 
 
 def prune_passes(store: Store, before: datetime, *, batch: int = BATCH) -> int:
     """Drop every host pass received before ``before``, with its events, then every kept report no pass
-    received since had: in batches of ``batch`` rows, each its own transaction. How many passes went.
+    received since had. How many passes went.
 
-    A report's ``last_seen`` is the receipt of the newest pass with its digest, so a report still named by a
-    pass left is never dropped.
+    On PostgreSQL a day partition goes whole once its day ended before ``before`` (one ``DROP TABLE``
+    each: a pass may outlive ``before`` by up to a day), and only the default partitions' rows are deleted
+    row-wise. Rows are deleted in batches of ``batch``, each its own transaction. A report's ``last_seen``
+    is the receipt of the newest pass with its digest, so a report still named by a pass left is never
+    dropped.
     """
+    gone, reports_before = 0, before
+    rows: Any = ph  # the table whose rows are deleted: all of pass_history, or its default partition
+    with store.begin() as conn:
+        if partitioned(conn):
+            gone, _ = drop_days(conn, before)
+            rows = sa.table(HISTORY.default, sa.column("id"), sa.column("subject"), sa.column("at", ph.c.at.type))
+            # The passes of before's own day are kept whole: so are the reports they name.
+            reports_before = day_start(before)
     at = sa.literal(before, ph.c.at.type)
-    gone = 0
     while True:
         with store.begin() as conn:
             ids = conn.execute(
-                sa.select(ph.c.id).where(ph.c.subject == HOST, ph.c.at < at).order_by(ph.c.at).limit(batch)
+                sa.select(rows.c.id).where(rows.c.subject == HOST, rows.c.at < at).order_by(rows.c.at).limit(batch)
             ).scalars().all()
             if ids:
                 conn.execute(sa.delete(ev).where(ev.c.pass_row.in_(ids)))
-                conn.execute(sa.delete(ph).where(ph.c.id.in_(ids)))
+                conn.execute(sa.delete(ph).where(ph.c.subject == HOST, ph.c.id.in_(ids)))
         gone += len(ids)
         if len(ids) < batch:
             break
     while True:
         with store.begin() as conn:
             digests = conn.execute(
-                sa.select(pr.c.digest).where(pr.c.last_seen < sa.literal(before, pr.c.last_seen.type)).limit(batch)
+                sa.select(pr.c.digest).where(pr.c.last_seen < sa.literal(reports_before, pr.c.last_seen.type)).limit(batch)
             ).scalars().all()
             if digests:
                 conn.execute(sa.delete(pr).where(pr.c.digest.in_(digests)))
