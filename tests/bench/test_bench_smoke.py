@@ -142,6 +142,7 @@ def test_fleet_benchmark_fills_posts_a_burst_and_reads_on_two_replicas():
     assert out["metrics_series"] > 0 and len(out["server_rss_mib"]) == 2 and out["database_mib"] > 0
 
 
+@pytest.mark.postgres
 def test_archive_benchmark_fills_reads_and_drops_a_day():
     """50 hosts x 3 days filled in SQL, read through a real ``datum serve``, the oldest day dropped whole."""
     bench = load("bench_archive")
