@@ -26,7 +26,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from datum.fleet.effective import signature
+from datum.fleet.effective import last_signature, signature
 
 GIT_TIMEOUT = 10.0  # seconds a git command may take before the directory is named by its digest alone
 MAX_ID = 100  # the longest revision id (a report's ``revision``)
@@ -44,10 +44,11 @@ _KNOWN: dict[str, tuple[str, Revision]] = {}
 
 
 def known(resolved: Path) -> Revision | None:
-    """The revision of ``resolved`` (already resolved) when it is remembered for its files as they are now,
-    else None; costs a ``stat`` per path, no read (the manifest's fast answer calls it on the event loop)."""
+    """The revision of ``resolved`` (already resolved) when it is remembered for its files as the last
+    ``signature`` of them saw them, else None; no ``stat``, no read: the manifest's answers call it on the
+    event loop right after the lookup of the manifest itself took that signature."""
     seen = _KNOWN.get(str(resolved))
-    if seen is None or seen[0] != signature(resolved):
+    if seen is None or seen[0] != last_signature(resolved):
         return None
     return seen[1]
 
