@@ -29,7 +29,7 @@ NULL_BEFORE_THE_FIRST_TICK = {
 # an error's details (contract section 6: `details{}`).
 MAPS = {("PassReport", "counts"), ("HostSummary", "counts"), ("HostStatus", "counts"), ("RebootStatus", "markers"),
         ("RebootLeaseRequest", "facts"), ("HostList", "counts"), ("FindingModel", "details"),
-        ("PassSummary", "counts"), ("PassDetail", "counts")}
+        ("PassSummary", "counts"), ("PassDetail", "counts"), ("RevisionCounts", "states")}
 
 OPERATION_IDS = {
     ("get", "/v1/observability/admin/reconcilers"): "listReconcilers",
@@ -44,6 +44,7 @@ OPERATION_IDS = {
     ("post", "/v1/hosts/{host}/reboot-lease"): "takeRebootLease",
     ("delete", "/v1/hosts/{host}/reboot-lease"): "giveBackRebootLease",
     ("get", "/v1/reboots"): "listReboots",
+    ("get", "/v1/revisions"): "listRevisions",
     ("get", "/v1/attention"): "getAttention",
     ("get", "/healthz"): "getHealth",
     ("get", "/readyz"): "getReadiness",

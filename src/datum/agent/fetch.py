@@ -32,9 +32,17 @@ class Fetched:
     digest: str | None
     why: str | None = None  # why it was not fetched
     held: bool = False  # asked to wait, the server said it holds waits (``Datum-Wait``)
+    revision: str | None = None  # the fleet directory's revision the server composed it from (``Datum-Revision``)
 
 
 WAIT_HEADER = "Datum-Wait"  # the server's word that it held the wait (datum.api.waits)
+REVISION_HEADER = "Datum-Revision"  # the revision the manifest was composed from (datum.api.revisions)
+_REVISION = re.compile(r"[0-9A-Za-z:+._-]{1,100}")
+
+
+def revision_of(value: str | None) -> str | None:
+    """The ``Datum-Revision`` header when it is one (what a pass report's ``revision`` takes), else None."""
+    return value if value is not None and _REVISION.fullmatch(value) else None
 
 
 def fetch(
@@ -60,11 +68,12 @@ def fetch(
     except Unusable as exc:
         return Fetched(None, None, str(exc))
     held = wait is not None and answer.headers.get(WAIT_HEADER) is not None
+    revision = revision_of(answer.headers.get(REVISION_HEADER))
     if answer.status == 304:
-        return Fetched(None, etag, held=held)
+        return Fetched(None, etag, held=held, revision=revision)
     if answer.status != 200:
         return Fetched(None, None, f"{url} answered {answer.status} {answer.reason}{issues_in(answer.body)}")
-    return Fetched(answer.body, (answer.headers.get("ETag") or "").strip('"') or None, held=held)
+    return Fetched(answer.body, (answer.headers.get("ETag") or "").strip('"') or None, held=held, revision=revision)
 
 
 def materialize(body: bytes, base: Path) -> tuple[Any, str]:

@@ -184,6 +184,8 @@ def cycle(opts: Options, pushed: Any = None) -> Cycle:
             raise
         if manifest is not None:
             extra["manifestDigest"] = digest
+            if origin == "server" and getattr(got, "revision", None):  # the revision of what the server gave now
+                extra["revision"] = got.revision
         extra["manifestOrigin"] = origin
         result = agent.host_pass(
             manifest, root=root, mode=opts.mode, config=opts.config, state_path=path, held=held,

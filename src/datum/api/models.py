@@ -110,6 +110,9 @@ class HostSummary(Out):
     pass_id: str | SkipJsonSchema[None] = absent("The last pass's id (datum agent).", "passId")
     seq: int | SkipJsonSchema[None] = absent("The last pass's per-host sequence number (datum agent).")
     manifest_digest: str | SkipJsonSchema[None] = absent("The digest of the manifest the last pass ran.", "manifestDigest")
+    revision: str | SkipJsonSchema[None] = absent(
+        "The fleet directory's revision the last pass ran (its report's `revision`; `GET /v1/revisions`)."
+    )
     counts: dict[str, int] = Field(default_factory=dict, description="The last pass's resources by state.")
     attention: list[ResourceReport] = Field(
         default_factory=list,
@@ -286,6 +289,7 @@ def host_summary(row: dict[str, Any]) -> HostSummary:
     values["attention"] = summary.get("attention") or []
     values["attentionTotal"] = summary.get("attentionTotal")
     values["manifestDigest"] = summary.get("manifestDigest")
+    values["revision"] = summary.get("revision")
     values["reboot"] = summary.get("reboot")
     if row.get("unreadable"):
         values.update(state=HostState.UNKNOWN, reason=f"the summary of the last pass cannot be read: {row['unreadable']}")
@@ -406,3 +410,32 @@ def pass_detail(row: dict[str, Any]) -> PassDetail:
         except ValidationError as exc:
             values["unreadable"] = _unreadable_why(exc).replace("the last pass report", "the report of this pass")
     return PassDetail.model_validate(values)
+
+
+class RevisionCounts(Out):
+    """One revision of the fleet's manifests and the hosts whose last pass ran it."""
+
+    id: str = Field(description="The revision: its git commit, `<commit>+dirty.<hex>`, or `sha256:<hex>` of its files.")
+    current: bool = Field(description="The revision this server serves now.")
+    first_seen: datetime | SkipJsonSchema[None] = absent(
+        "When a server first served it (the store's clock); absent for a revision only a host's report names.",
+        "firstSeen",
+    )
+    git_commit: str | SkipJsonSchema[None] = absent("Its git commit, when the directory is a git work tree.", "gitCommit")
+    hosts: int = Field(description="Hosts whose last pass ran it.")
+    converged: int = Field(description="Of those, the ones that read converged.")
+    failed: int = Field(description="Of those, the ones that read failed.")
+    other: int = Field(description="Of those, the rest (drifted, blocked, unknown: a silent host reads unknown).")
+    states: dict[HostState, int] = Field(description="Those hosts by the state they read.")
+
+
+class RevisionList(Out):
+    """``GET /v1/revisions``: per revision of the fleet's manifests, how many hosts run it and how they fare."""
+
+    current: str | SkipJsonSchema[None] = absent(
+        "The revision this server serves now; absent when it serves no manifests ([fleet] manifests)."
+    )
+    revisions: list[RevisionCounts] = Field(
+        description="Newest first (by first seen; those no server recorded last), the current one always listed."
+    )
+    without: int = Field(description="Hosts whose last pass names no revision (no agent fetch, or an older agent).")

@@ -22,6 +22,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Any
 
 import uvicorn
@@ -32,6 +33,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from datum.api.app import create_app
 from datum.api.corked import Corked
 from datum.api.errors import redacted, written
+from datum.api.revisions import served
 from datum.api.tokens import RECHECK
 from datum.api.waits import FleetChanges
 from datum.api.watch import Every, RunWatch
@@ -84,7 +86,8 @@ def serving_app(settings: Settings, wire: Callable[[], tuple[Registry, Store]]) 
         recheck.start()
         retention.start()
         if settings.fleet.manifests is not None:
-            state.manifest_changes = FleetChanges(settings.fleet.manifests)
+            # each state of the directory is named and recorded as soon as it is seen (datum.api.revisions)
+            state.manifest_changes = FleetChanges(settings.fleet.manifests, seen=partial(served, state))
             state.manifest_changes.start()
         # Everything allocated so far lives as long as the process: take it out of the
         # collector's sight, so a full collection under load scans only request garbage.

@@ -41,6 +41,8 @@ class ServerState:
     # The fleet directory's changes, watched while the app is served with a fleet (``datum.api.waits``):
     # without it a manifest request's ``wait`` is answered at once, without ``Datum-Wait``.
     manifest_changes: FleetChanges | None = None
+    # The fleet directory's revisions this process recorded in the store (``datum.api.revisions``): once each.
+    revisions_recorded: set[str] = field(default_factory=set)
     # Plugins whose routes or Cedar fragment could not be served: {plugin: why}.
     broken_routes: dict[str, str] = field(default_factory=dict)
 

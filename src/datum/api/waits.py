@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 import anyio.to_thread
@@ -51,9 +52,10 @@ class FleetChanges:
     forgets what was remembered for the older state of the files.
     """
 
-    def __init__(self, directory: Path, period: float = PERIOD) -> None:
+    def __init__(self, directory: Path, period: float = PERIOD, seen: Callable[[], object] | None = None) -> None:
         self.directory = directory.resolve()
         self.period = period
+        self._seen = seen  # run in a worker thread at start and after each change (the revision's record)
         self._event = asyncio.Event()
         self._closed = False
         self._task: asyncio.Task[None] | None = None
@@ -73,6 +75,7 @@ class FleetChanges:
 
     async def run(self) -> None:
         seen = await self._read()
+        await self._tell()
         while not self._closed:
             await asyncio.sleep(self.period)
             now = await self._read()
@@ -81,7 +84,16 @@ class FleetChanges:
             seen = now
             self.changes += 1
             forget_all_but(self.directory, now)
+            await self._tell()  # first: the woken waiters find the new revision named and recorded
             self._wake()
+
+    async def _tell(self) -> None:
+        if self._seen is None:
+            return
+        try:
+            await anyio.to_thread.run_sync(self._seen)
+        except Exception as exc:  # noqa: BLE001 - told again at the next change; a manifest request names it too
+            log.warning("naming the fleet directory's revision failed: %s", exc)
 
     async def _read(self) -> str | None:
         try:

@@ -365,6 +365,37 @@ def tokens(rows: Sequence[Mapping[str, Any]], out: Console, times: Times) -> Non
     out.print(t)
 
 
+def short_revision(rev: str) -> str:
+    """A revision id cut for a table: 12 hex digits of its digest or commit (``--wide``: whole)."""
+    if rev.startswith("sha256:"):
+        return rev[:19]
+    commit, dirty, rest = rev.partition("+dirty.")
+    return commit[:12] + (dirty + rest if dirty else "")
+
+
+def revisions(found: Any, out: Console, times: Times) -> None:
+    """``datum rollout status``: a ``RevisionList``, newest first, the current one marked ``*`` and named whole."""
+    if not found.revisions:
+        out.print("no revision: [fleet] manifests is not set and no host reported one")
+    else:
+        t = table()
+        t.add_column("", no_wrap=True)
+        t.add_column("revision", overflow="fold")
+        t.add_column("first seen", no_wrap=True)
+        for header in ("hosts", "converged", "failed", "other"):
+            t.add_column(header, justify="right", no_wrap=True)
+        for r in found.revisions:
+            t.add_row(
+                text("*" if r.current else ""), text(r.id if times.wide else short_revision(r.id)), times(r.first_seen) if r.first_seen else text("never served"),
+                str(r.hosts), str(r.converged), text(str(r.failed), "red" if r.failed else ""), str(r.other),
+            )
+        out.print(t)
+    if found.current is not None:
+        out.print(text(f"current: {found.current}"))
+    if found.without:
+        out.print(text(f"{found.without} hosts' last pass names no revision"))
+
+
 def status(report: Mapping[str, Any], out: Console, times: Times, notes: Sequence[str] = ()) -> None:
     """A host's persisted state: a header, the resources that need reading, then ``host state:`` and ``reason:``.
 

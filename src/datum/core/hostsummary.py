@@ -10,6 +10,8 @@ progress, say) is one more key here, not a new column and a migration:
   but without their diffs, at most ``ATTENTION_CAP`` (``attentionTotal`` says
   how many there are when they are more);
 - ``manifestDigest``: the digest of the manifest the pass ran, when it says;
+- ``revision``: the fleet directory's revision the pass ran (``datum.fleet.revision``), when it says:
+  what ``datum rollout status`` counts hosts by;
 - ``reboot``: the report's ``reboot`` (the need, its policy, what the agent did about it) without its
   ``markers``, when it has one: what decides whether a host awaits a human's reboot.
 
@@ -56,6 +58,9 @@ def summarize(report: Mapping[str, Any]) -> dict[str, Any]:
     digest = report.get("manifestDigest")
     if isinstance(digest, str):
         summary["manifestDigest"] = digest
+    revision = report.get("revision")
+    if isinstance(revision, str) and revision:
+        summary["revision"] = revision
     reboot = report.get("reboot")
     if isinstance(reboot, dict):
         summary["reboot"] = {k: v for k, v in reboot.items() if k != "markers"}

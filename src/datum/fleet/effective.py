@@ -172,6 +172,13 @@ def signature(directory: Path) -> str:
     return signature
 
 
+def last_signature(resolved: Path) -> str | None:
+    """The signature ``signature`` last computed for ``resolved`` (no ``stat``): what the request that just
+    asked for a manifest saw, so what names its revision (``datum.fleet.revision.known``)."""
+    seen = _SEEN.get(str(resolved))
+    return None if seen is None else seen[2]
+
+
 def _key(directory: Path, host: str, facts: dict[str, Any]) -> tuple[str, str, str, str]:
     """What an effective manifest is remembered by: ``directory`` (resolved) and its files' state, the host, its facts."""
     told = json.dumps(facts, sort_keys=True, default=str) if facts else "{}"

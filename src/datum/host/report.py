@@ -98,6 +98,11 @@ class PassReport(_Model):
         "The digest of the effective manifest the pass ran (`sha256:...`), as the server's ETag.",
         "manifestDigest", max_length=100,
     )
+    revision: str = absent(
+        "The fleet directory's revision the manifest was served from (the server's `Datum-Revision`): its git "
+        "commit, `<commit>+dirty.<hex>` for a work tree with changes, else `sha256:<hex>` of its files.",
+        "revision", max_length=100,
+    )
     manifest_origin: str = absent(
         "Where `datum agent` got the manifest: `server`, or `cached: <why the server's was not fetched>`.",
         "manifestOrigin", max_length=500,

@@ -310,6 +310,11 @@ def _effective(stale_now: Any) -> Any:
                    else_=HostState.UNKNOWN.value)
 
 
+def host_state_at(dialect: str, multiple: float, now: datetime) -> Any:
+    """The state each host reads at ``now`` as a column expression (stale ones ``unknown``), for grouped reads."""
+    return _effective(silent(dialect, multiple, now))
+
+
 def host_counts(store: Store, multiple: float, now: datetime) -> dict[str, int]:
     """Every host by the state it reads at ``now`` (stale ones ``unknown``), without reading every host.
 

@@ -190,3 +190,14 @@ reboot_leases = sa.Table(
     sa.Column("expires_at", UTCDateTime, nullable=False),
     sa.Index("ix_reboot_leases_group", "group_name", "expires_at"),
 )
+
+# Every revision of the fleet directory a server has served (datum.store.revisions, migration 0016_revisions):
+# its id (datum.fleet.revision), when a server first saw it (the store's clock), its git commit when it has one.
+revisions = sa.Table(
+    "revisions",
+    metadata,
+    sa.Column("id", sa.String(100), primary_key=True),
+    sa.Column("first_seen", UTCDateTime, nullable=False),
+    sa.Column("git_commit", sa.String(64)),
+    sa.Index("ix_revisions_first_seen", "first_seen"),
+)

@@ -34,6 +34,7 @@ from datum.core.memory import BackoffPolicy
 from datum.core.order import HEALTH_ORDER as _HEALTH_ORDER
 from datum.core.order import HOST_ORDER, Cause, by_cause
 from datum.core.vocab import Action, Direction, Health, HostState, Reason
+from datum.fleet.rollout import Rollout
 from datum.reconcile.report import DriftItem, DriftReport
 from datum.store.history import STRIP, PassRow
 
@@ -306,6 +307,7 @@ class Overview:
     rebooting: list[Rebooting] = field(default_factory=list)  # the fleet's reboot budget, when hosts are readable
     reboot_limit: int = 0
     changes: Changes | None = None  # the fleet's timeline, when the token may read its history
+    revisions: Rollout | None = None  # hosts per revision of the fleet's manifests (datum.fleet.rollout), with hosts
 
 
 def _since_text(first: datetime | None, count: int, before: bool, word: str) -> str:
@@ -461,6 +463,7 @@ def overview(
     broken: Sequence[tuple[str, str]] = (),
     hosts_not_listed: int = 0,
     changes: Changes | None = None,
+    revisions: Rollout | None = None,
 ) -> Overview:
     """The page's view. ``lines``: *Needs a human*, as ``datum.core.attention.decide`` made them (``GET
     /v1/attention`` serves the same). ``broken``: (name, why) of each reconciler plugin that did not load,
@@ -492,6 +495,7 @@ def overview(
         rebooting=list(rebooting),
         reboot_limit=reboot_limit,
         changes=changes,
+        revisions=revisions if revisions is not None and (revisions.revisions or revisions.without) else None,
     )
 
 

@@ -24,6 +24,7 @@ from datum.api.authz import Action
 from datum.api.errors import error_responses
 from datum.api.models import HostList, HostStatus, host_list, host_status
 from datum.api.passes import take
+from datum.api.revisions import REVISION_HEADER, serving
 from datum.api.routes.reboots import OUT, HostParam, host_fits, with_lease
 from datum.api.security import Asked, Reply, fast, needs, path_resource
 from datum.api.state import ServerState, state_of
@@ -39,6 +40,7 @@ from datum.fleet.listing import (
     host_after,
     page,
 )
+from datum.fleet.revision import Revision
 from datum.fleet.stale import stale
 from datum.host.report import PassReport
 from datum.store.hosts import get_host
@@ -199,6 +201,12 @@ def facts_of(header: str | bytes | None) -> dict[str, Any]:
     return facts
 
 
+REVISION_HEADERS = {
+    REVISION_HEADER: {"description": "The fleet directory's revision the manifest was composed from.",
+                      "schema": {"type": "string", "maxLength": 100}},
+}
+
+
 @router.get(
     "/{host}/manifest",
     name="get_manifest",
@@ -208,10 +216,13 @@ def facts_of(header: str | bytes | None) -> dict[str, Any]:
         "the agent's facts come in the `X-Datum-Facts` header (JSON). `ETag` is the manifest's digest; "
         "`If-None-Match` with it is 304. With `wait=N` and `If-None-Match`, a long poll: the answer comes as soon "
         "as the host's effective manifest differs (200), else 304 after N seconds; a server that holds waits says "
-        f"`{WAIT_HEADER}: N` on either. 404 when no rule matches the host or no fleet is configured; "
+        f"`{WAIT_HEADER}: N` on either. `{REVISION_HEADER}` on either names the fleet directory's revision the "
+        "manifest was composed from (its git commit, `<commit>+dirty.<hex>`, or `sha256:<hex>`): the agent "
+        "reports it as its pass's `revision`. 404 when no rule matches the host or no fleet is configured; "
         "422 with every finding when the composition is not valid."
     ),
-    responses={200: {"content": {"application/json": {}}}, 304: {"description": "Not modified"},
+    responses={200: {"content": {"application/json": {}}, "headers": REVISION_HEADERS},
+               304: {"description": "Not modified", "headers": REVISION_HEADERS},
                **error_responses(401, 403, 404, 422, 503)},
     openapi_extra={"parameters": [FACTS_PARAMETER]},
 )
@@ -238,7 +249,7 @@ async def manifest(
         found = await held(changes, resolved, host, told, if_none_match, wait)
     else:
         found = await current(resolved, host, told)
-    reply = _reply(found, if_none_match, wait if changes is not None else None)
+    reply = _reply(found, if_none_match, wait if changes is not None else None, await serving(state))
     headers = {k.decode(): v.decode() for k, v in reply.headers}
     if reply.status == 304:
         return Response(status_code=304, headers=headers)
@@ -269,7 +280,7 @@ async def manifest_now(asked: Asked) -> Reply | None:
         found = remembered(resolved, asked.params["host"], facts)
         if found is None:
             return None
-        return _reply(found, wanted, None)
+        return _reply(found, wanted, None, await serving(asked.state))
     try:
         if wait and wanted:
             found = await held(changes, resolved, asked.params["host"], facts, wanted, wait)
@@ -277,14 +288,17 @@ async def manifest_now(asked: Asked) -> Reply | None:
             found = await current(resolved, asked.params["host"], facts)
     except Problem:
         return None
-    return _reply(found, wanted, wait)
+    return _reply(found, wanted, wait, await serving(asked.state))
 
 
-def _reply(found: Effective, wanted: str | None, wait: int | None) -> Reply:
+def _reply(found: Effective, wanted: str | None, wait: int | None, revision: Revision | None) -> Reply:
     """200 with the manifest, or 304 when ``wanted`` (an ``If-None-Match``) matches it; ``Datum-Wait`` when the
-    request asked to wait and this server holds waits."""
+    request asked to wait and this server holds waits; ``Datum-Revision`` on either (the fleet directory's
+    revision, ``datum.api.revisions``)."""
     etag = etag_of(found)
     headers = [(b"etag", etag.encode())]
+    if revision is not None:
+        headers.append((REVISION_HEADER.lower().encode(), revision.id.encode()))
     if wait is not None:
         headers.append((WAIT_HEADER.lower().encode(), str(wait).encode()))
     if wanted is not None and matches(wanted, etag):

@@ -8,9 +8,10 @@ page shows nothing its viewer could not read from the API.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from functools import cache
+from functools import cache, partial
 from importlib.resources import files
 from typing import Annotated, Literal
 from urllib.parse import quote
@@ -28,6 +29,7 @@ from datum.api.errors import error_responses
 from datum.api.models import PassSummary, host_summary
 from datum.api.routes.hosts import cursor, cursor_query, one_host
 from datum.api.routes.reboots import HostParam
+from datum.api.routes.revisions import rollout
 from datum.api.security import may, needs, path_resource
 from datum.api.state import state_of
 from datum.config import Settings
@@ -36,6 +38,7 @@ from datum.core.humanize import age, when
 from datum.core.vocab import HostState
 from datum.fleet import listing
 from datum.fleet.history import Window, events_page, passes_page
+from datum.fleet.rollout import Rollout
 from datum.reconcile.registry import Registry
 from datum.reconcile.report import DriftReport, enabled
 from datum.store import Store
@@ -107,6 +110,7 @@ def _changes(store: Store, window: str, now: datetime) -> v.Changes:
 def _view(
     reports: list[DriftReport], registry: Registry, settings: Settings, store: Store, shown: HostsShown | None,
     changes: str | None = None,
+    revisions: Callable[[], Rollout] | None = None,
 ) -> v.Overview:
     """The page's view: the reports with their history, *Needs a human* as ``GET /v1/attention`` decides it,
     and (when readable) a page of hosts with theirs and the fleet's timeline of ``changes`` (``1h``, ``1d``).
@@ -120,6 +124,7 @@ def _view(
         worst = found if shown.state is None else attention.worst_hosts(store, settings)
         leases = read_leases(store)
     timeline = _changes(store, changes, datetime.now(UTC)) if changes is not None else None
+    by_revision = revisions() if revisions is not None and shown is not None else None
     views = []
     broken = [(b.name, b.error) for b in registry.broken]
     with store.connect() as conn:
@@ -141,7 +146,7 @@ def _view(
         hosts = [v.host_view(h, recent(conn, HOST, h.host), decided.lines) for h in map(host_summary, found.hosts)]
     return v.overview(
         views, hosts, found.counts, decided.lines, v.HostsPage(shown.state, found.next), _rebooting(leases),
-        settings.fleet.reboot_concurrency, broken, decided.hosts_not_listed, timeline,
+        settings.fleet.reboot_concurrency, broken, decided.hosts_not_listed, timeline, by_revision,
     )
 
 
@@ -230,7 +235,8 @@ async def overview(
     reports = [(await state.reports.get(name)).report for name in registry]
     shown = HostsShown(hosts.value if hosts else None, after) if may(request, principal, Action.READ_HOST) else None
     window = changes if may(request, principal, Action.READ_HISTORY) else None  # the timeline, or left out
-    view = await anyio.to_thread.run_sync(_view, reports, registry, state.settings, store, shown, window)
+    by_revision = partial(rollout, state) if shown is not None else None  # the hosts per revision
+    view = await anyio.to_thread.run_sync(_view, reports, registry, state.settings, store, shown, window, by_revision)
     html = templates().get_template("overview.html").render(view=view)
     return HTMLResponse(html, headers=PAGE_HEADERS)
 

@@ -1,0 +1,58 @@
+"""The revision of the fleet's manifests this server serves (``datum.fleet.revision``), recorded once in the store.
+
+``served`` names the directory's revision (in a worker thread: it may read
+every file and run git) and, the first time this process serves it, records
+it in the store (``datum.store.revisions``), so replicas agree on when it was
+first seen. ``Datum-Revision`` on every manifest answer says which revision
+the manifest was composed from; the agent puts it in its pass report.
+"""
+
+from __future__ import annotations
+
+import logging
+from functools import cache
+from pathlib import Path
+
+import anyio.to_thread
+
+from datum.api.state import ServerState
+from datum.fleet.revision import Revision, known, revision
+from datum.store.revisions import record
+
+log = logging.getLogger("datum.api")
+
+REVISION_HEADER = "Datum-Revision"
+
+
+@cache
+def _resolved(directory: str) -> Path:
+    return Path(directory).resolve()
+
+
+def served(state: ServerState) -> Revision | None:
+    """The revision of the fleet directory as it is now, recorded in the store once; None without a fleet.
+    Blocking: call it from a worker thread."""
+    directory = state.settings.fleet.manifests
+    if directory is None:
+        return None
+    found = revision(_resolved(str(directory)))
+    store = state.store
+    if store is not None and found.id not in state.revisions_recorded:
+        try:
+            record(store, found.id, found.commit)
+        except Exception as exc:  # noqa: BLE001 - recorded at the next request; the manifest is served meanwhile
+            log.warning("recording revision %s failed: %s", found.id, exc)
+        else:
+            state.revisions_recorded.add(found.id)
+    return found
+
+
+async def serving(state: ServerState) -> Revision | None:
+    """``served`` without a worker thread when the revision is already named and recorded (a ``stat`` per path)."""
+    directory = state.settings.fleet.manifests
+    if directory is None:
+        return None
+    found = known(_resolved(str(directory)))
+    if found is not None and found.id in state.revisions_recorded:
+        return found
+    return await anyio.to_thread.run_sync(served, state)

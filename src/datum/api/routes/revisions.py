@@ -1,0 +1,60 @@
+"""``/v1/revisions``: per revision of the fleet's manifests, how many hosts run it, converged, failed or other."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import anyio.to_thread
+from fastapi import APIRouter, Depends, Request
+
+from datum.api.authz import Action
+from datum.api.errors import error_responses
+from datum.api.models import RevisionCounts, RevisionList
+from datum.api.revisions import served
+from datum.api.routes.reboots import OUT
+from datum.api.security import needs
+from datum.api.state import ServerState, state_of
+from datum.fleet.rollout import Rollout, status
+
+router = APIRouter(prefix="/v1/revisions", tags=["fleet"])
+
+
+def rollout(state: ServerState, now: datetime | None = None) -> Rollout:
+    """The fleet's hosts per revision as this server sees them now (blocking: names the current revision)."""
+    _registry, store = state.wired()
+    current = served(state)
+    return status(store, state.settings.fleet.stale_after, now or datetime.now(UTC), current)
+
+
+def revision_list(found: Rollout) -> RevisionList:
+    return RevisionList(
+        current=found.current,
+        without=found.without,
+        revisions=[
+            RevisionCounts(
+                id=r.id, current=r.current, first_seen=r.first_seen, git_commit=r.git_commit, hosts=r.hosts,
+                converged=r.converged, failed=r.failed, other=r.other, states=r.states,  # type: ignore[arg-type]
+            )
+            for r in found.revisions
+        ],
+    )
+
+
+@router.get(
+    "",
+    name="list_revisions",
+    response_model=RevisionList,
+    summary="The fleet's manifests by revision: how many hosts run each, converged, failed or other (datum rollout status).",
+    description=(
+        "Cedar action `fleet:ReadHost` on `Server::\"datum\"` (what the host listing takes: these are its hosts, "
+        "counted). A revision is one state of `[fleet] manifests` (its git commit, `<commit>+dirty.<hex>` for a "
+        "work tree with changes, else `sha256:<hex>` of its files), recorded when a server first serves it. "
+        "Per revision the hosts whose last pass ran it, by the state they read now; newest first; `current` is "
+        "the one this server serves now."
+    ),
+    responses=error_responses(401, 403, 503),
+    **OUT,
+)
+async def revisions(request: Request, _p: str = Depends(needs(Action.READ_HOST))) -> RevisionList:
+    found = await anyio.to_thread.run_sync(rollout, state_of(request))
+    return revision_list(found)

@@ -1,0 +1,71 @@
+"""Which revision of the fleet's manifests each host runs: ``datum rollout status``, ``GET /v1/revisions``, the page.
+
+Per revision (``datum.fleet.revision``) the hosts whose last pass ran it, by
+the state they read now (converged, failed, and the rest: a silent host reads
+unknown, as in the listing), newest revision first (when a server first saw
+it, ``datum.store.revisions``; a revision no server recorded, reported by a
+host, comes last). The current revision, the one this server serves now, is
+always listed, with no hosts when none ran it yet. Hosts whose pass says no
+revision (an agent older than revisions, ``datum apply --report-to``, a
+manifest from the agent's cache) are counted apart (``without``).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from datum.core.vocab import HostState
+from datum.fleet.revision import Revision
+from datum.store.engine import Store
+from datum.store.revisions import running, seen
+
+
+@dataclass(frozen=True, slots=True)
+class RevisionRow:
+    id: str
+    current: bool
+    first_seen: datetime | None
+    git_commit: str | None
+    hosts: int
+    converged: int
+    failed: int
+    other: int
+    states: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Rollout:
+    current: str | None  # the revision served now; None when this server serves no manifests
+    revisions: list[RevisionRow]
+    without: int  # hosts whose last pass names no revision
+
+
+def _row(rev: str, counts: Counter[str], current: str | None, first: datetime | None, commit: str | None) -> RevisionRow:
+    total = sum(counts.values())
+    converged = counts.get(HostState.CONVERGED.value, 0)
+    failed = counts.get(HostState.FAILED.value, 0)
+    return RevisionRow(
+        rev, rev == current, first, commit, total, converged, failed, total - converged - failed,
+        {k: v for k, v in sorted(counts.items()) if v},
+    )
+
+
+def status(store: Store, multiple: float, now: datetime, current: Revision | None) -> Rollout:
+    """The fleet's hosts per revision, newest first, the current one always among them."""
+    per = running(store, multiple, now)
+    without = sum(per.pop(None, Counter()).values())
+    ids = [r for r in per if r is not None]
+    if current is not None and current.id not in per:
+        ids.append(current.id)
+    known = seen(store, ids)
+    rows = []
+    for rev in ids:
+        kept = known.get(rev)
+        commit = kept.git_commit if kept else (current.commit if current and current.id == rev else None)
+        rows.append(_row(rev, per.get(rev, Counter()), current.id if current else None,
+                         kept.first_seen if kept else None, commit))
+    # newest first; never recorded (no first seen) last, by id so the order is stable
+    rows.sort(key=lambda r: (r.first_seen is None, -(r.first_seen.timestamp() if r.first_seen else 0), r.id))
+    return Rollout(current.id if current else None, rows, without)

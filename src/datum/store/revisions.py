@@ -1,0 +1,67 @@
+"""The fleet directory's revisions in the store: which a server has served, when first, and who runs which.
+
+A server records each revision (``datum.fleet.revision``) the first time it
+serves it, at the store's clock: every replica on the store then agrees on
+when a revision was first seen, whichever replica saw it. Which revision a
+host runs is in its summary (``datum.core.hostsummary``, from its last pass
+report): counting hosts per revision reads the summaries, never a report.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+
+from datum.store.engine import Store
+from datum.store.hosts import host_state_at
+from datum.store.runs import store_now
+from datum.store.schema import hosts, revisions
+
+
+@dataclass(frozen=True, slots=True)
+class Seen:
+    id: str
+    first_seen: datetime
+    git_commit: str | None
+
+
+def record(store: Store, revision: str, git_commit: str | None) -> None:
+    """Record ``revision`` as seen now (the store's clock) unless it was seen before; any replica may race."""
+    if store.dialect == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert
+    else:
+        from sqlalchemy.dialects.sqlite import insert
+    with store.begin() as conn:
+        stmt = insert(revisions).values(id=revision, first_seen=store_now(conn), git_commit=git_commit)
+        conn.execute(stmt.on_conflict_do_nothing(index_elements=[revisions.c.id]))
+
+
+def seen(store: Store, ids: list[str]) -> dict[str, Seen]:
+    """The recorded revisions among ``ids``."""
+    if not ids:
+        return {}
+    with store.connect() as conn:
+        rows = conn.execute(sa.select(revisions).where(revisions.c.id.in_(ids))).mappings().all()
+    return {r["id"]: Seen(r["id"], r["first_seen"], r["git_commit"]) for r in rows}
+
+
+_REVISION = hosts.c.summary["revision"].as_string()
+
+
+def running(store: Store, multiple: float, now: datetime) -> dict[str | None, Counter[str]]:
+    """Per revision (None: the hosts whose last pass says none), its hosts by the state they read at ``now``
+    (a silent host reads ``unknown``, as the listing says). One grouped read of the summaries."""
+    state = host_state_at(store.dialect, multiple, now)
+    query = sa.select(_REVISION.label("revision"), state.label("state"), sa.func.count().label("n")).group_by(
+        _REVISION, state
+    )
+    out: dict[str | None, Counter[str]] = {}
+    with store.connect() as conn:
+        for r in conn.execute(query).mappings():
+            rev: Any = r["revision"]
+            out.setdefault(rev if isinstance(rev, str) and rev else None, Counter())[str(r["state"])] += int(r["n"])
+    return out

@@ -1,0 +1,122 @@
+"""Revisions of the fleet's manifests (issue 24 item 1), on SQLite and PostgreSQL: every change to the fleet
+directory is a revision, named by its git commit in a git work tree; the manifest's answer says which
+(``Datum-Revision``); hosts' reports carry it, and ``GET /v1/revisions`` and the page count hosts per revision."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from datum.fleet.revision import content_digest
+
+from .story import Story, build_story, pass_report, serve_fleet
+
+
+@pytest.fixture
+def story(tmp_path, store_url):  # type: ignore[no-untyped-def]
+    s = build_story(tmp_path, store_url)
+    s.fleet = serve_fleet(s, tmp_path / "fleet")  # type: ignore[attr-defined]
+    return s
+
+
+def manifest(story: Story, host: str = "web1", **headers: str):  # type: ignore[no-untyped-def]
+    return story.client.get(f"/v1/hosts/{host}/manifest", headers={**story.auth("agent"), **headers})
+
+
+def report(story: Story, host: str, state: str, revision: str | None) -> None:
+    body = pass_report(host, state)
+    if state == "converged":
+        body.update(reason=None, exitCode=0, counts={"converged": 1}, resources=body["resources"][:1])  # type: ignore[index]
+        body = {k: v for k, v in body.items() if v is not None}
+    if revision is not None:
+        body["revision"] = revision
+    answer = story.client.post(f"/v1/hosts/{host}/passes", json=body, headers=story.auth("agent"))
+    assert answer.status_code == 201, answer.text
+
+
+def revisions(story: Story) -> dict:  # type: ignore[type-arg]
+    answer = story.get("/v1/revisions")
+    assert answer.status_code == 200, answer.text
+    return answer.json()  # type: ignore[no-any-return]
+
+
+def test_a_change_to_a_manifest_is_a_new_revision_and_hosts_are_counted_per_revision(story: Story):
+    fleet: Path = story.fleet  # type: ignore[attr-defined]
+    first = manifest(story)
+    assert first.status_code == 200
+    one = first.headers["Datum-Revision"]
+    assert one == "sha256:" + content_digest(fleet.resolve())  # not a git work tree: the digest of its files
+    not_modified = manifest(story, **{"If-None-Match": first.headers["ETag"]})
+    assert not_modified.status_code == 304 and not_modified.headers["Datum-Revision"] == one
+    listed = revisions(story)
+    assert listed["current"] == one and listed["without"] == 0
+    assert [(r["id"], r["current"], r["hosts"]) for r in listed["revisions"]] == [(one, True, 0)]
+    assert listed["revisions"][0]["firstSeen"] and "gitCommit" not in listed["revisions"][0]
+    os.utime(fleet / "web.yaml", ns=(1, 1))  # touched, not changed: the same revision
+    assert manifest(story).headers["Datum-Revision"] == one
+
+    report(story, "web1", "converged", one)
+    report(story, "web2", "failed", one)
+    (fleet / "web.yaml").write_text("resources:\n  - File[/etc/motd]:\n      content: changed\n")
+    two = manifest(story).headers["Datum-Revision"]
+    assert two != one and two.startswith("sha256:")
+    report(story, "web2", "converged", two)  # web2 took the new revision and converged
+    report(story, "web3", "failed", two)
+    report(story, "web4", "converged", None)  # a report that names no revision
+    listed = revisions(story)
+    assert listed["current"] == two and listed["without"] == 1
+    rows = [(r["id"], r["current"], r["hosts"], r["converged"], r["failed"], r["other"]) for r in listed["revisions"]]
+    assert rows == [(two, True, 2, 1, 1, 0), (one, False, 1, 1, 0, 0)]  # newest first
+    assert listed["revisions"][0]["states"] == {"converged": 1, "failed": 1}
+    assert listed["revisions"][0]["firstSeen"] >= listed["revisions"][1]["firstSeen"]
+    hosts = {h["host"]: h.get("revision") for h in story.get("/v1/hosts").json()["hosts"]}
+    assert hosts == {"web1": one, "web2": two, "web3": two, "web4": None}  # the listing's summaries carry it
+    assert story.get("/v1/hosts/web3").json()["report"]["revision"] == two
+
+    page = story.get("/ui/overview").text
+    assert 'id="revisions"' in page and two in page and one in page
+    assert story.get("/v1/revisions", "stranger").status_code == 403
+
+
+def test_replicas_on_one_store_agree_on_when_a_revision_was_first_seen(story: Story, tmp_path, store_url):
+    rev = manifest(story).headers["Datum-Revision"]
+    first = revisions(story)["revisions"][0]["firstSeen"]
+    (tmp_path / "other").mkdir()
+    other = build_story(tmp_path / "other", store_url)  # a second app on the same store, the same files
+    serve_fleet(other, tmp_path / "other" / "fleet")
+    (tmp_path / "other" / "fleet" / "nodes.yaml").write_bytes((tmp_path / "fleet" / "nodes.yaml").read_bytes())
+    assert manifest(other).headers["Datum-Revision"] == rev  # the same files: the same revision
+    assert revisions(other)["revisions"][0]["firstSeen"] == first
+
+
+def _git(where: Path, *args: str) -> str:
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.com", "GIT_CONFIG_NOSYSTEM": "1",
+           "HOME": str(where)}
+    done = subprocess.run(["git", "-C", str(where), *args], capture_output=True, text=True, env=env, check=True)
+    return done.stdout.strip()
+
+
+def test_a_git_work_tree_names_its_commit_and_a_dirty_tree_says_so(story: Story):
+    fleet: Path = story.fleet  # type: ignore[attr-defined]
+    _git(fleet, "init", "-q")
+    _git(fleet, "add", ".")
+    _git(fleet, "commit", "-q", "-m", "first")
+    head = _git(fleet, "rev-parse", "HEAD")
+    assert manifest(story).headers["Datum-Revision"] == head
+    listed = revisions(story)
+    assert listed["current"] == head and listed["revisions"][0]["gitCommit"] == head
+    (fleet / "web.yaml").write_text("resources:\n  - File[/etc/motd]:\n      content: edited\n")
+    dirty = manifest(story).headers["Datum-Revision"]
+    assert dirty == f"{head}+dirty.{content_digest(fleet.resolve())[:12]}"
+    (fleet / "web.yaml").write_text("resources:\n  - File[/etc/motd]:\n      content: edited again\n")
+    again = manifest(story).headers["Datum-Revision"]
+    assert again.startswith(f"{head}+dirty.") and again != dirty  # another uncommitted edit, another revision
+    _git(fleet, "commit", "-q", "-am", "second")
+    second = _git(fleet, "rev-parse", "HEAD")
+    assert manifest(story).headers["Datum-Revision"] == second != head
+    ids = [r["id"] for r in revisions(story)["revisions"]]
+    assert ids == [second]  # the others run on no host and are not current: not listed
