@@ -14,8 +14,12 @@ files. One task per process (``FleetChanges``) reads the directory's
 seconds; when it moved, every waiter wakes and asks for its host's manifest
 again (a composition is made once for all the hosts that share it), answers
 when its digest moved, and waits again for the rest of its time when it did
-not. A waiter is a coroutine parked on one ``asyncio.Event`` shared by all
-and a timer: no thread, a few KiB with its connection. Replicas on one store
+not. A waiter is a coroutine parked on a future of its own, kept in one set
+that a change completes at once, and a timer: no thread, a few KiB with its
+connection. Not one ``asyncio.Event`` shared by all: a waiter that times out
+leaves an Event's deque by ``remove``, a scan of every other waiter (70 us
+each at 10,000 waiters, measured; docs/performance.md), where it leaves the
+set in constant time. Replicas on one store
 each watch their own directory, which is what each serves from (docs/fleet.md
 says why not ``LISTEN/NOTIFY``).
 
@@ -44,26 +48,41 @@ WAIT_HEADER = "Datum-Wait"
 
 
 class FleetChanges:
-    """The fleet directory's changes, as one ``asyncio.Event`` per state of its files.
+    """The fleet directory's changes, as a set of waiters' futures that the next change completes.
 
-    ``next()`` is the event the next change sets; ``run()`` (one task per
-    process, from the app's lifespan) reads the directory's signature every
-    ``period`` seconds and, when it moved, sets the event, makes a new one and
-    forgets what was remembered for the older state of the files.
+    ``waiter()`` is a future the next change (or ``close``) completes, and
+    ``forget`` lets it go; ``run()`` (one task per process, from the app's
+    lifespan) reads the directory's signature every ``period`` seconds and,
+    when it moved, completes every waiter's future and forgets what was
+    remembered for the older state of the files.
     """
 
     def __init__(self, directory: Path, period: float = PERIOD, seen: Callable[[], object] | None = None) -> None:
         self.directory = directory.resolve()
         self.period = period
         self._seen = seen  # run in a worker thread at start and after each change (the revision's record)
-        self._event = asyncio.Event()
+        self._waiters: set[asyncio.Future[None]] = set()
         self._closed = False
         self._task: asyncio.Task[None] | None = None
         self.changes = 0  # how many changes were seen (for tests and metrics)
 
-    def next(self) -> asyncio.Event:
-        """The event set by the next change of the directory (or by ``close``)."""
-        return self._event
+    def waiter(self) -> asyncio.Future[None]:
+        """A future the next change of the directory (or ``close``) completes; ``forget`` it when done."""
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if self._closed:
+            future.set_result(None)
+        else:
+            self._waiters.add(future)
+        return future
+
+    def forget(self, future: asyncio.Future[None]) -> None:
+        """``future`` no longer waits (answered, timed out, its client gone)."""
+        self._waiters.discard(future)
+
+    @property
+    def waiting(self) -> int:
+        """How many waits are held now (for tests and metrics)."""
+        return len(self._waiters)
 
     @property
     def closed(self) -> bool:
@@ -103,8 +122,10 @@ class FleetChanges:
             return None
 
     def _wake(self) -> None:
-        event, self._event = self._event, asyncio.Event()
-        event.set()
+        waiters, self._waiters = self._waiters, set()
+        for future in waiters:
+            if not future.done():
+                future.set_result(None)
 
     def close(self) -> None:
         """Answer every waiter now (as at its timeout), and hold no new wait; idempotent."""
@@ -160,13 +181,16 @@ async def held(
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait
     while True:
-        change = changes.next()  # taken before asking: a change while asking is not missed
-        found = await current(resolved, host, facts)
-        left = deadline - loop.time()
-        if not matches(wanted, etag_of(found)) or changes.closed or left <= 0:
-            return found
+        change = changes.waiter()  # taken before asking: a change while asking is not missed
         try:
-            async with asyncio.timeout(left):
-                await change.wait()
-        except TimeoutError:
-            return found
+            found = await current(resolved, host, facts)
+            left = deadline - loop.time()
+            if not matches(wanted, etag_of(found)) or changes.closed or left <= 0:
+                return found
+            try:
+                async with asyncio.timeout(left):
+                    await change
+            except TimeoutError:
+                return found
+        finally:
+            changes.forget(change)

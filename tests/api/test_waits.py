@@ -1,0 +1,74 @@
+"""``datum.api.waits``: a held wait leaves nothing behind when it ends, whichever way it ends.
+
+Each waiter is a future of its own in one set (not a shared ``asyncio.Event``,
+whose timed-out waiters leave by a scan of every other one): these tests hold
+real waits on a real fleet directory and check the set after each ending.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from datum.api.waits import FleetChanges, etag_of, held
+from datum.fleet.effective import effective
+
+
+def fleet(directory: Path) -> Path:
+    directory.mkdir()
+    (directory / "nodes.yaml").write_text("nodes:\n  - match: {name: 'web*'}\n    manifests: [web.yaml]\n")
+    (directory / "web.yaml").write_text("resources:\n  - File[/etc/motd]:\n      content: hello\n")
+    return directory.resolve()
+
+
+def test_waits_that_time_out_leave_no_waiter_behind(tmp_path: Path) -> None:
+    directory = fleet(tmp_path / "fleet")
+    etag = etag_of(effective(directory, "web1", {}))
+
+    async def run() -> tuple[list[str], int]:
+        changes = FleetChanges(directory, period=0.05)
+        changes.start()
+        try:
+            answers = await asyncio.gather(
+                *(held(changes, directory, f"web{i}", {}, etag, 0.2) for i in range(1, 51))
+            )
+            return [a.digest for a in answers], changes.waiting
+        finally:
+            await changes.stop()
+
+    digests, waiting = asyncio.run(run())
+    assert digests == [etag.strip('"')] * 50  # each as it was: the route answers 304
+    assert waiting == 0
+
+
+def test_a_change_answers_every_wait_with_the_new_manifest_and_a_close_every_other(tmp_path: Path) -> None:
+    directory = fleet(tmp_path / "fleet")
+    etag = etag_of(effective(directory, "web1", {}))
+
+    async def run() -> tuple[set[str], int, int, float]:
+        loop = asyncio.get_running_loop()
+        changes = FleetChanges(directory, period=0.05)
+        changes.start()
+        try:
+            waits = [asyncio.create_task(held(changes, directory, f"web{i}", {}, etag, 60)) for i in range(1, 21)]
+            while changes.waiting < 20:  # every wait held
+                await asyncio.sleep(0.01)
+            (directory / "web.yaml").write_text("resources:\n  - File[/etc/motd]:\n      content: changed\n")
+            answers = await asyncio.wait_for(asyncio.gather(*waits), 30)
+            after_change = changes.waiting
+            # waits held again on the new manifest, then the server closes: answered at once, none left
+            new = etag_of(answers[0])
+            again = [asyncio.create_task(held(changes, directory, f"web{i}", {}, new, 60)) for i in range(1, 11)]
+            while changes.waiting < 10:
+                await asyncio.sleep(0.01)
+            began = loop.time()
+            changes.close()
+            await asyncio.wait_for(asyncio.gather(*again), 30)
+            return {a.digest for a in answers}, after_change, changes.waiting, loop.time() - began
+        finally:
+            await changes.stop()
+
+    digests, after_change, after_close, closing = asyncio.run(run())
+    assert len(digests) == 1 and digests != {etag.strip('"')}
+    assert after_change == 0 and after_close == 0
+    assert closing < 5
