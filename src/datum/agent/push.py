@@ -29,7 +29,7 @@ from collections.abc import Callable
 
 from datum.agent.fetch import Fetched
 
-WAIT = 120  # seconds each wait asks (the server's and any proxy's idle timeout must be longer)
+WAIT = 300  # seconds each wait asks (the server's and any proxy's idle timeout must be longer); 120 cost 7% of a core idle at 10,000 agents (docs/performance.md)
 JITTER = 10.0  # at most this many seconds between a change and the pass it starts (and at most the splay)
 BACKOFF = 5.0  # seconds before asking again after a failed wait, doubling
 BACKOFF_MAX = 300.0
