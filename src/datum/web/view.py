@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import quote
 
@@ -505,7 +505,10 @@ __all__ = [
 
 
 # The windows the page's timeline offers, and how many of its events it lists.
-CHANGE_WINDOWS = {"1h": "the last hour", "1d": "the last day"}
+CHANGE_WINDOWS: dict[str, tuple[str, timedelta]] = {
+    "1h": ("the last hour", timedelta(hours=1)),
+    "1d": ("the last day", timedelta(days=1)),
+}
 CHANGES_SHOWN = 50
 
 
@@ -520,7 +523,7 @@ class Changes:
 
     @property
     def words(self) -> str:
-        return CHANGE_WINDOWS[self.window]
+        return CHANGE_WINDOWS[self.window][0]
 
 
 def event_word(event: dict[str, Any]) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from functools import cache, partial
 from importlib.resources import files
 from typing import Annotated, Literal
@@ -102,7 +102,7 @@ def _hosts(store: Store, settings: Settings, shown: HostsShown) -> listing.Page:
 
 def _changes(store: Store, window: str, now: datetime) -> v.Changes:
     """The fleet's events in ``window`` (``1h`` or ``1d``), newest first: what ``GET /v1/events`` answers."""
-    since = now - (timedelta(hours=1) if window == "1h" else timedelta(days=1))
+    since = now - v.CHANGE_WINDOWS[window][1]
     found = events_page(store, Window(since=since), limit=v.CHANGES_SHOWN)
     return v.Changes(window, found.rows, found.next is not None)
 
