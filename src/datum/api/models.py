@@ -406,10 +406,27 @@ def pass_detail(row: dict[str, Any]) -> PassDetail:
     report = row.get("report")
     if report is not None:
         try:
-            values["report"] = redacted(PassReport.model_validate(report))
+            values["report"] = kept_report(report)
         except ValidationError as exc:
             values["unreadable"] = _unreadable_why(exc).replace("the last pass report", "the report of this pass")
     return PassDetail.model_validate(values)
+
+
+def kept_report(raw: Any) -> PassReport:
+    """A kept report as the API serves it: read as a ``PassReport`` (a ValidationError when it no longer
+    reads as one) and redacted. The pass detail and the host page both take it from here."""
+    return redacted(PassReport.model_validate(raw))
+
+
+def kept_reports_served(raw: dict[str, Any]) -> dict[str, PassReport | None]:
+    """``kept_report`` of each kept report by digest; one that does not read is None."""
+    out: dict[str, PassReport | None] = {}
+    for digest, report in raw.items():
+        try:
+            out[digest] = kept_report(report) if isinstance(report, dict) else None
+        except ValidationError:
+            out[digest] = None
+    return out
 
 
 class RevisionCounts(Out):

@@ -44,6 +44,13 @@ class Wired:
     registry: Registry
     store: Store
 
+    def __enter__(self) -> Wired:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        """The store's connections closed when the command is done with it (``with wire(config) as w:``)."""
+        self.store.dispose()
+
 
 def wire(config: str | None) -> Wired:
     """Load and validate the configuration and the plugins, then open the store with their tables.

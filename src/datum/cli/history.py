@@ -83,8 +83,8 @@ def history(
 
     now = datetime.now(UTC)
     window, after = _window(since, until, now), _after(cursor)
-    w = wire(config)
-    found = passes_page(w.store, host, window, state=state, after=after, limit=limit)
+    with wire(config) as w:
+        found = passes_page(w.store, host, window, state=state, after=after, limit=limit)
     page = PassList.model_validate({"passes": found.rows, "next": found.next})
     if as_json:
         click.echo(json.dumps(page.dump(), indent=2))
@@ -127,9 +127,9 @@ def events(
 
     now = datetime.now(UTC)
     window, after = _window(since, until, now), _after(cursor)
-    w = wire(config)
-    found = events_page(w.store, window, after=after, limit=limit, host=host, resource=resource, type=type_,
-                        action=action, state=state)
+    with wire(config) as w:
+        found = events_page(w.store, window, after=after, limit=limit, host=host, resource=resource, type=type_,
+                            action=action, state=state)
     page = EventList.model_validate({"events": found.rows, "next": found.next})
     if as_json:
         click.echo(json.dumps(page.dump(), indent=2))

@@ -545,20 +545,15 @@ class KeptPass:
 
 
 def kept_passes(rows: Sequence[Any], reports: dict[str, Any]) -> list[KeptPass]:
-    """``rows`` (``PassSummary``, newest first) with the event resources of the kept report of each's digest."""
-    from pydantic import ValidationError
+    """``rows`` (``PassSummary``, newest first) with the event resources of the kept report of each's digest.
 
-    from datum.api.models import redacted
+    ``reports`` are the kept reports by digest, already validated and redacted by the API (a report that
+    does not validate is absent or None): the page shows what the API would answer, never more."""
     from datum.core.passcontent import is_event
-    from datum.host.report import PassReport
 
     out = []
     for row in rows:
-        raw = reports.get(row.digest) if row.digest else None
-        try:
-            report = redacted(PassReport.model_validate(raw)) if isinstance(raw, dict) else None
-        except ValidationError:
-            report = None
+        report = reports.get(row.digest) if row.digest else None
         resources = [r for r in report.resources if is_event(r.dump())] if report is not None else []
         out.append(KeptPass(row, resources, report is not None))
     return out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import TypeVar
 
 from fastapi import APIRouter, Body, Depends, Path, Query, Request
@@ -31,7 +32,7 @@ HostParam = Path(description="The host's name, as its agent reports it.", min_le
 def host_fits(name: str) -> bool:
     """Whether ``name`` is a host ``HostParam`` takes: what a fast answer, which FastAPI does not validate,
     asks before it answers (the route answers the others with its 422)."""
-    return 1 <= len(name) <= HOST_MAX and "\x00" not in name
+    return 1 <= len(name) <= HOST_MAX and re.fullmatch(NO_NUL, name) is not None
 OUT = {"response_model_by_alias": True, "response_model_exclude_none": True}
 S = TypeVar("S", bound=HostSummary)
 

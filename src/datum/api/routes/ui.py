@@ -26,7 +26,7 @@ from pydantic import AfterValidator
 from datum.api import attention
 from datum.api.authz import Action
 from datum.api.errors import error_responses
-from datum.api.models import PassSummary, host_summary
+from datum.api.models import PassSummary, host_summary, kept_reports_served
 from datum.api.routes.hosts import cursor, cursor_query, one_host
 from datum.api.routes.reboots import HostParam
 from datum.api.routes.revisions import rollout
@@ -205,7 +205,8 @@ async def host_fragment(
         if not history:
             return page, None
         rows = [PassSummary.model_validate(r) for r in passes_page(store, host, limit=KEPT_SHOWN).rows]
-        return page, v.kept_passes(rows, kept_reports(store, {r.digest for r in rows if r.digest}))
+        reports = kept_reports_served(kept_reports(store, {r.digest for r in rows if r.digest}))
+        return page, v.kept_passes(rows, reports)
 
     view, kept = await anyio.to_thread.run_sync(read)
     html = templates().get_template("host.html").render(page=view, kept=kept, kept_shown=KEPT_SHOWN)
