@@ -18,7 +18,7 @@ from datum.core.hostsummary import ATTENTION_CAP
 from datum.fleet.listing import cursor_after, host_after, page
 from datum.fleet.stale import stale
 from datum.store import open_store
-from datum.store.history import HOST, KEYFRAME, recent
+from datum.store.history import HOST, KEYFRAME, STRIP, recent, recent_many
 from datum.store.hosts import get_host, take_pass
 
 from .migrated import at_revision
@@ -76,6 +76,22 @@ def test_history_items_are_stored_only_when_they_change_or_a_keyframe_is_due(sto
     assert written == [0, 2, 2 + KEYFRAME]
     assert stored[-1] is None and rows[-1].items is None and not rows[-1].completed
     assert all(r.items == {"File[/f0]": "failed"} for r in rows[2:-1])
+
+
+def test_the_pages_strips_read_at_once_are_each_hosts_own(store):
+    """``recent_many`` (the page's hosts in two statements on PostgreSQL) says what ``recent`` says of each:
+    a strip that starts after its last keyframe reads its items back from an older row, a host with no pass
+    has an empty strip, a name asked twice is answered once."""
+    for seq in range(1, KEYFRAME + 12):  # web1's strip of STRIP rows starts past the keyframe of its first change
+        take_pass(store, "web1", report("web1", seq, failed=1 if seq >= 3 else 0), history=True)
+    for seq in range(1, 4):
+        take_pass(store, "web2", report("web2", seq, failed=seq % 2), history=True)
+    with store.connect() as conn:
+        many = recent_many(conn, HOST, ["web2", "web1", "nobody", "web1"])
+        assert many == {name: recent(conn, HOST, name) for name in ("web2", "web1", "nobody")}
+    assert len(many["web1"]) == STRIP and many["nobody"] == []
+    assert many["web1"][0].items == {"File[/f0]": "failed"}  # read back from the row before the strip
+    assert [r.outcome for r in many["web2"]] == ["failed", "converged", "failed"]
 
 
 def test_host_history_is_not_pruned_at_intake_but_by_the_archives_retention(store):

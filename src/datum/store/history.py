@@ -145,20 +145,64 @@ def recent(conn: Connection, subject: str, name: str, n: int = STRIP) -> list[Pa
     rows = list(reversed(rows))
     if not rows:
         return []
-    base: dict[str, list[str]] | None = None
     first = rows[0]
-    if first["completed"] and first["items"] is None:
+    base: dict[str, list[str]] | None = None
+    if _needs_base(first):
         found = conn.execute(
-            sa.select(ITEMS)
-            .where(
-                _subject(subject, name),
-                ITEMS.is_not(None),
-                sa.or_(t.c.at < first["at"], sa.and_(t.c.at == first["at"], t.c.id < first["id"])),
-            )
+            sa.select(ITEMS).where(_subject(subject, name), ITEMS.is_not(None), _before(first["at"], first["id"]))
             .order_by(t.c.at.desc(), t.c.id.desc())
             .limit(1)
         ).first()
         base = found.items if found is not None else None
+    return _strip(rows, base)
+
+
+def recent_many(conn: Connection, subject: str, names: list[str], n: int = STRIP) -> dict[str, list[PassRow]]:
+    """``recent`` of each of ``names`` (the page's hosts): on PostgreSQL in two statements whatever their
+    number (a ``LATERAL`` read of each one's last ``n`` rows through the (subject, name, at) index, then of the
+    items each strip starts from), where a query per name was a round trip per host on every page load.
+    SQLite answers in process: a query per name there costs no round trip."""
+    if conn.dialect.name != "postgresql" or not names:
+        return {name: recent(conn, subject, name, n) for name in names}
+    wanted = sa.values(sa.column("name", sa.String), name="wanted").data([(name,) for name in dict.fromkeys(names)])
+    last = (
+        sa.select(t).where(t.c.subject == subject, t.c.name == wanted.c.name)
+        .order_by(t.c.at.desc(), t.c.id.desc()).limit(n).lateral("last")
+    )
+    by_name: dict[str, list[Any]] = {name: [] for name in names}
+    for r in conn.execute(sa.select(last).select_from(wanted.join(last, sa.true()))).mappings():
+        by_name[r["name"]].append(r)
+    for rows in by_name.values():
+        rows.sort(key=lambda r: (r["at"], r["id"]))
+    starts = [(name, rows[0]["at"], rows[0]["id"]) for name, rows in by_name.items() if rows and _needs_base(rows[0])]
+    bases: dict[str, Any] = {}
+    if starts:
+        first = sa.values(
+            sa.column("name", sa.String), sa.column("at", t.c.at.type), sa.column("id", t.c.id.type), name="first"
+        ).data(starts)
+        base = (
+            sa.select(ITEMS.label("items")).where(
+                t.c.subject == subject, t.c.name == first.c.name, ITEMS.is_not(None),
+                _before(first.c.at, first.c.id),
+            ).order_by(t.c.at.desc(), t.c.id.desc()).limit(1).lateral("base")
+        )
+        bases = dict(conn.execute(sa.select(first.c.name, base.c["items"]).select_from(first.join(base, sa.true()))).all())
+    return {name: _strip(rows, bases.get(name)) if rows else [] for name, rows in by_name.items()}
+
+
+def _needs_base(first: Mapping[str, Any]) -> bool:
+    """Whether a strip's oldest row needs the items of an older row to be read back (it stored none)."""
+    return bool(first["completed"]) and first["items"] is None
+
+
+def _before(at: Any, id_: Any) -> Any:
+    """Rows older than the one at (``at``, ``id_``): values, or a joined row's columns."""
+    return sa.or_(t.c.at < at, sa.and_(t.c.at == at, t.c.id < id_))
+
+
+def _strip(rows: list[Any], base: dict[str, list[str]] | None) -> list[PassRow]:
+    """``rows`` (oldest first) as ``PassRow``s, each completed one's items read back from the last row that
+    stored them (``base`` for those before the first that does)."""
     out = []
     for r in rows:
         if r["items"] is not None:

@@ -42,7 +42,7 @@ from datum.fleet.rollout import Rollout
 from datum.reconcile.registry import Registry
 from datum.reconcile.report import DriftReport, enabled
 from datum.store import Store
-from datum.store.history import HOST, RECONCILER, STRIP, first_seen_many, recent
+from datum.store.history import HOST, RECONCILER, STRIP, first_seen_many, recent, recent_many
 from datum.store.leases import Leases
 from datum.store.leases import read as read_leases
 from datum.store.passes import kept_reports
@@ -143,7 +143,9 @@ def _view(
                 changes=timeline,
             )
         decided = attention.needs(registry, settings, reports, worst, leases)
-        hosts = [v.host_view(h, recent(conn, HOST, h.host), decided.lines) for h in map(host_summary, found.hosts)]
+        listed = [host_summary(row) for row in found.hosts]
+        strips = recent_many(conn, HOST, [h.host for h in listed])
+        hosts = [v.host_view(h, strips[h.host], decided.lines) for h in listed]
     return v.overview(
         views, hosts, found.counts, decided.lines, v.HostsPage(shown.state, found.next), _rebooting(leases),
         settings.fleet.reboot_concurrency, broken, decided.hosts_not_listed, timeline, by_revision,
