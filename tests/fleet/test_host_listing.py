@@ -94,6 +94,46 @@ def test_the_pages_strips_read_at_once_are_each_hosts_own(store):
     assert [r.outcome for r in many["web2"]] == ["failed", "converged", "failed"]
 
 
+def test_the_hosts_per_revision_are_the_database_s_counts_and_say_what_every_host_reads(store):
+    """``running`` reads the counts the database keeps per revision and state (``hosts_revision_status_counts``), the
+    stale hosts moved to unknown: the same as a grouped read of every host, through moves between revisions,
+    a pass that names none, an older pass (no move) and a host gone silent."""
+    from collections import Counter
+
+    from datum.store.hosts import host_state_at
+    from datum.store.revisions import running
+    from datum.store.schema import hosts
+
+    def ran(host: str, seq: int, revision: str | None, *, failed: int = 0, finished: datetime = NOW) -> None:
+        doc = report(host, seq, failed=failed, finished=finished, interval=60)
+        if revision is not None:
+            doc["revision"] = revision
+        take_pass(store, host, doc, history=True)
+
+    for i in range(6):
+        ran(f"web{i}", 1, "rev-a", failed=i % 2)
+    ran("web0", 2, "rev-b")  # moves from a to b
+    ran("web1", 2, "rev-b", failed=1)
+    ran("web2", 3, None)  # a pass that names no revision (a cached manifest)
+    ran("web3", 1, "rev-c")  # its stored pass sent again (same seq): not stored, no move
+    ran("web9", 1, "rev-b", finished=NOW - timedelta(hours=2))  # silent since: unknown
+    now = NOW + timedelta(seconds=30)
+
+    state = host_state_at(store.dialect, 3.0, now)
+    revision = hosts.c.summary["revision"].as_string()
+    oracle: dict[str | None, Counter] = {}
+    with store.connect() as conn:
+        for rev, st, n in conn.execute(sa.select(revision, state, sa.func.count()).group_by(revision, state)):
+            oracle.setdefault(rev or None, Counter())[st] += n
+    found = running(store, 3.0, now)
+    assert found == oracle
+    assert found == {
+        "rev-a": Counter({"converged": 1, "failed": 2}),
+        "rev-b": Counter({"converged": 1, "failed": 1, "unknown": 1}),
+        None: Counter({"converged": 1}),
+    }
+
+
 def test_host_history_is_not_pruned_at_intake_but_by_the_archives_retention(store):
     from datum.store.passes import retain
 

@@ -26,6 +26,7 @@ from datum.fleet.listing import cursor_after, host_after
 from datum.store import open_store
 from datum.store.history import HOST, recent
 from datum.store.hosts import get_host, host_counts, host_page, take_pass
+from datum.store.revisions import running
 
 pytestmark = pytest.mark.postgres
 
@@ -120,6 +121,7 @@ NOW = datetime.now(UTC)
         ("one host", lambda s: get_host(s, "web012345")),
         ("a host's history strip", lambda s: _recent(s, "web012345")),
         ("the fleet's counts by state", lambda s: host_counts(s, 3.0, NOW)),
+        ("the hosts per revision (datum rollout status, the page)", lambda s: running(s, 3.0, NOW)),
         ("the unknown hosts' page", lambda s: host_page(s, 3.0, NOW, state="unknown", limit=101)),
         ("taking a report (intake)", lambda s: take_pass(s, "web000007", _report("web000007"), history=True)),
     ],

@@ -62,13 +62,17 @@ def recount(config: str | None, as_json: bool) -> None:
     `corrected` (status -> the count kept and the true one; empty when the counts were right).
     """
     from datum.cli.common import wire
+    from datum.core.hostsummary import REVISION_SEPARATOR
     from datum.reconcile.registry import declared_coverage
+    from datum.store.hosts import REVISION_COUNTS
     from datum.store.status_counts import recount as recount_table
 
     w = wire(config)
     found: list[dict[str, object]] = []
-    def again(owner: str | None, table: str, column: str) -> None:
-        wrong = recount_table(w.store.engine, table, column)
+    def again(owner: str | None, table: str, column: str, counts: str | None = None) -> None:
+        # the hosts per revision are keyed "revision<US>state": shown "revision state"
+        wrong = {k.replace(REVISION_SEPARATOR, " "): v for k, v in recount_table(w.store.engine, table, column, counts).items()}
+        table = counts or table
         found.append({
             "reconciler": owner, "table": table,
             "corrected": {status: {"kept": kept, "true": true} for status, (kept, true) in wrong.items()},
@@ -83,6 +87,7 @@ def recount(config: str | None, as_json: bool) -> None:
 
     try:
         again(None, "hosts", "state")  # the fleet's counts by state (migration 0014_host_counts)
+        again(None, "hosts", "revision_state", REVISION_COUNTS)  # by revision and state (0017_revision_counts)
         for name in w.registry:
             reconciler, _own = w.registry.build(w.settings, name, w.store)
             for spec in declared_coverage(reconciler) or ():

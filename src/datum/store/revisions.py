@@ -12,14 +12,13 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 import sqlalchemy as sa
 
 from datum.store.engine import Store
-from datum.store.hosts import host_state_at
+from datum.store.hosts import revision_counts
 from datum.store.runs import store_now
-from datum.store.schema import hosts, revisions
+from datum.store.schema import revisions
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,19 +48,11 @@ def seen(store: Store, ids: list[str]) -> dict[str, Seen]:
     return {r["id"]: Seen(r["id"], r["first_seen"], r["git_commit"]) for r in rows}
 
 
-_REVISION = hosts.c.summary["revision"].as_string()
-
-
 def running(store: Store, multiple: float, now: datetime) -> dict[str | None, Counter[str]]:
     """Per revision (None: the hosts whose last pass says none), its hosts by the state they read at ``now``
-    (a silent host reads ``unknown``, as the listing says). One grouped read of the summaries."""
-    state = host_state_at(store.dialect, multiple, now)
-    query = sa.select(_REVISION.label("revision"), state.label("state"), sa.func.count().label("n")).group_by(
-        _REVISION, state
-    )
+    (a silent host reads ``unknown``, as the listing says), from the counts the database keeps
+    (``datum.store.hosts.revision_counts``): no read of every host."""
     out: dict[str | None, Counter[str]] = {}
-    with store.connect() as conn:
-        for r in conn.execute(query).mappings():
-            rev: Any = r["revision"]
-            out.setdefault(rev if isinstance(rev, str) and rev else None, Counter())[str(r["state"])] += int(r["n"])
+    for (revision, state), n in revision_counts(store, multiple, now).items():
+        out.setdefault(revision, Counter())[state] += n
     return out

@@ -45,21 +45,24 @@ _SMALL_PAGES = 16  # a folded log larger than this is folded once more, to give 
 _MAX_IDENTIFIER = 63  # PostgreSQL truncates longer names silently
 
 
-def counts_name(table: str) -> str:
-    """The name of ``table``'s count table."""
-    return f"{table}{SUFFIX}"
+def counts_name(table: str, counts: str | None = None) -> str:
+    """The name of ``table``'s count table: ``counts`` when the table keeps more than one (a second counted
+    column), else ``<table>_status_counts``."""
+    return counts or f"{table}{SUFFIX}"
 
 
-def counts_table(table: str) -> sa.TableClause:
+def counts_table(table: str, counts: str | None = None) -> sa.TableClause:
     """``table``'s count table, to query: ``status``, ``n`` (a count on SQLite, a delta on PostgreSQL)."""
-    return sa.table(counts_name(table), sa.column("status", sa.String), sa.column("n", sa.BigInteger))
+    return sa.table(counts_name(table, counts), sa.column("status", sa.String), sa.column("n", sa.BigInteger))
 
 
 def _index_name(table: str, status_column: str, since_column: str) -> str:
     return f"ix_{table}_{status_column}_{since_column}"
 
 
-def _names(table: str) -> dict[str, str]:
+def _names(table: str, counts: str | None = None) -> dict[str, str]:
+    if counts is not None:  # a second count of the table: everything named after its count table
+        return {"counts": counts, **{k: f"{counts}_{k}" for k in ("function", "insert", "update", "delete", "truncate")}}
     return {
         "counts": counts_name(table),
         "function": f"{table}_count_statuses",
@@ -70,8 +73,8 @@ def _names(table: str) -> dict[str, str]:
     }
 
 
-def _lock_key(table: str) -> str:
-    return f"datum-status-counts:{table}"
+def _lock_key(table: str, counts: str | None = None) -> str:
+    return f"datum-status-counts:{counts or table}"
 
 
 def count_statuses(
@@ -80,6 +83,7 @@ def count_statuses(
     status_column: str = "status",
     since_column: str | None = "updated_at",
     bind: sa.Connection | None = None,
+    counts: str | None = None,
 ) -> None:
     """Keep per-status counts of ``table`` from now on, counting the rows it already holds.
 
@@ -89,10 +93,11 @@ def count_statuses(
     ``since_column``) for the ages. The rows already there are counted in the
     same transaction as the triggers are made, with the table's writers held
     off meanwhile: no write is counted twice or missed. ``status_column`` must
-    be ``NOT NULL``.
+    be ``NOT NULL``. ``counts`` names the count table of a second counted column
+    of the same table (its triggers are named after it).
     """
     conn = bind if bind is not None else _migration_connection()
-    names = _names(table)
+    names = _names(table, counts)
     index = _index_name(table, status_column, since_column or "")
     if any(len(n) > _MAX_IDENTIFIER for n in [*names.values(), index]):
         raise ValueError(f"{table!r} is too long a name to name its count table, triggers and index after")
@@ -104,7 +109,7 @@ def count_statuses(
     q = conn.dialect.identifier_preparer.quote
     t, s, c = q(table), q(status_column), q(names["counts"])
     if conn.dialect.name == "postgresql":
-        _install_postgresql(conn, table, names, t, s, c)
+        _install_postgresql(conn, _lock_key(table, counts), names, t, s, c)
     else:
         _install_sqlite(conn, names, t, s, c)
     if since_column is not None:
@@ -139,7 +144,7 @@ def _install_sqlite(conn: sa.Connection, names: dict[str, str], t: str, s: str, 
     ))
 
 
-def _install_postgresql(conn: sa.Connection, table: str, names: dict[str, str], t: str, s: str, c: str) -> None:
+def _install_postgresql(conn: sa.Connection, lock: str, names: dict[str, str], t: str, s: str, c: str) -> None:
     q = conn.dialect.identifier_preparer.quote
     # Held to the end of the migration's transaction: no write to the table between the
     # backfill's snapshot and the triggers (SHARE ROW EXCLUSIVE conflicts with every writer).
@@ -150,7 +155,7 @@ def _install_postgresql(conn: sa.Connection, table: str, names: dict[str, str], 
         "WITH (autovacuum_vacuum_threshold = 1000, autovacuum_vacuum_scale_factor = 0)"
     ))
     conn.execute(sa.text(f"INSERT INTO {c} (status, n) SELECT {s}, count(*) FROM {t} GROUP BY {s}"))
-    key = _lock_key(table).replace("'", "''")
+    key = lock.replace("'", "''")
     function = q(names["function"])
     conn.execute(sa.text(f"""
 CREATE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql AS $body$
@@ -192,10 +197,11 @@ def drop_status_counts(
     status_column: str = "status",
     since_column: str | None = "updated_at",
     bind: sa.Connection | None = None,
+    counts: str | None = None,
 ) -> None:
     """Undo ``count_statuses`` (in a ``downgrade()``): the triggers, the count table and the index."""
     conn = bind if bind is not None else _migration_connection()
-    names = _names(table)
+    names = _names(table, counts)
     q = conn.dialect.identifier_preparer.quote
     t = q(table)
     for which in ("insert", "update", "delete", "truncate"):
@@ -214,7 +220,9 @@ def _migration_connection() -> sa.Connection:
     return op.get_bind()
 
 
-def recount(engine: sa.Engine, table: str, status_column: str = "status") -> dict[str, tuple[int, int]]:
+def recount(
+    engine: sa.Engine, table: str, status_column: str = "status", counts: str | None = None
+) -> dict[str, tuple[int, int]]:
     """Count ``table``'s rows per status again and make the kept counts say so: the repair after
     writes the triggers did not see (a ``REPLACE`` from a SQLite connection without
     ``recursive_triggers``, triggers disabled). Returns each status whose count was wrong,
@@ -225,11 +233,11 @@ def recount(engine: sa.Engine, table: str, status_column: str = "status") -> dic
     the first statement), so no write lands between the count and the replacement.
     """
     q = engine.dialect.identifier_preparer.quote
-    t, s, c = q(table), q(status_column), q(counts_name(table))
+    t, s, c = q(table), q(status_column), q(counts_name(table, counts))
     with engine.begin() as conn:
         if engine.dialect.name == "postgresql":
             conn.execute(sa.text(f"LOCK TABLE {t} IN SHARE ROW EXCLUSIVE MODE"))
-            conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtext(:k))"), {"k": _lock_key(table)})
+            conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtext(:k))"), {"k": _lock_key(table, counts)})
         else:  # a write first: SQLite's write lock, before anything is read
             conn.execute(sa.text(f"UPDATE {c} SET n = n"))
         kept = {r[0]: int(r[1]) for r in conn.execute(sa.text(f"SELECT status, sum(n) FROM {c} GROUP BY status"))}
@@ -243,7 +251,7 @@ def recount(engine: sa.Engine, table: str, status_column: str = "status") -> dic
     return {k: (kept.get(k, 0), true.get(k, 0)) for k in sorted({*kept, *true}) if kept.get(k, 0) != true.get(k, 0)}
 
 
-def compact(engine: sa.Engine, table: str) -> bool:
+def compact(engine: sa.Engine, table: str, counts: str | None = None) -> bool:
     """Fold ``table``'s delta log into one row per status (PostgreSQL); whether this call did it.
 
     Skipped when another compaction holds the table's lock. Exact under
@@ -253,11 +261,11 @@ def compact(engine: sa.Engine, table: str) -> bool:
     """
     if engine.dialect.name != "postgresql":
         return False  # SQLite's triggers keep one row per status already
-    c = engine.dialect.identifier_preparer.quote(counts_name(table))
+    c = engine.dialect.identifier_preparer.quote(counts_name(table, counts))
     for _ in range(2):
         with engine.begin() as conn:
             if not conn.execute(
-                sa.text("SELECT pg_try_advisory_xact_lock(hashtext(:k))"), {"k": _lock_key(table)}
+                sa.text("SELECT pg_try_advisory_xact_lock(hashtext(:k))"), {"k": _lock_key(table, counts)}
             ).scalar():
                 return False
             conn.execute(sa.text(
@@ -269,7 +277,7 @@ def compact(engine: sa.Engine, table: str) -> bool:
         with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
             conn.execute(sa.text(f"VACUUM (SKIP_LOCKED) {c}"))
             pages = conn.execute(sa.text("SELECT pg_relation_size(:t) / current_setting('block_size')::int"),
-                                 {"t": counts_name(table)}).scalar_one()
+                                 {"t": counts_name(table, counts)}).scalar_one()
         # After a bulk load the folded rows sit on the last of many emptied pages, which a vacuum
         # cannot cut off; folding once more puts them on the first free page, then it can.
         if pages <= _SMALL_PAGES:
