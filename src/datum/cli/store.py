@@ -62,16 +62,14 @@ def recount(config: str | None, as_json: bool) -> None:
     `corrected` (status -> the count kept and the true one; empty when the counts were right).
     """
     from datum.cli.common import wire
-    from datum.core.hostsummary import REVISION_SEPARATOR
     from datum.reconcile.registry import declared_coverage
-    from datum.store.hosts import REVISION_COUNTS
+    from datum.store.hosts import BY_REVISION, REVISION_COUNTS
     from datum.store.status_counts import recount as recount_table
 
     w = wire(config)
     found: list[dict[str, object]] = []
-    def again(owner: str | None, table: str, column: str, counts: str | None = None) -> None:
-        # the hosts per revision are keyed "revision<US>state": shown "revision state"
-        wrong = {k.replace(REVISION_SEPARATOR, " "): v for k, v in recount_table(w.store.engine, table, column, counts).items()}
+    def again(owner: str | None, table: str, column: str, counts: str | None = None, by: dict[str, str] | None = None) -> None:
+        wrong = recount_table(w.store.engine, table, column, counts, by)
         table = counts or table
         found.append({
             "reconciler": owner, "table": table,
@@ -87,7 +85,7 @@ def recount(config: str | None, as_json: bool) -> None:
 
     try:
         again(None, "hosts", "state")  # the fleet's counts by state (migration 0014_host_counts)
-        again(None, "hosts", "revision_state", REVISION_COUNTS)  # by revision and state (0017_revision_counts)
+        again(None, "hosts", "state", REVISION_COUNTS, BY_REVISION)  # by revision and state (0017_revision_counts)
         for name in w.registry:
             reconciler, _own = w.registry.build(w.settings, name, w.store)
             for spec in declared_coverage(reconciler) or ():

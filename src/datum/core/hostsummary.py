@@ -67,22 +67,6 @@ def summarize(report: Mapping[str, Any]) -> dict[str, Any]:
     return summary
 
 
-REVISION_SEPARATOR = "\x1f"  # the unit separator: in neither a host state nor a revision the server names
-
-
-def revision_key(revision: str | None, state: str) -> str:
-    """The key the store counts hosts per revision and state by (``hosts.revision_state``): the revision
-    (empty when the pass names none), the separator, the state."""
-    return f"{revision or ''}{REVISION_SEPARATOR}{state}"
-
-
-def revision_of_key(key: str) -> tuple[str | None, str]:
-    """``revision_key`` read back: (revision or None, state). Split at the last separator: a revision a host
-    reported may hold one, a state never does."""
-    revision, _sep, state = key.rpartition(REVISION_SEPARATOR)
-    return (revision or None), state
-
-
 def interval_of(report: Mapping[str, Any]) -> float | None:
     """The agent's interval the report carries (``datum agent``), which makes the host able to go stale."""
     interval = report.get("intervalSeconds")

@@ -5,14 +5,13 @@ from __future__ import annotations
 import json
 import logging
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
 
-from datum.core.hostsummary import interval_of, revision_key, revision_of_key, summarize
+from datum.core.hostsummary import interval_of, summarize
 from datum.core.vocab import HostState
 from datum.store.engine import Store
 from datum.store.history import (
@@ -48,7 +47,7 @@ def _values(report: dict[str, Any]) -> tuple[dict[str, Any], int | None]:
         "summary": summarize(report),
         "interval_seconds": interval_of(report),
     }
-    values["revision_state"] = revision_key(values["summary"].get("revision"), values["state"])
+    values["revision"] = values["summary"].get("revision")
     return values, seq
 
 
@@ -164,7 +163,7 @@ def _upsert(dialect: str, host: str, values: dict[str, Any], seq: int | None) ->
 # the archive's retention drops them in bulk (store.passes.prune_passes).
 _HOST_COLUMNS = (
     "host", "state", "reason", "boot_id", "finished_at", "updated_at", "report", "pass_id", "seq", "summary",
-    "interval_seconds", "revision_state",
+    "interval_seconds", "revision",
 )
 _JSON_COLUMNS = {"report", "summary"}
 _PG_TAKE_WITH_HISTORY = sa.text(f"""
@@ -324,51 +323,49 @@ def host_counts(store: Store, multiple: float, now: datetime) -> dict[str, int]:
     0014_host_counts); the stale hosts, found through ``finished_at`` (``stale_hosts``), move from their
     stored state to ``unknown``, as does a stored state that is not a host state.
     """
-    unknown = HostState.UNKNOWN.value
-    return _kept_counts(store, multiple, now, hosts.c.state, None, _readable, lambda _state: unknown)
+    return {state: n for (state,), n in kept_counts(store, multiple, now).items()}
 
 
 REVISION_COUNTS = "hosts_revision_status_counts"  # migration 0017_revision_counts
+BY_REVISION = {"revision": "revision"}
 
 
 def revision_counts(store: Store, multiple: float, now: datetime) -> dict[tuple[str | None, str], int]:
-    """Every host by the revision its last pass ran (None: it names none) and the state it reads at ``now``,
-    without reading every host: ``host_counts`` per revision, from the counts the database keeps of
-    ``revision_state`` (``hosts_revision_status_counts``)."""
-
-    def read(key: str) -> str:
-        revision, state = revision_of_key(key)
-        return revision_key(revision, _readable(state))
-
-    def late(key: str) -> str:
-        return revision_key(revision_of_key(key)[0], HostState.UNKNOWN.value)
-
-    found = _kept_counts(store, multiple, now, hosts.c.revision_state, REVISION_COUNTS, read, late)
-    return {revision_of_key(key): n for key, n in found.items()}
+    """Every host by the revision its last pass ran (None: it names none) and the state it reads at ``now``:
+    ``host_counts`` per revision, from the counts the database keeps (``hosts_revision_status_counts``)."""
+    found = kept_counts(store, multiple, now, REVISION_COUNTS, BY_REVISION)
+    return {(revision or None, state): n for (revision, state), n in found.items()}
 
 
-def _kept_counts(
-    store: Store, multiple: float, now: datetime, column: Any, counts: str | None,
-    read: Callable[[str], str], stale_as: Callable[[str], str],
-) -> dict[str, int]:
-    """The kept counts of ``column`` (its count table ``counts``), each key as ``read`` reads it, with the
-    stale hosts (``stale_hosts``, through ``finished_at``) moved from their key to ``stale_as`` of it."""
-    kept = counts_table(hosts.name, counts)
+def kept_counts(
+    store: Store, multiple: float, now: datetime, counts: str | None = None, by: dict[str, str] | None = None,
+) -> dict[tuple[str, ...], int]:
+    """The hosts by the state they read at ``now``, and by ``by``'s columns before it, from a count the database
+    keeps (``counts``; the states' own by default; ``datum.store.status_counts``): each key is ``by``'s values
+    (NULL as ``''``) then the state. The stale hosts, found through ``finished_at`` (``stale_hosts``), move
+    from their stored state to ``unknown``, as does a stored state that is not a host state."""
+    by = by or {}
+    kept = counts_table(hosts.name, counts, by)
+    keyed = [kept.c[k] for k in by]
+    own = [sa.func.coalesce(hosts.c[column], "") for column in by.values()]
+    unknown = HostState.UNKNOWN.value
     with store.connect() as conn:
         logged = 0
-        found: Counter[str] = Counter()
-        for key, n, entries in conn.execute(
-            sa.select(kept.c.status, sa.func.sum(kept.c.n), sa.func.count()).group_by(kept.c.status)
+        found: Counter[tuple[str, ...]] = Counter()
+        for *key, state, n, entries in conn.execute(
+            sa.select(*keyed, kept.c.status, sa.func.sum(kept.c.n), sa.func.count()).group_by(*keyed, kept.c.status)
         ):
             logged += int(entries)
-            found[read(str(key))] += int(n)
+            found[(*map(str, key), _readable(str(state)))] += int(n)
         late = stale_hosts(conn, multiple, now)
         if late is not None:
-            for key, n in conn.execute(sa.select(column, sa.func.count()).where(late).group_by(column)):
-                found[read(str(key))] -= int(n)
-                found[stale_as(str(key))] += int(n)
+            for *key, state, n in conn.execute(
+                sa.select(*own, hosts.c.state, sa.func.count()).where(late).group_by(*own, hosts.c.state)
+            ):
+                found[(*map(str, key), _readable(str(state)))] -= int(n)
+                found[(*map(str, key), unknown)] += int(n)
     if logged > COMPACT_AT:
-        compact_counts(store, counts)
+        compact_counts(store, counts, by)
     return {key: n for key, n in found.items() if n > 0}
 
 
@@ -395,13 +392,13 @@ def stale_hosts(conn: sa.Connection, multiple: float, now: datetime) -> Any:
     return sa.and_(hosts.c.finished_at < bound, silent(conn.dialect.name, multiple, now))
 
 
-def compact_counts(store: Store, counts: str | None = None) -> None:
-    """Fold a count log of ``hosts`` (PostgreSQL; ``counts``: which, the states' by default); the counts are
-    exact either way, only reads are slower."""
+def compact_counts(store: Store, counts: str | None = None, by: dict[str, str] | None = None) -> None:
+    """Fold a count log of ``hosts`` (PostgreSQL; ``counts``, by ``by``'s columns: which, the states' by default);
+    the counts are exact either way, only reads are slower."""
     if store.dialect != "postgresql":
         return
     try:
-        compact(store.engine, hosts.name, counts)
+        compact(store.engine, hosts.name, counts, by or ())
     except sa.exc.SQLAlchemyError as exc:
         log.warning("could not fold the host count log: %s", exc)
 

@@ -85,10 +85,10 @@ hosts = sa.Table(
     # summary of the last pass, and its agent's interval (what makes a silent host stale, in SQL).
     sa.Column("summary", sa.JSON(none_as_null=True)),
     sa.Column("interval_seconds", sa.Float),
-    # The revision its last pass ran and the state it reported, one key (``datum.store.revisions.revision_key``):
-    # what the database counts in hosts_revision_status_counts (migration 0017_revision_counts), so that the hosts
+    # The fleet directory's revision its last pass ran (as in its summary): the database counts the hosts by
+    # revision and state in hosts_revision_status_counts (migration 0017_revision_counts), so that the hosts
     # per revision are read without reading every host.
-    sa.Column("revision_state", sa.String(140), nullable=False, server_default=""),
+    sa.Column("revision", sa.String(100)),
     sa.Index("ix_hosts_state_host", "state", "host"),
     # What finds the stale hosts without reading every host (migration 0014_host_counts, with the
     # counts by state the database keeps in hosts_status_counts).
