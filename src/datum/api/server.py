@@ -41,12 +41,21 @@ from datum.config import Settings
 from datum.core.findings import Problem
 from datum.reconcile.registry import Registry
 from datum.reconcile.runner import Runner, Tick
-from datum.reconcile.scheduler import Scheduler
+from datum.reconcile.scheduler import Scheduler, ticking
 from datum.store import Store
 
 log = logging.getLogger("datum.server")
 
 RETAIN_EVERY = 600.0  # seconds between two runs of the pass archive's retention (the first at start)
+
+
+def control_pool(reconcilers: int) -> tuple[int, int]:
+    """The control loop's pool (kept connections, overflow) for ``reconcilers`` ticking ones.
+
+    A tick holds at most three at once (PostgreSQL's session lock, its lease's renewal, the pass's own
+    transaction) and the retention one: kept for them all, a little overflow past that.
+    """
+    return 3 * reconcilers + 1, 2
 
 
 def retained(store: Store, keep: timedelta) -> None:
@@ -80,8 +89,11 @@ def serving_app(settings: Settings, wire: Callable[[], tuple[Registry, Store]]) 
         # Ticks recorded by any process on the store (other replicas, datum reconcile), and revoked tokens.
         watch = RunWatch(store, forget)
         recheck = Every(state.tokens.revalidate, RECHECK, "token-recheck")
+        # The control loop (the scheduler's ticks, the retention) has connections of its own: requests, however
+        # many (a storm of reports, of page loads), never take the ones a tick needs.
+        control = store.own_pool(*control_pool(len(ticking(registry, settings))))
         # Every host pass is kept [server] retention long: older ones dropped in batches, here, never at intake.
-        retention = Every(lambda: retained(store, settings.server.retention), RETAIN_EVERY, "pass-retention")
+        retention = Every(lambda: retained(control, settings.server.retention), RETAIN_EVERY, "pass-retention")
         watch.start()
         recheck.start()
         retention.start()
@@ -99,7 +111,7 @@ def serving_app(settings: Settings, wire: Callable[[], tuple[Registry, Store]]) 
             def ticked(tick: Tick) -> None:
                 forget(tick.reconciler)
 
-            scheduler = Scheduler(Runner(registry, settings, store), on_tick=ticked)
+            scheduler = Scheduler(Runner(registry, settings, control), on_tick=ticked)
             scheduler.start()
         try:
             yield
@@ -111,6 +123,8 @@ def serving_app(settings: Settings, wire: Callable[[], tuple[Registry, Store]]) 
             retention.stop()
             if state.manifest_changes is not None:
                 await state.manifest_changes.stop()
+            if control is not store:
+                control.dispose()
             store.dispose()
 
     app.router.lifespan_context = lifespan

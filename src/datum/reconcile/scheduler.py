@@ -20,6 +20,8 @@ import threading
 import time
 from collections.abc import Callable
 
+from datum.config import Settings
+from datum.reconcile.registry import Registry
 from datum.reconcile.runner import Runner, Tick, TickOutcome
 
 log = logging.getLogger("datum.scheduler")
@@ -29,6 +31,11 @@ OnTick = Callable[[Tick], None]
 # A not-due tick is retried this long after it is due, so that clocks read a
 # moment apart never make it early twice.
 _SLACK = 0.01
+
+
+def ticking(registry: Registry, settings: Settings) -> list[str]:
+    """The reconcilers a scheduler ticks: every registered one that is enabled."""
+    return [n for n in registry if registry.settings(settings, n).enabled]
 
 
 class Scheduler:
@@ -42,8 +49,7 @@ class Scheduler:
 
     def names(self) -> list[str]:
         """The reconcilers this scheduler ticks: every registered one that is enabled."""
-        r = self.runner
-        return [n for n in r.registry if r.registry.settings(r.settings, n).enabled]
+        return ticking(self.runner.registry, self.runner.settings)
 
     def start(self) -> None:
         for name in self.names():

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
+from functools import partial
 from pathlib import Path
 from urllib.parse import quote
 
@@ -110,6 +111,8 @@ class Store:
         self._identity = _identity(path)
         self._ensured: set[int] = set()
         self._migrated: set[str] = set()
+        # Makes another engine on the same database with a pool of the given size and overflow (``own_pool``).
+        self._another: Callable[[int, int], Engine] | None = None
 
     @property
     def dialect(self) -> str:
@@ -179,6 +182,24 @@ class Store:
     def dispose(self) -> None:
         self.engine.dispose()
 
+    def own_pool(self, size: int, overflow: int = 0) -> Store:
+        """This store with connections of its own: another engine on the same database, with a pool of
+        ``size`` kept connections (opened as needed) and ``overflow`` more for a burst.
+
+        What the server's control loop (the scheduler's ticks, the retention) runs on, so that requests,
+        however many, never take the connections a tick needs. A store that cannot have a second engine
+        (SQLite in memory: another engine is another database) is itself.
+        """
+        if self._another is None:
+            return self
+        other = Store(
+            self._another(size, overflow), path=self._path, lock_wait=self.lock_wait, migrated=self.migrated
+        )
+        other._identity = self._identity  # the file this process opened, not the one there now
+        other._ensured = self._ensured
+        other._migrated = self._migrated
+        return other
+
 
 def _sqlite_pragmas(lock_wait: timedelta):  # type: ignore[no-untyped-def]
     busy_ms = max(1, int(lock_wait.total_seconds() * 1000))
@@ -247,7 +268,6 @@ def open_store(
     if "\x00" in (parsed.database or ""):
         raise Problem.one("INVALID_INPUT", "the store's database name holds a NUL byte")
     path: str | None = None
-    never_recreate: _NeverRecreate | None = None
     if parsed.get_backend_name() == "sqlite":
         database = parsed.database
         if database and database != ":memory:" and not database.startswith("file:"):
@@ -259,27 +279,10 @@ def open_store(
                     "UNAVAILABLE", f"cannot create the store's folder {folder}: {exc.strerror}"
                 ) from exc
             path = str(Path(database).expanduser())
-        engine = sa.create_engine(parsed, connect_args={"timeout": wait.total_seconds()})
-        sa.event.listen(engine, "connect", _sqlite_pragmas(wait))
-        if path is not None:
-            never_recreate = _NeverRecreate(path)
-            sa.event.listen(engine, "do_connect", never_recreate)
-    else:  # PostgreSQL: the only other backend _DRIVERS lets through
-        if parsed.drivername in ("postgresql", "postgres"):
-            parsed = parsed.set(drivername="postgresql+psycopg")
-        # A row or table another session holds is waited for lock_wait, a server that does not answer
-        # about as long: then the statement fails (UNAVAILABLE) rather than hang the command.
-        wait_ms = max(1, int(wait.total_seconds() * 1000))
-        connect_args = {
-            "options": f"-c lock_timeout={wait_ms}",
-            "connect_timeout": max(2, round(wait.total_seconds())),
-        }
-        # A server's worker threads (40) each may hold a connection: with SQLAlchemy's default pool of 5
-        # (+10 overflow) every request past the fifth opened a new PostgreSQL connection and closed it after
-        # (a backend forked per report under load). Connections are opened on demand, kept once opened.
-        engine = sa.create_engine(
-            parsed, pool_pre_ping=True, pool_size=POOL_SIZE, max_overflow=POOL_OVERFLOW, connect_args=connect_args
-        )
+    elif parsed.drivername in ("postgresql", "postgres"):  # PostgreSQL: the only other backend _DRIVERS lets through
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    never_recreate = _NeverRecreate(path) if path is not None else None
+    engine = _engine(parsed, wait, never_recreate)
     shown = parsed.render_as_string(hide_password=True)
     branches = [CORE, *branches]
     try:
@@ -293,4 +296,33 @@ def open_store(
         never_recreate.opened = True
     store = Store(engine, path=path, lock_wait=wait, migrated=migrated)
     store._migrated.update(b.version_table for b in branches)
+    if parsed.get_backend_name() != "sqlite" or path is not None:  # not an in-memory SQLite: another engine can be had
+        store._another = partial(_engine, parsed, wait, never_recreate)
     return store
+
+
+def _engine(
+    parsed: sa.URL, wait: timedelta, never_recreate: _NeverRecreate | None, size: int | None = None, overflow: int = 0
+) -> Engine:
+    """An engine on the store ``parsed`` names; ``size`` and ``overflow`` its pool's (None: the defaults below)."""
+    if parsed.get_backend_name() == "sqlite":
+        pool = {} if size is None else {"pool_size": size, "max_overflow": overflow}
+        engine = sa.create_engine(parsed, connect_args={"timeout": wait.total_seconds()}, **pool)
+        sa.event.listen(engine, "connect", _sqlite_pragmas(wait))
+        if never_recreate is not None:
+            sa.event.listen(engine, "do_connect", never_recreate)
+        return engine
+    # A row or table another session holds is waited for lock_wait, a server that does not answer
+    # about as long: then the statement fails (UNAVAILABLE) rather than hang the command.
+    wait_ms = max(1, int(wait.total_seconds() * 1000))
+    connect_args = {
+        "options": f"-c lock_timeout={wait_ms}",
+        "connect_timeout": max(2, round(wait.total_seconds())),
+    }
+    # A server's worker threads (40) each may hold a connection: with SQLAlchemy's default pool of 5
+    # (+10 overflow) every request past the fifth opened a new PostgreSQL connection and closed it after
+    # (a backend forked per report under load). Connections are opened on demand, kept once opened.
+    return sa.create_engine(
+        parsed, pool_pre_ping=True, pool_size=POOL_SIZE if size is None else size,
+        max_overflow=POOL_OVERFLOW if size is None else overflow, connect_args=connect_args,
+    )
