@@ -171,6 +171,8 @@ def test_a_bound_token_speaks_for_its_host_only(fleet: Fleet):
 
 
 def test_node_rules_choose_manifests_by_facts(fleet: Fleet):
+    nodes = fleet.manifests / "nodes.yaml"
+    nodes.write_text(nodes.read_text().replace("    manifests: [testos.yaml]\n", "    manifests: [testos.yaml]\n    group: testers\n"))
     agent = Agent(fleet, "db1", fleet.token("agent", "--host", "db1"))
     (agent.root / "etc").mkdir(parents=True)
     (agent.root / "etc" / "os-release").write_text("ID=testos\nVERSION_ID=1\n")
@@ -178,6 +180,16 @@ def test_node_rules_choose_manifests_by_facts(fleet: Fleet):
     assert run.code == 2, run.err
     assert (agent.root / "etc" / "testos.conf").read_text() == "testos\n"
     assert not (agent.root / "srv").exists()  # db1 is not web*
+    # its facts came with its report too: the server recorded the group the facts' rule gives
+    from prometheus_client.parser import text_string_to_metric_families
+
+    scraped = fleet.get("/metrics", fleet.token("operator")).text
+    hosts = {
+        (s.labels["group"], s.labels["state"]): s.value
+        for family in text_string_to_metric_families(scraped) for s in family.samples if s.name == "datum_fleet_hosts"
+    }
+    assert sum(v for (group, _state), v in hosts.items() if group == "testers") == 1
+    assert sum(hosts.values()) == 1
 
 
 def test_an_include_cycle_or_duplicate_is_a_finding_served_as_422(sqlite_fleet: Fleet):

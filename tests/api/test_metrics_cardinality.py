@@ -9,7 +9,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from datum.config import MetricsSettings
 from datum.store.hosts import record_pass
 
-from .story import pass_report
+from .story import pass_report, serve_fleet
 
 
 def series(story) -> dict[str, int]:
@@ -148,3 +148,97 @@ def test_the_process_counts_the_reports_it_took_and_how_long_each_took(story):
     assert seen[("datum_reports_received_total", (("outcome", "older"),))] == 1.0
     assert seen[("datum_report_intake_seconds_count", ())] == 3.0
     assert seen[("datum_report_intake_seconds_bucket", (("le", "+Inf"),))] == 3.0
+
+
+GROUPED = """\
+nodes:
+  - match: {name: "web*"}
+    manifests: [web.yaml]
+    group: web
+  - match: {facts: {os_release.ID: testos}}
+    manifests: [web.yaml]
+    group: testers
+  - match: {name: "db*"}
+    manifests: [web.yaml]
+"""
+
+
+def grouped(story) -> dict[tuple[str, str], float]:
+    return {
+        (dict(labels)["group"], dict(labels)["state"]): value
+        for (name, labels), value in samples(story).items() if name == "datum_fleet_hosts"
+    }
+
+
+def report_with(story, host: str, state: str = "converged", facts: str | None = None, **extra: object):
+    report = pass_report(host, state=state) | extra
+    if state == "converged":
+        report |= {"counts": {"converged": 1}, "resources": [report["resources"][0]]}
+        del report["reason"]
+    headers = story.auth("agent") | ({"X-Datum-Facts": facts} if facts is not None else {})
+    r = story.client.post(f"/v1/hosts/{host}/passes", json=report, headers=headers)
+    assert r.status_code in (200, 201), r.text
+
+
+def test_hosts_by_group_and_state_come_from_the_name_and_the_facts_sent_with_the_report(story, tmp_path):
+    directory = serve_fleet(story, tmp_path / "fleet")
+    (directory / "nodes.yaml").write_text(GROUPED)
+    for i in range(3):
+        report_with(story, f"web{i}")
+    report_with(story, "web9", state="failed")
+    report_with(story, "db1", facts='{"os_release": {"ID": "testos"}}')  # the facts' rule: a later rule's group wins
+    report_with(story, "db2")  # no rule gives it a group
+    report_with(story, "db3", facts="{not json")  # taken all the same, in the group it had (a new host: default)
+    seen = grouped(story)
+    assert seen[("web", "converged")] == 3 and seen[("web", "failed")] == 1
+    assert seen[("testers", "converged")] == 1 and seen[("default", "converged")] == 2
+    assert sum(seen.values()) == 7
+    # every group nodes.yaml names and default, by every state: 0 when none
+    assert {g for g, _s in seen} == {"web", "testers", "default"} and len(seen) == 3 * 6
+    # the group moves with the facts of the next report; facts that do not read keep it
+    report_with(story, "db1", facts="{}", seq=5, passId="p5")
+    report_with(story, "web1", facts="[1]", state="failed", seq=6, passId="p6")
+    seen = grouped(story)
+    assert seen[("testers", "converged")] == 0 and seen[("default", "converged")] == 3
+    assert seen[("web", "failed")] == 2 and seen[("web", "converged")] == 2
+
+
+def test_hosts_by_group_are_bounded_by_groups_and_states_in_every_mode(story, tmp_path):
+    directory = serve_fleet(story, tmp_path / "fleet")
+    (directory / "nodes.yaml").write_text(GROUPED)
+    fill(story)  # 62 hosts in no group (recorded without intake's group: default)
+    for mode in ("all", "problems", "none"):
+        count, seen = per_host(story, per_host=mode)
+        by_group = {key: v for (name, key), v in seen.items() if name == "datum_fleet_hosts"}
+        assert len(by_group) == 3 * 6, mode  # web, testers, default: whatever the fleet's size
+        assert sum(by_group.values()) == 62
+
+
+def test_a_stale_host_reads_unknown_in_its_group(story, tmp_path):
+    from datetime import timedelta
+
+    directory = serve_fleet(story, tmp_path / "fleet")
+    (directory / "nodes.yaml").write_text(GROUPED)
+    old = (datetime.now(UTC) - timedelta(hours=1)).isoformat()
+    report_with(story, "web1", finishedAt=old, intervalSeconds=60)
+    report_with(story, "web2", finishedAt=datetime.now(UTC).isoformat(), intervalSeconds=60)
+    seen = grouped(story)
+    assert seen[("web", "unknown")] == 1 and seen[("web", "converged")] == 1
+
+
+def test_the_store_keeps_the_counts_by_group_through_every_write(story):
+    """The triggers count every write, whoever makes it: an insert, a state or group changed, a delete."""
+    import sqlalchemy as sa
+
+    from datum.store.hosts import group_counts
+    from datum.store.schema import hosts
+
+    now = datetime.now(UTC)
+    for host in ("a", "b", "c"):
+        record_pass(story.store, host, pass_report(host))
+    assert group_counts(story.store, 3.0, now) == {("default", "failed"): 3}
+    with story.store.begin() as conn:
+        conn.execute(sa.update(hosts).where(hosts.c.host == "a").values(group_name="web"))
+        conn.execute(sa.update(hosts).where(hosts.c.host == "b").values(state="converged", group_name="db"))
+        conn.execute(sa.delete(hosts).where(hosts.c.host == "c"))
+    assert group_counts(story.store, 3.0, now) == {("web", "failed"): 1, ("db", "converged"): 1}

@@ -166,9 +166,8 @@ def cycle(opts: Options, pushed: Any = None) -> Cycle:
     state = AgentState(path)
     try:
         last = state.last_manifest()
-        got = pushed or fetch(
-            opts.server, host, opts.token, last[0] if last else None, _facts(opts.root, opts.config), opts.deadline
-        )
+        facts = _facts(opts.root, opts.config)  # for the manifest and with the reports (the host's group)
+        got = pushed or fetch(opts.server, host, opts.token, last[0] if last else None, facts, opts.deadline)
         root = agent.real_root(opts.root)  # a root that is not a directory: said before the lock is taken
         held = hold(path, opts.config.lock_wait.total_seconds(), reads.boot_id(opts.config.boot_id_file), watch=False)
         try:
@@ -191,7 +190,7 @@ def cycle(opts: Options, pushed: Any = None) -> Cycle:
             manifest, root=root, mode=opts.mode, config=opts.config, state_path=path, held=held,
             extra=extra, budget=_budget(opts, host), none_because=origin,
         )
-        sent = flush(state, opts.server, host, opts.token, opts.deadline)
+        sent = flush(state, opts.server, host, opts.token, opts.deadline, facts)
     finally:
         state.close()
     report, code = result.report, result.exit_code

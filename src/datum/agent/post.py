@@ -21,12 +21,18 @@ class Sent:
     permanent: bool = False
 
 
-def post(server: str, host: str, report: dict[str, Any], token: str, deadline: float = DEADLINE) -> Sent:
+def post(
+    server: str, host: str, report: dict[str, Any], token: str, deadline: float = DEADLINE,
+    facts: dict[str, Any] | None = None,
+) -> Sent:
     """``POST`` one report; taken when the server answers 2xx within ``deadline`` seconds (its body is not
     read). Anything else (no answer, a slow or cut one, a redirect, an error) keeps it for the next delivery,
-    but for an answer that will never change (``_PERMANENT``)."""
+    but for an answer that will never change (``_PERMANENT``). ``facts`` go in ``X-Datum-Facts``, as with the
+    manifest request: the server records the host's group from them."""
     url = f"{server.rstrip('/')}/v1/hosts/{urllib.parse.quote(host, safe='')}/passes"
     headers = {"Content-Type": "application/json", "Authorization": f"Bearer {token}"}
+    if facts is not None:
+        headers["X-Datum-Facts"] = json.dumps(facts, separators=(",", ":"), default=str)
     try:
         answer = request("POST", url, headers, data=json.dumps(report).encode(), deadline=deadline)
     except Unusable as exc:
@@ -45,13 +51,16 @@ class Flushed:
     why: str | None  # why delivery stopped, when it did
 
 
-def flush(state: Any, server: str, host: str, token: str, deadline: float = DEADLINE) -> Flushed:
-    """Send every spooled report in sequence order; stop at the first the server does not take."""
+def flush(
+    state: Any, server: str, host: str, token: str, deadline: float = DEADLINE, facts: dict[str, Any] | None = None
+) -> Flushed:
+    """Send every spooled report in sequence order, with the host's ``facts`` now; stop at the first the server
+    does not take."""
     delivered = dropped = 0
     dropped += state.trim()
     pending = state.pending()
     for i, (seq, report) in enumerate(pending):
-        sent = post(server, host, report, token, deadline)
+        sent = post(server, host, report, token, deadline, facts)
         if sent.ok:
             state.delivered(seq)
             delivered += 1

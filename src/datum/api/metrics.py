@@ -6,8 +6,10 @@ truth. A scrape costs one query for the run rows, two for the hosts (how many
 there are; then their state, when their last pass finished, their agent's
 interval, last report time and resource counts: the summary columns intake
 writes, not their reports; with per-host series other than ``all``, only of
-the hosts that are not converged and on time, the rest counted) and each
-reconciler's (cached) drift report.
+the hosts that are not converged and on time, the rest counted), two for the
+hosts by group and state (the counts the store keeps, and the stale hosts'
+groups: ``datum.store.hosts.group_counts``) and each reconciler's (cached)
+drift report.
 
 Series an alert reads are always there: every reason and direction of every
 reconciler (0 when no item has it), every breaker direction, every coverage
@@ -49,7 +51,7 @@ from datum.core.vocab import Direction, Health, HostState, Reason, ResourceState
 from datum.fleet.stale import stale
 from datum.reconcile.attention import every
 from datum.reconcile.report import DriftReport
-from datum.store.hosts import FINISHED_AT, UPDATED_AT, stale_hosts
+from datum.store.hosts import FINISHED_AT, UPDATED_AT, group_counts, stale_hosts
 from datum.store.hosts import hosts as hosts_table
 from datum.store.runs import load_runs
 
@@ -353,6 +355,26 @@ class StoreCollector(Collector):
         )
         limit.add_metric([], multiple)
         yield from (fleet, per_host, since_report, resources, every, by_hand, limit, in_force, fleet_stale, fleet_by_hand)
+        yield self._groups(now)
+
+    def _groups(self, now: datetime) -> Metric:
+        """``datum_fleet_hosts{group,state}``: every group (nodes.yaml's, ``default``, any a host is in) by every
+        state, 0 when none; from the counts the store keeps (``group_counts``), never a read of every host."""
+        from datum.fleet.reboots import named_groups
+
+        _registry, store = self.state.wired()
+        settings = self.state.settings
+        counts = group_counts(store, settings.fleet.stale_after, now)
+        family = _gauge(
+            "datum_fleet_hosts",
+            "Hosts by group (nodes.yaml's group, recorded when the host reports; default when no rule gives one) "
+            "and state (of their last pass, or unknown when their agent fell silent). Always present.",
+            "group", "state",
+        )
+        for group in sorted(named_groups(settings.fleet) | {g for g, _s in counts}):
+            for s in HostState:
+                family.add_metric([group, s.value], counts.get((group, s.value), 0))
+        return family
 
 
     def _reboots(self, overdue_leases: list[dict[str, Any]]) -> Iterator[Metric]:

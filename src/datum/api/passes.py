@@ -7,14 +7,17 @@ worker thread, with a report already validated.
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from datum.api.intake import accepted
 from datum.api.models import host_status
 from datum.api.state import ServerState
 from datum.core.findings import FieldError, invalid
 from datum.core.redact import looks_like_token
+from datum.fleet.reboots import intake_group
 from datum.host.report import PassReport
 from datum.store.hosts import take_pass
 
@@ -42,8 +45,12 @@ def check_host(report: PassReport, host: str) -> None:
         )
 
 
-def take(state: ServerState, host: str, report: PassReport) -> Answer:
-    """Accept ``report`` (``422`` naming every field at fault), store it, answer. Blocks on the store."""
+def take(state: ServerState, host: str, report: PassReport, facts: bytes | str | None = None) -> Answer:
+    """Accept ``report`` (``422`` naming every field at fault), store it, answer. Blocks on the store.
+
+    ``facts``: the request's ``X-Datum-Facts`` header, what the host's group is recorded from (with its name);
+    one that does not read keeps the stored group, it never refuses the report.
+    """
     _registry, store = state.wired()
     started = time.perf_counter()
     check_host(report, host)
@@ -53,6 +60,7 @@ def take(state: ServerState, host: str, report: PassReport) -> Answer:
         store, host, doc, history=True, text=text,
         # back from a reboot: its lease frees the group's slot, in the same transaction (statement, on PostgreSQL)
         release_lease=True,
+        group=intake_group(state.settings.fleet.manifests, host, _facts(facts)),
     )
     state.intake.took(taken.outcome, time.perf_counter() - started)
     if taken.outcome != "stored":  # the same pass again, or one older than the stored: kept as it was
@@ -61,3 +69,14 @@ def take(state: ServerState, host: str, report: PassReport) -> Answer:
     # validated again, and its report is the text just stored, not serialized again.
     head = host_status(taken.row, parsed=report).model_dump_json(by_alias=True, exclude_none=True, exclude={"report"})
     return Answer(201, f'{head[:-1]},"report":{text}}}'.encode(), taken.outcome)
+
+
+def _facts(header: bytes | str | None) -> dict[str, Any] | None:
+    """The facts an ``X-Datum-Facts`` header carries (none when absent), or None when they do not read."""
+    if header is None:
+        return {}
+    try:
+        facts = json.loads(header)
+    except ValueError:
+        return None
+    return facts if isinstance(facts, dict) else None

@@ -23,11 +23,53 @@ def group_for(directory: Path | None, host: str, facts: dict[str, Any]) -> str:
     """``host``'s group; a ``nodes.yaml`` that does not validate is a Problem (no lease without a group)."""
     if directory is None:
         return DEFAULT_GROUP
-    from datum.fleet.nodes import NODES, group_of, load_rules
+    from datum.fleet.nodes import group_of
 
-    if not (directory / NODES).is_file():
-        return DEFAULT_GROUP
-    return group_of(load_rules(directory), host, facts) or DEFAULT_GROUP
+    rules = _rules(directory)
+    return DEFAULT_GROUP if rules is None else group_of(rules, host, facts) or DEFAULT_GROUP
+
+
+def intake_group(directory: Path | None, host: str, facts: dict[str, Any] | None) -> str | None:
+    """The group a report's intake records for ``host`` (``hosts.group_name``): from its name and the facts its
+    agent sent with the report (``X-Datum-Facts``, as with its manifest request); None (keep the stored one)
+    when the facts did not read or ``nodes.yaml`` does not validate. A stat of ``nodes.yaml`` per report."""
+    if facts is None:
+        return None
+    from datum.core.findings import Problem
+
+    try:
+        return group_for(directory, host, facts)
+    except Problem:
+        return None
+
+
+# nodes.yaml's rules per file, with the (inode, size, mtime) they were read at: read again only when it changed.
+_RULES: dict[str, tuple[tuple[int, int, int], list[Any]]] = {}
+
+
+def _rules(directory: Path) -> list[Any] | None:
+    """The rules of ``directory``'s ``nodes.yaml`` (a Problem when it does not validate), None when it has none."""
+    import os
+    import stat
+
+    from datum.fleet.nodes import NODES, load_rules
+
+    path = directory / NODES
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        return None
+    stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
+    seen = _RULES.get(str(path))
+    if seen is not None and seen[0] == stamp:
+        return seen[1]
+    rules = load_rules(directory)
+    if len(_RULES) >= 100:
+        _RULES.clear()
+    _RULES[str(path)] = (stamp, rules)
+    return rules
 
 
 def ask(store: Store, fleet: FleetSettings, host: str, boot_id: str, facts: dict[str, Any]) -> Grant:
@@ -38,15 +80,18 @@ def ask(store: Store, fleet: FleetSettings, host: str, boot_id: str, facts: dict
 
 def groups(fleet: FleetSettings, leases: Leases) -> list[str]:
     """Every group the metrics and the page show: those nodes.yaml names, ``default``, and any with a lease."""
-    named = {DEFAULT_GROUP, *(lease.group for lease in leases.all)}
-    directory = fleet.manifests
-    if directory is not None:
-        from datum.core.findings import Problem
-        from datum.fleet.nodes import NODES, load_rules
+    return sorted(named_groups(fleet) | {lease.group for lease in leases.all})
 
-        if (directory / NODES).is_file():
-            try:
-                named.update(r.group for r in load_rules(directory) if r.group is not None)
-            except Problem:
-                pass  # a nodes.yaml that does not validate names no group (the manifests say why)
-    return sorted(named)
+
+def named_groups(fleet: FleetSettings) -> set[str]:
+    """``default`` and the groups nodes.yaml's rules give (none when it does not validate: the manifests say why)."""
+    named = {DEFAULT_GROUP}
+    if fleet.manifests is not None:
+        from datum.core.findings import Problem
+
+        try:
+            rules = _rules(fleet.manifests)
+        except Problem:
+            rules = None
+        named.update(r.group for r in rules or () if r.group is not None)
+    return named

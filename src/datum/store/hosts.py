@@ -11,8 +11,10 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from datum.core.budget import DEFAULT_GROUP
 from datum.core.hostsummary import interval_of, summarize
 from datum.core.vocab import HostState
+from datum.store import group_counts as by_group
 from datum.store.engine import Store
 from datum.store.history import (
     HOST,
@@ -85,6 +87,7 @@ def take_pass(
     history: bool = False,
     text: str | None = None,
     release_lease: bool = False,
+    group: str | None = None,
 ) -> Taken:
     """Persist ``report`` (a ``PassReport`` in its JSON form) as ``host``'s latest pass, with its summary.
 
@@ -105,16 +108,18 @@ def take_pass(
     host's reboot lease frees that lease (the host is back from its reboot:
     ``datum.store.leases.release_rebooted``), in the same transaction; on
     PostgreSQL with ``history`` in the same statement, so the intake's one
-    round trip stays one.
+    round trip stays one. ``group`` is the host's group (``datum.fleet.reboots.intake_group``), written
+    with the pass; None keeps the stored one (``default`` for a new host).
     """
     values, seq = _values(report)
     with store.begin() as conn:
         if history and store.dialect == "postgresql":
             params = _pg_params(host, values, report, text)
             params["release"] = (values["boot_id"] or None) if release_lease else None
+            params["group_name"] = group
             now = conn.execute(_PG_TAKE_WITH_HISTORY, params).scalar()
         else:
-            now = conn.execute(_upsert(store.dialect, host, values, seq)).scalar()
+            now = conn.execute(_upsert(store.dialect, host, values, seq, group)).scalar()
             if now is not None and history:
                 record_host_pass(conn, host, report, _as_utc(now))
             if now is not None and release_lease:
@@ -142,16 +147,18 @@ def take_pass(
     return Taken(outcome, row)
 
 
-def _upsert(dialect: str, host: str, values: dict[str, Any], seq: int | None) -> Any:
-    """The host row's INSERT ... ON CONFLICT DO UPDATE under the sequence rule, returning the store's clock."""
+def _upsert(dialect: str, host: str, values: dict[str, Any], seq: int | None, group: str | None = None) -> Any:
+    """The host row's INSERT ... ON CONFLICT DO UPDATE under the sequence rule, returning the store's clock;
+    the group written only when known (else the stored one kept, ``default`` for a new host)."""
     if dialect == "postgresql":
         from sqlalchemy.dialects.postgresql import insert
     else:
         from sqlalchemy.dialects.sqlite import insert
-    stmt = insert(hosts).values(host=host, **values)
+    stmt = insert(hosts).values(host=host, group_name=group or DEFAULT_GROUP, **values)
     newer = None if seq is None else sa.or_(hosts.c.seq.is_(None), hosts.c.seq < seq)
+    written = [*values, *(["group_name"] if group is not None else [])]
     return stmt.on_conflict_do_update(
-        index_elements=[hosts.c.host], set_={k: stmt.excluded[k] for k in values}, where=newer
+        index_elements=[hosts.c.host], set_={k: stmt.excluded[k] for k in written}, where=newer
     ).returning(_clock(dialect).label("now"))
 
 
@@ -168,9 +175,11 @@ _HOST_COLUMNS = (
 _JSON_COLUMNS = {"report", "summary"}
 _PG_TAKE_WITH_HISTORY = sa.text(f"""
 WITH up AS (
-  INSERT INTO hosts AS h ({", ".join(_HOST_COLUMNS)})
-  VALUES ({", ".join(f"CAST(:{c} AS json)" if c in _JSON_COLUMNS else f":{c}" for c in _HOST_COLUMNS)})
-  ON CONFLICT (host) DO UPDATE SET {", ".join(f"{c} = excluded.{c}" for c in _HOST_COLUMNS[1:])}
+  INSERT INTO hosts AS h ({", ".join(_HOST_COLUMNS)}, group_name)
+  VALUES ({", ".join(f"CAST(:{c} AS json)" if c in _JSON_COLUMNS else f":{c}" for c in _HOST_COLUMNS)},
+          COALESCE(CAST(:group_name AS text), '{DEFAULT_GROUP}'))
+  ON CONFLICT (host) DO UPDATE SET {", ".join(f"{c} = excluded.{c}" for c in _HOST_COLUMNS[1:])},
+    group_name = COALESCE(CAST(:group_name AS text), h.group_name)
   WHERE CAST(:seq AS bigint) IS NULL OR h.seq IS NULL OR h.seq < CAST(:seq AS bigint)
   RETURNING clock_timestamp() AS now
 ), last AS (
@@ -367,6 +376,13 @@ def kept_counts(
     if logged > COMPACT_AT:
         compact_counts(store, counts, by)
     return {key: n for key, n in found.items() if n > 0}
+
+
+def group_counts(store: Store, multiple: float, now: datetime) -> dict[tuple[str, str], int]:
+    """Every host by (group, the state it reads at ``now``), without reading every host: ``host_counts`` by group,
+    from the count the database keeps (``hosts_group_status_counts``, migration 0017_host_groups)."""
+    found = kept_counts(store, multiple, now, by_group.TABLE, by_group.BY)
+    return {(group, state): n for (group, state), n in found.items()}
 
 
 def _readable(state: str) -> str:

@@ -137,7 +137,9 @@ def one_host(state: ServerState, host: str) -> HostStatus:
         "the rollup of its resources. Stored as the host's latest pass, each diff cut at `[server] max_diff_bytes` "
         "and the diff of a sensitive resource never stored. A body over `[server] max_body_bytes` is 413. "
         "A report with a `seq` lower than or equal to the stored one's is not stored: 200 with "
-        "`Datum-Pass: duplicate` (the same pass again) or `older`."
+        "`Datum-Pass: duplicate` (the same pass again) or `older`. The agent's facts in `X-Datum-Facts` (JSON, as "
+        "with its manifest) and the host's name decide the group recorded for it (nodes.yaml `group`, `default` "
+        "when no rule gives one: `datum_fleet_hosts` on `/metrics`); facts that do not read keep the one recorded before."
     ),
     responses={
         200: {"model": HostStatus, "description": "Not stored: the same pass again or an older one (`Datum-Pass`)."},
@@ -151,7 +153,7 @@ def report_pass(
     host: str = HostParam,
     _p: str = Depends(needs(Action.REPORT_PASS, path_resource("Host", "host"))),
 ) -> Response:
-    answer = take(state_of(request), host, report)
+    answer = take(state_of(request), host, report, request.headers.get(FACTS_HEADER))
     headers = None if answer.status == 201 else {"Datum-Pass": answer.outcome}
     # a Response, so FastAPI does not validate the answer against response_model again
     return Response(answer.body, answer.status, headers, media_type="application/json")
@@ -169,7 +171,8 @@ async def report_pass_now(asked: Asked) -> Reply | None:
     host = asked.params["host"]
     if report is None or report.host != host:  # the route says what is wrong, its one way
         return None
-    answer = await anyio.to_thread.run_sync(take, asked.state, host, report)  # 422 or 503: a Problem
+    facts = asked.header(b"x-datum-facts")  # what its group is recorded from
+    answer = await anyio.to_thread.run_sync(take, asked.state, host, report, facts)  # 422 or 503: a Problem
     return Reply(answer.status, answer.body, [] if answer.status == 201 else [(b"datum-pass", answer.outcome.encode())])
 
 
