@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -26,12 +26,14 @@ from datum.fleet.listing import cursor_after, host_after
 from datum.store import open_store
 from datum.store.history import HOST, recent
 from datum.store.hosts import get_host, host_counts, host_page, take_pass
+from datum.store.passes import After, fleet_events, host_passes, one_pass
 from datum.store.revisions import running
 
 pytestmark = pytest.mark.postgres
 
 HOSTS = 20_000
 STALE = 37  # hosts whose agents fell silent a day ago
+EVENTS = 200_000
 
 
 @pytest.fixture(scope="module")
@@ -52,6 +54,16 @@ def fleet(pg_module_database) -> Iterator[Any]:
             SELECT 'host', 'web' || lpad((i % {HOSTS} + 1)::text, 6, '0'), now() - (i || ' seconds')::interval,
                    'converged', true, 0, 0, '{{}}'::jsonb
             FROM generate_series(1, {HOSTS * 5}) AS i
+        """))
+        # The fleet's events: 4 types, 2,000 resources, a few failed or drifted among the changes.
+        conn.execute(sa.text(f"""
+            INSERT INTO pass_events (pass_row, host, finished_at, received_at, resource, type, action, state, changed)
+            SELECT i, 'web' || lpad((i % {HOSTS} + 1)::text, 6, '0'), now() - (i || ' seconds')::interval,
+                   now() - (i || ' seconds')::interval,
+                   (ARRAY['File', 'Package', 'Service', 'Exec'])[i % 4 + 1] || '[r' || (i % 500) || ']',
+                   (ARRAY['File', 'Package', 'Service', 'Exec'])[i % 4 + 1], 'update',
+                   CASE WHEN i % 97 = 0 THEN 'failed' WHEN i % 89 = 0 THEN 'drifted' ELSE 'converged' END, true
+            FROM generate_series(1, {EVENTS}) AS i
         """))
     with store.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         conn.execute(sa.text("ANALYZE"))
@@ -76,19 +88,7 @@ def captured(store: Any) -> Iterator[list[tuple[str, Any]]]:
 
 def scans(store: Any, run: Callable[[], Any]) -> list[tuple[str, str]]:
     """The (node type, table) of every scan in the plans of the statements ``run`` sends."""
-    with captured(store) as sent:
-        run()
-    found: list[tuple[str, str]] = []
-    with store.engine.connect() as conn:
-        conn.exec_driver_sql("SET enable_seqscan = off")
-        for statement, parameters in sent:
-            if not statement.lstrip().upper().startswith(("SELECT", "WITH", "INSERT", "UPDATE", "DELETE")):
-                continue
-            plan = conn.exec_driver_sql(f"EXPLAIN (FORMAT JSON) {statement}", parameters).scalar_one()
-            found += list(_scans(plan if isinstance(plan, list) else json.loads(plan)))
-        conn.rollback()
-    assert found, "nothing was captured: the test would prove nothing"
-    return found
+    return [found for plan in plans(store, run) for found in _scans(plan)]
 
 
 def _scans(node: Any) -> Iterator[tuple[str, str]]:
@@ -138,6 +138,111 @@ def test_the_counts_are_the_fleets_with_the_stale_hosts_unknown(fleet):
     assert counts["failed"] == fresh // 100 and counts["drifted"] == fresh // 50 - fresh // 100
     page = host_page(fleet, 3.0, NOW, state="unknown", limit=101)
     assert [r["host"] for r in page] == [f"web{i:06d}" for i in range(HOSTS - STALE + 1, HOSTS + 1)]
+
+
+def plans(store: Any, run: Callable[[], Any]) -> list[dict[str, Any]]:
+    """The plan of every statement ``run`` sends (sequential scans priced out), as PostgreSQL's JSON."""
+    with captured(store) as sent:
+        run()
+    found: list[dict[str, Any]] = []
+    with store.engine.connect() as conn:
+        conn.exec_driver_sql("SET enable_seqscan = off")
+        for statement, parameters in sent:
+            if statement.lstrip().upper().startswith(("SELECT", "WITH", "INSERT", "UPDATE", "DELETE")):
+                plan = conn.exec_driver_sql(f"EXPLAIN (FORMAT JSON) {statement}", parameters).scalar_one()
+                found.append((plan if isinstance(plan, list) else json.loads(plan))[0]["Plan"])
+        conn.rollback()
+    assert found, "nothing was captured: the test would prove nothing"
+    return found
+
+
+def _nodes(node: dict[str, Any], limited: bool = False) -> Iterator[tuple[dict[str, Any], bool]]:
+    """Every node of a plan, with whether a ``Limit`` above it bounds what it reads."""
+    limited = limited or node.get("Node Type") == "Limit"
+    yield node, limited
+    for child in node.get("Plans", []):
+        yield from _nodes(child, limited)
+
+
+FLEET_TABLES = ("hosts", "pass_history", "pass_events", "pass_reports")
+
+
+def read_whole(found: list[dict[str, Any]]) -> set[str]:
+    """The fleet's tables (hosts, the archive's passes, events and reports, partitions included) some statement
+    reads whole: a sequential scan, or an index scanned end to end (no index condition, no ``Limit`` above it)."""
+    whole: set[str] = set()
+    for plan in found:
+        for node, limited in _nodes(plan):
+            table = node.get("Relation Name", "")
+            if not table.startswith(FLEET_TABLES) or table.endswith("_status_counts"):
+                continue
+            if node["Node Type"] == "Seq Scan" or (
+                "Index" in node["Node Type"] and "Index Cond" not in node and not limited
+            ):
+                whole.add(table)
+    return whole
+
+
+def index_conditions(found: list[dict[str, Any]], table: str) -> list[str]:
+    """The index conditions of the scans of ``table`` (or its partitions)."""
+    return [node.get("Index Cond", "") for plan in found for node, _ in _nodes(plan)
+            if node.get("Relation Name", "").startswith(table)]
+
+
+@pytest.mark.parametrize(
+    "name, run, column",
+    [
+        ("the fleet's events", lambda s: fleet_events(s, limit=101), None),
+        ("events after a cursor", lambda s: fleet_events(s, after=After(NOW, 10**9), limit=101), None),
+        ("events in a window", lambda s: fleet_events(s, since=NOW - timedelta(hours=1), limit=101), None),
+        ("one resource's events", lambda s: fleet_events(s, resource="Service[r6]", limit=101), "resource"),
+        ("one resource's events after a cursor",
+         lambda s: fleet_events(s, resource="Service[r6]", after=After(NOW - timedelta(hours=3), 10**9), limit=101),
+         "resource"),
+        ("one type's events", lambda s: fleet_events(s, type="Exec", limit=101), "type"),
+        ("one type's events in a window",
+         lambda s: fleet_events(s, type="Exec", since=NOW - timedelta(days=1), limit=101), "type"),
+        ("the failed events", lambda s: fleet_events(s, state="failed", limit=101), "state"),
+        ("one host's events", lambda s: fleet_events(s, host="web000042", limit=101), "host"),
+        ("a host's kept passes", lambda s: host_passes(s, "web000042", limit=101), None),
+        ("a host's kept passes by state", lambda s: host_passes(s, "web000042", state="failed", limit=101), None),
+        ("one kept pass with its report and events", lambda s: one_pass(s, "web000042", "1234"), None),
+    ],
+)
+def test_the_history_and_events_are_read_through_an_index(fleet, name, run, column):
+    found = plans(fleet, lambda: run(fleet))
+    assert read_whole(found) == set(), name
+    if column is not None:  # the filter is the index's range, not a filter over every newer event
+        assert any(column in cond for cond in index_conditions(found, "pass_events")), (name, found)
+
+
+@pytest.mark.parametrize("shown, changes", [((None, None), "1h"), (("failed", None), "1d"),
+                                            (("converged", "web010000"), "1h"), (("unknown", None), None)])
+def test_the_pages_overview_reads_through_an_index_end_to_end(fleet, shown, changes):
+    """Every statement of the page's overview (``/ui/overview``): the hosts worst first or one state's page,
+    the fleet's counts, the leases, the timeline of changes and the hosts per revision."""
+    from datum.api.routes.ui import HostsShown, _view
+    from datum.config import Settings
+    from datum.fleet.rollout import status
+    from datum.reconcile.registry import Registry
+
+    settings = Settings.model_validate({"server": {"scheduler": False}})
+    found = plans(fleet, lambda: _view(
+        [], Registry(), settings, fleet, HostsShown(*shown), changes,
+        lambda: status(fleet, settings.fleet.stale_after, datetime.now(UTC), None),
+    ))
+    assert read_whole(found) == set()
+
+
+def test_the_stricter_check_sees_a_whole_index_read(fleet):
+    """``read_whole`` itself: a grouped count of every host, which an index serves end to end, is a whole read."""
+    found = plans(fleet, lambda: _grouped(fleet))
+    assert read_whole(found) == {"hosts"}
+
+
+def _grouped(store: Any) -> None:
+    with store.connect() as conn:
+        conn.execute(sa.text("SELECT state, count(*) FROM hosts GROUP BY state")).all()
 
 
 def _recent(store: Any, host: str) -> Any:

@@ -163,6 +163,10 @@ pass_events = sa.Table(
     sa.Index("ix_pass_events_finished", "finished_at", "id"),
     sa.Index("ix_pass_events_host", "host", "finished_at", "id"),
     sa.Index("ix_pass_events_pass_row", "pass_row"),
+    # GET /v1/events by resource, type or state (migration 0017_events_index): one index range, newest first.
+    sa.Index("ix_pass_events_resource", "resource", "finished_at", "id"),
+    sa.Index("ix_pass_events_type", "type", "finished_at", "id"),
+    sa.Index("ix_pass_events_state", "state", "finished_at", "id"),
 )
 
 # Bearer tokens that ``datum token create`` minted (datum.api.tokens): only their SHA-256 is kept.
