@@ -23,24 +23,30 @@ def group_for(directory: Path | None, host: str, facts: dict[str, Any]) -> str:
     """``host``'s group; a ``nodes.yaml`` that does not validate is a Problem (no lease without a group)."""
     if directory is None:
         return DEFAULT_GROUP
-    from datum.fleet.nodes import group_of
+    from datum.fleet.nodes import NODES, group_of, load_rules
 
-    rules = _rules(directory)
-    return DEFAULT_GROUP if rules is None else group_of(rules, host, facts) or DEFAULT_GROUP
+    if not (directory / NODES).is_file():
+        return DEFAULT_GROUP
+    return group_of(load_rules(directory), host, facts) or DEFAULT_GROUP
 
 
 def intake_group(directory: Path | None, host: str, facts: dict[str, Any] | None) -> str | None:
     """The group a report's intake records for ``host`` (``hosts.group_name``): from its name and the facts its
-    agent sent with the report (``X-Datum-Facts``, as with its manifest request); None (keep the stored one)
-    when the facts did not read or ``nodes.yaml`` does not validate. A stat of ``nodes.yaml`` per report."""
+    agent sent with the report (``X-Datum-Facts``, as with its manifest request), by ``nodes.yaml``'s rules as
+    last read (a ``stat`` of it per report; read again when it changed); None (keep the stored one) when the
+    facts did not read or ``nodes.yaml`` does not validate."""
     if facts is None:
         return None
+    if directory is None:
+        return DEFAULT_GROUP
     from datum.core.findings import Problem
+    from datum.fleet.nodes import group_of
 
     try:
-        return group_for(directory, host, facts)
+        rules = _rules(directory)
     except Problem:
         return None
+    return DEFAULT_GROUP if rules is None else group_of(rules, host, facts) or DEFAULT_GROUP
 
 
 # nodes.yaml's rules per file, with the (inode, size, mtime) they were read at: read again only when it changed.
