@@ -10,8 +10,11 @@ ticks a reconciler every second and an agent reports a pass.
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -148,6 +151,15 @@ def test_the_store_gives_the_control_loop_connections_of_its_own(tmp_path):
     memory.dispose()
 
 
+@contextmanager
+def unfrozen() -> Iterator[None]:
+    """The serving app's start freezes the collector's view of the process (``gc.freeze``): undone after."""
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
 def test_the_scheduler_ticks_while_requests_hold_every_connection_of_the_pool(tmp_path):
     """``datum serve``'s scheduler ticks on the control loop's own connections: with every one of the requests'
     pool taken (what a storm does), the reconciler's passes go on at their interval. On the requests' pool, the
@@ -155,7 +167,7 @@ def test_the_scheduler_ticks_while_requests_hold_every_connection_of_the_pool(tm
     settings = settings_for(tmp_path, buckets={"interval": "200ms"}, scheduler=True)
     store = open_store(settings.store_url)
     app = serving_app(settings, lambda: (_load_plugins().registry(), store))
-    with TestClient(app):
+    with TestClient(app), unfrozen():
         deadline = time.monotonic() + 10
         while not tick_times(tmp_path / "datum.db", datetime(2000, 1, 1, tzinfo=UTC)):
             assert time.monotonic() < deadline, "the scheduler never ticked"
@@ -174,7 +186,7 @@ def test_the_scheduler_ticks_while_requests_hold_every_connection_of_the_pool(tm
 def test_a_storm_of_reports_and_page_loads_leaves_the_ticks_on_time(tmp_path):
     """A small SQLite ``datum serve`` (the default pool) takes ``REPORTS`` agents' reports and ``STORM`` page loads
     at once while its scheduler ticks a reconciler every second: every report is stored, every page load answered
-    or shed, and no two ticks are further apart than the interval and a little."""
+    or shed, and no two ticks are further apart than a few intervals."""
     cfg, operator, agent = small_server(tmp_path)
     with serving(cfg, tmp_path / "serve.log") as base:
         deadline = time.monotonic() + 30
@@ -202,6 +214,8 @@ def test_a_storm_of_reports_and_page_loads_leaves_the_ticks_on_time(tmp_path):
     assert not refused, refused[:3]
     assert set(Counter(r.status_code for r in pages)) <= {200, 503}
     gaps = [(b - a).total_seconds() for a, b in zip(ticks, ticks[1:], strict=False)]
-    assert max(gaps) < 3.0, (gaps, (until - since).total_seconds())
+    # on time: a tick waiting for a pooled connection would wait the pool's 30 s (and fail); 8 s leaves room for
+    # SQLite's one writer and a loaded machine
+    assert max(gaps) < 8.0, (gaps, (until - since).total_seconds())
     log = (tmp_path / "serve.log").read_text()
     assert "QueuePool" not in log
