@@ -219,25 +219,19 @@ def test_the_history_and_events_are_read_through_an_index(fleet, name, run, colu
 @pytest.mark.parametrize("shown, changes", [((None, None), "1h"), (("failed", None), "1d"),
                                             (("converged", "web010000"), "1h"), (("unknown", None), None)])
 def test_the_pages_overview_reads_through_an_index_end_to_end(fleet, shown, changes):
-    """Every statement of the page's overview (``/ui/overview``) but the hosts per revision (below): the hosts
-    worst first or one state's page, each one's history strip, the fleet's counts, the leases, the timeline."""
+    """Every statement of the page's overview (``/ui/overview``): the hosts worst first or one state's page with
+    their history strips, the fleet's counts, the leases, the timeline and the hosts per revision."""
     from datum.api.routes.ui import HostsShown, _view
     from datum.config import Settings
+    from datum.fleet.rollout import status
     from datum.reconcile.registry import Registry
 
     settings = Settings.model_validate({"server": {"scheduler": False}})
-    found = plans(fleet, lambda: _view([], Registry(), settings, fleet, HostsShown(*shown), changes))
+    found = plans(fleet, lambda: _view(
+        [], Registry(), settings, fleet, HostsShown(*shown), changes,
+        lambda: status(fleet, settings.fleet.stale_after, datetime.now(UTC), None),
+    ))
     assert read_whole(found) == set()
-
-
-@pytest.mark.xfail(strict=True, reason=(
-    "the page's hosts per revision (datum.store.revisions.running: /ui/overview, GET /v1/revisions, datum rollout "
-    "status) group every host's summary at each request: no count by revision is kept yet (issue 26)"
-))
-def test_the_pages_hosts_per_revision_read_through_an_index(fleet):
-    from datum.fleet.rollout import status
-
-    assert read_whole(plans(fleet, lambda: status(fleet, 3.0, NOW, None))) == set()
 
 
 def test_the_stricter_check_sees_a_whole_index_read(fleet):
