@@ -85,6 +85,7 @@ def test_store_migrate_and_recount_print_json(scene: Scene, datum_cli, tmp_path)
         failed = db.execute("SELECT count(*) FROM hosts WHERE state = 'failed'").fetchone()[0]
         db.execute(f'UPDATE "{counts_name("hosts")}" SET n = n + 7 WHERE status = \'failed\'')
         db.execute("UPDATE hosts_revision_status_counts SET n = n + 2 WHERE revision = '' AND status = 'failed'")
+        db.execute("UPDATE hosts_group_status_counts SET n = n + 3 WHERE group_name = 'default' AND status = 'failed'")
     db.close()
     code, out, err = datum_cli("store", "recount", "--config", str(scene.config), "--json")
     assert code == 0, err
@@ -96,7 +97,10 @@ def test_store_migrate_and_recount_print_json(scene: Scene, datum_cli, tmp_path)
     )
     assert {"reconciler": None, "table": "hosts_revision_status_counts",
             "corrected": {" failed": {"kept": failed + 2, "true": failed}}} in json.loads(out)
+    assert {"reconciler": None, "table": "hosts_group_status_counts",
+            "corrected": {"default failed": {"kept": failed + 3, "true": failed}}} in json.loads(out)
     again = json.loads(datum_cli("store", "recount", "--config", str(scene.config), "--json")[1])
+    assert {"reconciler": None, "table": "hosts_group_status_counts", "corrected": {}} in again
     assert {"reconciler": None, "table": "hosts_revision_status_counts", "corrected": {}} in again
     assert {"reconciler": "buckets", "table": "buckets", "corrected": {}} in again
     assert {"reconciler": None, "table": "hosts", "corrected": {}} in again
