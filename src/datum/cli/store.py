@@ -87,7 +87,7 @@ def recount(config: str | None, as_json: bool) -> None:
     try:
         again(None, "hosts", "state")  # the fleet's counts by state (migration 0014_host_counts)
         again(None, "hosts", "state", REVISION_COUNTS, BY_REVISION)  # by revision and state (0017_revision_counts)
-        again(None, "hosts", "state", by_group.TABLE, by_group.BY)  # by group and state (0017_host_groups)
+        again(None, "hosts", "state", by_group.TABLE, by_group.BY)  # by group and state (0018_host_groups)
         for name in w.registry:
             reconciler, _own = w.registry.build(w.settings, name, w.store)
             for spec in declared_coverage(reconciler) or ():

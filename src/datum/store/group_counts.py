@@ -3,7 +3,7 @@
 ``/metrics`` carries ``datum_fleet_hosts{group,state}`` whatever ``[metrics] per_host`` says; a grouped
 count of ``hosts`` at every scrape would read every host. The counts are a second count of ``hosts`` kept
 by ``datum.store.status_counts`` (triggers on ``hosts`` in the transaction of every write, whoever writes),
-by ``group_name`` beside the state; made by migration ``0017_host_groups``, read by
+by ``group_name`` beside the state; made by migration ``0018_host_groups``, read by
 ``datum.store.hosts.group_counts``.
 """
 

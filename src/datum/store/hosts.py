@@ -380,7 +380,7 @@ def kept_counts(
 
 def group_counts(store: Store, multiple: float, now: datetime) -> dict[tuple[str, str], int]:
     """Every host by (group, the state it reads at ``now``), without reading every host: ``host_counts`` by group,
-    from the count the database keeps (``hosts_group_status_counts``, migration 0017_host_groups)."""
+    from the count the database keeps (``hosts_group_status_counts``, migration 0018_host_groups)."""
     found = kept_counts(store, multiple, now, by_group.TABLE, by_group.BY)
     return {(group, state): n for (group, state), n in found.items()}
 

@@ -90,7 +90,7 @@ hosts = sa.Table(
     # per revision are read without reading every host.
     sa.Column("revision", sa.String(100)),
     # The host's group (nodes.yaml's ``group``, ``default`` when none), from its name and the facts its agent sent
-    # with its last report (migration 0017_host_groups): counted with its state in hosts_group_status_counts.
+    # with its last report (migration 0018_host_groups): counted with its state in hosts_group_status_counts.
     sa.Column("group_name", sa.String(253), nullable=False, server_default="default"),
     sa.Index("ix_hosts_state_host", "state", "host"),
     # What finds the stale hosts without reading every host (migration 0014_host_counts, with the
@@ -163,7 +163,7 @@ pass_events = sa.Table(
     sa.Index("ix_pass_events_finished", "finished_at", "id"),
     sa.Index("ix_pass_events_host", "host", "finished_at", "id"),
     sa.Index("ix_pass_events_pass_row", "pass_row"),
-    # GET /v1/events by resource, type or state (migration 0017_events_index): one index range, newest first.
+    # GET /v1/events by resource, type or state (migration 0019_events_index): one index range, newest first.
     sa.Index("ix_pass_events_resource", "resource", "finished_at", "id"),
     sa.Index("ix_pass_events_type", "type", "finished_at", "id"),
     sa.Index("ix_pass_events_state", "state", "finished_at", "id"),

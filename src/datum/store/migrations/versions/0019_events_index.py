@@ -5,15 +5,15 @@ event of the window until a page of matches is found.
 On PostgreSQL the indexes are made on ``pass_events``, the parent of its day partitions: every partition,
 and each made later, gets its own.
 
-Revision ID: 0017_events_index
-Revises: 0017_host_groups
+Revision ID: 0019_events_index
+Revises: 0018_host_groups
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0017_events_index"
-down_revision = "0017_host_groups"
+revision = "0019_events_index"
+down_revision = "0018_host_groups"
 branch_labels = None
 depends_on = None
 

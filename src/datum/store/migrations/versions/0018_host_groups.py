@@ -4,7 +4,7 @@ state kept by the database (``hosts_group_status_counts``, ``datum.store.group_c
 
 The hosts already there are in ``default`` until their next report.
 
-Revision ID: 0017_host_groups
+Revision ID: 0018_host_groups
 Revises: 0017_revision_counts
 """
 
@@ -13,7 +13,7 @@ from alembic import op
 
 from datum.store import group_counts
 
-revision = "0017_host_groups"
+revision = "0018_host_groups"
 down_revision = "0017_revision_counts"
 branch_labels = None
 depends_on = None
