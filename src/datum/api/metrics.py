@@ -54,6 +54,7 @@ from datum.reconcile.report import DriftReport
 from datum.store.hosts import FINISHED_AT, UPDATED_AT, group_counts, stale_hosts
 from datum.store.hosts import hosts as hosts_table
 from datum.store.runs import load_runs
+from datum.store.status_counts import counts_table
 
 _BACKING_OFF = frozenset({Reason.BACKOFF.value, Reason.APPLY_FAILED.value})
 
@@ -256,7 +257,9 @@ class StoreCollector(Collector):
         with store.connect() as conn:
             late = stale_hosts(conn, multiple, now)
             problem = sa.or_(t.c.state != HostState.CONVERGED.value, legacy, *([late] if late is not None else []))
-            total = conn.execute(sa.select(sa.func.count()).select_from(t)).scalar_one()
+            # how many hosts, from the counts the database keeps by state (not a count of every host)
+            kept = counts_table(t.name)
+            total = conn.execute(sa.select(sa.func.coalesce(sa.func.sum(kept.c.n), 0))).scalar_one()
             mode = per_host_mode(self.state.settings.metrics, int(total))
             query = sa.select(
                 t.c.host, t.c.state, UPDATED_AT,  # a time edited into nonsense reads None
