@@ -288,6 +288,69 @@ class HostSettings(_Strict):
         return self
 
 
+_PERCENT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*%\s*$")
+
+
+def parse_percent(value: Any) -> float:
+    """``"10%"`` (or a number of percent) as a fraction in (0, 1]; ``"0%"`` only where the caller allows it."""
+    if isinstance(value, bool):
+        raise ValueError("a percentage such as '10%'")
+    if isinstance(value, int | float):
+        percent = float(value)
+    else:
+        match = _PERCENT.match(str(value))
+        if not match:
+            raise ValueError("a percentage such as '10%'")
+        percent = float(match.group(1))
+    if not 0 <= percent <= 100:
+        raise ValueError("a percentage from 0% to 100%")
+    return percent / 100
+
+
+Percent = Annotated[float, BeforeValidator(parse_percent)]
+
+
+class RolloutSettings(_Strict):
+    """``[fleet.rollout]``: a new revision of the fleet's manifests goes to the canaries, then wave by wave
+    (``datum.fleet.waves``, ``docs/fleet.md`` "Staged rollouts"). Absent: every host gets the current revision."""
+
+    canary: list[str] = Field(
+        default_factory=list,
+        description='The first wave: host names, or "group:NAME" for every host of a nodes.yaml group.',
+    )
+    waves: list[Percent] = Field(
+        default_factory=lambda: [1.0], min_length=1, max_length=20,
+        description='After the canaries, each group\'s hosts released in waves: ["10%", "50%", "100%"]; the last 100%.',
+    )
+    soak: Duration = Field(
+        default=timedelta(minutes=10),
+        description="How long a wave whose hosts all converged on the new revision is watched before the next.",
+    )
+    max_failed: Percent = Field(
+        default=0.0, description="More than this share of the released hosts failed on the new revision: halt.",
+    )
+
+    @field_validator("canary")
+    @classmethod
+    def _names(cls, value: list[str]) -> list[str]:
+        for name in value:
+            bare = name.removeprefix("group:")
+            if not bare or len(bare) > 253 or bare != bare.strip():
+                raise ValueError(f"{name!r}: a host name or group:NAME")
+        return value
+
+    @field_validator("waves")
+    @classmethod
+    def _increasing(cls, value: list[float]) -> list[float]:
+        if any(p <= 0 for p in value):
+            raise ValueError("every wave releases more than 0%")
+        if any(b <= a for a, b in zip(value, value[1:], strict=False)):
+            raise ValueError("each wave releases more than the one before")
+        if value[-1] != 1.0:
+            raise ValueError('the last wave is "100%"')
+        return value
+
+
 class FleetSettings(_Strict):
     """The ``[fleet]`` section: the server's manifests and node classification (``docs/fleet.md``)."""
 
@@ -304,6 +367,9 @@ class FleetSettings(_Strict):
     reboot_timeout: Duration = Field(
         default=timedelta(hours=1),
         description="A reboot lease whose host has not reported from a new boot by then is overdue: its group's reboots halt.",
+    )
+    rollout: RolloutSettings | None = Field(
+        default=None, description="Staged rollouts of new revisions ([fleet.rollout]); absent: none."
     )
 
 

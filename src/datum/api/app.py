@@ -24,7 +24,7 @@ from datum.api.edge import Edge
 from datum.api.guard import RequestGuard
 from datum.api.metrics import metrics_registry
 from datum.api.plugins import mount_plugins, schema_fragments
-from datum.api.routes import attention, history, hosts, meta, observability, reboots, revisions, ui
+from datum.api.routes import attention, history, hosts, meta, observability, reboots, revisions, rollouts, ui
 from datum.api.state import Clock, ServerState
 from datum.api.tokens import TokenBook
 from datum.config import Settings
@@ -79,7 +79,7 @@ def create_app(
     app.state.datum = state
     app.state.metrics = metrics_registry(state)
     handlers.install(app)
-    for module in (observability, attention, hosts, history, reboots, revisions, meta, ui):
+    for module in (observability, attention, hosts, history, reboots, revisions, rollouts, meta, ui):
         app.include_router(module.router, responses=errors.error_responses(*errors.EVERYWHERE))
     state.broken_routes = mount_plugins(app, plugins, fragments)
     app.mount("/static", StaticFiles(packages=[("datum.web", "static")]), name="static")

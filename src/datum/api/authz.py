@@ -43,6 +43,7 @@ class Action(StrEnum):
     REPORT_PASS = "fleet:ReportPass"
     READ_MANIFEST = "fleet:ReadManifest"
     TAKE_REBOOT_LEASE = "fleet:TakeRebootLease"
+    MANAGE_ROLLOUT = "fleet:ManageRollout"
 
 
 Resource = tuple[str, str]

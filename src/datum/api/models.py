@@ -456,3 +456,56 @@ class RevisionList(Out):
         description="Newest first (by first seen; those no server recorded last), the current one always listed."
     )
     without: int = Field(description="Hosts whose last pass names no revision (no agent fetch, or an older agent).")
+
+
+class RolloutWave(Out):
+    """One wave of a staged rollout: 0 the canaries, then ``[fleet.rollout] waves`` in order."""
+
+    wave: int = Field(description="0: the canaries; 1..: the waves.")
+    released: bool = Field(description="Whether its hosts are served the new revision.")
+    hosts: int = Field(description="Hosts planned in it when the rollout started (hosts heard of later wait for the last).")
+    converged: int = Field(description="Of those, the ones whose last pass converged on the new revision.")
+    failed: int = Field(description="Of those, the ones whose last pass failed on the new revision.")
+
+
+class FailedHost(Out):
+    host: str
+    reason: str = Field(description="Its last pass's reason.")
+
+
+class RolloutStatus(Out):
+    """A staged rollout of a revision of the fleet's manifests (``[fleet.rollout]``)."""
+
+    id: int
+    revision: str = Field(description="The revision it rolls out.")
+    previous: str | SkipJsonSchema[None] = absent("The stable revision it rolls from (the last done).")
+    state: str = Field(description="rolling, paused, halted, aborted, done or superseded.")
+    wave: int = Field(description="The last released wave (0: the canaries).")
+    last_wave: int = Field(alias="lastWave", description="The wave that releases every host.")
+    started_at: datetime = Field(alias="startedAt")
+    wave_started_at: datetime = Field(alias="waveStartedAt", description="When the current wave was released.")
+    wave_completed_at: datetime | SkipJsonSchema[None] = absent(
+        "When every released host had converged on it: the soak runs from here.", "waveCompletedAt"
+    )
+    soak_ends_at: datetime | SkipJsonSchema[None] = absent("When the next wave is released if all stay well.", "soakEndsAt")
+    by: str | SkipJsonSchema[None] = absent("Who paused, resumed or aborted it last.")
+    reason: str | SkipJsonSchema[None] = absent("Why it halted, or what superseded it.")
+    failed: list[FailedHost] | SkipJsonSchema[None] = absent("The hosts that failed on it when it halted, with why.")
+    waves: list[RolloutWave] = Field(default_factory=list, description="Its waves (the rollout in force only).")
+
+
+class RolloutList(Out):
+    """``GET /v1/rollouts``: the rollout in force first, then older ones."""
+
+    configured: bool = Field(description="Whether [fleet.rollout] is configured on this server.")
+    rollouts: list[RolloutStatus]
+
+
+class RolloutCommandAnswer(Out):
+    """What ``POST /v1/rollouts/current/{pause,resume,abort}`` did."""
+
+    rollout: RolloutStatus
+    hosts_returned: list[str] | SkipJsonSchema[None] = absent(
+        "Abort: the hosts whose last pass ran the aborted revision; they are served the previous one again.",
+        "hostsReturned",
+    )

@@ -3,7 +3,8 @@
 ``served`` names the directory's revision (in a worker thread: it may read
 every file and run git) and, the first time this process serves it, records
 it in the store (``datum.store.revisions``), so replicas agree on when it was
-first seen. ``Datum-Revision`` on every manifest answer says which revision
+first seen; with ``[fleet.rollout]``, keeps its files and starts its rollout
+(``datum.api.rollouts.started``). ``Datum-Revision`` on every manifest answer says which revision
 the manifest was composed from; the agent puts it in its pass report.
 """
 
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import anyio.to_thread
 
+from datum.api.rollouts import started
 from datum.api.state import ServerState
 from datum.fleet.revision import Revision, known, revision
 from datum.store.revisions import record
@@ -44,6 +46,11 @@ def served(state: ServerState) -> Revision | None:
             log.warning("recording revision %s failed: %s", found.id, exc)
         else:
             state.revisions_recorded.add(found.id)
+    if store is not None and state.settings.fleet.rollout is not None and state.rollouts.begun != found.id:
+        try:
+            started(state, found, _resolved(str(directory)))
+        except Exception as exc:  # noqa: BLE001 - started at the next request or change
+            log.warning("starting the rollout of revision %s failed: %s", found.id, exc)
     return found
 
 
@@ -53,6 +60,8 @@ async def serving(state: ServerState) -> Revision | None:
     if directory is None:
         return None
     found = known(_resolved(str(directory)))
-    if found is not None and found.id in state.revisions_recorded:
+    if found is not None and found.id in state.revisions_recorded and (
+        state.settings.fleet.rollout is None or state.rollouts.begun == found.id
+    ):
         return found
     return await anyio.to_thread.run_sync(served, state)

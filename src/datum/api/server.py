@@ -30,6 +30,7 @@ import uvicorn.config
 from fastapi import FastAPI
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from datum.api import rollouts
 from datum.api.app import create_app
 from datum.api.corked import Corked
 from datum.api.errors import redacted, written
@@ -99,8 +100,15 @@ def serving_app(settings: Settings, wire: Callable[[], tuple[Registry, Store]]) 
         retention.start()
         if settings.fleet.manifests is not None:
             # each state of the directory is named and recorded as soon as it is seen (datum.api.revisions)
-            state.manifest_changes = FleetChanges(settings.fleet.manifests, seen=partial(served, state))
+            # with staged rollouts, the rollout in force is read each period too: a wave released wakes the waits
+            probe = partial(rollouts.refresh, state) if settings.fleet.rollout is not None else None
+            state.manifest_changes = FleetChanges(settings.fleet.manifests, seen=partial(served, state), probe=probe)
             state.manifest_changes.start()
+        # a rollout's waves move on a pass's intake and here, so a soak ends without a report (datum.api.rollouts)
+        checks = None
+        if settings.fleet.rollout is not None and settings.fleet.manifests is not None:
+            checks = Every(lambda: rollouts.tick(state), rollouts.CHECK_EVERY, "rollout-check")
+            checks.start()
         # Everything allocated so far lives as long as the process: take it out of the
         # collector's sight, so a full collection under load scans only request garbage.
         gc.collect()
@@ -121,6 +129,8 @@ def serving_app(settings: Settings, wire: Callable[[], tuple[Registry, Store]]) 
             watch.stop()
             recheck.stop()
             retention.stop()
+            if checks is not None:
+                checks.stop()
             if state.manifest_changes is not None:
                 await state.manifest_changes.stop()
             if control is not store:

@@ -12,6 +12,7 @@ from datum.api.authz import Authorizer
 from datum.api.counters import IntakeCounters
 from datum.api.gate import ReadGate
 from datum.api.reports import ReportCache
+from datum.api.rollouts import Rollouts
 from datum.api.tokens import TokenBook
 from datum.api.waits import FleetChanges
 from datum.config import Settings
@@ -43,6 +44,8 @@ class ServerState:
     manifest_changes: FleetChanges | None = None
     # The fleet directory's revisions this process recorded in the store (``datum.api.revisions``): once each.
     revisions_recorded: set[str] = field(default_factory=set)
+    # Staged rollouts ([fleet.rollout], datum.api.rollouts): the rollout in force as last read, its wave plan.
+    rollouts: Rollouts = field(default_factory=Rollouts)
     # Plugins whose routes or Cedar fragment could not be served: {plugin: why}.
     broken_routes: dict[str, str] = field(default_factory=dict)
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import anyio.to_thread
@@ -57,10 +57,16 @@ class FleetChanges:
     remembered for the older state of the files.
     """
 
-    def __init__(self, directory: Path, period: float = PERIOD, seen: Callable[[], object] | None = None) -> None:
+    def __init__(
+        self, directory: Path, period: float = PERIOD, seen: Callable[[], object] | None = None,
+        probe: Callable[[], bool] | None = None,
+    ) -> None:
         self.directory = directory.resolve()
         self.period = period
         self._seen = seen  # run in a worker thread at start and after each change (the revision's record)
+        # With staged rollouts (datum.api.rollouts): run in a worker thread each period, True when the rollout
+        # in force moved (a wave released, halted, aborted...): every waiter asks again, as at a change.
+        self._probe = probe
         self._waiters: set[asyncio.Future[None]] = set()
         self._closed = False
         self._task: asyncio.Task[None] | None = None
@@ -99,6 +105,8 @@ class FleetChanges:
             await asyncio.sleep(self.period)
             now = await self._read()
             if now is None or now == seen:
+                if await self._probed():
+                    self._wake()
                 continue
             seen = now
             self.changes += 1
@@ -113,6 +121,15 @@ class FleetChanges:
             await anyio.to_thread.run_sync(self._seen)
         except Exception as exc:  # noqa: BLE001 - told again at the next change; a manifest request names it too
             log.warning("naming the fleet directory's revision failed: %s", exc)
+
+    async def _probed(self) -> bool:
+        if self._probe is None:
+            return False
+        try:
+            return await anyio.to_thread.run_sync(self._probe)
+        except Exception as exc:  # noqa: BLE001 - probed again next period
+            log.debug("reading the rollout in force failed: %s", exc)
+            return False
 
     async def _read(self) -> str | None:
         try:
@@ -178,12 +195,19 @@ async def held(
     """The host's manifest as soon as it no longer matches ``wanted`` (an ``If-None-Match``), else as it is
     when ``wait`` seconds have passed (or the server closes). Each change of the directory asks again;
     a Problem (the directory now composes to nothing valid for the host) is raised at once."""
+    return await held_by(changes, lambda: current(resolved, host, facts), wanted, wait)
+
+
+async def held_by(
+    changes: FleetChanges, find: Callable[[], Awaitable[Effective]], wanted: str, wait: float
+) -> Effective:
+    """``held`` with what the host is served found by ``find`` (a staged rollout's choice, ``datum.api.rollouts``)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait
     while True:
         change = changes.waiter()  # taken before asking: a change while asking is not missed
         try:
-            found = await current(resolved, host, facts)
+            found = await find()
             left = deadline - loop.time()
             if not matches(wanted, etag_of(found)) or changes.closed or left <= 0:
                 return found

@@ -212,3 +212,44 @@ revisions = sa.Table(
     sa.Column("git_commit", sa.String(64)),
     sa.Index("ix_revisions_first_seen", "first_seen"),
 )
+
+# Each revision's files, once (datum.store.snapshots, migration 0020_rollouts): what lets any replica serve a
+# revision that is no longer the directory's current one (a rollout's previous). ``content`` is zlib'd JSON.
+revision_files = sa.Table(
+    "revision_files",
+    metadata,
+    sa.Column("revision", sa.String(100), primary_key=True),
+    sa.Column("content", sa.LargeBinary, nullable=False),
+    sa.Column("size", sa.BigInteger, nullable=False),
+)
+
+# Staged rollouts of revisions (datum.store.rollouts, migration 0020_rollouts): one row per rollout, the newest
+# (highest id) the one in force; ids are given, not generated, so two replicas starting one race on the key.
+rollouts = sa.Table(
+    "rollouts",
+    metadata,
+    sa.Column("id", sa.BigInteger, primary_key=True, autoincrement=False),
+    sa.Column("revision", sa.String(100), nullable=False),
+    sa.Column("previous", sa.String(100)),  # the stable revision it rolls from; None for the first ever
+    sa.Column("state", sa.String(16), nullable=False),
+    sa.Column("wave", sa.Integer, nullable=False),  # 0 the canaries, 1.. the waves
+    sa.Column("last_wave", sa.Integer, nullable=False),
+    sa.Column("started_at", UTCDateTime, nullable=False),
+    sa.Column("wave_started_at", UTCDateTime, nullable=False),
+    sa.Column("wave_completed_at", UTCDateTime),  # every host of the released waves converged: the soak runs
+    sa.Column("updated_at", UTCDateTime, nullable=False),
+    sa.Column("by", sa.String(200)),  # who paused, resumed or aborted it last
+    sa.Column("reason", sa.Text),  # why it halted (or was superseded)
+    sa.Column("failed", sa.JSON(none_as_null=True)),  # the hosts that failed on it when it halted: [{host, reason}]
+)
+
+# Which wave each host known when a rollout started belongs to; hosts not listed wait for the last wave.
+rollout_hosts = sa.Table(
+    "rollout_hosts",
+    metadata,
+    sa.Column("rollout", sa.BigInteger, primary_key=True),
+    sa.Column("host", sa.String(253), primary_key=True),
+    sa.Column("wave", sa.Integer, nullable=False),
+    sa.Column("grp", sa.String(253), nullable=False),
+    sa.Index("ix_rollout_hosts_wave", "rollout", "wave"),
+)

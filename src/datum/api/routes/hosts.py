@@ -20,6 +20,7 @@ import anyio.to_thread
 from fastapi import APIRouter, Body, Depends, Header, Query, Request, Response
 from pydantic import AfterValidator, ValidationError
 
+from datum.api import rollouts
 from datum.api.authz import Action
 from datum.api.errors import error_responses
 from datum.api.models import HostList, HostStatus, host_list, host_status
@@ -28,7 +29,7 @@ from datum.api.revisions import REVISION_HEADER, serving
 from datum.api.routes.reboots import OUT, HostParam, host_fits, with_lease
 from datum.api.security import Asked, Reply, fast, needs, path_resource
 from datum.api.state import ServerState, state_of
-from datum.api.waits import MAX_WAIT, WAIT_HEADER, current, etag_of, held, matches, wait_of
+from datum.api.waits import MAX_WAIT, WAIT_HEADER, current, etag_of, held, held_by, matches, wait_of
 from datum.core.findings import FieldError, Problem, invalid
 from datum.core.vocab import HostState
 from datum.fleet.effective import Effective, remembered
@@ -248,15 +249,37 @@ async def manifest(
     told = facts_of(facts)
     resolved = _resolved(str(directory))
     changes = state.manifest_changes
-    if wait and if_none_match and changes is not None:
-        found = await held(changes, resolved, host, told, if_none_match, wait)
+    if rollouts.configured(state):  # which revision this host is served: the rollout's decision
+        chosen: list[str | None] = [None]
+
+        async def find() -> Effective:
+            got = await anyio.to_thread.run_sync(rollouts.revision_for, state, host, told)
+            chosen[0] = got.revision
+            return got.effective
+
+        if wait and if_none_match and changes is not None:
+            found = await held_by(changes, find, if_none_match, wait)
+        else:
+            found = await find()
+        reply = _reply(found, if_none_match, wait if changes is not None else None, chosen[0])
     else:
-        found = await current(resolved, host, told)
-    reply = _reply(found, if_none_match, wait if changes is not None else None, await serving(state))
+        reply = await _composed(state, resolved, host, told, if_none_match, wait)
     headers = {k.decode(): v.decode() for k, v in reply.headers}
     if reply.status == 304:
         return Response(status_code=304, headers=headers)
     return Response(reply.body, media_type="application/json", headers=headers)
+
+
+async def _composed(
+    state: ServerState, resolved: Path, host: str, told: dict[str, Any], if_none_match: str | None, wait: int | None
+) -> Reply:
+    """The answer from the directory as it is now (no staged rollout)."""
+    changes = state.manifest_changes
+    if wait and if_none_match and changes is not None:
+        found = await held(changes, resolved, host, told, if_none_match, wait)
+    else:
+        found = await current(resolved, host, told)
+    return _reply(found, if_none_match, wait if changes is not None else None, _id(await serving(state)))
 
 
 @fast(manifest, query=("wait",))
@@ -268,8 +291,8 @@ async def manifest_now(asked: Asked) -> Reply | None:
     one, a composition that fails: the route, which composes in a worker thread and says what is wrong.
     """
     directory = asked.state.settings.fleet.manifests
-    if directory is None or not host_fits(asked.params["host"]):
-        return None
+    if directory is None or not host_fits(asked.params["host"]) or rollouts.configured(asked.state):
+        return None  # with a staged rollout the route answers: it asks which revision in a worker thread
     try:
         facts = facts_of(asked.header(b"x-datum-facts"))
         wait = wait_of(asked.query.get("wait"))
@@ -283,7 +306,7 @@ async def manifest_now(asked: Asked) -> Reply | None:
         found = remembered(resolved, asked.params["host"], facts)
         if found is None:
             return None
-        return _reply(found, wanted, None, await serving(asked.state))
+        return _reply(found, wanted, None, _id(await serving(asked.state)))
     try:
         if wait and wanted:
             found = await held(changes, resolved, asked.params["host"], facts, wanted, wait)
@@ -291,17 +314,21 @@ async def manifest_now(asked: Asked) -> Reply | None:
             found = await current(resolved, asked.params["host"], facts)
     except Problem:
         return None
-    return _reply(found, wanted, wait, await serving(asked.state))
+    return _reply(found, wanted, wait, _id(await serving(asked.state)))
 
 
-def _reply(found: Effective, wanted: str | None, wait: int | None, revision: Revision | None) -> Reply:
+def _id(revision: Revision | None) -> str | None:
+    return None if revision is None else revision.id
+
+
+def _reply(found: Effective, wanted: str | None, wait: int | None, revision: str | None) -> Reply:
     """200 with the manifest, or 304 when ``wanted`` (an ``If-None-Match``) matches it; ``Datum-Wait`` when the
     request asked to wait and this server holds waits; ``Datum-Revision`` on either (the fleet directory's
     revision, ``datum.api.revisions``)."""
     etag = etag_of(found)
     headers = [(b"etag", etag.encode())]
     if revision is not None:
-        headers.append((REVISION_HEADER.lower().encode(), revision.id.encode()))
+        headers.append((REVISION_HEADER.lower().encode(), revision.encode()))
     if wait is not None:
         headers.append((WAIT_HEADER.lower().encode(), str(wait).encode()))
     if wanted is not None and matches(wanted, etag):

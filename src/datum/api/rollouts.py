@@ -1,0 +1,230 @@
+"""Staged rollouts in the server: which revision each host is served, and when a rollout moves on.
+
+One decision, ``revision_for(state, host, facts)``: the revision whose files a
+host's effective manifest is composed from (the manifest route, its fast
+answer and the long poll all ask it; ``Datum-Revision`` names what it chose).
+Without ``[fleet.rollout]`` it is the directory as it is now, as before
+rollouts existed. With it, the rollout in force (``datum.store.rollouts``,
+the newest row, read at most once per ``FRESH`` seconds per process) decides:
+
+- ``done`` (or none yet): its revision;
+- ``rolling``, ``paused``, ``halted``: the new revision to the hosts of the
+  released waves (``datum.fleet.waves``), the previous to the rest, unless
+  the host's effective manifest is the same in both (digests compared): then
+  the new one, so an unchanged host is never held back;
+- ``aborted``: the previous revision, to everyone.
+
+A revision that is not the directory's current one is composed from its
+snapshot (``datum.fleet.snapshot``), written under ``<home>/revisions``.
+
+A server that sees a new revision (``started``, from ``datum.api.revisions.served``)
+keeps its snapshot and starts its rollout. ``tick`` advances or halts it
+(``datum.store.rollouts.check``): after the pass of a host on the rolling
+revision (at most every ``INTAKE_GAP`` seconds per process) and every
+``CHECK_EVERY`` seconds in ``datum serve``, so a soak ends without a report.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from datum.core.findings import Problem
+from datum.fleet.effective import Effective, effective
+from datum.fleet.revision import Revision
+from datum.store import rollouts as stored
+from datum.store.rollouts import ABORTED, DONE, RolloutRow
+from datum.store.snapshots import keep, kept, load
+
+if TYPE_CHECKING:
+    from datum.api.state import ServerState
+
+log = logging.getLogger("datum.api")
+
+FRESH = 0.25  # seconds the rollout in force is trusted before it is read again (one read by primary key)
+CHECK_EVERY = 2.0  # seconds between two checks of the rollout under way in ``datum serve``
+INTAKE_GAP = 0.5  # the least time between two checks made on a pass's intake, per process
+
+
+@dataclass
+class Rollouts:
+    """What one server process remembers of the rollouts: the one in force and its wave plan."""
+
+    row: RolloutRow | None = None
+    read_at: float = -math.inf
+    members: dict[int, dict[str, int]] = field(default_factory=dict)
+    begun: str | None = None  # the directory revision this process last started a rollout for
+    checked_at: float = -math.inf
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+def configured(state: ServerState) -> bool:
+    fleet = state.settings.fleet
+    return fleet.rollout is not None and fleet.manifests is not None and state.store is not None
+
+
+def refresh(state: ServerState) -> bool:
+    """Read the rollout in force; True when it moved since the last read (the long poll then asks again)."""
+    if not configured(state):
+        return False
+    assert state.store is not None
+    row = stored.latest(state.store)
+    kept_row, state.rollouts.row = state.rollouts.row, row
+    state.rollouts.read_at = time.monotonic()
+    before = kept_row.version if kept_row else None
+    return before != (row.version if row else None)
+
+
+def in_force(state: ServerState) -> RolloutRow | None:
+    if time.monotonic() - state.rollouts.read_at > FRESH:
+        refresh(state)
+    return state.rollouts.row
+
+
+def _planner(state: ServerState, directory: Path) -> stored.Planner:
+    from datum.fleet.nodes import group_of, load_rules
+    from datum.fleet.reboots import DEFAULT_GROUP
+    from datum.fleet.waves import plan
+
+    settings = state.settings.fleet.rollout
+    assert settings is not None
+    try:
+        rules = load_rules(directory)
+    except Problem:
+        rules = []
+
+    def planner(revision: str, hosts: Any) -> dict[str, tuple[int, str]]:
+        return plan(revision, hosts, lambda h: group_of(rules, h, {}) or DEFAULT_GROUP, settings.canary, settings.waves)
+
+    return planner
+
+
+def started(state: ServerState, current: Revision, directory: Path) -> None:
+    """``current`` is the directory's revision now: keep its snapshot, start its rollout (once; blocking)."""
+    if not configured(state) or state.rollouts.begun == current.id:
+        return
+    from datum.fleet.snapshot import TooLarge, capture
+
+    settings = state.settings.fleet.rollout
+    assert settings is not None and state.store is not None
+    with state.rollouts.lock:
+        if state.rollouts.begun == current.id:
+            return
+        if not kept(state.store, current.id):
+            try:
+                keep(state.store, current.id, capture(directory))
+            except TooLarge as exc:
+                log.warning("revision %s is not kept: %s", current.id, exc)
+        row = stored.begin(state.store, current.id, len(settings.waves), _planner(state, directory))
+        if row is not None:
+            log.info("rollout %d of revision %s: %s (from %s)", row.id, row.revision, row.state, row.previous)
+        state.rollouts.begun = current.id
+        refresh(state)
+
+
+def _members(state: ServerState, row: RolloutRow) -> dict[str, int]:
+    found = state.rollouts.members.get(row.id)
+    if found is None:
+        assert state.store is not None
+        found = stored.membership(state.store, row.id)
+        state.rollouts.members = {row.id: found}  # only the rollout in force is kept
+    return found
+
+
+def released(state: ServerState, row: RolloutRow, host: str) -> bool:
+    """Whether ``host`` is in a wave ``row`` has released (a host it did not plan waits for the last)."""
+    return _members(state, row).get(host, row.last_wave) <= row.wave
+
+
+def _directory(state: ServerState, revision: str, current: Revision, directory: Path) -> Path | None:
+    """Where ``revision``'s files are: the fleet directory when it is current, else its snapshot's copy."""
+    if revision == current.id:
+        return directory
+    from datum.fleet.snapshot import materialize
+
+    assert state.store is not None
+    blob = load(state.store, revision)
+    if blob is None:
+        return None
+    return materialize(state.settings.home, revision, blob)
+
+
+@dataclass(frozen=True, slots=True)
+class Served:
+    effective: Effective
+    revision: str | None
+
+
+def revision_for(state: ServerState, host: str, facts: dict[str, Any]) -> Served:
+    """The revision ``host`` is served, and its effective manifest composed from it (blocking: it may
+    compose, read a snapshot and write it out). A Problem when there is none (404) or it is not valid (422)."""
+    from datum.api.revisions import served
+
+    directory = Path(str(state.settings.fleet.manifests)).resolve()
+    current = served(state)
+    if current is None or not configured(state):
+        return Served(effective(directory, host, facts), current.id if current else None)
+    row = in_force(state)
+    if row is None:
+        return Served(effective(directory, host, facts), current.id)
+    if row.state == DONE or row.previous is None:
+        return _from(state, row.revision, current, directory, host, facts)
+    if row.state == ABORTED:
+        return _from(state, row.previous, current, directory, host, facts)
+    if row.state == stored.SUPERSEDED:  # a newer rollout is being started this moment: the directory as it is
+        return Served(effective(directory, host, facts), current.id)
+    if released(state, row, host):
+        return _from(state, row.revision, current, directory, host, facts)
+    try:
+        old = _from(state, row.previous, current, directory, host, facts)
+    except Problem:  # nothing (valid) for it in the previous revision: it is not held back from anything
+        return _from(state, row.revision, current, directory, host, facts)
+    try:
+        new = _from(state, row.revision, current, directory, host, facts)
+    except Problem:  # the new revision has nothing valid for it: it keeps the previous until released
+        return old
+    return new if new.effective.digest == old.effective.digest else old
+
+
+def _from(state: ServerState, revision: str, current: Revision, directory: Path, host: str, facts: dict[str, Any]) -> Served:
+    where = _directory(state, revision, current, directory)
+    if where is None:  # no snapshot kept (a revision recorded before rollouts, or too large): the directory
+        log.warning("revision %s has no snapshot: serving the directory's %s", revision, current.id)
+        return Served(effective(directory, host, facts), current.id)
+    return Served(effective(where, host, facts), revision)
+
+
+def tick(state: ServerState) -> RolloutRow | None:
+    """Advance or halt the rollout under way (blocking); the row when it moved. Never raises."""
+    if not configured(state):
+        return None
+    settings = state.settings.fleet.rollout
+    assert settings is not None and state.store is not None
+    state.rollouts.checked_at = time.monotonic()
+    try:
+        moved = stored.check(state.store, settings.soak, settings.max_failed)
+    except Exception:  # noqa: BLE001 - checked again at the next tick
+        log.exception("checking the rollout failed")
+        return None
+    if moved is not None:
+        log.info("rollout %d of revision %s: %s, wave %d of %d", moved.id, moved.revision, moved.state,
+                 moved.wave, moved.last_wave)
+        refresh(state)
+    return moved
+
+
+def after_pass(state: ServerState, revision: str | None) -> None:
+    """A pass was stored: check the rollout when the pass ran its revision (at most every ``INTAKE_GAP``)."""
+    if revision is None or not configured(state):
+        return
+    row = in_force(state)
+    if row is None or row.state != stored.ROLLING or row.revision != revision:
+        return
+    if time.monotonic() - state.rollouts.checked_at < INTAKE_GAP:
+        return
+    tick(state)

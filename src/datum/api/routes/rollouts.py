@@ -1,0 +1,108 @@
+"""``/v1/rollouts``: the staged rollouts of the fleet's manifests, and the operator's pause, resume and abort."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import anyio.to_thread
+from fastapi import APIRouter, Depends, Path, Request
+
+from datum.api import rollouts as serving
+from datum.api.authz import Action
+from datum.api.errors import error_responses
+from datum.api.models import FailedHost, RolloutCommandAnswer, RolloutList, RolloutStatus, RolloutWave
+from datum.api.routes.reboots import OUT
+from datum.api.security import needs
+from datum.api.state import ServerState, state_of
+from datum.core.findings import Problem
+from datum.store import rollouts as stored
+from datum.store.rollouts import RolloutRow
+
+router = APIRouter(prefix="/v1/rollouts", tags=["fleet"])
+
+
+def rollout_status(state: ServerState, row: RolloutRow, waves: bool) -> RolloutStatus:
+    """One rollout as the API says it; with its waves' counts when ``waves`` (one grouped read)."""
+    _registry, store = state.wired()
+    settings = state.settings.fleet.rollout
+    soak_ends = None
+    if row.wave_completed_at is not None and row.state == stored.ROLLING and settings is not None:
+        soak_ends = row.wave_completed_at + settings.soak
+    out = RolloutStatus(
+        id=row.id, revision=row.revision, previous=row.previous, state=row.state, wave=row.wave,
+        last_wave=row.last_wave, started_at=row.started_at, wave_started_at=row.wave_started_at,
+        wave_completed_at=row.wave_completed_at, soak_ends_at=soak_ends, by=row.by, reason=row.reason,
+        failed=[FailedHost(host=f["host"], reason=f["reason"]) for f in row.failed] if row.failed else None,
+    )
+    if waves and row.previous is not None:  # the first revision ever had no waves
+        counted = {c.wave: c for c in stored.wave_counts(store, row)}
+        out.waves = [
+            RolloutWave(wave=w, released=w <= row.wave and row.state != stored.ABORTED,
+                        hosts=c.hosts if c else 0, converged=c.converged if c else 0, failed=c.failed if c else 0)
+            for w in range(row.last_wave + 1)
+            for c in [counted.get(w)]
+        ]
+    return out
+
+
+def rollout_list(state: ServerState, limit: int = 10) -> RolloutList:
+    _registry, store = state.wired()
+    rows = stored.recent(store, limit)
+    return RolloutList(
+        configured=state.settings.fleet.rollout is not None,
+        rollouts=[rollout_status(state, r, i == 0) for i, r in enumerate(rows)],
+    )
+
+
+@router.get(
+    "",
+    name="list_rollouts",
+    response_model=RolloutList,
+    summary="The staged rollouts of the fleet's manifests, the one in force first (datum rollout status).",
+    description=(
+        "Cedar action `fleet:ReadHost` on `Server::\"datum\"`. The rollout in force (the newest) with its waves "
+        "(hosts planned, converged and failed on its revision), then up to nine older ones. A halted rollout "
+        "names the hosts that failed on it and why."
+    ),
+    responses=error_responses(401, 403, 503),
+    **OUT,
+)
+async def list_rollouts(request: Request, _p: str = Depends(needs(Action.READ_HOST))) -> RolloutList:
+    return await anyio.to_thread.run_sync(rollout_list, state_of(request))
+
+
+def act(state: ServerState, action: str, who: str) -> RolloutCommandAnswer:
+    """Pause, resume or abort the rollout in force (404 when there is none, 409 when its state forbids it)."""
+    _registry, store = state.wired()
+    before, after = stored.command(store, action, who)
+    if before is None:
+        raise Problem.one("NOT_FOUND", "no rollout has started on this store")
+    if after is None:
+        raise Problem.one("CONFLICT", f"rollout {before.id} of revision {before.revision} is {before.state}: "
+                                      f"it cannot be {action}d")
+    serving.refresh(state)
+    returned = stored.hosts_on(store, after.revision) if action == "abort" else None
+    return RolloutCommandAnswer(rollout=rollout_status(state, after, True), hosts_returned=returned)
+
+
+@router.post(
+    "/current/{action}",
+    name="manage_rollout",
+    response_model=RolloutCommandAnswer,
+    summary="Pause, resume or abort the rollout in force (datum rollout pause|resume|abort).",
+    description=(
+        "Cedar action `fleet:ManageRollout` on `Server::\"datum\"` (granted to `operator`). `pause`: no further "
+        "wave is released (a rolling rollout). `resume`: a paused or halted one rolls again (a halted one halts "
+        "again at once while its hosts still fail). `abort`: everyone is served the previous revision again; "
+        "`hostsReturned` names the hosts that ran the aborted one. 404 with no rollout, 409 when its state "
+        "does not allow the command."
+    ),
+    responses=error_responses(401, 403, 404, 409, 422, 503),
+    **OUT,
+)
+async def manage_rollout(
+    request: Request,
+    action: Literal["pause", "resume", "abort"] = Path(description="pause, resume or abort."),
+    principal: str = Depends(needs(Action.MANAGE_ROLLOUT)),
+) -> RolloutCommandAnswer:
+    return await anyio.to_thread.run_sync(act, state_of(request), action, principal)

@@ -1,0 +1,142 @@
+"""A revision's files, kept so that any server can serve it again after the directory moved on.
+
+A staged rollout serves two revisions at once: the new one (the fleet
+directory as it is now) to the hosts already released, the previous one to
+the rest. The previous one is no longer on disk, and a replica started after
+the change never saw it: so the first server that records a revision keeps a
+snapshot of its files in the store (``datum.store.snapshots``), and a server
+that must serve another revision than its directory's writes that snapshot
+under its home (``materialize``) and composes from there with
+``datum.fleet.effective.effective`` like from the directory itself.
+
+``capture`` reads what ``datum.fleet.revision.content_digest`` reads (every
+file, ``.git`` left out, a link's target content as a plain file). The copy
+is written into a fresh directory and renamed into place, file by file with
+``O_NOFOLLOW | O_EXCL`` under directory descriptors: a link planted under
+``<home>/revisions`` is never followed, and a copy half written is never
+served.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import secrets
+import threading
+import zlib
+from pathlib import Path
+
+MAX_BYTES = 256 * 1024 * 1024  # the largest fleet directory (uncompressed) a snapshot keeps
+
+
+class TooLarge(Exception):
+    """The directory holds more than ``MAX_BYTES``: no snapshot (its rollout cannot hold hosts back)."""
+
+
+def capture(resolved: Path) -> bytes:
+    """The files under ``resolved`` (``.git`` left out) as one compressed blob."""
+    files: list[list[str]] = []
+    total = 0
+    for top, dirs, names in os.walk(resolved):
+        dirs[:] = sorted(d for d in dirs if d != ".git")
+        for name in sorted(names):
+            path = os.path.join(top, name)
+            try:
+                with open(path, "rb") as f:
+                    content = f.read()
+            except OSError:  # gone or unreadable: as content_digest, an empty file
+                content = b""
+            total += len(content)
+            if total > MAX_BYTES:
+                raise TooLarge(f"{resolved} holds more than {MAX_BYTES} bytes")
+            files.append([os.path.relpath(path, resolved), base64.b64encode(content).decode()])
+    return zlib.compress(json.dumps(files, separators=(",", ":")).encode(), 6)
+
+
+def files_of(blob: bytes) -> list[tuple[str, bytes]]:
+    """The (relative path, content) pairs of a blob ``capture`` made; a ValueError for a path that climbs."""
+    out = []
+    for rel, content in json.loads(zlib.decompress(blob)):
+        parts = rel.split("/")
+        if rel.startswith("/") or "\0" in rel or any(p in ("", ".", "..") for p in parts):
+            raise ValueError(f"a snapshot path that is not plain: {rel!r}")
+        out.append((rel, base64.b64decode(content)))
+    return out
+
+
+_LOCK = threading.Lock()
+_DONE: dict[tuple[str, str], Path] = {}
+
+
+def folder(revision: str) -> str:
+    """The directory name a revision's copy has under ``<home>/revisions``."""
+    return hashlib.sha256(revision.encode()).hexdigest()[:32]
+
+
+def materialize(home: Path, revision: str, blob: bytes) -> Path:
+    """The revision's files written under ``home/revisions/<digest of id>`` (once per process), resolved."""
+    key = (str(home), revision)
+    with _LOCK:
+        done = _DONE.get(key)
+        if done is not None:
+            return done
+        root = home / "revisions"
+        os.makedirs(root, mode=0o700, exist_ok=True)
+        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)  # a link at revisions: refused
+        try:
+            name = folder(revision)
+            if not _is_real_dir(fd, name):
+                temp = f".{name}.{secrets.token_hex(6)}"
+                os.mkdir(temp, 0o700, dir_fd=fd)
+                _write(fd, temp, files_of(blob))
+                _clear(fd, name)
+                os.rename(temp, name, src_dir_fd=fd, dst_dir_fd=fd)
+        finally:
+            os.close(fd)
+        found = (root / name).resolve()
+        _DONE[key] = found
+        return found
+
+
+def _is_real_dir(fd: int, name: str) -> bool:
+    try:
+        st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    import stat
+
+    return stat.S_ISDIR(st.st_mode)
+
+
+def _clear(fd: int, name: str) -> None:
+    """Whatever is at ``name`` that is not a directory (a planted link or file) goes, unfollowed."""
+    try:
+        os.unlink(name, dir_fd=fd)
+    except FileNotFoundError:
+        pass
+
+
+def _write(root_fd: int, temp: str, files: list[tuple[str, bytes]]) -> None:
+    base = os.open(temp, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=root_fd)
+    try:
+        for rel, content in files:
+            *dirs, leaf = rel.split("/")
+            fd = os.dup(base)
+            try:
+                for d in dirs:
+                    try:
+                        os.mkdir(d, 0o700, dir_fd=fd)
+                    except FileExistsError:
+                        pass
+                    nxt = os.open(d, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+                    os.close(fd)
+                    fd = nxt
+                out = os.open(leaf, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=fd)
+                with os.fdopen(out, "wb") as f:
+                    f.write(content)
+            finally:
+                os.close(fd)
+    finally:
+        os.close(base)

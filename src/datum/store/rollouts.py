@@ -1,0 +1,256 @@
+"""Staged rollouts in the store: the newest row of ``rollouts`` is in force, every transition a conditional UPDATE.
+
+Whichever replica sees a new revision first starts its rollout: the next id
+is inserted with ``ON CONFLICT DO NOTHING``, so two replicas racing start it
+once, and the one that inserted it writes its wave plan (``rollout_hosts``,
+``datum.fleet.waves``) in the same transaction. Advancing a wave, halting,
+pausing, resuming and aborting each update the row only from the state (and
+wave) they were decided on (``WHERE id = ? AND wave = ? AND state = ?``): two
+replicas deciding at once change it once. Times are the store's clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from datum.store.engine import Store
+from datum.store.runs import store_now
+from datum.store.schema import hosts, rollout_hosts, rollouts
+
+ROLLING, PAUSED, HALTED, ABORTED, DONE, SUPERSEDED = "rolling", "paused", "halted", "aborted", "done", "superseded"
+STATES = (ROLLING, PAUSED, HALTED, ABORTED, DONE, SUPERSEDED)
+OPEN = (ROLLING, PAUSED, HALTED)  # a rollout still under way: a newer revision supersedes it
+FAILED_KEPT = 50  # failed hosts named in a halted rollout
+
+_REVISION = hosts.c.summary["revision"].as_string()
+
+
+@dataclass(frozen=True, slots=True)
+class RolloutRow:
+    id: int
+    revision: str
+    previous: str | None
+    state: str
+    wave: int
+    last_wave: int
+    started_at: datetime
+    wave_started_at: datetime
+    wave_completed_at: datetime | None
+    updated_at: datetime
+    by: str | None
+    reason: str | None
+    failed: list[dict[str, Any]] | None
+
+    @property
+    def version(self) -> tuple[int, str, int]:
+        """What changes whenever what a host is served may change."""
+        return (self.id, self.state, self.wave)
+
+
+def _row(r: Any) -> RolloutRow:
+    return RolloutRow(**{k: r[k] for k in RolloutRow.__slots__})
+
+
+def latest(store: Store) -> RolloutRow | None:
+    """The rollout in force (the newest), or None before any: one read by the primary key."""
+    with store.connect() as conn:
+        return _latest(conn)
+
+
+def _latest(conn: Connection) -> RolloutRow | None:
+    found = conn.execute(sa.select(rollouts).order_by(rollouts.c.id.desc()).limit(1)).mappings().first()
+    return None if found is None else _row(found)
+
+
+def get(store: Store, rollout: int) -> RolloutRow | None:
+    with store.connect() as conn:
+        found = conn.execute(sa.select(rollouts).where(rollouts.c.id == rollout)).mappings().first()
+    return None if found is None else _row(found)
+
+
+def recent(store: Store, limit: int = 10) -> list[RolloutRow]:
+    with store.connect() as conn:
+        rows = conn.execute(sa.select(rollouts).order_by(rollouts.c.id.desc()).limit(limit)).mappings().all()
+    return [_row(r) for r in rows]
+
+
+def _insert(store: Store) -> Any:
+    if store.dialect == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert
+    else:
+        from sqlalchemy.dialects.sqlite import insert
+    return insert
+
+
+Planner = Callable[[str, Iterable[str]], dict[str, tuple[int, str]]]
+
+
+def begin(store: Store, revision: str, last_wave: int, planner: Planner) -> RolloutRow | None:
+    """Start the rollout of ``revision`` when it is not the one in force; the new row, else None.
+
+    The first revision ever is stable at once (``done``). Otherwise the rollout rolls from the last
+    ``done`` revision, and supersedes the one under way; a revision that is the last done one again
+    (the directory put back) is ``done`` at once.
+    """
+    insert = _insert(store)
+    with store.begin() as conn:
+        current = _latest(conn)
+        if current is not None and current.revision == revision:
+            return None
+        now = store_now(conn)
+        stable = conn.execute(
+            sa.select(rollouts.c.revision).where(rollouts.c.state == DONE).order_by(rollouts.c.id.desc()).limit(1)
+        ).scalar()
+        done = stable is None or stable == revision
+        new_id = 1 if current is None else current.id + 1
+        values = dict(
+            id=new_id, revision=revision, previous=stable, state=DONE if done else ROLLING,
+            wave=last_wave if done else 0, last_wave=last_wave, started_at=now, wave_started_at=now,
+            wave_completed_at=now if done else None, updated_at=now,
+        )
+        inserted = conn.execute(insert(rollouts).values(**values).on_conflict_do_nothing(index_elements=[rollouts.c.id]))
+        if inserted.rowcount != 1:
+            return None  # another replica started it first
+        conn.execute(
+            sa.update(rollouts)
+            .where(rollouts.c.id < new_id, rollouts.c.state.in_(OPEN))
+            .values(state=SUPERSEDED, updated_at=now, reason=f"superseded by revision {revision}")
+        )
+        if not done:
+            known = [h for (h,) in conn.execute(sa.select(hosts.c.host))]
+            plan = planner(revision, known)
+            rows = [{"rollout": new_id, "host": h, "wave": w, "grp": g} for h, (w, g) in plan.items()]
+            for start in range(0, len(rows), 1000):
+                conn.execute(sa.insert(rollout_hosts), rows[start:start + 1000])
+        return RolloutRow(**values, by=None, reason=None, failed=None)  # type: ignore[arg-type]
+
+
+def membership(store: Store, rollout: int) -> dict[str, int]:
+    """Each planned host's wave in ``rollout`` (hosts not listed wait for the last wave)."""
+    with store.connect() as conn:
+        return {h: int(w) for h, w in conn.execute(
+            sa.select(rollout_hosts.c.host, rollout_hosts.c.wave).where(rollout_hosts.c.rollout == rollout)
+        )}
+
+
+@dataclass(frozen=True, slots=True)
+class WaveCount:
+    wave: int
+    hosts: int
+    converged: int  # converged on the rollout's revision
+    failed: int  # failed on the rollout's revision
+
+
+def wave_counts(store: Store, row: RolloutRow) -> list[WaveCount]:
+    """Per wave of ``row``'s plan: its hosts, how many converged and failed on its revision (one grouped read)."""
+    with store.connect() as conn:
+        return _wave_counts(conn, row)
+
+
+def _wave_counts(conn: Connection, row: RolloutRow) -> list[WaveCount]:
+    on_new = _REVISION == row.revision
+    converged = sa.func.sum(sa.case((sa.and_(on_new, hosts.c.state == "converged"), 1), else_=0))
+    failed = sa.func.sum(sa.case((sa.and_(on_new, hosts.c.state == "failed"), 1), else_=0))
+    query = (
+        sa.select(rollout_hosts.c.wave, sa.func.count(), converged, failed)
+        .select_from(rollout_hosts.outerjoin(hosts, hosts.c.host == rollout_hosts.c.host))
+        .where(rollout_hosts.c.rollout == row.id)
+        .group_by(rollout_hosts.c.wave)
+        .order_by(rollout_hosts.c.wave)
+    )
+    return [WaveCount(int(w), int(n), int(c or 0), int(f or 0)) for w, n, c, f in conn.execute(query)]
+
+
+def failed_hosts(conn: Connection, row: RolloutRow, limit: int = FAILED_KEPT) -> list[dict[str, Any]]:
+    """The released hosts whose last pass failed on ``row``'s revision, with why."""
+    query = (
+        sa.select(hosts.c.host, hosts.c.reason)
+        .select_from(rollout_hosts.join(hosts, hosts.c.host == rollout_hosts.c.host))
+        .where(rollout_hosts.c.rollout == row.id, rollout_hosts.c.wave <= row.wave,
+               _REVISION == row.revision, hosts.c.state == "failed")
+        .order_by(hosts.c.host)
+        .limit(limit)
+    )
+    return [{"host": h, "reason": r or "failed"} for h, r in conn.execute(query)]
+
+
+def hosts_on(store: Store, revision: str, limit: int = 1000) -> list[str]:
+    """The hosts whose last pass ran ``revision``, by name."""
+    with store.connect() as conn:
+        return [h for (h,) in conn.execute(
+            sa.select(hosts.c.host).where(_REVISION == revision).order_by(hosts.c.host).limit(limit)
+        )]
+
+
+def check(store: Store, soak: timedelta, max_failed: float) -> RolloutRow | None:
+    """Advance or halt the rollout under way, as its hosts' last passes say; the row changed, else None.
+
+    Halted: more than ``max_failed`` of the released hosts (waves up to the current) failed on the new
+    revision. Else, once every released host converged on it, the wave is complete (the soak starts);
+    ``soak`` later the next wave is released; the last wave complete, the rollout is done. A released
+    host that leaves converged before the soak ends restarts it.
+    """
+    with store.begin() as conn:
+        row = _latest(conn)
+        if row is None or row.state != ROLLING:
+            return None
+        now = store_now(conn)
+        released = [c for c in _wave_counts(conn, row) if c.wave <= row.wave]
+        total = sum(c.hosts for c in released)
+        failed = sum(c.failed for c in released)
+        converged = sum(c.converged for c in released)
+        same = sa.and_(rollouts.c.id == row.id, rollouts.c.wave == row.wave, rollouts.c.state == ROLLING)
+        if total and failed / total > max_failed:
+            named = failed_hosts(conn, row)
+            reason = (f"{failed} of {total} released hosts failed on revision {row.revision} "
+                      f"(more than max_failed {max_failed:.0%}): " + ", ".join(f["host"] for f in named[:10]))
+            return _update(conn, same, state=HALTED, reason=reason, failed=named, updated_at=now)
+        if converged < total:
+            if row.wave_completed_at is not None:
+                return _update(conn, same, wave_completed_at=None, updated_at=now)
+            return None
+        completed = row.wave_completed_at
+        if completed is None:
+            _update(conn, same, wave_completed_at=now, updated_at=now)
+            completed = now
+        if row.wave >= row.last_wave:
+            return _update(conn, same, state=DONE, updated_at=now)
+        if completed + soak <= now:
+            return _update(conn, same, wave=row.wave + 1, wave_started_at=now, wave_completed_at=None, updated_at=now)
+        return None
+
+
+def _update(conn: Connection, where: Any, **values: Any) -> RolloutRow | None:
+    done = conn.execute(sa.update(rollouts).where(where).values(**values))
+    if done.rowcount != 1:
+        return None
+    return _latest(conn)
+
+
+COMMANDS = {
+    "pause": ((ROLLING,), PAUSED),
+    "resume": ((PAUSED, HALTED), ROLLING),
+    "abort": ((ROLLING, PAUSED, HALTED), ABORTED),
+}
+
+
+def command(store: Store, action: str, by: str) -> tuple[RolloutRow | None, RolloutRow | None]:
+    """``pause``, ``resume`` or ``abort`` the rollout in force: (it before, it after; None when its state
+    does not allow the command)."""
+    allowed, to = COMMANDS[action]
+    with store.begin() as conn:
+        row = _latest(conn)
+        if row is None or row.state not in allowed:
+            return row, None
+        now = store_now(conn)
+        values: dict[str, Any] = {"state": to, "by": by, "updated_at": now}
+        if action == "resume":
+            values.update(reason=None, wave_completed_at=None)
+        after = _update(conn, sa.and_(rollouts.c.id == row.id, rollouts.c.state == row.state), **values)
+        return row, after
