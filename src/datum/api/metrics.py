@@ -95,6 +95,7 @@ class StoreCollector(Collector):
         yield from self._hosts(hosts)
         overdue: list[dict[str, Any]] = []
         yield from self._reboots(overdue)
+        yield from self._rollouts()
         yield self._needs(hosts, overdue)
 
     def _needs(self, hosts: list[dict[str, Any]], overdue: list[dict[str, Any]]) -> Metric:
@@ -404,6 +405,46 @@ class StoreCollector(Collector):
             overdue.add_metric([group], late[group])
         limit.add_metric([], fleet.reboot_concurrency)
         yield from (rebooting, overdue, limit)
+
+
+    def _rollouts(self) -> Iterator[Metric]:
+        """The staged rollout in force (``datum.store.rollouts``): its state (every state always present, 1 for
+        its own), its waves' hosts, and the hosts that failed on it while it is halted. One read by primary key,
+        one grouped read of its plan."""
+        from datum.store import rollouts as stored
+
+        _registry, store = self.state.wired()
+        row = stored.latest(store) if self.state.settings.fleet.rollout is not None else None
+        state = _gauge(
+            "datum_rollout_state",
+            "The staged rollout in force ([fleet.rollout]) is in this state (1), every state listed; all 0 without one.",
+            "state",
+        )
+        for name in stored.STATES:
+            state.add_metric([name], 1.0 if row is not None and row.state == name else 0.0)
+        wave = _gauge("datum_rollout_wave", "The last wave the rollout in force released (0: the canaries).")
+        hosts = _gauge(
+            "datum_rollout_hosts",
+            "Hosts of each wave of the rollout in force (0: the canaries): planned, and of those converged or failed "
+            "on its revision.",
+            "wave", "status",
+        )
+        failed = _gauge(
+            "datum_rollout_failed_host",
+            "While the rollout in force is halted: each host that failed on its revision (1), with its last pass's reason.",
+            "host", "reason",
+        )
+        if row is not None:
+            wave.add_metric([], row.wave)
+            if row.previous is not None:
+                for c in stored.wave_counts(store, row):
+                    hosts.add_metric([str(c.wave), "planned"], c.hosts)
+                    hosts.add_metric([str(c.wave), "converged"], c.converged)
+                    hosts.add_metric([str(c.wave), "failed"], c.failed)
+            if row.state == stored.HALTED:
+                for f in row.failed or []:
+                    failed.add_metric([str(f["host"]), str(f["reason"])[:200]], 1.0)
+        yield from (state, wave, hosts, failed)
 
 
 def _exact(

@@ -396,6 +396,34 @@ def revisions(found: Any, out: Console, times: Times) -> None:
         out.print(text(f"{found.without} hosts' last pass names no revision"))
 
 
+def rollout(found: Any, out: Console, times: Times) -> None:
+    """``datum rollout status``: the staged rollout in force (a ``RolloutStatus``), its waves, its failed hosts."""
+    style = {"halted": "red", "aborted": "red", "paused": "yellow", "rolling": "cyan", "done": "green"}
+    rev = found.revision if times.wide else short_revision(found.revision)
+    head = text(f"rollout {found.id} of {rev}: ", "bold")
+    head.append(found.state, style.get(found.state, ""))
+    if found.previous:
+        head.append(f"  (from {found.previous if times.wide else short_revision(found.previous)})")
+    out.print(head)
+    if found.waves:
+        t = table()
+        for header in ("wave", "released", "hosts", "converged", "failed"):
+            t.add_column(header, justify="right" if header != "released" else "left", no_wrap=True)
+        for w in found.waves:
+            name = "canary" if w.wave == 0 else str(w.wave)
+            t.add_row(name, "yes" if w.released else "no", str(w.hosts), str(w.converged),
+                      text(str(w.failed), "red" if w.failed else ""))
+        out.print(t)
+    if found.soak_ends_at is not None:
+        out.print(text(f"soak ends: {times(found.soak_ends_at)}"))
+    if found.by:
+        out.print(text(f"last paused, resumed or aborted by {found.by}"))
+    if found.reason:
+        out.print(text(f"reason: {found.reason}"))
+    for f in found.failed or []:
+        out.print(text(f"  failed: {f.host}: {f.reason}", "red"))
+
+
 def status(report: Mapping[str, Any], out: Console, times: Times, notes: Sequence[str] = ()) -> None:
     """A host's persisted state: a header, the resources that need reading, then ``host state:`` and ``reason:``.
 

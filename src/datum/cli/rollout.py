@@ -1,4 +1,4 @@
-"""``datum rollout status``: per revision of the fleet's manifests, how many hosts run it, converged or failed."""
+"""``datum rollout status|pause|resume|abort``: the fleet's manifests by revision, and the staged rollout in force."""
 
 from __future__ import annotations
 
@@ -24,8 +24,10 @@ def status(config: str | None, as_json: bool, wide: bool) -> None:
 
     A revision is one state of the directory: its git commit (`<commit>+dirty.<hex>` with uncommitted
     changes), else `sha256:` of its files. The current one (marked `*`) is the directory's revision now,
-    as this configuration reads it; first seen is when a server first served it. With --json: as
-    GET /v1/revisions answers it.
+    as this configuration reads it; first seen is when a server first served it. Then, with staged
+    rollouts ([fleet.rollout]), the rollout in force: its state, its waves, and the hosts that failed on
+    it when it halted. With --json: as GET /v1/revisions answers it, and `rollout` as the first of
+    GET /v1/rollouts.
     """
     from datum.api.routes.revisions import revision_list
     from datum.cli import render
@@ -36,9 +38,104 @@ def status(config: str | None, as_json: bool, wide: bool) -> None:
     now = datetime.now(UTC)
     directory = w.settings.fleet.manifests
     current = revision(directory) if directory is not None else None
+    from datum.api.routes.rollouts import rollout_list
+
     found = revision_list(rollout_status(w.store, w.settings.fleet.stale_after, now, current))
+    staged = rollout_list(w.store, w.settings.fleet.rollout, limit=1).rollouts
     if as_json:
-        click.echo(json.dumps(found.dump(), indent=2))
+        doc = found.dump()
+        if staged:
+            doc["rollout"] = staged[0].dump()
+        click.echo(json.dumps(doc, indent=2))
         return
     out = render.console(wide)
     render.revisions(found, out, render.Times(now, wide))
+    if staged:
+        render.rollout(staged[0], out, render.Times(now, wide))
+
+
+def _command(action: str, config: str | None, server: str | None, token_file: str | None, as_json: bool) -> None:
+    """One of pause, resume, abort: through the API (--server, --token-file: Cedar decides) or on the store."""
+    if (server is None) != (token_file is None):
+        raise click.UsageError("--server and --token-file go together")
+    if server is not None and token_file is not None:
+        answer = _over_http(server, token_file, action)
+    else:
+        import getpass
+
+        from datum.api.routes.rollouts import act
+
+        w = wire(config)
+        answer = act(w.store, w.settings.fleet.rollout, action, f"cli:{getpass.getuser()}").dump()
+    if as_json:
+        click.echo(json.dumps(answer, indent=2))
+        return
+    from datum.api.routes.rollouts import DONE_WORDS
+
+    ro = answer["rollout"]
+    click.echo(f"rollout {ro['id']} of revision {ro['revision']} {DONE_WORDS[action]}: now {ro['state']}"
+               f" (wave {ro['wave']} of {ro['lastWave']})")
+    if action == "abort":
+        returned = answer.get("hostsReturned") or []
+        click.echo(f"previous revision {ro.get('previous')} is served to everyone again; "
+                   f"{len(returned)} hosts had taken {ro['revision']} and get it back"
+                   + (": " + ", ".join(returned) if returned else ""))
+
+
+def _over_http(server: str, token_file: str, action: str) -> dict:  # type: ignore[type-arg]
+    import urllib.error
+    import urllib.request
+    from pathlib import Path
+
+    from datum.core.findings import Finding, Problem
+
+    token = Path(token_file).read_text(encoding="utf-8").strip()
+    request = urllib.request.Request(
+        f"{server.rstrip('/')}/v1/rollouts/current/{action}", method="POST", data=b"",
+        headers={"Authorization": f"Bearer {token}"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=30) as answer:  # noqa: S310 - the operator's URL
+            return json.loads(answer.read())  # type: ignore[no-any-return]
+    except urllib.error.HTTPError as exc:
+        try:
+            issues = json.loads(exc.read())["issues"]
+            raise Problem([Finding(i["code"], i["message"]) for i in issues]) from None
+        except (ValueError, KeyError, TypeError):
+            raise Problem.one("UNAVAILABLE", f"{server} answered {exc.code}") from None
+    except OSError as exc:
+        raise Problem.one("UNAVAILABLE", f"cannot reach {server}: {exc}") from exc
+
+
+_server = click.option("--server", default=None, help="A Datum server's URL: the command goes through its API (Cedar fleet:ManageRollout).")
+_token = click.option("--token-file", "token_file", default=None, help="The file holding the bearer token for --server.")
+
+
+@rollout.command()
+@config_option
+@_server
+@_token
+@json_option
+def pause(config: str | None, server: str | None, token_file: str | None, as_json: bool) -> None:
+    """Release no further wave of the rollout in force (hosts already released keep the new revision)."""
+    _command("pause", config, server, token_file, as_json)
+
+
+@rollout.command()
+@config_option
+@_server
+@_token
+@json_option
+def resume(config: str | None, server: str | None, token_file: str | None, as_json: bool) -> None:
+    """Roll a paused or halted rollout again (a halted one halts again at once while its hosts still fail)."""
+    _command("resume", config, server, token_file, as_json)
+
+
+@rollout.command()
+@config_option
+@_server
+@_token
+@json_option
+def abort(config: str | None, server: str | None, token_file: str | None, as_json: bool) -> None:
+    """Serve the previous revision to everyone again, and say which hosts had taken the new one."""
+    _command("abort", config, server, token_file, as_json)

@@ -68,6 +68,8 @@ class Vocabulary(StrEnum):
     COVERAGE = "coverage"
     ITEM_STATE = "item state"
     RECONCILER_STATE = "reconciler state"
+    ROLLOUT_STATE = "rollout state"
+    ROLLOUT = "rollout"
 
 
 @dataclass(frozen=True)

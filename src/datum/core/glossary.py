@@ -262,4 +262,63 @@ WORDS: dict[tuple[str, str], tuple[str, str, str, str]] = {
         "(fleet:ReadManifest for its host), the fleet's nodes.yaml rule for this host.",
         "look",
     ),
+    # Staged rollouts ([fleet.rollout], datum.store.rollouts): the states of a rollout and why a host is held.
+    ("rollout state", "rolling"): (
+        "a new revision is going out wave by wave",
+        "The fleet's manifests changed and [fleet.rollout] is configured: the new revision is served to the "
+        "canaries, then to each wave of each nodes.yaml group once every host released so far converged on it and "
+        "the soak passed. The other hosts are served the previous revision meanwhile (unless their manifest is "
+        "the same in both).",
+        "Wait: datum rollout status shows the waves. Pause it (datum rollout pause) to stop releasing waves.",
+        "wait",
+    ),
+    ("rollout state", "paused"): (
+        "an operator stopped releasing waves",
+        "Someone ran datum rollout pause (or POST /v1/rollouts/current/pause): the hosts already released keep "
+        "the new revision, no further wave is released, the others keep the previous revision.",
+        "Resume it when ready (datum rollout resume), or abort it (datum rollout abort); datum rollout status says "
+        "who paused it.",
+        "look",
+    ),
+    ("rollout state", "halted"): (
+        "too many released hosts failed on the new revision: it stopped by itself",
+        "More than [fleet.rollout] max_failed of the hosts released so far failed their last pass on the new "
+        "revision. No further host receives it; the hosts already on it keep it. The rollout names each failed "
+        "host and its reason (datum rollout status, GET /v1/rollouts, the page, datum_rollout_failed_host).",
+        "Go and look at the failed hosts' reasons. Abort (datum rollout abort) to serve them the previous revision "
+        "again, or fix the manifests (a newer revision supersedes this one) or the hosts and resume (it halts "
+        "again at once while they still fail).",
+        "look",
+    ),
+    ("rollout state", "aborted"): (
+        "an operator sent everyone back to the previous revision",
+        "Someone ran datum rollout abort: every host is served the previous revision again, the ones that had "
+        "taken the new one included (the abort named them). It stays so until the next revision of the "
+        "manifests, which rolls out from the last done revision.",
+        "Fix the manifests: the next change starts a new rollout.",
+        "none",
+    ),
+    ("rollout state", "done"): (
+        "every wave has the revision: it is the stable one",
+        "Every host planned in the rollout converged on its revision (or the revision was the first the store "
+        "saw, stable at once). The next revision rolls out from this one.",
+        "Nothing to do.",
+        "none",
+    ),
+    ("rollout state", "superseded"): (
+        "a newer revision came before this rollout finished",
+        "The manifests changed again while this rollout was rolling, paused or halted: the newer revision rolls "
+        "out instead, from the last done revision (not from this one).",
+        "Nothing to do: datum rollout status shows the newer rollout.",
+        "none",
+    ),
+    ("rollout", "held_back"): (
+        "this host is served the previous revision until its wave is released",
+        "A rollout is under way and the host's wave is not released yet (hosts first heard of after the rollout "
+        "started wait for the last wave), so it is served the previous revision and keeps converging to it; a "
+        "host whose effective manifest is the same in both revisions is served the new one at once.",
+        "Wait for its wave; datum rollout status shows the waves and the soak.",
+        "wait",
+    ),
 }
+

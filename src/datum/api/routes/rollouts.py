@@ -14,17 +14,17 @@ from datum.api.models import FailedHost, RolloutCommandAnswer, RolloutList, Roll
 from datum.api.routes.reboots import OUT
 from datum.api.security import needs
 from datum.api.state import ServerState, state_of
+from datum.config import RolloutSettings
 from datum.core.findings import Problem
+from datum.store.engine import Store
 from datum.store import rollouts as stored
 from datum.store.rollouts import RolloutRow
 
 router = APIRouter(prefix="/v1/rollouts", tags=["fleet"])
 
 
-def rollout_status(state: ServerState, row: RolloutRow, waves: bool) -> RolloutStatus:
+def rollout_status(store: Store, settings: RolloutSettings | None, row: RolloutRow, waves: bool) -> RolloutStatus:
     """One rollout as the API says it; with its waves' counts when ``waves`` (one grouped read)."""
-    _registry, store = state.wired()
-    settings = state.settings.fleet.rollout
     soak_ends = None
     if row.wave_completed_at is not None and row.state == stored.ROLLING and settings is not None:
         soak_ends = row.wave_completed_at + settings.soak
@@ -45,12 +45,12 @@ def rollout_status(state: ServerState, row: RolloutRow, waves: bool) -> RolloutS
     return out
 
 
-def rollout_list(state: ServerState, limit: int = 10) -> RolloutList:
-    _registry, store = state.wired()
+def rollout_list(store: Store, settings: RolloutSettings | None, limit: int = 10) -> RolloutList:
+    """The rollout in force with its waves, then older ones (``GET /v1/rollouts``, ``datum rollout status``)."""
     rows = stored.recent(store, limit)
     return RolloutList(
-        configured=state.settings.fleet.rollout is not None,
-        rollouts=[rollout_status(state, r, i == 0) for i, r in enumerate(rows)],
+        configured=settings is not None,
+        rollouts=[rollout_status(store, settings, r, i == 0) for i, r in enumerate(rows)],
     )
 
 
@@ -68,21 +68,32 @@ def rollout_list(state: ServerState, limit: int = 10) -> RolloutList:
     **OUT,
 )
 async def list_rollouts(request: Request, _p: str = Depends(needs(Action.READ_HOST))) -> RolloutList:
-    return await anyio.to_thread.run_sync(rollout_list, state_of(request))
-
-
-def act(state: ServerState, action: str, who: str) -> RolloutCommandAnswer:
-    """Pause, resume or abort the rollout in force (404 when there is none, 409 when its state forbids it)."""
+    state = state_of(request)
     _registry, store = state.wired()
+    return await anyio.to_thread.run_sync(rollout_list, store, state.settings.fleet.rollout)
+
+
+DONE_WORDS = {"pause": "paused", "resume": "resumed", "abort": "aborted"}
+
+
+def act(store: Store, settings: RolloutSettings | None, action: str, who: str) -> RolloutCommandAnswer:
+    """Pause, resume or abort the rollout in force (404 when there is none, 409 when its state forbids it):
+    the route's and ``datum rollout pause|resume|abort``'s one way."""
     before, after = stored.command(store, action, who)
     if before is None:
         raise Problem.one("NOT_FOUND", "no rollout has started on this store")
     if after is None:
         raise Problem.one("CONFLICT", f"rollout {before.id} of revision {before.revision} is {before.state}: "
-                                      f"it cannot be {action}d")
-    serving.refresh(state)
+                                      f"it cannot be {DONE_WORDS[action]}")
     returned = stored.hosts_on(store, after.revision) if action == "abort" else None
-    return RolloutCommandAnswer(rollout=rollout_status(state, after, True), hosts_returned=returned)
+    return RolloutCommandAnswer(rollout=rollout_status(store, settings, after, True), hosts_returned=returned)
+
+
+def _act_here(state: ServerState, action: str, who: str) -> RolloutCommandAnswer:
+    _registry, store = state.wired()
+    answer = act(store, state.settings.fleet.rollout, action, who)
+    serving.refresh(state)  # this server's waits wake at once; the others' at their next period
+    return answer
 
 
 @router.post(
@@ -105,4 +116,4 @@ async def manage_rollout(
     action: Literal["pause", "resume", "abort"] = Path(description="pause, resume or abort."),
     principal: str = Depends(needs(Action.MANAGE_ROLLOUT)),
 ) -> RolloutCommandAnswer:
-    return await anyio.to_thread.run_sync(act, state_of(request), action, principal)
+    return await anyio.to_thread.run_sync(_act_here, state_of(request), action, principal)

@@ -1,0 +1,263 @@
+"""Staged rollouts (issue 24 item 2), on SQLite and PostgreSQL, through the in-process app on a real store: a new
+revision goes to the canaries first and wave by wave; a failing canary halts it and nobody else gets it; a host
+whose manifest did not change is not held back; abort returns the canaries; pause and resume; two servers on one
+store agree (one of them started after the change, serving the previous revision from its snapshot); Cedar."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from datum.api import rollouts
+from datum.config import RolloutSettings
+from datum.fleet.waves import plan
+from datum.store import rollouts as stored
+from datum.store import open_store
+from datum.api.tokens import create as create_token
+
+from .story import Story, build_story, pass_report, serve_fleet
+
+WEB = ["web1", "web2", "web3", "web4", "web5"]
+NEW = "resources:\n  - File[/etc/motd]:\n      content: new\n"
+
+
+def with_rollout(story: Story, **given: object) -> None:
+    state = story.app.state.datum
+    fleet = state.settings.fleet.model_copy(update={"rollout": RolloutSettings.model_validate(given)})
+    state.settings = state.settings.model_copy(update={"fleet": fleet})
+
+
+def fleet_story(tmp_path: Path, store_url: str, **given: object) -> Story:
+    story = build_story(tmp_path, store_url)
+    directory = serve_fleet(story, tmp_path / "fleet")
+    (directory / "nodes.yaml").write_text(
+        "nodes:\n  - match: {name: 'web*'}\n    manifests: [web.yaml]\n    group: web\n"
+        "  - match: {name: 'db*'}\n    manifests: [db.yaml]\n    group: db\n"
+    )
+    (directory / "db.yaml").write_text("resources:\n  - File[/etc/db]:\n      content: db\n")
+    story.fleet = directory  # type: ignore[attr-defined]
+    story.tokens["viewer"] = create_token(story.store, "viewer")
+    with_rollout(story, **({"canary": ["web1"], "waves": ["50%", "100%"], "soak": "1ms"} | given))
+    return story
+
+
+@pytest.fixture
+def story(tmp_path, store_url):  # type: ignore[no-untyped-def]
+    return fleet_story(tmp_path, store_url)
+
+
+def manifest(story: Story, host: str):  # type: ignore[no-untyped-def]
+    answer = story.client.get(f"/v1/hosts/{host}/manifest", headers=story.auth("agent"))
+    assert answer.status_code == 200, answer.text
+    return answer
+
+
+def served(story: Story, host: str) -> tuple[str, str]:
+    """(the revision, the motd content) ``host`` is served."""
+    answer = manifest(story, host)
+    resources = answer.json()["manifest"]["resources"]
+    content = next(iter(resources[0].values()))["content"]
+    return answer.headers["Datum-Revision"], content
+
+
+def report(story: Story, host: str, state: str, revision: str) -> None:
+    body = pass_report(host, state)
+    if state == "converged":
+        body.update(reason=None, exitCode=0, counts={"converged": 1}, resources=body["resources"][:1])  # type: ignore[index]
+        body = {k: v for k, v in body.items() if v is not None}
+    body["revision"] = revision
+    answer = story.client.post(f"/v1/hosts/{host}/passes", json=body, headers=story.auth("agent"))
+    assert answer.status_code == 201, answer.text
+
+
+def in_force(story: Story) -> dict:  # type: ignore[type-arg]
+    answer = story.get("/v1/rollouts")
+    assert answer.status_code == 200, answer.text
+    return answer.json()["rollouts"][0]  # type: ignore[no-any-return]
+
+
+def tick(story: Story) -> None:
+    time.sleep(0.01)  # past the 1 ms soak
+    rollouts.tick(story.app.state.datum)
+
+
+def start(story: Story, hosts: list[str]) -> tuple[str, str]:
+    """Every host on the first revision, then web.yaml edited: (first, second revision)."""
+    first, content = served(story, "web1")
+    assert content == "hello"
+    for host in hosts:
+        report(story, host, "converged", first)
+    assert in_force(story)["state"] == "done" and in_force(story)["revision"] == first  # the first is stable at once
+    (story.fleet / "web.yaml").write_text(NEW)  # type: ignore[attr-defined]
+    second, content = served(story, "web1")  # the canary: the new revision at once
+    assert second != first and content == "new"
+    return first, second
+
+
+def test_wave_membership_is_deterministic_per_group_with_the_canaries_first():
+    hosts = [f"web{i}" for i in range(1, 21)] + ["db1", "db2", "db3"]
+    group = lambda h: "db" if h.startswith("db") else "web"  # noqa: E731
+    one = plan("rev1", hosts, group, ["web1", "group:nothing"], [0.1, 0.5, 1.0])
+    assert one == plan("rev1", list(reversed(hosts)), group, ["web1", "group:nothing"], [0.1, 0.5, 1.0])
+    assert one["web1"] == (0, "web")
+    waves = {k: sorted(h for h, (w, g) in one.items() if w == k and g == "web") for k in range(4)}
+    assert [len(waves[k]) for k in range(4)] == [1, 2, 8, 9]  # of 19: ceil(1.9), ceil(9.5) - 2, the rest
+    assert sorted(h for h, (w, g) in one.items() if g == "db" and w == 1) != []  # each group has its first slice
+    assert plan("rev2", hosts, group, ["web1"], [0.1, 0.5, 1.0]) != one  # another revision, another order
+    canary_group = plan("rev1", hosts, group, ["group:db", "web9"], [1.0])
+    assert {h for h, (w, _g) in canary_group.items() if w == 0} == {"db1", "db2", "db3", "web9"}
+
+
+def test_a_good_revision_goes_through_every_wave(story: Story):
+    first, second = start(story, WEB)
+    ro = in_force(story)
+    assert (ro["state"], ro["wave"], ro["lastWave"], ro["previous"]) == ("rolling", 0, 2, first)
+    assert [(w["wave"], w["hosts"], w["released"]) for w in ro["waves"]] == [(0, 1, True), (1, 2, False), (2, 2, False)]
+    for host in WEB[1:]:
+        assert served(story, host) == (first, "hello")  # held back: the previous revision, its content
+    report(story, "web1", "converged", second)
+    tick(story)
+    ro = in_force(story)
+    assert ro["wave"] == 1 and ro["state"] == "rolling"
+    members = stored.membership(story.store, ro["id"])
+    wave1 = sorted(h for h, w in members.items() if w == 1)
+    rest = sorted(h for h, w in members.items() if w == 2)
+    for host in wave1:
+        assert served(story, host) == (second, "new")
+    for host in rest:
+        assert served(story, host) == (first, "hello")
+    for host in wave1:
+        report(story, host, "converged", second)
+    tick(story)
+    tick(story)
+    assert in_force(story)["wave"] == 2
+    for host in rest:
+        assert served(story, host) == (second, "new")
+        report(story, host, "converged", second)
+    tick(story)
+    ro = in_force(story)
+    assert ro["state"] == "done" and ro["revision"] == second
+    assert served(story, "web9") == (second, "new")  # a host never heard of: everyone has it now
+
+
+def test_a_failing_canary_halts_the_rollout_and_nobody_else_gets_the_revision(story: Story):
+    first, second = start(story, WEB)
+    report(story, "web1", "failed", second)
+    rollouts.tick(story.app.state.datum)
+    ro = in_force(story)
+    assert ro["state"] == "halted"
+    assert ro["failed"] == [{"host": "web1", "reason": "File[motd] failed: permission denied"}]
+    assert "web1" in ro["reason"] and "1 of 1" in ro["reason"]
+    for _ in range(3):
+        tick(story)
+    assert in_force(story)["state"] == "halted"
+    for host in [*WEB[1:], "web9"]:
+        assert served(story, host) == (first, "hello")
+    assert served(story, "web1") == (second, "new")  # the canary keeps it until abort
+
+
+def test_a_host_whose_manifest_did_not_change_is_not_held_back(story: Story):
+    first, second = start(story, [*WEB, "db1", "db2"])
+    assert stored.membership(story.store, in_force(story)["id"])["db1"] > 0  # not released
+    answer = manifest(story, "db1")
+    assert answer.headers["Datum-Revision"] == second  # db.yaml is the same in both: the new revision
+    assert served(story, "web2") == (first, "hello")  # a web host is held back
+
+
+def test_abort_returns_the_canaries_to_the_previous_revision(story: Story):
+    first, second = start(story, WEB)
+    report(story, "web1", "converged", second)
+    answer = story.client.post("/v1/rollouts/current/abort", headers=story.auth("operator"))
+    assert answer.status_code == 200, answer.text
+    body = answer.json()
+    assert body["rollout"]["state"] == "aborted" and body["rollout"]["by"] == "operator"
+    assert body["hostsReturned"] == ["web1"]
+    assert served(story, "web1") == (first, "hello")
+    assert story.client.post("/v1/rollouts/current/abort", headers=story.auth("operator")).status_code == 409
+
+
+def test_pause_holds_the_waves_and_resume_lets_them_go(story: Story):
+    _first, second = start(story, WEB)
+    assert story.client.post("/v1/rollouts/current/pause", headers=story.auth("operator")).status_code == 200
+    report(story, "web1", "converged", second)
+    for _ in range(3):
+        tick(story)
+    ro = in_force(story)
+    assert (ro["state"], ro["wave"]) == ("paused", 0)
+    assert story.client.post("/v1/rollouts/current/pause", headers=story.auth("operator")).status_code == 409
+    assert story.client.post("/v1/rollouts/current/resume", headers=story.auth("operator")).status_code == 200
+    tick(story)
+    tick(story)
+    assert in_force(story)["wave"] == 1
+
+
+def test_cedar_lets_operators_manage_rollouts_and_denies_a_viewer(story: Story):
+    start(story, WEB)
+    for who in ("viewer", "agent", "stranger"):
+        denied = story.client.post("/v1/rollouts/current/pause", headers=story.auth(who))
+        assert denied.status_code == 403, denied.text
+        assert denied.json()["issues"][0].get("action") == "fleet:ManageRollout"
+    assert story.get("/v1/rollouts", "viewer").status_code == 403  # no read policy for a viewer either
+    assert story.get("/v1/rollouts", "operator").status_code == 200
+
+
+def test_two_servers_on_one_store_agree_and_a_late_one_serves_the_previous_from_its_snapshot(
+    story: Story, tmp_path: Path, store_url: str
+):
+    first, second = start(story, WEB)
+    (tmp_path / "other").mkdir()
+    other = build_story(tmp_path / "other", store_url)  # started after the change: it never saw the first
+    directory = serve_fleet(other, tmp_path / "other" / "fleet")
+    for name in ("nodes.yaml", "web.yaml", "db.yaml"):
+        (directory / name).write_bytes((story.fleet / name).read_bytes())  # type: ignore[attr-defined]
+    other.tokens["agent"] = story.tokens["agent"]
+    other.tokens["operator"] = story.tokens["operator"]
+    with_rollout(other, canary=["web1"], waves=["50%", "100%"], soak="1ms")
+    assert served(other, "web1") == (second, "new")
+    assert served(other, "web2") == (first, "hello")  # composed from the snapshot under its home
+    assert (tmp_path / "other" / "home" / "revisions").is_dir()
+    assert [r["id"] for r in other.get("/v1/rollouts").json()["rollouts"]] == [2, 1]  # no rollout started twice
+    report(other, "web1", "converged", second)
+    tick(other)
+    time.sleep(rollouts.FRESH + 0.05)
+    assert in_force(story)["wave"] == 1
+    wave1 = [h for h, w in stored.membership(story.store, 2).items() if w == 1]
+    for host in wave1:
+        assert served(story, host) == served(other, host) == (second, "new")
+
+
+def test_a_wave_advances_once_when_replicas_check_at_once(story: Story, store_url: str):
+    _first, second = start(story, WEB)
+    report(story, "web1", "converged", second)
+    rollouts.tick(story.app.state.datum)  # the wave is complete: its soak starts
+    time.sleep(0.01)
+    stores = [open_store(store_url) for _ in range(6)]
+    moved: list[object] = []
+    barrier = threading.Barrier(len(stores))
+
+    def check(s) -> None:  # type: ignore[no-untyped-def]
+        barrier.wait()
+        moved.append(stored.check(s, RolloutSettings(soak="1ms").soak, 0.0))
+
+    threads = [threading.Thread(target=check, args=(s,)) for s in stores]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for s in stores:
+        s.dispose()
+    assert len([m for m in moved if m is not None]) == 1
+    assert in_force(story)["wave"] == 1
+
+
+def test_without_the_section_every_host_gets_the_current_directory(tmp_path, store_url):  # type: ignore[no-untyped-def]
+    story = build_story(tmp_path, store_url)
+    directory = serve_fleet(story, tmp_path / "fleet")
+    first, _ = served(story, "web1")
+    (directory / "web.yaml").write_text(NEW)
+    for host in ("web1", "web2"):
+        assert served(story, host)[1] == "new"
+    assert story.get("/v1/rollouts").json() == {"configured": False, "rollouts": []}
