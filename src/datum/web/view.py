@@ -308,6 +308,7 @@ class Overview:
     reboot_limit: int = 0
     changes: Changes | None = None  # the fleet's timeline, when the token may read its history
     revisions: Rollout | None = None  # hosts per revision of the fleet's manifests (datum.fleet.rollout), with hosts
+    staged: Any = None  # the staged rollout in force ([fleet.rollout]; a RolloutStatus), with hosts
 
 
 def _since_text(first: datetime | None, count: int, before: bool, word: str) -> str:

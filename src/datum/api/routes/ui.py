@@ -30,6 +30,7 @@ from datum.api.models import PassSummary, host_summary, kept_reports_served
 from datum.api.routes.hosts import cursor, cursor_query, one_host
 from datum.api.routes.reboots import HostParam
 from datum.api.routes.revisions import rollout
+from datum.api.routes.rollouts import rollout_list
 from datum.api.security import may, needs, path_resource
 from datum.api.state import state_of
 from datum.config import Settings
@@ -240,6 +241,9 @@ async def overview(
     window = changes if may(request, principal, Action.READ_HISTORY) else None  # the timeline, or left out
     by_revision = partial(rollout, state) if shown is not None else None  # the hosts per revision
     view = await anyio.to_thread.run_sync(_view, reports, registry, state.settings, store, shown, window, by_revision)
+    if shown is not None and state.settings.fleet.rollout is not None:  # the staged rollout in force, its waves
+        staged = (await anyio.to_thread.run_sync(rollout_list, store, state.settings.fleet.rollout, 1)).rollouts
+        view.staged = staged[0] if staged else None
     html = templates().get_template("overview.html").render(view=view)
     return HTMLResponse(html, headers=PAGE_HEADERS)
 
