@@ -45,6 +45,8 @@ OPERATION_IDS = {
     ("delete", "/v1/hosts/{host}/reboot-lease"): "giveBackRebootLease",
     ("get", "/v1/reboots"): "listReboots",
     ("get", "/v1/revisions"): "listRevisions",
+    ("get", "/v1/rollouts"): "listRollouts",
+    ("post", "/v1/rollouts/current/{action}"): "manageRollout",
     ("get", "/v1/attention"): "getAttention",
     ("get", "/healthz"): "getHealth",
     ("get", "/readyz"): "getReadiness",

@@ -28,7 +28,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "validate": ("datum.cli.host", "validate", "Validate a manifest: every finding at once."),
     "status": ("datum.cli.host", "status", "The persisted host state, without running a pass."),
     "hosts": ("datum.cli.fleet", "hosts", "The fleet's hosts a page at a time: state, reason, counts."),
-    "rollout": ("datum.cli.rollout", "rollout", "The fleet's manifests by revision: hosts on each, converged, failed."),
+    "rollout": ("datum.cli.rollout", "rollout", "The fleet's manifests by revision, and staged rollouts: status, pause, resume, abort."),
     "history": ("datum.cli.history", "history", "A host's kept passes, newest first: when, state, resources."),
     "events": ("datum.cli.history", "events", "What changed, failed, drifted or was blocked across the fleet."),
     "reboots": ("datum.cli.fleet", "reboots", "The fleet's reboot leases; clear one whose host will not come back."),

@@ -100,7 +100,10 @@ def _over_http(server: str, token_file: str, action: str) -> dict:  # type: igno
     except urllib.error.HTTPError as exc:
         try:
             issues = json.loads(exc.read())["issues"]
-            raise Problem([Finding(i["code"], i["message"]) for i in issues]) from None
+            raise Problem([
+                Finding(i["code"], i["message"] + (f" (Cedar action {i['action']})" if i.get("action") else ""))
+                for i in issues
+            ]) from None
         except (ValueError, KeyError, TypeError):
             raise Problem.one("UNAVAILABLE", f"{server} answered {exc.code}") from None
     except OSError as exc:
@@ -111,31 +114,23 @@ _server = click.option("--server", default=None, help="A Datum server's URL: the
 _token = click.option("--token-file", "token_file", default=None, help="The file holding the bearer token for --server.")
 
 
-@rollout.command()
-@config_option
-@_server
-@_token
-@json_option
-def pause(config: str | None, server: str | None, token_file: str | None, as_json: bool) -> None:
-    """Release no further wave of the rollout in force (hosts already released keep the new revision)."""
-    _command("pause", config, server, token_file, as_json)
+_HELP = {
+    "pause": "Release no further wave of the rollout in force (hosts already released keep the new revision).",
+    "resume": "Roll a paused or halted rollout again (a halted one halts again at once while its hosts still fail).",
+    "abort": "Serve the previous revision to everyone again, and say which hosts had taken the new one.",
+}
 
 
-@rollout.command()
-@config_option
-@_server
-@_token
-@json_option
-def resume(config: str | None, server: str | None, token_file: str | None, as_json: bool) -> None:
-    """Roll a paused or halted rollout again (a halted one halts again at once while its hosts still fail)."""
-    _command("resume", config, server, token_file, as_json)
+def _steer(action: str) -> click.Command:
+    @config_option
+    @_server
+    @_token
+    @json_option
+    def run(config: str | None, server: str | None, token_file: str | None, as_json: bool) -> None:
+        _command(action, config, server, token_file, as_json)
+
+    return click.command(action, help=_HELP[action])(run)
 
 
-@rollout.command()
-@config_option
-@_server
-@_token
-@json_option
-def abort(config: str | None, server: str | None, token_file: str | None, as_json: bool) -> None:
-    """Serve the previous revision to everyone again, and say which hosts had taken the new one."""
-    _command("abort", config, server, token_file, as_json)
+for _action in _HELP:
+    rollout.add_command(_steer(_action))
