@@ -120,7 +120,9 @@ def started(state: ServerState, current: Revision, directory: Path) -> None:
                 keep(state.store, current.id, capture(directory))
             except TooLarge as exc:
                 log.warning("revision %s is not kept: %s", current.id, exc)
-        row = stored.begin(state.store, current.id, len(settings.waves), _planner(state, directory))
+        row = stored.begin(
+            state.store, current.id, len(settings.waves), _planner(state, directory), state.settings.fleet.stale_after
+        )
         if row is not None:
             log.info("rollout %d of revision %s: %s (from %s)", row.id, row.revision, row.state, row.previous)
         state.rollouts.begun = current.id

@@ -9,9 +9,10 @@ wave k holds the first ``ceil(p_k * n)`` of them that earlier waves did not.
 A host's group here is the one its **name** gives in ``nodes.yaml`` (rules
 that need facts are left out: the server keeps no host's facts), else
 ``default``. The plan is made from the hosts the store knows when the
-rollout starts and kept in the store (``rollout_hosts``): a host first heard
-of later waits for the last wave (the conservative choice: a new host is
-not a canary by accident).
+rollout starts (those that ran a fleet revision and do not read ``unknown``,
+``datum.store.rollouts.begin``) and kept in the store (``rollout_hosts``): a
+host not planned waits for the last wave (the conservative choice: a new
+host is not a canary by accident) and no wave waits for it.
 """
 
 from __future__ import annotations

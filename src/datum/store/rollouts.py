@@ -20,6 +20,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from datum.store.engine import Store
+from datum.store.hosts import host_state_at
 from datum.store.runs import store_now
 from datum.store.schema import hosts, rollout_hosts, rollouts
 
@@ -91,12 +92,14 @@ def _insert(store: Store) -> Any:
 Planner = Callable[[str, Iterable[str]], dict[str, tuple[int, str]]]
 
 
-def begin(store: Store, revision: str, last_wave: int, planner: Planner) -> RolloutRow | None:
+def begin(store: Store, revision: str, last_wave: int, planner: Planner, stale_after: float) -> RolloutRow | None:
     """Start the rollout of ``revision`` when it is not the one in force; the new row, else None.
 
     The first revision ever is stable at once (``done``). Otherwise the rollout rolls from the last
     ``done`` revision, and supersedes the one under way; a revision that is the last done one again
-    (the directory put back) is ``done`` at once.
+    (the directory put back) is ``done`` at once. Planned in waves: the hosts whose last pass ran a
+    revision of the fleet (not ``datum apply --report-to`` alone) and that do not read ``unknown``
+    (silent past ``stale_after`` of their intervals): a host that will not report cannot hold a wave.
     """
     insert = _insert(store)
     with store.begin() as conn:
@@ -123,7 +126,8 @@ def begin(store: Store, revision: str, last_wave: int, planner: Planner) -> Roll
             .values(state=SUPERSEDED, updated_at=now, reason=f"superseded by revision {revision}")
         )
         if not done:
-            known = [h for (h,) in conn.execute(sa.select(hosts.c.host))]
+            alive = host_state_at(store.dialect, stale_after, now) != "unknown"
+            known = [h for (h,) in conn.execute(sa.select(hosts.c.host).where(_REVISION.isnot(None), alive))]
             plan = planner(revision, known)
             rows = [{"rollout": new_id, "host": h, "wave": w, "grp": g} for h, (w, g) in plan.items()]
             for start in range(0, len(rows), 1000):
