@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 from datum.api import rollouts
+from datum.api.tokens import create as create_token
 from datum.config import RolloutSettings
 from datum.fleet.waves import plan
-from datum.store import rollouts as stored
 from datum.store import open_store
-from datum.api.tokens import create as create_token
+from datum.store import rollouts as stored
 
 from .story import Story, build_story, pass_report, serve_fleet
 

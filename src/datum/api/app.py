@@ -24,7 +24,17 @@ from datum.api.edge import Edge
 from datum.api.guard import RequestGuard
 from datum.api.metrics import metrics_registry
 from datum.api.plugins import mount_plugins, schema_fragments
-from datum.api.routes import attention, history, hosts, meta, observability, reboots, revisions, rollouts, ui
+from datum.api.routes import (
+    attention,
+    history,
+    hosts,
+    meta,
+    observability,
+    reboots,
+    revisions,
+    rollouts,
+    ui,
+)
 from datum.api.state import Clock, ServerState
 from datum.api.tokens import TokenBook
 from datum.config import Settings

@@ -10,14 +10,20 @@ from fastapi import APIRouter, Depends, Path, Request
 from datum.api import rollouts as serving
 from datum.api.authz import Action
 from datum.api.errors import error_responses
-from datum.api.models import FailedHost, RolloutCommandAnswer, RolloutList, RolloutStatus, RolloutWave
+from datum.api.models import (
+    FailedHost,
+    RolloutCommandAnswer,
+    RolloutList,
+    RolloutStatus,
+    RolloutWave,
+)
 from datum.api.routes.reboots import OUT
 from datum.api.security import needs
 from datum.api.state import ServerState, state_of
 from datum.config import RolloutSettings
 from datum.core.findings import Problem
-from datum.store.engine import Store
 from datum.store import rollouts as stored
+from datum.store.engine import Store
 from datum.store.rollouts import RolloutRow
 
 router = APIRouter(prefix="/v1/rollouts", tags=["fleet"])
