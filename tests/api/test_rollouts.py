@@ -157,6 +157,13 @@ def test_a_failing_canary_halts_the_rollout_and_nobody_else_gets_the_revision(st
     for host in [*WEB[1:], "web9"]:
         assert served(story, host) == (first, "hello")
     assert served(story, "web1") == (second, "new")  # the canary keeps it until abort
+    page = story.get("/ui/overview").text
+    assert 'id="rollout"' in page and "halted" in page and "File[motd] failed: permission denied" in page
+    metrics = story.get("/metrics").text
+    assert 'datum_rollout_state{state="halted"} 1.0' in metrics
+    assert 'datum_rollout_state{state="rolling"} 0.0' in metrics
+    assert 'datum_rollout_failed_host{host="web1",reason="File[motd] failed: permission denied"} 1.0' in metrics
+    assert 'datum_rollout_hosts{wave="0",status="failed"} 1.0' in metrics
 
 
 def test_a_host_whose_manifest_did_not_change_is_not_held_back(story: Story):

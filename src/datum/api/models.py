@@ -6,7 +6,7 @@ Fields that do not apply are absent, never null, as everywhere in the contract.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.json_schema import SkipJsonSchema
@@ -479,7 +479,9 @@ class RolloutStatus(Out):
     id: int
     revision: str = Field(description="The revision it rolls out.")
     previous: str | SkipJsonSchema[None] = absent("The stable revision it rolls from (the last done).")
-    state: str = Field(description="rolling, paused, halted, aborted, done or superseded.")
+    state: Literal["rolling", "paused", "halted", "aborted", "done", "superseded"] = Field(
+        description="rolling, paused, halted, aborted, done or superseded (datum explain STATE)."
+    )
     wave: int = Field(description="The last released wave (0: the canaries).")
     last_wave: int = Field(alias="lastWave", description="The wave that releases every host.")
     started_at: datetime = Field(alias="startedAt")
