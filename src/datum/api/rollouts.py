@@ -147,8 +147,11 @@ def _directory(state: ServerState, revision: str, current: Revision, directory: 
     """Where ``revision``'s files are: the fleet directory when it is current, else its snapshot's copy."""
     if revision == current.id:
         return directory
-    from datum.fleet.snapshot import materialize
+    from datum.fleet.snapshot import materialize, materialized
 
+    done = materialized(state.settings.home, revision)  # written by this process before: no read of the store
+    if done is not None:
+        return done
     assert state.store is not None
     blob = load(state.store, revision)
     if blob is None:

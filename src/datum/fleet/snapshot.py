@@ -75,6 +75,11 @@ def folder(revision: str) -> str:
     return hashlib.sha256(revision.encode()).hexdigest()[:32]
 
 
+def materialized(home: Path, revision: str) -> Path | None:
+    """Where this process already wrote ``revision``'s files under ``home``, else None (no read)."""
+    return _DONE.get((str(home), revision))
+
+
 def materialize(home: Path, revision: str, blob: bytes) -> Path:
     """The revision's files written under ``home/revisions/<digest of id>`` (once per process), resolved."""
     key = (str(home), revision)
