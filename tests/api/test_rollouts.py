@@ -268,3 +268,23 @@ def test_without_the_section_every_host_gets_the_current_directory(tmp_path, sto
     for host in ("web1", "web2"):
         assert served(story, host)[1] == "new"
     assert story.get("/v1/rollouts").json() == {"configured": False, "rollouts": []}
+
+
+@pytest.mark.parametrize(
+    ("given", "wrong"),
+    [
+        ({"waves": ["10%", "50%"]}, 'the last wave is "100%"'),
+        ({"waves": ["50%", "10%", "100%"]}, "more than the one before"),
+        ({"waves": ["0%", "100%"]}, "more than 0%"),
+        ({"waves": ["ten", "100%"]}, "a percentage"),
+        ({"max_failed": "105%"}, "from 0% to 100%"),
+        ({"canary": ["group:"]}, "a host name or group:NAME"),
+        ({"soak": "0s"}, "positive"),
+        ({"canaries": ["web1"]}, "Extra inputs"),
+    ],
+)
+def test_the_section_is_validated(given: dict, wrong: str):  # type: ignore[type-arg]
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match=wrong):
+        RolloutSettings.model_validate(given)
