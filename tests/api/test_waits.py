@@ -72,3 +72,42 @@ def test_a_change_answers_every_wait_with_the_new_manifest_and_a_close_every_oth
     assert len(digests) == 1 and digests != {etag.strip('"')}
     assert after_change == 0 and after_close == 0
     assert closing < 5
+
+
+def test_a_rollout_that_moves_wakes_the_waits_that_ask_which_revision(tmp_path: Path) -> None:
+    """With staged rollouts the watch also probes the rollout in force: when it moves (a wave released, a halt,
+    an abort) every waiter asks again, and one whose host is now served another manifest is answered."""
+    from datum.api.waits import held_by
+
+    directory = fleet(tmp_path / "fleet")
+    other = fleet(tmp_path / "other")
+    (other / "web.yaml").write_text("resources:\n  - File[/etc/motd]:\n      content: released\n")
+    released = {"now": False}
+    moved = {"now": False}
+
+    def probe() -> bool:
+        was, moved["now"] = moved["now"], False
+        return was
+
+    async def find():  # type: ignore[no-untyped-def]
+        return effective(other if released["now"] else directory, "web1", {})
+
+    async def run() -> tuple[str, int, float]:
+        changes = FleetChanges(directory, period=0.05, probe=probe)
+        changes.start()
+        try:
+            etag = etag_of(await find())
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            wait = asyncio.create_task(held_by(changes, find, etag, 30))
+            await asyncio.sleep(0.3)
+            assert not wait.done()  # nothing moved: still held
+            released["now"] = moved["now"] = True  # the wave is released (as refresh() says after a read)
+            answer = await asyncio.wait_for(wait, 5)
+            return answer.digest, changes.waiting, loop.time() - started
+        finally:
+            await changes.stop()
+
+    digest, waiting, took = asyncio.run(run())
+    assert digest == effective(other, "web1", {}).digest
+    assert waiting == 0 and took < 5
