@@ -117,8 +117,10 @@ def begin(store: Store, revision: str, last_wave: int, planner: Planner, stale_a
             wave=last_wave if done else 0, last_wave=last_wave, started_at=now, wave_started_at=now,
             wave_completed_at=now if done else None, updated_at=now,
         )
-        inserted = conn.execute(insert(rollouts).values(**values).on_conflict_do_nothing(index_elements=[rollouts.c.id]))
-        if inserted.rowcount != 1:
+        inserted = conn.execute(
+            insert(rollouts).values(**values).on_conflict_do_nothing(index_elements=[rollouts.c.id]).returning(rollouts.c.id)
+        ).first()  # RETURNING, not rowcount: psycopg says -1 for an INSERT ... ON CONFLICT
+        if inserted is None:
             return None  # another replica started it first
         conn.execute(
             sa.update(rollouts)
