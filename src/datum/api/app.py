@@ -7,6 +7,7 @@ passing ``registry`` and ``store`` wires it at once.
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from fastapi.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from datum.api import errors, handlers
+from datum.api import rollouts as rollout_checks
 from datum.api.authz import Authorizer
 from datum.api.edge import Edge
 from datum.api.guard import RequestGuard
@@ -86,6 +88,8 @@ def create_app(
     )
     if registry is not None and store is not None:
         state.wire(registry, store)
+    # staged rollouts move on a pass's intake (datum.api.rollouts): the intake, below, calls up through this
+    state.after_pass = partial(rollout_checks.after_pass, state)
     app.state.datum = state
     app.state.metrics = metrics_registry(state)
     handlers.install(app)

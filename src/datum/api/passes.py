@@ -14,7 +14,6 @@ from typing import Any
 
 from datum.api.intake import accepted
 from datum.api.models import host_status
-from datum.api.rollouts import after_pass
 from datum.api.state import ServerState
 from datum.core.findings import FieldError, invalid
 from datum.core.redact import looks_like_token
@@ -64,8 +63,8 @@ def take(state: ServerState, host: str, report: PassReport, facts: bytes | str |
         group=intake_group(state.settings.fleet.manifests, host, _facts(facts)),
     )
     state.intake.took(taken.outcome, time.perf_counter() - started)
-    if taken.outcome == "stored" and state.settings.fleet.rollout is not None:
-        after_pass(state, report.revision)  # a host on the rolling revision: the rollout may move on
+    if taken.outcome == "stored" and state.after_pass is not None:
+        state.after_pass(report.revision)  # a host on the rolling revision: the rollout may move on
     if taken.outcome != "stored":  # the same pass again, or one older than the stored: kept as it was
         return Answer(200, host_status(taken.row).model_dump_json(by_alias=True, exclude_none=True).encode(), taken.outcome)
     # The report was validated once, on the way in: the answer is built from it, not read back nor

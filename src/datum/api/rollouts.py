@@ -27,10 +27,8 @@ revision (at most every ``INTAKE_GAP`` seconds per process) and every
 from __future__ import annotations
 
 import logging
-import math
-import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -49,18 +47,6 @@ log = logging.getLogger("datum.api")
 FRESH = 0.25  # seconds the rollout in force is trusted before it is read again (one read by primary key)
 CHECK_EVERY = 2.0  # seconds between two checks of the rollout under way in ``datum serve``
 INTAKE_GAP = 0.5  # the least time between two checks made on a pass's intake, per process
-
-
-@dataclass
-class Rollouts:
-    """What one server process remembers of the rollouts: the one in force and its wave plan."""
-
-    row: RolloutRow | None = None
-    read_at: float = -math.inf
-    members: dict[int, dict[str, int]] = field(default_factory=dict)
-    begun: str | None = None  # the directory revision this process last started a rollout for
-    checked_at: float = -math.inf
-    lock: threading.Lock = field(default_factory=threading.Lock)
 
 
 def configured(state: ServerState) -> bool:
@@ -165,13 +151,11 @@ class Served:
     revision: str | None
 
 
-def revision_for(state: ServerState, host: str, facts: dict[str, Any]) -> Served:
+def revision_for(state: ServerState, host: str, facts: dict[str, Any], current: Revision | None) -> Served:
     """The revision ``host`` is served, and its effective manifest composed from it (blocking: it may
-    compose, read a snapshot and write it out). A Problem when there is none (404) or it is not valid (422)."""
-    from datum.api.revisions import served
-
+    compose, read a snapshot and write it out); ``current`` is the directory's revision now
+    (``datum.api.revisions.served``). A Problem when there is none (404) or it is not valid (422)."""
     directory = Path(str(state.settings.fleet.manifests)).resolve()
-    current = served(state)
     if current is None or not configured(state):
         return Served(effective(directory, host, facts), current.id if current else None)
     row = in_force(state)

@@ -12,7 +12,6 @@ from datum.api.authz import Authorizer
 from datum.api.counters import IntakeCounters
 from datum.api.gate import ReadGate
 from datum.api.reports import ReportCache
-from datum.api.rollouts import Rollouts
 from datum.api.tokens import TokenBook
 from datum.api.waits import FleetChanges
 from datum.config import Settings
@@ -20,6 +19,7 @@ from datum.core.findings import Problem
 from datum.reconcile.registry import Registry
 from datum.reconcile.report import DriftReport, drift_report
 from datum.store import Store
+from datum.store.rollouts import Remembered
 
 Clock = Callable[[], datetime]
 
@@ -45,7 +45,9 @@ class ServerState:
     # The fleet directory's revisions this process recorded in the store (``datum.api.revisions``): once each.
     revisions_recorded: set[str] = field(default_factory=set)
     # Staged rollouts ([fleet.rollout], datum.api.rollouts): the rollout in force as last read, its wave plan.
-    rollouts: Rollouts = field(default_factory=Rollouts)
+    rollouts: Remembered = field(default_factory=Remembered)
+    # Called after a pass is stored, with the revision it ran (set by the app: datum.api.rollouts.after_pass).
+    after_pass: Callable[[str | None], None] | None = None
     # Plugins whose routes or Cedar fragment could not be served: {plugin: why}.
     broken_routes: dict[str, str] = field(default_factory=dict)
 

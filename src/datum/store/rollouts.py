@@ -11,8 +11,10 @@ replicas deciding at once change it once. Times are the store's clock.
 
 from __future__ import annotations
 
+import math
+import threading
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -52,6 +54,19 @@ class RolloutRow:
     def version(self) -> tuple[int, str, int]:
         """What changes whenever what a host is served may change."""
         return (self.id, self.state, self.wave)
+
+
+@dataclass
+class Remembered:
+    """What one server process remembers of the rollouts (``datum.api.rollouts``): the one in force as last
+    read, its wave plan, the revision it last started a rollout for, when it last checked."""
+
+    row: RolloutRow | None = None
+    read_at: float = -math.inf
+    members: dict[int, dict[str, int]] = field(default_factory=dict)
+    begun: str | None = None
+    checked_at: float = -math.inf
+    lock: threading.Lock = field(default_factory=threading.Lock)
 
 
 def _row(r: Any) -> RolloutRow:

@@ -25,7 +25,7 @@ from datum.api.authz import Action
 from datum.api.errors import error_responses
 from datum.api.models import HostList, HostStatus, host_list, host_status
 from datum.api.passes import take
-from datum.api.revisions import REVISION_HEADER, serving
+from datum.api.revisions import REVISION_HEADER, served, serving
 from datum.api.routes.reboots import OUT, HostParam, host_fits, with_lease
 from datum.api.security import Asked, Reply, fast, needs, path_resource
 from datum.api.state import ServerState, state_of
@@ -253,7 +253,7 @@ async def manifest(
         chosen: list[str | None] = [None]
 
         async def find() -> Effective:
-            got = await anyio.to_thread.run_sync(rollouts.revision_for, state, host, told)
+            got = await anyio.to_thread.run_sync(_choose, state, host, told)
             chosen[0] = got.revision
             return got.effective
 
@@ -268,6 +268,11 @@ async def manifest(
     if reply.status == 304:
         return Response(status_code=304, headers=headers)
     return Response(reply.body, media_type="application/json", headers=headers)
+
+
+def _choose(state: ServerState, host: str, told: dict[str, Any]) -> rollouts.Served:
+    """Which revision ``host`` is served, from the directory's revision now (blocking)."""
+    return rollouts.revision_for(state, host, told, served(state))
 
 
 async def _composed(
