@@ -28,6 +28,8 @@ if __package__ in (None, ""):  # run as a script: the tests' package, as pytest 
     sys.path.insert(0, str(HERE.parent))
     __package__ = "api"
 
+from datum.config import RolloutSettings  # noqa: E402
+
 from .story import build_story, config_file, pass_report, play, serve_fleet, serving  # noqa: E402
 
 HOOKS = HERE / "schemathesis_hooks.py"
@@ -55,13 +57,22 @@ def populated(tmp: Path, store: str | None = None) -> tuple[Path, str]:
     }
     story.client.post("/v1/hosts/db1/passes", json=awaiting, headers=agent)
     fleet = serve_fleet(story, tmp / "fleet", rule="*")  # every host has a manifest
+    # a staged rollout under way, so pause, resume and abort reach their handlers (200 or 409, not 404)
+    state = story.app.state.datum
+    rollout = RolloutSettings(canary=["web1"])
+    state.settings = state.settings.model_copy(
+        update={"fleet": state.settings.fleet.model_copy(update={"rollout": rollout})}
+    )
+    story.client.get("/v1/hosts/web1/manifest", headers=agent)  # the first revision: stable at once
+    (fleet / "web.yaml").write_text("resources:\n  - File[/etc/motd]:\n      content: changed\n")
+    story.client.get("/v1/hosts/web1/manifest", headers=agent)  # the second: rolling
     token = story.tokens["admin"]
     story.client.close()
     story.store.dispose()
     cfg = config_file(tmp, scheduler=False)
     if store is not None:
         cfg.write_text(cfg.read_text().replace(cfg.read_text().splitlines()[0], f'store = "{store}"', 1))
-    cfg.write_text(cfg.read_text() + f'[fleet]\nmanifests = "{fleet}"\n')
+    cfg.write_text(cfg.read_text() + f'[fleet]\nmanifests = "{fleet}"\n[fleet.rollout]\ncanary = ["web1"]\n')
     return cfg, token
 
 
