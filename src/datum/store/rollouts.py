@@ -31,7 +31,7 @@ STATES = (ROLLING, PAUSED, HALTED, ABORTED, DONE, SUPERSEDED)
 OPEN = (ROLLING, PAUSED, HALTED)  # a rollout still under way: a newer revision supersedes it
 FAILED_KEPT = 50  # failed hosts named in a halted rollout
 
-_REVISION = hosts.c.summary["revision"].as_string()
+_REVISION = hosts.c.revision  # the revision the host's last pass ran (migration 0017_revision_counts)
 
 
 @dataclass(frozen=True, slots=True)
