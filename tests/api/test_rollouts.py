@@ -111,6 +111,32 @@ def test_wave_membership_is_deterministic_per_group_with_the_canaries_first():
     assert {h for h, (w, _g) in canary_group.items() if w == 0} == {"db1", "db2", "db3", "web9"}
 
 
+def test_the_plan_groups_hosts_as_intake_recorded_them_facts_included(tmp_path, store_url):  # type: ignore[no-untyped-def]
+    """A rollout is planned from the group each host's last pass recorded (nodes.yaml with its agent's facts),
+    not from its name alone: a ``group:db`` canary takes the hosts a facts rule puts in ``db``."""
+    from datum.store import open_store
+    from datum.store.hosts import take_pass
+
+    store = open_store(store_url)
+    try:
+        for host, group in (("db-a", "db"), ("db-b", "db"), ("web1", "default"), ("web2", "default")):
+            doc = {"host": host, "mode": "enforce", "state": "converged", "revision": "rev0", "resources": []}
+            take_pass(store, host, doc, group=group)
+        seen: dict[str, str] = {}
+
+        def planner(revision, known):  # type: ignore[no-untyped-def]
+            seen.update(known)
+            return plan(revision, known, known.__getitem__, ["group:db"], [1.0])
+
+        assert stored.begin(store, "rev0", 1, planner, 3.0) is not None  # the first revision: done at once
+        row = stored.begin(store, "rev1", 1, planner, 3.0)
+        assert row is not None and row.state == "rolling"
+        assert seen == {"db-a": "db", "db-b": "db", "web1": "default", "web2": "default"}
+        assert stored.membership(store, row.id) == {"db-a": 0, "db-b": 0, "web1": 1, "web2": 1}
+    finally:
+        store.dispose()
+
+
 def test_a_good_revision_goes_through_every_wave(story: Story):
     first, second = start(story, WEB)
     ro = in_force(story)

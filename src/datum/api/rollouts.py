@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -84,8 +85,13 @@ def _planner(state: ServerState, directory: Path) -> stored.Planner:
     except Problem:
         rules = []
 
-    def planner(revision: str, hosts: Any) -> dict[str, tuple[int, str]]:
-        return plan(revision, hosts, lambda h: group_of(rules, h, {}) or DEFAULT_GROUP, settings.canary, settings.waves)
+    def planner(revision: str, known: Mapping[str, str]) -> dict[str, tuple[int, str]]:
+        # a known host's group as intake recorded it (nodes.yaml with its facts); a canary named by hand that
+        # never reported: its name's
+        def group(host: str) -> str:
+            return known.get(host) or group_of(rules, host, {}) or DEFAULT_GROUP
+
+        return plan(revision, known, group, settings.canary, settings.waves)
 
     return planner
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -104,7 +104,8 @@ def _insert(store: Store) -> Any:
     return insert
 
 
-Planner = Callable[[str, Iterable[str]], dict[str, tuple[int, str]]]
+# (revision, the known hosts with the group intake recorded for each) -> each host's (wave, group)
+Planner = Callable[[str, Mapping[str, str]], dict[str, tuple[int, str]]]
 
 
 def begin(store: Store, revision: str, last_wave: int, planner: Planner, stale_after: float) -> RolloutRow | None:
@@ -144,7 +145,7 @@ def begin(store: Store, revision: str, last_wave: int, planner: Planner, stale_a
         )
         if not done:
             alive = host_state_at(store.dialect, stale_after, now) != "unknown"
-            known = [h for (h,) in conn.execute(sa.select(hosts.c.host).where(_REVISION.isnot(None), alive))]
+            known = dict(conn.execute(sa.select(hosts.c.host, hosts.c.group_name).where(_REVISION.isnot(None), alive)).all())
             plan = planner(revision, known)
             rows = [{"rollout": new_id, "host": h, "wave": w, "grp": g} for h, (w, g) in plan.items()]
             for start in range(0, len(rows), 1000):
