@@ -266,6 +266,36 @@ class HostSettings(_Strict):
     lock_ttl: Duration = Field(default=timedelta(hours=1), description="Unused (kept so older files validate).")
     report_to: str | None = None
     token: str | None = None
+    # Reboots across a fleet (datum agent, docs/fleet.md): hooks around a policy reboot and the health check that
+    # must pass after it before the host frees its group's reboot lease. Commands are split as a shell would
+    # (shlex) and run without one, unless hooks_shell says so; each within its timeout.
+    pre_reboot: str | None = Field(default=None, min_length=1, description="Run after the lease is granted, before the reboot (drain); failing, no reboot.")
+    post_reboot: str | None = Field(default=None, min_length=1, description="Run after the first pass from the new boot, once healthy (undrain).")
+    health_check: str | None = Field(default=None, min_length=1, description="A command that exits 0 when the host is healthy after a reboot.")
+    health_url: str | None = Field(default=None, description="An http(s) URL that answers 2xx when the host is healthy after a reboot.")
+    health_timeout: Duration = timedelta(seconds=30)
+    hook_timeout: Duration = timedelta(minutes=5)
+    hooks_shell: bool = Field(default=False, description="Run pre_reboot, post_reboot and health_check through /bin/sh -c.")
+
+    @field_validator("pre_reboot", "post_reboot", "health_check")
+    @classmethod
+    def _command(cls, value: str | None) -> str | None:
+        import shlex
+
+        if value is not None:
+            try:
+                if not shlex.split(value):
+                    raise ValueError("an empty command")
+            except ValueError as exc:
+                raise ValueError(f"a command, split as a shell would (shlex): {exc}") from exc
+        return value
+
+    @field_validator("health_url")
+    @classmethod
+    def _url(cls, value: str | None) -> str | None:
+        if value is not None and not re.match(r"^https?://[^/\s]+", value):
+            raise ValueError("an http:// or https:// URL")
+        return value
 
     @field_validator("state")
     @classmethod
@@ -371,6 +401,29 @@ class FleetSettings(_Strict):
     rollout: RolloutSettings | None = Field(
         default=None, description="Staged rollouts of new revisions ([fleet.rollout]); absent: none."
     )
+    reboot_request_ttl: Duration | None = Field(
+        default=None,
+        description="How long a host's ask for a reboot lease holds its place in reboot_order; default two of its agent's intervals.",
+    )
+    reboot_block_query: str | None = Field(
+        default=None, min_length=1, max_length=4000,
+        description="A PromQL query: while it returns any series, no reboot lease is granted in any group (as kured).",
+    )
+    prometheus_url: str | None = Field(default=None, description="The Prometheus reboot_block_query asks (http or https).")
+    prometheus_timeout: Duration = Field(default=timedelta(seconds=5), description="For one query; past it, reboots are blocked.")
+
+    @field_validator("prometheus_url")
+    @classmethod
+    def _prometheus(cls, value: str | None) -> str | None:
+        if value is not None and not re.match(r"^https?://[^/\s]+", value):
+            raise ValueError("an http:// or https:// URL")
+        return value
+
+    @model_validator(mode="after")
+    def _block_needs_prometheus(self) -> FleetSettings:
+        if self.reboot_block_query is not None and self.prometheus_url is None:
+            raise ValueError("reboot_block_query needs prometheus_url")
+        return self
 
 
 class MetricsSettings(_Strict):

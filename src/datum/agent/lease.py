@@ -16,7 +16,7 @@ import urllib.parse
 from typing import Any
 
 from datum.agent.bounded import MIB, Unusable, request
-from datum.core.budget import HALTED, no_lease, waiting
+from datum.core.budget import BLOCKED, HALTED, TURN, no_lease, waiting
 from datum.host.reboot import Slot
 from datum.host.remote import issues_in
 
@@ -29,10 +29,17 @@ def _headers(token: str) -> dict[str, str]:
     return {"Content-Type": "application/json", "Accept": "application/json", "Authorization": f"Bearer {token}"}
 
 
-def take(server: str, host: str, token: str, boot_id: str, facts: dict[str, Any], timeout: float = 10) -> Slot:
-    """Ask for ``host``'s slot in its group's reboot budget, from boot ``boot_id``."""
+def take(
+    server: str, host: str, token: str, boot_id: str, facts: dict[str, Any], timeout: float = 10,
+    interval: float | None = None,
+) -> Slot:
+    """Ask for ``host``'s slot in its group's reboot budget, from boot ``boot_id`` (``interval``: the agent's,
+    in seconds: the server keeps its place in the group's reboot order for two of them)."""
     url = _url(server, host)
-    body = json.dumps({"bootId": boot_id, "facts": facts}, default=str).encode()
+    asked: dict[str, Any] = {"bootId": boot_id, "facts": facts}
+    if interval is not None:
+        asked["intervalSeconds"] = interval
+    body = json.dumps(asked, default=str).encode()
     try:
         got = request("POST", url, _headers(token), data=body, deadline=timeout, limit=MIB)
     except Unusable as exc:
@@ -55,7 +62,8 @@ def _slot(answer: Any, url: str) -> Slot:
     rebooting = answer.get("rebooting") if isinstance(answer.get("rebooting"), list) else []
     if not answer["granted"]:
         said = answer.get("reason")
-        if isinstance(said, str) and said.startswith(HALTED) and len(said) <= 1000:  # the server names who halts it
+        # the server names who halts it, who is ahead in the reboot order, or what blocks every group's reboots
+        if isinstance(said, str) and said.startswith((HALTED, TURN, BLOCKED)) and len(said) <= 1000:
             return Slot(False, said)
         return Slot(False, waiting(len(rebooting), int(limit) if isinstance(limit, int) else 0))
     return Slot(True, f"holds a reboot lease of group {group} ({len(rebooting)}/{limit} rebooting)")

@@ -127,27 +127,56 @@ def _brief(why: str | None, most: int = 300) -> str | None:
 
 
 def _budget(opts: Options, host: str) -> Any:
-    """The pass engine's reboot budget: this host's lease, asked of the server with its facts."""
+    """The pass engine's reboot budget: this host's lease, asked of the server with its facts; granted, the
+    ``pre_reboot`` hook (drain) runs at once, and when it fails the lease is given back and the host stays up,
+    the report saying why (``datum.core.budget.pre_reboot_failed``)."""
 
     def ask(boot_id: str) -> Any:
-        from datum.agent.lease import take
+        from datum.agent.lease import give_back, take
 
-        return take(opts.server, host, opts.token, boot_id, _facts(opts.root, opts.config))
+        slot = take(
+            opts.server, host, opts.token, boot_id, _facts(opts.root, opts.config),
+            interval=opts.interval.total_seconds(),
+        )
+        config = opts.config
+        if not slot.granted or not config.pre_reboot:
+            return slot
+        from datum.core.budget import pre_reboot_failed
+        from datum.host.hooks import run_hook
+        from datum.host.reboot import Slot
+
+        why = run_hook("pre_reboot", config.pre_reboot, config.hook_timeout.total_seconds(), config.hooks_shell)
+        if why is None:
+            return Slot(True, f"{slot.words}; pre_reboot ran")
+        back = give_back(opts.server, host, opts.token, boot_id)
+        return Slot(False, pre_reboot_failed(why, back))
 
     return ask
 
 
 def _reboot(opts: Options, host: str, report: dict[str, Any]) -> str:
-    """Run the reboot command under the lease the pass took; give the lease back when it fails. The log's words."""
+    """Run the reboot command under the lease the pass took; give the lease back when it fails. The log's words.
+    Before it, the state file marks the boot it reboots from: the passes from the next boot check the host's
+    health (``datum.host.hooks``) before the server frees the lease."""
+    from datum.host.hooks import mark_reboot
     from datum.host.reboot import reboot_and_record
 
     command = opts.config.reboot_command
+    boot_id = str(report.get("bootId") or "")
+    mark_reboot(opts.config, opts.state_path, boot_id)
     why = reboot_and_record(command, opts.state_path, report)
     if why is None:
         return f"; rebooting: {command}"
     from datum.agent.lease import give_back
+    from datum.host.hooks import CHECK_FROM
+    from datum.host.statefile import StateStore
 
-    back = give_back(opts.server, host, opts.token, str(report.get("bootId") or ""))
+    store = StateStore(opts.state_path)
+    try:
+        store.set_meta(CHECK_FROM, None)  # no reboot: nothing to check from the next boot
+    finally:
+        store.close()
+    back = give_back(opts.server, host, opts.token, boot_id)
     return f"; the reboot command failed: {why}" + (f"; the reboot lease was not given back: {back}" if back else "")
 
 
@@ -160,6 +189,7 @@ def cycle(opts: Options, pushed: Any = None) -> Cycle:
     (``another pass is running ...``), before anything under ``<state>.manifest/`` is touched.
     """
     from datum.host import agent
+    from datum.host.hooks import after_reboot
 
     path = opts.state_path
     host = agent.host_name(opts.config)
@@ -189,6 +219,7 @@ def cycle(opts: Options, pushed: Any = None) -> Cycle:
         result = agent.host_pass(
             manifest, root=root, mode=opts.mode, config=opts.config, state_path=path, held=held,
             extra=extra, budget=_budget(opts, host), none_because=origin,
+            after_reboot=after_reboot(opts.config),
         )
         sent = flush(state, opts.server, host, opts.token, opts.deadline, facts)
     finally:

@@ -398,13 +398,44 @@ class StoreCollector(Collector):
             "group",
         )
         limit = _gauge("datum_fleet_reboot_concurrency", "[fleet] reboot_concurrency: hosts of a group rebooting at once.")
+        waiting = _gauge(
+            "datum_fleet_reboots_waiting",
+            "Hosts of the group that asked for a reboot lease and wait (their ask still live): budget full, out of "
+            "turn in reboot_order, halted or blocked.",
+            "group",
+        )
+        unhealthy = _gauge(
+            "datum_fleet_reboots_unhealthy",
+            "Hosts of the group that reported from a new boot but not converged and healthy: their lease holds.",
+            "group",
+        )
         live, late = Counter(x.group for x in leases.rebooting), Counter(x.group for x in leases.overdue)
+        asking = Counter(x.group for x in leases.waiting)
+        sick = Counter(x.group for x in leases.all if x.unhealthy)
         overdue_leases.extend(x.as_json() for x in leases.overdue)
         for group in groups(fleet, leases):
             rebooting.add_metric([group], live[group])
             overdue.add_metric([group], late[group])
+            waiting.add_metric([group], asking[group])
+            unhealthy.add_metric([group], sick[group])
         limit.add_metric([], fleet.reboot_concurrency)
-        yield from (rebooting, overdue, limit)
+        yield from (rebooting, overdue, limit, waiting, unhealthy)
+        if fleet.reboot_block_query:
+            from datum.fleet.promblock import refused
+            from datum.fleet.reboots import block
+
+            blocked = _gauge(
+                "datum_fleet_reboots_blocked",
+                "1 while [fleet] reboot_block_query returns series (or Prometheus cannot be asked): no reboot lease "
+                "is granted in any group.",
+            )
+            blocked.add_metric([], 1 if block(fleet) else 0)
+            refusals = CounterMetricFamily(
+                "datum_fleet_reboot_grants_blocked",
+                "Reboot lease asks this server refused because of [fleet] reboot_block_query, since it started.",
+            )
+            refusals.add_metric([], refused())
+            yield from (blocked, refusals)
 
 
     def _rollouts(self) -> Iterator[Metric]:

@@ -39,6 +39,10 @@ class RebootLease(Out):
     expires_at: datetime = Field(
         alias="expiresAt", description="When the slot frees itself if the host has not reported from a new boot."
     )
+    unhealthy: str | SkipJsonSchema[None] = absent(
+        "The host reported from a new boot, but not converged and healthy (its health check or post_reboot "
+        "failed): why. The lease holds; past `expiresAt` it halts the group as unhealthy."
+    )
 
 
 class RebootLeaseRequest(BaseModel):
@@ -49,6 +53,11 @@ class RebootLeaseRequest(BaseModel):
     boot_id: Text = Field(alias="bootId", min_length=1, max_length=100, description="The boot the host asks from.")
     facts: dict[str, Any] = Field(
         default_factory=dict, description="The host's facts, as in `X-Datum-Facts`: nodes.yaml rules match them."
+    )
+    interval_seconds: float | SkipJsonSchema[None] = Field(
+        default=None, alias="intervalSeconds", gt=0, le=365 * 86400,
+        description="The agent's interval: its ask holds its place in the group's reboot_order for two of them "
+        "(unless `[fleet] reboot_request_ttl` says otherwise).",
     )
 
 
@@ -68,6 +77,14 @@ class RebootLeaseAnswer(Out):
         "When not granted because the group is halted: the leases past `[fleet] reboot_timeout` whose hosts have "
         "not come back (until they report from a new boot, or an operator clears them)."
     )
+    ahead: list[str] | SkipJsonSchema[None] = absent(
+        "When not granted because it is not the host's turn: the hosts before it in its group's reboot_order "
+        "(nodes.yaml) that asked and wait."
+    )
+    blocked: str | SkipJsonSchema[None] = absent(
+        "When not granted because `[fleet] reboot_block_query` returns series (or Prometheus cannot be asked): "
+        "the query and what it returned."
+    )
 
 
 class RebootGroup(Out):
@@ -80,6 +97,10 @@ class RebootGroup(Out):
         "the host may not have come back, and the group's reboots are halted until it does or an operator clears "
         "its lease (`datum reboots clear HOST`)."
     )
+    waiting: list[str] = Field(
+        default_factory=list,
+        description="Hosts that asked for a lease and wait (their ask still live), in the group's reboot_order.",
+    )
 
 
 class Reboots(Out):
@@ -87,6 +108,10 @@ class Reboots(Out):
 
     limit: int = Field(description="`[fleet] reboot_concurrency`.")
     timeout_seconds: float = Field(alias="timeoutSeconds", description="`[fleet] reboot_timeout`.")
+    blocked: str | SkipJsonSchema[None] = absent(
+        "While `[fleet] reboot_block_query` returns series (or Prometheus cannot be asked): no lease is granted in "
+        "any group, and this says the query and what it returned."
+    )
     groups: list[RebootGroup]
 
 

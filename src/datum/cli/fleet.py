@@ -78,8 +78,11 @@ def reboots() -> None:
 @config_option
 @json_option
 def list_reboots(config: str | None, as_json: bool) -> None:
-    """Every reboot lease, group by group: rebooting, or overdue (not back within [fleet] reboot_timeout:
-    its group's reboots are halted until it reports from a new boot or its lease is cleared)."""
+    """Every reboot lease, group by group: rebooting, or overdue (not back, or not back healthy, within [fleet]
+    reboot_timeout: its group's reboots are halted until it reports from a new boot, converged and healthy, or
+    its lease is cleared); the hosts waiting, in their group's reboot_order; and whether [fleet]
+    reboot_block_query blocks every group's reboots."""
+    from datum.fleet.reboots import block, waiting_in_order
     from datum.store.leases import read
 
     w = wire(config)
@@ -87,15 +90,30 @@ def list_reboots(config: str | None, as_json: bool) -> None:
         leases = read(w.store)
     finally:
         w.store.dispose()
+    fleet = w.settings.fleet
+    blocked, waiting = block(fleet), waiting_in_order(fleet, leases)
     rows = [{**x.as_json(), "overdue": not x.live(leases.now)} for x in leases.all]
     if as_json:
-        click.echo(json.dumps(rows, indent=2))
+        extra = [{"group": g, "host": h, "waiting": True} for g, hosts in sorted(waiting.items()) for h in hosts]
+        click.echo(json.dumps([*rows, *extra], indent=2))
+        if blocked:  # not a row: said beside them (GET /v1/reboots has it as `blocked`)
+            click.echo(f"blocked: no reboot lease is granted in any group: {blocked}", err=True)
         return
+    if blocked:
+        click.echo(f"blocked: no reboot lease is granted in any group: {blocked}")
     if not rows:
         click.echo("no host holds a reboot lease")
     for r in rows:
-        said = "overdue: its group is halted" if r["overdue"] else f"rebooting until {r['expiresAt']} at the latest"
+        if r["overdue"]:
+            said = (f"overdue, unhealthy ({r['unhealthy']}): its group is halted" if r.get("unhealthy")
+                    else "overdue: its group is halted")
+        elif r.get("unhealthy"):
+            said = f"back, not yet healthy ({r['unhealthy']}), until {r['expiresAt']} at the latest"
+        else:
+            said = f"rebooting until {r['expiresAt']} at the latest"
         click.echo(f"{r['group']}: {r['host']} since {r['since']}, {said}")
+    for group, hosts in sorted(waiting.items()):
+        click.echo(f"{group}: waiting, in reboot order: {', '.join(hosts)}")
 
 
 @reboots.command("clear")

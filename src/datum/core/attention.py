@@ -62,6 +62,7 @@ HOST_UNKNOWN = "host_unknown"
 MANUAL_REBOOT = "manual_reboot"
 REBOOT_REFUSED = "reboot_refused"
 NO_REBOOT_LEASE = "no_reboot_lease"
+PRE_REBOOT_FAILED = "pre_reboot_failed"
 REBOOT_OVERDUE = "reboot_overdue"
 HOST_DRIFTED = "host_drifted"
 REPEATED_FAILURES = "repeated_failures"
@@ -78,6 +79,7 @@ _OWN: dict[str, Severity] = {
     MANUAL_REBOOT: Severity.LOOK,
     REBOOT_REFUSED: Severity.LOOK,
     NO_REBOOT_LEASE: Severity.LOOK,
+    PRE_REBOOT_FAILED: Severity.LOOK,
     REBOOT_OVERDUE: Severity.LOOK,
     HOST_DRIFTED: Severity.LOOK,
     REPEATED_FAILURES: Severity.LOOK,
@@ -358,6 +360,9 @@ def _host(h: Mapping[str, Any]) -> Need | None:
     if reason.startswith(budget.NO_LEASE):
         return Need(Severity.LOOK, NO_REBOOT_LEASE, f"host {name} cannot get a reboot lease",
                     explain(Vocabulary.HOST_REASON, "no_reboot_lease").do, host=name, detail=reason)
+    if reason.startswith(budget.PRE_REBOOT_FAILED):
+        return Need(Severity.LOOK, PRE_REBOOT_FAILED, f"host {name} does not reboot: its pre_reboot hook fails",
+                    explain(Vocabulary.HOST_REASON, "pre_reboot_failed").do, host=name, detail=reason)
     return None
 
 
@@ -376,6 +381,16 @@ def _time(value: Any) -> str:
 
 def _overdue(lease: Mapping[str, Any]) -> Need:
     name = str(lease.get("host"))
+    unhealthy = lease.get("unhealthy")
+    if unhealthy:  # it did report from a new boot: not converged and healthy (datum.core.budget.back_unhealthy)
+        return Need(
+            Severity.LOOK, REBOOT_OVERDUE, f"host {name} came back from its reboot unhealthy",
+            "Go and look at the host: it reported from its new boot, but not converged with its health check and "
+            f"post_reboot passed. Its group's reboots are halted until it does, or until datum reboots clear {name}.",
+            host=name,
+            detail=f"its reboot lease of group {lease.get('group')} (since {_time(lease.get('since'))}) expired at "
+            f"{_time(lease.get('expiresAt'))}; it {unhealthy}; group {lease.get('group')} is halted",
+        )
     return Need(
         Severity.LOOK, REBOOT_OVERDUE, f"host {name} has not come back from its reboot",
         "Go and look at the host: it took its reboot slot and has not reported from a new boot since. Its "

@@ -371,12 +371,50 @@ _HOST_REASONS: dict[str, tuple[str, str, str, Act]] = {
     ),
     "reboot_halted": (
         "a reboot is due, and the group's reboots are halted",
-        "A host of the same group took a reboot lease and has not reported from a new boot within [fleet] "
-        "reboot_timeout: it may not have come back, or came back broken. Until it does, or an operator clears "
+        "A host of the same group took a reboot lease and has not reported from a new boot, converged and "
+        "healthy, within [fleet] reboot_timeout: it may not have come back, or came back unhealthy (the reason "
+        "says so: its health check or post_reboot failed, or it is not converged). Until it does, or an operator clears "
         "its lease, no other host of the group is granted one, so that one host that does not come back is "
         "looked at before the next goes down. This host stays up and asks again at its next pass.",
         "Go and look at the host the reason names (GET /v1/reboots, the page's Rebooting section): bring it "
         "back, then its next report frees the group; or, once looked at, run datum reboots clear HOST.",
+        Act.LOOK,
+    ),
+    "reboot_turn": (
+        "a reboot is due, and hosts before it in its group's reboot_order go first",
+        "The group has a reboot_order in nodes.yaml (by name, or a list of hosts), and hosts before this one "
+        "in it asked for a reboot lease too: the free slots go to them first (the reason names them). An ask "
+        "holds a host's place for two of its agent's intervals ([fleet] reboot_request_ttl): a host that stops "
+        "asking (it no longer needs a reboot) holds no one back once its ask expired.",
+        "Wait: it reboots when the hosts ahead of it have rebooted and come back healthy. Go and look if it "
+        "waits long: GET /v1/reboots lists the group's waiting hosts in order and who holds the slots.",
+        Act.WAIT,
+    ),
+    "reboot_blocked": (
+        "a reboot is due, and the Prometheus block query holds every group's reboots",
+        "[fleet] reboot_block_query returns series on [fleet] prometheus_url (for example a paging alert "
+        "firing), or Prometheus cannot be asked (fail safe): no reboot lease is granted in any group, as kured "
+        "does. The reason says the query and what it returned.",
+        "Wait for the alert to resolve; go and look at it (or at why Prometheus cannot be reached) if it lasts. "
+        "datum reboots list and the page's Rebooting section say whether reboots are blocked.",
+        Act.WAIT,
+    ),
+    "pre_reboot_failed": (
+        "a reboot is due, and the pre_reboot hook failed",
+        "The host was granted its reboot lease, but [host] pre_reboot (a drain, say) did not exit 0 within "
+        "[host] hook_timeout: it did not reboot, and gave the lease back. The reason names the hook's program "
+        "and its output's tail. It tries again at its next pass.",
+        "Go and look at why the hook fails on the host (run it by hand), and fix it or the hook.",
+        Act.LOOK,
+    ),
+    "reboot_unhealthy": (
+        "back from its reboot, and not healthy yet: its reboot lease holds",
+        "The host reported from a new boot, but not converged, or its health check ([host] health_check, "
+        "health_url) or post_reboot hook failed: the server keeps its reboot lease (GET /v1/reboots says "
+        "unhealthy and why), so the next host of its group does not go down. The agent checks again at each "
+        "pass; past [fleet] reboot_timeout the group's reboots halt (reboot_halted).",
+        "Go and look at the host's service and at what the detail names; once it is healthy its next pass frees "
+        "the lease. Once looked at, datum reboots clear HOST lets the group go on.",
         Act.LOOK,
     ),
     "no_reboot_lease": (

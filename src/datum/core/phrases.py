@@ -57,6 +57,10 @@ _FAMILIES: list[tuple[re.Pattern[str], list[tuple[str, str]]]] = [
     (re.compile("^" + re.escape(budget.WAITING)), [(HOST_REASON, "reboot_budget")]),
     (re.compile("^" + re.escape(budget.HALTED)), [(HOST_REASON, "reboot_halted")]),
     (re.compile("^" + re.escape(budget.NO_LEASE)), [(HOST_REASON, "no_reboot_lease")]),
+    (re.compile("^" + re.escape(budget.TURN)), [(HOST_REASON, "reboot_turn")]),
+    (re.compile("^" + re.escape(budget.BLOCKED)), [(HOST_REASON, "reboot_blocked")]),
+    (re.compile("^" + re.escape(budget.PRE_REBOOT_FAILED)), [(HOST_REASON, "pre_reboot_failed")]),
+    (re.compile("^came back (unhealthy|failed|drifted|degraded|awaiting-reboot|unknown)"), [(HOST_REASON, "reboot_unhealthy")]),
     # "Needs a human" on the page.
     (re.compile(r"parked at the backoff cap"), [("item state", "at_backoff_cap"), (REASON, "backoff")]),
     (re.compile(r"\bstranded in\b"), [("coverage", "stranded")]),

@@ -10,6 +10,9 @@ nodes:
     manifests: [debian.yaml]
   - match: {name: db1}                          # one host's name, no glob
     expected: true                              # declared: the ``hosts`` reconciler misses it when silent
+reboot_order:                                   # optional: per group, the order its reboot leases go in
+  web: [web3, web1, web2]                       # an explicit list (hosts it does not name go after, by name)
+  db: name                                      # by host name (naturally: db2 before db10)
 ```
 
 Every rule whose ``match`` fits contributes, in file order: its manifests
@@ -18,6 +21,8 @@ rule with both ``name`` and ``facts`` needs both. A host no rule matches has
 no manifest. A rule may give only a ``group`` or ``expected`` (no ``manifests``).
 ``expected: true`` declares the one host its ``match.name`` names (a name, not
 a glob, and no ``facts``): the fleet's inventory (``datum.fleet.inventory``).
+``reboot_order`` names groups some rule gives (or ``default``); a group it does
+not name grants its reboot leases to whoever asks first (``datum.store.leases``).
 """
 
 from __future__ import annotations
@@ -27,9 +32,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from datum.core.budget import BY_NAME, DEFAULT_GROUP, Order
 from datum.core.findings import FieldError, Problem, invalid
 
 NODES = "nodes.yaml"
+ORDER = "reboot_order"
 _RULE_KEYS = {"match", "manifests", "vars", "group", "expected"}
 _GLOB = frozenset("*?[")
 _MATCH_KEYS = {"name", "facts"}
@@ -67,9 +74,16 @@ def _fits(value: Any, want: str) -> bool:
     return fnmatch.fnmatchcase(text, want)
 
 
-def read_list(path: Path, key: str, what: str) -> tuple[list[Any], list[FieldError]]:
+def read_list(path: Path, key: str, what: str, also: tuple[str, ...] = ()) -> tuple[list[Any], list[FieldError]]:
     """The list under ``key`` of a fleet YAML file (``nodes.yaml``, an inventory) and the findings so far,
-    each at ``NAME: field``; a Problem when the file cannot be read or is not YAML."""
+    each at ``NAME: field``; a Problem when the file cannot be read or is not YAML. ``also``: other top-level
+    keys the file may have (read with ``read_doc``)."""
+    items, found, _doc = read_doc(path, key, what, also)
+    return items, found
+
+
+def read_doc(path: Path, key: str, what: str, also: tuple[str, ...] = ()) -> tuple[list[Any], list[FieldError], Any]:
+    """``read_list`` and the whole document, for the keys in ``also``."""
     from datum.host.document import parse
 
     try:
@@ -83,22 +97,63 @@ def read_list(path: Path, key: str, what: str) -> tuple[list[Any], list[FieldErr
         found.append(FieldError(f"{path.name}: {key}", what))
         items = []
     if isinstance(doc, dict):
-        found.extend(FieldError(f"{path.name}: {k}", "unknown field") for k in doc if k != key)
-    return items, found
+        found.extend(FieldError(f"{path.name}: {k}", "unknown field") for k in doc if k != key and k not in also)
+    return items, found, doc
 
 
 def load_rules(directory: Path) -> list[Rule]:
     """The rules of ``directory/nodes.yaml``; a Problem with every finding when it is not valid."""
+    return load_nodes(directory)[0]
+
+
+def load_nodes(directory: Path) -> tuple[list[Rule], dict[str, Order]]:
+    """The rules of ``directory/nodes.yaml`` and its ``reboot_order`` by group; a Problem with every finding
+    (the rules' and the order's) when it is not valid."""
     path = directory / NODES
-    items, found = read_list(path, "nodes", "a list of rules: {match, manifests, vars}")
+    items, found, doc = read_doc(path, "nodes", "a list of rules: {match, manifests, vars}", (ORDER,))
     rules: list[Rule] = []
     for i, item in enumerate(items):
         rule = _rule(i, item, directory, found)
         if rule is not None:
             rules.append(rule)
+    raw = doc.get(ORDER) if isinstance(doc, dict) else None
+    known = {DEFAULT_GROUP, *(r.group for r in rules if r.group is not None)}
+    order = _order(raw, known, found) if raw is not None or (isinstance(doc, dict) and ORDER in doc) else {}
     if found:
         raise invalid(found, f"{path} is not valid: {len(found)} finding{'s' if len(found) > 1 else ''}")
-    return rules
+    return rules, order
+
+
+def _order(raw: Any, groups: set[str], found: list[FieldError]) -> dict[str, Order]:
+    """``reboot_order``: group -> ``name`` or a list of host names; every finding at its field."""
+    here = f"{NODES}: {ORDER}"
+    if not isinstance(raw, dict):
+        found.append(FieldError(here, "a mapping of group to `name` or a list of host names, e.g. {web: [web3, web1], db: name}"))
+        return {}
+    out: dict[str, Order] = {}
+    for group, value in raw.items():
+        at = f"{here}.{group}"
+        if not isinstance(group, str) or group not in groups:
+            found.append(FieldError(at, f"no rule gives group {group!r} (groups: {', '.join(sorted(groups))})"))
+            continue
+        if value == BY_NAME:
+            out[group] = BY_NAME
+            continue
+        if not isinstance(value, list) or not value:
+            found.append(FieldError(at, "`name` (by host name) or a list of host names, first to reboot first"))
+            continue
+        seen: set[str] = set()
+        bad = len(found)
+        for j, host in enumerate(value):
+            if not (isinstance(host, str) and host and len(host) <= 253) or _GLOB & set(host):
+                found.append(FieldError(f"{at}[{j}]", "a host name, as its agent reports it (no glob)"))
+            elif host in seen:
+                found.append(FieldError(f"{at}[{j}]", f"{host} is named twice"))
+            else:
+                seen.add(host)
+        if len(found) == bad:
+            out[group] = tuple(value)
+    return out
 
 
 def expected_hosts(rules: list[Rule]) -> dict[str, int]:

@@ -5,29 +5,42 @@ a later rule's wins, as for ``vars``), from the host's name and the facts its
 agent sends; a host no rule gives one is in ``default``. The limit and the
 lease's lifetime are ``[fleet] reboot_concurrency`` and ``reboot_timeout``.
 The grant itself is the store's (``datum.store.leases.take``): atomic across
-requests and server replicas.
+requests and server replicas. Around it, here: the group's ``reboot_order``
+(``nodes.yaml``), how long the host's ask holds its place (``[fleet]
+reboot_request_ttl``, else two of its agent's intervals), and the Prometheus
+block (``datum.fleet.promblock``), asked before the store's transaction so
+that no lock is held while Prometheus answers.
 """
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from datum.config import FleetSettings
-from datum.core.budget import DEFAULT_GROUP
+from datum.core.budget import DEFAULT_GROUP, Order
 from datum.store.engine import Store
-from datum.store.leases import Grant, Leases, take
+from datum.store.leases import REQUEST_TTL, Grant, Leases, take
+
+
+def placed(directory: Path | None, host: str, facts: dict[str, Any]) -> tuple[str, Order | None]:
+    """``host``'s group and that group's ``reboot_order`` (None: first come, first served); a ``nodes.yaml``
+    that does not validate is a Problem (no lease without a group)."""
+    if directory is None:
+        return DEFAULT_GROUP, None
+    from datum.fleet.nodes import NODES, group_of, load_nodes
+
+    if not (directory / NODES).is_file():
+        return DEFAULT_GROUP, None
+    rules, order = load_nodes(directory)
+    group = group_of(rules, host, facts) or DEFAULT_GROUP
+    return group, order.get(group)
 
 
 def group_for(directory: Path | None, host: str, facts: dict[str, Any]) -> str:
     """``host``'s group; a ``nodes.yaml`` that does not validate is a Problem (no lease without a group)."""
-    if directory is None:
-        return DEFAULT_GROUP
-    from datum.fleet.nodes import NODES, group_of, load_rules
-
-    if not (directory / NODES).is_file():
-        return DEFAULT_GROUP
-    return group_of(load_rules(directory), host, facts) or DEFAULT_GROUP
+    return placed(directory, host, facts)[0]
 
 
 def intake_group(directory: Path | None, host: str, facts: dict[str, Any] | None) -> str | None:
@@ -78,15 +91,68 @@ def _rules(directory: Path) -> list[Any] | None:
     return rules
 
 
-def ask(store: Store, fleet: FleetSettings, host: str, boot_id: str, facts: dict[str, Any]) -> Grant:
-    """Grant ``host`` a reboot lease in its group, or say how full the group is."""
-    group = group_for(fleet.manifests, host, facts)
-    return take(store, host, group, boot_id, fleet.reboot_concurrency, fleet.reboot_timeout)
+def request_ttl(fleet: FleetSettings, interval: float | None) -> timedelta:
+    """How long an ask holds the host's place: ``[fleet] reboot_request_ttl``, else two of its agent's
+    intervals (it asks again at each pass while it needs a reboot), else ``REQUEST_TTL``."""
+    if fleet.reboot_request_ttl is not None:
+        return fleet.reboot_request_ttl
+    return timedelta(seconds=2 * interval) if interval else REQUEST_TTL
+
+
+def block(fleet: FleetSettings) -> str | None:
+    """Why no reboot lease is granted in any group now (the Prometheus block query), or None."""
+    from datum.fleet.promblock import check
+
+    return check(fleet.prometheus_url, fleet.reboot_block_query, fleet.prometheus_timeout.total_seconds()).why
+
+
+def ask(
+    store: Store, fleet: FleetSettings, host: str, boot_id: str, facts: dict[str, Any], interval: float | None = None
+) -> Grant:
+    """Grant ``host`` a reboot lease in its group, or say why not (full, halted, out of turn, blocked)."""
+    group, order = placed(fleet.manifests, host, facts)
+    blocked = block(fleet)
+    grant = take(
+        store, host, group, boot_id, fleet.reboot_concurrency, fleet.reboot_timeout,
+        order=order, request_ttl=request_ttl(fleet, interval), blocked=blocked,
+    )
+    if grant.blocked is not None:
+        from datum.fleet.promblock import count_refusal
+
+        count_refusal()
+    return grant
+
+
+def _orders(fleet: FleetSettings) -> dict[str, Order]:
+    """nodes.yaml's reboot_order by group; {} when there is none or it does not validate (the manifests say why)."""
+    directory = fleet.manifests
+    if directory is None:
+        return {}
+    from datum.core.findings import Problem
+    from datum.fleet.nodes import NODES, load_nodes
+
+    if not (directory / NODES).is_file():
+        return {}
+    try:
+        return load_nodes(directory)[1]
+    except Problem:
+        return {}
+
+
+def waiting_in_order(fleet: FleetSettings, leases: Leases) -> dict[str, list[str]]:
+    """The hosts waiting for a lease, group by group, in the group's reboot_order (else by name)."""
+    from datum.core.budget import BY_NAME, in_order
+
+    orders = _orders(fleet)
+    by_group: dict[str, list[str]] = {}
+    for w in leases.waiting:
+        by_group.setdefault(w.group, []).append(w.host)
+    return {g: in_order(orders.get(g, BY_NAME), hosts) for g, hosts in by_group.items()}
 
 
 def groups(fleet: FleetSettings, leases: Leases) -> list[str]:
     """Every group the metrics and the page show: those nodes.yaml names, ``default``, and any with a lease."""
-    return sorted(named_groups(fleet) | {lease.group for lease in leases.all})
+    return sorted(named_groups(fleet) | {lease.group for lease in leases.all} | {w.group for w in leases.waiting})
 
 
 def named_groups(fleet: FleetSettings) -> set[str]:

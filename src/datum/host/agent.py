@@ -16,7 +16,7 @@ import time
 from contextlib import ExitStack
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from datum.core.vocab import Mode
 from datum.host import reboot, verdict
@@ -27,6 +27,9 @@ from datum.host.model import Manifest
 from datum.host.statefile import StateStore, Unreadable
 from datum.providers import reads
 from datum.providers.base import HostContext
+
+if TYPE_CHECKING:
+    from datum.host.hooks import AfterReboot
 
 __all__ = ["PassResult", "apply", "host_name", "plan", "real_root", "host_pass", "state_file"]
 
@@ -110,6 +113,7 @@ def host_pass(
     extra: dict[str, Any] | None = None,
     budget: reboot.Budget | None = None,
     none_because: str = "",
+    after_reboot: AfterReboot | None = None,
 ) -> PassResult:
     """One host pass: lock, engine, verdict, persist.
 
@@ -124,6 +128,8 @@ def host_pass(
     ``extra`` adds fields to the report before it is persisted (``datum agent``: ``passId``,
     ``seq``, ``manifestDigest``, ...); a report with a ``seq`` is spooled with it, in one
     transaction. ``budget`` is asked before a policy reboot (``datum agent``: the group's lease).
+    ``after_reboot`` (``datum agent``, ``datum.host.hooks``): after the resources ran, back from a reboot made
+    under a lease, the health check and ``post_reboot``; their result is the report's ``health``.
     """
     with ExitStack() as stack:
         if held is not None:
@@ -161,6 +167,10 @@ def host_pass(
                 stopped=verdict.incomplete(outcomes, stopped_by), known_stale=known,
             )
             decided = verdict.decide(outcomes, reboot_reason=found.reason, stopped_by=stopped_by)
+            if after_reboot is not None and store is not None:
+                checked = after_reboot(store, boot_id, verdict.incomplete(outcomes, stopped_by))
+                if checked is not None:
+                    extra = {**(extra or {}), "health": checked}
         report = verdict.report(
             decided, outcomes, host=host, mode=mode.value, started=started.isoformat(),
             finished=datetime.now(UTC).isoformat(), duration=round(time.perf_counter() - clock, 6),

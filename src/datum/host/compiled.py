@@ -47,6 +47,14 @@ class HostConfig:
     lock_wait: timedelta
     report_to: str | None = None
     token: str | None = None
+    # Reboots across a fleet (datum agent): hooks and the health check after a reboot (datum.host.hooks).
+    pre_reboot: str | None = None
+    post_reboot: str | None = None
+    health_check: str | None = None
+    health_url: str | None = None
+    health_timeout: timedelta = timedelta(seconds=30)
+    hook_timeout: timedelta = timedelta(minutes=5)
+    hooks_shell: bool = False
 
     @classmethod
     def without_file(cls) -> HostConfig:
@@ -84,12 +92,20 @@ class HostConfig:
             lock_wait=h.lock_wait,
             report_to=h.report_to,
             token=h.token,
+            pre_reboot=h.pre_reboot,
+            post_reboot=h.post_reboot,
+            health_check=h.health_check,
+            health_url=h.health_url,
+            health_timeout=h.health_timeout,
+            hook_timeout=h.hook_timeout,
+            hooks_shell=h.hooks_shell,
         )
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
         out.update(mode=self.mode.value, reboot_policy=self.reboot_policy.value)
         out.update(lock_wait=self.lock_wait.total_seconds())
+        out.update(health_timeout=self.health_timeout.total_seconds(), hook_timeout=self.hook_timeout.total_seconds())
         return out
 
     @classmethod
@@ -100,6 +116,7 @@ class HostConfig:
                 "mode": Mode(data["mode"]),
                 "reboot_policy": RebootPolicy(data["reboot_policy"]),
                 "lock_wait": timedelta(seconds=data["lock_wait"]),
+                **{k: timedelta(seconds=data[k]) for k in ("health_timeout", "hook_timeout") if k in data},
             }
         )
 

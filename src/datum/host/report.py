@@ -71,6 +71,13 @@ class RebootStatus(_Model):
     )
 
 
+class RebootHealth(_Model):
+    """Back from a reboot made under a fleet's reboot lease: whether the host is healthy again (``datum agent``)."""
+
+    ok: bool = Field(description="The health check (`[host] health_check`, `health_url`) and `post_reboot` passed.")
+    detail: str = absent("What passed, or what failed and why (a hook's program and output tail).", max_length=1000)
+
+
 class PassReport(_Model):
     """One completed pass of the host agent."""
 
@@ -90,6 +97,10 @@ class PassReport(_Model):
     )
     counts: dict[ResourceState, int] = Field(default_factory=dict)
     reboot: RebootStatus = absent("The reboot the host needs, when a change needs one.")
+    health: RebootHealth = absent(
+        "Back from a reboot under a reboot lease, with a health check or post_reboot configured: their result. "
+        "The server frees the host's reboot lease only on a converged report whose health is ok."
+    )
     pass_id: str = absent("The pass's id (a UUID), set by `datum agent`.", "passId", max_length=64)
     seq: int = absent(
         "The agent's per-host sequence number: a report never replaces one with a higher number.", ge=0, le=2**62

@@ -145,6 +145,19 @@ class StateStore:
         ok = isinstance(kept, dict) and all(isinstance(v, int) for v in kept.values())
         return {str(k): v for k, v in kept.items()} if ok else {}
 
+    def meta(self, key: str) -> str | None:
+        """One ``agent_meta`` value (``datum.host.hooks``: the boot a reboot was made from), or None."""
+        row = self._db.execute("SELECT value FROM agent_meta WHERE key = ?", (key,)).fetchone()
+        return str(row[0]) if row and row[0] is not None else None
+
+    def set_meta(self, key: str, value: str | None) -> None:
+        """Write (None: drop) one ``agent_meta`` value, committed."""
+        with self._db:
+            if value is None:
+                self._db.execute("DELETE FROM agent_meta WHERE key = ?", (key,))
+            else:
+                self._db.execute("INSERT OR REPLACE INTO agent_meta (key, value) VALUES (?, ?)", (key, value))
+
     def lease(self, wait: timedelta, boot_id: str = "") -> Lease:
         """This state file's pass lock (``datum.host.lock.Lease``), held while entered; waits at most
         ``wait`` for a live holder, then refuses clearly."""

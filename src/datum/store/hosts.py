@@ -11,7 +11,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from datum.core.budget import DEFAULT_GROUP
+from datum.core.budget import DEFAULT_GROUP, back_unhealthy
 from datum.core.hostsummary import interval_of, summarize
 from datum.core.vocab import HostState
 from datum.store import group_counts as by_group
@@ -105,25 +105,28 @@ def take_pass(
     (not the same pass again) is still kept in the host's history, once, at its receipt
     (``store.history.record_older_host_pass``): it is not the host's state, and it is not lost.
     With ``release_lease`` a stored pass from a boot other than the one of the
-    host's reboot lease frees that lease (the host is back from its reboot:
-    ``datum.store.leases.release_rebooted``), in the same transaction; on
+    host's reboot lease frees that lease when the host is back converged and
+    healthy (``datum.core.budget.back_unhealthy``; else the lease keeps why
+    not: ``datum.store.leases.release_rebooted``), in the same transaction; on
     PostgreSQL with ``history`` in the same statement, so the intake's one
     round trip stays one. ``group`` is the host's group (``datum.fleet.reboots.intake_group``), written
     with the pass; None keeps the stored one (``default`` for a new host).
     """
     values, seq = _values(report)
+    unhealthy = back_unhealthy(report) if release_lease else None
     with store.begin() as conn:
         if history and store.dialect == "postgresql":
             params = _pg_params(host, values, report, text)
             params["release"] = (values["boot_id"] or None) if release_lease else None
             params["group_name"] = group
+            params["unhealthy"] = unhealthy
             now = conn.execute(_PG_TAKE_WITH_HISTORY, params).scalar()
         else:
             now = conn.execute(_upsert(store.dialect, host, values, seq, group)).scalar()
             if now is not None and history:
                 record_host_pass(conn, host, report, _as_utc(now))
             if now is not None and release_lease:
-                release_rebooted(conn, host, values["boot_id"])
+                release_rebooted(conn, host, values["boot_id"], unhealthy)
         if now is not None:
             return Taken("stored", {
                 "host": host,
@@ -166,7 +169,8 @@ def _upsert(dialect: str, host: str, values: dict[str, Any], seq: int | None, gr
 # (items only when they differ from the last row that stored them, or that row is KEYFRAME rows back, as
 # store.history.record decides) with what the pass archive keeps beside it (store.passes: its report once by
 # digest, its events) and, with :release (the report's boot id, when the caller frees a reboot lease), the
-# host's lease from another boot: one statement, one round trip. Host history rows are not pruned here:
+# host's lease from another boot: dropped when :unhealthy is NULL (back converged and healthy), else marked with
+# it (datum.store.leases.release_rebooted): one statement, one round trip. Host history rows are not pruned here:
 # the archive's retention drops them in bulk (store.passes.prune_passes).
 _HOST_COLUMNS = (
     "host", "state", "reason", "boot_id", "finished_at", "updated_at", "report", "pass_id", "seq", "summary",
@@ -203,7 +207,12 @@ WITH up AS (
   RETURNING id
 ),{PG_ARCHIVE_CTES}, released AS (
   DELETE FROM reboot_leases
-  WHERE host = :host AND boot_id <> CAST(:release AS text) AND EXISTS (SELECT 1 FROM up)
+  WHERE host = :host AND boot_id <> CAST(:release AS text) AND CAST(:unhealthy AS text) IS NULL
+    AND EXISTS (SELECT 1 FROM up)
+), marked AS (
+  UPDATE reboot_leases SET unhealthy = CAST(:unhealthy AS text)
+  WHERE host = :host AND boot_id <> CAST(:release AS text) AND CAST(:unhealthy AS text) IS NOT NULL
+    AND EXISTS (SELECT 1 FROM up)
 )
 SELECT now FROM up
 """)
@@ -234,6 +243,7 @@ def _pg_params(
         "items": None if items is None else json.dumps(items),
         "keyframe": KEYFRAME - 1,
         "release": None,
+        "unhealthy": None,
         "pass_id": passed["pass_id"],
     }
 

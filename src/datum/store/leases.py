@@ -17,6 +17,20 @@ group's reboots halt (no other host of the group is granted one) until that host
 reports from a new boot or an operator clears the lease (``clear``, ``datum
 reboots clear HOST``): a host that does not come back is looked at before the
 next one goes down. Times are the store's clock, the one every server shares.
+
+Health first: a report from a new boot frees the lease only when the host is
+back converged and healthy (``datum.core.budget.back_unhealthy``); otherwise the
+lease keeps the reason (``unhealthy``) and, past its timeout, halts the group
+saying so.
+
+In order: every ask writes the host's request (``reboot_requests``, living
+until ``expires_at``, about two of the agent's intervals) under the same group
+lock; with a ``reboot_order`` for the group, the free slots go to the first
+hosts of the group's live requests in that order, and a host asking out of turn
+is told who is ahead. A host that stops asking (it no longer needs a reboot)
+holds no one back once its request expired. ``blocked`` (the Prometheus block
+query, ``datum.fleet.promblock``, decided before the transaction) refuses every
+grant and is said so.
 """
 
 from __future__ import annotations
@@ -28,11 +42,15 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from datum.core.budget import room
+from datum.core.budget import Order, in_order, room
 from datum.store.engine import Store
 from datum.store.runs import store_now
 from datum.store.schema import reboot_groups as groups
 from datum.store.schema import reboot_leases as t
+from datum.store.schema import reboot_requests as asks
+
+# How long a host's ask stays in the queue when its agent does not say its interval.
+REQUEST_TTL = timedelta(hours=1)
 
 
 @dataclass(frozen=True)
@@ -44,18 +62,32 @@ class Lease:
     boot_id: str
     since: datetime
     expires_at: datetime
+    unhealthy: str | None = None  # the host reported from a new boot, not converged and healthy: why
 
     def live(self, now: datetime) -> bool:
         return self.expires_at > now
 
     def as_json(self) -> dict[str, Any]:
-        return {
+        out = {
             "host": self.host,
             "group": self.group,
             "bootId": self.boot_id,
             "since": self.since.isoformat(),
             "expiresAt": self.expires_at.isoformat(),
         }
+        if self.unhealthy:
+            out["unhealthy"] = self.unhealthy
+        return out
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """A host that asked for a lease and has none yet: its request, live until ``expires_at``."""
+
+    host: str
+    group: str
+    asked_at: datetime
+    expires_at: datetime
 
 
 @dataclass(frozen=True)
@@ -68,19 +100,25 @@ class Grant:
     rebooting: tuple[Lease, ...]
     lease: Lease | None  # the host's own lease, when granted
     halted: tuple[Lease, ...] = ()  # overdue leases of the group that halt its reboots, when not granted
+    ahead: tuple[str, ...] = ()  # hosts before it in the group's reboot_order, when not granted for that
+    blocked: str | None = None  # why every group's reboots are blocked (the Prometheus block query)
 
 
 def _lease(r: Any) -> Lease:
-    return Lease(r.host, r.group_name, r.boot_id, r.since, r.expires_at)
+    return Lease(r.host, r.group_name, r.boot_id, r.since, r.expires_at, r.unhealthy)
 
 
-def _lock_group(conn: Connection, group: str) -> None:
-    """Write the group's row first thing in the transaction: the lock every grant in the group waits on."""
+def _insert(conn: Connection) -> Any:
     if conn.dialect.name == "postgresql":
         from sqlalchemy.dialects.postgresql import insert
     else:
         from sqlalchemy.dialects.sqlite import insert
-    stmt = insert(groups).values(group_name=group, grants=1)
+    return insert
+
+
+def _lock_group(conn: Connection, group: str) -> None:
+    """Write the group's row first thing in the transaction: the lock every grant in the group waits on."""
+    stmt = _insert(conn)(groups).values(group_name=group, grants=1)
     conn.execute(
         stmt.on_conflict_do_update(index_elements=[groups.c.group_name], set_={"grants": groups.c.grants + 1})
     )
@@ -100,14 +138,45 @@ def _overdue(conn: Connection, group: str, now: datetime) -> list[Lease]:
     return [_lease(r) for r in rows]
 
 
-def take(store: Store, host: str, group: str, boot_id: str, limit: int, ttl: timedelta) -> Grant:
-    """Grant ``host`` (in boot ``boot_id``) a lease in ``group`` when fewer than ``limit`` hold one.
+def _ask(conn: Connection, host: str, group: str, boot_id: str, now: datetime, ttl: timedelta) -> None:
+    """Write ``host``'s request (under the group's lock): live until ``now + ttl``, first asked kept while live."""
+    stmt = _insert(conn)(asks).values(host=host, group_name=group, boot_id=boot_id, asked_at=now, expires_at=now + ttl)
+    conn.execute(stmt.on_conflict_do_update(index_elements=[asks.c.host], set_={
+        "group_name": stmt.excluded.group_name,
+        "boot_id": stmt.excluded.boot_id,
+        "asked_at": sa.case((asks.c.expires_at <= now, stmt.excluded.asked_at), else_=asks.c.asked_at),
+        "expires_at": stmt.excluded.expires_at,
+    }))
+
+
+def _queue(conn: Connection, group: str, now: datetime, order: Order, holding: set[str]) -> list[str]:
+    """The group's hosts waiting for a lease (a live request, no live lease), in the group's reboot order."""
+    rows = conn.execute(sa.select(asks.c.host).where(asks.c.group_name == group, asks.c.expires_at > now))
+    return in_order(order, [r.host for r in rows if r.host not in holding])
+
+
+def take(
+    store: Store,
+    host: str,
+    group: str,
+    boot_id: str,
+    limit: int,
+    ttl: timedelta,
+    *,
+    order: Order | None = None,
+    request_ttl: timedelta = REQUEST_TTL,
+    blocked: str | None = None,
+) -> Grant:
+    """Grant ``host`` (in boot ``boot_id``) a lease in ``group`` when fewer than ``limit`` hold one, it is its
+    turn in ``order`` (the group's ``reboot_order``; None: whoever asks first) and nothing ``blocked`` them.
 
     Asking again in the same boot while the lease lives is granted again,
     unchanged (an agent that restarts before it reboots). A lease from another
     boot is over (the host rebooted since) and replaced. While another host of
     the group holds an overdue lease, nothing is granted (``halted``); the
-    host's own expired lease is replaced when there is room.
+    host's own expired lease is replaced when there is room. Every ask that is
+    not granted at once leaves the host's request (``request_ttl``), which is
+    what orders the next grants.
     """
     with store.begin() as conn:
         _lock_group(conn, group)
@@ -115,17 +184,26 @@ def take(store: Store, host: str, group: str, boot_id: str, limit: int, ttl: tim
         mine = conn.execute(sa.select(t).where(t.c.host == host)).first()
         if mine is not None and mine.boot_id == boot_id and mine.expires_at > now:
             return Grant(True, mine.group_name, limit, tuple(_live(conn, mine.group_name, now)), _lease(mine))
+        _ask(conn, host, group, boot_id, now, request_ttl)
         others = [lease for lease in _live(conn, group, now) if lease.host != host]
         stuck = tuple(lease for lease in _overdue(conn, group, now) if lease.host != host)
         if stuck:
             return Grant(False, group, limit, tuple(others), None, stuck)
+        if blocked is not None:
+            return Grant(False, group, limit, tuple(others), None, blocked=blocked)
         if not room(len(others), limit):
             return Grant(False, group, limit, tuple(others), None)
-        values = {"group_name": group, "boot_id": boot_id, "since": now, "expires_at": now + ttl}
+        if order is not None:
+            queue = _queue(conn, group, now, order, {lease.host for lease in others})
+            if host not in queue[: limit - len(others)]:
+                ahead = queue[: queue.index(host)] if host in queue else queue
+                return Grant(False, group, limit, tuple(others), None, ahead=tuple(ahead))
+        values = {"group_name": group, "boot_id": boot_id, "since": now, "expires_at": now + ttl, "unhealthy": None}
         if mine is None:
             conn.execute(sa.insert(t).values(host=host, **values))
         else:
             conn.execute(sa.update(t).where(t.c.host == host).values(**values))
+        conn.execute(sa.delete(asks).where(asks.c.host == host))  # served: it waits no more
         lease = Lease(host, group, boot_id, now, now + ttl)
         return Grant(True, group, limit, tuple(sorted([*others, lease], key=lambda x: (x.since, x.host))), lease)
 
@@ -148,9 +226,14 @@ def clear(store: Store, host: str) -> Lease | None:
     return _lease(found)
 
 
-def release_rebooted(conn: Connection, host: str, boot_id: str | None) -> bool:
-    """In the caller's transaction: drop ``host``'s lease when ``boot_id`` is another boot (it rebooted)."""
+def release_rebooted(conn: Connection, host: str, boot_id: str | None, unhealthy: str | None = None) -> bool:
+    """In the caller's transaction: drop ``host``'s lease when ``boot_id`` is another boot (it rebooted) and the
+    host is back converged and healthy; with ``unhealthy`` (``datum.core.budget.back_unhealthy``: why it is not)
+    keep the lease and record why on it. Whether the lease was dropped."""
     if not boot_id:
+        return False
+    if unhealthy is not None:
+        conn.execute(sa.update(t).where(t.c.host == host, t.c.boot_id != boot_id).values(unhealthy=unhealthy[:1000]))
         return False
     gone = conn.execute(sa.delete(t).where(t.c.host == host, t.c.boot_id != boot_id))
     return gone.rowcount > 0
@@ -162,6 +245,7 @@ class Leases:
 
     now: datetime
     all: tuple[Lease, ...]
+    waiting: tuple[Waiting, ...] = ()  # live requests of hosts holding no live lease (read without a host)
 
     @property
     def rebooting(self) -> list[Lease]:
@@ -176,10 +260,18 @@ class Leases:
 
 
 def read(store: Store, host: str | None = None) -> Leases:
-    """The leases (of ``host`` only, when given), oldest first."""
+    """The leases (of ``host`` only, when given), oldest first; without ``host``, the hosts waiting too."""
     with store.connect() as conn:
         now = store_now(conn)
         query = sa.select(t).order_by(t.c.group_name, t.c.since, t.c.host)
         if host is not None:
             query = query.where(t.c.host == host)
-        return Leases(now, tuple(_lease(r) for r in conn.execute(query)))
+        found = tuple(_lease(r) for r in conn.execute(query))
+        if host is not None:
+            return Leases(now, found)
+        holding = {lease.host for lease in found if lease.live(now)}
+        rows = conn.execute(sa.select(asks).where(asks.c.expires_at > now).order_by(asks.c.group_name, asks.c.host))
+        waiting = tuple(
+            Waiting(r.host, r.group_name, r.asked_at, r.expires_at) for r in rows if r.host not in holding
+        )
+        return Leases(now, found, waiting)

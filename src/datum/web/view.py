@@ -288,6 +288,7 @@ class Rebooting:
     since: datetime
     expires_at: datetime
     overdue: bool
+    unhealthy: str | None = None  # back from a new boot, not converged and healthy: why (the lease holds)
 
     @property
     def anchor(self) -> str:
@@ -306,6 +307,8 @@ class Overview:
     hosts_not_listed: int = 0  # hosts not converged past the worst ones the decision considered
     rebooting: list[Rebooting] = field(default_factory=list)  # the fleet's reboot budget, when hosts are readable
     reboot_limit: int = 0
+    reboot_blocked: str | None = None  # why no reboot lease is granted in any group ([fleet] reboot_block_query)
+    reboot_waiting: dict[str, list[str]] = field(default_factory=dict)  # group -> hosts waiting, in reboot_order
     changes: Changes | None = None  # the fleet's timeline, when the token may read its history
     revisions: Rollout | None = None  # hosts per revision of the fleet's manifests (datum.fleet.rollout), with hosts
     staged: Any = None  # the staged rollout in force ([fleet.rollout]; a RolloutStatus), with hosts
@@ -396,7 +399,9 @@ def host_view(status: Any, passes: Sequence[PassRow], lines: Sequence[Need] = ()
     )
 
 
-_REBOOT_LINES = (need.MANUAL_REBOOT, need.REBOOT_REFUSED, need.NO_REBOOT_LEASE, need.REBOOT_OVERDUE)
+_REBOOT_LINES = (
+    need.MANUAL_REBOOT, need.REBOOT_REFUSED, need.NO_REBOOT_LEASE, need.PRE_REBOOT_FAILED, need.REBOOT_OVERDUE,
+)
 
 
 @dataclass
@@ -465,6 +470,8 @@ def overview(
     hosts_not_listed: int = 0,
     changes: Changes | None = None,
     revisions: Rollout | None = None,
+    reboot_blocked: str | None = None,
+    reboot_waiting: dict[str, list[str]] | None = None,
 ) -> Overview:
     """The page's view. ``lines``: *Needs a human*, as ``datum.core.attention.decide`` made them (``GET
     /v1/attention`` serves the same). ``broken``: (name, why) of each reconciler plugin that did not load,
@@ -495,6 +502,8 @@ def overview(
         hosts_not_listed=hosts_not_listed,
         rebooting=list(rebooting),
         reboot_limit=reboot_limit,
+        reboot_blocked=reboot_blocked,
+        reboot_waiting=dict(reboot_waiting or {}),
         changes=changes,
         revisions=revisions if revisions is not None and (revisions.revisions or revisions.without) else None,
     )

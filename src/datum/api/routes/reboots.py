@@ -60,7 +60,12 @@ def with_lease(status: S, leases: Leases) -> S:
         "again keeps its lease. A lease ends when the host reports a pass from another boot id, when the agent "
         "gives it back (DELETE). A host whose lease passed `[fleet] reboot_timeout` before it came back halts its "
         "group: nothing more is granted in it (`halted` names it) until it reports from a new boot or an operator "
-        "clears its lease (`datum reboots clear HOST`)."
+        "clears its lease (`datum reboots clear HOST`). With a `reboot_order` for the group (nodes.yaml), the free "
+        "slots go to the group's waiting hosts in that order (`ahead` names those before this one); each ask holds "
+        "the host's place for two of its agent's intervals (`intervalSeconds`) or `[fleet] reboot_request_ttl`. "
+        "While `[fleet] reboot_block_query` returns any series, or Prometheus cannot be asked, nothing is granted "
+        "in any group (`blocked` says why). A lease is freed by a report from a new boot only when it is converged "
+        "and its `health` (when the agent checks one) is ok; else the lease says why (`unhealthy`)."
     ),
     responses=error_responses(401, 403, 422, 503),
     **OUT,
@@ -71,12 +76,12 @@ def take_lease(
     host: str = HostParam,
     _p: str = Depends(needs(Action.TAKE_REBOOT_LEASE, path_resource("Host", "host"))),
 ) -> RebootLeaseAnswer:
-    from datum.core.budget import halted, waiting
+    from datum.core.budget import blocked, halted, turn, waiting
     from datum.fleet.reboots import ask
 
     state = state_of(request)
     _registry, store = state.wired()
-    grant = ask(store, state.settings.fleet, host, body.boot_id, body.facts)
+    grant = ask(store, state.settings.fleet, host, body.boot_id, body.facts, body.interval_seconds)
     return RebootLeaseAnswer(
         host=host,
         group=grant.group,
@@ -85,11 +90,15 @@ def take_lease(
         rebooting=[lease_model(lease) for lease in grant.rebooting],
         reason=(
             None if grant.granted
-            else halted([x.host for x in grant.halted]) if grant.halted
+            else halted([x.host for x in grant.halted], {x.host: x.unhealthy for x in grant.halted}) if grant.halted
+            else blocked(grant.blocked) if grant.blocked is not None
+            else turn(list(grant.ahead)) if grant.ahead
             else waiting(len(grant.rebooting), grant.limit)
         ),
         lease=lease_model(grant.lease) if grant.lease is not None else None,
         halted=[lease_model(x) for x in grant.halted] or None,
+        ahead=list(grant.ahead) or None,
+        blocked=grant.blocked,
     )
 
 
@@ -118,26 +127,30 @@ def give_back_lease(
     name="list_reboots",
     response_model=Reboots,
     summary="Who is rebooting, group by group, and leases past their timeout.",
-    description="Cedar action `fleet:ReadHost` on `Server::\"datum\"`.",
+    description="Cedar action `fleet:ReadHost` on `Server::\"datum\"`. `blocked` while `[fleet] reboot_block_query` "
+    "holds every group's reboots; `waiting` per group in its reboot_order.",
     responses=error_responses(401, 403, 503),
     **OUT,
 )
 def reboots(request: Request, _p: str = Depends(needs(Action.READ_HOST))) -> Reboots:
-    from datum.fleet.reboots import groups
+    from datum.fleet.reboots import block, groups, waiting_in_order
     from datum.store.leases import read
 
     state = state_of(request)
     _registry, store = state.wired()
     fleet = state.settings.fleet
     leases = read(store)
+    queued = waiting_in_order(fleet, leases)
     return Reboots(
         limit=fleet.reboot_concurrency,
         timeout_seconds=fleet.reboot_timeout.total_seconds(),
+        blocked=block(fleet),
         groups=[
             RebootGroup(
                 group=g,
                 rebooting=[lease_model(x) for x in leases.rebooting if x.group == g],
                 overdue=[lease_model(x) for x in leases.overdue if x.group == g],
+                waiting=queued.get(g, []),
             )
             for g in groups(fleet, leases)
         ],
