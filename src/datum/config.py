@@ -247,6 +247,13 @@ def parse_window(text: str) -> tuple[frozenset[int], int, int]:
     return frozenset(days), minutes[0], minutes[1]
 
 
+def _http_url(value: str | None) -> str | None:
+    """An http(s) URL (the health URL an agent fetches, the Prometheus a server asks), or None."""
+    if value is not None and not re.match(r"^https?://[^/\s]+", value):
+        raise ValueError("an http:// or https:// URL")
+    return value
+
+
 class HostSettings(_Strict):
     """The ``[host]`` section: how the host agent runs on this machine (never desired state)."""
 
@@ -293,9 +300,7 @@ class HostSettings(_Strict):
     @field_validator("health_url")
     @classmethod
     def _url(cls, value: str | None) -> str | None:
-        if value is not None and not re.match(r"^https?://[^/\s]+", value):
-            raise ValueError("an http:// or https:// URL")
-        return value
+        return _http_url(value)
 
     @field_validator("state")
     @classmethod
@@ -415,9 +420,7 @@ class FleetSettings(_Strict):
     @field_validator("prometheus_url")
     @classmethod
     def _prometheus(cls, value: str | None) -> str | None:
-        if value is not None and not re.match(r"^https?://[^/\s]+", value):
-            raise ValueError("an http:// or https:// URL")
-        return value
+        return _http_url(value)
 
     @model_validator(mode="after")
     def _block_needs_prometheus(self) -> FleetSettings:

@@ -380,24 +380,25 @@ def _time(value: Any) -> str:
 
 
 def _overdue(lease: Mapping[str, Any]) -> Need:
-    name = str(lease.get("host"))
+    """An overdue lease's line: its host did not come back, or came back unhealthy (it reported from its new
+    boot, not converged and healthy: ``datum.core.budget.back_unhealthy``, kept on the lease)."""
+    name, group = str(lease.get("host")), lease.get("group")
     unhealthy = lease.get("unhealthy")
-    if unhealthy:  # it did report from a new boot: not converged and healthy (datum.core.budget.back_unhealthy)
-        return Need(
-            Severity.LOOK, REBOOT_OVERDUE, f"host {name} came back from its reboot unhealthy",
-            "Go and look at the host: it reported from its new boot, but not converged with its health check and "
-            f"post_reboot passed. Its group's reboots are halted until it does, or until datum reboots clear {name}.",
-            host=name,
-            detail=f"its reboot lease of group {lease.get('group')} (since {_time(lease.get('since'))}) expired at "
-            f"{_time(lease.get('expiresAt'))}; it {unhealthy}; group {lease.get('group')} is halted",
-        )
+    if unhealthy:
+        title, how = (f"host {name} came back from its reboot unhealthy",
+                      "it reported from its new boot, but not converged with its health check and post_reboot passed")
+        what = f"; it {unhealthy}"
+    else:
+        title, how = (f"host {name} has not come back from its reboot",
+                      "it took its reboot slot and has not reported from a new boot since")
+        what = " with no report from a new boot"
     return Need(
-        Severity.LOOK, REBOOT_OVERDUE, f"host {name} has not come back from its reboot",
-        "Go and look at the host: it took its reboot slot and has not reported from a new boot since. Its "
-        f"group's reboots are halted until it does, or until datum reboots clear {name}.",
+        Severity.LOOK, REBOOT_OVERDUE, title,
+        f"Go and look at the host: {how}. Its group's reboots are halted until it does, or until datum reboots "
+        f"clear {name}.",
         host=name,
-        detail=f"its reboot lease of group {lease.get('group')} (since {_time(lease.get('since'))}) expired at "
-        f"{_time(lease.get('expiresAt'))} with no report from a new boot; group {lease.get('group')} is halted",
+        detail=f"its reboot lease of group {group} (since {_time(lease.get('since'))}) expired at "
+        f"{_time(lease.get('expiresAt'))}{what}; group {group} is halted",
     )
 
 
