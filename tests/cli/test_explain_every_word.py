@@ -22,7 +22,7 @@ from types import SimpleNamespace
 import pytest
 
 from datum.core import vocab
-from datum.core.budget import no_lease, waiting
+from datum.core.budget import back_unhealthy, blocked, halted, no_lease, pre_reboot_failed, turn, waiting
 from datum.core.explain import ACT_LABEL
 from datum.core.vocab import Action, Direction, Health, Reason, all_reasons
 from datum.fleet.stale import stale_reason
@@ -104,8 +104,13 @@ def host_reasons(tmp: Path) -> dict[str, tuple[str, str]]:
         unfinished_reason({"startedAt": "2026-11-30T10:00:00+00:00", "pid": 4242}): (host, "unknown"),
         waiting(2, 2): (reason, "reboot_budget"),
         no_lease("cannot reach http://datum:8080/v1/hosts/web1/reboot-lease: refused"): (reason, "no_reboot_lease"),
+        halted(["web3"], {"web3": back_unhealthy({"state": "converged", "health": {"ok": False}})}): (reason, "reboot_halted"),
+        turn(["web3", "web1"]): (reason, "reboot_turn"),
+        blocked("the Prometheus query up == 0 returns 1 series: up{job=\"x\"}"): (reason, "reboot_blocked"),
+        pre_reboot_failed("pre_reboot (drain) exited 2"): (reason, "pre_reboot_failed"),
+        str(back_unhealthy({"state": "failed", "reason": "File[/etc/x] failed: denied"})): (reason, "reboot_unhealthy"),
     }
-    assert len(found.reasons) == 3 and len(made) == 16, found.reasons  # the change, the marker, the kernel
+    assert len(found.reasons) == 3 and len(made) == 21, found.reasons  # the change, the marker, the kernel
     return made
 
 

@@ -1,0 +1,68 @@
+"""The Prometheus reboot block (``datum.fleet.promblock``) against a fake Prometheus on loopback answering the
+real ``/api/v1/query`` shape: series block, none do not, and whatever cannot be read blocks (fail safe)."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+
+import pytest
+
+from datum.fleet import promblock
+
+from .fakeprometheus import FIRING, FakePrometheus
+
+QUERY = 'ALERTS{alertstate="firing",severity="page"}'
+
+
+@pytest.fixture
+def prometheus() -> Iterator[FakePrometheus]:
+    promblock.forget()
+    with FakePrometheus() as fake:
+        yield fake
+    promblock.forget()
+
+
+def test_series_block_and_none_do_not(prometheus: FakePrometheus):
+    assert promblock.ask(prometheus.url, QUERY, 5).why is None
+    assert prometheus.asked == [QUERY]  # the query as configured, URL-encoded on the way
+    prometheus.series = [FIRING, {**FIRING, "alertname": "DiskFull"}, {"__name__": "up"}, {"job": "x"}]
+    found = promblock.ask(prometheus.url, QUERY, 5)
+    assert found.series == 4
+    assert found.why == (
+        f"the Prometheus query {QUERY} returns 4 series: "
+        'ALERTS{alertname="HostDown",alertstate="firing",severity="page"}, '
+        'ALERTS{alertname="DiskFull",alertstate="firing",severity="page"}, up{} and 1 more'
+    )
+
+
+def test_what_cannot_be_read_blocks(prometheus: FakePrometheus):
+    prometheus.status = 500
+    assert "could not be asked, so reboots wait (fail safe): Prometheus answered 500" in promblock.ask(prometheus.url, QUERY, 5).why
+    prometheus.status, prometheus.body = 200, b'{"status": "success", "data": {"resultType": "vector"'
+    assert "the answer is not a query result" in promblock.ask(prometheus.url, QUERY, 5).why
+    prometheus.body = b'{"status": "error", "error": "parse error"}'
+    assert "the answer is not a query result" in promblock.ask(prometheus.url, QUERY, 5).why
+    prometheus.body = b"[" * (promblock.LIMIT + 10)  # past the size bound: not read whole
+    assert "could not be asked" in promblock.ask(prometheus.url, QUERY, 5).why
+    prometheus.body, prometheus.delay = None, 3.0  # slower than the timeout
+    assert "could not be asked" in promblock.ask(prometheus.url, QUERY, 0.5).why
+
+
+def test_an_unreachable_prometheus_blocks():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{s.getsockname()[1]}"  # bound, not listening: refused
+    found = promblock.ask(closed, QUERY, 2)
+    assert found.why is not None and found.why.startswith(f"the Prometheus query {QUERY} could not be asked")
+
+
+def test_one_query_per_cache_window(prometheus: FakePrometheus):
+    prometheus.series = [FIRING]
+    first = promblock.check(prometheus.url, QUERY, 5)
+    again = promblock.check(prometheus.url, QUERY, 5)
+    assert first.why and again == first and len(prometheus.asked) == 1
+    assert promblock.check(None, QUERY, 5).why is None and promblock.check(prometheus.url, None, 5).why is None
+    prometheus.series = []
+    promblock.forget()  # as CACHE seconds passing would
+    assert promblock.check(prometheus.url, QUERY, 5).why is None and len(prometheus.asked) == 2
