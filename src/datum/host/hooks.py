@@ -57,8 +57,8 @@ def fetch_health(url: str, timeout: float) -> str | None:
 
     try:
         got = request("GET", url, {"Accept": "*/*"}, deadline=timeout)
-    except Unusable as exc:
-        return f"health_url {_plain(url)}: {exc}"
+    except Unusable as exc:  # its words name the URL: said without user info or query
+        return f"health_url {_plain(url)}: {str(exc).replace(url, _plain(url))}"
     if 200 <= got.status < 300:
         return None
     return f"health_url {_plain(url)} answered {got.status} {got.reason}"
