@@ -142,6 +142,8 @@ def test_a_host_not_back_healthy_by_the_timeout_halts_its_group_saying_unhealthy
     assert "host web1 came back from its reboot unhealthy" in page and "unhealthy after its reboot" in page
     listed = fleet.datum("reboots", "list", "--config", str(fleet.server_config))
     assert "web: web1 since" in listed.out and "overdue, unhealthy (came back unhealthy: " in listed.out
+    hosts = fleet.datum("hosts", "--config", str(fleet.server_config))
+    assert "host web1 came back from its reboot unhealthy" in hosts.out, hosts.out + hosts.err
 
 
 def _ask(fleet, host: str) -> dict:
