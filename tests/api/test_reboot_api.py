@@ -34,14 +34,26 @@ def test_lease_answers_hosts_and_the_reboots_list_are_typed(tmp_path):
         assert check(s.get("/v1/hosts"), "/v1/hosts")["hosts"][0]["rebooting"] == granted["lease"]
         listed = check(s.get("/v1/reboots"), "/v1/reboots")
         assert listed["limit"] == 1 and listed["timeoutSeconds"] == 3600
-        assert listed["groups"] == [{"group": "default", "rebooting": [granted["lease"]], "overdue": []}]
+        assert listed["groups"] == [  # web2 asked and waits: its ask is listed until it expires or is served
+            {"group": "default", "rebooting": [granted["lease"]], "overdue": [], "waiting": ["web2"]}
+        ]
         # refusals: no boot id; a principal that may not take leases
         assert check(s.client.post("/v1/hosts/web1/reboot-lease", json={}, headers=s.auth("agent")), LEASE)[
             "issues"][0]["code"] == "INVALID_INPUT"
         refused = check(s.client.post("/v1/hosts/web1/reboot-lease", json={"bootId": "b"}, headers=s.auth("operator")), LEASE)
         assert refused["issues"][0]["action"] == "fleet:TakeRebootLease"
-        # back from a reboot: the next report from another boot id releases the lease
+        # back from a reboot: a report from another boot id releases the lease, once converged and healthy
         s.client.post("/v1/hosts/web1/passes", json=pass_report() | {"bootId": "b00t-2"}, headers=s.auth("agent"))
+        kept = check(s.get("/v1/hosts/web1"), "/v1/hosts/{host}")["rebooting"]
+        assert kept["unhealthy"] == "came back failed: File[motd] failed: permission denied"
+        whole = {k: v for k, v in pass_report(state="converged").items() if k != "reason"}
+        whole |= {"bootId": "b00t-2", "exitCode": 0, "counts": {"converged": 1}, "resources": whole["resources"][:1]}
+        sick = {"seq": 2, "health": {"ok": False, "detail": "health_check (check-app) exited 1"}}
+        assert s.client.post("/v1/hosts/web1/passes", json=whole | sick, headers=s.auth("agent")).status_code == 201
+        kept = check(s.get("/v1/reboots"), "/v1/reboots")["groups"][0]["rebooting"][0]
+        assert kept["unhealthy"] == "came back unhealthy: health_check (check-app) exited 1"
+        well = {"seq": 3, "health": {"ok": True}}
+        assert s.client.post("/v1/hosts/web1/passes", json=whole | well, headers=s.auth("agent")).status_code == 201
         assert "rebooting" not in s.get("/v1/hosts/web1").json()
         # given back (the reboot command failed): only the lease of that boot
         assert s.client.post("/v1/hosts/web2/reboot-lease", json={"bootId": "b1"}, headers=s.auth("agent")).json()["granted"]

@@ -54,10 +54,10 @@ class RebootLeaseRequest(BaseModel):
     facts: dict[str, Any] = Field(
         default_factory=dict, description="The host's facts, as in `X-Datum-Facts`: nodes.yaml rules match them."
     )
-    interval_seconds: float | SkipJsonSchema[None] = Field(
-        default=None, alias="intervalSeconds", gt=0, le=365 * 86400,
-        description="The agent's interval: its ask holds its place in the group's reboot_order for two of them "
+    interval_seconds: float = absent(
+        "The agent's interval: its ask holds its place in the group's reboot_order for two of them "
         "(unless `[fleet] reboot_request_ttl` says otherwise).",
+        "intervalSeconds", gt=0, le=365 * 86400,
     )
 
 
