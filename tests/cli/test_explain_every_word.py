@@ -22,7 +22,15 @@ from types import SimpleNamespace
 import pytest
 
 from datum.core import vocab
-from datum.core.budget import back_unhealthy, blocked, halted, no_lease, pre_reboot_failed, turn, waiting
+from datum.core.budget import (
+    back_unhealthy,
+    blocked,
+    halted,
+    no_lease,
+    pre_reboot_failed,
+    turn,
+    waiting,
+)
 from datum.core.explain import ACT_LABEL
 from datum.core.vocab import Action, Direction, Health, Reason, all_reasons
 from datum.fleet.stale import stale_reason

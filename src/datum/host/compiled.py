@@ -110,13 +110,14 @@ class HostConfig:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> HostConfig:
+        timeouts: dict[str, Any] = {k: timedelta(seconds=data[k]) for k in ("health_timeout", "hook_timeout") if k in data}
         return cls(
             **{
                 **data,
                 "mode": Mode(data["mode"]),
                 "reboot_policy": RebootPolicy(data["reboot_policy"]),
                 "lock_wait": timedelta(seconds=data["lock_wait"]),
-                **{k: timedelta(seconds=data[k]) for k in ("health_timeout", "hook_timeout") if k in data},
+                **timeouts,
             }
         )
 
