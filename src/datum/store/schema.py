@@ -199,13 +199,13 @@ reboot_leases = sa.Table(
     sa.Column("boot_id", sa.String(100), nullable=False),
     sa.Column("since", UTCDateTime, nullable=False),
     sa.Column("expires_at", UTCDateTime, nullable=False),
-    # Set while the host reports from a new boot but not converged and healthy (migration 0020_reboot_requests):
+    # Set while the host reports from a new boot but not converged and healthy (migration 0021_reboot_requests):
     # why its lease is not released yet; an overdue lease with it halts its group as "unhealthy".
     sa.Column("unhealthy", sa.String(1000)),
     sa.Index("ix_reboot_leases_group", "group_name", "expires_at"),
 )
 
-# Hosts waiting for a reboot lease (datum.store.leases, migration 0020_reboot_requests): written by each ask,
+# Hosts waiting for a reboot lease (datum.store.leases, migration 0021_reboot_requests): written by each ask,
 # read by the grant under the group's lock to grant in nodes.yaml's reboot_order. A request lives until
 # expires_at (two of the agent's intervals, or [fleet] reboot_request_ttl): a host that stopped asking (it no
 # longer needs a reboot) stops holding the others back.

@@ -1,8 +1,8 @@
 """Reboots in order, health first: ``reboot_requests`` (who waits for a reboot lease, until when) and
 ``reboot_leases.unhealthy`` (why a host back from its reboot does not free its lease yet).
 
-Revision ID: 0020_reboot_requests
-Revises: 0019_events_index
+Revision ID: 0021_reboot_requests
+Revises: 0020_rollouts
 """
 
 import sqlalchemy as sa
@@ -10,8 +10,8 @@ from alembic import op
 
 from datum.store.types import UTCDateTime
 
-revision = "0020_reboot_requests"
-down_revision = "0019_events_index"
+revision = "0021_reboot_requests"
+down_revision = "0020_rollouts"
 branch_labels = None
 depends_on = None
 
