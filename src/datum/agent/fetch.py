@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from datum.agent.bounded import DEADLINE, MIB, Unusable, request
+from datum.bounded import DEADLINE, MIB, Unusable, request
 from datum.host.remote import issues_in
 
 MAX_MANIFEST = 16 * MIB  # a served manifest, files included, is at most this (the server's own bound)

@@ -4,7 +4,7 @@ No lease, no reboot: a full group, a server that cannot be reached, an error
 answer or one that does not read as a grant all keep the host up, each with
 the host reason saying why (``waiting for the group's reboot budget (2/2
 rebooting)``, ``not rebooting: no reboot lease from the server (...)``). Each
-request is ``datum.agent.bounded``'s: the whole answer within its deadline and
+request is ``datum.bounded``'s: the whole answer within its deadline and
 size, redirects not followed (the token goes to the configured server and
 nowhere else).
 """
@@ -15,7 +15,7 @@ import json
 import urllib.parse
 from typing import Any
 
-from datum.agent.bounded import MIB, Unusable, request
+from datum.bounded import MIB, Unusable, request
 from datum.core.budget import BLOCKED, HALTED, TURN, no_lease, waiting
 from datum.host.reboot import Slot
 from datum.host.remote import issues_in

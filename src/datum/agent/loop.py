@@ -3,7 +3,7 @@
 A cycle:
 
 1. fetches this host's effective manifest (over HTTP, no lock held; the whole
-   answer within ``deadline`` seconds and 16 MiB, ``datum.agent.bounded``):
+   answer within ``deadline`` seconds and 16 MiB, ``datum.bounded``):
    an answer it cannot use is the reason the last good manifest is applied;
 2. takes the state file's pass lock (as ``datum apply`` does: ``lock_wait``,
    then ``another pass is running``, exit 69) and, holding it, takes the next
@@ -49,7 +49,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from datum.agent.bounded import DEADLINE
+from datum.bounded import DEADLINE
 from datum.agent.fetch import fetch, materialize
 from datum.agent.post import flush
 from datum.agent.push import JITTER, Waiter

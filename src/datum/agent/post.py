@@ -7,7 +7,7 @@ import urllib.parse
 from dataclasses import dataclass
 from typing import Any
 
-from datum.agent.bounded import DEADLINE, Unusable, request
+from datum.bounded import DEADLINE, Unusable, request
 from datum.host.remote import issues_in
 
 # Answers that will never change for this report: it is dropped (and said so), not retried forever.

@@ -6,7 +6,7 @@ do not each query Prometheus), and a host never reboots on a stale yes. The answ
 seconds per process, so a burst of asks is one query. Fail safe: a Prometheus that cannot be asked, answers
 an error, or answers something that is not a query result blocks, saying why. The request is bounded in time
 (``prometheus_timeout``, the whole answer) and size (``LIMIT``), redirects not followed
-(``datum.agent.bounded``). Each refusal it causes is counted (``refused``: ``/metrics``).
+(``datum.bounded``). Each refusal it causes is counted (``refused``: ``/metrics``).
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ def check(url: str | None, query: str | None, timeout: float) -> Block:
 
 def ask(url: str, query: str, timeout: float) -> Block:
     """One query, uncached: ``GET {url}/api/v1/query?query=...`` read as Prometheus's instant query answer."""
-    from datum.agent.bounded import Unusable, request
+    from datum.bounded import Unusable, request
 
     where = f"{url.rstrip('/')}/api/v1/query?{urllib.parse.urlencode({'query': query})}"
     said = f"the Prometheus query {query}"

@@ -53,7 +53,7 @@ def run_hook(what: str, command: str, timeout: float, shell: bool) -> str | None
 
 def fetch_health(url: str, timeout: float) -> str | None:
     """None when ``url`` answers 2xx within ``timeout`` seconds (redirects are not followed), else why."""
-    from datum.agent.bounded import Unusable, request
+    from datum.bounded import Unusable, request
 
     try:
         got = request("GET", url, {"Accept": "*/*"}, deadline=timeout)

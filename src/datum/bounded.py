@@ -1,4 +1,4 @@
-"""The agent's requests to its server: each answer bounded in time (the whole answer) and in size.
+"""HTTP requests whose whole answer is bounded in time and in size: the agent's to its server, its health URL, the server's Prometheus query.
 
 urllib's ``timeout`` bounds each socket operation, not the answer: a server
 sending a byte every 2 s holds the agent for as long as it keeps sending, and
