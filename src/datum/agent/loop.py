@@ -49,11 +49,11 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from datum.bounded import DEADLINE
 from datum.agent.fetch import fetch, materialize
 from datum.agent.post import flush
 from datum.agent.push import JITTER, Waiter
 from datum.agent.state import AgentState
+from datum.bounded import DEADLINE
 from datum.core.findings import Problem
 from datum.core.vocab import Mode
 from datum.host.compiled import HostConfig
