@@ -1,5 +1,5 @@
 """Staged rollouts with real ``datum agent --once`` processes (five hosts, their own roots) against a real
-``datum serve`` on loopback, on SQLite and PostgreSQL (issue 24 item 4, its rollout half): a good revision goes
+``datum serve`` on loopback, on PostgreSQL (issue 24 item 4, its rollout half): a good revision goes
 through every wave; a bad one fails on the canary, halts, and reaches no one else; abort returns the canary."""
 
 from __future__ import annotations
@@ -10,6 +10,12 @@ import time
 import pytest
 
 from .conftest import Agent, Fleet
+
+# PostgreSQL alone, the store a fleet's replicas share: the same decisions on SQLite are tested in process
+# (tests/api/test_rollouts.py, both stores); these real-agent runs are the suite's slowest (about 25 s each).
+pytestmark = pytest.mark.parametrize(
+    "store_url", [pytest.param("postgresql", marks=pytest.mark.postgres)], indirect=True
+)
 
 HOSTS = ["web1", "web2", "web3", "web4", "web5"]
 ROLLOUT = '[fleet.rollout]\ncanary = ["web1"]\nwaves = ["50%", "100%"]\nsoak = "1s"\nmax_failed = "0%"\n'
