@@ -226,14 +226,23 @@ _RULES: dict[tuple[str, str], list[Rule]] = {}
 _COMPOSED: dict[tuple[str, tuple[str, ...], str, str], tuple[str, bytes]] = {}
 
 
-def _effective(directory: Path, host: str, facts: dict[str, Any], state: str) -> Effective:
+def rules_now(directory: Path, state: str | None = None) -> list[Rule]:
+    """The rules of ``directory``'s (resolved) ``nodes.yaml`` for its files as they are now (``state``: their
+    ``signature``, taken here when not given), read once per state; a Problem when it does not validate."""
     where = str(directory)
+    state = signature(directory) if state is None else state
     rules = _RULES.get((where, state))
     if rules is None:
         rules = load_rules(directory)
         if len(_RULES) >= 100:
             _RULES.clear()
         _RULES[(where, state)] = rules
+    return rules
+
+
+def _effective(directory: Path, host: str, facts: dict[str, Any], state: str) -> Effective:
+    where = str(directory)
+    rules = rules_now(directory, state)
     manifests, variables, _matched = classify(rules, host, facts)
     if not manifests:
         raise Problem.one("NOT_FOUND", f"no rule of {NODES} matches host {host!r}")

@@ -15,6 +15,7 @@ that no lock is held while Prometheus answers.
 from __future__ import annotations
 
 from datetime import timedelta
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -62,33 +63,22 @@ def intake_group(directory: Path | None, host: str, facts: dict[str, Any] | None
     return DEFAULT_GROUP if rules is None else group_of(rules, host, facts) or DEFAULT_GROUP
 
 
-# nodes.yaml's rules per file, with the (inode, size, mtime) they were read at: read again only when it changed.
-_RULES: dict[str, tuple[tuple[int, int, int], list[Any]]] = {}
-
-
 def _rules(directory: Path) -> list[Any] | None:
-    """The rules of ``directory``'s ``nodes.yaml`` (a Problem when it does not validate), None when it has none."""
-    import os
-    import stat
+    """The rules of ``directory``'s ``nodes.yaml`` (a Problem when it does not validate), None when it has none:
+    the ones the manifests are composed from, remembered until the directory's files change
+    (``datum.fleet.effective.rules_now``)."""
+    from datum.fleet.effective import rules_now
+    from datum.fleet.nodes import NODES
 
-    from datum.fleet.nodes import NODES, load_rules
+    resolved = _resolved(str(directory))
+    if not (resolved / NODES).is_file():
+        return None
+    return rules_now(resolved)
 
-    path = directory / NODES
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    if not stat.S_ISREG(st.st_mode):
-        return None
-    stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
-    seen = _RULES.get(str(path))
-    if seen is not None and seen[0] == stamp:
-        return seen[1]
-    rules = load_rules(directory)
-    if len(_RULES) >= 100:
-        _RULES.clear()
-    _RULES[str(path)] = (stamp, rules)
-    return rules
+
+@cache
+def _resolved(directory: str) -> Path:
+    return Path(directory).resolve()
 
 
 def request_ttl(fleet: FleetSettings, interval: float | None) -> timedelta:
