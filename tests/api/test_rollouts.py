@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -63,8 +64,10 @@ def served(story: Story, host: str) -> tuple[str, str]:
     return answer.headers["Datum-Revision"], content
 
 
-def report(story: Story, host: str, state: str, revision: str) -> None:
-    body = pass_report(host, state)
+def report(story: Story, host: str, state: str, revision: str, **more: object) -> None:
+    """A pass of ``host`` on ``revision``; ``more`` overrides fields (``intervalSeconds`` makes it able to go silent:
+    the pass's ``finishedAt`` is a month ago unless given)."""
+    body = pass_report(host, state) | more
     if state == "converged":
         body.update(reason=None, exitCode=0, counts={"converged": 1}, resources=body["resources"][:1])  # type: ignore[index]
         body = {k: v for k, v in body.items() if v is not None}
@@ -274,7 +277,7 @@ def test_a_wave_advances_once_when_replicas_check_at_once(story: Story, store_ur
 
     def check(s) -> None:  # type: ignore[no-untyped-def]
         barrier.wait()
-        moved.append(stored.check(s, RolloutSettings(soak="1ms").soak, 0.0))
+        moved.append(stored.check(s, RolloutSettings(soak="1ms").soak, 0.0, 3.0))
 
     threads = [threading.Thread(target=check, args=(s,)) for s in stores]
     for t in threads:
@@ -285,6 +288,60 @@ def test_a_wave_advances_once_when_replicas_check_at_once(story: Story, store_ur
         s.dispose()
     assert len([m for m in moved if m is not None]) == 1
     assert in_force(story)["wave"] == 1
+
+
+def _fresh() -> dict[str, object]:
+    """A pass just finished, by an agent with a one-minute interval: it reads silent in three minutes."""
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {"intervalSeconds": 60, "startedAt": now, "finishedAt": now}
+
+
+SILENT = {"intervalSeconds": 60}  # its last pass a month ago: silent for [fleet] stale_after (3) of its intervals
+
+
+def test_a_released_host_silent_before_the_new_revision_is_not_waited_for(story: Story):
+    first, second = start(story, WEB)
+    report(story, "web1", "converged", second, **_fresh())
+    tick(story)
+    ro = in_force(story)
+    assert ro["wave"] == 1
+    gone, *alive = sorted(h for h, w in stored.membership(story.store, ro["id"]).items() if w == 1)
+    report(story, gone, "converged", first, **SILENT)  # its last word, on the previous revision, long ago
+    for host in alive:
+        report(story, host, "converged", second, **_fresh())
+    tick(story)
+    tick(story)
+    ro = in_force(story)
+    assert (ro["state"], ro["wave"]) == ("rolling", 2), ro  # released, not waited for
+    assert [(w["wave"], w["hosts"], w["converged"], w["silent"]) for w in ro["waves"][:2]] == [(0, 1, 1, 0), (1, 2, 1, 1)]
+    assert 'datum_rollout_hosts{status="silent",wave="1"} 1.0' in story.get("/metrics").text
+    assert served(story, gone) == (second, "new")  # when it comes back, it takes the revision
+
+
+def test_canaries_that_all_went_silent_hold_the_rollout(story: Story):
+    first, _second = start(story, WEB)
+    report(story, "web1", "converged", first, **SILENT)
+    for _ in range(3):
+        tick(story)
+    ro = in_force(story)
+    assert (ro["state"], ro["wave"], ro.get("waveCompletedAt")) == ("rolling", 0, None), ro  # nothing was tested
+    assert (ro["waves"][0]["silent"], ro["waves"][0]["converged"]) == (1, 0)
+    page = story.get("/ui/overview").text
+    assert '<td data-label="silent"' in page
+    for host in WEB[1:]:
+        assert served(story, host) == (first, "hello")
+
+
+def test_a_host_silent_since_a_pass_on_the_new_revision_counts_as_failed(story: Story):
+    _first, second = start(story, WEB)
+    report(story, "web1", "converged", second, **SILENT)  # took it, and has not been heard from since
+    rollouts.tick(story.app.state.datum)
+    ro = in_force(story)
+    assert ro["state"] == "halted", ro
+    [lost] = ro["failed"]
+    assert lost["host"] == "web1"
+    assert lost["reason"] == "silent since 2026-11-01 12:00:02 UTC, after a pass on this revision (converged)"
+    assert ro["waves"][0]["failed"] == 1 and "1 of 1 released hosts failed" in ro["reason"]
 
 
 def test_without_the_section_every_host_gets_the_current_directory(tmp_path, store_url):  # type: ignore[no-untyped-def]

@@ -457,7 +457,7 @@ class StoreCollector(Collector):
         hosts = _gauge(
             "datum_rollout_hosts",
             "Hosts of each wave of the rollout in force (0: the canaries): planned, and of those converged or failed "
-            "on its revision.",
+            "on its revision (failed: or silent since a pass on it), or silent before any (not waited for).",
             "wave", "status",
         )
         failed = _gauge(
@@ -468,10 +468,11 @@ class StoreCollector(Collector):
         if row is not None:
             wave.add_metric([], row.wave)
             if row.previous is not None:
-                for c in stored.wave_counts(store, row):
+                for c in stored.wave_counts(store, row, self.state.settings.fleet.stale_after):
                     hosts.add_metric([str(c.wave), "planned"], c.hosts)
                     hosts.add_metric([str(c.wave), "converged"], c.converged)
                     hosts.add_metric([str(c.wave), "failed"], c.failed)
+                    hosts.add_metric([str(c.wave), "silent"], c.silent)
             if row.state == stored.HALTED:
                 for f in row.failed or []:
                     failed.add_metric([str(f["host"]), str(f["reason"])[:200]], 1.0)

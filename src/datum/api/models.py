@@ -490,7 +490,15 @@ class RolloutWave(Out):
     released: bool = Field(description="Whether its hosts are served the new revision.")
     hosts: int = Field(description="Hosts planned in it when the rollout started (hosts heard of later wait for the last).")
     converged: int = Field(description="Of those, the ones whose last pass converged on the new revision.")
-    failed: int = Field(description="Of those, the ones whose last pass failed on the new revision.")
+    failed: int = Field(
+        description="Of those, the ones whose last pass failed on the new revision, or that fell silent since a pass "
+        "on it (no report for [fleet] stale_after of their intervals): both count toward max_failed."
+    )
+    silent: int = Field(
+        default=0,
+        description="Of those, the ones silent since before any pass on the new revision: not waited for (they take "
+        "it when they come back); a wave whose released hosts are all silent does not complete.",
+    )
 
 
 class FailedHost(Out):

@@ -202,7 +202,7 @@ def tick(state: ServerState) -> RolloutRow | None:
     assert settings is not None and state.store is not None
     state.rollouts.checked_at = time.monotonic()
     try:
-        moved = stored.check(state.store, settings.soak, settings.max_failed)
+        moved = stored.check(state.store, settings.soak, settings.max_failed, state.settings.fleet.stale_after)
     except Exception:  # noqa: BLE001 - checked again at the next tick
         log.exception("checking the rollout failed")
         return None

@@ -41,7 +41,7 @@ def status(config: str | None, as_json: bool, wide: bool) -> None:
     from datum.api.routes.rollouts import rollout_list
 
     found = revision_list(rollout_status(w.store, w.settings.fleet.stale_after, now, current))
-    staged = rollout_list(w.store, w.settings.fleet.rollout, limit=1).rollouts
+    staged = rollout_list(w.store, w.settings.fleet, limit=1).rollouts
     if as_json:
         doc = found.dump()
         if staged:
@@ -66,7 +66,7 @@ def _command(action: str, config: str | None, server: str | None, token_file: st
         from datum.api.routes.rollouts import act
 
         w = wire(config)
-        answer = act(w.store, w.settings.fleet.rollout, action, f"cli:{getpass.getuser()}").dump()
+        answer = act(w.store, w.settings.fleet, action, f"cli:{getpass.getuser()}").dump()
     if as_json:
         click.echo(json.dumps(answer, indent=2))
         return

@@ -22,7 +22,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from datum.store.engine import Store
-from datum.store.hosts import host_state_at
+from datum.store.hosts import host_state_at, silent
 from datum.store.runs import store_now
 from datum.store.schema import hosts, rollout_hosts, rollouts
 
@@ -165,41 +165,65 @@ def membership(store: Store, rollout: int) -> dict[str, int]:
 class WaveCount:
     wave: int
     hosts: int
-    converged: int  # converged on the rollout's revision
-    failed: int  # failed on the rollout's revision
+    converged: int  # converged on the rollout's revision, and heard from
+    failed: int  # failed on the rollout's revision, or silent since a pass on it
+    silent: int = 0  # silent before any pass on it: not waited for
 
 
-def wave_counts(store: Store, row: RolloutRow) -> list[WaveCount]:
-    """Per wave of ``row``'s plan: its hosts, how many converged and failed on its revision (one grouped read)."""
+def wave_counts(store: Store, row: RolloutRow, stale_after: float) -> list[WaveCount]:
+    """Per wave of ``row``'s plan: its hosts, how many converged, failed and fell silent (one grouped read)."""
     with store.connect() as conn:
-        return _wave_counts(conn, row)
+        return _wave_counts(conn, row, store.dialect, stale_after, store_now(conn))
 
 
-def _wave_counts(conn: Connection, row: RolloutRow) -> list[WaveCount]:
+def _wave_counts(conn: Connection, row: RolloutRow, dialect: str, stale_after: float, now: datetime) -> list[WaveCount]:
+    """A host that fell silent (``stale_after`` of its intervals without a report) before its last pass ran the
+    new revision is not waited for: it takes the revision whenever it comes back, its wave released. One that
+    fell silent after a pass on it counts as failed: a revision that cuts a host off must halt the rollout,
+    not be taken for a host that had nothing to say."""
     on_new = _REVISION == row.revision
-    converged = sa.func.sum(sa.case((sa.and_(on_new, hosts.c.state == "converged"), 1), else_=0))
-    failed = sa.func.sum(sa.case((sa.and_(on_new, hosts.c.state == "failed"), 1), else_=0))
+    stale = silent(dialect, stale_after, now)
+    reads = host_state_at(dialect, stale_after, now)
+
+    def count(*when: Any) -> Any:
+        return sa.func.sum(sa.case((sa.and_(*when), 1), else_=0))
+
     query = (
-        sa.select(rollout_hosts.c.wave, sa.func.count(), converged, failed)
+        sa.select(
+            rollout_hosts.c.wave, sa.func.count(),
+            count(on_new, reads == "converged"),
+            count(on_new, sa.or_(stale, reads == "failed")),
+            count(sa.not_(sa.func.coalesce(on_new, sa.false())), stale),
+        )
         .select_from(rollout_hosts.outerjoin(hosts, hosts.c.host == rollout_hosts.c.host))
         .where(rollout_hosts.c.rollout == row.id)
         .group_by(rollout_hosts.c.wave)
         .order_by(rollout_hosts.c.wave)
     )
-    return [WaveCount(int(w), int(n), int(c or 0), int(f or 0)) for w, n, c, f in conn.execute(query)]
+    return [WaveCount(int(w), int(n), int(c or 0), int(f or 0), int(s or 0)) for w, n, c, f, s in conn.execute(query)]
 
 
-def failed_hosts(conn: Connection, row: RolloutRow, limit: int = FAILED_KEPT) -> list[dict[str, Any]]:
-    """The released hosts whose last pass failed on ``row``'s revision, with why."""
+def failed_hosts(conn: Connection, row: RolloutRow, dialect: str, stale_after: float, now: datetime,
+                 limit: int = FAILED_KEPT) -> list[dict[str, Any]]:
+    """The released hosts that failed on ``row``'s revision, or fell silent since a pass on it, with why."""
+    stale = silent(dialect, stale_after, now)
     query = (
-        sa.select(hosts.c.host, hosts.c.reason)
+        sa.select(hosts.c.host, hosts.c.reason, hosts.c.state, hosts.c.finished_at, stale)
         .select_from(rollout_hosts.join(hosts, hosts.c.host == rollout_hosts.c.host))
         .where(rollout_hosts.c.rollout == row.id, rollout_hosts.c.wave <= row.wave,
-               _REVISION == row.revision, hosts.c.state == "failed")
+               _REVISION == row.revision, sa.or_(stale, hosts.c.state == "failed"))
         .order_by(hosts.c.host)
         .limit(limit)
     )
-    return [{"host": h, "reason": r or "failed"} for h, r in conn.execute(query)]
+    return [
+        {"host": h, "reason": _silent_since(state, at) if lost else (r or "failed")}
+        for h, r, state, at, lost in conn.execute(query)
+    ]
+
+
+def _silent_since(state: str, at: datetime | None) -> str:
+    when = at.strftime("%Y-%m-%d %H:%M:%S UTC") if at is not None else "its last pass"
+    return f"silent since {when}, after a pass on this revision ({state})"
 
 
 def hosts_on(store: Store, revision: str, limit: int = 1000) -> list[str]:
@@ -210,30 +234,35 @@ def hosts_on(store: Store, revision: str, limit: int = 1000) -> list[str]:
         )]
 
 
-def check(store: Store, soak: timedelta, max_failed: float) -> RolloutRow | None:
+def check(store: Store, soak: timedelta, max_failed: float, stale_after: float) -> RolloutRow | None:
     """Advance or halt the rollout under way, as its hosts' last passes say; the row changed, else None.
 
-    Halted: more than ``max_failed`` of the released hosts (waves up to the current) failed on the new
-    revision. Else, once every released host converged on it, the wave is complete (the soak starts);
-    ``soak`` later the next wave is released; the last wave complete, the rollout is done. A released
-    host that leaves converged before the soak ends restarts it.
+    Halted: more than ``max_failed`` of the released hosts (waves up to the current) that count failed on
+    the new revision (or fell silent after a pass on it). A released host silent since before any pass on
+    it does not count and is not waited for (``_wave_counts``), but when hosts were released, a wave
+    completes only once one of them converged on the revision: canaries that all went silent tested
+    nothing. Else, once
+    every counted host converged on it, the wave is complete (the soak starts); ``soak`` later the next
+    wave is released; the last wave complete, the rollout is done. A released host that leaves converged
+    before the soak ends restarts it.
     """
     with store.begin() as conn:
         row = _latest(conn)
         if row is None or row.state != ROLLING:
             return None
         now = store_now(conn)
-        released = [c for c in _wave_counts(conn, row) if c.wave <= row.wave]
-        total = sum(c.hosts for c in released)
+        released = [c for c in _wave_counts(conn, row, store.dialect, stale_after, now) if c.wave <= row.wave]
+        planned = sum(c.hosts for c in released)
+        total = planned - sum(c.silent for c in released)
         failed = sum(c.failed for c in released)
         converged = sum(c.converged for c in released)
         same = sa.and_(rollouts.c.id == row.id, rollouts.c.wave == row.wave, rollouts.c.state == ROLLING)
         if total and failed / total > max_failed:
-            named = failed_hosts(conn, row)
+            named = failed_hosts(conn, row, store.dialect, stale_after, now)
             reason = (f"{failed} of {total} released hosts failed on revision {row.revision} "
                       f"(more than max_failed {max_failed:.0%}): " + ", ".join(f["host"] for f in named[:10]))
             return _update(conn, same, state=HALTED, reason=reason, failed=named, updated_at=now)
-        if converged < total:
+        if converged < total or (planned and not converged):
             if row.wave_completed_at is not None:
                 return _update(conn, same, wave_completed_at=None, updated_at=now)
             return None

@@ -20,7 +20,7 @@ from datum.api.models import (
 from datum.api.routes.reboots import OUT
 from datum.api.security import needs
 from datum.api.state import ServerState, state_of
-from datum.config import RolloutSettings
+from datum.config import FleetSettings
 from datum.core.findings import Problem
 from datum.store import rollouts as stored
 from datum.store.engine import Store
@@ -29,8 +29,9 @@ from datum.store.rollouts import RolloutRow
 router = APIRouter(prefix="/v1/rollouts", tags=["fleet"])
 
 
-def rollout_status(store: Store, settings: RolloutSettings | None, row: RolloutRow, waves: bool) -> RolloutStatus:
+def rollout_status(store: Store, fleet: FleetSettings, row: RolloutRow, waves: bool) -> RolloutStatus:
     """One rollout as the API says it; with its waves' counts when ``waves`` (one grouped read)."""
+    settings = fleet.rollout
     soak_ends = None
     if row.wave_completed_at is not None and row.state == stored.ROLLING and settings is not None:
         soak_ends = row.wave_completed_at + settings.soak
@@ -41,22 +42,23 @@ def rollout_status(store: Store, settings: RolloutSettings | None, row: RolloutR
         failed=[FailedHost(host=f["host"], reason=f["reason"]) for f in row.failed] if row.failed else None,
     )
     if waves and row.previous is not None:  # the first revision ever had no waves
-        counted = {c.wave: c for c in stored.wave_counts(store, row)}
+        counted = {c.wave: c for c in stored.wave_counts(store, row, fleet.stale_after)}
         out.waves = [
             RolloutWave(wave=w, released=w <= row.wave and row.state != stored.ABORTED,
-                        hosts=c.hosts if c else 0, converged=c.converged if c else 0, failed=c.failed if c else 0)
+                        hosts=c.hosts if c else 0, converged=c.converged if c else 0, failed=c.failed if c else 0,
+                        silent=c.silent if c else 0)
             for w in range(row.last_wave + 1)
             for c in [counted.get(w)]
         ]
     return out
 
 
-def rollout_list(store: Store, settings: RolloutSettings | None, limit: int = 10) -> RolloutList:
+def rollout_list(store: Store, fleet: FleetSettings, limit: int = 10) -> RolloutList:
     """The rollout in force with its waves, then older ones (``GET /v1/rollouts``, ``datum rollout status``)."""
     rows = stored.recent(store, limit)
     return RolloutList(
-        configured=settings is not None,
-        rollouts=[rollout_status(store, settings, r, i == 0) for i, r in enumerate(rows)],
+        configured=fleet.rollout is not None,
+        rollouts=[rollout_status(store, fleet, r, i == 0) for i, r in enumerate(rows)],
     )
 
 
@@ -76,13 +78,13 @@ def rollout_list(store: Store, settings: RolloutSettings | None, limit: int = 10
 async def list_rollouts(request: Request, _p: str = Depends(needs(Action.READ_HOST))) -> RolloutList:
     state = state_of(request)
     _registry, store = state.wired()
-    return await anyio.to_thread.run_sync(rollout_list, store, state.settings.fleet.rollout)
+    return await anyio.to_thread.run_sync(rollout_list, store, state.settings.fleet)
 
 
 DONE_WORDS = {"pause": "paused", "resume": "resumed", "abort": "aborted"}
 
 
-def act(store: Store, settings: RolloutSettings | None, action: str, who: str) -> RolloutCommandAnswer:
+def act(store: Store, fleet: FleetSettings, action: str, who: str) -> RolloutCommandAnswer:
     """Pause, resume or abort the rollout in force (404 when there is none, 409 when its state forbids it):
     the route's and ``datum rollout pause|resume|abort``'s one way."""
     before, after = stored.command(store, action, who)
@@ -92,12 +94,12 @@ def act(store: Store, settings: RolloutSettings | None, action: str, who: str) -
         raise Problem.one("CONFLICT", f"rollout {before.id} of revision {before.revision} is {before.state}: "
                                       f"it cannot be {DONE_WORDS[action]}")
     returned = stored.hosts_on(store, after.revision) if action == "abort" else None
-    return RolloutCommandAnswer(rollout=rollout_status(store, settings, after, True), hosts_returned=returned)
+    return RolloutCommandAnswer(rollout=rollout_status(store, fleet, after, True), hosts_returned=returned)
 
 
 def _act_here(state: ServerState, action: str, who: str) -> RolloutCommandAnswer:
     _registry, store = state.wired()
-    answer = act(store, state.settings.fleet.rollout, action, who)
+    answer = act(store, state.settings.fleet, action, who)
     serving.refresh(state)  # this server's waits wake at once; the others' at their next period
     return answer
 

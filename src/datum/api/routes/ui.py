@@ -245,7 +245,7 @@ async def overview(
     by_revision = partial(rollout, state) if shown is not None else None  # the hosts per revision
     view = await anyio.to_thread.run_sync(_view, reports, registry, state.settings, store, shown, window, by_revision)
     if shown is not None and state.settings.fleet.rollout is not None:  # the staged rollout in force, its waves
-        staged = (await anyio.to_thread.run_sync(rollout_list, store, state.settings.fleet.rollout, 1)).rollouts
+        staged = (await anyio.to_thread.run_sync(rollout_list, store, state.settings.fleet, 1)).rollouts
         view.staged = staged[0] if staged else None
     html = templates().get_template("overview.html").render(view=view)
     return HTMLResponse(html, headers=PAGE_HEADERS)
