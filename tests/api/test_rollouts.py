@@ -15,6 +15,7 @@ import pytest
 from datum.api import rollouts
 from datum.api.tokens import create as create_token
 from datum.config import RolloutSettings
+from datum.core.explain import lookup
 from datum.fleet.waves import plan
 from datum.store import open_store
 from datum.store import rollouts as stored
@@ -326,6 +327,7 @@ def test_canaries_that_all_went_silent_hold_the_rollout(story: Story):
     ro = in_force(story)
     assert (ro["state"], ro["wave"], ro.get("waveCompletedAt")) == ("rolling", 0, None), ro  # nothing was tested
     assert (ro["waves"][0]["silent"], ro["waves"][0]["converged"]) == (1, 0)
+    assert [e.name for e in lookup("silent")] == ["silent"]  # datum explain knows the word
     page = story.get("/ui/overview").text
     assert '<td data-label="silent"' in page
     for host in WEB[1:]:

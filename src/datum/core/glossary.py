@@ -320,5 +320,15 @@ WORDS: dict[tuple[str, str], tuple[str, str, str, str]] = {
         "Wait for its wave; datum rollout status shows the waves and the soak.",
         "wait",
     ),
+    ("rollout", "silent"): (
+        "a released host fell silent before any pass on the new revision: not waited for",
+        "The host's agent has not reported for [fleet] stale_after of its intervals, and its last pass ran an "
+        "older revision, so the wave does not wait for it: it takes the new revision when it comes back. A host "
+        "silent since a pass on the new revision counts as failed instead (a revision can cut a host off). A "
+        "wave completes only once at least one released host converged on the revision.",
+        "Go and look at why the host stopped reporting (datum hosts --state unknown); the rollout goes on "
+        "without it unless all its canaries are silent.",
+        "look",
+    ),
 }
 
