@@ -1,5 +1,6 @@
 """A real ``datum agent --once`` against a real ``datum serve`` (SQLite and PostgreSQL) reports the revision of
-the fleet's manifests it ran (``Datum-Revision``), and ``datum rollout status`` counts it there."""
+the fleet's manifests it ran (``Datum-Revision``), and ``datum rollout status`` counts it there. On SQLite: the
+revision counts on both stores are tested in process (tests/fleet, tests/api/test_rollouts.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ def _status(fleet: Fleet) -> dict:  # type: ignore[type-arg]
     return json.loads(run.out)  # type: ignore[no-any-return]
 
 
-def test_the_agent_reports_the_revision_it_ran_and_rollout_status_counts_it(fleet: Fleet):
+def test_the_agent_reports_the_revision_it_ran_and_rollout_status_counts_it(sqlite_fleet: Fleet):
+    fleet = sqlite_fleet
     operator = fleet.token("operator")
     agent = Agent(fleet, "web1", fleet.token("agent", "--host", "web1"))
     assert agent.once().code == 2

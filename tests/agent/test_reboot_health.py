@@ -154,7 +154,8 @@ def _ask(fleet, host: str) -> dict:
     ).json()
 
 
-def test_the_block_query_holds_every_grant_then_the_order_decides(fleet):
+def test_the_block_query_holds_every_grant_then_the_order_decides(sqlite_fleet):  # the block is not in the store
+    fleet = sqlite_fleet
     with FakePrometheus() as prometheus:
         prometheus.series = [FIRING]
         query = 'ALERTS{alertstate="firing",severity="page"}'
