@@ -5,6 +5,7 @@ store agree (one of them started after the change, serving the previous revision
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from datetime import UTC, datetime
@@ -202,6 +203,36 @@ def test_a_host_whose_manifest_did_not_change_is_not_held_back(story: Story):
     answer = manifest(story, "db1")
     assert answer.headers["Datum-Revision"] == second  # db.yaml is the same in both: the new revision
     assert served(story, "web2") == (first, "hello")  # a web host is held back
+
+
+def test_a_held_back_host_says_so_on_every_surface_until_its_wave_is_released(story: Story, datum_cli, tmp_path):  # type: ignore[no-untyped-def]
+    first, second = start(story, WEB)
+    ro = in_force(story)
+    waves = stored.membership(story.store, ro["id"])
+    web2 = {h["host"]: h for h in story.get("/v1/hosts").json()["hosts"]}["web2"]
+    assert web2["heldBack"] == {"rollout": ro["id"], "revision": second, "previous": first, "wave": waves["web2"],
+                                "released": 0}
+    assert "heldBack" not in story.get("/v1/hosts/web1").json()  # the canary: released
+    said = f"held back on the previous revision until its wave {waves['web2']} is released (rollout {ro['id']} is at wave 0)"
+    assert said in story.get("/ui/hosts/web2").text
+    cfg = tmp_path / "cli.toml"
+    cfg.write_text(f'store = "{story.settings.store}"\n[fleet]\nmanifests = "{story.fleet}"\n'  # type: ignore[attr-defined]
+                   '[fleet.rollout]\ncanary = ["web1"]\n')
+    code, out, err = datum_cli("hosts", "--by-name", "--config", str(cfg))
+    assert code == 0 and said in " ".join(out.split()), out + err
+    code, out, err = datum_cli("hosts", "--by-name", "--json", "--config", str(cfg))
+    assert {h["host"]: h.get("heldBack", {}).get("wave") for h in json.loads(out)["hosts"]}["web2"] == waves["web2"]
+    report(story, "web1", "converged", second)
+    for _ in range(10):  # each released host's next pass runs the new revision; a few checks end each wave
+        tick(story)
+        for host, wave in waves.items():
+            if wave <= in_force(story)["wave"]:
+                report(story, host, "converged", second)
+        if in_force(story)["state"] == "done":
+            break
+    assert in_force(story)["state"] == "done"
+    assert all("heldBack" not in h for h in story.get("/v1/hosts").json()["hosts"])
+    assert [e.name for e in lookup("held_back")] == ["held_back"]
 
 
 def test_abort_returns_the_canaries_to_the_previous_revision(story: Story):

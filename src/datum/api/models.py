@@ -29,6 +29,22 @@ class Out(BaseModel):
         return self.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
+class HeldBack(Out):
+    """The rollout in force keeps the host on the previous revision until its wave is released."""
+
+    rollout: int = Field(description="The rollout's id (`GET /v1/rollouts`).")
+    revision: str = Field(description="The revision rolling out, which the host does not get yet.")
+    previous: str = Field(description="The revision the host is served meanwhile, and converges to.")
+    wave: int = Field(description="The host's wave (the last for a host the rollout did not plan).")
+    released: int = Field(description="The last wave released so far (0: the canaries).")
+
+    @property
+    def said(self) -> str:
+        """The words every surface shows (``datum hosts``, the host's page)."""
+        return (f"held back on the previous revision until its wave {self.wave} is released "
+                f"(rollout {self.rollout} is at wave {self.released})")
+
+
 class RebootLease(Out):
     """A host rebooting: it holds one of its group's reboot slots (``[fleet] reboot_concurrency``)."""
 
@@ -150,6 +166,11 @@ class HostSummary(Out):
     rebooting: RebootLease | SkipJsonSchema[None] = absent(
         "The reboot lease the host holds while it reboots; absent when it holds none."
     )
+    held_back: HeldBack | SkipJsonSchema[None] = absent(
+        "While a staged rollout is under way: the host's last pass ran the previous revision and its wave is "
+        "not released, so it is served the previous revision (`datum explain held_back`); absent otherwise.",
+        "heldBack",
+    )
     reboot: RebootStatus | SkipJsonSchema[None] = absent(
         "The last pass's `reboot` (the report's, without `markers`): the reboot the host needs, its `policy` "
         "and what the agent did about it; absent when the last pass recorded none."
@@ -270,6 +291,7 @@ def host_status(row: dict[str, Any], parsed: PassReport | None = None) -> HostSt
         report = redacted(report)
         values["attention"] = [r for r in report.resources if r.state != ResourceState.CONVERGED]
         values["manifestDigest"] = report.manifest_digest
+        values["revision"] = report.revision  # as the listing says it (the summary's)
         values["counts"] = count_states([{"state": r.state.value} for r in report.resources])
         if report.reboot is not None:
             values["reboot"] = report.reboot.model_copy(update={"markers": None})
@@ -302,6 +324,16 @@ def _validated(model: type[_H], values: dict[str, Any]) -> _H:
 
 _ALWAYS_VALID = ("host", "state", "reason", "updatedAt", "stale")
 _H = TypeVar("_H", bound=HostSummary)
+
+
+def with_held_back(status: _H, found: Any) -> _H:
+    """``status`` saying the rollout in force holds it back (a ``datum.store.rollouts.HeldBack``), when it does."""
+    if found is None:
+        return status
+    return status.model_copy(update={"held_back": HeldBack(
+        rollout=found.rollout, revision=found.revision, previous=found.previous, wave=found.wave,
+        released=found.released,
+    )})
 
 
 def host_summary(row: dict[str, Any]) -> HostSummary:

@@ -194,6 +194,17 @@ def _from(state: ServerState, revision: str, current: Revision, directory: Path,
     return Served(effective(where, host, facts), revision)
 
 
+def held_back(state: ServerState, host: str, ran: str | None) -> stored.HeldBack | None:
+    """Whether the rollout in force holds ``host`` back, its last pass having run ``ran`` (the listing, the
+    host's detail and page): ``datum.store.rollouts.held_back`` on this process's reads."""
+    if not configured(state):
+        return None
+    row = in_force(state)
+    if row is None or row.state not in stored.OPEN:
+        return None
+    return stored.held_back(row, _members(state, row), host, ran)
+
+
 def tick(state: ServerState) -> RolloutRow | None:
     """Advance or halt the rollout under way (blocking); the row when it moved. Never raises."""
     if not configured(state):

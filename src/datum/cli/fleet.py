@@ -4,11 +4,25 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
+from typing import Any
 
 import click
 
 from datum.cli.common import config_option, json_option, wide_option, wire
 from datum.core.vocab import HostState
+
+
+def _held_back(store: Any, rows: list[Any]) -> list[Any]:
+    """``rows`` (``HostSummary``) with ``heldBack`` where the rollout in force holds the host back: one read of
+    the rollout, one of the page's hosts' waves (``datum.store.rollouts.held_back``, the API's decision)."""
+    from datum.api.models import with_held_back
+    from datum.store import rollouts as stored
+
+    row = stored.latest(store)
+    if row is None or row.state not in stored.OPEN:
+        return rows
+    waves = stored.membership(store, row.id, only=[h.host for h in rows])
+    return [with_held_back(h, stored.held_back(row, waves, h.host, h.revision)) for h in rows]
 
 
 @click.command()
@@ -49,6 +63,8 @@ def hosts(
     else:
         found = worst_first(w.store, silent, now, [s.value for s in HOST_ORDER], limit)
     listing = host_list(found)
+    if w.settings.fleet.rollout is not None:  # the hosts the staged rollout in force holds back, as the API says
+        listing.hosts = _held_back(w.store, listing.hosts)
     if as_json:
         click.echo(json.dumps(listing.dump(), indent=2))
         return

@@ -343,7 +343,8 @@ def hosts(
                     act(advise(h)) if h.state.value != "converged" else text(""),
                     text(times(h.finished_at or h.updated_at)),
                 ],
-                text(h.reason, "dim") if h.reason else None,
+                text("; ".join(filter(None, [h.reason, h.held_back.said if h.held_back else None])), "dim")
+                if h.reason or h.held_back else None,
             )
             for h in rows
         ],

@@ -316,7 +316,8 @@ WORDS: dict[tuple[str, str], tuple[str, str, str, str]] = {
         "this host is served the previous revision until its wave is released",
         "A rollout is under way and the host's wave is not released yet (hosts first heard of after the rollout "
         "started wait for the last wave), so it is served the previous revision and keeps converging to it; a "
-        "host whose effective manifest is the same in both revisions is served the new one at once.",
+        "host whose effective manifest is the same in both revisions is served the new one at once. GET /v1/hosts "
+        "(heldBack), datum hosts and the host's page say so while its last pass ran the previous revision.",
         "Wait for its wave; datum rollout status shows the waves and the soak.",
         "wait",
     ),

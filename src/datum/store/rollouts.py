@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -153,12 +153,37 @@ def begin(store: Store, revision: str, last_wave: int, planner: Planner, stale_a
         return RolloutRow(**values, by=None, reason=None, failed=None)  # type: ignore[arg-type]
 
 
-def membership(store: Store, rollout: int) -> dict[str, int]:
-    """Each planned host's wave in ``rollout`` (hosts not listed wait for the last wave)."""
+def membership(store: Store, rollout: int, only: Iterable[str] | None = None) -> dict[str, int]:
+    """Each planned host's wave in ``rollout`` (hosts not listed wait for the last wave); of ``only`` when given."""
+    query = sa.select(rollout_hosts.c.host, rollout_hosts.c.wave).where(rollout_hosts.c.rollout == rollout)
+    if only is not None:
+        query = query.where(rollout_hosts.c.host.in_(list(only)))
     with store.connect() as conn:
-        return {h: int(w) for h, w in conn.execute(
-            sa.select(rollout_hosts.c.host, rollout_hosts.c.wave).where(rollout_hosts.c.rollout == rollout)
-        )}
+        return {h: int(w) for h, w in conn.execute(query)}
+
+
+@dataclass(frozen=True, slots=True)
+class HeldBack:
+    """A host kept on the previous revision by the rollout in force: its wave is not released yet."""
+
+    rollout: int
+    revision: str  # the one rolling out
+    previous: str  # the one the host is served meanwhile
+    wave: int  # the host's wave
+    released: int  # the last wave released so far
+
+
+def held_back(row: RolloutRow | None, wave_of: Mapping[str, int], host: str, ran: str | None) -> HeldBack | None:
+    """Whether ``row`` holds ``host`` back: a rollout under way (rolling, paused or halted), the host's wave not
+    released (a host it did not plan waits for the last), and its last pass ran the previous revision. A host
+    whose effective manifest is the same in both is served the new one at once (``datum.api.rollouts``), so
+    its next pass runs the new revision and it no longer reads held back."""
+    if row is None or row.state not in OPEN or row.previous is None or ran != row.previous:
+        return None
+    wave = wave_of.get(host, row.last_wave)
+    if wave <= row.wave:
+        return None
+    return HeldBack(row.id, row.revision, row.previous, wave, row.wave)
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,7 +23,7 @@ from pydantic import AfterValidator, ValidationError
 from datum.api import rollouts
 from datum.api.authz import Action
 from datum.api.errors import error_responses
-from datum.api.models import HostList, HostStatus, host_list, host_status
+from datum.api.models import HostList, HostStatus, host_list, host_status, with_held_back
 from datum.api.passes import take
 from datum.api.revisions import REVISION_HEADER, served, serving
 from datum.api.routes.reboots import OUT, HostParam, host_fits, with_lease
@@ -85,12 +85,16 @@ def hosts(
     after: Annotated[str, cursor_query("The `next` of the previous page."), AfterValidator(cursor)] = None,
     _p: str = Depends(needs(Action.READ_HOST)),
 ) -> Response:
-    _registry, store = state_of(request).wired()
-    multiple = state_of(request).settings.fleet.stale_after
+    server = state_of(request)
+    _registry, store = server.wired()
+    multiple = server.settings.fleet.stale_after
     found = page(store, multiple, datetime.now(UTC), state=state.value if state else None, after=after, limit=limit)
     leases = read_leases(store)
     listing = host_list(found)
-    listing.hosts = [with_lease(row, leases) for row in listing.hosts]
+    listing.hosts = [
+        with_held_back(with_lease(row, leases), rollouts.held_back(server, row.host, row.revision))
+        for row in listing.hosts
+    ]
     headers = {"Link": f'<{_next_url(request, found.next)}>; rel="next"'} if found.next else None
     return Response(
         listing.model_dump_json(by_alias=True, exclude_none=True), media_type="application/json", headers=headers
@@ -124,7 +128,8 @@ def one_host(state: ServerState, host: str) -> HostStatus:
     row = get_host(store, host)
     if row is None:
         raise Problem.one("NOT_FOUND", f"no host named {host!r} has reported a pass")
-    return with_lease(host_status(stale(row, state.settings.fleet.stale_after)), read_leases(store, host))
+    status = with_lease(host_status(stale(row, state.settings.fleet.stale_after)), read_leases(store, host))
+    return with_held_back(status, rollouts.held_back(state, host, status.revision))
 
 
 @router.post(
