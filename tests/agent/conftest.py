@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -60,14 +61,32 @@ class Run:
 
 @dataclass
 class Fleet:
+    """A fleet directory and ``replicas`` ``datum serve`` processes on one store: the same server.toml, each its
+    own port, log (``serve.log``, then ``serve-1.log``...) and home (replica 0 the test's ``DATUM_HOME``, the
+    others ``home-N``: a snapshot one materialized is not another's). ``url``, ``port`` and ``get`` are
+    replica 0's unless told."""
+
     base: Path
     store_url: str
     port: int = field(default_factory=free_port)
     proc: subprocess.Popen[bytes] | None = None
+    replicas: int = 1
+    ports: list[int] = field(default_factory=list)
+    procs: list[subprocess.Popen[bytes] | None] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.ports = [self.port] + [free_port() for _ in range(self.replicas - 1)]
+        self.procs = [None] * self.replicas
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return self.url_of(0)
+
+    def url_of(self, replica: int) -> str:
+        return f"http://127.0.0.1:{self.ports[replica]}"
+
+    def log_of(self, replica: int) -> Path:
+        return self.base / ("serve.log" if replica == 0 else f"serve-{replica}.log")
 
     @property
     def manifests(self) -> Path:
@@ -89,41 +108,84 @@ class Fleet:
         assert done.code == 0, done.err
         return done.out.strip().splitlines()[-1]
 
+    def minted(self, principal: str, *hosts: str) -> list[str]:
+        """Tokens for ``principal``, one bound to each of ``hosts`` (one unbound without), minted in this process
+        by what ``datum token create`` calls (``token`` runs the command: a process start, about 1.5 s, each)."""
+        from datum.api.tokens import create
+        from datum.store import open_store
+
+        store = open_store(self.store_url)
+        try:
+            return [create(store, principal, host) for host in hosts or (None,)]
+        finally:
+            store.dispose()
+
     def start(self) -> None:
-        log = (self.base / "serve.log").open("a")
-        self.proc = subprocess.Popen(
-            [*DATUM, "serve", "--config", str(self.server_config), "--port", str(self.port)],
-            stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )
+        """Every replica started at once, then each waited for until ready."""
+        for i in range(self.replicas):
+            env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+            if i:
+                env["DATUM_HOME"] = str(self.base / f"home-{i}")
+            with self.log_of(i).open("a") as log:  # the child keeps its own descriptor
+                self.procs[i] = subprocess.Popen(
+                    [*DATUM, "serve", "--config", str(self.server_config), "--port", str(self.ports[i])],
+                    stdout=log, stderr=subprocess.STDOUT, env=env,
+                )
+        self.proc = self.procs[0]
         deadline = time.monotonic() + 90
-        while True:
-            assert self.proc.poll() is None, (self.base / "serve.log").read_text()
-            try:
-                if httpx.get(self.url + "/readyz", timeout=5).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "datum serve did not become ready"
-            time.sleep(0.1)
+        for i, proc in enumerate(self.procs):
+            assert proc is not None
+            while True:
+                assert proc.poll() is None, self.log_of(i).read_text()
+                try:
+                    if httpx.get(self.url_of(i) + "/readyz", timeout=5).status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                assert time.monotonic() < deadline, f"datum serve (replica {i}) did not become ready"
+                time.sleep(0.1)
 
     def stop(self) -> None:
-        if self.proc is not None:
-            self.proc.terminate()
-            self.proc.wait(15)
-            self.proc = None
+        for proc in self.procs:
+            if proc is not None:
+                proc.terminate()
+        for proc in self.procs:
+            if proc is not None:
+                proc.wait(15)
+        self.procs = [None] * self.replicas
+        self.proc = None
 
-    def get(self, path: str, token: str, **headers: str) -> httpx.Response:
-        return httpx.get(self.url + path, headers={"Authorization": f"Bearer {token}", **headers}, timeout=10)
+    @contextmanager
+    def paused(self, *replicas: int) -> Iterator[None]:
+        """``replicas`` stopped (SIGSTOP) for the block, then let go on (SIGCONT): they answer nothing and decide
+        nothing meanwhile, their connections to the store left as they were."""
+        procs = [self.procs[r] for r in replicas]
+        for proc in procs:
+            assert proc is not None and proc.poll() is None
+            proc.send_signal(signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            for proc in procs:
+                assert proc is not None
+                proc.send_signal(signal.SIGCONT)
+
+    def get(self, path: str, token: str, replica: int = 0, **headers: str) -> httpx.Response:
+        return httpx.get(
+            self.url_of(replica) + path, headers={"Authorization": f"Bearer {token}", **headers}, timeout=10
+        )
 
 
 @dataclass
 class Agent:
-    """One host: its root, its local state file, its configuration (its name), its token."""
+    """One host: its root, its local state file, its configuration (its name), its token, the replica it
+    reports to (``once`` and ``start`` take another for one run)."""
 
     fleet: Fleet
     name: str
     token: str
     settings: str = ""  # more lines of its [host] section (lock_wait = "1s")
+    replica: int = 0
 
     @property
     def base(self) -> Path:
@@ -137,34 +199,36 @@ class Agent:
     def state(self) -> Path:
         return self.base / "agent.db"
 
-    def _command(self, *extra: str) -> tuple[list[str], dict[str, str]]:
-        """``datum agent --once`` for this host (its files written first), and its environment."""
+    def _command(self, *extra: str, replica: int | None = None) -> tuple[list[str], dict[str, str]]:
+        """``datum agent --once`` for this host (its files written first), against ``replica`` (else its own),
+        and its environment."""
         self.base.mkdir(parents=True, exist_ok=True)
         self.root.mkdir(exist_ok=True)
         (self.base / "boot_id").write_text("boot-1\n")
         (self.base / "agent.toml").write_text(f'[host]\nname = "{self.name}"\n{self.settings}\n')
         (self.base / "token").write_text(self.token + "\n")
         (self.base / "token").chmod(0o600)
+        server = self.fleet.url_of(self.replica if replica is None else replica)
         argv = [
-            "agent", "--server", self.fleet.url, "--token-file", str(self.base / "token"),
+            "agent", "--server", server, "--token-file", str(self.base / "token"),
             "--root", str(self.root), "--state", str(self.state), "--once",
             "--config", str(self.base / "agent.toml"), *extra,
         ]
         return argv, {"DATUM_HOME": str(self.base / "home"), "DATUM_BOOT_ID_FILE": str(self.base / "boot_id")}
 
-    def once(self, *extra: str) -> Run:
-        argv, env = self._command(*extra)
+    def once(self, *extra: str, replica: int | None = None) -> Run:
+        argv, env = self._command(*extra, replica=replica)
         return self.fleet.datum(*argv, env=env)
 
-    def start(self, *extra: str) -> subprocess.Popen[str]:
+    def start(self, *extra: str, replica: int | None = None) -> subprocess.Popen[str]:
         """``once`` in the background: the running process, its stderr a pipe."""
-        argv, env = self._command(*extra)
+        argv, env = self._command(*extra, replica=replica)
         return subprocess.Popen([*DATUM, *argv], stderr=subprocess.PIPE, text=True, env={**os.environ, **env})
 
 
 @contextmanager
-def _fleet(base: Path, store_url: str) -> Iterator[Fleet]:
-    fleet = Fleet(base, store_url)
+def _fleet(base: Path, store_url: str, replicas: int = 1) -> Iterator[Fleet]:
+    fleet = Fleet(base, store_url, replicas=replicas)
     m = fleet.manifests
     m.mkdir()
     (m / "nodes.yaml").write_text(NODES)
