@@ -275,7 +275,6 @@ def _continue_if_stopped(pid: int) -> None:
         return
     if fields and fields[0] in ("T", "t"):
         try:
-            open("/tmp/boxes-sigcont.log", "a").write(f"{time.time()} SIGCONT {pid}\n")
             os.kill(pid, signal.SIGCONT)
         except ProcessLookupError:
             pass
