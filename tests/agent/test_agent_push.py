@@ -78,7 +78,8 @@ def _edit(fleet: Fleet, greeting: str) -> None:
     (fleet.manifests / "nodes.yaml").write_text(nodes.replace("greeting: hello", f"greeting: {greeting}"))
 
 
-def test_a_change_on_disk_starts_a_pass_on_the_waiting_agent_within_seconds(fleet: Fleet):
+def test_a_change_on_disk_starts_a_pass_on_the_waiting_agent_within_seconds(sqlite_fleet: Fleet):
+    fleet = sqlite_fleet  # SQLite alone: what it tests is not in the store's dialect
     agent = Agent(fleet, "web1", fleet.token("agent", "--host", "web1"))
     with looping(agent) as proc:
         first = _first_pass(agent, proc)

@@ -103,7 +103,8 @@ def test_status_reads_a_damaged_report_as_unknown_saying_why(tmp_path: Path):
             assert "unknown" in done.stdout and "cannot be read: not a pass report" in done.stdout, done.stdout
 
 
-def test_a_host_named_like_a_token_is_refused(fleet: Fleet):
+def test_a_host_named_like_a_token_is_refused(sqlite_fleet: Fleet):
+    fleet = sqlite_fleet  # SQLite alone: what it tests is not in the store's dialect
     unbound = fleet.token("agent")
     other = fleet.token("agent")
     report = {"host": other, "mode": "enforce", "state": "converged", "startedAt": "2026-11-30T00:00:00+00:00",

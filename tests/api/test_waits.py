@@ -111,3 +111,26 @@ def test_a_rollout_that_moves_wakes_the_waits_that_ask_which_revision(tmp_path: 
     digest, waiting, took = asyncio.run(run())
     assert digest == effective(other, "web1", {}).digest
     assert waiting == 0 and took < 5
+
+
+def test_a_change_is_told_once_the_directory_holds_still(tmp_path: Path) -> None:
+    """A file written in place (truncated, then written) is two signatures a moment apart: the watch waits
+    until one holds for a period, so no waiter is woken on the half-written file; a directory that never
+    holds still is told after ``SETTLE`` periods all the same."""
+    from datum.api import waits
+
+    changes = FleetChanges(fleet(tmp_path / "fleet"), period=0.001)
+    reads: list[str] = []
+
+    def reading(sequence: list[str]):  # type: ignore[no-untyped-def]
+        async def read() -> str | None:
+            value = sequence[min(len(reads), len(sequence) - 1)]
+            reads.append(value)
+            return value
+        return read
+
+    changes._read = reading(["written", "written"])  # type: ignore[method-assign]
+    assert asyncio.run(changes._settled("truncated")) == "written" and reads == ["written", "written"]
+    reads.clear()
+    changes._read = reading([f"moving-{i}" for i in range(100)])  # type: ignore[method-assign]
+    assert asyncio.run(changes._settled("moving")) == f"moving-{waits.SETTLE - 1}" and len(reads) == waits.SETTLE

@@ -11,8 +11,8 @@ What the server composes from is the fleet directory alone (``[fleet]
 manifests``, ``datum.fleet.effective``), so a change is a change of its
 files. One task per process (``FleetChanges``) reads the directory's
 ``signature`` (a ``stat`` per path, in a worker thread) every ``PERIOD``
-seconds; when it moved, every waiter wakes and asks for its host's manifest
-again (a composition is made once for all the hosts that share it), answers
+seconds; when it moved and then held still for a period, every waiter wakes
+and asks for its host's manifest again (a composition is made once for all the hosts that share it), answers
 when its digest moved, and waits again for the rest of its time when it did
 not. A waiter is a coroutine parked on a future of its own, kept in one set
 that a change completes at once, and a timer: no thread, a few KiB with its
@@ -43,6 +43,7 @@ from datum.fleet.effective import Effective, forget_all_but, remembered, signatu
 log = logging.getLogger("datum.api")
 
 PERIOD = 0.25  # seconds between two reads of the fleet directory's signature
+SETTLE = 8  # periods a change may keep moving before it is told all the same (a directory never still)
 MAX_WAIT = 600  # the longest wait a request may ask, in seconds
 WAIT_HEADER = "Datum-Wait"
 
@@ -108,11 +109,24 @@ class FleetChanges:
                 if await self._probed():
                     self._wake()
                 continue
-            seen = now
+            seen = await self._settled(now)
             self.changes += 1
             forget_all_but(self.directory, now)
             await self._tell()  # first: the woken waiters find the new revision named and recorded
             self._wake()
+
+    async def _settled(self, moved: str) -> str:
+        """The signature once the directory holds still for a period (at most ``SETTLE`` periods): an edit
+        written in place (truncated, then written; an editor without a rename, a ``cp``) must not wake every
+        waiter on the half-written file, and each woken waiter would fetch what it found then. A ``git``
+        checkout or ``rsync`` of many files settles the same way. Costs one period on every change."""
+        for _ in range(SETTLE):
+            await asyncio.sleep(self.period)
+            again = await self._read()
+            if again is None or again == moved:
+                return moved
+            moved = again
+        return moved
 
     async def _tell(self) -> None:
         if self._seen is None:
