@@ -24,16 +24,16 @@ import socket
 import sqlite3
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
 import pytest
 from container import DATUM, Container
+
+from agent.fakeprometheus import FIRING, FakePrometheus
 
 SERVE = [sys.executable, "-c", "from datum.cli.main import main; main()"]  # datum on the machine
 KEEP = "/srv/keep"  # each host's bound directory, inside
@@ -74,40 +74,6 @@ def wait_for(what: str, predicate: Callable[[], object], timeout: float) -> obje
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.5)
     return value
-
-
-class FakePrometheus(ThreadingHTTPServer):
-    """A fake Prometheus: ``GET /api/v1/query`` answers the instant-query shape with ``series``, whatever the query."""
-
-    daemon_threads = True
-
-    def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), _Query)
-        self.series: list[dict[str, str]] = []
-        threading.Thread(target=self.serve_forever, daemon=True).start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}"
-
-
-class _Query(BaseHTTPRequestHandler):
-    server: FakePrometheus
-
-    def do_GET(self) -> None:  # noqa: N802 - http.server's name
-        if not self.path.startswith("/api/v1/query?"):
-            self.send_error(404)
-            return
-        result = [{"metric": labels, "value": [time.time(), "1"]} for labels in self.server.series]
-        body = json.dumps({"status": "success", "data": {"resultType": "vector", "result": result}}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *_args: object) -> None:
-        pass
 
 
 @dataclass
@@ -278,11 +244,10 @@ def fleet(host, tmp_path: Path) -> Iterator[tuple[Server, Host, Host]]:
 
 def test_order_the_second_in_reboot_order_waits_its_turn_and_goes_once_the_first_is_back(fleet):
     server, web1, web2 = fleet
-    prometheus = FakePrometheus()
-    try:
+    with FakePrometheus() as prometheus:
         # A paging alert fires while both find the kernel upgrade: both ask, neither is granted, both
         # requests stay. The order then decides among them, whoever's pass comes first.
-        prometheus.series = [{"__name__": "ALERTS", "alertname": "HostDown", "alertstate": "firing", "severity": "page"}]
+        prometheus.series = [FIRING]
         server.start(
             NODES + "reboot_order:\n  web: [web2, web1]\n",
             "reboot_concurrency = 1\nreboot_block_query = 'ALERTS{alertstate=\"firing\"}'\n"
@@ -316,9 +281,6 @@ def test_order_the_second_in_reboot_order_waits_its_turn_and_goes_once_the_first
         assert server.web()["rebooting"] == [] and server.web()["waiting"] == []
         web2.back()  # back from its reboot, web2 does not reboot again (its upgrade ran once)
         assert server.web()["rebooting"] == []
-    finally:
-        prometheus.shutdown()
-        prometheus.server_close()
 
 
 def test_health_gate_the_lease_holds_until_the_service_is_up_then_post_reboot_runs(fleet):
