@@ -68,8 +68,9 @@ def report(host: str, resources: int, seq: int = 1) -> dict[str, object]:
     }
 
 
-def prepare(home: Path, store_url: str) -> tuple[Path, str, str]:
-    """A configuration with a fleet directory, an operator token and an (unbound) agent token."""
+def prepare(home: Path, store_url: str, rollout: str = "off") -> tuple[Path, str, str]:
+    """A configuration with a fleet directory, an operator token and an (unbound) agent token; with staged
+    rollouts (``[fleet.rollout]``, canary ``host-00001``) unless ``rollout`` is ``off``."""
     from datum.api import tokens
     from datum.config import load_settings
     from datum.store import open_store
@@ -85,6 +86,7 @@ def prepare(home: Path, store_url: str) -> tuple[Path, str, str]:
         f'store = "{store_url}"\n'
         "[server]\nscheduler = false\naccess_log = false\n"
         f'[fleet]\nmanifests = "{fleet}"\n'
+        + ('[fleet.rollout]\ncanary = ["host-00001"]\nwaves = ["100%"]\n' if rollout != "off" else "")
     )
     store = open_store(load_settings(cfg).store_url)
     operator, agent = tokens.create(store, "operator"), tokens.create(store, "agent")
@@ -163,13 +165,13 @@ def time_listing(base: str, token: str, runs: int) -> tuple[list[float], int, fl
 
 def main(hosts: int = 10_000, resources: int = 50, concurrency: int = 16, list_runs: int = 5,
          manifest_seconds: float = 10.0, manifest_concurrency: int = 100, store: str = "postgresql",
-         pin: bool = True) -> dict[str, object]:
+         pin: bool = True, rollout: str = "off") -> dict[str, object]:
     pinned = pin and bool(shutil.which("taskset")) and (os.cpu_count() or 1) >= 2
     server_pin = ["taskset", "-c", "0"] if pinned else []
     load_pin = ["taskset", "-c", "1"] if pinned else []
     with tempfile.TemporaryDirectory(prefix="datum-bench-intake-") as tmp, database(store, Path(tmp)) as store_url:
         home = Path(tmp)
-        cfg, operator, agent = prepare(home, store_url)
+        cfg, operator, agent = prepare(home, store_url, rollout)
         port = free_port()
         base = f"http://127.0.0.1:{port}"
         log = (home / "serve.log").open("w")
@@ -190,6 +192,19 @@ def main(hosts: int = 10_000, resources: int = 50, concurrency: int = 16, list_r
             manifest_url = f"{base}/v1/hosts/host-00000/manifest"
             probe = httpx.get(manifest_url, headers={"Authorization": f"Bearer {agent}"}, timeout=30)
             assert probe.status_code == 200, probe.text
+            if rollout == "rolling":  # a new revision rolling out: host-00000 is held back, served the previous
+                web = home / "fleet" / "web.yaml"
+                web.write_text(web.read_text().replace('"0\\n"', '"changed\\n"'))
+                deadline = time.monotonic() + 10
+                while True:  # the server's watch sees the edit and starts the rollout
+                    rollouts = httpx.get(f"{base}/v1/rollouts", headers={"Authorization": f"Bearer {operator}"}).json()
+                    if rollouts["rollouts"] and rollouts["rollouts"][0]["state"] == "rolling":
+                        break
+                    assert time.monotonic() < deadline, rollouts
+                    httpx.get(manifest_url, headers={"Authorization": f"Bearer {agent}"}, timeout=30)
+                    time.sleep(0.2)
+                probe = httpx.get(manifest_url, headers={"Authorization": f"Bearer {agent}"}, timeout=30)
+                assert probe.status_code == 200 and probe.headers["datum-revision"] == rollouts["rollouts"][0]["previous"]
             revalidated: dict[str, float] = {}
             if shutil.which("wrk"):
                 wrk(manifest_url, agent, manifest_concurrency, 2, load_pin)  # warm-up
@@ -211,6 +226,7 @@ def main(hosts: int = 10_000, resources: int = 50, concurrency: int = 16, list_r
     return {
         "date": datetime.now(UTC).strftime("%Y-%m-%d"),
         "store": store,
+        "rollout": rollout,
         "cores": os.cpu_count(),
         "pinned": pinned,
         "hosts": hosts,
@@ -253,9 +269,12 @@ if __name__ == "__main__":
     ap.add_argument("--manifest-seconds", type=float, default=10.0)
     ap.add_argument("--store", choices=["sqlite", "postgresql"], default="postgresql")
     ap.add_argument("--no-pin", action="store_true")
+    ap.add_argument("--rollout", choices=["off", "done", "rolling"], default="off",
+                    help="[fleet.rollout] configured: none under way (done), or one rolling with the host held back")
     a = ap.parse_args()
     print(header(f"report intake, host listing, manifest on {a.store}"))
-    r = main(a.hosts, a.resources, a.concurrency, a.list_runs, a.manifest_seconds, 100, a.store, not a.no_pin)
+    r = main(a.hosts, a.resources, a.concurrency, a.list_runs, a.manifest_seconds, 100, a.store, not a.no_pin,
+             a.rollout)
     for key, value in r.items():
         print(f"{key:>22}: {value}")
     ok_rps = float(r["reports_per_s"]) >= TARGET_RPS and not r["errors"]  # type: ignore[arg-type]
