@@ -83,3 +83,39 @@ def test_a_fast_answer_sees_only_the_query_parameters_it_reads():
     assert offered(b"x=1", reads) is None and offered(b"wait=5&x=1", reads) is None
     assert offered(b"wait=5&wait=6", reads) is None  # twice: the route's parsing says what it means
     assert offered(b"wait", reads) is None  # not a pair
+
+
+def test_with_staged_rollouts_the_fast_path_answers_only_when_nothing_rolls(fleet_story, monkeypatch):
+    """With ``[fleet.rollout]`` the route decides which revision a host is served; the fast path answers what it
+    would only while the rollout in force is ``done`` on the directory's revision (as last read, never read on
+    the event loop), and never a long poll."""
+    from datum.api import rollouts
+    from datum.config import RolloutSettings
+
+    s = fleet_story
+    s.composed = []  # here: the route's decisions (which revision), each a composition
+    real = rollouts.revision_for
+
+    def spy(state, host, facts, current):  # type: ignore[no-untyped-def]
+        s.composed.append(host)
+        return real(state, host, facts, current)
+
+    monkeypatch.setattr(rollouts, "revision_for", spy)
+    state = s.app.state.datum
+    rollout = RolloutSettings(canary=["web1"])
+    state.settings = state.settings.model_copy(
+        update={"fleet": state.settings.fleet.model_copy(update={"rollout": rollout})}
+    )
+    first = get(s, "web2")  # the route: the first revision, done at once
+    assert first.status_code == 200 and s.composed == ["web2"]
+    again = get(s, "web2")
+    assert again.content == first.content and again.headers["datum-revision"] == first.headers["datum-revision"]
+    assert s.composed == ["web2"]  # nothing rolls: the fast path
+    (s.fleet / "web.yaml").write_text("resources:\n  - File[/etc/motd]:\n      content: changed\n")
+    held = get(s, "web2")  # a new revision: its rollout starts, web2 is held back on the previous
+    assert held.status_code == 200 and held.headers["datum-revision"] == first.headers["datum-revision"]
+    assert held.content == first.content
+    count = len(s.composed)
+    assert get(s, "web2").content == first.content and len(s.composed) > count  # rolling: the route, every time
+    waited = s.client.get("/v1/hosts/web2/manifest?wait=0", headers=s.auth("agent"))
+    assert waited.status_code == 200 and waited.content == first.content

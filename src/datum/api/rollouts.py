@@ -48,6 +48,7 @@ log = logging.getLogger("datum.api")
 FRESH = 0.25  # seconds the rollout in force is trusted before it is read again (one read by primary key)
 CHECK_EVERY = 2.0  # seconds between two checks of the rollout under way in ``datum serve``
 INTAKE_GAP = 0.5  # the least time between two checks made on a pass's intake, per process
+SETTLED_FRESH = 2 * FRESH  # how old a read of the rollout in force the fast answer trusts (the watch's period and more)
 
 
 def configured(state: ServerState) -> bool:
@@ -119,6 +120,17 @@ def started(state: ServerState, current: Revision, directory: Path) -> None:
             log.info("rollout %d of revision %s: %s (from %s)", row.id, row.revision, row.state, row.previous)
         state.rollouts.begun = current.id
         refresh(state)
+
+
+def settled_on(state: ServerState, revision: str) -> bool:
+    """Whether every host is served ``revision`` (the directory's current one) as the rollout in force last read
+    says: none yet, or ``done`` on it. Then ``revision_for`` answers the directory as it is, and so may the fast
+    answer. Never a read of the store (the fast answer runs on the event loop): a row older than ``SETTLED_FRESH``
+    (the watch reads it every period) is not trusted, and the route answers and reads it again."""
+    if time.monotonic() - state.rollouts.read_at > SETTLED_FRESH:
+        return False
+    row = state.rollouts.row
+    return row is None or (row.state == DONE and row.revision == revision)
 
 
 def _members(state: ServerState, row: RolloutRow) -> dict[str, int]:

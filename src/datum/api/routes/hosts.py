@@ -301,8 +301,14 @@ async def manifest_now(asked: Asked) -> Reply | None:
     one, a composition that fails: the route, which composes in a worker thread and says what is wrong.
     """
     directory = asked.state.settings.fleet.manifests
-    if directory is None or not host_fits(asked.params["host"]) or rollouts.configured(asked.state):
-        return None  # with a staged rollout the route answers: it asks which revision in a worker thread
+    if directory is None or not host_fits(asked.params["host"]):
+        return None
+    if rollouts.configured(asked.state):  # which revision: the route's decision, but for the one case it is plain
+        if "wait" in asked.query:  # a long poll asks the rollout again on every change: the route's wait does
+            return None
+        now = await serving(asked.state)
+        if now is None or not rollouts.settled_on(asked.state, now.id):
+            return None  # a rollout under way (or not read lately): the route asks which revision, in a thread
     try:
         facts = facts_of(asked.header(b"x-datum-facts"))
         wait = wait_of(asked.query.get("wait"))
