@@ -4,7 +4,6 @@ report is kept until a server takes it, in order."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import sqlite3
@@ -22,6 +21,7 @@ from datum.host.compiled import HostConfig
 
 from .conftest import DATUM
 from .faulty import faulty
+from .statefile import last_report
 
 
 def _options(tmp_path: Path, server: str, deadline: float = 3.0) -> Options:
@@ -150,12 +150,6 @@ def test_datum_agent_once_reports_through_a_bad_answer(tmp_path: Path, fault: st
         assert len(server.received) == 2
 
 
-def _latest(db: Path) -> dict:  # type: ignore[type-arg]
-    """The agent's latest pass report, as its state file keeps it."""
-    row = sqlite3.connect(db).execute("SELECT report FROM agent_reports").fetchone()
-    return json.loads(row[0]) if row else {"state": None}  # type: ignore[no-any-return]
-
-
 def test_the_agent_loop_lives_through_every_fault_of_its_server(tmp_path: Path):
     with faulty() as server:
         argv, env = _agent_argv(tmp_path, server.url, "--interval", "1s", "--splay", "0s")
@@ -173,7 +167,7 @@ def test_the_agent_loop_lives_through_every_fault_of_its_server(tmp_path: Path):
             # by a delivery retried between cycles before the next pass has fetched it)
             while time.monotonic() < deadline:
                 kept = sqlite3.connect(db).execute("SELECT count(*) FROM agent_spool").fetchone()[0]
-                if kept == 0 and _latest(db)["state"] == "converged":
+                if kept == 0 and last_report(db)["state"] == "converged":
                     break
                 time.sleep(0.2)
             assert kept == 0
@@ -184,4 +178,4 @@ def test_the_agent_loop_lives_through_every_fault_of_its_server(tmp_path: Path):
         assert code == 0
         log = proc.stderr.read() if proc.stderr else ""
         assert "Traceback" not in log and "the cycle failed" not in log, log
-        assert _latest(db)["state"] == "converged"
+        assert last_report(db)["state"] == "converged"

@@ -5,9 +5,7 @@ host's root (``[host] boot_id_file``)."""
 
 from __future__ import annotations
 
-import json
 import os
-import sqlite3
 import subprocess
 import time
 from collections.abc import Iterator
@@ -24,6 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from datum.core.explain import Vocabulary, explain
 
 from .conftest import DATUM, Fleet, _fleet
+from .statefile import last_report
 
 WAITING = "waiting for the group's reboot budget (2/2 rebooting)"
 
@@ -126,11 +125,7 @@ class Host:
         self.boot_id_file.write_text(f"boot-{n}\n")
 
     def local(self) -> dict:
-        db = sqlite3.connect(self.base / "agent.db")
-        try:
-            return json.loads(db.execute("SELECT report FROM agent_reports").fetchone()[0])
-        finally:
-            db.close()
+        return last_report(self.base / "agent.db")
 
 
 def _calls(fleet: Fleet) -> list[str]:

@@ -18,10 +18,8 @@ block query asks (scenario ORDER) is a fake: a small HTTP endpoint on loopback w
 
 from __future__ import annotations
 
-import json
 import os
 import socket
-import sqlite3
 import subprocess
 import sys
 import time
@@ -34,6 +32,7 @@ import pytest
 from container import DATUM, Container
 
 from agent.fakeprometheus import FIRING, FakePrometheus
+from agent.statefile import last_report
 
 SERVE = [sys.executable, "-c", "from datum.cli.main import main; main()"]  # datum on the machine
 KEEP = "/srv/keep"  # each host's bound directory, inside
@@ -181,11 +180,7 @@ class Host:
 
     def local(self) -> dict:
         """The agent's last report, as its state file keeps it (read from the machine, through the bind)."""
-        db = sqlite3.connect(self.keep / "agent.db")
-        try:
-            return json.loads(db.execute("SELECT report FROM agent_reports").fetchone()[0])
-        finally:
-            db.close()
+        return last_report(self.keep / "agent.db")
 
     def reboots(self) -> str:
         """A pass that takes the lease and reboots for real; the boot id it rebooted from."""
