@@ -365,6 +365,24 @@ def test_canaries_that_all_went_silent_hold_the_rollout(story: Story):
         assert served(story, host) == (first, "hello")
 
 
+def test_failures_max_failed_tolerates_do_not_hold_the_waves(tmp_path, store_url):  # type: ignore[no-untyped-def]
+    story = fleet_story(tmp_path, store_url, max_failed="50%")
+    _first, second = start(story, WEB)
+    report(story, "web1", "converged", second)
+    tick(story)
+    ro = in_force(story)
+    assert ro["wave"] == 1
+    bad, good = sorted(h for h, w in stored.membership(story.store, ro["id"]).items() if w == 1)
+    report(story, bad, "failed", second)  # 1 of 3 released: within 50%
+    tick(story)
+    assert in_force(story)["wave"] == 1  # the other has no verdict yet: waited for
+    report(story, good, "converged", second)
+    tick(story)
+    tick(story)
+    ro = in_force(story)
+    assert (ro["state"], ro["wave"]) == ("rolling", 2), ro  # every host has its verdict; the failure is tolerated
+
+
 def test_a_host_silent_since_a_pass_on_the_new_revision_counts_as_failed(story: Story):
     _first, second = start(story, WEB)
     report(story, "web1", "converged", second, **SILENT)  # took it, and has not been heard from since

@@ -61,9 +61,13 @@ def refresh(state: ServerState) -> bool:
     if not configured(state):
         return False
     assert state.store is not None
+    began = time.monotonic()  # the row is as fresh as the moment its read began
     row = stored.latest(state.store)
-    kept_row, state.rollouts.row = state.rollouts.row, row
-    state.rollouts.read_at = time.monotonic()
+    with state.rollouts.lock:
+        if began < state.rollouts.read_at:  # a read that began later has answered already: it stands
+            return False
+        kept_row, state.rollouts.row = state.rollouts.row, row
+        state.rollouts.read_at = began
     before = kept_row.version if kept_row else None
     return before != (row.version if row else None)
 

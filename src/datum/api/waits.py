@@ -111,7 +111,7 @@ class FleetChanges:
                 continue
             seen = await self._settled(now)
             self.changes += 1
-            forget_all_but(self.directory, now)
+            forget_all_but(self.directory, seen)
             await self._tell()  # first: the woken waiters find the new revision named and recorded
             self._wake()
 
@@ -122,6 +122,8 @@ class FleetChanges:
         checkout or ``rsync`` of many files settles the same way. Costs one period on every change."""
         for _ in range(SETTLE):
             await asyncio.sleep(self.period)
+            if await self._probed():  # the rollout in force moved meanwhile: the waits ask again, as every period
+                self._wake()
             again = await self._read()
             if again is None or again == moved:
                 return moved

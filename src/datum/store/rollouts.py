@@ -66,7 +66,7 @@ class Remembered:
     members: dict[int, dict[str, int]] = field(default_factory=dict)
     begun: str | None = None
     checked_at: float = -math.inf
-    lock: threading.Lock = field(default_factory=threading.Lock)
+    lock: threading.RLock = field(default_factory=threading.RLock)  # started() refreshes under it
 
 
 def _row(r: Any) -> RolloutRow:
@@ -266,10 +266,10 @@ def check(store: Store, soak: timedelta, max_failed: float, stale_after: float) 
     the new revision (or fell silent after a pass on it). A released host silent since before any pass on
     it does not count and is not waited for (``_wave_counts``), but when hosts were released, a wave
     completes only once one of them converged on the revision: canaries that all went silent tested
-    nothing. Else, once
-    every counted host converged on it, the wave is complete (the soak starts); ``soak`` later the next
-    wave is released; the last wave complete, the rollout is done. A released host that leaves converged
-    before the soak ends restarts it.
+    nothing. Else, once every counted host has its verdict on the revision (converged, or failed within
+    ``max_failed``: what ``max_failed`` tolerates does not hold the rollout), the wave is complete (the soak
+    starts); ``soak`` later the next wave is released; the last wave complete, the rollout is done. A released
+    host that leaves its verdict before the soak ends restarts it.
     """
     with store.begin() as conn:
         row = _latest(conn)
@@ -287,7 +287,7 @@ def check(store: Store, soak: timedelta, max_failed: float, stale_after: float) 
             reason = (f"{failed} of {total} released hosts failed on revision {row.revision} "
                       f"(more than max_failed {max_failed:.0%}): " + ", ".join(f["host"] for f in named[:10]))
             return _update(conn, same, state=HALTED, reason=reason, failed=named, updated_at=now)
-        if converged < total or (planned and not converged):
+        if converged + failed < total or (planned and not converged):
             if row.wave_completed_at is not None:
                 return _update(conn, same, wave_completed_at=None, updated_at=now)
             return None

@@ -303,12 +303,9 @@ async def manifest_now(asked: Asked) -> Reply | None:
     directory = asked.state.settings.fleet.manifests
     if directory is None or not host_fits(asked.params["host"]):
         return None
-    if rollouts.configured(asked.state):  # which revision: the route's decision, but for the one case it is plain
-        if "wait" in asked.query:  # a long poll asks the rollout again on every change: the route's wait does
-            return None
-        now = await serving(asked.state)
-        if now is None or not rollouts.settled_on(asked.state, now.id):
-            return None  # a rollout under way (or not read lately): the route asks which revision, in a thread
+    settled = rollouts.configured(asked.state)  # which revision: the route's decision, but in one case plain
+    if settled and "wait" in asked.query:  # a long poll asks the rollout again on every change: the route's wait
+        return None
     try:
         facts = facts_of(asked.header(b"x-datum-facts"))
         wait = wait_of(asked.query.get("wait"))
@@ -322,7 +319,10 @@ async def manifest_now(asked: Asked) -> Reply | None:
         found = remembered(resolved, asked.params["host"], facts)
         if found is None:
             return None
-        return _reply(found, wanted, None, _id(await serving(asked.state)))
+        now = await serving(asked.state)  # the revision of the signature ``remembered`` just took
+        if settled and (now is None or not rollouts.settled_on(asked.state, now.id)):
+            return None  # a rollout under way (or not read lately): the route asks which revision, in a thread
+        return _reply(found, wanted, None, _id(now))
     try:
         if wait and wanted:
             found = await held(changes, resolved, asked.params["host"], facts, wanted, wait)
