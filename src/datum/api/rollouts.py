@@ -126,15 +126,19 @@ def started(state: ServerState, current: Revision, directory: Path) -> None:
         refresh(state)
 
 
+def _as_it_is(row: RolloutRow | None, current: str) -> bool:
+    """Whether ``row`` serves every host the directory as it is (revision ``current``): none yet, or ``done``
+    on it. ``revision_for`` answers so, and the fast answer may (``settled_on``)."""
+    return row is None or (row.state == DONE and row.revision == current)
+
+
 def settled_on(state: ServerState, revision: str) -> bool:
-    """Whether every host is served ``revision`` (the directory's current one) as the rollout in force last read
-    says: none yet, or ``done`` on it. Then ``revision_for`` answers the directory as it is, and so may the fast
-    answer. Never a read of the store (the fast answer runs on the event loop): a row older than ``SETTLED_FRESH``
-    (the watch reads it every period) is not trusted, and the route answers and reads it again."""
+    """``_as_it_is`` as the rollout in force last read says, ``revision`` the directory's current one. Never a
+    read of the store (the fast answer runs on the event loop): a row older than ``SETTLED_FRESH`` (the watch
+    reads it every period) is not trusted, and the route answers and reads it again."""
     if time.monotonic() - state.rollouts.read_at > SETTLED_FRESH:
         return False
-    row = state.rollouts.row
-    return row is None or (row.state == DONE and row.revision == revision)
+    return _as_it_is(state.rollouts.row, revision)
 
 
 def _members(state: ServerState, row: RolloutRow) -> dict[str, int]:
@@ -181,7 +185,7 @@ def revision_for(state: ServerState, host: str, facts: dict[str, Any], current: 
     if current is None or not configured(state):
         return Served(effective(directory, host, facts), current.id if current else None)
     row = in_force(state)
-    if row is None:
+    if _as_it_is(row, current.id):
         return Served(effective(directory, host, facts), current.id)
     if row.state == DONE or row.previous is None:
         return _from(state, row.revision, current, directory, host, facts)
@@ -216,7 +220,7 @@ def held_back(state: ServerState, host: str, ran: str | None) -> stored.HeldBack
     if not configured(state):
         return None
     row = in_force(state)
-    if row is None or row.state not in stored.OPEN:
+    if not stored.under_way(row):
         return None
     return stored.held_back(row, _members(state, row), host, ran)
 

@@ -19,7 +19,7 @@ def _held_back(store: Any, rows: list[Any]) -> list[Any]:
     from datum.store import rollouts as stored
 
     row = stored.latest(store)
-    if row is None or row.state not in stored.OPEN:
+    if row is None or not stored.under_way(row):
         return rows
     waves = stored.membership(store, row.id, only=[h.host for h in rows])
     return [with_held_back(h, stored.held_back(row, waves, h.host, h.revision)) for h in rows]

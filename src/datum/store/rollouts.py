@@ -173,12 +173,18 @@ class HeldBack:
     released: int  # the last wave released so far
 
 
+def under_way(row: RolloutRow | None) -> bool:
+    """Whether ``row`` (the rollout in force) may hold hosts back: rolling, paused or halted, from a previous
+    revision. Callers ask it before reading the wave plan ``held_back`` needs."""
+    return row is not None and row.state in OPEN and row.previous is not None
+
+
 def held_back(row: RolloutRow | None, wave_of: Mapping[str, int], host: str, ran: str | None) -> HeldBack | None:
     """Whether ``row`` holds ``host`` back: a rollout under way (rolling, paused or halted), the host's wave not
     released (a host it did not plan waits for the last), and its last pass ran the previous revision. A host
     whose effective manifest is the same in both is served the new one at once (``datum.api.rollouts``), so
     its next pass runs the new revision and it no longer reads held back."""
-    if row is None or row.state not in OPEN or row.previous is None or ran != row.previous:
+    if row is None or not under_way(row) or ran != row.previous:
         return None
     wave = wave_of.get(host, row.last_wave)
     if wave <= row.wave:

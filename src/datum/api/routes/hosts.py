@@ -303,8 +303,8 @@ async def manifest_now(asked: Asked) -> Reply | None:
     directory = asked.state.settings.fleet.manifests
     if directory is None or not host_fits(asked.params["host"]):
         return None
-    settled = rollouts.configured(asked.state)  # which revision: the route's decision, but in one case plain
-    if settled and "wait" in asked.query:  # a long poll asks the rollout again on every change: the route's wait
+    staged = rollouts.configured(asked.state)  # which revision: the route's decision, but in one case plain
+    if staged and "wait" in asked.query:  # a long poll asks the rollout again on every change: the route's wait
         return None
     try:
         facts = facts_of(asked.header(b"x-datum-facts"))
@@ -320,7 +320,7 @@ async def manifest_now(asked: Asked) -> Reply | None:
         if found is None:
             return None
         now = await serving(asked.state)  # the revision of the signature ``remembered`` just took
-        if settled and (now is None or not rollouts.settled_on(asked.state, now.id)):
+        if staged and (now is None or not rollouts.settled_on(asked.state, now.id)):
             return None  # a rollout under way (or not read lately): the route asks which revision, in a thread
         return _reply(found, wanted, None, _id(now))
     try:
