@@ -247,6 +247,31 @@ def test_abort_returns_the_canaries_to_the_previous_revision(story: Story):
     assert story.client.post("/v1/rollouts/current/abort", headers=story.auth("operator")).status_code == 409
 
 
+def test_a_revision_the_directory_moved_on_from_before_its_files_were_kept_gets_no_rollout(story: Story, monkeypatch):
+    """The files a rollout keeps are the revision's own: when the directory moves while they are read (an edit
+    landing mid-copy), that revision is not started; the next request names what the directory holds now."""
+    from datum.fleet import snapshot
+    from datum.fleet.snapshot import files_of
+    from datum.store.snapshots import load
+
+    real, calls = snapshot.capture, []
+
+    def edited_while_copied(directory: Path) -> bytes:
+        blob = real(directory)
+        calls.append(directory)
+        if len(calls) == 1:
+            (directory / "web.yaml").write_text("resources:\n  - File[/etc/motd]:\n      content: third\n")
+        return blob
+
+    monkeypatch.setattr(snapshot, "capture", edited_while_copied)
+    third, content = served(story, "web1")  # named, kept and composed from the same files: the edited ones
+    assert content == "third" and len(calls) > 1
+    rows = story.get("/v1/rollouts").json()["rollouts"]
+    assert [(ro["revision"], ro["state"]) for ro in rows] == [(third, "done")]  # none of the revision it moved from
+    kept = dict(files_of(load(story.store, third)))  # type: ignore[arg-type]
+    assert kept["web.yaml"] == b"resources:\n  - File[/etc/motd]:\n      content: third\n"
+
+
 def test_pause_holds_the_waves_and_resume_lets_them_go(story: Story):
     _first, second = start(story, WEB)
     assert story.client.post("/v1/rollouts/current/pause", headers=story.auth("operator")).status_code == 200

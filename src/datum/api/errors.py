@@ -161,7 +161,8 @@ ERROR_STATUSES: dict[int, tuple[str, dict[str, Any]]] = {
     431: ("INVALID_INPUT: the request line and headers exceed 64 KiB.", {}),
     500: ("INTERNAL: the server could not answer; the detail is in its log, never in the body.", {}),
     503: (
-        "UNAVAILABLE: the registry is not wired yet, the store cannot answer (named, with why), or the server is "
+        "UNAVAILABLE: the registry is not wired yet, the store cannot answer (named, with why), the fleet directory "
+        "kept changing for 5 s (a manifest is never composed from a file half written), or the server is "
         "answering `[server] read_slots` reads at once and this one waited `[server] read_wait` (`Retry-After`).",
         _RETRY,
     ),

@@ -105,6 +105,8 @@ def started(state: ServerState, current: Revision, directory: Path) -> None:
     """``current`` is the directory's revision now: keep its snapshot, start its rollout (once; blocking)."""
     if not configured(state) or state.rollouts.begun == current.id:
         return
+    from datum.fleet.effective import held_still
+    from datum.fleet.revision import still_named
     from datum.fleet.snapshot import TooLarge, capture
 
     settings = state.settings.fleet.rollout
@@ -114,9 +116,14 @@ def started(state: ServerState, current: Revision, directory: Path) -> None:
             return
         if not kept(state.store, current.id):
             try:
-                keep(state.store, current.id, capture(directory))
+                files, blob = held_still(directory, lambda _state: capture(directory))
             except TooLarge as exc:
                 log.warning("revision %s is not kept: %s", current.id, exc)
+            else:
+                if files != still_named(directory, current):  # the files kept are not the revision's
+                    log.info("revision %s moved on before its files were kept: no rollout of it", current.id)
+                    return
+                keep(state.store, current.id, blob)
         row = stored.begin(
             state.store, current.id, len(settings.waves), _planner(state, directory), state.settings.fleet.stale_after
         )

@@ -19,9 +19,11 @@ import base64
 import hashlib
 import json
 import os
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from datum.core.findings import FieldError, Problem, invalid
 from datum.fleet.nodes import NODES, Rule, classify, load_rules
@@ -32,6 +34,7 @@ class Effective:
     host: str
     digest: str
     shared: bytes  # the JSON of everything but ``host`` (one object for every host of the composition)
+    state: str  # the ``signature`` of the files it was composed from: which revision it is (datum.fleet.revision)
 
     @property
     def body(self) -> bytes:
@@ -185,20 +188,62 @@ def _key(directory: Path, host: str, facts: dict[str, Any]) -> tuple[str, str, s
     return (str(directory), host, told, signature(directory))
 
 
+T = TypeVar("T")
+
+# An edit younger than this is waited for before it is read: a file written in place (truncated, then
+# written: an editor without a rename, a ``cp``, a ``git checkout``) is, for a moment, a shorter file that may
+# still validate, and an agent served it would converge to half a manifest.
+QUIET = 0.25  # seconds
+SETTLE_BY = 5.0  # seconds a directory may keep moving before a read of it is refused (UNAVAILABLE)
+
+
+def _young(resolved: Path) -> float:
+    """Seconds until the newest file or directory of ``resolved`` (as ``signature`` last saw it) is ``QUIET``
+    old; 0 when it is already, or when its mtime is in the future (a time copied from elsewhere: nothing to
+    wait for)."""
+    seen = _SEEN.get(str(resolved))
+    if seen is None or not seen[1]:
+        return 0.0
+    age = (time.time_ns() - max(mtime for _ino, _size, mtime in seen[1])) / 1e9
+    return QUIET - age if 0 <= age < QUIET else 0.0
+
+
+def held_still(resolved: Path, read: Callable[[str], T]) -> tuple[str, T]:
+    """``read(state)`` of the fleet directory ``resolved`` made once its files held still for ``QUIET`` and
+    not moved while they were read, with ``state``, their ``signature`` then. Every read that names or
+    serves what the directory holds (a composition, a revision, a revision's snapshot) goes through here,
+    so none is made of a file half written. A directory that keeps moving for ``SETTLE_BY`` is a Problem
+    UNAVAILABLE: the agent keeps what it has and asks again."""
+    deadline = time.monotonic() + SETTLE_BY
+    while True:
+        state = signature(resolved)
+        young = _young(resolved)
+        if young == 0:
+            out = read(state)
+            if signature(resolved) == state:
+                return state, out
+        if time.monotonic() + young > deadline:
+            raise Problem.one("UNAVAILABLE", f"the fleet directory {resolved} did not hold still for {QUIET} s")
+        time.sleep(young)
+
+
 def effective(directory: Path, host: str, facts: dict[str, Any]) -> Effective:
     """``host``'s effective manifest; NOT_FOUND when no rule matches it, INVALID_INPUT with every finding.
 
-    Remembered per (directory, host, facts) until a file of the directory changes (size or mtime).
+    Remembered per (directory, host, facts) until a file of the directory changes (size or mtime); composed
+    through ``held_still``.
     """
     directory = directory.resolve()
     key = _key(directory, host, facts)
     hit = _CACHE.get(key)
     if hit is not None:
         return hit
-    found = _effective(directory, host, facts, key[3])
+    state, found = held_still(
+        directory, lambda state: _CACHE.get((*key[:3], state)) or _effective(directory, host, facts, state)
+    )
     if len(_CACHE) >= _CACHE_MAX:
         _CACHE.clear()
-    _CACHE[key] = found
+    _CACHE[(*key[:3], state)] = found
     return found
 
 
@@ -259,7 +304,7 @@ def _effective(directory: Path, host: str, facts: dict[str, Any], state: str) ->
         if len(_COMPOSED) >= 1_000:
             _COMPOSED.clear()
         _COMPOSED[key] = composed
-    return Effective(host, composed[0], composed[1])
+    return Effective(host, composed[0], composed[1], state)
 
 
 def check_fleet(directory: Path) -> tuple[int, int]:

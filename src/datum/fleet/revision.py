@@ -26,7 +26,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from datum.fleet.effective import last_signature, signature
+from datum.fleet.effective import held_still, last_signature, signature
 
 GIT_TIMEOUT = 10.0  # seconds a git command may take before the directory is named by its digest alone
 MAX_ID = 100  # the longest revision id (a report's ``revision``)
@@ -60,11 +60,26 @@ def revision(directory: Path) -> Revision:
     seen = _KNOWN.get(str(resolved))
     if seen is not None and seen[0] == now:
         return seen[1]
-    found = name(resolved)
+    now, found = held_still(resolved, lambda _state: name(resolved))  # never a revision of a file half written
     if len(_KNOWN) >= 100:
         _KNOWN.clear()
     _KNOWN[str(resolved)] = (now, found)
     return found
+
+
+def named_for(resolved: Path, state: str) -> Revision | None:
+    """The revision named for the files in ``state`` (a ``signature``) when it is the last one named, else None."""
+    seen = _KNOWN.get(str(resolved))
+    return seen[1] if seen is not None and seen[0] == state else None
+
+
+def still_named(resolved: Path, found: Revision) -> str | None:
+    """The ``signature`` ``found`` was named for when the directory's files still are in that state, else None
+    (they moved on since: ``found`` is no longer what the directory holds)."""
+    seen = _KNOWN.get(str(resolved))
+    if seen is None or seen[1] != found or signature(resolved) != seen[0]:
+        return None
+    return seen[0]
 
 
 def name(resolved: Path) -> Revision:

@@ -41,7 +41,7 @@ from datum.fleet.listing import (
     host_after,
     page,
 )
-from datum.fleet.revision import Revision
+from datum.fleet.revision import Revision, named_for
 from datum.fleet.stale import stale
 from datum.host.report import PassReport
 from datum.store.hosts import get_host
@@ -276,8 +276,16 @@ async def manifest(
 
 
 def _choose(state: ServerState, host: str, told: dict[str, Any]) -> rollouts.Served:
-    """Which revision ``host`` is served, from the directory's revision now (blocking)."""
-    return rollouts.revision_for(state, host, told, served(state))
+    """Which revision ``host`` is served, from the directory's revision now (blocking). Named and composed
+    from the same files: when an edit landed between the two reads, both are made again (the agent reports
+    the revision it is told, and a rollout counts its pass on it)."""
+    resolved = _resolved(str(state.settings.fleet.manifests))
+    for _ in range(3):
+        current = served(state)
+        got = rollouts.revision_for(state, host, told, current)
+        if current is None or got.revision != current.id or named_for(resolved, got.effective.state) == current:
+            return got
+    raise Problem.one("UNAVAILABLE", "the fleet directory keeps changing: its revision could not be named")
 
 
 async def _composed(
