@@ -390,6 +390,34 @@ def test_canaries_that_all_went_silent_hold_the_rollout(story: Story):
         assert served(story, host) == (first, "hello")
 
 
+def test_a_canary_named_by_hand_that_never_reported_is_silent_not_waited_for(tmp_path, store_url):  # type: ignore[no-untyped-def]
+    """A misspelt canary (or one not enrolled yet) has no pass to judge: beside a canary that converged it does not
+    hold wave 0; alone, the rollout holds with every canary silent, as when they all went silent."""
+    story = fleet_story(tmp_path, store_url, canary=["web1", "web-misspelt"])
+    _first, second = start(story, WEB)
+    report(story, "web1", "converged", second)
+    tick(story)
+    tick(story)
+    ro = in_force(story)
+    assert [(w["wave"], w["hosts"], w["converged"], w["silent"]) for w in ro["waves"][:1]] == [(0, 2, 1, 1)]
+    assert (ro["state"], ro["wave"]) == ("rolling", 1)  # wave 0 completed without it, the soak ran
+
+
+def test_a_lone_canary_that_never_reported_holds_the_rollout(tmp_path, store_url):  # type: ignore[no-untyped-def]
+    alone = fleet_story(tmp_path, store_url, canary=["web-misspelt"])
+    first, _content = served(alone, "web1")
+    for host in WEB:
+        report(alone, host, "converged", first)
+    (alone.fleet / "web.yaml").write_text(NEW)  # type: ignore[attr-defined]
+    assert served(alone, "web1") == (first, "hello")  # no canary it knows: everyone is held back
+    for _ in range(3):
+        tick(alone)
+    ro = in_force(alone)
+    assert (ro["state"], ro["wave"], ro.get("waveCompletedAt")) == ("rolling", 0, None)
+    assert (ro["waves"][0]["hosts"], ro["waves"][0]["silent"]) == (1, 1)
+    assert served(alone, "web2") == (first, "hello")  # nobody else gets it
+
+
 def test_failures_max_failed_tolerates_do_not_hold_the_waves(tmp_path, store_url):  # type: ignore[no-untyped-def]
     story = fleet_story(tmp_path, store_url, max_failed="50%")
     _first, second = start(story, WEB)

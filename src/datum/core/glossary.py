@@ -322,9 +322,10 @@ WORDS: dict[tuple[str, str], tuple[str, str, str, str]] = {
         "wait",
     ),
     ("rollout", "silent"): (
-        "a released host fell silent before any pass on the new revision: not waited for",
+        "a released host fell silent before any pass on the new revision, or never reported: not waited for",
         "The host's agent has not reported for [fleet] stale_after of its intervals, and its last pass ran an "
-        "older revision, so the wave does not wait for it: it takes the new revision when it comes back. A host "
+        "older revision, so the wave does not wait for it: it takes the new revision when it comes back. So is a "
+        "canary named by hand that has never reported (a misspelt name, a host not enrolled yet). A host "
         "silent since a pass on the new revision counts as failed instead (a revision can cut a host off). A "
         "wave completes only once at least one released host converged on the revision.",
         "Go and look at why the host stopped reporting (datum hosts --state unknown); the rollout goes on "

@@ -209,11 +209,13 @@ def wave_counts(store: Store, row: RolloutRow, stale_after: float) -> list[WaveC
 
 def _wave_counts(conn: Connection, row: RolloutRow, dialect: str, stale_after: float, now: datetime) -> list[WaveCount]:
     """A host that fell silent (``stale_after`` of its intervals without a report) before its last pass ran the
-    new revision is not waited for: it takes the revision whenever it comes back, its wave released. One that
-    fell silent after a pass on it counts as failed: a revision that cuts a host off must halt the rollout,
-    not be taken for a host that had nothing to say."""
+    new revision is not waited for: it takes the revision whenever it comes back, its wave released. So is a
+    planned host that never reported at all (a canary named by hand, misspelt or not enrolled yet): it has no
+    pass to judge. One that fell silent after a pass on it counts as failed: a revision that cuts a host off
+    must halt the rollout, not be taken for a host that had nothing to say."""
     on_new = _REVISION == row.revision
     stale = silent(dialect, stale_after, now)
+    lost = sa.or_(hosts.c.host.is_(None), stale)  # silent, or never heard from
     reads = host_state_at(dialect, stale_after, now)
 
     def count(*when: Any) -> Any:
@@ -224,7 +226,7 @@ def _wave_counts(conn: Connection, row: RolloutRow, dialect: str, stale_after: f
             rollout_hosts.c.wave, sa.func.count(),
             count(on_new, reads == "converged"),
             count(on_new, sa.or_(stale, reads == "failed")),
-            count(sa.not_(sa.func.coalesce(on_new, sa.false())), stale),
+            count(sa.not_(sa.func.coalesce(on_new, sa.false())), lost),
         )
         .select_from(rollout_hosts.outerjoin(hosts, hosts.c.host == rollout_hosts.c.host))
         .where(rollout_hosts.c.rollout == row.id)
