@@ -13,7 +13,7 @@ import pytest
 
 from datum.host.report import MAX_INTERVAL
 
-from .schemathesis_run import populated, run
+from .schemathesis_run import CONFIG, KEPT_PASS, populated, run
 from .story import build_story, pass_report, serving
 
 
@@ -23,9 +23,10 @@ def test_schemathesis_with_every_check_finds_no_failure(tmp_path):
         done = run(base, token, examples=5, seed=1, cwd=tmp_path)
     out = done.stdout + done.stderr
     assert done.returncode == 0, out
-    assert "No issues found" in out
+    assert "No issues found" in out, out
     for phase in ("Coverage", "Fuzzing", "Stateful"):  # every phase ran and passed
         assert f"✅ {phase}" in out, out
+    assert f'pass = "{KEPT_PASS}"' in CONFIG.read_text()  # the kept pass the configuration names is the one stored
 
 
 @pytest.mark.postgres

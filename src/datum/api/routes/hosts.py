@@ -151,6 +151,12 @@ def one_host(state: ServerState, host: str) -> HostStatus:
         200: {"model": HostStatus, "description": "Not stored: the same pass again or an older one (`Datum-Pass`)."},
         **error_responses(401, 403, 413, 422, 503),
     },
+    openapi_extra={"parameters": [{
+        "name": "X-Datum-Facts", "in": "header", "required": False,
+        "description": "The agent's facts, a JSON object (`datum agent` sends them): with the host's name they decide "
+        "the group recorded for it. Facts that do not read keep the group recorded before (the pass is stored).",
+        "content": {"application/json": {"schema": {"type": "object"}}},
+    }]},
     **OUT,
 )
 def report_pass(
