@@ -322,6 +322,37 @@ def test_two_servers_on_one_store_agree_and_a_late_one_serves_the_previous_from_
         assert served(story, host) == served(other, host) == (second, "new")
 
 
+def test_a_replica_on_a_lagging_copy_of_the_directory_does_not_take_the_fleet_back(
+    story: Story, tmp_path: Path, store_url: str, caplog
+):
+    """A replica restarted on a copy that still holds the first revision: the store refuses to roll it out over
+    the second (first seen earlier, so behind), the replica says so once and serves as the rollout in force
+    says. Only the previous revision of an aborted rollout may come back as it was (the directory put back)."""
+    first, second = start(story, WEB)
+    (tmp_path / "other").mkdir()
+    lagging = build_story(tmp_path / "other", store_url)
+    directory = serve_fleet(lagging, tmp_path / "other" / "fleet")
+    (directory / "nodes.yaml").write_bytes((story.fleet / "nodes.yaml").read_bytes())  # type: ignore[attr-defined]
+    (directory / "db.yaml").write_bytes((story.fleet / "db.yaml").read_bytes())  # type: ignore[attr-defined]
+    lagging.tokens["agent"] = story.tokens["agent"]
+    with_rollout(lagging, canary=["web1"], waves=["50%", "100%"], soak="1ms")
+    with caplog.at_level("WARNING", logger="datum.api"):
+        assert served(lagging, "web1") == (second, "new")  # the canary keeps the second, from its snapshot
+        assert served(lagging, "web2") == (first, "hello")
+        assert served(lagging, "web3") == (first, "hello")
+    behind = [r.getMessage() for r in caplog.records if "not rolled out" in r.getMessage()]
+    assert len(behind) == 1 and first in behind[0] and second in behind[0], behind  # said once
+    rows = story.get("/v1/rollouts").json()["rollouts"]
+    assert [(r["id"], r["revision"], r["state"]) for r in rows] == [(2, second, "rolling"), (1, first, "done")]
+
+    # put back after an abort: the previous revision, done at once
+    assert story.client.post("/v1/rollouts/current/abort", headers=story.auth("operator")).status_code == 200
+    (story.fleet / "web.yaml").write_text("resources:\n  - File[/etc/motd]:\n      content: hello\n")  # type: ignore[attr-defined]
+    assert served(story, "web1") == (first, "hello")
+    ro = in_force(story)
+    assert (ro["id"], ro["revision"], ro["state"]) == (3, first, "done")
+
+
 def test_a_wave_advances_once_when_replicas_check_at_once(story: Story, store_url: str):
     _first, second = start(story, WEB)
     report(story, "web1", "converged", second)  # its intake's check: the wave is complete, its soak starts

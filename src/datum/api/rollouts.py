@@ -124,9 +124,13 @@ def started(state: ServerState, current: Revision, directory: Path) -> None:
                     log.info("revision %s moved on before its files were kept: no rollout of it", current.id)
                     return
                 keep(state.store, current.id, blob)
-        row = stored.begin(
-            state.store, current.id, len(settings.waves), _planner(state, directory), state.settings.fleet.stale_after
-        )
+        try:
+            row = stored.begin(
+                state.store, current.id, len(settings.waves), _planner(state, directory), state.settings.fleet.stale_after
+            )
+        except stored.Behind as exc:
+            log.warning("%s", exc)  # once per revision this process sees: begun is set below
+            row = None
         if row is not None:
             log.info("rollout %d of revision %s: %s (from %s)", row.id, row.revision, row.state, row.previous)
         state.rollouts.begun = current.id

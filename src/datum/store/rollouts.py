@@ -24,7 +24,7 @@ from sqlalchemy.engine import Connection
 from datum.store.engine import Store
 from datum.store.hosts import host_state_at, silent
 from datum.store.runs import store_now
-from datum.store.schema import hosts, rollout_hosts, rollouts
+from datum.store.schema import hosts, revisions, rollout_hosts, rollouts
 
 ROLLING, PAUSED, HALTED, ABORTED, DONE, SUPERSEDED = "rolling", "paused", "halted", "aborted", "done", "superseded"
 STATES = (ROLLING, PAUSED, HALTED, ABORTED, DONE, SUPERSEDED)
@@ -108,20 +108,44 @@ def _insert(store: Store) -> Any:
 Planner = Callable[[str, Mapping[str, str]], dict[str, tuple[int, str]]]
 
 
+class Behind(Exception):
+    """The directory's revision was first seen before the one in force: an older copy of the fleet directory
+    (a replica restarted on a lagging copy, a sync that has not reached it), never rolled out over a newer
+    one. Going back on purpose is a new revision: a revert commit, an edit."""
+
+    def __init__(self, revision: str, seen: datetime, in_force: RolloutRow, in_force_seen: datetime) -> None:
+        self.revision, self.in_force = revision, in_force
+        super().__init__(
+            f"the fleet directory holds revision {revision}, first seen {seen:%Y-%m-%d %H:%M:%S} UTC, older than "
+            f"revision {in_force.revision} of rollout {in_force.id} ({in_force.state}, first seen "
+            f"{in_force_seen:%Y-%m-%d %H:%M:%S} UTC): not rolled out (a lagging copy of the directory?); "
+            f"the hosts are served as rollout {in_force.id} says. To go back to it, make it a new revision "
+            f"(a revert commit, an edit)"
+        )
+
+
 def begin(store: Store, revision: str, last_wave: int, planner: Planner, stale_after: float) -> RolloutRow | None:
     """Start the rollout of ``revision`` when it is not the one in force; the new row, else None.
 
     The first revision ever is stable at once (``done``). Otherwise the rollout rolls from the last
-    ``done`` revision, and supersedes the one under way; a revision that is the last done one again
-    (the directory put back) is ``done`` at once. Planned in waves: the hosts whose last pass ran a
-    revision of the fleet (not ``datum apply --report-to`` alone) and that do not read ``unknown``
-    (silent past ``stale_after`` of their intervals): a host that will not report cannot hold a wave.
+    ``done`` revision, and supersedes the one under way; the previous revision of an aborted rollout
+    (the directory put back after an abort) is ``done`` at once. A revision first seen before the one in
+    force is ``Behind``: one replica on a lagging copy of the directory must not take the fleet back.
+    Planned in waves: the hosts whose last pass ran a revision of the fleet (not ``datum apply
+    --report-to`` alone) and that do not read ``unknown`` (silent past ``stale_after`` of their
+    intervals): a host that will not report cannot hold a wave.
     """
     insert = _insert(store)
     with store.begin() as conn:
         current = _latest(conn)
         if current is not None and current.revision == revision:
             return None
+        if current is not None and not (current.state == ABORTED and current.previous == revision):
+            first = dict(conn.execute(
+                sa.select(revisions.c.id, revisions.c.first_seen).where(revisions.c.id.in_([revision, current.revision]))
+            ).all())
+            if revision in first and current.revision in first and first[revision] < first[current.revision]:
+                raise Behind(revision, first[revision], current, first[current.revision])
         now = store_now(conn)
         stable = conn.execute(
             sa.select(rollouts.c.revision).where(rollouts.c.state == DONE).order_by(rollouts.c.id.desc()).limit(1)
