@@ -79,14 +79,15 @@ def in_force(state: ServerState) -> RolloutRow | None:
 
 
 def _planner(state: ServerState, directory: Path) -> stored.Planner:
-    from datum.fleet.nodes import group_of, load_rules
+    from datum.fleet.effective import rules_now
+    from datum.fleet.nodes import group_of
     from datum.fleet.reboots import DEFAULT_GROUP
     from datum.fleet.waves import plan
 
     settings = state.settings.fleet.rollout
     assert settings is not None
     try:
-        rules = load_rules(directory)
+        rules = rules_now(directory)  # never of a nodes.yaml half written
     except Problem:
         rules = []
 
@@ -111,19 +112,21 @@ def started(state: ServerState, current: Revision, directory: Path) -> None:
 
     settings = state.settings.fleet.rollout
     assert settings is not None and state.store is not None
+    blob = None
+    if not kept(state.store, current.id):  # read before the lock: refresh() waits on it in every request
+        try:
+            files, blob = held_still(directory, lambda _state: capture(directory))
+        except TooLarge as exc:
+            log.warning("revision %s is not kept: %s", current.id, exc)
+        else:
+            if files != still_named(directory, current):  # the files kept are not the revision's
+                log.info("revision %s moved on before its files were kept: no rollout of it", current.id)
+                return
     with state.rollouts.lock:
         if state.rollouts.begun == current.id:
             return
-        if not kept(state.store, current.id):
-            try:
-                files, blob = held_still(directory, lambda _state: capture(directory))
-            except TooLarge as exc:
-                log.warning("revision %s is not kept: %s", current.id, exc)
-            else:
-                if files != still_named(directory, current):  # the files kept are not the revision's
-                    log.info("revision %s moved on before its files were kept: no rollout of it", current.id)
-                    return
-                keep(state.store, current.id, blob)
+        if blob is not None and not kept(state.store, current.id):
+            keep(state.store, current.id, blob)
         try:
             row = stored.begin(
                 state.store, current.id, len(settings.waves), _planner(state, directory), state.settings.fleet.stale_after

@@ -123,30 +123,68 @@ _CACHE: dict[tuple[str, str, str, str], Effective] = {}
 _CACHE_MAX = 100_000
 
 
+# Under ``.git`` only what a commit or a checkout moves: a ``git fetch`` or ``gc`` writing objects for minutes
+# is no change of the fleet, and must not keep the directory from holding still.
+_GIT_KEPT = ("HEAD", "packed-refs")
+
+
 def _walk(directory: Path) -> list[str]:
-    """Every directory and file under ``directory``, in order (each directory, then its files)."""
+    """Every directory and file under ``directory``, in order (each directory, then its files); of ``.git``,
+    ``HEAD``, ``packed-refs`` and ``refs/heads`` alone."""
     paths = []
     for top, dirs, files in os.walk(directory):
         dirs.sort()
         paths.append(top)
+        if os.path.basename(top) == ".git" and os.path.dirname(top) == str(directory):
+            dirs[:] = ["refs"] if "refs" in dirs else []
+            files = [f for f in files if f in _GIT_KEPT]
+        elif top == os.path.join(str(directory), ".git", "refs"):
+            dirs[:] = ["heads"] if "heads" in dirs else []
+            files = []
         paths.extend(os.path.join(top, name) for name in sorted(files))
     return paths
 
 
 def _stats(paths: tuple[str, ...]) -> tuple[tuple[int, int, int], ...] | None:
-    """Inode, size and mtime of each path; None when one is gone."""
+    """Inode, size and mtime of each path (a link's target's; a dangling link's own, as an editor's lock file
+    ``.#web.yaml`` is); None when one is gone."""
     out = []
     for path in paths:
         try:
             st = os.stat(path)
         except OSError:
-            return None
+            try:
+                st = os.lstat(path)
+            except OSError:
+                return None
         out.append((st.st_ino, st.st_size, st.st_mtime_ns))
     return tuple(out)
 
 
-# Per fleet directory: the paths of its last walk, their stats then, and the signature of that walk.
-_SEEN: dict[str, tuple[tuple[str, ...], tuple[tuple[int, int, int], ...], str]] = {}
+# Per fleet directory: the paths of its last walk, their stats then, the signature of that walk, and when
+# (``time.monotonic``) this process first saw the files so.
+_SEEN: dict[str, tuple[tuple[str, ...], tuple[tuple[int, int, int], ...], str, float]] = {}
+
+
+def _signed(directory: Path) -> tuple[str, float]:
+    """``signature``, and since when (``time.monotonic``) this process has seen the files in that state."""
+    key = str(directory)
+    seen = _SEEN.get(key)
+    if seen is not None:
+        paths, stats, signature, since = seen
+        if _stats(paths) == stats:
+            return signature, since
+    walked = tuple(_walk(directory))
+    now = _stats(walked)
+    if now is None:  # a file went away during the walk: not remembered, walked again next time
+        return hashlib.sha256(os.urandom(16)).hexdigest(), time.monotonic()
+    # the signature of exactly the stats compared above: an edit after this stat is another one
+    signature = hashlib.sha256(repr((walked, now)).encode()).hexdigest()
+    since = time.monotonic()
+    if len(_SEEN) >= 100:
+        _SEEN.clear()
+    _SEEN[key] = (walked, now, signature, since)
+    return signature, since
 
 
 def signature(directory: Path) -> str:
@@ -157,22 +195,7 @@ def signature(directory: Path) -> str:
     directory's mtime moves when a file or subdirectory is added, removed or renamed in it). So an
     edit is seen by the next request, and a request costs a ``stat`` per path, not a walk and a hash.
     """
-    key = str(directory)
-    seen = _SEEN.get(key)
-    if seen is not None:
-        paths, stats, signature = seen
-        if _stats(paths) == stats:
-            return signature
-    walked = tuple(_walk(directory))
-    now = _stats(walked)
-    if now is None:  # a file went away during the walk: not remembered, walked again next time
-        return hashlib.sha256(os.urandom(16)).hexdigest()
-    # the signature of exactly the stats compared above: an edit after this stat is another one
-    signature = hashlib.sha256(repr((walked, now)).encode()).hexdigest()
-    if len(_SEEN) >= 100:
-        _SEEN.clear()
-    _SEEN[key] = (walked, now, signature)
-    return signature
+    return _signed(directory)[0]
 
 
 def last_signature(resolved: Path) -> str | None:
@@ -190,41 +213,49 @@ def _key(directory: Path, host: str, facts: dict[str, Any]) -> tuple[str, str, s
 
 T = TypeVar("T")
 
-# An edit younger than this is waited for before it is read: a file written in place (truncated, then
-# written: an editor without a rename, a ``cp``, a ``git checkout``) is, for a moment, a shorter file that may
-# still validate, and an agent served it would converge to half a manifest.
+# A read waits until this process has seen the fleet directory's files unmoved for this long: a file written in
+# place (truncated, then written: an editor without a rename, a ``cp``, a ``git checkout``) is, for a moment,
+# a shorter file that may still validate, and an agent served it would converge to half a manifest. Seen by
+# this process's own clock, never inferred from the files' mtimes: those can be ahead (a time copied from
+# elsewhere, a file server's clock), behind, or whole seconds coarse.
 QUIET = 0.25  # seconds
 SETTLE_BY = 5.0  # seconds a directory may keep moving before a read of it is refused (UNAVAILABLE)
-
-
-def _young(resolved: Path) -> float:
-    """Seconds until the newest file or directory of ``resolved`` (as ``signature`` last saw it) is ``QUIET``
-    old; 0 when it is already, or when its mtime is in the future (a time copied from elsewhere: nothing to
-    wait for)."""
-    seen = _SEEN.get(str(resolved))
-    if seen is None or not seen[1]:
-        return 0.0
-    age = (time.time_ns() - max(mtime for _ino, _size, mtime in seen[1])) / 1e9
-    return QUIET - age if 0 <= age < QUIET else 0.0
+# Per fleet directory: when (``time.monotonic``) a read last gave up on it. Within SETTLE_BY of that, a read
+# that finds it moving gives up at once: a directory written to without end does not hold a worker thread
+# per request for SETTLE_BY each.
+_UNSETTLED: dict[str, float] = {}
 
 
 def held_still(resolved: Path, read: Callable[[str], T]) -> tuple[str, T]:
-    """``read(state)`` of the fleet directory ``resolved`` made once its files held still for ``QUIET`` and
-    not moved while they were read, with ``state``, their ``signature`` then. Every read that names or
-    serves what the directory holds (a composition, a revision, a revision's snapshot) goes through here,
-    so none is made of a file half written. A directory that keeps moving for ``SETTLE_BY`` is a Problem
-    UNAVAILABLE: the agent keeps what it has and asks again."""
-    deadline = time.monotonic() + SETTLE_BY
+    """``read(state)`` of the fleet directory ``resolved`` made once this process has seen its files hold still
+    for ``QUIET``, and not moved while they were read, with ``state``, their ``signature`` then. Every read that
+    names or serves what the directory holds (a composition, its rules, a revision, a revision's snapshot) goes
+    through here, so none is made of a file being written (by a writer that does not pause for longer than
+    ``QUIET``). A read that fails (a file cut mid-line does not validate) is made again when the files moved
+    meanwhile. A directory that keeps moving for ``SETTLE_BY`` is a Problem UNAVAILABLE: the agent keeps what
+    it has and asks again."""
+    key = str(resolved)
+    start = time.monotonic()
+    gave_up = _UNSETTLED.get(key)
+    deadline = start if gave_up is not None and start - gave_up < SETTLE_BY else start + SETTLE_BY
     while True:
-        state = signature(resolved)
-        young = _young(resolved)
-        if young == 0:
-            out = read(state)
-            if signature(resolved) == state:
-                return state, out
-        if time.monotonic() + young > deadline:
+        state, since = _signed(resolved)
+        wait = QUIET - (time.monotonic() - since)
+        if wait <= 0:
+            try:
+                out = read(state)
+            except (Problem, OSError):
+                if signature(resolved) == state:
+                    raise  # what the still files say
+            else:
+                if signature(resolved) == state:
+                    _UNSETTLED.pop(key, None)
+                    return state, out
+            wait = QUIET / 5  # moved while it was read: looked at again shortly, never in a busy loop
+        if time.monotonic() + wait > deadline:
+            _UNSETTLED[key] = time.monotonic()
             raise Problem.one("UNAVAILABLE", f"the fleet directory {resolved} did not hold still for {QUIET} s")
-        time.sleep(young)
+        time.sleep(wait)
 
 
 def effective(directory: Path, host: str, facts: dict[str, Any]) -> Effective:
@@ -273,15 +304,19 @@ _COMPOSED: dict[tuple[str, tuple[str, ...], str, str], tuple[str, bytes]] = {}
 
 def rules_now(directory: Path, state: str | None = None) -> list[Rule]:
     """The rules of ``directory``'s (resolved) ``nodes.yaml`` for its files as they are now (``state``: their
-    ``signature``, taken here when not given), read once per state; a Problem when it does not validate."""
+    ``signature``, given by a read ``held_still`` makes; else read here through it), read once per state; a
+    Problem when it does not validate."""
     where = str(directory)
-    state = signature(directory) if state is None else state
-    rules = _RULES.get((where, state))
-    if rules is None:
-        rules = load_rules(directory)
-        if len(_RULES) >= 100:
-            _RULES.clear()
-        _RULES[(where, state)] = rules
+    if state is None:
+        rules = _RULES.get((where, signature(directory)))
+        if rules is not None:
+            return rules
+        state, rules = held_still(directory, lambda now: _RULES.get((where, now)) or load_rules(directory))
+    else:
+        rules = _RULES.get((where, state)) or load_rules(directory)
+    if len(_RULES) >= 100:
+        _RULES.clear()
+    _RULES[(where, state)] = rules
     return rules
 
 
