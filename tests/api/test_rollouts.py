@@ -197,6 +197,35 @@ def test_a_failing_canary_halts_the_rollout_and_nobody_else_gets_the_revision(st
     assert 'datum_rollout_hosts{status="failed",wave="0"} 1.0' in metrics
 
 
+def test_resuming_a_halted_rollout_accepts_the_failures_it_halted_for(story: Story, datum_cli, tmp_path):  # type: ignore[no-untyped-def]
+    """``resume`` after a halt: the canary failing then is accepted (neither failed nor waited for) and the waves
+    go on; a host that fails after the resume counts, and halts it again."""
+    first, second = start(story, WEB)
+    report(story, "web1", "failed", second)
+    tick(story)
+    assert in_force(story)["state"] == "halted"
+    answer = story.client.post("/v1/rollouts/current/resume", headers=story.auth("operator"))
+    assert answer.status_code == 200, answer.text
+    tick(story)
+    tick(story)
+    ro = in_force(story)
+    assert (ro["state"], ro["wave"]) == ("rolling", 1), ro  # not halted again: wave 0 complete without web1
+    assert (ro["waves"][0]["failed"], ro["waves"][0]["accepted"]) == (0, 1)
+    assert 'datum_rollout_hosts{status="accepted",wave="0"} 1.0' in story.get("/metrics").text
+    assert '<td data-label="accepted"' in story.get("/ui/overview").text
+    assert [e.name for e in lookup("accepted")] == ["accepted"]
+    cfg = tmp_path / "cli.toml"
+    cfg.write_text(f'store = "{story.settings.store}"\n[fleet]\nmanifests = "{story.fleet}"\n'  # type: ignore[attr-defined]
+                   '[fleet.rollout]\ncanary = ["web1"]\n')
+    code, out, err = datum_cli("rollout", "status", "--config", str(cfg))
+    assert code == 0 and "accepted" in out, out + err
+    wave1 = [h for h, w in stored.membership(story.store, ro["id"]).items() if w == 1]
+    report(story, wave1[0], "failed", second)  # a failure after the resume counts
+    tick(story)
+    ro = in_force(story)
+    assert ro["state"] == "halted" and [f["host"] for f in ro["failed"]] == [wave1[0]], ro
+
+
 def test_a_host_whose_manifest_did_not_change_is_not_held_back(story: Story):
     first, second = start(story, [*WEB, "db1", "db2"])
     assert stored.membership(story.store, in_force(story)["id"])["db1"] > 0  # not released

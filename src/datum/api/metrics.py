@@ -457,7 +457,8 @@ class StoreCollector(Collector):
         hosts = _gauge(
             "datum_rollout_hosts",
             "Hosts of each wave of the rollout in force (0: the canaries): planned, and of those converged or failed "
-            "on its revision (failed: or silent since a pass on it), or silent before any (not waited for).",
+            "on its revision (failed: or silent since a pass on it), or silent before any (not waited for), or failing "
+            "with the failure a resume accepted (accepted).",
             "wave", "status",
         )
         failed = _gauge(
@@ -473,6 +474,7 @@ class StoreCollector(Collector):
                     hosts.add_metric([str(c.wave), "converged"], c.converged)
                     hosts.add_metric([str(c.wave), "failed"], c.failed)
                     hosts.add_metric([str(c.wave), "silent"], c.silent)
+                    hosts.add_metric([str(c.wave), "accepted"], c.accepted)
             if row.state == stored.HALTED:
                 for f in row.failed or []:
                     failed.add_metric([str(f["host"]), str(f["reason"])[:200]], 1.0)

@@ -531,6 +531,11 @@ class RolloutWave(Out):
         description="Of those, the ones silent since before any pass on the new revision: not waited for (they take "
         "it when they come back); a wave whose released hosts are all silent does not complete.",
     )
+    accepted: int = Field(
+        default=0,
+        description="Of those, the ones failing (or silent since a pass) on the new revision whose failure a resume "
+        "of the halted rollout accepted: counted neither failed nor waited for, for the rest of the rollout.",
+    )
 
 
 class FailedHost(Out):

@@ -408,12 +408,13 @@ def rollout(found: Any, out: Console, times: Times) -> None:
     out.print(head)
     if found.waves:
         t = table()
-        for header in ("wave", "released", "hosts", "converged", "failed", "silent"):
+        for header in ("wave", "released", "hosts", "converged", "failed", "silent", "accepted"):
             t.add_column(header, justify="right" if header != "released" else "left", no_wrap=True)
         for w in found.waves:
             name = "canary" if w.wave == 0 else str(w.wave)
             t.add_row(name, "yes" if w.released else "no", str(w.hosts), str(w.converged),
-                      text(str(w.failed), "red" if w.failed else ""), text(str(w.silent), "yellow" if w.silent else ""))
+                      text(str(w.failed), "red" if w.failed else ""), text(str(w.silent), "yellow" if w.silent else ""),
+                      text(str(w.accepted), "yellow" if w.accepted else ""))
         out.print(t)
     if found.soak_ends_at is not None:
         out.print(text(f"soak ends: {times(found.soak_ends_at)}"))

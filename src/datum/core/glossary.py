@@ -321,6 +321,15 @@ WORDS: dict[tuple[str, str], tuple[str, str, str, str]] = {
         "Wait for its wave; datum rollout status shows the waves and the soak.",
         "wait",
     ),
+    ("rollout", "accepted"): (
+        "a released host failing on the new revision whose failure a resume of the halted rollout accepted",
+        "The rollout halted because more than max_failed of its released hosts failed on the revision; datum "
+        "rollout resume accepted the failures of the hosts failing then: for the rest of the rollout they count "
+        "neither failed nor waited for, and the waves go on with the others. A host that fails after the resume "
+        "counts as failed, and can halt the rollout again.",
+        "Fix the accepted hosts (datum hosts --state failed, their pass's reason), or abort if the revision is bad.",
+        "look",
+    ),
     ("rollout", "silent"): (
         "a released host fell silent before any pass on the new revision, or never reported: not waited for",
         "The host's agent has not reported for [fleet] stale_after of its intervals, and its last pass ran an "

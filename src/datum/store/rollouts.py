@@ -223,6 +223,7 @@ class WaveCount:
     converged: int  # converged on the rollout's revision, and heard from
     failed: int  # failed on the rollout's revision, or silent since a pass on it
     silent: int = 0  # silent before any pass on it: not waited for
+    accepted: int = 0  # failed as when a resume accepted it: counted neither failed nor waited for
 
 
 def wave_counts(store: Store, row: RolloutRow, stale_after: float) -> list[WaveCount]:
@@ -236,11 +237,13 @@ def _wave_counts(conn: Connection, row: RolloutRow, dialect: str, stale_after: f
     new revision is not waited for: it takes the revision whenever it comes back, its wave released. So is a
     planned host that never reported at all (a canary named by hand, misspelt or not enrolled yet): it has no
     pass to judge. One that fell silent after a pass on it counts as failed: a revision that cuts a host off
-    must halt the rollout, not be taken for a host that had nothing to say."""
+    must halt the rollout, not be taken for a host that had nothing to say; unless a resume accepted its
+    failure (``accepted``), which then holds nothing while it lasts."""
     on_new = _REVISION == row.revision
     stale = silent(dialect, stale_after, now)
     lost = sa.or_(hosts.c.host.is_(None), stale)  # silent, or never heard from
     reads = host_state_at(dialect, stale_after, now)
+    failing = sa.and_(on_new, sa.or_(stale, reads == "failed"))
 
     def count(*when: Any) -> Any:
         return sa.func.sum(sa.case((sa.and_(*when), 1), else_=0))
@@ -249,15 +252,19 @@ def _wave_counts(conn: Connection, row: RolloutRow, dialect: str, stale_after: f
         sa.select(
             rollout_hosts.c.wave, sa.func.count(),
             count(on_new, reads == "converged"),
-            count(on_new, sa.or_(stale, reads == "failed")),
+            count(failing, sa.not_(rollout_hosts.c.accepted)),
             count(sa.not_(sa.func.coalesce(on_new, sa.false())), lost),
+            count(failing, rollout_hosts.c.accepted),
         )
         .select_from(rollout_hosts.outerjoin(hosts, hosts.c.host == rollout_hosts.c.host))
         .where(rollout_hosts.c.rollout == row.id)
         .group_by(rollout_hosts.c.wave)
         .order_by(rollout_hosts.c.wave)
     )
-    return [WaveCount(int(w), int(n), int(c or 0), int(f or 0), int(s or 0)) for w, n, c, f, s in conn.execute(query)]
+    return [
+        WaveCount(int(w), int(n), int(c or 0), int(f or 0), int(s or 0), int(a or 0))
+        for w, n, c, f, s, a in conn.execute(query)
+    ]
 
 
 def failed_hosts(conn: Connection, row: RolloutRow, dialect: str, stale_after: float, now: datetime,
@@ -267,7 +274,7 @@ def failed_hosts(conn: Connection, row: RolloutRow, dialect: str, stale_after: f
     query = (
         sa.select(hosts.c.host, hosts.c.reason, hosts.c.state, hosts.c.finished_at, stale)
         .select_from(rollout_hosts.join(hosts, hosts.c.host == rollout_hosts.c.host))
-        .where(rollout_hosts.c.rollout == row.id, rollout_hosts.c.wave <= row.wave,
+        .where(rollout_hosts.c.rollout == row.id, rollout_hosts.c.wave <= row.wave, sa.not_(rollout_hosts.c.accepted),
                _REVISION == row.revision, sa.or_(stale, hosts.c.state == "failed"))
         .order_by(hosts.c.host)
         .limit(limit)
@@ -296,9 +303,9 @@ def check(store: Store, soak: timedelta, max_failed: float, stale_after: float) 
 
     Halted: more than ``max_failed`` of the released hosts (waves up to the current) that count failed on
     the new revision (or fell silent after a pass on it). A released host silent since before any pass on
-    it does not count and is not waited for (``_wave_counts``), but when hosts were released, a wave
-    completes only once one of them converged on the revision: canaries that all went silent tested
-    nothing. Else, once every counted host has its verdict on the revision (converged, or failed within
+    it does not count and is not waited for (``_wave_counts``), nor does one whose failure a resume accepted
+    (``command``); but when hosts were released, a wave completes only once one of them converged on the
+    revision: canaries that all went silent tested nothing (accepted ones were looked at by a person). Else, once every counted host has its verdict on the revision (converged, or failed within
     ``max_failed``: what ``max_failed`` tolerates does not hold the rollout), the wave is complete (the soak
     starts); ``soak`` later the next wave is released; the last wave complete, the rollout is done. A released
     host that leaves its verdict before the soak ends restarts it.
@@ -309,7 +316,7 @@ def check(store: Store, soak: timedelta, max_failed: float, stale_after: float) 
             return None
         now = store_now(conn)
         released = [c for c in _wave_counts(conn, row, store.dialect, stale_after, now) if c.wave <= row.wave]
-        planned = sum(c.hosts for c in released)
+        planned = sum(c.hosts - c.accepted for c in released)  # a failure accepted was looked at, not untested
         total = planned - sum(c.silent for c in released)
         failed = sum(c.failed for c in released)
         converged = sum(c.converged for c in released)
@@ -348,9 +355,18 @@ COMMANDS = {
 }
 
 
-def command(store: Store, action: str, by: str) -> tuple[RolloutRow | None, RolloutRow | None]:
+def command(
+    store: Store, action: str, by: str, stale_after: float = 3.0
+) -> tuple[RolloutRow | None, RolloutRow | None]:
     """``pause``, ``resume`` or ``abort`` the rollout in force: (it before, it after; None when its state
-    does not allow the command)."""
+    does not allow the command).
+
+    Resuming a halted rollout accepts the failures it halted for: every released host failing on its
+    revision then (or silent since a pass on it, by ``stale_after``) is ``accepted`` for the rest of the
+    rollout, counted neither failed nor waited for, and the rollout goes on with the others; a host that
+    fails after the resume counts as before. Without it, a resume would halt again at once while those hosts
+    still fail, and the only ways on would be a new revision or an abort.
+    """
     allowed, to = COMMANDS[action]
     with store.begin() as conn:
         row = _latest(conn)
@@ -361,4 +377,14 @@ def command(store: Store, action: str, by: str) -> tuple[RolloutRow | None, Roll
         if action == "resume":
             values.update(reason=None, wave_completed_at=None)
         after = _update(conn, sa.and_(rollouts.c.id == row.id, rollouts.c.state == row.state), **values)
+        if after is not None and action == "resume" and row.state == HALTED:
+            failing = sa.select(hosts.c.host).where(
+                _REVISION == row.revision, sa.or_(silent(store.dialect, stale_after, now), hosts.c.state == "failed")
+            )
+            conn.execute(
+                sa.update(rollout_hosts)
+                .where(rollout_hosts.c.rollout == row.id, rollout_hosts.c.wave <= row.wave,
+                       rollout_hosts.c.host.in_(failing))
+                .values(accepted=True)
+            )
         return row, after

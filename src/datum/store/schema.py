@@ -269,5 +269,7 @@ rollout_hosts = sa.Table(
     sa.Column("host", sa.String(253), primary_key=True),
     sa.Column("wave", sa.Integer, nullable=False),
     sa.Column("grp", sa.String(253), nullable=False),
+    # a failure a resume accepted (migration 0022_rollout_accepted): not counted against max_failed while it lasts
+    sa.Column("accepted", sa.Boolean, nullable=False, server_default=sa.false()),
     sa.Index("ix_rollout_hosts_wave", "rollout", "wave"),
 )

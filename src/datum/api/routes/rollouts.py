@@ -46,7 +46,7 @@ def rollout_status(store: Store, fleet: FleetSettings, row: RolloutRow, waves: b
         out.waves = [
             RolloutWave(wave=w, released=w <= row.wave and row.state != stored.ABORTED,
                         hosts=c.hosts if c else 0, converged=c.converged if c else 0, failed=c.failed if c else 0,
-                        silent=c.silent if c else 0)
+                        silent=c.silent if c else 0, accepted=c.accepted if c else 0)
             for w in range(row.last_wave + 1)
             for c in [counted.get(w)]
         ]
@@ -87,7 +87,7 @@ DONE_WORDS = {"pause": "paused", "resume": "resumed", "abort": "aborted"}
 def act(store: Store, fleet: FleetSettings, action: str, who: str) -> RolloutCommandAnswer:
     """Pause, resume or abort the rollout in force (404 when there is none, 409 when its state forbids it):
     the route's and ``datum rollout pause|resume|abort``'s one way."""
-    before, after = stored.command(store, action, who)
+    before, after = stored.command(store, action, who, fleet.stale_after)
     if before is None:
         raise Problem.one("NOT_FOUND", "no rollout has started on this store")
     if after is None:
@@ -111,8 +111,9 @@ def _act_here(state: ServerState, action: str, who: str) -> RolloutCommandAnswer
     summary="Pause, resume or abort the rollout in force (datum rollout pause|resume|abort).",
     description=(
         "Cedar action `fleet:ManageRollout` on `Server::\"datum\"` (granted to `operator`). `pause`: no further "
-        "wave is released (a rolling rollout). `resume`: a paused or halted one rolls again (a halted one halts "
-        "again at once while its hosts still fail). `abort`: everyone is served the previous revision again; "
+        "wave is released (a rolling rollout). `resume`: a paused or halted one rolls again; resuming a halted one "
+        "accepts the failures it halted for (those hosts count neither failed nor waited for, `accepted` in its "
+        "waves; a host that fails after the resume counts). `abort`: everyone is served the previous revision again; "
         "`hostsReturned` names the hosts that ran the aborted one. 404 with no rollout, 409 when its state "
         "does not allow the command."
     ),
