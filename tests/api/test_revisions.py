@@ -120,3 +120,26 @@ def test_a_git_work_tree_names_its_commit_and_a_dirty_tree_says_so(story: Story)
     assert manifest(story).headers["Datum-Revision"] == second != head
     ids = [r["id"] for r in revisions(story)["revisions"]]
     assert ids == [second]  # the others run on no host and are not current: not listed
+
+
+def test_the_revision_named_is_the_one_of_the_files_the_manifest_was_composed_from(story: Story, monkeypatch):
+    """An edit that lands between the composition and the naming of the revision: both are made again, so the
+    ``Datum-Revision`` an agent reports is the one of what it applies."""
+    from datum.api.routes import hosts as route
+
+    fleet: Path = story.fleet  # type: ignore[attr-defined]
+    real, calls = route.current, []
+
+    async def edited_right_after(resolved, host, facts):  # type: ignore[no-untyped-def]
+        found = await real(resolved, host, facts)
+        calls.append(found.digest)
+        if len(calls) == 1:
+            (fleet / "web.yaml").write_text("resources:\n  - File[/etc/motd]:\n      content: edited\n")
+        return found
+
+    monkeypatch.setattr(route, "current", edited_right_after)
+    answer = manifest(story)
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["manifest"]["resources"][0]["File[/etc/motd]"]["content"] == "edited"
+    assert answer.headers["Datum-Revision"] == "sha256:" + content_digest(fleet.resolve())
+    assert len(calls) == 2

@@ -289,7 +289,7 @@ def _choose(state: ServerState, host: str, told: dict[str, Any]) -> rollouts.Ser
     for _ in range(3):
         current = served(state)
         got = rollouts.revision_for(state, host, told, current)
-        if current is None or got.revision != current.id or named_for(resolved, got.effective.state) == current:
+        if current is None or got.revision != current.id or _names(resolved, got.effective, current):
             return got
     raise Problem.one("UNAVAILABLE", "the fleet directory keeps changing: its revision could not be named")
 
@@ -297,13 +297,26 @@ def _choose(state: ServerState, host: str, told: dict[str, Any]) -> rollouts.Ser
 async def _composed(
     state: ServerState, resolved: Path, host: str, told: dict[str, Any], if_none_match: str | None, wait: int | None
 ) -> Reply:
-    """The answer from the directory as it is now (no staged rollout)."""
+    """The answer from the directory as it is now (no staged rollout), named by the revision of the files it
+    was composed from: when an edit landed between the composition and the naming, both again (no second
+    wait: the edit is the change a wait was for)."""
     changes = state.manifest_changes
-    if wait and if_none_match and changes is not None:
-        found = await held(changes, resolved, host, told, if_none_match, wait)
-    else:
-        found = await current(resolved, host, told)
-    return _reply(found, if_none_match, wait if changes is not None else None, _id(await serving(state)))
+    waiting = bool(wait and if_none_match and changes is not None)
+    for _ in range(3):
+        if waiting and changes is not None and if_none_match:
+            found = await held(changes, resolved, host, told, if_none_match, wait)
+        else:
+            found = await current(resolved, host, told)
+        now = await serving(state)
+        if _names(resolved, found, now):
+            return _reply(found, if_none_match, wait if changes is not None else None, _id(now))
+        waiting = False
+    raise Problem.one("UNAVAILABLE", "the fleet directory keeps changing: its revision could not be named")
+
+
+def _names(resolved: Path, found: Effective, revision: Revision | None) -> bool:
+    """Whether ``revision`` is the one of the files ``found`` was composed from (None: no revision to name)."""
+    return revision is None or named_for(resolved, found.state) == revision
 
 
 @fast(manifest, query=("wait",))
@@ -336,6 +349,8 @@ async def manifest_now(asked: Asked) -> Reply | None:
         now = await serving(asked.state)  # the revision of the signature ``remembered`` just took
         if staged and (now is None or not rollouts.settled_on(asked.state, now.id)):
             return None  # a rollout under way (or not read lately): the route asks which revision, in a thread
+        if not _names(resolved, found, now):
+            return None  # an edit between the two looks: the route names and composes again
         return _reply(found, wanted, None, _id(now))
     try:
         if wait and wanted:
@@ -344,7 +359,10 @@ async def manifest_now(asked: Asked) -> Reply | None:
             found = await current(resolved, asked.params["host"], facts)
     except Problem:
         return None
-    return _reply(found, wanted, wait, _id(await serving(asked.state)))
+    now = await serving(asked.state)
+    if not _names(resolved, found, now):
+        return None
+    return _reply(found, wanted, wait, _id(now))
 
 
 def _id(revision: Revision | None) -> str | None:
