@@ -66,3 +66,27 @@ def test_one_query_per_cache_window(prometheus: FakePrometheus):
     prometheus.series = []
     promblock.forget()  # as CACHE seconds passing would
     assert promblock.check(prometheus.url, QUERY, 5).why is None and len(prometheus.asked) == 2
+
+
+def test_a_reader_is_never_held_up_by_prometheus_and_asks_once_in_the_background(
+    prometheus: FakePrometheus, monkeypatch
+):
+    """The page, /metrics and GET /v1/reboots read ``shown``: the last answer at once, refreshed in one
+    background query when stale; a grant reads ``check``, which asks (never a stale yes)."""
+    import time
+
+    monkeypatch.setattr(promblock, "CACHE", 0.05)
+    prometheus.series = [FIRING]
+    assert promblock.shown(prometheus.url, QUERY, 5).why  # the first read of a process asks, and waits
+    time.sleep(0.1)  # stale now
+    prometheus.series, prometheus.delay = [], 2.0  # Prometheus got slow, and the alert resolved
+    began = time.monotonic()
+    seen = [promblock.shown(prometheus.url, QUERY, 5).why for _ in range(5)]
+    assert time.monotonic() - began < prometheus.delay  # not one of them waited for it
+    assert all(seen)  # the last answer meanwhile
+    monkeypatch.setattr(promblock, "CACHE", 60.0)  # no further refresh: the one in flight is the one counted
+    deadline = time.monotonic() + 10
+    while promblock.shown(prometheus.url, QUERY, 5).why and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert promblock.shown(prometheus.url, QUERY, 5).why is None  # refreshed in the background
+    assert len(prometheus.asked) == 2  # one query for the first read, one for every stale read since

@@ -422,14 +422,14 @@ class StoreCollector(Collector):
         yield from (rebooting, overdue, limit, waiting, unhealthy)
         if fleet.reboot_block_query:
             from datum.fleet.promblock import refused
-            from datum.fleet.reboots import block
+            from datum.fleet.reboots import block_shown
 
             blocked = _gauge(
                 "datum_fleet_reboots_blocked",
                 "1 while [fleet] reboot_block_query returns series (or Prometheus cannot be asked): no reboot lease "
                 "is granted in any group.",
             )
-            blocked.add_metric([], 1 if block(fleet) else 0)
+            blocked.add_metric([], 1 if block_shown(fleet) else 0)
             refusals = CounterMetricFamily(
                 "datum_fleet_reboot_grants_blocked",
                 "Reboot lease asks this server refused because of [fleet] reboot_block_query, since it started.",

@@ -6,7 +6,8 @@ do not each query Prometheus), and a host never reboots on a stale yes. The answ
 seconds per process, so a burst of asks is one query. Fail safe: a Prometheus that cannot be asked, answers
 an error, or answers something that is not a query result blocks, saying why. The request is bounded in time
 (``prometheus_timeout``, the whole answer) and size (``LIMIT``), redirects not followed
-(``datum.bounded``). Each refusal it causes is counted (``refused``: ``/metrics``).
+(``datum.bounded``). Each refusal it causes is counted (``refused``: ``/metrics``). What people read
+(``shown``) is the last answer, refreshed in the background: a slow Prometheus never holds up the page.
 """
 
 from __future__ import annotations
@@ -63,6 +64,37 @@ def check(url: str | None, query: str | None, timeout: float) -> Block:
     with _lock:
         _cache[key] = found
     return found
+
+
+_refreshing: set[tuple[str, str]] = set()
+
+
+def shown(url: str | None, query: str | None, timeout: float) -> Block:
+    """The block for a reader (the page, ``/metrics``, ``GET /v1/reboots``), never held up by Prometheus: the
+    last answer, asked again in a background thread (one at a time) when older than ``CACHE``. Only the first
+    read of a process, with no answer yet, asks and waits. A grant always asks ``check``: never a stale yes."""
+    if not query or not url:
+        return Block(None)
+    key = (url, query)
+    with _lock:
+        kept = _cache.get(key)
+        stale = kept is not None and time.monotonic() - kept.at >= CACHE and key not in _refreshing
+        if stale:
+            _refreshing.add(key)
+    if kept is None:
+        return check(url, query, timeout)
+    if stale:
+        def refresh() -> None:
+            try:
+                found = ask(url, query, timeout)
+                with _lock:
+                    _cache[key] = Block(found.why, found.series, time.monotonic())
+            finally:
+                with _lock:
+                    _refreshing.discard(key)
+
+        threading.Thread(target=refresh, name="datum-promblock", daemon=True).start()
+    return kept
 
 
 def ask(url: str, query: str, timeout: float) -> Block:

@@ -96,6 +96,14 @@ def block(fleet: FleetSettings) -> str | None:
     return check(fleet.prometheus_url, fleet.reboot_block_query, fleet.prometheus_timeout.total_seconds()).why
 
 
+def block_shown(fleet: FleetSettings) -> str | None:
+    """``block`` as a reader sees it (the page, ``/metrics``, ``GET /v1/reboots``): the last answer, never
+    waiting on Prometheus (``datum.fleet.promblock.shown``)."""
+    from datum.fleet.promblock import shown
+
+    return shown(fleet.prometheus_url, fleet.reboot_block_query, fleet.prometheus_timeout.total_seconds()).why
+
+
 def ask(
     store: Store, fleet: FleetSettings, host: str, boot_id: str, facts: dict[str, Any], interval: float | None = None
 ) -> Grant:

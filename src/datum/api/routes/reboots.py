@@ -133,7 +133,7 @@ def give_back_lease(
     **OUT,
 )
 def reboots(request: Request, _p: str = Depends(needs(Action.READ_HOST))) -> Reboots:
-    from datum.fleet.reboots import block, groups, waiting_in_order
+    from datum.fleet.reboots import block_shown, groups, waiting_in_order
     from datum.store.leases import read
 
     state = state_of(request)
@@ -144,7 +144,7 @@ def reboots(request: Request, _p: str = Depends(needs(Action.READ_HOST))) -> Reb
     return Reboots(
         limit=fleet.reboot_concurrency,
         timeout_seconds=fleet.reboot_timeout.total_seconds(),
-        blocked=block(fleet),
+        blocked=block_shown(fleet),
         groups=[
             RebootGroup(
                 group=g,

@@ -147,12 +147,12 @@ def _view(
         listed = [host_summary(row) for row in found.hosts]
         strips = recent_many(conn, HOST, [h.host for h in listed])
         hosts = [v.host_view(h, strips[h.host], decided.lines) for h in listed]
-    from datum.fleet.reboots import block, waiting_in_order
+    from datum.fleet.reboots import block_shown, waiting_in_order
 
     return v.overview(
         views, hosts, found.counts, decided.lines, v.HostsPage(shown.state, found.next), _rebooting(leases),
         settings.fleet.reboot_concurrency, broken, decided.hosts_not_listed, timeline, by_revision,
-        reboot_blocked=block(settings.fleet), reboot_waiting=waiting_in_order(settings.fleet, leases),
+        reboot_blocked=block_shown(settings.fleet), reboot_waiting=waiting_in_order(settings.fleet, leases),
     )
 
 
