@@ -371,6 +371,8 @@ def test_a_replica_on_a_lagging_copy_of_the_directory_does_not_take_the_fleet_ba
         assert served(lagging, "web3") == (first, "hello")
     behind = [r.getMessage() for r in caplog.records if "not rolled out" in r.getMessage()]
     assert len(behind) == 1 and first in behind[0] and second in behind[0], behind  # said once
+    assert "datum_fleet_directory_behind 1.0" in lagging.get("/metrics").text  # DatumFleetDirectoryBehind
+    assert "datum_fleet_directory_behind 0.0" in story.get("/metrics").text
     rows = story.get("/v1/rollouts").json()["rollouts"]
     assert [(r["id"], r["revision"], r["state"]) for r in rows] == [(2, second, "rolling"), (1, first, "done")]
 

@@ -478,7 +478,13 @@ class StoreCollector(Collector):
             if row.state == stored.HALTED:
                 for f in row.failed or []:
                     failed.add_metric([str(f["host"]), str(f["reason"])[:200]], 1.0)
-        yield from (state, wave, hosts, failed)
+        behind = _gauge(
+            "datum_fleet_directory_behind",
+            "1 while this server's fleet directory holds a revision first seen before the rollout in force's (a "
+            "lagging copy): the store refuses to roll it out, and this server serves as the rollout says.",
+        )
+        behind.add_metric([], 1.0 if self.state.rollouts.behind is not None else 0.0)
+        yield from (state, wave, hosts, failed, behind)
 
 
 def _exact(

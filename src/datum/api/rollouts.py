@@ -133,7 +133,9 @@ def started(state: ServerState, current: Revision, directory: Path) -> None:
             )
         except stored.Behind as exc:
             log.warning("%s", exc)  # once per revision this process sees: begun is set below
-            row = None
+            state.rollouts.behind, row = current.id, None
+        else:
+            state.rollouts.behind = None
         if row is not None:
             log.info("rollout %d of revision %s: %s (from %s)", row.id, row.revision, row.state, row.previous)
         state.rollouts.begun = current.id

@@ -65,6 +65,7 @@ class Remembered:
     read_at: float = -math.inf
     members: dict[int, dict[str, int]] = field(default_factory=dict)
     begun: str | None = None
+    behind: str | None = None  # the directory's revision when the store refused it as Behind, else None
     checked_at: float = -math.inf
     lock: threading.RLock = field(default_factory=threading.RLock)  # started() refreshes under it
 
