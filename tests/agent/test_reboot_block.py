@@ -90,3 +90,32 @@ def test_a_reader_is_never_held_up_by_prometheus_and_asks_once_in_the_background
         time.sleep(0.05)
     assert promblock.shown(prometheus.url, QUERY, 5).why is None  # refreshed in the background
     assert len(prometheus.asked) == 2  # one query for the first read, one for every stale read since
+
+
+def test_an_older_answer_never_replaces_a_newer_one(monkeypatch):
+    """A background ask that began before a grant's and ends after it must not put back its older "not blocked":
+    the next grant would read a stale yes."""
+    import threading
+
+    promblock.forget()
+    release, calls = threading.Event(), []
+
+    def ask(url: str, query: str, timeout: float) -> promblock.Block:
+        calls.append(url)
+        if len(calls) == 1:  # the slow one, begun first: what Prometheus said before the alert fired
+            release.wait(10)
+            return promblock.Block(None)
+        return promblock.Block("the Prometheus query ... returns 1 series: ALERTS{...}", 1)
+
+    monkeypatch.setattr(promblock, "ask", ask)
+    key = ("http://prometheus.invalid", QUERY)
+    slow = threading.Thread(target=promblock._asked, args=(key, 5.0))
+    slow.start()
+    while not calls:
+        pass
+    assert promblock.check(*key, 5.0).why  # the grant's own ask, begun later: blocked
+    release.set()
+    slow.join(10)
+    assert promblock.check(*key, 5.0).why  # still the newer answer
+    assert len(calls) == 2
+    promblock.forget()

@@ -219,11 +219,32 @@ def test_resuming_a_halted_rollout_accepts_the_failures_it_halted_for(story: Sto
                    '[fleet.rollout]\ncanary = ["web1"]\n')
     code, out, err = datum_cli("rollout", "status", "--config", str(cfg))
     assert code == 0 and "accepted" in out, out + err
-    wave1 = [h for h, w in stored.membership(story.store, ro["id"]).items() if w == 1]
-    report(story, wave1[0], "failed", second)  # a failure after the resume counts
+    assert ro.get("failed") is None  # the halt's list is not shown as failing while it rolls
+    report(story, "web1", "converged", second)  # its next pass counts again: converged...
+    report(story, "web1", "failed", second)  # ...then failed anew, and that failure is not the one accepted
     tick(story)
     ro = in_force(story)
-    assert ro["state"] == "halted" and [f["host"] for f in ro["failed"]] == [wave1[0]], ro
+    assert ro["state"] == "halted" and [f["host"] for f in ro["failed"]] == ["web1"], ro
+
+
+def test_a_rollout_whose_every_host_failed_is_never_done_by_resumes(tmp_path, store_url):  # type: ignore[no-untyped-def]
+    """Resumes accept failures; they do not test the revision: with every released host accepted and none
+    converged, the last wave does not complete."""
+    story = fleet_story(tmp_path, store_url, waves=["100%"])
+    _first, second = start(story, WEB)
+    for round_ in range(2):  # the canary, then the rest: each fails, halts, and is resumed
+        ro = in_force(story)
+        for host, wave in stored.membership(story.store, ro["id"]).items():
+            if wave == ro["wave"]:
+                report(story, host, "failed", second)
+        tick(story)
+        assert in_force(story)["state"] == "halted", round_
+        assert story.client.post("/v1/rollouts/current/resume", headers=story.auth("operator")).status_code == 200
+        tick(story)
+        tick(story)
+    ro = in_force(story)
+    assert (ro["state"], ro["wave"], ro.get("waveCompletedAt")) == ("rolling", 1, None), ro
+    assert sum(w["accepted"] for w in ro["waves"]) == len(WEB)
 
 
 def test_a_host_whose_manifest_did_not_change_is_not_held_back(story: Story):
@@ -373,6 +394,15 @@ def test_a_replica_on_a_lagging_copy_of_the_directory_does_not_take_the_fleet_ba
     assert len(behind) == 1 and first in behind[0] and second in behind[0], behind  # said once
     assert "datum_fleet_directory_behind 1.0" in lagging.get("/metrics").text  # DatumFleetDirectoryBehind
     assert "datum_fleet_directory_behind 0.0" in story.get("/metrics").text
+    from datum.store.schema import revision_files
+
+    import shutil
+
+    with story.store.begin() as conn:  # the second's files not kept (too large to): never the first instead
+        conn.execute(revision_files.delete().where(revision_files.c.revision == second))
+    shutil.rmtree(tmp_path / "other" / "home" / "revisions")  # nor written out under this server's home
+    answer = lagging.client.get("/v1/hosts/web1/manifest", headers=lagging.auth("agent"))  # the canary: the second
+    assert answer.status_code == 503 and "is behind it" in answer.json()["issues"][0]["message"], answer.text
     rows = story.get("/v1/rollouts").json()["rollouts"]
     assert [(r["id"], r["revision"], r["state"]) for r in rows] == [(2, second, "rolling"), (1, first, "done")]
 
@@ -382,6 +412,33 @@ def test_a_replica_on_a_lagging_copy_of_the_directory_does_not_take_the_fleet_ba
     assert served(story, "web1") == (first, "hello")
     ro = in_force(story)
     assert (ro["id"], ro["revision"], ro["state"]) == (3, first, "done")
+
+
+def test_a_revision_behind_the_store_s_newest_is_never_rolled_out(tmp_path, store_url):  # type: ignore[no-untyped-def]
+    """Before any rollout, a revision first seen before the newest recorded one is behind; after an abort and the
+    directory put back, the aborted revision is behind too (rolled out before and left since)."""
+    from datum.store.revisions import record
+
+    store = open_store(store_url)
+    try:
+        def planner(revision, known):  # type: ignore[no-untyped-def]
+            return {}
+
+        record(store, "rev-a", None)
+        time.sleep(0.01)
+        record(store, "rev-b", None)
+        with pytest.raises(stored.Behind, match="rev-a.*first seen.*before revision rev-b"):
+            stored.begin(store, "rev-a", 1, planner, 3.0)  # the first replica up holds the older copy
+        assert stored.begin(store, "rev-b", 1, planner, 3.0).state == "done"  # type: ignore[union-attr]
+        time.sleep(0.01)
+        record(store, "rev-c", None)
+        assert stored.begin(store, "rev-c", 1, planner, 3.0).state == "rolling"  # type: ignore[union-attr]
+        assert stored.command(store, "abort", "operator")[1].state == "aborted"  # type: ignore[union-attr]
+        assert stored.begin(store, "rev-b", 1, planner, 3.0).state == "done"  # put back after the abort
+        with pytest.raises(stored.Behind, match="rev-c.*rolled out before .rollout 2, aborted."):
+            stored.begin(store, "rev-c", 1, planner, 3.0)  # a replica still holding the aborted revision
+    finally:
+        store.dispose()
 
 
 def test_a_wave_advances_once_when_replicas_check_at_once(story: Story, store_url: str):

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from datum.fleet.revision import content_digest
-from datum.fleet.snapshot import capture, files_of, folder, materialize
+from datum.fleet.snapshot import capture, files_of, folder, materialize, materialized
 
 
 def _fleet(where: Path) -> Path:
@@ -31,6 +31,18 @@ def test_a_snapshot_written_back_has_the_same_files_and_digest(tmp_path: Path):
     assert content_digest(copy) == content_digest(fleet.resolve())  # .git left out of both
     assert not (copy / ".git").exists()
     assert materialize(tmp_path / "home", "rev1", b"not read again") == copy  # once per process
+
+
+def test_a_copy_removed_under_the_server_is_written_again_not_served_missing(tmp_path: Path):
+    import shutil
+
+    fleet = _fleet(tmp_path / "fleet")
+    copy = materialize(tmp_path / "home", "rev-gone", capture(fleet))
+    assert materialized(tmp_path / "home", "rev-gone") == copy
+    shutil.rmtree(tmp_path / "home" / "revisions")  # a cleaned home
+    assert materialized(tmp_path / "home", "rev-gone") is None  # asked of the store again, then written
+    assert materialize(tmp_path / "home", "rev-gone", capture(fleet)) == copy
+    assert content_digest(copy) == content_digest(fleet.resolve())
 
 
 def test_a_link_planted_where_the_copy_goes_is_replaced_not_followed(tmp_path: Path):

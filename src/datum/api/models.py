@@ -533,8 +533,8 @@ class RolloutWave(Out):
     )
     accepted: int = Field(
         default=0,
-        description="Of those, the ones failing (or silent since a pass) on the new revision whose failure a resume "
-        "of the halted rollout accepted: counted neither failed nor waited for, for the rest of the rollout.",
+        description="Of those, the ones failing (or silent since a pass) on the new revision with the pass whose "
+        "failure a resume of the halted rollout accepted: counted neither failed nor waited for until their next pass.",
     )
 
 

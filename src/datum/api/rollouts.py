@@ -225,6 +225,10 @@ def revision_for(state: ServerState, host: str, facts: dict[str, Any], current: 
 def _from(state: ServerState, revision: str, current: Revision, directory: Path, host: str, facts: dict[str, Any]) -> Served:
     where = _directory(state, revision, current, directory)
     if where is None:  # no snapshot kept (a revision recorded before rollouts, or too large): the directory
+        if state.rollouts.behind is not None:  # ...which is behind: never the older revision instead
+            raise Problem.one(
+                "UNAVAILABLE", f"revision {revision} has no snapshot, and this server's fleet directory is behind it"
+            )
         log.warning("revision %s has no snapshot: serving the directory's %s", revision, current.id)
         return Served(effective(directory, host, facts), current.id)
     return Served(effective(where, host, facts), revision)

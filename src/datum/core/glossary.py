@@ -324,9 +324,10 @@ WORDS: dict[tuple[str, str], tuple[str, str, str, str]] = {
     ("rollout", "accepted"): (
         "a released host failing on the new revision whose failure a resume of the halted rollout accepted",
         "The rollout halted because more than max_failed of its released hosts failed on the revision; datum "
-        "rollout resume accepted the failures of the hosts failing then: for the rest of the rollout they count "
-        "neither failed nor waited for, and the waves go on with the others. A host that fails after the resume "
-        "counts as failed, and can halt the rollout again.",
+        "rollout resume accepted the failures of the hosts failing then: until their next pass they count "
+        "neither failed nor waited for, and the waves go on with the others. A pass after the resume counts, "
+        "failed anew or after converging, and can halt the rollout again. The rollout is done only once a host "
+        "converged on the revision.",
         "Fix the accepted hosts (datum hosts --state failed, their pass's reason), or abort if the revision is bad.",
         "look",
     ),

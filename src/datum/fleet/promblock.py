@@ -59,10 +59,19 @@ def check(url: str | None, query: str | None, timeout: float) -> Block:
         kept = _cache.get(key)
     if kept is not None and now - kept.at < CACHE:
         return kept
-    found = ask(url, query, timeout)
-    found = Block(found.why, found.series, time.monotonic())
+    return _asked(key, timeout)
+
+
+def _asked(key: tuple[str, str], timeout: float) -> Block:
+    """Ask now; keep the answer unless one asked later is kept already (a slow background ask that ends after a
+    grant's must not put back the older answer: a stale yes). Stamped when the ask began."""
+    began = time.monotonic()
+    found = ask(key[0], key[1], timeout)
+    found = Block(found.why, found.series, began)
     with _lock:
-        _cache[key] = found
+        kept = _cache.get(key)
+        if kept is None or kept.at <= began:
+            _cache[key] = found
     return found
 
 
@@ -72,7 +81,8 @@ _refreshing: set[tuple[str, str]] = set()
 def shown(url: str | None, query: str | None, timeout: float) -> Block:
     """The block for a reader (the page, ``/metrics``, ``GET /v1/reboots``), never held up by Prometheus: the
     last answer, asked again in a background thread (one at a time) when older than ``CACHE``. Only the first
-    read of a process, with no answer yet, asks and waits. A grant always asks ``check``: never a stale yes."""
+    read of a process, with no answer yet, asks and waits. A grant reads ``check``: an answer at most
+    ``CACHE`` old, asked then when older, never one a background ask put back over a newer."""
     if not query or not url:
         return Block(None)
     key = (url, query)
@@ -86,9 +96,7 @@ def shown(url: str | None, query: str | None, timeout: float) -> Block:
     if stale:
         def refresh() -> None:
             try:
-                found = ask(url, query, timeout)
-                with _lock:
-                    _cache[key] = Block(found.why, found.series, time.monotonic())
+                _asked(key, timeout)
             finally:
                 with _lock:
                     _refreshing.discard(key)

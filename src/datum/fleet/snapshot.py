@@ -76,8 +76,14 @@ def folder(revision: str) -> str:
 
 
 def materialized(home: Path, revision: str) -> Path | None:
-    """Where this process already wrote ``revision``'s files under ``home``, else None (no read)."""
-    return _DONE.get((str(home), revision))
+    """Where this process already wrote ``revision``'s files under ``home`` and they still are (a ``stat``, no
+    read), else None: a copy removed under the server (a cleaned home) is written again, not served missing."""
+    done = _DONE.get((str(home), revision))
+    if done is not None and not os.path.isdir(done):
+        with _LOCK:
+            _DONE.pop((str(home), revision), None)
+        return None
+    return done
 
 
 def materialize(home: Path, revision: str, blob: bytes) -> Path:
@@ -85,7 +91,7 @@ def materialize(home: Path, revision: str, blob: bytes) -> Path:
     key = (str(home), revision)
     with _LOCK:
         done = _DONE.get(key)
-        if done is not None:
+        if done is not None and os.path.isdir(done):
             return done
         root = home / "revisions"
         os.makedirs(root, mode=0o700, exist_ok=True)

@@ -32,6 +32,9 @@ OPEN = (ROLLING, PAUSED, HALTED)  # a rollout still under way: a newer revision 
 FAILED_KEPT = 50  # failed hosts named in a halted rollout
 
 _REVISION = hosts.c.revision  # the revision the host's last pass ran (migration 0017_revision_counts)
+# A failure a resume accepted: the host's last pass was received (the store's clock) before the resume. A pass
+# received after it counts again, whether it failed anew or after converging.
+_ACCEPTED = sa.and_(rollout_hosts.c.accepted_at.is_not(None), hosts.c.updated_at <= rollout_hosts.c.accepted_at)
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,19 +113,45 @@ Planner = Callable[[str, Mapping[str, str]], dict[str, tuple[int, str]]]
 
 
 class Behind(Exception):
-    """The directory's revision was first seen before the one in force: an older copy of the fleet directory
-    (a replica restarted on a lagging copy, a sync that has not reached it), never rolled out over a newer
-    one. Going back on purpose is a new revision: a revert commit, an edit."""
+    """The directory holds a revision the store has seen before the newer one it is to be rolled out over: an
+    older copy of the fleet directory (a replica restarted on a lagging copy, a sync that has not reached it).
+    Never rolled out; going back on purpose is a new revision (a revert commit, an edit)."""
 
-    def __init__(self, revision: str, seen: datetime, in_force: RolloutRow, in_force_seen: datetime) -> None:
+    def __init__(self, revision: str, why: str, in_force: RolloutRow | None) -> None:
         self.revision, self.in_force = revision, in_force
+        served = f"the hosts are served as rollout {in_force.id} says" if in_force else "no rollout starts from it"
         super().__init__(
-            f"the fleet directory holds revision {revision}, first seen {seen:%Y-%m-%d %H:%M:%S} UTC, older than "
-            f"revision {in_force.revision} of rollout {in_force.id} ({in_force.state}, first seen "
-            f"{in_force_seen:%Y-%m-%d %H:%M:%S} UTC): not rolled out (a lagging copy of the directory?); "
-            f"the hosts are served as rollout {in_force.id} says. To go back to it, make it a new revision "
-            f"(a revert commit, an edit)"
+            f"the fleet directory holds revision {revision}, {why}: not rolled out (a lagging copy of the "
+            f"directory?); {served}. To go back to it, make it a new revision (a revert commit, an edit)"
         )
+
+
+def _behind(conn: Connection, revision: str, current: RolloutRow | None) -> str | None:
+    """Why ``revision`` is behind the store's newest (``Behind``), else None. Behind: first seen before the
+    revision in force (or, before any rollout, before the newest recorded one), or rolled out once already and
+    left since; but an aborted rollout's previous revision may come back as it was (the directory put back).
+    A revision the store has never seen cannot be told from a new one."""
+    if current is not None and current.state == ABORTED and current.previous == revision:
+        return None
+    def seen(of: str | None = None) -> tuple[str, datetime] | None:
+        query = sa.select(revisions.c.id, revisions.c.first_seen)
+        query = query.where(revisions.c.id == of) if of else query.order_by(revisions.c.first_seen.desc())
+        found = conn.execute(query.limit(1)).first()
+        return None if found is None else (found[0], found[1])
+
+    ours, theirs = seen(revision), seen(current.revision if current is not None else None)
+    stamp = "%Y-%m-%d %H:%M:%S UTC"
+    if ours is not None and theirs is not None and ours[1] < theirs[1]:
+        return (f"first seen {ours[1]:{stamp}}, before revision {theirs[0]}"
+                f"{f' of rollout {current.id} ({current.state})' if current else ''} (first seen {theirs[1]:{stamp}})")
+    if current is not None:
+        used = conn.execute(
+            sa.select(rollouts.c.id, rollouts.c.state).where(rollouts.c.revision == revision)
+            .order_by(rollouts.c.id.desc()).limit(1)
+        ).first()
+        if used is not None:
+            return f"rolled out before (rollout {used[0]}, {used[1]}) and left since for revision {current.revision}"
+    return None
 
 
 def begin(store: Store, revision: str, last_wave: int, planner: Planner, stale_after: float) -> RolloutRow | None:
@@ -130,8 +159,8 @@ def begin(store: Store, revision: str, last_wave: int, planner: Planner, stale_a
 
     The first revision ever is stable at once (``done``). Otherwise the rollout rolls from the last
     ``done`` revision, and supersedes the one under way; the previous revision of an aborted rollout
-    (the directory put back after an abort) is ``done`` at once. A revision first seen before the one in
-    force is ``Behind``: one replica on a lagging copy of the directory must not take the fleet back.
+    (the directory put back after an abort) is ``done`` at once. A revision behind the store's newest is
+    ``Behind`` (``_behind``): one replica on a lagging copy of the directory must not take the fleet back.
     Planned in waves: the hosts whose last pass ran a revision of the fleet (not ``datum apply
     --report-to`` alone) and that do not read ``unknown`` (silent past ``stale_after`` of their
     intervals): a host that will not report cannot hold a wave.
@@ -141,12 +170,9 @@ def begin(store: Store, revision: str, last_wave: int, planner: Planner, stale_a
         current = _latest(conn)
         if current is not None and current.revision == revision:
             return None
-        if current is not None and not (current.state == ABORTED and current.previous == revision):
-            first = dict(conn.execute(
-                sa.select(revisions.c.id, revisions.c.first_seen).where(revisions.c.id.in_([revision, current.revision]))
-            ).all())
-            if revision in first and current.revision in first and first[revision] < first[current.revision]:
-                raise Behind(revision, first[revision], current, first[current.revision])
+        why = _behind(conn, revision, current)
+        if why is not None:
+            raise Behind(revision, why, current)
         now = store_now(conn)
         stable = conn.execute(
             sa.select(rollouts.c.revision).where(rollouts.c.state == DONE).order_by(rollouts.c.id.desc()).limit(1)
@@ -224,7 +250,7 @@ class WaveCount:
     converged: int  # converged on the rollout's revision, and heard from
     failed: int  # failed on the rollout's revision, or silent since a pass on it
     silent: int = 0  # silent before any pass on it: not waited for
-    accepted: int = 0  # failed as when a resume accepted it: counted neither failed nor waited for
+    accepted: int = 0  # failing with the pass a resume accepted: counted neither failed nor waited for
 
 
 def wave_counts(store: Store, row: RolloutRow, stale_after: float) -> list[WaveCount]:
@@ -238,13 +264,14 @@ def _wave_counts(conn: Connection, row: RolloutRow, dialect: str, stale_after: f
     new revision is not waited for: it takes the revision whenever it comes back, its wave released. So is a
     planned host that never reported at all (a canary named by hand, misspelt or not enrolled yet): it has no
     pass to judge. One that fell silent after a pass on it counts as failed: a revision that cuts a host off
-    must halt the rollout, not be taken for a host that had nothing to say; unless a resume accepted its
-    failure (``accepted``), which then holds nothing while it lasts."""
+    must halt the rollout, not be taken for a host that had nothing to say; unless a resume accepted that
+    pass's failure (``accepted``), which then holds nothing until the host's next pass."""
     on_new = _REVISION == row.revision
     stale = silent(dialect, stale_after, now)
     lost = sa.or_(hosts.c.host.is_(None), stale)  # silent, or never heard from
     reads = host_state_at(dialect, stale_after, now)
     failing = sa.and_(on_new, sa.or_(stale, reads == "failed"))
+    accepted = _ACCEPTED
 
     def count(*when: Any) -> Any:
         return sa.func.sum(sa.case((sa.and_(*when), 1), else_=0))
@@ -253,9 +280,9 @@ def _wave_counts(conn: Connection, row: RolloutRow, dialect: str, stale_after: f
         sa.select(
             rollout_hosts.c.wave, sa.func.count(),
             count(on_new, reads == "converged"),
-            count(failing, sa.not_(rollout_hosts.c.accepted)),
+            count(failing, sa.not_(accepted)),
             count(sa.not_(sa.func.coalesce(on_new, sa.false())), lost),
-            count(failing, rollout_hosts.c.accepted),
+            count(failing, accepted),
         )
         .select_from(rollout_hosts.outerjoin(hosts, hosts.c.host == rollout_hosts.c.host))
         .where(rollout_hosts.c.rollout == row.id)
@@ -275,7 +302,7 @@ def failed_hosts(conn: Connection, row: RolloutRow, dialect: str, stale_after: f
     query = (
         sa.select(hosts.c.host, hosts.c.reason, hosts.c.state, hosts.c.finished_at, stale)
         .select_from(rollout_hosts.join(hosts, hosts.c.host == rollout_hosts.c.host))
-        .where(rollout_hosts.c.rollout == row.id, rollout_hosts.c.wave <= row.wave, sa.not_(rollout_hosts.c.accepted),
+        .where(rollout_hosts.c.rollout == row.id, rollout_hosts.c.wave <= row.wave, sa.not_(_ACCEPTED),
                _REVISION == row.revision, sa.or_(stale, hosts.c.state == "failed"))
         .order_by(hosts.c.host)
         .limit(limit)
@@ -306,10 +333,11 @@ def check(store: Store, soak: timedelta, max_failed: float, stale_after: float) 
     the new revision (or fell silent after a pass on it). A released host silent since before any pass on
     it does not count and is not waited for (``_wave_counts``), nor does one whose failure a resume accepted
     (``command``); but when hosts were released, a wave completes only once one of them converged on the
-    revision: canaries that all went silent tested nothing (accepted ones were looked at by a person). Else, once every counted host has its verdict on the revision (converged, or failed within
-    ``max_failed``: what ``max_failed`` tolerates does not hold the rollout), the wave is complete (the soak
-    starts); ``soak`` later the next wave is released; the last wave complete, the rollout is done. A released
-    host that leaves its verdict before the soak ends restarts it.
+    revision: canaries that all went silent tested nothing (accepted ones were looked at by a person), and the
+    rollout is done only once one did. Else, once every counted host has its verdict on the revision
+    (converged, or failed within ``max_failed``: what ``max_failed`` tolerates does not hold the rollout), the
+    wave is complete (the soak starts); ``soak`` later the next wave is released; the last wave complete, the
+    rollout is done. A released host that leaves its verdict before the soak ends restarts it.
     """
     with store.begin() as conn:
         row = _latest(conn)
@@ -327,7 +355,8 @@ def check(store: Store, soak: timedelta, max_failed: float, stale_after: float) 
             reason = (f"{failed} of {total} released hosts failed on revision {row.revision} "
                       f"(more than max_failed {max_failed:.0%}): " + ", ".join(f["host"] for f in named[:10]))
             return _update(conn, same, state=HALTED, reason=reason, failed=named, updated_at=now)
-        if converged + failed < total or (planned and not converged):
+        last = row.wave >= row.last_wave  # done needs one host that converged: accepted failures tested nothing
+        if converged + failed < total or ((planned or last) and not converged):
             if row.wave_completed_at is not None:
                 return _update(conn, same, wave_completed_at=None, updated_at=now)
             return None
@@ -335,7 +364,7 @@ def check(store: Store, soak: timedelta, max_failed: float, stale_after: float) 
         if completed is None:
             _update(conn, same, wave_completed_at=now, updated_at=now)
             completed = now
-        if row.wave >= row.last_wave:
+        if last:
             return _update(conn, same, state=DONE, updated_at=now)
         if completed + soak <= now:
             return _update(conn, same, wave=row.wave + 1, wave_started_at=now, wave_completed_at=None, updated_at=now)
@@ -363,9 +392,9 @@ def command(
     does not allow the command).
 
     Resuming a halted rollout accepts the failures it halted for: every released host failing on its
-    revision then (or silent since a pass on it, by ``stale_after``) is ``accepted`` for the rest of the
-    rollout, counted neither failed nor waited for, and the rollout goes on with the others; a host that
-    fails after the resume counts as before. Without it, a resume would halt again at once while those hosts
+    revision then (or silent since a pass on it, by ``stale_after``) is ``accepted`` until its next pass,
+    counted neither failed nor waited for, and the rollout goes on with the others; a pass received after the
+    resume counts as before, failed anew or after converging. The failure list of the halt is cleared. Without it, a resume would halt again at once while those hosts
     still fail, and the only ways on would be a new revision or an abort.
     """
     allowed, to = COMMANDS[action]
@@ -376,9 +405,8 @@ def command(
         now = store_now(conn)
         values: dict[str, Any] = {"state": to, "by": by, "updated_at": now}
         if action == "resume":
-            values.update(reason=None, wave_completed_at=None)
-        after = _update(conn, sa.and_(rollouts.c.id == row.id, rollouts.c.state == row.state), **values)
-        if after is not None and action == "resume" and row.state == HALTED:
+            values.update(reason=None, failed=None, wave_completed_at=None)
+        if action == "resume" and row.state == HALTED:  # before the row: what it returns counts them accepted
             failing = sa.select(hosts.c.host).where(
                 _REVISION == row.revision, sa.or_(silent(store.dialect, stale_after, now), hosts.c.state == "failed")
             )
@@ -386,6 +414,7 @@ def command(
                 sa.update(rollout_hosts)
                 .where(rollout_hosts.c.rollout == row.id, rollout_hosts.c.wave <= row.wave,
                        rollout_hosts.c.host.in_(failing))
-                .values(accepted=True)
+                .values(accepted_at=now)
             )
+        after = _update(conn, sa.and_(rollouts.c.id == row.id, rollouts.c.state == row.state), **values)
         return row, after

@@ -269,7 +269,8 @@ rollout_hosts = sa.Table(
     sa.Column("host", sa.String(253), primary_key=True),
     sa.Column("wave", sa.Integer, nullable=False),
     sa.Column("grp", sa.String(253), nullable=False),
-    # a failure a resume accepted (migration 0022_rollout_accepted): not counted against max_failed while it lasts
-    sa.Column("accepted", sa.Boolean, nullable=False, server_default=sa.false()),
+    # when a resume accepted the host's failure (migration 0022_rollout_accepted, the store's clock): its passes
+    # received until then count neither failed nor waited for; a pass after it counts
+    sa.Column("accepted_at", UTCDateTime),
     sa.Index("ix_rollout_hosts_wave", "rollout", "wave"),
 )

@@ -352,17 +352,10 @@ async def manifest_now(asked: Asked) -> Reply | None:
         if not _names(resolved, found, now):
             return None  # an edit between the two looks: the route names and composes again
         return _reply(found, wanted, None, _id(now))
-    try:
-        if wait and wanted:
-            found = await held(changes, resolved, asked.params["host"], facts, wanted, wait)
-        else:
-            found = await current(resolved, asked.params["host"], facts)
+    try:  # the route's own answer, run here: a wait is held once, never again by the route after it
+        return await _composed(asked.state, resolved, asked.params["host"], facts, wanted, wait)
     except Problem:
-        return None
-    now = await serving(asked.state)
-    if not _names(resolved, found, now):
-        return None
-    return _reply(found, wanted, wait, _id(now))
+        return None  # the route says what is wrong, its one way
 
 
 def _id(revision: Revision | None) -> str | None:
