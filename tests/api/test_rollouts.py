@@ -394,9 +394,9 @@ def test_a_replica_on_a_lagging_copy_of_the_directory_does_not_take_the_fleet_ba
     assert len(behind) == 1 and first in behind[0] and second in behind[0], behind  # said once
     assert "datum_fleet_directory_behind 1.0" in lagging.get("/metrics").text  # DatumFleetDirectoryBehind
     assert "datum_fleet_directory_behind 0.0" in story.get("/metrics").text
-    from datum.store.schema import revision_files
-
     import shutil
+
+    from datum.store.schema import revision_files
 
     with story.store.begin() as conn:  # the second's files not kept (too large to): never the first instead
         conn.execute(revision_files.delete().where(revision_files.c.revision == second))
