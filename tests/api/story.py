@@ -216,3 +216,12 @@ def config_file(tmp_path: Path, interval: str = "30s", scheduler: bool = True) -
         'refresh = "1s"\n'
     )
     return cfg
+
+
+def git(where: Path, *args: str) -> str:
+    """git in ``where`` as a test's author, no system or user configuration: its output, stripped."""
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.com", "GIT_CONFIG_NOSYSTEM": "1",
+           "HOME": str(where)}
+    done = subprocess.run(["git", "-C", str(where), *args], capture_output=True, text=True, env=env, check=True)
+    return done.stdout.strip()

@@ -5,14 +5,13 @@ directory is a revision, named by its git commit in a git work tree; the manifes
 from __future__ import annotations
 
 import os
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from datum.fleet.revision import content_digest
 
-from .story import Story, build_story, pass_report, serve_fleet
+from .story import Story, build_story, git, pass_report, serve_fleet
 
 
 @pytest.fixture
@@ -92,20 +91,12 @@ def test_replicas_on_one_store_agree_on_when_a_revision_was_first_seen(story: St
     assert revisions(other)["revisions"][0]["firstSeen"] == first
 
 
-def _git(where: Path, *args: str) -> str:
-    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com",
-           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.com", "GIT_CONFIG_NOSYSTEM": "1",
-           "HOME": str(where)}
-    done = subprocess.run(["git", "-C", str(where), *args], capture_output=True, text=True, env=env, check=True)
-    return done.stdout.strip()
-
-
 def test_a_git_work_tree_names_its_commit_and_a_dirty_tree_says_so(story: Story):
     fleet: Path = story.fleet  # type: ignore[attr-defined]
-    _git(fleet, "init", "-q")
-    _git(fleet, "add", ".")
-    _git(fleet, "commit", "-q", "-m", "first")
-    head = _git(fleet, "rev-parse", "HEAD")
+    git(fleet, "init", "-q")
+    git(fleet, "add", ".")
+    git(fleet, "commit", "-q", "-m", "first")
+    head = git(fleet, "rev-parse", "HEAD")
     assert manifest(story).headers["Datum-Revision"] == head
     listed = revisions(story)
     assert listed["current"] == head and listed["revisions"][0]["gitCommit"] == head
@@ -115,8 +106,8 @@ def test_a_git_work_tree_names_its_commit_and_a_dirty_tree_says_so(story: Story)
     (fleet / "web.yaml").write_text("resources:\n  - File[/etc/motd]:\n      content: edited again\n")
     again = manifest(story).headers["Datum-Revision"]
     assert again.startswith(f"{head}+dirty.") and again != dirty  # another uncommitted edit, another revision
-    _git(fleet, "commit", "-q", "-am", "second")
-    second = _git(fleet, "rev-parse", "HEAD")
+    git(fleet, "commit", "-q", "-am", "second")
+    second = git(fleet, "rev-parse", "HEAD")
     assert manifest(story).headers["Datum-Revision"] == second != head
     ids = [r["id"] for r in revisions(story)["revisions"]]
     assert ids == [second]  # the others run on no host and are not current: not listed

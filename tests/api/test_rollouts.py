@@ -21,7 +21,7 @@ from datum.fleet.waves import plan
 from datum.store import open_store
 from datum.store import rollouts as stored
 
-from .story import Story, build_story, pass_report, serve_fleet
+from .story import Story, build_story, git, pass_report, serve_fleet
 
 WEB = ["web1", "web2", "web3", "web4", "web5"]
 NEW = "resources:\n  - File[/etc/motd]:\n      content: new\n"
@@ -412,6 +412,37 @@ def test_a_replica_on_a_lagging_copy_of_the_directory_does_not_take_the_fleet_ba
     assert served(story, "web1") == (first, "hello")
     ro = in_force(story)
     assert (ro["id"], ro["revision"], ro["state"]) == (3, first, "done")
+
+
+def test_a_git_checkout_that_lags_at_a_commit_the_store_never_saw_is_behind(story: Story, tmp_path: Path):
+    """A replica whose pull fetched and did not check out: its commit, never served, is an ancestor of the one
+    in force. git proves it, and it is not rolled out over the newer one."""
+    fleet: Path = story.fleet  # type: ignore[attr-defined]
+    git(fleet, "init", "-q")
+    git(fleet, "add", ".")
+    git(fleet, "commit", "-q", "-m", "first")
+    first, _content = served(story, "web1")
+    (fleet / "web.yaml").write_text("resources:\n  - File[/etc/motd]:\n      content: between\n")
+    git(fleet, "commit", "-q", "-am", "between")
+    between = git(fleet, "rev-parse", "HEAD")  # committed, never served: the store never sees it
+    (fleet / "web.yaml").write_text(NEW)
+    git(fleet, "commit", "-q", "-am", "third")
+    third, content = served(story, "web1")
+    assert (third, content) == (git(fleet, "rev-parse", "HEAD"), "new") and in_force(story)["revision"] == third
+    (tmp_path / "other").mkdir()
+    lagging = build_story(tmp_path / "other", story.settings.store)
+    copy = tmp_path / "other" / "fleet"
+    git(tmp_path, "clone", "-q", str(fleet), str(copy))
+    git(copy, "checkout", "-q", between)
+    state = lagging.app.state.datum
+    state.settings = state.settings.model_copy(update={"fleet": state.settings.fleet.model_copy(
+        update={"manifests": copy})})
+    lagging.tokens["agent"] = story.tokens["agent"]
+    with_rollout(lagging, canary=["web1"], waves=["50%", "100%"], soak="1ms")
+    assert served(lagging, "web1") == (third, "new")  # the canary keeps the one in force
+    rows = story.get("/v1/rollouts").json()["rollouts"]
+    assert [r["revision"] for r in rows] == [third, first]  # nothing of the commit in between
+    assert "datum_fleet_directory_behind 1.0" in lagging.get("/metrics").text
 
 
 def test_a_revision_behind_the_store_s_newest_is_never_rolled_out(tmp_path, store_url):  # type: ignore[no-untyped-def]

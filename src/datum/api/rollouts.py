@@ -128,6 +128,7 @@ def started(state: ServerState, current: Revision, directory: Path) -> None:
         if blob is not None and not kept(state.store, current.id):
             keep(state.store, current.id, blob)
         try:
+            _not_behind_in_git(state, current, directory)
             row = stored.begin(
                 state.store, current.id, len(settings.waves), _planner(state, directory), state.settings.fleet.stale_after
             )
@@ -140,6 +141,19 @@ def started(state: ServerState, current: Revision, directory: Path) -> None:
             log.info("rollout %d of revision %s: %s (from %s)", row.id, row.revision, row.state, row.previous)
         state.rollouts.begun = current.id
         refresh(state)
+
+
+def _not_behind_in_git(state: ServerState, current: Revision, directory: Path) -> None:
+    """``stored.Behind`` when the directory's commit is an ancestor of the one in force: a copy that lags at a
+    commit the store never saw (a pull that fetched and did not check out) is behind all the same."""
+    from datum.fleet.revision import ancestor_of
+
+    assert state.store is not None
+    row = stored.latest(state.store)
+    if row is None or row.revision == current.id or (row.state == ABORTED and row.previous == current.id):
+        return  # the one exception, as the store's: the directory put back after an abort
+    if ancestor_of(directory, current, row.revision):
+        raise stored.Behind(current.id, f"commit {current.commit} is an ancestor of revision {row.revision}", row)
 
 
 def _as_it_is(row: RolloutRow | None, current: str) -> bool:

@@ -113,6 +113,22 @@ def content_digest(resolved: Path) -> str:
     return h.hexdigest()
 
 
+def commit_of(revision_id: str) -> str | None:
+    """The git commit a revision id names (``<commit>`` or ``<commit>+dirty.<digest>``), None for a digest."""
+    commit = revision_id.split("+", 1)[0]
+    return commit if len(commit) in (40, 64) and all(c in "0123456789abcdef" for c in commit) else None
+
+
+def ancestor_of(resolved: Path, ours: Revision, theirs: str) -> bool:
+    """Whether the directory's commit is a strict ancestor of revision ``theirs``'s (a checkout that lags behind
+    a commit it has fetched: a failed pull); False when either is no commit, or git cannot tell (``theirs`` not
+    fetched here): proven ancestry only, never a guess."""
+    mine, other = ours.commit, commit_of(theirs)
+    if mine is None or other is None or mine == other:
+        return False
+    return _git(resolved, "merge-base", "--is-ancestor", mine, other) is not None
+
+
 def _git(where: Path, *args: str) -> str | None:
     """git's output in ``where`` (stripped), or None when git is missing, refuses or takes too long."""
     if args[0] == "--no-optional-locks":
