@@ -150,8 +150,8 @@ def _not_behind_in_git(state: ServerState, current: Revision, directory: Path) -
 
     assert state.store is not None
     row = stored.latest(state.store)
-    if row is None or row.revision == current.id or (row.state == ABORTED and row.previous == current.id):
-        return  # the one exception, as the store's: the directory put back after an abort
+    if row is None or row.revision == current.id or stored.put_back(row, current.id):
+        return
     if ancestor_of(directory, current, row.revision):
         raise stored.Behind(current.id, f"commit {current.commit} is an ancestor of revision {row.revision}", row)
 

@@ -126,13 +126,20 @@ class Behind(Exception):
         )
 
 
+def put_back(current: RolloutRow | None, revision: str) -> bool:
+    """Whether ``revision`` is the directory put back after an abort: the aborted rollout's previous revision,
+    the one revision older than the one in force that may come back as it was."""
+    return current is not None and current.state == ABORTED and current.previous == revision
+
+
 def _behind(conn: Connection, revision: str, current: RolloutRow | None) -> str | None:
     """Why ``revision`` is behind the store's newest (``Behind``), else None. Behind: first seen before the
     revision in force (or, before any rollout, before the newest recorded one), or rolled out once already and
     left since; but an aborted rollout's previous revision may come back as it was (the directory put back).
     A revision the store has never seen cannot be told from a new one."""
-    if current is not None and current.state == ABORTED and current.previous == revision:
+    if put_back(current, revision):
         return None
+
     def seen(of: str | None = None) -> tuple[str, datetime] | None:
         query = sa.select(revisions.c.id, revisions.c.first_seen)
         query = query.where(revisions.c.id == of) if of else query.order_by(revisions.c.first_seen.desc())
