@@ -134,3 +134,31 @@ def test_the_revision_named_is_the_one_of_the_files_the_manifest_was_composed_fr
     assert answer.json()["manifest"]["resources"][0]["File[/etc/motd]"]["content"] == "edited"
     assert answer.headers["Datum-Revision"] == "sha256:" + content_digest(fleet.resolve())
     assert len(calls) == 2
+
+
+def test_the_fast_answer_names_the_revision_of_the_files_it_remembered(story: Story, monkeypatch):
+    """The manifest's fast answer (no ``wait``) takes the composition remembered for the files, then their
+    revision, named in a worker thread when it is not yet recorded (a store that refused the record): an
+    edit that lands between the two looks is answered by the route, which composes and names again, never
+    the remembered manifest under the newer revision's name."""
+    from datum.api.routes import hosts as route
+
+    fleet: Path = story.fleet  # type: ignore[attr-defined]
+    first = manifest(story)  # composed by the route, and remembered for the fast answer
+    assert first.status_code == 200, first.text
+    real, calls = route.serving, []
+
+    async def edited_first(state):  # type: ignore[no-untyped-def]
+        calls.append(1)
+        if len(calls) == 1:  # the fast answer's look, after ``remembered`` took the files as they were
+            (fleet / "web.yaml").write_text("resources:\n  - File[/etc/motd]:\n      content: edited\n")
+            state.revisions_recorded.clear()  # not recorded: named afresh, in a worker thread
+        return await real(state)
+
+    monkeypatch.setattr(route, "serving", edited_first)
+    answer = manifest(story)
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["manifest"]["resources"][0]["File[/etc/motd]"]["content"] == "edited"
+    assert answer.headers["Datum-Revision"] == "sha256:" + content_digest(fleet.resolve())
+    assert answer.headers["Datum-Revision"] != first.headers["Datum-Revision"]
+    assert len(calls) == 2  # the fast answer's look, then the route's
