@@ -16,8 +16,9 @@ then measures, for that N:
 It prints one JSON line for the run and a verdict against issue 26's own targets where a single N can
 be judged (a restart burst absorbed with p99 under 1 s); the comparisons across N (intake within 1.5x,
 pages within 2x from 10,000 to 100,000) are made by reading the lines of two runs
-(``docs/performance.md``). Run as ``./scripts/bench fleet -- --hosts N [--replicas R]``; the smoke run
-in the suite uses ``--hosts 60 --burst-seconds 2 --read-runs 2``.
+(``docs/performance.md``). Run as ``./scripts/bench fleet --hosts N [--replicas R]``: one JSON line of
+figures, then the verdict; the smoke run in the suite, through the same script,
+uses ``--hosts 40 --replicas 2 --burst-seconds 1 --read-runs 1``.
 """
 
 from __future__ import annotations

@@ -24,7 +24,8 @@ the time from just before the write to the last agent having read the whole
 new answer is taken (the agents' clocks are this machine's). Servers pinned to
 CPU 0 and the agents to CPU 1 when there are two.
 
-Run as ``./scripts/bench propagation -- [--agents N] [--replicas 2 --store postgresql]``.
+Run as ``./scripts/bench propagation [--agents N] [--replicas 2 --store postgresql]``: one JSON line of
+figures, then the verdict.
 """
 
 from __future__ import annotations
@@ -296,8 +297,7 @@ if __name__ == "__main__":
     a = ap.parse_args()
     print(header(f"propagation to waiting agents on {a.store}, {a.replicas} replica(s)"))
     r = main(a.agents, a.resources, a.replicas, a.store, a.changes, a.idle, a.wait, not a.no_pin)
-    for key, value in r.items():
-        print(f"{key:>24}: {value}")
+    print(json.dumps(r))
     ok_time = r["all_fetched_s_median"] is not None and max(r["all_fetched_s"]) < TARGET_SECONDS  # type: ignore[arg-type]
     ok_all = r["fetched"] == a.agents and not r["errors"]
     ok_mem = float(r["kib_per_agent"]) < TARGET_KIB_PER_AGENT  # type: ignore[arg-type]

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -295,3 +296,38 @@ def test_the_timeline_is_left_out_without_read_history(tmp_path, store_url):
     finally:
         s.client.close()
         s.store.dispose()
+
+
+def test_the_server_keeps_passes_as_long_as_server_retention_says(tmp_path, store_url):
+    """``[server] retention`` (default ``14d``) is what ``datum serve`` keeps: its first run of the retention is
+    at start, and drops the passes received longer ago than that, and only those."""
+    import gc
+
+    from fastapi.testclient import TestClient
+
+    from datum.api.server import serving_app
+    from datum.config import Settings
+
+    assert Settings.model_validate({}).server.retention == timedelta(days=14)
+    story = build_story(tmp_path, store_url, retention="1d")
+    assert story.settings.server.retention == timedelta(days=1)
+    try:
+        for seq in (1, 2, 3):
+            post(story, a_pass(seq))
+        with story.store.begin() as conn:  # passes 1 and 2 received two days ago, 3 an hour ago
+            conn.execute(sa.text("UPDATE pass_history SET at = :at WHERE name = 'web1' AND seq <= 2"),
+                         {"at": datetime.now(UTC) - timedelta(days=2)})
+            conn.execute(sa.text("UPDATE pass_history SET at = :at WHERE name = 'web1' AND seq = 3"),
+                         {"at": datetime.now(UTC) - timedelta(hours=1)})
+        app = serving_app(story.settings, lambda: (story.registry, story.store))
+        try:
+            with TestClient(app):  # the lifespan: the retention runs at once, on a thread of its own
+                deadline = time.monotonic() + 20
+                while [p["seq"] for p in passes(story)["passes"]] != [3]:
+                    assert time.monotonic() < deadline, passes(story)
+                    time.sleep(0.1)
+        finally:
+            gc.unfreeze()  # the serving app's start freezes the collector's view of the process
+    finally:
+        story.client.close()
+        story.store.dispose()

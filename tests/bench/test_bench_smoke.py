@@ -2,6 +2,9 @@
 
 import ast
 import importlib.util
+import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -123,10 +126,21 @@ def test_coverage_counts_every_row_both_ways_on_both_backends():
     assert all(counted > 0 and scanned > 0 for counted, scanned in out.values())
 
 
+def bench_script(*args: str) -> dict:
+    """``./scripts/bench ARGS`` as the contract spells it, on this work tree: its one JSON line of figures."""
+    done = subprocess.run(
+        [str(BENCH.parent / "scripts" / "bench"), *args], capture_output=True, text=True, timeout=600,
+        env={**os.environ, "DATUM_BENCH_TREE": "work"},
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    assert len(lines) == 1, done.stdout  # one JSON line of figures per run
+    return json.loads(lines[0])
+
+
 def test_propagation_benchmark_wakes_fifty_waiting_agents():
     """50 simulated agents hold their waits against a real ``datum serve``; two changes reach every one."""
-    bench = load("bench_propagation")
-    out = bench.main(agents=50, resources=5, changes=2, idle=1, pin=False)
+    out = bench_script("propagation", "--agents", "50", "--resources", "5", "--changes", "2", "--idle", "1", "--no-pin")
     assert (out["held"], out["fetched"], out["errors"]) == (50, 50, 0)
     assert len(out["all_fetched_s"]) == 2 and all(0 < s < 30 for s in out["all_fetched_s"])
     assert out["kib_per_agent"] is not None and out["idle_cpu_core_fraction"] >= 0
@@ -135,8 +149,8 @@ def test_propagation_benchmark_wakes_fifty_waiting_agents():
 @pytest.mark.postgres
 def test_fleet_benchmark_fills_posts_a_burst_and_reads_on_two_replicas():
     """A fleet of 40 on two replicas: every report answered, every read timed, the failed ones listed apart."""
-    bench = load("bench_fleet")
-    out = bench.main(hosts=40, replicas=2, resources=5, concurrency=4, burst_seconds=1, read_runs=1)
+    out = bench_script("fleet", "--hosts", "40", "--replicas", "2", "--resources", "5", "--concurrency", "4",
+                       "--burst-seconds", "1", "--read-runs", "1")
     assert out["errors"] == 0 and out["intake_rps"] > 0 and out["burst_p99_ms"] > 0
     assert all(out[f"{read}_ms_median"] > 0 for read in ("list_first", "list_deep", "list_failed", "overview", "metrics"))
     assert out["metrics_series"] > 0 and len(out["server_rss_mib"]) == 2 and out["database_mib"] > 0
