@@ -626,3 +626,22 @@ def test_the_section_is_validated(given: dict, wrong: str):  # type: ignore[type
 
     with pytest.raises(ValidationError, match=wrong):
         RolloutSettings.model_validate(given)
+
+
+def test_a_link_out_of_the_fleet_directory_is_refused_from_the_snapshot_as_from_the_directory(story: Story, tmp_path):
+    """A source linked to a file of the server's (its token, say) is refused live; the rollout's snapshot of that
+    revision keeps the link, not the file, so a host held back on it is refused the same way, never served it."""
+    fleet: Path = story.fleet  # type: ignore[attr-defined]
+    secret = tmp_path / "server-secrets" / "token"
+    secret.parent.mkdir()
+    secret.write_text("SERVER-SECRET-TOKEN\n")
+    (fleet / "web.yaml").write_text("resources:\n  - File[/etc/motd]:\n      source: motd.txt\n")
+    (fleet / "motd.txt").symlink_to(secret)
+    live = story.client.get("/v1/hosts/web2/manifest", headers=story.auth("agent"))
+    assert live.status_code == 422 and "outside" in live.text, live.text
+    (fleet / "README").write_text("an edit: a new revision, rolled out to web1 first\n")
+    held_back = story.client.get("/v1/hosts/web2/manifest", headers=story.auth("agent"))
+    assert held_back.status_code == 422 and "outside" in held_back.text, held_back.text
+    assert "SERVER-SECRET" not in held_back.text
+    row = rollouts.in_force(story.app.state.datum)
+    assert row is not None and row.state == "rolling"  # the rollout is under way: web2 held back

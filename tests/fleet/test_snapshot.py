@@ -73,3 +73,33 @@ def test_a_snapshot_path_that_is_not_plain_is_refused(bad: str):
     blob = zlib.compress(json.dumps([[bad, base64.b64encode(b"x").decode()]]).encode())
     with pytest.raises(ValueError, match="not plain"):
         files_of(blob)
+
+
+def test_a_link_out_of_the_directory_is_kept_as_a_link_its_target_never_read(tmp_path: Path):
+    """A link to a file of the server's (a token) is kept as the link: the secret reaches neither the store's
+    blob nor the copy, whose link composition refuses as it refuses the directory's. A link to a file inside
+    is kept as that file; a dangling one as the link."""
+    fleet = _fleet(tmp_path / "fleet")
+    secret = tmp_path / "server-secrets" / "token"
+    secret.parent.mkdir()
+    secret.write_text("SERVER-SECRET-TOKEN\n")
+    os.symlink(secret, fleet / "motd.txt")
+    os.symlink("../server-secrets/token", fleet / "templates" / "relative.txt")  # out, relatively
+    os.symlink("templates/motd.j2", fleet / "inside.j2")
+    os.symlink(tmp_path / "nowhere", fleet / "dangling")
+    blob = capture(fleet)
+    assert b"SERVER-SECRET" not in zlib.decompress(blob)
+    assert base64.b64encode(b"SERVER-SECRET-TOKEN\n") not in zlib.decompress(blob)
+    kept = dict(files_of(blob))
+    assert kept["motd.txt"] == str(secret) and kept["templates/relative.txt"] == "../server-secrets/token"
+    assert kept["inside.j2"] == b"{{ greeting }}\n" and kept["dangling"] == str(tmp_path / "nowhere")
+    copy = materialize(tmp_path / "home", "rev-links", blob)
+    assert os.readlink(copy / "motd.txt") == str(secret)  # made, not followed: composition judges it
+    assert os.readlink(copy / "templates" / "relative.txt") == "../server-secrets/token"
+    assert not (copy / "templates" / "relative.txt").exists()  # out of the copy, and nothing there
+    assert (copy / "inside.j2").read_bytes() == b"{{ greeting }}\n" and not (copy / "inside.j2").is_symlink()
+
+
+def test_a_blob_kept_before_links_were_kept_as_links_still_reads(tmp_path: Path):
+    old = zlib.compress(json.dumps([["nodes.yaml", base64.b64encode(b"nodes: []\n").decode()]]).encode())
+    assert files_of(old) == [("nodes.yaml", b"nodes: []\n")]

@@ -9,12 +9,16 @@ that must serve another revision than its directory's writes that snapshot
 under its home (``materialize``) and composes from there with
 ``datum.fleet.effective.effective`` like from the directory itself.
 
-``capture`` reads what ``datum.fleet.revision.content_digest`` reads (every
-file, ``.git`` left out, a link's target content as a plain file). The copy
-is written into a fresh directory and renamed into place, file by file with
-``O_NOFOLLOW | O_EXCL`` under directory descriptors: a link planted under
-``<home>/revisions`` is never followed, and a copy half written is never
-served.
+``capture`` keeps every file (``.git`` left out). A link is kept as what
+composition would make of it, never more: one to a regular file inside the
+directory as that file's content (it is the directory's own file); any other
+(out of the directory, to a directory, dangling) as the link itself, its
+target never read, so the copy refuses it exactly as the directory does
+(``outside the manifest's directory``) and no file of the server's ever
+reaches the store or a host. The copy is written into a fresh directory and
+renamed into place, file by file with ``O_NOFOLLOW | O_EXCL`` under directory
+descriptors: a link planted under ``<home>/revisions`` is never followed, and
+a copy half written is never served.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import hashlib
 import json
 import os
 import secrets
+import stat
 import threading
 import zlib
 from pathlib import Path
@@ -35,34 +40,60 @@ class TooLarge(Exception):
     """The directory holds more than ``MAX_BYTES``: no snapshot (its rollout cannot hold hosts back)."""
 
 
+class Link(str):
+    """A link kept as a link: its target, as ``readlink`` gave it (never followed by ``capture``)."""
+
+
 def capture(resolved: Path) -> bytes:
-    """The files under ``resolved`` (``.git`` left out) as one compressed blob."""
-    files: list[list[str]] = []
+    """The files under ``resolved`` (``.git`` left out) as one compressed blob: ``[path, base64]`` a file,
+    ``[path, null, target]`` a link kept as a link."""
+    entries: list[list[str | None]] = []
     total = 0
     for top, dirs, names in os.walk(resolved):
         dirs[:] = sorted(d for d in dirs if d != ".git")
         for name in sorted(names):
             path = os.path.join(top, name)
-            try:
-                with open(path, "rb") as f:
-                    content = f.read()
-            except OSError:  # gone or unreadable: as content_digest, an empty file
-                content = b""
+            rel = os.path.relpath(path, resolved)
+            content = _content(resolved, path)
+            if isinstance(content, Link):
+                entries.append([rel, None, str(content)])
+                continue
             total += len(content)
             if total > MAX_BYTES:
                 raise TooLarge(f"{resolved} holds more than {MAX_BYTES} bytes")
-            files.append([os.path.relpath(path, resolved), base64.b64encode(content).decode()])
-    return zlib.compress(json.dumps(files, separators=(",", ":")).encode(), 6)
+            entries.append([rel, base64.b64encode(content).decode()])
+    return zlib.compress(json.dumps(entries, separators=(",", ":")).encode(), 6)
 
 
-def files_of(blob: bytes) -> list[tuple[str, bytes]]:
-    """The (relative path, content) pairs of a blob ``capture`` made; a ValueError for a path that climbs."""
-    out = []
-    for rel, content in json.loads(zlib.decompress(blob)):
+def _content(resolved: Path, path: str) -> bytes | Link:
+    """What the copy holds at ``path``: a regular file's bytes (a link's to a regular file inside ``resolved``:
+    its target's), else the link itself. Opened without following a link: a file swapped for one meanwhile
+    reads as unreadable, an empty file (as ``content_digest``)."""
+    try:
+        if stat.S_ISLNK(os.lstat(path).st_mode):
+            real = os.path.realpath(path)
+            inside = os.path.commonpath([real, str(resolved)]) == str(resolved)
+            if not inside or not os.path.isfile(real):
+                return Link(os.readlink(path))
+            path = real
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                return b""
+            return f.read()
+    except (OSError, ValueError):  # gone or unreadable: as content_digest, an empty file
+        return b""
+
+
+def files_of(blob: bytes) -> list[tuple[str, bytes | Link]]:
+    """The (relative path, content or ``Link``) pairs of a blob ``capture`` made; a ValueError for a path
+    that climbs."""
+    out: list[tuple[str, bytes | Link]] = []
+    for rel, content, *link in json.loads(zlib.decompress(blob)):
         parts = rel.split("/")
         if rel.startswith("/") or "\0" in rel or any(p in ("", ".", "..") for p in parts):
             raise ValueError(f"a snapshot path that is not plain: {rel!r}")
-        out.append((rel, base64.b64decode(content)))
+        out.append((rel, Link(link[0]) if content is None and link else base64.b64decode(content)))
     return out
 
 
@@ -116,8 +147,6 @@ def _is_real_dir(fd: int, name: str) -> bool:
         st = os.stat(name, dir_fd=fd, follow_symlinks=False)
     except FileNotFoundError:
         return False
-    import stat
-
     return stat.S_ISDIR(st.st_mode)
 
 
@@ -129,7 +158,7 @@ def _clear(fd: int, name: str) -> None:
         pass
 
 
-def _write(root_fd: int, temp: str, files: list[tuple[str, bytes]]) -> None:
+def _write(root_fd: int, temp: str, files: list[tuple[str, bytes | Link]]) -> None:
     base = os.open(temp, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=root_fd)
     try:
         for rel, content in files:
@@ -144,6 +173,9 @@ def _write(root_fd: int, temp: str, files: list[tuple[str, bytes]]) -> None:
                     nxt = os.open(d, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
                     os.close(fd)
                     fd = nxt
+                if isinstance(content, Link):  # made, never followed: composition judges it as it did live
+                    os.symlink(content, leaf, dir_fd=fd)
+                    continue
                 out = os.open(leaf, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=fd)
                 with os.fdopen(out, "wb") as f:
                     f.write(content)
