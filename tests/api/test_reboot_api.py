@@ -97,6 +97,12 @@ def test_a_group_halted_by_a_host_not_back_says_so_until_an_operator_clears_it(t
         assert json.loads(out)["host"] == "web1"
         assert datum_cli("reboots", "clear", "web1", "--config", str(cfg))[0] == 64  # no lease left: NOT_FOUND
         assert ask("web2")["granted"]
+        code, out, err = datum_cli("reboots", "clear", "web2", "--config", str(cfg))  # live: web2 may be rebooting
+        assert code == 65 and "web2 holds a live reboot lease" in err and "--force" in err, err
+        assert [x["host"] for x in s.get("/v1/reboots").json()["groups"][0]["rebooting"]] == ["web2"]
+        code, out, err = datum_cli("reboots", "clear", "web2", "--force", "--config", str(cfg))
+        assert code == 0 and "cleared the reboot lease of web2" in out, err
+        assert s.get("/v1/reboots").json()["groups"][0]["rebooting"] == []
     finally:
         s.client.close()
         s.store.dispose()

@@ -13,7 +13,7 @@ from datum.core.findings import Problem
 from datum.fleet.nodes import group_of, load_rules
 from datum.fleet.reboots import group_for
 from datum.store import open_store
-from datum.store.leases import clear, give_back, read, release_rebooted, take
+from datum.store.leases import Live, clear, give_back, read, release_rebooted, take
 
 HOUR = timedelta(hours=1)
 
@@ -95,6 +95,43 @@ def test_an_operator_clears_the_lease_of_a_host_that_will_not_come_back(store):
     time.sleep(0.5)
     again = take(store, "web3", "web", "boot-1", 2, HOUR)
     assert again.granted and again.lease is not None and again.lease.expires_at - again.lease.since == HOUR
+
+
+def test_clearing_a_live_lease_needs_force_a_host_rebooting_now_keeps_it(store):
+    """The operator looked at web1 overdue from boot-1; web1 came back and took a new lease from boot-2 before the
+    clear ran: that live lease is kept (another host of its group would go down while web1 reboots), unless
+    ``force``. A lease of a host back but unhealthy is cleared: the operator looked at it."""
+    assert take(store, "web1", "web", "boot-1", 1, timedelta(milliseconds=300)).granted
+    time.sleep(0.5)  # overdue: what the operator saw
+    assert take(store, "web1", "web", "boot-2", 1, HOUR).granted  # back, and asks again: live
+    with pytest.raises(Live) as refused:
+        clear(store, "web1")
+    assert refused.value.lease.boot_id == "boot-2"
+    assert [lease.boot_id for lease in read(store).all if lease.host == "web1"] == ["boot-2"]  # kept
+    assert not take(store, "web2", "web", "boot-1", 1, HOUR).granted  # web1's reboot holds the group
+    assert clear(store, "web1", force=True) is not None
+    assert take(store, "web2", "web", "boot-1", 1, HOUR).granted
+    with store.begin() as conn:
+        assert release_rebooted(conn, "web2", "boot-2", unhealthy="health check failed") is False
+    dropped = clear(store, "web2")  # live, back unhealthy, looked at
+    assert dropped is not None and dropped.unhealthy == "health check failed"
+
+
+def test_asking_again_in_the_same_boot_is_refused_while_blocked_or_halted_and_gives_the_slot_back(store):
+    """An agent that restarts before its reboot asks again from the same boot: granted again while nothing
+    refuses it, but not on the earlier yes once a block (a firing alert) or another host's overdue lease
+    holds the group: its lease goes, so it never turns overdue on a slot it does not use."""
+    assert take(store, "web1", "web", "boot-1", 2, HOUR).granted
+    assert take(store, "web1", "web", "boot-1", 2, HOUR).granted  # asked again: the same lease
+    blocked = take(store, "web1", "web", "boot-1", 2, HOUR, blocked="reboots are blocked: an alert fires")
+    assert not blocked.granted and blocked.blocked == "reboots are blocked: an alert fires"
+    assert [lease.host for lease in read(store).all] == []  # given back
+    assert take(store, "web1", "web", "boot-1", 2, HOUR).granted  # the block lifted: granted anew
+    assert take(store, "web2", "web", "boot-1", 2, timedelta(milliseconds=300)).granted
+    time.sleep(0.5)  # web2 never came back: the group halts
+    halted = take(store, "web1", "web", "boot-1", 2, HOUR)
+    assert not halted.granted and [lease.host for lease in halted.halted] == ["web2"]
+    assert [lease.host for lease in read(store).all] == ["web2"]  # web1's given back
 
 
 def test_a_lease_from_another_boot_is_replaced(store):

@@ -134,17 +134,27 @@ def list_reboots(config: str | None, as_json: bool) -> None:
 
 @reboots.command("clear")
 @click.argument("host")
+@click.option("--force", is_flag=True, help="Drop a live lease too (a host that may be rebooting now).")
 @config_option
 @json_option
-def clear_reboot(host: str, config: str | None, as_json: bool) -> None:
+def clear_reboot(host: str, force: bool, config: str | None, as_json: bool) -> None:
     """Drop HOST's reboot lease, so that its group's reboots go on: for a host that will not come back from its
-    reboot, or came back and was looked at. Its next report from a new boot would have freed it too."""
+    reboot (an overdue lease), or came back unhealthy and was looked at. Its next report from a new boot would
+    have freed it too. A live lease (a host rebooting now, perhaps since you looked) is kept unless --force."""
     from datum.core.findings import Problem
-    from datum.store.leases import clear
+    from datum.store.leases import Live, clear
 
     w = wire(config)
     try:
-        dropped = clear(w.store, host)
+        dropped = clear(w.store, host, force=force)
+    except Live as live:
+        lease = live.lease
+        raise Problem.one(
+            "CONFLICT",
+            f"{host} holds a live reboot lease (group {lease.group}, boot {lease.boot_id}, taken "
+            f"{lease.since.isoformat()}, until {lease.expires_at.isoformat()}): it may be rebooting now, and "
+            "dropping it lets the next host of its group go down; kept (--force drops it anyway)",
+        ) from None
     finally:
         w.store.dispose()
     if dropped is None:

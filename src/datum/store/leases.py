@@ -171,7 +171,10 @@ def take(
     turn in ``order`` (the group's ``reboot_order``; None: whoever asks first) and nothing ``blocked`` them.
 
     Asking again in the same boot while the lease lives is granted again,
-    unchanged (an agent that restarts before it reboots). A lease from another
+    unchanged (an agent that restarts before it reboots), unless what would
+    refuse a new ask refuses it now (another host's overdue lease, ``blocked``):
+    then its lease is given back, so it neither reboots on the earlier yes nor
+    turns overdue holding a slot it does not use. A lease from another
     boot is over (the host rebooted since) and replaced. While another host of
     the group holds an overdue lease, nothing is granted (``halted``); the
     host's own expired lease is replaced when there is room. Every ask that is
@@ -182,11 +185,13 @@ def take(
         _lock_group(conn, group)
         now = store_now(conn)
         mine = conn.execute(sa.select(t).where(t.c.host == host)).first()
+        stuck = tuple(lease for lease in _overdue(conn, group, now) if lease.host != host)
         if mine is not None and mine.boot_id == boot_id and mine.expires_at > now:
-            return Grant(True, mine.group_name, limit, tuple(_live(conn, mine.group_name, now)), _lease(mine))
+            if not stuck and blocked is None:
+                return Grant(True, mine.group_name, limit, tuple(_live(conn, mine.group_name, now)), _lease(mine))
+            conn.execute(sa.delete(t).where(t.c.host == host, t.c.boot_id == boot_id))  # asked again, not rebooted
         _ask(conn, host, group, boot_id, now, request_ttl)
         others = [lease for lease in _live(conn, group, now) if lease.host != host]
-        stuck = tuple(lease for lease in _overdue(conn, group, now) if lease.host != host)
         if stuck:
             return Grant(False, group, limit, tuple(others), None, stuck)
         if blocked is not None:
@@ -215,14 +220,29 @@ def give_back(store: Store, host: str, boot_id: str) -> bool:
     return gone.rowcount > 0
 
 
-def clear(store: Store, host: str) -> Lease | None:
-    """An operator's decision: drop ``host``'s lease (live or overdue), so that its group's reboots go on; the
-    lease dropped, or None when it held none. For a host that will not come back, or was looked at."""
+class Live(Exception):
+    """The lease ``clear`` was asked to drop is live and its host is not known to be back: it may be rebooting
+    now (``lease``), and dropping it would let another host of its group go down meanwhile."""
+
+    def __init__(self, lease: Lease) -> None:
+        super().__init__(lease.host)
+        self.lease = lease
+
+
+def clear(store: Store, host: str, *, force: bool = False) -> Lease | None:
+    """An operator's decision: drop ``host``'s lease, so that its group's reboots go on; the lease dropped, or
+    None when it held none. For a host that will not come back (an overdue lease) or came back unhealthy and
+    was looked at. A lease that is live and not marked unhealthy (a host rebooting now, perhaps one that took
+    it since the operator looked) is ``Live``, kept, unless ``force``. The lease dropped is the one read:
+    one taken meanwhile stays."""
     with store.begin() as conn:
+        now = store_now(conn)
         found = conn.execute(sa.select(t).where(t.c.host == host)).first()
         if found is None:
             return None
-        conn.execute(sa.delete(t).where(t.c.host == host))
+        if not force and found.expires_at > now and not found.unhealthy:
+            raise Live(_lease(found))
+        conn.execute(sa.delete(t).where(t.c.host == host, t.c.boot_id == found.boot_id, t.c.since == found.since))
     return _lease(found)
 
 
