@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -245,6 +245,33 @@ def test_a_rollout_whose_every_host_failed_is_never_done_by_resumes(tmp_path, st
     ro = in_force(story)
     assert (ro["state"], ro["wave"], ro.get("waveCompletedAt")) == ("rolling", 1, None), ro
     assert sum(w["accepted"] for w in ro["waves"]) == len(WEB)
+
+
+def test_a_failure_after_a_resume_halts_again_whatever_the_receiving_replicas_clock(story: Story, monkeypatch):
+    """A resume accepts the canary's failing pass, by what the pass is, not by when: a new failing pass received
+    by a replica whose clock runs a minute behind the store's halts the rollout again (compared by time, it was
+    taken for the pass accepted, and the next wave released the bad revision)."""
+    import datum.store.hosts as received
+
+    _first, second = start(story, WEB)
+    report(story, "web1", "failed", second)
+    tick(story)
+    assert in_force(story)["state"] == "halted"
+    assert story.client.post("/v1/rollouts/current/resume", headers=story.auth("operator")).status_code == 200
+    tick(story)
+    assert in_force(story)["state"] == "rolling" and in_force(story)["waves"][0]["accepted"] == 1
+
+    class Behind(datetime):  # the replica that receives web1's next pass: its clock a minute behind
+        @classmethod
+        def now(cls, tz=None):  # type: ignore[no-untyped-def, override]
+            return datetime.now(tz) - timedelta(seconds=60)
+
+    monkeypatch.setattr(received, "datetime", Behind)
+    report(story, "web1", "failed", second)
+    tick(story)
+    ro = in_force(story)
+    assert ro["state"] == "halted" and [f["host"] for f in ro["failed"]] == ["web1"], ro
+    assert ro["waves"][0]["accepted"] == 0
 
 
 def test_a_host_whose_manifest_did_not_change_is_not_held_back(story: Story):

@@ -32,9 +32,10 @@ OPEN = (ROLLING, PAUSED, HALTED)  # a rollout still under way: a newer revision 
 FAILED_KEPT = 50  # failed hosts named in a halted rollout
 
 _REVISION = hosts.c.revision  # the revision the host's last pass ran (migration 0017_revision_counts)
-# A failure a resume accepted: the host's last pass was received (the store's clock) before the resume. A pass
+# A failure a resume accepted: the host's last pass is still the one it was then (the resume copies its
+# ``updated_at``; compared for equality, never by order: replicas receive passes by their own clocks). Any pass
 # received after it counts again, whether it failed anew or after converging.
-_ACCEPTED = sa.and_(rollout_hosts.c.accepted_at.is_not(None), hosts.c.updated_at <= rollout_hosts.c.accepted_at)
+_ACCEPTED = sa.and_(rollout_hosts.c.accepted_at.is_not(None), hosts.c.updated_at == rollout_hosts.c.accepted_at)
 
 
 @dataclass(frozen=True, slots=True)
@@ -421,7 +422,8 @@ def command(
                 sa.update(rollout_hosts)
                 .where(rollout_hosts.c.rollout == row.id, rollout_hosts.c.wave <= row.wave,
                        rollout_hosts.c.host.in_(failing))
-                .values(accepted_at=now)
+                .values(accepted_at=sa.select(hosts.c.updated_at).where(hosts.c.host == rollout_hosts.c.host)
+                        .scalar_subquery())  # the pass accepted, named by when it was received
             )
         after = _update(conn, sa.and_(rollouts.c.id == row.id, rollouts.c.state == row.state), **values)
         return row, after
