@@ -274,6 +274,38 @@ def test_a_failure_after_a_resume_halts_again_whatever_the_receiving_replicas_cl
     assert ro["waves"][0]["accepted"] == 0
 
 
+@pytest.mark.postgres
+def test_two_replicas_beginning_two_revisions_at_once_both_get_begun(pg_database):
+    """Replica B begins r2 while replica A begins r3 (PostgreSQL, read committed): both read rollout 1 as the
+    latest and insert id 2. A loses the insert; it reads again and begins r3 after r2, superseding it (it took
+    B's r2 for its own, and r3 was never begun by A)."""
+    store = open_store(pg_database)
+    try:
+        assert stored.begin(store, "r1", 1, lambda revision, known: {}, 3.0).state == "done"
+        inside, go = threading.Event(), threading.Event()
+
+        def slow(revision, known):  # type: ignore[no-untyped-def]  # B inserted rollout 2, not committed yet
+            inside.set()
+            go.wait(10)
+            return {}
+
+        out: dict[str, object] = {}
+        b = threading.Thread(target=lambda: out.setdefault("b", stored.begin(store, "r2", 1, slow, 3.0)))
+        b.start()
+        assert inside.wait(10)
+        a = threading.Thread(target=lambda: out.setdefault("a", stored.begin(store, "r3", 1, lambda r, k: {}, 3.0)))
+        a.start()
+        time.sleep(0.5)  # A read rollout 1 as the latest, and waits on B's id 2
+        go.set()
+        a.join(10)
+        b.join(10)
+        latest = stored.latest(store)
+        assert latest is not None and (latest.id, latest.revision, latest.state) == (3, "r3", "rolling"), latest
+        assert sorted(row.revision for row in out.values()) == ["r2", "r3"]  # type: ignore[attr-defined]
+    finally:
+        store.dispose()
+
+
 def test_a_host_whose_manifest_did_not_change_is_not_held_back(story: Story):
     first, second = start(story, [*WEB, "db1", "db2"])
     assert stored.membership(story.store, in_force(story)["id"])["db1"] > 0  # not released

@@ -172,7 +172,26 @@ def begin(store: Store, revision: str, last_wave: int, planner: Planner, stale_a
     Planned in waves: the hosts whose last pass ran a revision of the fleet (not ``datum apply
     --report-to`` alone) and that do not read ``unknown`` (silent past ``stale_after`` of their
     intervals): a host that will not report cannot hold a wave.
+
+    Replicas begin at once: the one whose insert of the next id loses reads the store again, and finds its
+    revision begun by the other (None), or begins it after the other's (superseding it), or Behind.
     """
+    for _ in range(RACES):
+        try:
+            return _begin(store, revision, last_wave, planner, stale_after)
+        except _Raced:  # another replica took the next id, perhaps for another revision: read again
+            continue
+    raise RuntimeError(f"the rollout of revision {revision} lost {RACES} races in a row for the next id")
+
+
+class _Raced(Exception):
+    """Another replica inserted the rollout of the id ``_begin`` meant to take."""
+
+
+RACES = 5  # times ``begin`` reads the store again after another replica took the id it meant to
+
+
+def _begin(store: Store, revision: str, last_wave: int, planner: Planner, stale_after: float) -> RolloutRow | None:
     insert = _insert(store)
     with store.begin() as conn:
         current = _latest(conn)
@@ -196,7 +215,7 @@ def begin(store: Store, revision: str, last_wave: int, planner: Planner, stale_a
             insert(rollouts).values(**values).on_conflict_do_nothing(index_elements=[rollouts.c.id]).returning(rollouts.c.id)
         ).first()  # RETURNING, not rowcount: psycopg says -1 for an INSERT ... ON CONFLICT
         if inserted is None:
-            return None  # another replica started it first
+            raise _Raced  # the transaction ends with nothing written; ours may still be to begin
         conn.execute(
             sa.update(rollouts)
             .where(rollouts.c.id < new_id, rollouts.c.state.in_(OPEN))
