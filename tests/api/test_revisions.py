@@ -148,12 +148,12 @@ def test_the_fast_answer_names_the_revision_of_the_files_it_remembered(story: St
     assert first.status_code == 200, first.text
     real, calls = route.serving, []
 
-    async def edited_first(state):  # type: ignore[no-untyped-def]
+    async def edited_first(state, resolved=None):  # type: ignore[no-untyped-def]
         calls.append(1)
         if len(calls) == 1:  # the fast answer's look, after ``remembered`` took the files as they were
             (fleet / "web.yaml").write_text("resources:\n  - File[/etc/motd]:\n      content: edited\n")
             state.revisions_recorded.clear()  # not recorded: named afresh, in a worker thread
-        return await real(state)
+        return await real(state, resolved)
 
     monkeypatch.setattr(route, "serving", edited_first)
     answer = manifest(story)
@@ -162,3 +162,40 @@ def test_the_fast_answer_names_the_revision_of_the_files_it_remembered(story: St
     assert answer.headers["Datum-Revision"] == "sha256:" + content_digest(fleet.resolve())
     assert answer.headers["Datum-Revision"] != first.headers["Datum-Revision"]
     assert len(calls) == 2  # the fast answer's look, then the route's
+
+
+def _release(root: Path, content: str) -> Path:
+    root.mkdir(parents=True)
+    (root / "nodes.yaml").write_text("nodes:\n  - match: {name: 'web*'}\n    manifests: [web.yaml]\n")
+    (root / "web.yaml").write_text(f"resources:\n  - File[/etc/motd]:\n      content: {content}\n")
+    return root
+
+
+@pytest.mark.parametrize("staged", [False, True], ids=["plain", "rollout"])
+def test_a_fleet_directory_that_is_a_link_switched_to_another_release_serves_that_release(
+    tmp_path, store_url, staged: bool
+):
+    """``[fleet] manifests`` a link, renamed over to point at a new release (every file changed at once): the
+    next manifest request composes and names the new release, remembered facts or not, with or without a
+    staged rollout (it was named from the link as resolved at start, composed from it resolved now: 503)."""
+    from datum.config import RolloutSettings
+
+    story = build_story(tmp_path, store_url)
+    old, new = _release(tmp_path / "releases" / "a", "old"), _release(tmp_path / "releases" / "b", "new")
+    link = tmp_path / "fleet"
+    link.symlink_to(old)
+    state = story.app.state.datum
+    rollout = RolloutSettings.model_validate({"canary": ["web1"]}) if staged else None
+    state.settings = state.settings.model_copy(
+        update={"fleet": state.settings.fleet.model_copy(update={"manifests": link, "rollout": rollout})}
+    )
+    before = manifest(story)
+    assert before.status_code == 200, before.text
+    assert before.headers["Datum-Revision"] == "sha256:" + content_digest(old.resolve())
+    (tmp_path / "fleet.new").symlink_to(new)
+    os.replace(tmp_path / "fleet.new", link)
+    for facts in ('{"x": 1}', None):  # composed by the route; then the facts whose answer was remembered
+        after = manifest(story, **({"X-Datum-Facts": facts} if facts else {}))
+        assert after.status_code == 200, after.text
+        assert after.json()["manifest"]["resources"][0]["File[/etc/motd]"]["content"] == "new"
+        assert after.headers["Datum-Revision"] == "sha256:" + content_digest(new.resolve())

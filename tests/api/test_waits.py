@@ -134,3 +134,28 @@ def test_a_change_is_told_once_the_directory_holds_still(tmp_path: Path) -> None
     reads.clear()
     changes._read = reading([f"moving-{i}" for i in range(100)])  # type: ignore[method-assign]
     assert asyncio.run(changes._settled("moving")) == f"moving-{waits.SETTLE - 1}" and len(reads) == waits.SETTLE
+
+
+def test_a_link_switched_to_another_release_answers_the_waits(tmp_path: Path) -> None:
+    """The fleet directory a link: renamed over to point at a new release, the held waits are answered with the
+    new release's manifest, composed from it (the link is resolved at each look)."""
+    old, new = fleet(tmp_path / "a"), fleet(tmp_path / "b")
+    (new / "web.yaml").write_text("resources:\n  - File[/etc/motd]:\n      content: released\n")
+    link = tmp_path / "fleet"
+    link.symlink_to(old)
+    etag = etag_of(effective(old, "web1", {}))
+
+    async def run() -> list[str]:
+        changes = FleetChanges(link, period=0.05)
+        changes.start()
+        try:
+            waits = [asyncio.create_task(held(changes, link, f"web{i}", {}, etag, 60)) for i in range(1, 6)]
+            while changes.waiting < 5:
+                await asyncio.sleep(0.01)
+            (tmp_path / "fleet.new").symlink_to(new)
+            (tmp_path / "fleet.new").replace(link)
+            return [a.digest for a in await asyncio.wait_for(asyncio.gather(*waits), 30)]
+        finally:
+            await changes.stop()
+
+    assert asyncio.run(run()) == [effective(new, "web1", {}).digest] * 5

@@ -11,13 +11,13 @@ the manifest was composed from; the agent puts it in its pass report.
 from __future__ import annotations
 
 import logging
-from functools import cache
 from pathlib import Path
 
 import anyio.to_thread
 
 from datum.api.rollouts import started
 from datum.api.state import ServerState
+from datum.fleet.effective import directory_of
 from datum.fleet.revision import Revision, known, revision
 from datum.store.revisions import record
 
@@ -26,18 +26,14 @@ log = logging.getLogger("datum.api")
 REVISION_HEADER = "Datum-Revision"
 
 
-@cache
-def _resolved(directory: str) -> Path:
-    return Path(directory).resolve()
-
-
-def served(state: ServerState) -> Revision | None:
-    """The revision of the fleet directory as it is now, recorded in the store once; None without a fleet.
-    Blocking: call it from a worker thread."""
+def served(state: ServerState, resolved: Path | None = None) -> Revision | None:
+    """The revision of the fleet directory as it is now (``resolved``: as the request resolved it, else now),
+    recorded in the store once; None without a fleet. Blocking: call it from a worker thread."""
     directory = state.settings.fleet.manifests
     if directory is None:
         return None
-    found = revision(_resolved(str(directory)))
+    resolved = resolved or directory_of(directory)
+    found = revision(resolved)
     store = state.store
     if store is not None and found.id not in state.revisions_recorded:
         try:
@@ -48,20 +44,21 @@ def served(state: ServerState) -> Revision | None:
             state.revisions_recorded.add(found.id)
     if store is not None and state.settings.fleet.rollout is not None and state.rollouts.begun != found.id:
         try:
-            started(state, found, _resolved(str(directory)))
+            started(state, found, resolved)
         except Exception as exc:  # noqa: BLE001 - started at the next request or change
             log.warning("starting the rollout of revision %s failed: %s", found.id, exc)
     return found
 
 
-async def serving(state: ServerState) -> Revision | None:
+async def serving(state: ServerState, resolved: Path | None = None) -> Revision | None:
     """``served`` without a worker thread when the revision is already named and recorded (a ``stat`` per path)."""
     directory = state.settings.fleet.manifests
     if directory is None:
         return None
-    found = known(_resolved(str(directory)))
+    resolved = resolved or directory_of(directory)
+    found = known(resolved)
     if found is not None and found.id in state.revisions_recorded and (
         state.settings.fleet.rollout is None or state.rollouts.begun == found.id
     ):
         return found
-    return await anyio.to_thread.run_sync(served, state)
+    return await anyio.to_thread.run_sync(served, state, resolved)

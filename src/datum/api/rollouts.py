@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from datum.core.findings import Problem
-from datum.fleet.effective import Effective, effective
+from datum.fleet.effective import Effective, directory_of, effective
 from datum.fleet.revision import Revision
 from datum.store import rollouts as stored
 from datum.store.rollouts import ABORTED, DONE, RolloutRow
@@ -207,11 +207,13 @@ class Served:
     revision: str | None
 
 
-def revision_for(state: ServerState, host: str, facts: dict[str, Any], current: Revision | None) -> Served:
+def revision_for(
+    state: ServerState, host: str, facts: dict[str, Any], current: Revision | None, directory: Path | None = None
+) -> Served:
     """The revision ``host`` is served, and its effective manifest composed from it (blocking: it may
     compose, read a snapshot and write it out); ``current`` is the directory's revision now
     (``datum.api.revisions.served``). A Problem when there is none (404) or it is not valid (422)."""
-    directory = Path(str(state.settings.fleet.manifests)).resolve()
+    directory = directory or directory_of(str(state.settings.fleet.manifests))
     if current is None or not configured(state):
         return Served(effective(directory, host, facts), current.id if current else None)
     row = in_force(state)

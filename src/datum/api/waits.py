@@ -38,7 +38,7 @@ from pathlib import Path
 import anyio.to_thread
 
 from datum.fleet import effective as composing
-from datum.fleet.effective import Effective, forget_all_but, remembered, signature
+from datum.fleet.effective import Effective, directory_of, forget_all_but, remembered, signature
 
 log = logging.getLogger("datum.api")
 
@@ -55,14 +55,17 @@ class FleetChanges:
     ``forget`` lets it go; ``run()`` (one task per process, from the app's
     lifespan) reads the directory's signature every ``period`` seconds and,
     when it moved, completes every waiter's future and forgets what was
-    remembered for the older state of the files.
+    remembered for the older state of the files. The directory is resolved
+    at each look (``directory_of``): a link switched to another release is a
+    change, and what was remembered of the release left is forgotten whole.
     """
 
     def __init__(
         self, directory: Path, period: float = PERIOD, seen: Callable[[], object] | None = None,
         probe: Callable[[], bool] | None = None,
     ) -> None:
-        self.directory = directory.resolve()
+        self.configured = directory
+        self.directory = directory_of(directory)  # as last looked at
         self.period = period
         self._seen = seen  # run in a worker thread at start and after each change (the revision's record)
         # With staged rollouts (datum.api.rollouts): run in a worker thread each period, True when the rollout
@@ -111,11 +114,14 @@ class FleetChanges:
                 continue
             seen = await self._settled(now)
             self.changes += 1
-            forget_all_but(self.directory, seen)
+            left, self.directory = self.directory, seen[0]
+            if left != self.directory:  # a link switched to another release: nothing of the one left holds
+                forget_all_but(left, "")
+            forget_all_but(self.directory, seen[1])
             await self._tell()  # first: the woken waiters find the new revision named and recorded
             self._wake()
 
-    async def _settled(self, moved: str) -> str:
+    async def _settled(self, moved: tuple[Path, str]) -> tuple[Path, str]:
         """The signature once the directory holds still for a period (at most ``SETTLE`` periods): an edit
         written in place (truncated, then written; an editor without a rename, a ``cp``) must not wake every
         waiter on the half-written file, and each woken waiter would fetch what it found then. A ``git``
@@ -147,12 +153,17 @@ class FleetChanges:
             log.debug("reading the rollout in force failed: %s", exc)
             return False
 
-    async def _read(self) -> str | None:
+    async def _read(self) -> tuple[Path, str] | None:
+        """The directory the configured path names now, and its files' signature."""
         try:
-            return await anyio.to_thread.run_sync(signature, self.directory)
+            return await anyio.to_thread.run_sync(self._look)
         except Exception as exc:  # noqa: BLE001 - an unreadable directory is read again next period
             log.debug("reading the fleet directory's signature failed: %s", exc)
             return None
+
+    def _look(self) -> tuple[Path, str]:
+        resolved = directory_of(self.configured)
+        return resolved, signature(resolved)
 
     def _wake(self) -> None:
         waiters, self._waiters = self._waiters, set()
@@ -206,12 +217,13 @@ def wait_of(text: str | None) -> int | None:
 
 
 async def held(
-    changes: FleetChanges, resolved: Path, host: str, facts: dict[str, object], wanted: str, wait: float
+    changes: FleetChanges, directory: Path, host: str, facts: dict[str, object], wanted: str, wait: float
 ) -> Effective:
     """The host's manifest as soon as it no longer matches ``wanted`` (an ``If-None-Match``), else as it is
-    when ``wait`` seconds have passed (or the server closes). Each change of the directory asks again;
-    a Problem (the directory now composes to nothing valid for the host) is raised at once."""
-    return await held_by(changes, lambda: current(resolved, host, facts), wanted, wait)
+    when ``wait`` seconds have passed (or the server closes). Each change of the directory asks again, from
+    the directory resolved anew (``directory_of``: a link switched to another release); a Problem (the
+    directory now composes to nothing valid for the host) is raised at once."""
+    return await held_by(changes, lambda: current(directory_of(directory), host, facts), wanted, wait)
 
 
 async def held_by(

@@ -187,6 +187,14 @@ def _signed(directory: Path) -> tuple[str, float]:
     return signature, since
 
 
+def directory_of(configured: str | os.PathLike[str]) -> Path:
+    """The fleet directory the configured path names now, resolved: a link switched to another release is
+    followed at the next look (a release deployed beside the old one and the link renamed over is the one way
+    to change every file at once). Resolve once per request and pass it on: its files, revisions and
+    caches are the resolved directory's."""
+    return Path(os.path.realpath(configured))
+
+
 def signature(directory: Path) -> str:
     """Every file of the fleet directory with its size and mtime: any edit is another signature.
 

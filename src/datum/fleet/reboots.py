@@ -15,7 +15,6 @@ that no lock is held while Prometheus answers.
 from __future__ import annotations
 
 from datetime import timedelta
-from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -67,18 +66,13 @@ def _rules(directory: Path) -> list[Any] | None:
     """The rules of ``directory``'s ``nodes.yaml`` (a Problem when it does not validate), None when it has none:
     the ones the manifests are composed from, remembered until the directory's files change
     (``datum.fleet.effective.rules_now``)."""
-    from datum.fleet.effective import rules_now
+    from datum.fleet.effective import directory_of, rules_now
     from datum.fleet.nodes import NODES
 
-    resolved = _resolved(str(directory))
+    resolved = directory_of(directory)
     if not (resolved / NODES).is_file():
         return None
     return rules_now(resolved)
-
-
-@cache
-def _resolved(directory: str) -> Path:
-    return Path(directory).resolve()
 
 
 def request_ttl(fleet: FleetSettings, interval: float | None) -> timedelta:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
-from functools import cache
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -32,7 +31,7 @@ from datum.api.state import ServerState, state_of
 from datum.api.waits import MAX_WAIT, WAIT_HEADER, current, etag_of, held, held_by, matches, wait_of
 from datum.core.findings import FieldError, Problem, invalid
 from datum.core.vocab import HostState
-from datum.fleet.effective import Effective, remembered
+from datum.fleet.effective import Effective, directory_of, remembered
 from datum.fleet.listing import (
     CURSOR_MAX_LENGTH,
     CURSOR_PATTERN,
@@ -258,13 +257,12 @@ async def manifest(
     if directory is None:
         raise Problem.one("NOT_FOUND", "this server serves no manifests ([fleet] manifests is not set)")
     told = facts_of(facts)
-    resolved = _resolved(str(directory))
     changes = state.manifest_changes
     if rollouts.configured(state):  # which revision this host is served: the rollout's decision
         chosen: list[str | None] = [None]
 
-        async def find() -> Effective:
-            got = await anyio.to_thread.run_sync(_choose, state, host, told)
+        async def find() -> Effective:  # the directory resolved at each ask: a link switched is a change
+            got = await anyio.to_thread.run_sync(_choose, state, directory_of(directory), host, told)
             chosen[0] = got.revision
             return got.effective
 
@@ -274,28 +272,27 @@ async def manifest(
             found = await find()
         reply = _reply(found, if_none_match, wait if changes is not None else None, chosen[0])
     else:
-        reply = await _composed(state, resolved, host, told, if_none_match, wait)
+        reply = await _composed(state, directory, host, told, if_none_match, wait)
     headers = {k.decode(): v.decode() for k, v in reply.headers}
     if reply.status == 304:
         return Response(status_code=304, headers=headers)
     return Response(reply.body, media_type="application/json", headers=headers)
 
 
-def _choose(state: ServerState, host: str, told: dict[str, Any]) -> rollouts.Served:
+def _choose(state: ServerState, resolved: Path, host: str, told: dict[str, Any]) -> rollouts.Served:
     """Which revision ``host`` is served, from the directory's revision now (blocking). Named and composed
     from the same files: when an edit landed between the two reads, both are made again (the agent reports
     the revision it is told, and a rollout counts its pass on it)."""
-    resolved = _resolved(str(state.settings.fleet.manifests))
     for _ in range(3):
-        current = served(state)
-        got = rollouts.revision_for(state, host, told, current)
+        current = served(state, resolved)
+        got = rollouts.revision_for(state, host, told, current, resolved)
         if current is None or got.revision != current.id or _names(resolved, got.effective, current):
             return got
     raise Problem.one("UNAVAILABLE", "the fleet directory keeps changing: its revision could not be named")
 
 
 async def _composed(
-    state: ServerState, resolved: Path, host: str, told: dict[str, Any], if_none_match: str | None, wait: int | None
+    state: ServerState, directory: Path, host: str, told: dict[str, Any], if_none_match: str | None, wait: int | None
 ) -> Reply:
     """The answer from the directory as it is now (no staged rollout), named by the revision of the files it
     was composed from: when an edit landed between the composition and the naming, both again (no second
@@ -304,10 +301,11 @@ async def _composed(
     waiting = bool(wait and if_none_match and changes is not None)
     for _ in range(3):
         if waiting and changes is not None and if_none_match:
-            found = await held(changes, resolved, host, told, if_none_match, wait)
+            found = await held(changes, directory, host, told, if_none_match, wait)
         else:
-            found = await current(resolved, host, told)
-        now = await serving(state)
+            found = await current(directory_of(directory), host, told)
+        resolved = directory_of(directory)  # a link switched meanwhile: another directory, which _names tells
+        now = await serving(state, resolved)
         if _names(resolved, found, now):
             return _reply(found, if_none_match, wait if changes is not None else None, _id(now))
         waiting = False
@@ -338,7 +336,7 @@ async def manifest_now(asked: Asked) -> Reply | None:
         wait = wait_of(asked.query.get("wait"))
     except (Problem, ValueError):
         return None
-    resolved = _resolved(str(directory))
+    resolved = directory_of(directory)
     header = asked.header(b"if-none-match")
     wanted = None if header is None else header.decode("latin-1")
     changes = asked.state.manifest_changes
@@ -346,14 +344,14 @@ async def manifest_now(asked: Asked) -> Reply | None:
         found = remembered(resolved, asked.params["host"], facts)
         if found is None:
             return None
-        now = await serving(asked.state)  # the revision of the signature ``remembered`` just took
+        now = await serving(asked.state, resolved)  # the revision of the signature ``remembered`` just took
         if staged and (now is None or not rollouts.settled_on(asked.state, now.id)):
             return None  # a rollout under way (or not read lately): the route asks which revision, in a thread
         if not _names(resolved, found, now):
             return None  # an edit between the two looks: the route names and composes again
         return _reply(found, wanted, None, _id(now))
     try:  # the route's own answer, run here: a wait is held once, never again by the route after it
-        return await _composed(asked.state, resolved, asked.params["host"], facts, wanted, wait)
+        return await _composed(asked.state, directory, asked.params["host"], facts, wanted, wait)
     except Problem:
         return None  # the route says what is wrong, its one way
 
@@ -375,9 +373,3 @@ def _reply(found: Effective, wanted: str | None, wait: int | None, revision: str
     if wanted is not None and matches(wanted, etag):
         return Reply(304, headers=headers)
     return Reply(200, found.body, headers)
-
-
-@cache
-def _resolved(directory: str) -> Path:
-    """The fleet directory, resolved once per process."""
-    return Path(directory).resolve()
