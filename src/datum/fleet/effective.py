@@ -191,8 +191,28 @@ def directory_of(configured: str | os.PathLike[str]) -> Path:
     """The fleet directory the configured path names now, resolved: a link switched to another release is
     followed at the next look (a release deployed beside the old one and the link renamed over is the one way
     to change every file at once). Resolve once per request and pass it on: its files, revisions and
-    caches are the resolved directory's."""
-    return Path(os.path.realpath(configured))
+    caches are the resolved directory's.
+
+    Two ``stat`` calls when nothing moved (the manifest's fast answer calls it; ``realpath`` ``lstat``s every
+    component): the last resolution holds while the configured path and it still lead to the same directory."""
+    key = os.fspath(configured)
+    try:
+        now = os.stat(key)
+        seen = _DIRECTORIES.get(key)
+        if seen is not None and seen[1] == (now.st_dev, now.st_ino):
+            again = os.stat(seen[0])
+            if (again.st_dev, again.st_ino) == seen[1]:
+                return seen[0]
+    except OSError:  # gone, or not yet there: resolved as it is, nothing remembered
+        return Path(os.path.realpath(key))
+    resolved = Path(os.path.realpath(key))
+    if len(_DIRECTORIES) >= 100:
+        _DIRECTORIES.clear()
+    _DIRECTORIES[key] = (resolved, (now.st_dev, now.st_ino))  # a switch meanwhile: the next look sees it moved
+    return resolved
+
+
+_DIRECTORIES: dict[str, tuple[Path, tuple[int, int]]] = {}  # configured path: (resolved, its device and inode)
 
 
 def signature(directory: Path) -> str:
