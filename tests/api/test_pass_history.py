@@ -150,7 +150,8 @@ def test_filters_window_and_state(story):
     assert [p["seq"] for p in got["passes"]] == [3, 2]  # finished at or after since, before until
     assert [p["seq"] for p in passes(story, "?state=failed")["passes"]] == [4, 2]
     assert passes(story, f"?since={until}&until={since}".replace("+", "%2B"))["passes"] == []
-    assert passes(story, host="never-seen")["passes"] == []
+    unknown = story.get("/v1/hosts/never-seen/passes")
+    assert unknown.status_code == 404 and unknown.json()["issues"][0]["code"] == "NOT_FOUND", unknown.text
 
 
 def test_fleet_events_one_row_per_resource_that_changed_failed_drifted_or_blocked(story):

@@ -49,6 +49,8 @@ def test_history_lists_a_hosts_passes_with_both_times_and_the_same_json_as_the_a
     assert "no pass of this host is kept in that window" in out
     _code, out, _err = datum_cli("history", "web1", "--config", str(scene.config), "--wide")
     assert " UTC" in out and "ago" not in out
+    code, out, err = datum_cli("history", "web9", "--config", str(scene.config))  # never reported: as the API
+    assert code == 64 and "no host named 'web9' has reported a pass" in err, (code, err)
 
 
 def test_events_list_what_failed_across_the_fleet(scene: Scene, datum_cli):

@@ -15,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from datum.store import Store
+from datum.store.hosts import known, unknown_host
 from datum.store.passes import After, fleet_events, host_passes
 
 DEFAULT_LIMIT = 100
@@ -76,9 +77,13 @@ def passes_page(
     store: Store, host: str, window: Window = Window(), *, state: str | None = None, after: After | None = None,
     limit: int = DEFAULT_LIMIT,
 ) -> Rows:
-    """``host``'s passes, newest finish first, ``limit`` after ``after``, in ``window``, of ``state`` when given."""
+    """``host``'s passes, newest finish first, ``limit`` after ``after``, in ``window``, of ``state`` when given;
+    ``NOT_FOUND`` for a host the store has never heard of (one whose passes retention dropped: none)."""
     w = window.normal()
-    return _paged(host_passes(store, host, since=w.since, until=w.until, state=state, after=after, limit=limit + 1), limit)
+    found = _paged(host_passes(store, host, since=w.since, until=w.until, state=state, after=after, limit=limit + 1), limit)
+    if not found.rows and after is None and not known(store, host):
+        raise unknown_host(host)
+    return found
 
 
 def events_page(

@@ -12,6 +12,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from datum.core.budget import DEFAULT_GROUP, back_unhealthy
+from datum.core.findings import Problem
 from datum.core.hostsummary import interval_of, summarize
 from datum.core.vocab import HostState
 from datum.store import group_counts as by_group
@@ -296,6 +297,17 @@ def _row(r: Any) -> dict[str, Any]:
     if unreadable:
         row["unreadable"] = unreadable
     return row
+
+
+def unknown_host(host: str) -> Problem:
+    """``NOT_FOUND`` for a host the store has never heard of: what every read of one host answers."""
+    return Problem.one("NOT_FOUND", f"no host named {host!r} has reported a pass")
+
+
+def known(store: Store, host: str) -> bool:
+    """Whether the store has heard of ``host`` (a primary-key look, no report read)."""
+    with store.connect() as conn:
+        return conn.execute(sa.select(hosts.c.host).where(hosts.c.host == host)).first() is not None
 
 
 def get_host(store: Store, host: str) -> dict[str, Any] | None:

@@ -91,9 +91,10 @@ def _json(model: Any, found: Rows, request: Request) -> Response:
         "Newest finish first (the host's clock), `limit` per page (default "
         f"{DEFAULT_LIMIT}, at most {MAX_LIMIT}); `since`/`until` keep the passes that finished in that window, "
         "`state=` those that reported that host state; `next` is the cursor of the following page, absent on "
-        "the last. An empty list for a host with no pass kept. A bad filter is 422 naming each."
+        "the last. An empty list for a host with no pass kept (dropped by retention, or none in the window); 404 "
+        "for a host that never reported. A bad filter is 422 naming each."
     ),
-    responses=error_responses(401, 403, 422, 503),
+    responses=error_responses(401, 403, 404, 422, 503),
     **OUT,
 )
 async def list_passes(

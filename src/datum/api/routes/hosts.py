@@ -43,7 +43,7 @@ from datum.fleet.listing import (
 from datum.fleet.revision import Revision, named_for
 from datum.fleet.stale import stale
 from datum.host.report import PassReport
-from datum.store.hosts import get_host
+from datum.store.hosts import get_host, unknown_host
 from datum.store.leases import read as read_leases
 
 router = APIRouter(prefix="/v1/hosts", tags=["fleet"])
@@ -126,7 +126,7 @@ def one_host(state: ServerState, host: str) -> HostStatus:
     _registry, store = state.wired()
     row = get_host(store, host)
     if row is None:
-        raise Problem.one("NOT_FOUND", f"no host named {host!r} has reported a pass")
+        raise unknown_host(host)
     status = with_lease(host_status(stale(row, state.settings.fleet.stale_after)), read_leases(store, host))
     return with_held_back(status, rollouts.held_back(state, host, status.revision))
 
