@@ -306,6 +306,26 @@ def test_two_replicas_beginning_two_revisions_at_once_both_get_begun(pg_database
         store.dispose()
 
 
+def test_a_previous_revision_without_a_snapshot_is_never_replaced_by_the_new_one(story: Story, monkeypatch):
+    """The previous revision was not kept (too large; or recorded before rollouts were on): a host held back on
+    it, and after an abort every host, is answered 503 and keeps what it has, never the new revision in its
+    place (the hold-back and the abort did nothing, while the status said held back and aborted)."""
+    import datum.fleet.snapshot as snapshot
+
+    monkeypatch.setattr(snapshot, "MAX_BYTES", 10)  # stands for a directory of more than 256 MiB
+    first, content = served(story, "web1")
+    assert content == "hello"
+    (story.fleet / "web.yaml").write_text(NEW)  # type: ignore[attr-defined]
+    second, content = served(story, "web1")  # the canary: the new revision
+    assert second != first and content == "new" and in_force(story)["state"] == "rolling"
+    held = story.client.get("/v1/hosts/web2/manifest", headers=story.auth("agent"))
+    assert held.status_code == 503 and f"revision {first} has no snapshot" in held.text, held.text
+    assert story.client.post("/v1/rollouts/current/abort", headers=story.auth("operator")).status_code == 200
+    for host in ("web1", "web2"):
+        answer = story.client.get(f"/v1/hosts/{host}/manifest", headers=story.auth("agent"))
+        assert answer.status_code == 503 and "keeps the manifest it has" in answer.text, (host, answer.text)
+
+
 def test_a_host_whose_manifest_did_not_change_is_not_held_back(story: Story):
     first, second = start(story, [*WEB, "db1", "db2"])
     assert stored.membership(story.store, in_force(story)["id"])["db1"] > 0  # not released

@@ -139,6 +139,9 @@ def started(state: ServerState, current: Revision, directory: Path) -> None:
             state.rollouts.behind = None
         if row is not None:
             log.info("rollout %d of revision %s: %s (from %s)", row.id, row.revision, row.state, row.previous)
+            if row.previous is not None and row.state != DONE and not kept(state.store, row.previous):
+                log.warning("revision %s has no snapshot: the hosts the rollout of %s holds back are answered 503 "
+                            "and keep the manifest they have", row.previous, row.revision)
         state.rollouts.begun = current.id
         refresh(state)
 
@@ -229,24 +232,30 @@ def revision_for(
         return _from(state, row.revision, current, directory, host, facts)
     try:
         old = _from(state, row.previous, current, directory, host, facts)
-    except Problem:  # nothing (valid) for it in the previous revision: it is not held back from anything
+    except Problem as exc:  # nothing (valid) for it in the previous revision: it is not held back from anything
+        if exc.code == "UNAVAILABLE":  # the previous revision cannot be served: never the new one instead
+            raise
         return _from(state, row.revision, current, directory, host, facts)
     try:
         new = _from(state, row.revision, current, directory, host, facts)
-    except Problem:  # the new revision has nothing valid for it: it keeps the previous until released
+    except Problem as exc:  # the new revision has nothing valid for it: it keeps the previous until released
+        if exc.code == "UNAVAILABLE":
+            raise
         return old
     return new if new.effective.digest == old.effective.digest else old
 
 
 def _from(state: ServerState, revision: str, current: Revision, directory: Path, host: str, facts: dict[str, Any]) -> Served:
     where = _directory(state, revision, current, directory)
-    if where is None:  # no snapshot kept (a revision recorded before rollouts, or too large): the directory
-        if state.rollouts.behind is not None:  # ...which is behind: never the older revision instead
-            raise Problem.one(
-                "UNAVAILABLE", f"revision {revision} has no snapshot, and this server's fleet directory is behind it"
-            )
-        log.warning("revision %s has no snapshot: serving the directory's %s", revision, current.id)
-        return Served(effective(directory, host, facts), current.id)
+    if where is None:  # no snapshot kept (a revision recorded before rollouts were on, or too large to keep)
+        # Never another revision instead: the directory's would undo a hold-back or an abort without a word,
+        # and when the directory is behind it would take the host back. The agent keeps what it applied.
+        why = "this server's fleet directory is behind it" if state.rollouts.behind is not None else (
+            f"this server's fleet directory holds revision {current.id}")
+        raise Problem.one(
+            "UNAVAILABLE", f"revision {revision} has no snapshot (its files were not kept: recorded before staged "
+            f"rollouts were on, or too large), and {why}: the host keeps the manifest it has",
+        )
     return Served(effective(where, host, facts), revision)
 
 
