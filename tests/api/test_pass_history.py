@@ -182,6 +182,31 @@ def test_fleet_events_one_row_per_resource_that_changed_failed_drifted_or_blocke
     assert [e["id"] for e in first["events"] + rest["events"]] == [e["id"] for e in events] and "next" not in rest
 
 
+def test_fleet_events_until_keeps_passes_finished_before_it_and_with_since_a_window(story):
+    for seq in (2, 4, 6):
+        post(story, a_pass(seq, failed=True))  # each: File[motd] failed, Service[nginx] blocked
+    changed = a_pass(3, host="web2")
+    changed["resources"][0] |= {"action": "create", "changed": True}
+    post(story, changed)
+
+    def at(minutes: int, seconds: int = 0) -> str:
+        return (T0 + timedelta(minutes=minutes, seconds=seconds)).isoformat().replace("+", "%2B")
+
+    def passes_of(query: str) -> list[str]:
+        r = story.get(f"/v1/events{query}")
+        assert r.status_code == 200, r.text
+        return list(dict.fromkeys(e["pass"] for e in r.json()["events"]))  # newest first, each pass once
+
+    assert passes_of("") == ["web1-pass-6", "web1-pass-4", "web2-pass-3", "web1-pass-2"]
+    assert passes_of(f"?until={at(4)}") == ["web2-pass-3", "web1-pass-2"]  # pass 4 finished at 12:04:02
+    assert passes_of(f"?until={at(4, 2)}") == ["web2-pass-3", "web1-pass-2"]  # before until, not at it
+    assert passes_of(f"?until={at(4, 3)}") == ["web1-pass-4", "web2-pass-3", "web1-pass-2"]
+    assert passes_of(f"?since={at(3)}&until={at(5)}") == ["web1-pass-4", "web2-pass-3"]
+    assert passes_of(f"?since={at(3)}&until={at(5)}&host=web1") == ["web1-pass-4"]
+    assert passes_of(f"?since={at(5)}&until={at(3)}") == []
+    assert passes_of(f"?until={at(0)}") == []
+
+
 def test_bad_filters_are_422_naming_each(story):
     r = story.get("/v1/events?since=yesterday&until=2026-11-01T12:00:00&state=happy&action=smash&limit=0&cursor=x")
     assert r.status_code == 422, r.text

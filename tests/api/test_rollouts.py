@@ -416,6 +416,42 @@ def test_pause_holds_the_waves_and_resume_lets_them_go(story: Story):
     assert in_force(story)["wave"] == 1
 
 
+def test_the_cli_pauses_and_resumes_on_the_store_and_refuses_what_the_state_forbids(story: Story, datum_cli, tmp_path):  # type: ignore[no-untyped-def]
+    """``datum rollout pause|resume --json`` on the store its configuration names: the answer is the route's; pausing
+    a paused rollout or resuming a rolling one is a CONFLICT (exit 65, the issue as JSON), and changes nothing."""
+    _first, second = start(story, WEB)
+    rollout_id = in_force(story)["id"]
+    cfg = tmp_path / "cli.toml"
+    cfg.write_text(f'store = "{story.settings.store}"\n[fleet]\nmanifests = "{story.fleet}"\n'  # type: ignore[attr-defined]
+                   '[fleet.rollout]\ncanary = ["web1"]\n')
+    code, out, err = datum_cli("rollout", "pause", "--json", "--config", str(cfg))
+    assert code == 0, out + err
+    ro = json.loads(out)["rollout"]
+    assert (ro["id"], ro["revision"], ro["state"]) == (rollout_id, second, "paused") and ro["by"].startswith("cli:")
+    assert in_force(story)["state"] == "paused"
+    report(story, "web1", "converged", second)
+    tick(story)
+    tick(story)
+    assert (in_force(story)["state"], in_force(story)["wave"]) == ("paused", 0)  # held: no further wave
+    code, out, err = datum_cli("rollout", "pause", "--json", "--config", str(cfg))
+    assert code == 65, out + err
+    assert json.loads(out)["issues"] == [{"code": "CONFLICT", "message": f"rollout {rollout_id} of revision {second} "
+                                                                     "is paused: it cannot be paused"}]
+    assert in_force(story)["state"] == "paused"
+    code, out, err = datum_cli("rollout", "resume", "--json", "--config", str(cfg))
+    assert code == 0, out + err
+    ro = json.loads(out)["rollout"]
+    assert (ro["id"], ro["state"]) == (rollout_id, "rolling")
+    assert in_force(story)["state"] == "rolling"
+    code, out, err = datum_cli("rollout", "resume", "--json", "--config", str(cfg))
+    assert code == 65, out + err
+    assert json.loads(out)["issues"] == [{"code": "CONFLICT", "message": f"rollout {rollout_id} of revision {second} "
+                                                                     "is rolling: it cannot be resumed"}]
+    tick(story)
+    tick(story)
+    assert (in_force(story)["state"], in_force(story)["wave"]) == ("rolling", 1)  # the waves go on
+
+
 def test_cedar_lets_operators_manage_rollouts_and_denies_a_viewer(story: Story):
     start(story, WEB)
     for who in ("viewer", "agent", "stranger"):

@@ -92,6 +92,16 @@ def test_observe_mode_from_host_configuration(host):
     assert host.status("--json").json["mode"] == "observe"
 
 
+def test_enforce_mode_on_the_command_line_overrides_observe_from_host_configuration(host):
+    host.configure('[host]\nmode = "observe"\n')
+    result = host.apply(host.manifest(WEB), "--mode", "enforce")
+    assert result.code == 2, result.out + result.err  # changed: the configuration's observe did not hold
+    assert result.line("File[index.html]") == "created"
+    assert result.field("host state") == "converged"
+    assert (host.root / "srv/www/index.html").read_text() == "hello\n"
+    assert host.status("--json").json["mode"] == "enforce"
+
+
 def test_observe_is_not_a_manifest_attribute(host):
     result = host.apply(host.manifest("mode: observe\n" + WEB))
     assert result.code == 65
