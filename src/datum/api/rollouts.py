@@ -247,14 +247,14 @@ def revision_for(
 
 def _from(state: ServerState, revision: str, current: Revision, directory: Path, host: str, facts: dict[str, Any]) -> Served:
     where = _directory(state, revision, current, directory)
-    if where is None:  # no snapshot kept (a revision recorded before rollouts were on, or too large to keep)
+    if where is None:  # no snapshot kept (too large to keep)
         # Never another revision instead: the directory's would undo a hold-back or an abort without a word,
         # and when the directory is behind it would take the host back. The agent keeps what it applied.
         why = "this server's fleet directory is behind it" if state.rollouts.behind is not None else (
             f"this server's fleet directory holds revision {current.id}")
         raise Problem.one(
-            "UNAVAILABLE", f"revision {revision} has no snapshot (its files were not kept: recorded before staged "
-            f"rollouts were on, or too large), and {why}: the host keeps the manifest it has",
+            "UNAVAILABLE", f"revision {revision} has no snapshot (its files were not kept: too large), and {why}: "
+            "the host keeps the manifest it has",
         )
     return Served(effective(where, host, facts), revision)
 
