@@ -307,7 +307,7 @@ def test_two_replicas_beginning_two_revisions_at_once_both_get_begun(pg_database
 
 
 def test_a_previous_revision_without_a_snapshot_is_never_replaced_by_the_new_one(story: Story, monkeypatch):
-    """The previous revision was not kept (too large; or recorded before rollouts were on): a host held back on
+    """The previous revision was not kept (too large): a host held back on
     it, and after an abort every host, is answered 503 and keeps what it has, never the new revision in its
     place (the hold-back and the abort did nothing, while the status said held back and aborted)."""
     import datum.fleet.snapshot as snapshot
