@@ -326,6 +326,67 @@ def test_a_previous_revision_without_a_snapshot_is_never_replaced_by_the_new_one
         assert answer.status_code == 503 and "keeps the manifest it has" in answer.text, (host, answer.text)
 
 
+def _without_revision(story: Story, host: str) -> None:
+    """A pass of ``host``'s agent on the manifest it cached: no revision (it could not get the one it is told)."""
+    body = pass_report(host, "converged")
+    body.update(reason=None, exitCode=0, counts={"converged": 1}, resources=body["resources"][:1])  # type: ignore[index]
+    body = {k: v for k, v in body.items() if v is not None and k != "revision"}
+    answer = story.client.post(f"/v1/hosts/{host}/passes", json=body, headers=story.auth("agent"))
+    assert answer.status_code == 201, answer.text
+
+
+def test_a_released_host_the_revision_does_not_validate_for_fails_and_halts_it(tmp_path, store_url):
+    """The new revision's manifest for the canary does not validate (422): its agent keeps what it has, and
+    reports passes on no revision. It counts failed on the revision, named with why, and halts the rollout
+    (it waited at wave 0 for ever, never halted); a resume accepts it, and the waves go on."""
+    story = fleet_story(tmp_path, store_url)
+    fleet: Path = story.fleet  # type: ignore[attr-defined]
+    first, _ = served(story, "web1")
+    for host in WEB:
+        report(story, host, "converged", first)
+    (fleet / "broken.yaml").write_text("resources:\n  - File[/etc/motd]:\n      mode: 'not a mode'\n")
+    (fleet / "nodes.yaml").write_text(
+        "nodes:\n  - match: {name: 'web*'}\n    manifests: [web.yaml]\n    group: web\n"
+        "  - match: {name: 'web1'}\n    manifests: [broken.yaml]\n"
+    )
+    refused = story.client.get("/v1/hosts/web1/manifest", headers=story.auth("agent"))
+    assert refused.status_code == 422, refused.text
+    assert in_force(story)["state"] == "rolling"
+    _without_revision(story, "web1")
+    tick(story)
+    ro = in_force(story)
+    assert ro["state"] == "halted", ro
+    assert [f["host"] for f in ro["failed"]] == ["web1"] and ro["failed"][0]["reason"].startswith("not served: ")
+    assert story.client.post("/v1/rollouts/current/resume", headers=story.auth("operator")).status_code == 200
+    tick(story)
+    ro = in_force(story)
+    assert ro["state"] == "rolling" and ro["waves"][0]["accepted"] == 1, ro
+
+
+def test_a_released_host_the_revision_has_no_manifest_for_is_not_waited_for(tmp_path, store_url):
+    """The new revision's nodes.yaml no longer matches one of two canaries (404): it is not waited for, as a
+    silent host; the other converging completes the wave."""
+    story = fleet_story(tmp_path, store_url, canary=["web1", "web2"])
+    fleet: Path = story.fleet  # type: ignore[attr-defined]
+    first, _ = served(story, "web1")
+    for host in WEB:
+        report(story, host, "converged", first)
+    (fleet / "nodes.yaml").write_text(
+        "nodes:\n  - match: {name: 'web[2-9]'}\n    manifests: [web.yaml]\n    group: web\n"
+    )
+    (fleet / "web.yaml").write_text(NEW)
+    assert story.client.get("/v1/hosts/web1/manifest", headers=story.auth("agent")).status_code == 404
+    second, content = served(story, "web2")
+    assert content == "new"
+    _without_revision(story, "web1")
+    report(story, "web2", "converged", second)
+    tick(story)
+    tick(story)
+    ro = in_force(story)
+    assert ro["state"] == "rolling" and ro["wave"] == 1, ro
+    assert ro["waves"][0]["silent"] == 1 and ro["waves"][0]["converged"] == 1, ro
+
+
 def test_a_host_whose_manifest_did_not_change_is_not_held_back(story: Story):
     first, second = start(story, [*WEB, "db1", "db2"])
     assert stored.membership(story.store, in_force(story)["id"])["db1"] > 0  # not released

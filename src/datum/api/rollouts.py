@@ -229,7 +229,11 @@ def revision_for(
     if row.state == stored.SUPERSEDED:  # a newer rollout is being started this moment: the directory as it is
         return Served(effective(directory, host, facts), current.id)
     if released(state, row, host):
-        return _from(state, row.revision, current, directory, host, facts)
+        try:
+            return _from(state, row.revision, current, directory, host, facts)
+        except Problem as exc:
+            _unserved(state, row, host, exc)
+            raise
     try:
         old = _from(state, row.previous, current, directory, host, facts)
     except Problem as exc:  # nothing (valid) for it in the previous revision: it is not held back from anything
@@ -243,6 +247,24 @@ def revision_for(
             raise
         return old
     return new if new.effective.digest == old.effective.digest else old
+
+
+def _unserved(state: ServerState, row: RolloutRow, host: str, exc: Problem) -> None:
+    """A released host the rollout's revision has no valid manifest for: recorded once (``stored.unserved``), so
+    its wave counts it (failed, or not waited for) instead of waiting for a pass on a revision it cannot get."""
+    code = exc.code
+    if row.state not in stored.OPEN or code not in (stored.UNSERVED_FAILED, stored.UNSERVED_LEFT):
+        return
+    if host not in _members(state, row) or (row.id, host) in state.rollouts.unserved:
+        return
+    assert state.store is not None
+    try:
+        if stored.unserved(state.store, row.id, host, code, exc.plain()):
+            log.warning("rollout %d: revision %s cannot be served to %s: %s", row.id, row.revision, host, exc.plain())
+    except Exception as exc2:  # noqa: BLE001 - recorded at its next request
+        log.warning("recording that revision %s cannot be served to %s failed: %s", row.revision, host, exc2)
+        return
+    state.rollouts.unserved.add((row.id, host))
 
 
 def _from(state: ServerState, revision: str, current: Revision, directory: Path, host: str, facts: dict[str, Any]) -> Served:

@@ -36,6 +36,13 @@ _REVISION = hosts.c.revision  # the revision the host's last pass ran (migration
 # ``updated_at``; compared for equality, never by order: replicas receive passes by their own clocks). Any pass
 # received after it counts again, whether it failed anew or after converging.
 _ACCEPTED = sa.and_(rollout_hosts.c.accepted_at.is_not(None), hosts.c.updated_at == rollout_hosts.c.accepted_at)
+# A released host the rollout's revision could not be served to (``unserved``): its manifest of the revision does
+# not validate (failed, as a failed pass on it), or the revision has none for it (not waited for, as silent).
+# A resume accepts the first (``UNSERVED_ACCEPTED``): then counted neither failed nor waited for.
+UNSERVED_FAILED, UNSERVED_LEFT, UNSERVED_ACCEPTED = "INVALID_INPUT", "NOT_FOUND", "ACCEPTED"
+_BAD = sa.func.coalesce(rollout_hosts.c.unserved_code == UNSERVED_FAILED, sa.false())
+_LEFT = sa.func.coalesce(rollout_hosts.c.unserved_code == UNSERVED_LEFT, sa.false())
+_UNSERVED_ACCEPTED = sa.func.coalesce(rollout_hosts.c.unserved_code == UNSERVED_ACCEPTED, sa.false())
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +77,7 @@ class Remembered:
     members: dict[int, dict[str, int]] = field(default_factory=dict)
     begun: str | None = None
     behind: str | None = None  # the directory's revision when the store refused it as Behind, else None
+    unserved: set[tuple[int, str]] = field(default_factory=set)  # (rollout, host) recorded as not served
     checked_at: float = -math.inf
     lock: threading.RLock = field(default_factory=threading.RLock)  # started() refreshes under it
 
@@ -292,13 +300,16 @@ def _wave_counts(conn: Connection, row: RolloutRow, dialect: str, stale_after: f
     planned host that never reported at all (a canary named by hand, misspelt or not enrolled yet): it has no
     pass to judge. One that fell silent after a pass on it counts as failed: a revision that cuts a host off
     must halt the rollout, not be taken for a host that had nothing to say; unless a resume accepted that
-    pass's failure (``accepted``), which then holds nothing until the host's next pass."""
+    pass's failure (``accepted``), which then holds nothing until the host's next pass. A released host the
+    revision could not be served to (``unserved``) counts failed when its manifest does not validate (until a
+    resume accepts it), and is not waited for when the revision has none for it."""
     on_new = _REVISION == row.revision
     stale = silent(dialect, stale_after, now)
-    lost = sa.or_(hosts.c.host.is_(None), stale)  # silent, or never heard from
+    lost = sa.or_(hosts.c.host.is_(None), stale, _LEFT)  # silent, never heard from, or not in the revision
     reads = host_state_at(dialect, stale_after, now)
-    failing = sa.and_(on_new, sa.or_(stale, reads == "failed"))
-    accepted = _ACCEPTED
+    failing = sa.or_(sa.and_(on_new, sa.or_(stale, reads == "failed")), _BAD)
+    accepted = sa.func.coalesce(_ACCEPTED, sa.false())
+    taken = sa.or_(sa.and_(failing, accepted), _UNSERVED_ACCEPTED)  # what a resume accepted
 
     def count(*when: Any) -> Any:
         return sa.func.sum(sa.case((sa.and_(*when), 1), else_=0))
@@ -308,8 +319,8 @@ def _wave_counts(conn: Connection, row: RolloutRow, dialect: str, stale_after: f
             rollout_hosts.c.wave, sa.func.count(),
             count(on_new, reads == "converged"),
             count(failing, sa.not_(accepted)),
-            count(sa.not_(sa.func.coalesce(on_new, sa.false())), lost),
-            count(failing, accepted),
+            count(sa.not_(sa.func.coalesce(on_new, sa.false())), sa.not_(_BAD), sa.not_(_UNSERVED_ACCEPTED), lost),
+            count(taken),
         )
         .select_from(rollout_hosts.outerjoin(hosts, hosts.c.host == rollout_hosts.c.host))
         .where(rollout_hosts.c.rollout == row.id)
@@ -324,20 +335,39 @@ def _wave_counts(conn: Connection, row: RolloutRow, dialect: str, stale_after: f
 
 def failed_hosts(conn: Connection, row: RolloutRow, dialect: str, stale_after: float, now: datetime,
                  limit: int = FAILED_KEPT) -> list[dict[str, Any]]:
-    """The released hosts that failed on ``row``'s revision, or fell silent since a pass on it, with why."""
+    """The released hosts that failed on ``row``'s revision, fell silent since a pass on it, or could not be
+    served it (``unserved``), with why."""
     stale = silent(dialect, stale_after, now)
     query = (
-        sa.select(hosts.c.host, hosts.c.reason, hosts.c.state, hosts.c.finished_at, stale)
-        .select_from(rollout_hosts.join(hosts, hosts.c.host == rollout_hosts.c.host))
-        .where(rollout_hosts.c.rollout == row.id, rollout_hosts.c.wave <= row.wave, sa.not_(_ACCEPTED),
-               _REVISION == row.revision, sa.or_(stale, hosts.c.state == "failed"))
-        .order_by(hosts.c.host)
+        sa.select(rollout_hosts.c.host, hosts.c.reason, hosts.c.state, hosts.c.finished_at, stale,
+                  rollout_hosts.c.unserved_code, rollout_hosts.c.unserved)
+        .select_from(rollout_hosts.outerjoin(hosts, hosts.c.host == rollout_hosts.c.host))
+        .where(rollout_hosts.c.rollout == row.id, rollout_hosts.c.wave <= row.wave,
+               sa.not_(sa.func.coalesce(_ACCEPTED, sa.false())),
+               sa.or_(sa.and_(_REVISION == row.revision, sa.or_(stale, hosts.c.state == "failed")), _BAD))
+        .order_by(rollout_hosts.c.host)
         .limit(limit)
     )
     return [
-        {"host": h, "reason": _silent_since(state, at) if lost else (r or "failed")}
-        for h, r, state, at, lost in conn.execute(query)
+        {"host": h, "reason": (
+            f"not served: {why}" if code == UNSERVED_FAILED else _silent_since(state, at) if lost else (r or "failed")
+        )}
+        for h, r, state, at, lost, code, why in conn.execute(query)
     ]
+
+
+def unserved(store: Store, rollout: int, host: str, code: str, why: str) -> bool:
+    """Record that ``rollout``'s revision could not be served to ``host``, released (``code``: ``UNSERVED_FAILED``,
+    its manifest does not validate; ``UNSERVED_LEFT``, the revision has none for it), the first why kept;
+    whether this call recorded it. A host that cannot take the revision would otherwise hold its wave for
+    ever: it reports on what it has, never on the revision."""
+    with store.begin() as conn:
+        done = conn.execute(
+            sa.update(rollout_hosts)
+            .where(rollout_hosts.c.rollout == rollout, rollout_hosts.c.host == host, rollout_hosts.c.unserved_code.is_(None))
+            .values(unserved=why[:1000], unserved_code=code)
+        )
+    return bool(done.rowcount)
 
 
 def _silent_since(state: str, at: datetime | None) -> str:
@@ -436,6 +466,12 @@ def command(
         if action == "resume" and row.state == HALTED:  # before the row: what it returns counts them accepted
             failing = sa.select(hosts.c.host).where(
                 _REVISION == row.revision, sa.or_(silent(store.dialect, stale_after, now), hosts.c.state == "failed")
+            )
+            conn.execute(  # a revision that could not be served to a host: accepted until a newer revision
+                sa.update(rollout_hosts)
+                .where(rollout_hosts.c.rollout == row.id, rollout_hosts.c.wave <= row.wave,
+                       rollout_hosts.c.unserved_code == UNSERVED_FAILED)
+                .values(unserved_code=UNSERVED_ACCEPTED)
             )
             conn.execute(
                 sa.update(rollout_hosts)

@@ -269,8 +269,12 @@ rollout_hosts = sa.Table(
     sa.Column("host", sa.String(253), primary_key=True),
     sa.Column("wave", sa.Integer, nullable=False),
     sa.Column("grp", sa.String(253), nullable=False),
-    # when a resume accepted the host's failure (migration 0022_rollout_accepted, the store's clock): its passes
-    # received until then count neither failed nor waited for; a pass after it counts
+    # when a resume accepted the host's failure (migration 0022_rollout_accepted): the host's updated_at as the
+    # resume found it; while its row is still that one, it counts neither failed nor waited for
     sa.Column("accepted_at", UTCDateTime),
+    # why the rollout's revision could not be served to the host once released (migration 0023_rollout_unserved):
+    # INVALID_INPUT (its manifest does not validate) counts failed; NOT_FOUND (no manifest for it) is not waited for
+    sa.Column("unserved", sa.Text),
+    sa.Column("unserved_code", sa.String(20)),
     sa.Index("ix_rollout_hosts_wave", "rollout", "wave"),
 )
