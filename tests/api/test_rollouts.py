@@ -621,6 +621,44 @@ def test_a_git_checkout_that_lags_at_a_commit_the_store_never_saw_is_behind(stor
     assert "datum_fleet_directory_behind 1.0" in lagging.get("/metrics").text
 
 
+def test_a_commit_that_descends_from_the_one_in_force_is_never_behind_it(story: Story, tmp_path: Path):
+    """Replica A goes from the first commit straight to the third; replica B's copy lags at the second, a commit
+    the store never saw and B cannot prove older (it has not fetched the third): taken for new, it supersedes
+    the third (the documented limit). When B's copy catches up to the third, git proves the second its
+    ancestor: the third is rolled out again, not refused as first seen before the second (the fleet stayed on
+    the older commit, every replica calling its newest directory a lagging copy)."""
+    fleet: Path = story.fleet  # type: ignore[attr-defined]
+    git(fleet, "init", "-q")
+    git(fleet, "add", ".")
+    git(fleet, "commit", "-q", "-m", "first")
+    first, _content = served(story, "web1")
+    (fleet / "web.yaml").write_text("resources:\n  - File[/etc/motd]:\n      content: between\n")
+    git(fleet, "commit", "-q", "-am", "between")
+    between = git(fleet, "rev-parse", "HEAD")
+    copy = tmp_path / "other" / "fleet"
+    (tmp_path / "other").mkdir()
+    git(tmp_path, "clone", "-q", str(fleet), str(copy))  # B's copy: up to the second commit, no further
+    (fleet / "web.yaml").write_text(NEW)
+    git(fleet, "commit", "-q", "-am", "third")
+    third, _content = served(story, "web1")
+    assert in_force(story)["revision"] == third and in_force(story)["state"] == "rolling"
+    lagging = build_story(tmp_path / "other", story.settings.store)
+    state = lagging.app.state.datum
+    state.settings = state.settings.model_copy(update={"fleet": state.settings.fleet.model_copy(
+        update={"manifests": copy})})
+    lagging.tokens["agent"] = story.tokens["agent"]
+    with_rollout(lagging, canary=["web1"], waves=["50%", "100%"], soak="1ms")
+    assert served(lagging, "web1") == (between, "between")  # taken for new: git cannot tell, nor the store
+    assert in_force(story)["revision"] == between
+    git(copy, "pull", "-q", "--ff-only")  # B catches up
+    assert served(lagging, "web1") == (third, "new")
+    rows = story.get("/v1/rollouts").json()["rollouts"]
+    assert [(r["revision"], r["state"]) for r in rows[:3]] == [
+        (third, "rolling"), (between, "superseded"), (third, "superseded")
+    ], rows
+    assert "datum_fleet_directory_behind 0.0" in lagging.get("/metrics").text
+
+
 def test_a_revision_behind_the_store_s_newest_is_never_rolled_out(tmp_path, store_url):  # type: ignore[no-untyped-def]
     """Before any rollout, a revision first seen before the newest recorded one is behind; after an abort and the
     directory put back, the aborted revision is behind too (rolled out before and left since)."""

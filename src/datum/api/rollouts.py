@@ -128,9 +128,9 @@ def started(state: ServerState, current: Revision, directory: Path) -> None:
         if blob is not None and not kept(state.store, current.id):
             keep(state.store, current.id, blob)
         try:
-            _not_behind_in_git(state, current, directory)
             row = stored.begin(
-                state.store, current.id, len(settings.waves), _planner(state, directory), state.settings.fleet.stale_after
+                state.store, current.id, len(settings.waves), _planner(state, directory), state.settings.fleet.stale_after,
+                after=_order_in_git(state, current, directory),
             )
         except stored.Behind as exc:
             log.warning("%s", exc)  # once per revision this process sees: begun is set below
@@ -146,17 +146,20 @@ def started(state: ServerState, current: Revision, directory: Path) -> None:
         refresh(state)
 
 
-def _not_behind_in_git(state: ServerState, current: Revision, directory: Path) -> None:
-    """``stored.Behind`` when the directory's commit is an ancestor of the one in force: a copy that lags at a
-    commit the store never saw (a pull that fetched and did not check out) is behind all the same."""
-    from datum.fleet.revision import ancestor_of
+def _order_in_git(state: ServerState, current: Revision, directory: Path) -> str | None:
+    """What git proves of the directory's commit against the one in force: ``stored.Behind`` when it is an
+    ancestor (a copy that lags at a commit the store never saw: a pull that fetched and did not check out); the
+    revision in force when it descends from it (the directory is ahead, whatever order the store first saw
+    the two in: a lagging replica's revision that began before it must not pin it out); else None."""
+    from datum.fleet.revision import ancestor_of, descends_from
 
     assert state.store is not None
     row = stored.latest(state.store)
     if row is None or row.revision == current.id or stored.put_back(row, current.id):
-        return
+        return None
     if ancestor_of(directory, current, row.revision):
         raise stored.Behind(current.id, f"commit {current.commit} is an ancestor of revision {row.revision}", row)
+    return row.revision if descends_from(directory, current, row.revision) else None
 
 
 def _as_it_is(row: RolloutRow | None, current: str) -> bool:

@@ -123,10 +123,19 @@ def ancestor_of(resolved: Path, ours: Revision, theirs: str) -> bool:
     """Whether the directory's commit is a strict ancestor of revision ``theirs``'s (a checkout that lags behind
     a commit it has fetched: a failed pull); False when either is no commit, or git cannot tell (``theirs`` not
     fetched here): proven ancestry only, never a guess."""
-    mine, other = ours.commit, commit_of(theirs)
-    if mine is None or other is None or mine == other:
+    return _strictly_before(resolved, ours.commit, commit_of(theirs))
+
+
+def descends_from(resolved: Path, ours: Revision, theirs: str) -> bool:
+    """Whether revision ``theirs``'s commit is a strict ancestor of the directory's (the directory moved on from
+    it, whatever the order the store first saw the two in); proven ancestry only, as ``ancestor_of``."""
+    return _strictly_before(resolved, commit_of(theirs), ours.commit)
+
+
+def _strictly_before(resolved: Path, older: str | None, newer: str | None) -> bool:
+    if older is None or newer is None or older == newer:
         return False
-    return _git(resolved, "merge-base", "--is-ancestor", mine, other) is not None
+    return _git(resolved, "merge-base", "--is-ancestor", older, newer) is not None
 
 
 def _git(where: Path, *args: str) -> str | None:

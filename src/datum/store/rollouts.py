@@ -170,7 +170,9 @@ def _behind(conn: Connection, revision: str, current: RolloutRow | None) -> str 
     return None
 
 
-def begin(store: Store, revision: str, last_wave: int, planner: Planner, stale_after: float) -> RolloutRow | None:
+def begin(
+    store: Store, revision: str, last_wave: int, planner: Planner, stale_after: float, after: str | None = None
+) -> RolloutRow | None:
     """Start the rollout of ``revision`` when it is not the one in force; the new row, else None.
 
     The first revision ever is stable at once (``done``). Otherwise the rollout rolls from the last
@@ -183,10 +185,13 @@ def begin(store: Store, revision: str, last_wave: int, planner: Planner, stale_a
 
     Replicas begin at once: the one whose insert of the next id loses reads the store again, and finds its
     revision begun by the other (None), or begins it after the other's (superseding it), or Behind.
+
+    ``after``: a revision git proves ``revision`` descends from (``datum.api.rollouts``): while it is the one in
+    force, ``revision`` is not behind it, whatever order the store first saw the two in.
     """
     for _ in range(RACES):
         try:
-            return _begin(store, revision, last_wave, planner, stale_after)
+            return _begin(store, revision, last_wave, planner, stale_after, after)
         except _Raced:  # another replica took the next id, perhaps for another revision: read again
             continue
     raise RuntimeError(f"the rollout of revision {revision} lost {RACES} races in a row for the next id")
@@ -199,13 +204,16 @@ class _Raced(Exception):
 RACES = 5  # times ``begin`` reads the store again after another replica took the id it meant to
 
 
-def _begin(store: Store, revision: str, last_wave: int, planner: Planner, stale_after: float) -> RolloutRow | None:
+def _begin(
+    store: Store, revision: str, last_wave: int, planner: Planner, stale_after: float, after: str | None
+) -> RolloutRow | None:
     insert = _insert(store)
     with store.begin() as conn:
         current = _latest(conn)
         if current is not None and current.revision == revision:
             return None
-        why = _behind(conn, revision, current)
+        proven = after is not None and current is not None and current.revision == after
+        why = None if proven else _behind(conn, revision, current)
         if why is not None:
             raise Behind(revision, why, current)
         now = store_now(conn)
