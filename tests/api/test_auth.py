@@ -163,6 +163,27 @@ def test_a_policy_file_that_does_not_validate_refuses_to_start(tmp_path, text):
     assert caught.value.code == "INVALID_INPUT"
 
 
+def test_each_policy_at_fault_is_a_finding_naming_its_statement(tmp_path):
+    """The contract's ``statement``: the index of the policy at fault in the file, a finding each, every one at
+    once; -1 for a document that does not parse."""
+    policy = tmp_path / "p.cedar"
+    policy.write_text(
+        'permit (principal == Principal::"ci", action, resource);\n'
+        'permit (principal, action == Action::"fleet:Reboot", resource);\n'
+        'permit (principal, action, resource);\n'
+        'permit (principal == User::"x", action, resource);\n'
+    )
+    with pytest.raises(Problem) as caught:
+        create_app(settings_for(tmp_path, policy=str(policy)))
+    found = caught.value.to_json()["issues"]
+    assert [f["statement"] for f in found] == [1, 3] and all(f["code"] == "INVALID_INPUT" for f in found), found
+    assert all(f["fields"] for f in found)
+    policy.write_text("permit (principal, action, resource")
+    with pytest.raises(Problem) as caught:
+        create_app(settings_for(tmp_path, policy=str(policy)))
+    assert [f.get("statement") for f in caught.value.to_json()["issues"]] == [-1]
+
+
 def test_configured_token_hashes_authenticate_without_the_store(tmp_path):
     from fastapi.testclient import TestClient
 

@@ -110,21 +110,34 @@ def shipped_policies() -> str:
 
 
 def check_policies(policies: str, schema: cedarpy.Schema, origin: str) -> None:
-    """Refuse policies that do not parse or do not validate against the schema; every error at once."""
+    """Refuse policies that do not parse (``statement`` -1: the document) or do not validate against the schema
+    (a finding per policy at fault, ``statement`` its index in the document); every error at once."""
     try:
         result = cedarpy.validate_policies(policies, schema)
     except ValueError as exc:
-        raise Problem.one("INVALID_INPUT", f"Cedar policies in {origin} do not parse: {exc}") from exc
+        raise Problem.one("INVALID_INPUT", f"Cedar policies in {origin} do not parse: {exc}", statement=-1) from exc
     if not result.validation_passed:
+        by_policy: dict[str, list[FieldError]] = {}
+        for e in result.errors:
+            by_policy.setdefault(e.policy_id, []).append(FieldError(e.policy_id or "policies", e.error))
         raise Problem(
             [
                 Finding(
                     "INVALID_INPUT",
-                    f"Cedar policies in {origin} do not validate against Datum's schema",
-                    fields=tuple(FieldError(e.policy_id, e.error) for e in result.errors),
+                    f"Cedar policies in {origin} do not validate against Datum's schema: {policy_id or 'the document'}",
+                    statement=_index(policy_id),
+                    fields=tuple(errors),
                 )
+                for policy_id, errors in by_policy.items()
             ]
         )
+
+
+def _index(policy_id: str) -> int:
+    """The statement a policy id names (cedarpy numbers them ``policy0``, ``policy1``, ... in the document); -1,
+    the document, for an error of no one policy (it does not parse)."""
+    number = policy_id.removeprefix("policy")
+    return int(number) if number != policy_id and number.isdigit() else -1
 
 
 MEMO_MAX = 200_000
