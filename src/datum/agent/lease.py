@@ -39,9 +39,15 @@ def take(
     asked: dict[str, Any] = {"bootId": boot_id, "facts": facts}
     if interval is not None:
         asked["intervalSeconds"] = interval
-    body = json.dumps(asked, default=str).encode()
     try:
-        got = request("POST", url, _headers(token), data=body, deadline=timeout, limit=MIB)
+        got = request("POST", url, _headers(token), data=json.dumps(asked, default=str).encode(), deadline=timeout,
+                      limit=MIB)
+        if got.status == 422 and "intervalSeconds" in asked and _refused(got.body, "intervalSeconds"):
+            # A server older than the field refuses it (it takes no field it does not know): asked again
+            # without it, the host's place in the reboot order lasts that server's own default.
+            del asked["intervalSeconds"]
+            got = request("POST", url, _headers(token), data=json.dumps(asked, default=str).encode(),
+                          deadline=timeout, limit=MIB)
     except Unusable as exc:
         return Slot(False, no_lease(str(exc)))
     if not 200 <= got.status < 300:
@@ -52,6 +58,15 @@ def take(
     except (ValueError, RecursionError):
         pass  # not a grant: no reboot
     return _slot(answer, url)
+
+
+def _refused(body: bytes, field: str) -> bool:
+    """Whether an error answer in the contract's shape names ``field`` among its findings' fields."""
+    try:
+        issues = json.loads(body).get("issues")
+        return any(f.get("field") == field for issue in issues for f in issue.get("fields") or ())
+    except (ValueError, RecursionError, AttributeError, TypeError):
+        return False
 
 
 def _slot(answer: Any, url: str) -> Slot:
