@@ -96,9 +96,9 @@ def test_with_staged_rollouts_the_fast_path_answers_only_when_nothing_rolls(flee
     s.composed = []  # here: the route's decisions (which revision), each a composition
     real = rollouts.revision_for
 
-    def spy(state, host, facts, current, directory=None):  # type: ignore[no-untyped-def]
+    def spy(state, host, facts, current, directory=None, **kw):  # type: ignore[no-untyped-def]
         s.composed.append(host)
-        return real(state, host, facts, current, directory)
+        return real(state, host, facts, current, directory, **kw)
 
     monkeypatch.setattr(rollouts, "revision_for", spy)
     state = s.app.state.datum

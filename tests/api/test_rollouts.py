@@ -349,6 +349,10 @@ def test_a_released_host_the_revision_does_not_validate_for_fails_and_halts_it(t
         "nodes:\n  - match: {name: 'web*'}\n    manifests: [web.yaml]\n    group: web\n"
         "  - match: {name: 'web1'}\n    manifests: [broken.yaml]\n"
     )
+    asked = story.client.get("/v1/hosts/web1/manifest", headers=story.auth("operator"))  # not its agent
+    assert asked.status_code == 422, asked.text
+    tick(story)
+    assert in_force(story)["state"] == "rolling"  # an operator's look counts nothing
     refused = story.client.get("/v1/hosts/web1/manifest", headers=story.auth("agent"))
     assert refused.status_code == 422, refused.text
     assert in_force(story)["state"] == "rolling"
@@ -361,6 +365,17 @@ def test_a_released_host_the_revision_does_not_validate_for_fails_and_halts_it(t
     tick(story)
     ro = in_force(story)
     assert ro["state"] == "rolling" and ro["waves"][0]["accepted"] == 1, ro
+
+
+def test_a_pass_on_the_revision_outweighs_a_record_that_it_could_not_be_served(story: Story):
+    """Recorded as not served (its facts then matched a rule whose manifest does not validate), the host later
+    takes the revision and converges on it: it counts converged, not failed as well."""
+    _first, second = start(story, WEB)
+    assert stored.unserved(story.store, in_force(story)["id"], "web1", stored.UNSERVED_FAILED, "does not validate")
+    assert in_force(story)["waves"][0]["failed"] == 1
+    report(story, "web1", "converged", second)
+    wave = in_force(story)["waves"][0]
+    assert (wave["converged"], wave["failed"]) == (1, 0), wave
 
 
 def test_a_released_host_the_revision_has_no_manifest_for_is_not_waited_for(tmp_path, store_url):
@@ -657,6 +672,36 @@ def test_a_commit_that_descends_from_the_one_in_force_is_never_behind_it(story: 
         (third, "rolling"), (between, "superseded"), (third, "superseded")
     ], rows
     assert "datum_fleet_directory_behind 0.0" in lagging.get("/metrics").text
+
+
+def test_an_aborted_commit_stays_aborted_though_it_descends_from_the_one_put_back(story: Story, tmp_path: Path):
+    """An abort, and the directory put back to the commit before (a reset): a replica restarted on a copy that
+    still holds the aborted commit does not roll it out again, though git proves it descends from the one in
+    force (only the order the store saw them in yields to git; an operator's abort does not)."""
+    fleet: Path = story.fleet  # type: ignore[attr-defined]
+    git(fleet, "init", "-q")
+    git(fleet, "add", ".")
+    git(fleet, "commit", "-q", "-m", "first")
+    first, _content = served(story, "web1")
+    (fleet / "web.yaml").write_text(NEW)
+    git(fleet, "commit", "-q", "-am", "bad")
+    served(story, "web1")
+    assert in_force(story)["state"] == "rolling"
+    copy = tmp_path / "other" / "fleet"
+    (tmp_path / "other").mkdir()
+    git(tmp_path, "clone", "-q", str(fleet), str(copy))  # a replica's copy, at the aborted commit
+    assert story.client.post("/v1/rollouts/current/abort", headers=story.auth("operator")).status_code == 200
+    git(fleet, "reset", "-q", "--hard", "HEAD~1")  # put back
+    assert served(story, "web1")[0] == first and in_force(story)["state"] == "done"
+    lagging = build_story(tmp_path / "other", story.settings.store)
+    state = lagging.app.state.datum
+    state.settings = state.settings.model_copy(update={"fleet": state.settings.fleet.model_copy(
+        update={"manifests": copy})})
+    lagging.tokens["agent"] = story.tokens["agent"]
+    with_rollout(lagging, canary=["web1"], waves=["50%", "100%"], soak="1ms")
+    assert served(lagging, "web1") == (first, "hello")  # the put-back revision, from its snapshot
+    ro = in_force(story)
+    assert (ro["revision"], ro["state"]) == (first, "done"), ro
 
 
 def test_a_revision_behind_the_store_s_newest_is_never_rolled_out(tmp_path, store_url):  # type: ignore[no-untyped-def]

@@ -103,3 +103,23 @@ def test_a_link_out_of_the_directory_is_kept_as_a_link_its_target_never_read(tmp
 def test_a_blob_kept_before_links_were_kept_as_links_still_reads(tmp_path: Path):
     old = zlib.compress(json.dumps([["nodes.yaml", base64.b64encode(b"nodes: []\n").decode()]]).encode())
     assert files_of(old) == [("nodes.yaml", b"nodes: []\n")]
+
+
+def test_a_link_to_a_directory_inside_is_kept_as_a_link_within_the_copy(tmp_path: Path):
+    """A link to a directory of the fleet (``files -> shared``) is kept as a link to the same place within the
+    copy, so the copy composes as the directory does; one to a directory outside, as the link, unfollowed."""
+    fleet = _fleet(tmp_path / "fleet")
+    (fleet / "shared").mkdir()
+    (fleet / "shared" / "motd.txt").write_text("shared\n")
+    (fleet / "files").symlink_to(fleet / "shared")  # absolute, inside
+    (fleet / "templates" / "up").symlink_to("..")  # relative, inside (the top itself)
+    outside = tmp_path / "server-secrets"
+    outside.mkdir()
+    (outside / "token").write_text("SERVER-SECRET-TOKEN\n")
+    (fleet / "secrets").symlink_to(outside)
+    blob = capture(fleet)
+    assert b"SERVER-SECRET" not in zlib.decompress(blob)
+    copy = materialize(tmp_path / "home", "rev-dirlinks", blob)
+    assert os.readlink(copy / "files") == "shared" and (copy / "files" / "motd.txt").read_text() == "shared\n"
+    assert os.readlink(copy / "templates" / "up") == ".."
+    assert os.readlink(copy / "secrets") == str(outside)

@@ -214,7 +214,8 @@ class Served:
 
 
 def revision_for(
-    state: ServerState, host: str, facts: dict[str, Any], current: Revision | None, directory: Path | None = None
+    state: ServerState, host: str, facts: dict[str, Any], current: Revision | None, directory: Path | None = None,
+    *, record: bool = False,
 ) -> Served:
     """The revision ``host`` is served, and its effective manifest composed from it (blocking: it may
     compose, read a snapshot and write it out); ``current`` is the directory's revision now
@@ -235,7 +236,8 @@ def revision_for(
         try:
             return _from(state, row.revision, current, directory, host, facts)
         except Problem as exc:
-            _unserved(state, row, host, exc)
+            if record:  # the host's own agent asked, with its own facts
+                _unserved(state, row, host, exc, current, directory)
             raise
     try:
         old = _from(state, row.previous, current, directory, host, facts)
@@ -252,11 +254,16 @@ def revision_for(
     return new if new.effective.digest == old.effective.digest else old
 
 
-def _unserved(state: ServerState, row: RolloutRow, host: str, exc: Problem) -> None:
+def _unserved(state: ServerState, row: RolloutRow, host: str, exc: Problem, current: Revision, directory: Path) -> None:
     """A released host the rollout's revision has no valid manifest for: recorded once (``stored.unserved``), so
-    its wave counts it (failed, or not waited for) instead of waiting for a pass on a revision it cannot get."""
+    its wave counts it (failed, or not waited for) instead of waiting for a pass on a revision it cannot get.
+    Only for the files the revision was named for, as they still are (an edit meanwhile is another answer)."""
+    from datum.fleet.revision import still_named
+
     code = exc.code
     if row.state not in stored.OPEN or code not in (stored.UNSERVED_FAILED, stored.UNSERVED_LEFT):
+        return
+    if row.revision != current.id or still_named(directory, current) is None:
         return
     if host not in _members(state, row) or (row.id, host) in state.rollouts.unserved:
         return
@@ -267,6 +274,8 @@ def _unserved(state: ServerState, row: RolloutRow, host: str, exc: Problem) -> N
     except Exception as exc2:  # noqa: BLE001 - recorded at its next request
         log.warning("recording that revision %s cannot be served to %s failed: %s", row.revision, host, exc2)
         return
+    if any(rollout != row.id for rollout, _host in state.rollouts.unserved):  # only the rollout in force's
+        state.rollouts.unserved = {seen for seen in state.rollouts.unserved if seen[0] == row.id}
     state.rollouts.unserved.add((row.id, host))
 
 

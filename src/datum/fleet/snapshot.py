@@ -11,11 +11,12 @@ under its home (``materialize``) and composes from there with
 
 ``capture`` keeps every file (``.git`` left out). A link is kept as what
 composition would make of it, never more: one to a regular file inside the
-directory as that file's content (it is the directory's own file); any other
-(out of the directory, to a directory, dangling) as the link itself, its
-target never read, so the copy refuses it exactly as the directory does
-(``outside the manifest's directory``) and no file of the server's ever
-reaches the store or a host. The copy is written into a fresh directory and
+directory as that file's content (it is the directory's own file); one to a
+directory inside it as a link to the same place within the copy; any other
+(out of the directory, dangling) as the link itself, its target never read,
+so the copy refuses it exactly as the directory does (``outside the
+manifest's directory``) and no file of the server's ever reaches the store
+or a host. The copy is written into a fresh directory and
 renamed into place, file by file with ``O_NOFOLLOW | O_EXCL`` under directory
 descriptors: a link planted under ``<home>/revisions`` is never followed, and
 a copy half written is never served.
@@ -51,6 +52,13 @@ def capture(resolved: Path) -> bytes:
     total = 0
     for top, dirs, names in os.walk(resolved):
         dirs[:] = sorted(d for d in dirs if d != ".git")
+        for name in [d for d in dirs if os.path.islink(os.path.join(top, d))]:  # a link to a directory
+            dirs.remove(name)
+            path = os.path.join(top, name)
+            real = os.path.realpath(path)
+            inside = os.path.commonpath([real, str(resolved)]) == str(resolved)
+            target = os.path.relpath(real, top) if inside else os.readlink(path)  # inside: within the copy too
+            entries.append([os.path.relpath(path, resolved), None, target])
         for name in sorted(names):
             path = os.path.join(top, name)
             rel = os.path.relpath(path, resolved)

@@ -235,15 +235,20 @@ def clear(store: Store, host: str, *, force: bool = False) -> Lease | None:
     was looked at. A lease that is live and not marked unhealthy (a host rebooting now, perhaps one that took
     it since the operator looked) is ``Live``, kept, unless ``force``. The lease dropped is the one read:
     one taken meanwhile stays."""
-    with store.begin() as conn:
-        now = store_now(conn)
-        found = conn.execute(sa.select(t).where(t.c.host == host)).first()
-        if found is None:
-            return None
-        if not force and found.expires_at > now and not found.unhealthy:
-            raise Live(_lease(found))
-        conn.execute(sa.delete(t).where(t.c.host == host, t.c.boot_id == found.boot_id, t.c.since == found.since))
-    return _lease(found)
+    for _ in range(3):  # the lease read was replaced before the delete (the host took a new one): read again
+        with store.begin() as conn:
+            now = store_now(conn)
+            found = conn.execute(sa.select(t).where(t.c.host == host)).first()
+            if found is None:
+                return None
+            if not force and found.expires_at > now and not found.unhealthy:
+                raise Live(_lease(found))
+            gone = conn.execute(
+                sa.delete(t).where(t.c.host == host, t.c.boot_id == found.boot_id, t.c.since == found.since)
+            )
+        if gone.rowcount:
+            return _lease(found)
+    raise Live(_lease(found))  # replaced at every look: a host that keeps taking leases is no host to clear
 
 
 def release_rebooted(conn: Connection, host: str, boot_id: str | None, unhealthy: str | None = None) -> bool:

@@ -141,11 +141,13 @@ def put_back(current: RolloutRow | None, revision: str) -> bool:
     return current is not None and current.state == ABORTED and current.previous == revision
 
 
-def _behind(conn: Connection, revision: str, current: RolloutRow | None) -> str | None:
+def _behind(conn: Connection, revision: str, current: RolloutRow | None, descends: bool = False) -> str | None:
     """Why ``revision`` is behind the store's newest (``Behind``), else None. Behind: first seen before the
     revision in force (or, before any rollout, before the newest recorded one), or rolled out once already and
     left since; but an aborted rollout's previous revision may come back as it was (the directory put back).
-    A revision the store has never seen cannot be told from a new one."""
+    A revision the store has never seen cannot be told from a new one. ``descends``: git proves ``revision``
+    descends from the one in force, so the order the store saw them in says nothing; only an abort of it
+    still holds (an operator's decision, which a replica on an older copy must not undo)."""
     if put_back(current, revision):
         return None
 
@@ -157,7 +159,7 @@ def _behind(conn: Connection, revision: str, current: RolloutRow | None) -> str 
 
     ours, theirs = seen(revision), seen(current.revision if current is not None else None)
     stamp = "%Y-%m-%d %H:%M:%S UTC"
-    if ours is not None and theirs is not None and ours[1] < theirs[1]:
+    if not descends and ours is not None and theirs is not None and ours[1] < theirs[1]:
         return (f"first seen {ours[1]:{stamp}}, before revision {theirs[0]}"
                 f"{f' of rollout {current.id} ({current.state})' if current else ''} (first seen {theirs[1]:{stamp}})")
     if current is not None:
@@ -165,7 +167,7 @@ def _behind(conn: Connection, revision: str, current: RolloutRow | None) -> str 
             sa.select(rollouts.c.id, rollouts.c.state).where(rollouts.c.revision == revision)
             .order_by(rollouts.c.id.desc()).limit(1)
         ).first()
-        if used is not None:
+        if used is not None and (not descends or used[1] == ABORTED):
             return f"rolled out before (rollout {used[0]}, {used[1]}) and left since for revision {current.revision}"
     return None
 
@@ -212,8 +214,8 @@ def _begin(
         current = _latest(conn)
         if current is not None and current.revision == revision:
             return None
-        proven = after is not None and current is not None and current.revision == after
-        why = None if proven else _behind(conn, revision, current)
+        descends = after is not None and current is not None and current.revision == after
+        why = _behind(conn, revision, current, descends)
         if why is not None:
             raise Behind(revision, why, current)
         now = store_now(conn)
@@ -315,7 +317,8 @@ def _wave_counts(conn: Connection, row: RolloutRow, dialect: str, stale_after: f
     stale = silent(dialect, stale_after, now)
     lost = sa.or_(hosts.c.host.is_(None), stale, _LEFT)  # silent, never heard from, or not in the revision
     reads = host_state_at(dialect, stale_after, now)
-    failing = sa.or_(sa.and_(on_new, sa.or_(stale, reads == "failed")), _BAD)
+    # not served the revision: until a pass on it says otherwise
+    failing = sa.or_(sa.and_(on_new, sa.or_(stale, reads == "failed")), sa.and_(_BAD, sa.not_(sa.func.coalesce(on_new, sa.false()))))
     accepted = sa.func.coalesce(_ACCEPTED, sa.false())
     taken = sa.or_(sa.and_(failing, accepted), _UNSERVED_ACCEPTED)  # what a resume accepted
 
@@ -352,7 +355,8 @@ def failed_hosts(conn: Connection, row: RolloutRow, dialect: str, stale_after: f
         .select_from(rollout_hosts.outerjoin(hosts, hosts.c.host == rollout_hosts.c.host))
         .where(rollout_hosts.c.rollout == row.id, rollout_hosts.c.wave <= row.wave,
                sa.not_(sa.func.coalesce(_ACCEPTED, sa.false())),
-               sa.or_(sa.and_(_REVISION == row.revision, sa.or_(stale, hosts.c.state == "failed")), _BAD))
+               sa.or_(sa.and_(_REVISION == row.revision, sa.or_(stale, hosts.c.state == "failed")),
+                      sa.and_(_BAD, sa.not_(sa.func.coalesce(_REVISION == row.revision, sa.false())))))
         .order_by(rollout_hosts.c.host)
         .limit(limit)
     )

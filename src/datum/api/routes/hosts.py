@@ -250,7 +250,7 @@ async def manifest(
         default=None, ge=0, le=MAX_WAIT,
         description="Seconds to hold the answer while the manifest still matches `If-None-Match` (a long poll).",
     ),
-    _p: str = Depends(needs(Action.READ_MANIFEST, path_resource("Host", "host"))),
+    principal: str = Depends(needs(Action.READ_MANIFEST, path_resource("Host", "host"))),
 ) -> Response:
     state = state_of(request)
     directory = state.settings.fleet.manifests
@@ -260,9 +260,12 @@ async def manifest(
     changes = state.manifest_changes
     if rollouts.configured(state):  # which revision this host is served: the rollout's decision
         chosen: list[str | None] = [None]
+        # what it cannot be served counts in its wave when the host's own agent asked (one who may report its
+        # passes, and could report a failed one as well): never on another caller's word, or facts
+        its_own = state.authorizer.allowed(principal, Action.REPORT_PASS, ("Host", host))
 
         async def find() -> Effective:  # the directory resolved at each ask: a link switched is a change
-            got = await anyio.to_thread.run_sync(_choose, state, directory_of(directory), host, told)
+            got = await anyio.to_thread.run_sync(_choose, state, directory_of(directory), host, told, its_own)
             chosen[0] = got.revision
             return got.effective
 
@@ -279,13 +282,13 @@ async def manifest(
     return Response(reply.body, media_type="application/json", headers=headers)
 
 
-def _choose(state: ServerState, resolved: Path, host: str, told: dict[str, Any]) -> rollouts.Served:
+def _choose(state: ServerState, resolved: Path, host: str, told: dict[str, Any], its_own: bool) -> rollouts.Served:
     """Which revision ``host`` is served, from the directory's revision now (blocking). Named and composed
     from the same files: when an edit landed between the two reads, both are made again (the agent reports
     the revision it is told, and a rollout counts its pass on it)."""
     for _ in range(3):
         current = served(state, resolved)
-        got = rollouts.revision_for(state, host, told, current, resolved)
+        got = rollouts.revision_for(state, host, told, current, resolved, record=its_own)
         if current is None or got.revision != current.id or _names(resolved, got.effective, current):
             return got
     raise Problem.one("UNAVAILABLE", "the fleet directory keeps changing: its revision could not be named")
