@@ -378,6 +378,24 @@ def test_a_pass_on_the_revision_outweighs_a_record_that_it_could_not_be_served(s
     assert (wave["converged"], wave["failed"]) == (1, 0), wave
 
 
+def test_a_host_accepted_as_not_served_that_then_converges_is_counted_once(tmp_path, store_url):
+    """Canaries web1 and web2: web1 recorded as not served halts the rollout, a resume accepts it, then web1
+    converges on the revision after all. It counts converged, not accepted as well: web2, which never reported
+    on the revision, still holds the wave (counted twice, it completed the wave without web2)."""
+    story = fleet_story(tmp_path, store_url, canary=["web1", "web2"])
+    _first, second = start(story, WEB)
+    assert stored.unserved(story.store, in_force(story)["id"], "web1", stored.UNSERVED_FAILED, "does not validate")
+    tick(story)
+    assert in_force(story)["state"] == "halted"
+    assert story.client.post("/v1/rollouts/current/resume", headers=story.auth("operator")).status_code == 200
+    report(story, "web1", "converged", second)
+    for _ in range(3):
+        tick(story)
+    ro = in_force(story)
+    wave = ro["waves"][0]
+    assert (wave["converged"], wave["accepted"], ro["wave"]) == (1, 0, 0), ro
+
+
 def test_a_released_host_the_revision_has_no_manifest_for_is_not_waited_for(tmp_path, store_url):
     """The new revision's nodes.yaml no longer matches one of two canaries (404): it is not waited for, as a
     silent host; the other converging completes the wave."""
@@ -700,6 +718,40 @@ def test_an_aborted_commit_stays_aborted_though_it_descends_from_the_one_put_bac
     lagging.tokens["agent"] = story.tokens["agent"]
     with_rollout(lagging, canary=["web1"], waves=["50%", "100%"], soak="1ms")
     assert served(lagging, "web1") == (first, "hello")  # the put-back revision, from its snapshot
+    ro = in_force(story)
+    assert (ro["revision"], ro["state"]) == (first, "done"), ro
+
+
+def test_a_commit_superseded_by_one_aborted_stays_out_though_it_descends_from_the_one_put_back(
+    story: Story, tmp_path: Path
+):
+    """B done; C rolling; D (on top of C) supersedes it and is aborted; the directory put back to B. A replica on
+    a copy still at C does not roll it out: C is half of the change aborted, though git proves it descends from
+    B and its own rollout was superseded, not aborted."""
+    fleet: Path = story.fleet  # type: ignore[attr-defined]
+    git(fleet, "init", "-q")
+    git(fleet, "add", ".")
+    git(fleet, "commit", "-q", "-m", "B")
+    first, _content = served(story, "web1")
+    (fleet / "web.yaml").write_text("resources:\n  - File[/etc/motd]:\n      content: mid\n")
+    git(fleet, "commit", "-q", "-am", "C")
+    served(story, "web1")
+    copy = tmp_path / "other" / "fleet"
+    (tmp_path / "other").mkdir()
+    git(tmp_path, "clone", "-q", str(fleet), str(copy))  # a replica's copy, at C
+    (fleet / "web.yaml").write_text(NEW)
+    git(fleet, "commit", "-q", "-am", "D")
+    served(story, "web1")
+    assert story.client.post("/v1/rollouts/current/abort", headers=story.auth("operator")).status_code == 200
+    git(fleet, "reset", "-q", "--hard", "HEAD~2")  # put back to B
+    assert served(story, "web1")[0] == first and in_force(story)["state"] == "done"
+    lagging = build_story(tmp_path / "other", story.settings.store)
+    state = lagging.app.state.datum
+    state.settings = state.settings.model_copy(update={"fleet": state.settings.fleet.model_copy(
+        update={"manifests": copy})})
+    lagging.tokens["agent"] = story.tokens["agent"]
+    with_rollout(lagging, canary=["web1"], waves=["50%", "100%"], soak="1ms")
+    assert served(lagging, "web1") == (first, "hello")
     ro = in_force(story)
     assert (ro["revision"], ro["state"]) == (first, "done"), ro
 

@@ -123,3 +123,17 @@ def test_a_link_to_a_directory_inside_is_kept_as_a_link_within_the_copy(tmp_path
     assert os.readlink(copy / "files") == "shared" and (copy / "files" / "motd.txt").read_text() == "shared\n"
     assert os.readlink(copy / "templates" / "up") == ".."
     assert os.readlink(copy / "secrets") == str(outside)
+
+
+def test_a_copy_an_earlier_release_left_on_disk_is_never_reused(tmp_path: Path):
+    """A copy written under ``<home>/revisions`` by a release that followed links out (a token stored as a plain
+    file) is not the copy of this format: the revision is written anew beside it, never served from it."""
+    home = tmp_path / "home"
+    import hashlib
+
+    older = home / "revisions" / hashlib.sha256(b"rev1").hexdigest()[:32]  # the earlier release's name for it
+    older.mkdir(parents=True)
+    (older / "token").write_text("SERVER-SECRET\n")
+    fleet = _fleet(tmp_path / "fleet")
+    copy = materialize(home, "rev1", capture(fleet))
+    assert copy != older.resolve() and not (copy / "token").exists() and (copy / "nodes.yaml").is_file()

@@ -109,9 +109,12 @@ _LOCK = threading.Lock()
 _DONE: dict[tuple[str, str], Path] = {}
 
 
+FORMAT = b"2"  # 2: links kept as links (a copy an earlier release wrote under another name is never reused)
+
+
 def folder(revision: str) -> str:
-    """The directory name a revision's copy has under ``<home>/revisions``."""
-    return hashlib.sha256(revision.encode()).hexdigest()[:32]
+    """The directory name a revision's copy has under ``<home>/revisions``: of the revision and this format."""
+    return hashlib.sha256(FORMAT + b"\0" + revision.encode()).hexdigest()[:32]
 
 
 def materialized(home: Path, revision: str) -> Path | None:

@@ -233,15 +233,18 @@ def clear(store: Store, host: str, *, force: bool = False) -> Lease | None:
     """An operator's decision: drop ``host``'s lease, so that its group's reboots go on; the lease dropped, or
     None when it held none. For a host that will not come back (an overdue lease) or came back unhealthy and
     was looked at. A lease that is live and not marked unhealthy (a host rebooting now, perhaps one that took
-    it since the operator looked) is ``Live``, kept, unless ``force``. The lease dropped is the one read:
-    one taken meanwhile stays."""
+    it since the operator looked) is ``Live``, kept, unless ``force``, which drops whatever lease the host
+    holds. Without ``force`` the lease dropped is the one read: one taken meanwhile is judged in its turn."""
     for _ in range(3):  # the lease read was replaced before the delete (the host took a new one): read again
         with store.begin() as conn:
             now = store_now(conn)
             found = conn.execute(sa.select(t).where(t.c.host == host)).first()
             if found is None:
                 return None
-            if not force and found.expires_at > now and not found.unhealthy:
+            if force:  # whatever lease the host holds now
+                conn.execute(sa.delete(t).where(t.c.host == host))
+                return _lease(found)
+            if found.expires_at > now and not found.unhealthy:
                 raise Live(_lease(found))
             gone = conn.execute(
                 sa.delete(t).where(t.c.host == host, t.c.boot_id == found.boot_id, t.c.since == found.since)

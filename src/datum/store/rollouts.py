@@ -167,9 +167,18 @@ def _behind(conn: Connection, revision: str, current: RolloutRow | None, descend
             sa.select(rollouts.c.id, rollouts.c.state).where(rollouts.c.revision == revision)
             .order_by(rollouts.c.id.desc()).limit(1)
         ).first()
-        if used is not None and (not descends or used[1] == ABORTED):
+        if used is not None and (not descends or _aborted_since(conn, used[0])):
             return f"rolled out before (rollout {used[0]}, {used[1]}) and left since for revision {current.revision}"
     return None
+
+
+def _aborted_since(conn: Connection, rollout: int) -> bool:
+    """Whether ``rollout``, or one after it, was aborted: an operator's decision a descendant does not undo (a
+    commit superseded by the one aborted is half of the change aborted)."""
+    found = conn.execute(
+        sa.select(rollouts.c.id).where(rollouts.c.id >= rollout, rollouts.c.state == ABORTED).limit(1)
+    ).first()
+    return found is not None
 
 
 def begin(
@@ -320,7 +329,8 @@ def _wave_counts(conn: Connection, row: RolloutRow, dialect: str, stale_after: f
     # not served the revision: until a pass on it says otherwise
     failing = sa.or_(sa.and_(on_new, sa.or_(stale, reads == "failed")), sa.and_(_BAD, sa.not_(sa.func.coalesce(on_new, sa.false()))))
     accepted = sa.func.coalesce(_ACCEPTED, sa.false())
-    taken = sa.or_(sa.and_(failing, accepted), _UNSERVED_ACCEPTED)  # what a resume accepted
+    not_on_new = sa.not_(sa.func.coalesce(on_new, sa.false()))
+    taken = sa.or_(sa.and_(failing, accepted), sa.and_(_UNSERVED_ACCEPTED, not_on_new))  # what a resume accepted
 
     def count(*when: Any) -> Any:
         return sa.func.sum(sa.case((sa.and_(*when), 1), else_=0))
@@ -351,7 +361,7 @@ def failed_hosts(conn: Connection, row: RolloutRow, dialect: str, stale_after: f
     stale = silent(dialect, stale_after, now)
     query = (
         sa.select(rollout_hosts.c.host, hosts.c.reason, hosts.c.state, hosts.c.finished_at, stale,
-                  rollout_hosts.c.unserved_code, rollout_hosts.c.unserved)
+                  rollout_hosts.c.unserved_code, rollout_hosts.c.unserved, _REVISION)
         .select_from(rollout_hosts.outerjoin(hosts, hosts.c.host == rollout_hosts.c.host))
         .where(rollout_hosts.c.rollout == row.id, rollout_hosts.c.wave <= row.wave,
                sa.not_(sa.func.coalesce(_ACCEPTED, sa.false())),
@@ -362,9 +372,10 @@ def failed_hosts(conn: Connection, row: RolloutRow, dialect: str, stale_after: f
     )
     return [
         {"host": h, "reason": (
-            f"not served: {why}" if code == UNSERVED_FAILED else _silent_since(state, at) if lost else (r or "failed")
+            f"not served: {why}" if code == UNSERVED_FAILED and ran != row.revision
+            else _silent_since(state, at) if lost else (r or "failed")
         )}
-        for h, r, state, at, lost, code, why in conn.execute(query)
+        for h, r, state, at, lost, code, why, ran in conn.execute(query)
     ]
 
 
