@@ -78,6 +78,34 @@ def report(story: Story, host: str, state: str, revision: str, **more: object) -
     assert answer.status_code == 201, answer.text
 
 
+def in_git(story: Story) -> tuple[Path, str]:
+    """The story's fleet directory made a git work tree, its first commit served: (the directory, its revision)."""
+    fleet: Path = story.fleet  # type: ignore[attr-defined]
+    git(fleet, "init", "-q")
+    git(fleet, "add", ".")
+    git(fleet, "commit", "-q", "-m", "first")
+    return fleet, served(story, "web1")[0]
+
+
+def commit(fleet: Path, content: str) -> str:
+    """web.yaml's motd made ``content`` and committed: the commit."""
+    (fleet / "web.yaml").write_text(f"resources:\n  - File[/etc/motd]:\n      content: {content}\n")
+    git(fleet, "commit", "-q", "-am", content)
+    return git(fleet, "rev-parse", "HEAD")
+
+
+def replica_on(story: Story, copy: Path) -> Story:
+    """A second server on ``story``'s store (its own home beside ``copy``), serving the fleet directory ``copy``
+    with the same rollout settings: a replica whose copy of the directory may lag."""
+    replica = build_story(copy.parent, story.settings.store)
+    state = replica.app.state.datum
+    state.settings = state.settings.model_copy(update={"fleet": state.settings.fleet.model_copy(
+        update={"manifests": copy})})
+    replica.tokens["agent"] = story.tokens["agent"]
+    with_rollout(replica, canary=["web1"], waves=["50%", "100%"], soak="1ms")
+    return replica
+
+
 def in_force(story: Story) -> dict:  # type: ignore[type-arg]
     answer = story.get("/v1/rollouts")
     assert answer.status_code == 200, answer.text
@@ -626,28 +654,17 @@ def test_a_replica_on_a_lagging_copy_of_the_directory_does_not_take_the_fleet_ba
 def test_a_git_checkout_that_lags_at_a_commit_the_store_never_saw_is_behind(story: Story, tmp_path: Path):
     """A replica whose pull fetched and did not check out: its commit, never served, is an ancestor of the one
     in force. git proves it, and it is not rolled out over the newer one."""
-    fleet: Path = story.fleet  # type: ignore[attr-defined]
-    git(fleet, "init", "-q")
-    git(fleet, "add", ".")
-    git(fleet, "commit", "-q", "-m", "first")
-    first, _content = served(story, "web1")
-    (fleet / "web.yaml").write_text("resources:\n  - File[/etc/motd]:\n      content: between\n")
-    git(fleet, "commit", "-q", "-am", "between")
-    between = git(fleet, "rev-parse", "HEAD")  # committed, never served: the store never sees it
+    fleet, first = in_git(story)
+    between = commit(fleet, "between")  # committed, never served: the store never sees it
     (fleet / "web.yaml").write_text(NEW)
     git(fleet, "commit", "-q", "-am", "third")
     third, content = served(story, "web1")
     assert (third, content) == (git(fleet, "rev-parse", "HEAD"), "new") and in_force(story)["revision"] == third
     (tmp_path / "other").mkdir()
-    lagging = build_story(tmp_path / "other", story.settings.store)
     copy = tmp_path / "other" / "fleet"
     git(tmp_path, "clone", "-q", str(fleet), str(copy))
     git(copy, "checkout", "-q", between)
-    state = lagging.app.state.datum
-    state.settings = state.settings.model_copy(update={"fleet": state.settings.fleet.model_copy(
-        update={"manifests": copy})})
-    lagging.tokens["agent"] = story.tokens["agent"]
-    with_rollout(lagging, canary=["web1"], waves=["50%", "100%"], soak="1ms")
+    lagging = replica_on(story, copy)
     assert served(lagging, "web1") == (third, "new")  # the canary keeps the one in force
     rows = story.get("/v1/rollouts").json()["rollouts"]
     assert [r["revision"] for r in rows] == [third, first]  # nothing of the commit in between
@@ -660,14 +677,8 @@ def test_a_commit_that_descends_from_the_one_in_force_is_never_behind_it(story: 
     the third (the documented limit). When B's copy catches up to the third, git proves the second its
     ancestor: the third is rolled out again, not refused as first seen before the second (the fleet stayed on
     the older commit, every replica calling its newest directory a lagging copy)."""
-    fleet: Path = story.fleet  # type: ignore[attr-defined]
-    git(fleet, "init", "-q")
-    git(fleet, "add", ".")
-    git(fleet, "commit", "-q", "-m", "first")
-    first, _content = served(story, "web1")
-    (fleet / "web.yaml").write_text("resources:\n  - File[/etc/motd]:\n      content: between\n")
-    git(fleet, "commit", "-q", "-am", "between")
-    between = git(fleet, "rev-parse", "HEAD")
+    fleet, first = in_git(story)
+    between = commit(fleet, "between")
     copy = tmp_path / "other" / "fleet"
     (tmp_path / "other").mkdir()
     git(tmp_path, "clone", "-q", str(fleet), str(copy))  # B's copy: up to the second commit, no further
@@ -675,12 +686,7 @@ def test_a_commit_that_descends_from_the_one_in_force_is_never_behind_it(story: 
     git(fleet, "commit", "-q", "-am", "third")
     third, _content = served(story, "web1")
     assert in_force(story)["revision"] == third and in_force(story)["state"] == "rolling"
-    lagging = build_story(tmp_path / "other", story.settings.store)
-    state = lagging.app.state.datum
-    state.settings = state.settings.model_copy(update={"fleet": state.settings.fleet.model_copy(
-        update={"manifests": copy})})
-    lagging.tokens["agent"] = story.tokens["agent"]
-    with_rollout(lagging, canary=["web1"], waves=["50%", "100%"], soak="1ms")
+    lagging = replica_on(story, copy)
     assert served(lagging, "web1") == (between, "between")  # taken for new: git cannot tell, nor the store
     assert in_force(story)["revision"] == between
     git(copy, "pull", "-q", "--ff-only")  # B catches up
@@ -696,11 +702,7 @@ def test_an_aborted_commit_stays_aborted_though_it_descends_from_the_one_put_bac
     """An abort, and the directory put back to the commit before (a reset): a replica restarted on a copy that
     still holds the aborted commit does not roll it out again, though git proves it descends from the one in
     force (only the order the store saw them in yields to git; an operator's abort does not)."""
-    fleet: Path = story.fleet  # type: ignore[attr-defined]
-    git(fleet, "init", "-q")
-    git(fleet, "add", ".")
-    git(fleet, "commit", "-q", "-m", "first")
-    first, _content = served(story, "web1")
+    fleet, first = in_git(story)
     (fleet / "web.yaml").write_text(NEW)
     git(fleet, "commit", "-q", "-am", "bad")
     served(story, "web1")
@@ -711,12 +713,7 @@ def test_an_aborted_commit_stays_aborted_though_it_descends_from_the_one_put_bac
     assert story.client.post("/v1/rollouts/current/abort", headers=story.auth("operator")).status_code == 200
     git(fleet, "reset", "-q", "--hard", "HEAD~1")  # put back
     assert served(story, "web1")[0] == first and in_force(story)["state"] == "done"
-    lagging = build_story(tmp_path / "other", story.settings.store)
-    state = lagging.app.state.datum
-    state.settings = state.settings.model_copy(update={"fleet": state.settings.fleet.model_copy(
-        update={"manifests": copy})})
-    lagging.tokens["agent"] = story.tokens["agent"]
-    with_rollout(lagging, canary=["web1"], waves=["50%", "100%"], soak="1ms")
+    lagging = replica_on(story, copy)
     assert served(lagging, "web1") == (first, "hello")  # the put-back revision, from its snapshot
     ro = in_force(story)
     assert (ro["revision"], ro["state"]) == (first, "done"), ro
@@ -728,11 +725,7 @@ def test_a_commit_superseded_by_one_aborted_stays_out_though_it_descends_from_th
     """B done; C rolling; D (on top of C) supersedes it and is aborted; the directory put back to B. A replica on
     a copy still at C does not roll it out: C is half of the change aborted, though git proves it descends from
     B and its own rollout was superseded, not aborted."""
-    fleet: Path = story.fleet  # type: ignore[attr-defined]
-    git(fleet, "init", "-q")
-    git(fleet, "add", ".")
-    git(fleet, "commit", "-q", "-m", "B")
-    first, _content = served(story, "web1")
+    fleet, first = in_git(story)
     (fleet / "web.yaml").write_text("resources:\n  - File[/etc/motd]:\n      content: mid\n")
     git(fleet, "commit", "-q", "-am", "C")
     served(story, "web1")
@@ -745,12 +738,7 @@ def test_a_commit_superseded_by_one_aborted_stays_out_though_it_descends_from_th
     assert story.client.post("/v1/rollouts/current/abort", headers=story.auth("operator")).status_code == 200
     git(fleet, "reset", "-q", "--hard", "HEAD~2")  # put back to B
     assert served(story, "web1")[0] == first and in_force(story)["state"] == "done"
-    lagging = build_story(tmp_path / "other", story.settings.store)
-    state = lagging.app.state.datum
-    state.settings = state.settings.model_copy(update={"fleet": state.settings.fleet.model_copy(
-        update={"manifests": copy})})
-    lagging.tokens["agent"] = story.tokens["agent"]
-    with_rollout(lagging, canary=["web1"], waves=["50%", "100%"], soak="1ms")
+    lagging = replica_on(story, copy)
     assert served(lagging, "web1") == (first, "hello")
     ro = in_force(story)
     assert (ro["revision"], ro["state"]) == (first, "done"), ro
