@@ -48,7 +48,8 @@ def _source_trees():
 
 
 def test_only_the_front_door_resolves_tokens_and_asks_cedar():
-    """``security.principal`` and ``security.decide`` are the only callers of the token book and Cedar."""
+    """``security.principal`` and ``security.permits`` (which ``decide`` and a route's question ask) are the only
+    callers of the token book and Cedar."""
     asks = {"known", "principal", "allowed"}
     callers: set[str] = set()
     for name, tree in _source_trees():
@@ -60,7 +61,7 @@ def test_only_the_front_door_resolves_tokens_and_asks_cedar():
                     and node.value.attr in ("tokens", "authorizer")):
                 caller = [f.name for f in functions if f.lineno <= node.lineno <= (f.end_lineno or 0)]
                 callers.add(f"{name}:{caller[-1] if caller else '<module>'}")
-    assert callers == {"security.py:principal", "security.py:decide"}
+    assert callers == {"security.py:principal", "security.py:permits"}
 
 
 def test_only_errors_writes_an_error_body():

@@ -97,9 +97,14 @@ def cedar_uid(kind: str, eid: str) -> str:
     return f"{kind}::{json.dumps(eid, ensure_ascii=False)}"
 
 
+def permits(state: ServerState, principal: str, action: Action | str, resource: Resource) -> bool:
+    """Whether the policies permit ``principal`` ``action`` on ``resource``: the one place Cedar is asked."""
+    return state.authorizer.allowed(principal, action, resource)
+
+
 def decide(state: ServerState, principal: str, action: Action | str, resource: Resource) -> None:
     """``403 FORBIDDEN`` naming ``action`` (entities written as Cedar writes them) unless the policies permit it."""
-    if not state.authorizer.allowed(principal, action, resource):
+    if not permits(state, principal, action, resource):
         raise Problem.one(
             "FORBIDDEN",
             f"{cedar_uid('Principal', principal)} may not {cedar_uid('Action', str(action))} "

@@ -26,7 +26,7 @@ from datum.api.models import HostList, HostStatus, host_list, host_status, with_
 from datum.api.passes import take
 from datum.api.revisions import REVISION_HEADER, served, serving
 from datum.api.routes.reboots import OUT, HostParam, host_fits, with_lease
-from datum.api.security import Asked, Reply, fast, needs, path_resource
+from datum.api.security import Asked, Reply, fast, needs, path_resource, permits
 from datum.api.state import ServerState, state_of
 from datum.api.waits import MAX_WAIT, WAIT_HEADER, current, etag_of, held, held_by, matches, wait_of
 from datum.core.findings import FieldError, Problem, invalid
@@ -262,7 +262,7 @@ async def manifest(
         chosen: list[str | None] = [None]
         # what it cannot be served counts in its wave when the host's own agent asked (one who may report its
         # passes, and could report a failed one as well): never on another caller's word, or facts
-        its_own = state.authorizer.allowed(principal, Action.REPORT_PASS, ("Host", host))
+        its_own = permits(state, principal, Action.REPORT_PASS, ("Host", host))
 
         async def find() -> Effective:  # the directory resolved at each ask: a link switched is a change
             got = await anyio.to_thread.run_sync(_choose, state, directory_of(directory), host, told, its_own)
