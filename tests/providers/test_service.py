@@ -52,15 +52,15 @@ def test_supported_on_the_running_system_with_systemd():
     ("want", "have", "action", "expected"),
     [
         (("running", True), ("inactive", "disabled"), Action.UPDATE,
-         [["systemctl", "enable", "nginx.service"], ["systemctl", "start", "nginx.service"]]),
+         [["systemctl", "enable", "--", "nginx.service"], ["systemctl", "start", "--", "nginx.service"]]),
         (("running", None), ("active", "enabled"), Action.NONE, []),
-        (("running", None), ("active", "enabled"), Action.RESTART, [["systemctl", "restart", "nginx.service"]]),
+        (("running", None), ("active", "enabled"), Action.RESTART, [["systemctl", "restart", "--", "nginx.service"]]),
         (("stopped", False), ("active", "enabled"), Action.UPDATE,
-         [["systemctl", "disable", "nginx.service"], ["systemctl", "stop", "nginx.service"]]),
+         [["systemctl", "disable", "--", "nginx.service"], ["systemctl", "stop", "--", "nginx.service"]]),
         (("stopped", None), ("inactive", "enabled"), Action.RESTART, []),  # a stopped service is not restarted
         ((None, None), ("inactive", "enabled"), Action.RESTART, []),  # nor one whose state is not managed
-        ((None, None), ("active", "enabled"), Action.RESTART, [["systemctl", "restart", "nginx.service"]]),
-        (("running", None), ("failed", "static"), Action.UPDATE, [["systemctl", "start", "nginx.service"]]),
+        ((None, None), ("active", "enabled"), Action.RESTART, [["systemctl", "restart", "--", "nginx.service"]]),
+        (("running", None), ("failed", "static"), Action.UPDATE, [["systemctl", "start", "--", "nginx.service"]]),
     ],
 )
 def test_command_lines(want, have, action, expected):
@@ -77,7 +77,7 @@ def test_apply_and_verify_through_the_fake():
     assert change.differences == ("inactive, want running", "disabled, want enabled")
     SERVICE.apply(want, have, change, ctx)
     assert SERVICE.verify(want, change, ctx) is None
-    assert ["systemctl", "start", "nginx.service"] in fake.calls
+    assert ["systemctl", "start", "--", "nginx.service"] in fake.calls
 
 
 def test_unit_names():
@@ -92,3 +92,13 @@ def test_unit_names():
 def test_refresh_restarts_only_a_running_unit(active, action):
     want = SvcWant("nginx.service", None, None)
     assert SERVICE.refresh(want, SvcHave(active, "enabled"), "File[x] changed").action is action
+
+
+def test_a_unit_that_looks_like_an_option_is_never_read_as_one():
+    """A unit name may begin with ``-`` (systemd's ``-.mount``): after ``--``, systemctl takes it as a unit,
+    never as an option (``-H.service`` would have it ssh to a host named ``.service``)."""
+    fake = FakeSystemctl()
+    want = SERVICE.desired("-H", ServiceSpec(name="-H", ensure="running"), HostContext(root=Path("/"), runner=fake))
+    SERVICE.observe(want, HostContext(root=Path("/"), runner=fake))
+    assert commands(want, SvcHave("inactive", "disabled"), Action.UPDATE) == [["systemctl", "start", "--", "-H.service"]]
+    assert fake.calls == [["systemctl", "is-active", "--", "-H.service"], ["systemctl", "is-enabled", "--", "-H.service"]]

@@ -207,7 +207,7 @@ def _sqlite_pragmas(lock_wait: timedelta):  # type: ignore[no-untyped-def]
     def pragmas(dbapi_conn: object, _record: object) -> None:
         cur = dbapi_conn.cursor()  # type: ignore[attr-defined]
         cur.execute(f"PRAGMA busy_timeout={busy_ms}")
-        cur.execute("PRAGMA journal_mode=WAL")
+        _wal(cur, busy_ms)
         cur.execute("PRAGMA synchronous=NORMAL")
         cur.execute("PRAGMA foreign_keys=ON")
         # A REPLACE that removes a row fires its delete triggers only with this on: the per-status
@@ -216,6 +216,23 @@ def _sqlite_pragmas(lock_wait: timedelta):  # type: ignore[no-untyped-def]
         cur.close()
 
     return pragmas
+
+
+def _wal(cur: sqlite3.Cursor, busy_ms: int) -> None:
+    """The file in WAL mode: switched only when it is not (the switch needs the file to itself, and SQLite may
+    refuse it at once, without its busy wait, while another process migrates it), retried until ``busy_ms``."""
+    import time
+
+    deadline = time.monotonic() + busy_ms / 1000
+    while True:
+        try:
+            if str(cur.execute("PRAGMA journal_mode").fetchone()[0]).lower() != "wal":
+                cur.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.05)
 
 
 class _NeverRecreate:

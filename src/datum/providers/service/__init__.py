@@ -40,7 +40,7 @@ SETTLE_SECONDS = 0.25
 def journal_tail(ctx: HostContext, unit: str) -> str:
     """The unit's last journal lines, joined with `` | `` for a one-line reason; "" when none."""
     done = ctx.runner(
-        ["journalctl", "--no-pager", "-q", "-o", "cat", "-n", str(JOURNAL_LINES), "-u", unit]
+        ["journalctl", "--no-pager", "-q", "-o", "cat", "-n", str(JOURNAL_LINES), f"--unit={unit}"]
     )
     lines = [line.strip() for line in done.stdout.splitlines() if line.strip()]
     return " | ".join(lines[-JOURNAL_LINES:])
@@ -50,16 +50,16 @@ def commands(want: SvcWant, have: SvcHave, action: Action) -> list[list[str]]:
     """Pure: the systemctl command lines that make ``have`` match ``want``."""
     out: list[list[str]] = []
     if want.enable is True and have.enabled != "enabled":
-        out.append(["systemctl", "enable", want.unit])
+        out.append(["systemctl", "enable", "--", want.unit])
     elif want.enable is False and have.enabled == "enabled":
-        out.append(["systemctl", "disable", want.unit])
+        out.append(["systemctl", "disable", "--", want.unit])
     running = have.active == "active"
     if want.ensure == "running" and not running:
-        out.append(["systemctl", "start", want.unit])
+        out.append(["systemctl", "start", "--", want.unit])
     elif want.ensure == "stopped" and running:
-        out.append(["systemctl", "stop", want.unit])
+        out.append(["systemctl", "stop", "--", want.unit])
     elif action is Action.RESTART and running:  # a refresh never starts what is meant to be down
-        out.append(["systemctl", "restart", want.unit])
+        out.append(["systemctl", "restart", "--", want.unit])
     return out
 
 
@@ -80,8 +80,8 @@ class ServiceProvider(Provider[Attributes, SvcWant, SvcHave]):
         return SvcWant(unit_name(spec.name), spec.ensure, spec.enable)
 
     def observe(self, want: SvcWant, ctx: HostContext) -> SvcHave:
-        active = ctx.runner(["systemctl", "is-active", want.unit]).stdout.strip() or "unknown"
-        enabled = ctx.runner(["systemctl", "is-enabled", want.unit]).stdout.strip() or "not-found"
+        active = ctx.runner(["systemctl", "is-active", "--", want.unit]).stdout.strip() or "unknown"
+        enabled = ctx.runner(["systemctl", "is-enabled", "--", want.unit]).stdout.strip() or "not-found"
         if enabled == "not-found":
             raise ProviderError(f"unit {want.unit} not found")
         return SvcHave(active, enabled)
