@@ -242,16 +242,22 @@ def revision_for(
     try:
         old = _from(state, row.previous, current, directory, host, facts)
     except Problem as exc:  # nothing (valid) for it in the previous revision: it is not held back from anything
-        if exc.code == "UNAVAILABLE":  # the previous revision cannot be served: never the new one instead
+        if not _nothing_for(exc):  # the previous revision cannot be served: never the new one instead
             raise
         return _from(state, row.revision, current, directory, host, facts)
     try:
         new = _from(state, row.revision, current, directory, host, facts)
     except Problem as exc:  # the new revision has nothing valid for it: it keeps the previous until released
-        if exc.code == "UNAVAILABLE":
+        if not _nothing_for(exc):
             raise
         return old
     return new if new.effective.digest == old.effective.digest else old
+
+
+def _nothing_for(exc: Problem) -> bool:
+    """Whether composing a revision for a host said it has nothing for it (``NOT_FOUND``) or nothing valid
+    (``INVALID_INPUT``), rather than that it cannot be served now (``UNAVAILABLE``)."""
+    return exc.code in (stored.UNSERVED_FAILED, stored.UNSERVED_LEFT)
 
 
 def _unserved(state: ServerState, row: RolloutRow, host: str, exc: Problem, current: Revision, directory: Path) -> None:
@@ -260,8 +266,7 @@ def _unserved(state: ServerState, row: RolloutRow, host: str, exc: Problem, curr
     Only for the files the revision was named for, as they still are (an edit meanwhile is another answer)."""
     from datum.fleet.revision import still_named
 
-    code = exc.code
-    if row.state not in stored.OPEN or code not in (stored.UNSERVED_FAILED, stored.UNSERVED_LEFT):
+    if row.state not in stored.OPEN or not _nothing_for(exc):
         return
     if row.revision != current.id or still_named(directory, current) is None:
         return
@@ -269,7 +274,7 @@ def _unserved(state: ServerState, row: RolloutRow, host: str, exc: Problem, curr
         return
     assert state.store is not None
     try:
-        if stored.unserved(state.store, row.id, host, code, exc.plain()):
+        if stored.unserved(state.store, row.id, host, exc.code, exc.plain()):
             log.warning("rollout %d: revision %s cannot be served to %s: %s", row.id, row.revision, host, exc.plain())
     except Exception as exc2:  # noqa: BLE001 - recorded at its next request
         log.warning("recording that revision %s cannot be served to %s failed: %s", row.revision, host, exc2)

@@ -324,12 +324,12 @@ def _wave_counts(conn: Connection, row: RolloutRow, dialect: str, stale_after: f
     resume accepts it), and is not waited for when the revision has none for it."""
     on_new = _REVISION == row.revision
     stale = silent(dialect, stale_after, now)
+    not_on_new = sa.not_(sa.func.coalesce(on_new, sa.false()))
     lost = sa.or_(hosts.c.host.is_(None), stale, _LEFT)  # silent, never heard from, or not in the revision
     reads = host_state_at(dialect, stale_after, now)
     # not served the revision: until a pass on it says otherwise
-    failing = sa.or_(sa.and_(on_new, sa.or_(stale, reads == "failed")), sa.and_(_BAD, sa.not_(sa.func.coalesce(on_new, sa.false()))))
+    failing = sa.or_(sa.and_(on_new, sa.or_(stale, reads == "failed")), sa.and_(_BAD, not_on_new))
     accepted = sa.func.coalesce(_ACCEPTED, sa.false())
-    not_on_new = sa.not_(sa.func.coalesce(on_new, sa.false()))
     taken = sa.or_(sa.and_(failing, accepted), sa.and_(_UNSERVED_ACCEPTED, not_on_new))  # what a resume accepted
 
     def count(*when: Any) -> Any:
@@ -340,7 +340,7 @@ def _wave_counts(conn: Connection, row: RolloutRow, dialect: str, stale_after: f
             rollout_hosts.c.wave, sa.func.count(),
             count(on_new, reads == "converged"),
             count(failing, sa.not_(accepted)),
-            count(sa.not_(sa.func.coalesce(on_new, sa.false())), sa.not_(_BAD), sa.not_(_UNSERVED_ACCEPTED), lost),
+            count(not_on_new, sa.not_(_BAD), sa.not_(_UNSERVED_ACCEPTED), lost),
             count(taken),
         )
         .select_from(rollout_hosts.outerjoin(hosts, hosts.c.host == rollout_hosts.c.host))
