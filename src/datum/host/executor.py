@@ -32,6 +32,11 @@ if TYPE_CHECKING:
 # (position, total, resource id, state) for a progress display.
 Progress = Callable[[int, int, str, ResourceState], None]
 
+# Fault injection for the suite (never set by Datum): called with each resource after its
+# observe and plan and before its apply, where an ordinary user's swap of a file for a link,
+# an account added by useradd, a held lock or a kill must be survived.
+between_observe_and_apply: Callable[[Resource], None] | None = None
+
 _BAD = (ResourceState.FAILED, ResourceState.BLOCKED)
 
 
@@ -178,6 +183,8 @@ def _walk(
         changing()
     if not prov.defers_dir_sync:
         sync_dirs()  # nothing else acts (runs a command, say) while a rename is not yet durable
+    if between_observe_and_apply is not None:
+        between_observe_and_apply(resource)
     return _apply(prov, want, have, change, ctx, planned)
 
 

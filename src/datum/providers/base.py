@@ -182,6 +182,7 @@ class HostContext:
     cache: dict[str, Any] = field(default_factory=dict)
     _facts: Facts | None = None
     _kept: frozenset[str] | None = None
+    _hidden: frozenset[str] | None = None  # ``sensitive``: the paths whose content is never shown
     _stat: tuple[str, os.stat_result] | None = None  # (path, lstat) of the last ``real()``
 
     def __post_init__(self) -> None:
@@ -210,16 +211,70 @@ class HostContext:
         """``path`` as a string; the ``lstat`` it made of the final component is kept for ``lstat``."""
         from datum.providers.reads import real_path
 
+        from datum.providers.reads import Untrusted
+
         found: dict[str, os.stat_result] = {}
-        real = real_path(
-            str(self.root),
-            host_path,
-            follow_last=follow_last,
-            cache=self.cache.get("paths") or self.cache.setdefault("paths", {}),
-            stats=found,
-        )
+        try:
+            real = real_path(
+                str(self.root),
+                host_path,
+                follow_last=follow_last,
+                cache=self.cache.get("paths") or self.cache.setdefault("paths", {}),
+                stats=found,
+            )
+        except Untrusted as exc:
+            raise ProviderError(self._named(exc)) from None
         self._stat = (real, found[real]) if found else None
         return real
+
+    def _named(self, exc: Any) -> str:
+        """An ``Untrusted`` link's refusal with the uid it names named as the root's passwd does."""
+        text = str(exc)
+        if self.cache.get("naming"):  # etc/passwd itself behind a refused link: the number
+            return text
+        self.cache["naming"] = True
+        try:
+            from datum.providers.accounts import PASSWD, read_table
+
+            users = read_table(self, PASSWD)
+            for uid in dict.fromkeys(exc.uids):
+                row = users.by_id(uid)
+                if row is not None:
+                    text = text.replace(f"uid {uid}", f"uid {uid} ({row[0]})", 1)
+        except Exception:  # noqa: BLE001 - the number alone says enough
+            pass
+        finally:
+            self.cache.pop("naming", None)
+        return text
+
+    def sensitive(self, host_path: str, real: str) -> bool:
+        """Whether the content at ``host_path`` (real path ``real``) is never shown: sensitivity
+        belongs to a path, not to a resource. It is when any resource of the manifest at that
+        path, by its host path or its real path, says ``sensitive: true`` or gives it a mode
+        others cannot read; then no resource's diff, plan, report or page shows its content.
+        Decided here alone, once a pass (again after every change)."""
+        if self._hidden is None:
+            hidden: set[str] = set()
+            for r in getattr(self.manifest, "resources", ()):
+                spec = r.spec
+                path, mode = getattr(spec, "path", None), getattr(spec, "mode", None)
+                if not isinstance(path, str):
+                    continue
+                if getattr(spec, "sensitive", False) or (isinstance(mode, int) and not mode & 0o004):
+                    hidden.add(path)
+                    try:
+                        hidden.add(self.real(path))
+                    except (ProviderError, OSError):
+                        pass
+            self._hidden = frozenset(hidden)
+        return host_path in self._hidden or real in self._hidden
+
+    def parent(self, real: str, host_path: str, *, make: bool = False) -> Any:
+        """``(directory descriptor, name)`` of ``real`` for a ``with`` block, reached from the root by
+        descriptors without following a link (``datum.providers.held.parent``): where apply acts."""
+        from datum.providers.held import parent
+
+        return parent(str(self.root), str(real), host_path, make=make)
 
     def lstat(self, real: str) -> os.stat_result | None:
         """The ``lstat`` of ``real``: the one the last ``real()`` made of it (used once), else a new one."""
@@ -234,6 +289,7 @@ class HostContext:
         """Something on the host changed: forget what was resolved or read before."""
         self.cache.clear()
         self._kept = None
+        self._hidden = None
         self._stat = None
 
     def systemd_running(self) -> bool:

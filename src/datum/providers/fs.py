@@ -27,15 +27,21 @@ _OLD_TMP_SUFFIX = ".datum-tmp"  # what versions before named them: .{name}.XXXX.
 LINK_LEFT_SECONDS = 60.0
 
 
+_OLD_HOME = f"{TMP_PREFIX}home-"  # a home being built, as versions before named it: .datum-tmp-home-PID
+
+
 def _is_temporary(name: str) -> bool:
-    """Named as Datum names its temporary files (12 hex characters), or as earlier versions did."""
+    """Named as Datum names its temporary files and directories (12 hex characters), or as
+    earlier versions did."""
     if name.startswith(TMP_PREFIX):
         tail = name[len(TMP_PREFIX) :]
-        return len(tail) == 12 and all(c in "0123456789abcdef" for c in tail)
+        return (len(tail) == 12 and all(c in "0123456789abcdef" for c in tail)) or (
+            name.startswith(_OLD_HOME) and name[len(_OLD_HOME) :].isdigit()
+        )
     return name.startswith(".") and name.endswith(_OLD_TMP_SUFFIX)
 
 
-_swept: set[str] = set()
+_swept: set[tuple[int, int]] = set()
 
 
 def forget_sweeps() -> None:
@@ -43,60 +49,85 @@ def forget_sweeps() -> None:
     _swept.clear()
 
 
-def sweep_temporaries(directory: Path | str) -> None:
-    """Remove temporary files whose writer is gone from ``directory``, once per pass and directory.
+def sweep_temporaries(directory: Path | str | int) -> None:
+    """Remove temporary files whose writer is gone from ``directory`` (a path, or a directory
+    descriptor), once per pass and directory.
 
     Only regular files and links named as Datum names them; a link is removed, never
     followed. A writer holds an ``flock`` on its temporary file from its creation until
-    it is renamed into place (``write_atomic``): a file whose lock is held belongs to a
+    it is renamed into place (``write_at``): a file whose lock is held belongs to a
     pass still running (another state file's, on the same root) and is left alone; one
     whose lock can be taken was left by a pass that died (the kernel let its lock go).
     """
-    key = str(directory)
-    if key in _swept:
-        return
-    _swept.add(key)
-    try:
-        with os.scandir(directory) as entries:
-            found = [e for e in entries if _is_temporary(e.name) and not e.is_dir(follow_symlinks=False)]
-    except OSError:
-        return
-    for entry in found:
+    if isinstance(directory, int):
+        fd = os.dup(directory)
+    else:
         try:
-            if entry.is_symlink():
-                import time
-
-                if time.time() - entry.stat(follow_symlinks=False).st_mtime > LINK_LEFT_SECONDS:
-                    os.unlink(entry.path)
-            else:
-                _remove_abandoned(entry.path)
+            fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         except OSError:
-            pass
+            return
+    try:
+        here = os.fstat(fd)
+        key = (here.st_dev, here.st_ino)
+        if key in _swept:
+            return
+        _swept.add(key)
+        try:
+            with os.scandir(fd) as entries:
+                found = [e.name for e in entries if _is_temporary(e.name)]
+        except OSError:
+            return
+        for name in found:
+            try:
+                _remove_abandoned(fd, name)
+            except Exception:  # noqa: BLE001 - a sweep never fails a pass: the next one tries again
+                pass
+    finally:
+        os.close(fd)
 
 
-def _remove_abandoned(path: str) -> None:
-    """Unlink the temporary file ``path`` when no writer holds its lock (the lock is held meanwhile,
-    and what is unlinked is the file that was locked: a writer that renamed it since is not touched)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+def _remove_abandoned(dir_fd: int, name: str) -> None:
+    """Remove the temporary file or directory ``name`` when no writer holds its lock (the lock is
+    held meanwhile, and what is removed is what was locked: a writer that renamed it since is not
+    touched); a temporary link, or a home an earlier version was building (never locked), once
+    older than ``LINK_LEFT_SECONDS``. A directory goes with all it holds, links unlinked, never
+    followed (``datum.safefs.remove_tree``)."""
+    st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    if stat.S_ISLNK(st.st_mode) or name.startswith(_OLD_HOME):
+        import time
+
+        if time.time() - st.st_mtime <= LINK_LEFT_SECONDS:
+            return
+        if stat.S_ISLNK(st.st_mode):
+            os.unlink(name, dir_fd=dir_fd)
+            return
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    fd = os.open(name, flags | (os.O_DIRECTORY if stat.S_ISDIR(st.st_mode) else 0), dir_fd=dir_fd)
     try:
         try:
             _fcntl.flock(fd, _fcntl.LOCK_EX | _fcntl.LOCK_NB)
         except BlockingIOError:
             return  # its writer is still writing
         held = os.fstat(fd)
-        now = os.lstat(path)
-        if (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino) and stat.S_ISREG(now.st_mode):
-            os.unlink(path)
+        now = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        if (now.st_dev, now.st_ino) != (held.st_dev, held.st_ino):
+            return
+        if stat.S_ISREG(now.st_mode):
+            os.unlink(name, dir_fd=dir_fd)
+        elif stat.S_ISDIR(now.st_mode):
+            from datum import safefs
+
+            safefs.remove_tree(dir_fd, name, decided=1 << 62)
     finally:
         os.close(fd)
 
 
-def temporary_name(directory: Path | str) -> Path:
-    """A short, unused-looking name in ``directory`` for a file or link about to be renamed into place."""
-    return Path(directory) / f"{TMP_PREFIX}{os.urandom(6).hex()}"
+def temporary_name() -> str:
+    """A short, unused-looking name for a file or link about to be renamed into place."""
+    return f"{TMP_PREFIX}{os.urandom(6).hex()}"
 
 
-# Directories a deferred write renamed into and did not fsync yet (``write_atomic(sync_dir=False)``).
+# Directories a deferred write renamed into and did not fsync yet (``write_at(sync_dir=False)``).
 _unsynced: set[str] = set()
 
 
@@ -110,28 +141,64 @@ def write_atomic(
     sync_dir: bool = True,
     durable: bool = True,
 ) -> None:
-    """Replace ``path`` with ``data`` so a crash leaves the old file or the new one, never half.
+    """``write_at`` for a path of Datum's own (its state, its caches): the directory is opened as
+    named, and made when missing. A file under a managed root is written with ``write_at``
+    through ``datum.providers.held`` instead."""
+    path = os.fspath(path)
+    directory = os.path.dirname(path) or "."
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except FileNotFoundError:  # the directory is not there yet: make it (and its parents)
+        os.makedirs(directory, exist_ok=True)
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        write_at(
+            fd, os.path.basename(path), data, mode=mode, uid=uid, gid=gid,
+            sync_dir=sync_dir, durable=durable, directory=directory,
+        )
+    finally:
+        os.close(fd)
 
-    The temporary file gets its owner, then its mode (a chown clears setuid and
-    setgid bits, so the mode comes last), and is fsynced before the rename; an
-    existing file's mode and owner are kept when not given. Its name is short
+
+def write_at(
+    dir_fd: int,
+    name: str,
+    data: bytes,
+    *,
+    mode: int | None = None,
+    uid: int = -1,
+    gid: int = -1,
+    replace: bool = True,
+    sync_dir: bool = True,
+    durable: bool = True,
+    directory: str = "",
+    host_path: str = "",
+) -> None:
+    """Replace ``name`` in the directory open at ``dir_fd`` with ``data`` so a crash leaves the old
+    file or the new one, never half; nothing is ever written through a link.
+
+    The temporary file (``O_EXCL | O_NOFOLLOW``, 0600) gets its owner, then its mode (a chown
+    clears setuid and setgid bits, so the mode comes last), and is fsynced before it takes the
+    name; an existing file's mode and owner are kept when not given. Its name is short
     (``.datum-tmp-`` and 12 characters), so a target name of 255 bytes works.
 
-    ``sync_dir=False`` leaves the fsync of the directory, which makes the rename
-    itself durable, to ``sync_dirs()``: one per directory, not one per file. Until
-    then a power loss may undo the rename (the old file, or none, and at most a
-    temporary file beside it): the next pass finds the difference and writes it
-    again, and removes the temporary file.
+    ``replace=False`` creates and never replaces: the name is given with ``link(2)``, which
+    fails when anything took the name since the pass looked (``held.Appeared``). With
+    ``replace``, whatever is at the name is replaced, a link itself and never its target.
+
+    ``sync_dir=False`` leaves the fsync of the directory (``directory``, its path), which makes
+    the rename itself durable, to ``sync_dirs()``: one per directory, not one per file. Until
+    then a power loss may undo the rename (the old file, or none, and at most a temporary
+    file beside it): the next pass finds the difference and writes it again, and removes the
+    temporary file.
 
     ``durable=False`` (a cache, whose every entry is checked when read) fsyncs neither the file
     nor the directory: a process killed at any moment still leaves the old file or the new one;
     a power loss may leave either, or an empty file the cache's check refuses.
     """
-    path = os.fspath(path)
-    directory = os.path.dirname(path) or "."
-    sweep_temporaries(directory)
+    sweep_temporaries(dir_fd)
     try:
-        old = os.lstat(path)
+        old = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
     except FileNotFoundError:
         old = None
     if mode is None:
@@ -140,18 +207,11 @@ def write_atomic(
         uid = old.st_uid if uid == -1 else uid
         gid = old.st_gid if gid == -1 else gid
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-    made = False
     while True:
-        tmp = f"{directory}/{TMP_PREFIX}{os.urandom(6).hex()}"
+        tmp = temporary_name()
         try:
-            fd = os.open(tmp, flags, 0o600)
+            fd = os.open(tmp, flags, 0o600, dir_fd=dir_fd)
         except FileExistsError:
-            continue
-        except FileNotFoundError:  # the directory is not there yet: make it (and its parents)
-            if made:
-                raise
-            os.makedirs(directory, exist_ok=True)
-            made = True
             continue
         # Locked until renamed: another pass's sweep leaves it alone (``sweep_temporaries``).
         # One swept in the instant before the lock was taken is unlinked: take another name.
@@ -169,21 +229,43 @@ def write_atomic(
             os.fchmod(fd, mode)
             if durable:
                 os.fsync(fd)
-            os.replace(tmp, path)
+            place(dir_fd, tmp, name, replace=replace, host_path=host_path or name)
         finally:
             os.close(fd)
     except BaseException:
         try:
-            os.unlink(tmp)
+            os.unlink(tmp, dir_fd=dir_fd)
         except FileNotFoundError:
             pass
         raise
     if not durable:
         return
-    if sync_dir:
-        fsync_dir(directory)
+    if sync_dir or not directory:
+        os.fsync(dir_fd)
     else:
         _unsynced.add(directory)
+
+
+def place(dir_fd: int, tmp: str, name: str, *, replace: bool, host_path: str) -> None:
+    """Give the temporary ``tmp`` (a file or a link) the name ``name``, both in the directory open
+    at ``dir_fd``. ``replace``: whatever has the name goes (a link itself, never its target).
+    Otherwise ``link(2)`` gives the name only if nothing has it (``held.Appeared`` when something
+    does), then ``tmp`` goes: a name taken after the pass looked is never overwritten."""
+    if replace:
+        os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        return
+    from datum.providers import held
+
+    try:
+        os.link(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=False)
+    except FileExistsError:
+        try:
+            now = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+            what = f"a {kind(now)}"
+        except OSError:
+            what = "something"
+        raise held.appeared(host_path, what) from None
+    os.unlink(tmp, dir_fd=dir_fd)
 
 
 def sync_dirs() -> None:
@@ -244,20 +326,21 @@ def lstat(path: Path | str) -> os.stat_result | None:
         raise ProviderError(f"a parent of {path} is not a directory") from exc
 
 
-def remove(path: Path | str) -> None:
-    """Remove a file, a symlink or a special file, never following a link (its target stays).
+def remove_at(dir_fd: int, name: str, host_path: str) -> None:
+    """Remove ``name`` (a file, a symlink or a special file) from the directory open at ``dir_fd``,
+    never following a link (its target stays).
 
-    A directory is never removed here: one found at ``path`` now was something
-    else when the pass decided, so it is left alone (``datum.safefs`` removes
-    directories, counting what they hold).
+    A directory is never removed here: one found at ``name`` now was something else when the
+    pass decided, so it is left alone (``datum.safefs`` removes directories, counting what they hold).
     """
-    st = lstat(path)
-    if st is None:
+    try:
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
         return
     if stat.S_ISDIR(st.st_mode):
-        raise ProviderError(f"{path} is a directory now, not what the pass decided on; left alone")
-    os.unlink(path)
-    fsync_dir(os.path.dirname(os.fspath(path)) or ".")
+        raise ProviderError(f"{host_path} is a directory now, not what the pass decided on; left alone")
+    os.unlink(name, dir_fd=dir_fd)
+    os.fsync(dir_fd)
 
 
 IMAGE = "/usr"  # what an image-mode host (bootc, ostree) boots read-only
@@ -332,21 +415,33 @@ def meta_differences(
     return out
 
 
-def set_meta(path: Path | str, mode: int | None, uid: int | None, gid: int | None) -> None:
-    """Set the mode and ownership that are managed, leave the rest alone.
+def set_meta(
+    fd: int, st: os.stat_result, mode: int | None, uid: int | None, gid: int | None, host_path: str = ""
+) -> None:
+    """Set the mode and ownership that are managed and differ on the object open at ``fd`` (whose
+    ``fstat`` is ``st``), leave the rest alone: owner and mode land on that object, never on what
+    a link swapped in since leads to.
 
-    Ownership first, then the mode: a chown clears setuid and setgid bits, so
-    when the mode is not managed the bits it had are put back.
+    Ownership first, then the mode: a chown clears setuid and setgid bits, so when the mode is
+    not managed the bits it had are put back. A regular file with other names is refused where
+    users may hard-link what they do not own (``held.refuse_hardlinked``).
     """
-    if uid is not None or gid is not None:
-        before = stat.S_IMODE(os.lstat(path).st_mode)
-        os.chown(
-            path, -1 if uid is None else uid, -1 if gid is None else gid, follow_symlinks=False
-        )
+    from datum.providers import held
+
+    before = stat.S_IMODE(st.st_mode)
+    new_uid = -1 if uid is None or st.st_uid == uid else uid
+    new_gid = -1 if gid is None or st.st_gid == gid else gid
+    if (new_uid, new_gid) != (-1, -1) or (mode is not None and before != mode):
+        held.refuse_hardlinked(host_path or "the file", st)
+    if (new_uid, new_gid) != (-1, -1):
+        os.fchown(fd, new_uid, new_gid)
         if mode is None and before & (stat.S_ISUID | stat.S_ISGID):
-            mode = before
-    if mode is not None:
-        os.chmod(path, mode)
+            mode = before  # a chown clears setuid and setgid: put them back
+        if mode is not None:
+            os.fchmod(fd, mode)
+            return
+    if mode is not None and before != mode:
+        os.fchmod(fd, mode)
 
 
 # --- diffs in plans, reports, the store and ``datum status`` ----------------------------------

@@ -197,15 +197,19 @@ def readlink(path: str) -> str:
     return found
 
 
-def _open_read(path: str, size: int) -> bytes | None:
-    """A regular file's bytes, never through a final link nor blocking (None: gone since)."""
+def _open_read(path: str, size: int, same: os.stat_result | None = None) -> bytes | None:
+    """A regular file's bytes, never through a final link nor blocking (None: gone since); with
+    ``same``, only the file that ``lstat`` found (a path swapped since is ``NotRegular``)."""
     try:
         fd = os.open(path, _READ)
     except FileNotFoundError:
         return None
     try:
-        if os.fstat(fd).st_mode & _S_IFMT != _S_IFREG:
+        opened = os.fstat(fd)
+        if opened.st_mode & _S_IFMT != _S_IFREG:
             raise NotRegular(f"{path} is not a regular file")
+        if same is not None and (opened.st_ino, opened.st_dev) != (same.st_ino, same.st_dev):
+            raise NotRegular(f"{path} changed while it was read")
         first = os.read(fd, size + 1)  # all of it in one read, unless it grew since
         if len(first) <= size:
             return first
@@ -221,7 +225,7 @@ def content(path: str, st: os.stat_result) -> bytes | None:
     """The bytes of the regular file at ``path`` whose ``lstat`` (``st``) was just made; None when it
     is gone. ``NotRegular`` when what was opened is not a regular file; OSError as raised."""
     data: bytes | None = _recorded(
-        "bytes", path, _open_read, path, st.st_size,
+        "bytes", path, _open_read, path, st.st_size, st,
         noted=lambda found: (signature(st), None if found is None else digest(found)),
     )
     return data
@@ -351,6 +355,31 @@ class Escape(ProviderError):
     """A path that would leave the root."""
 
 
+class Untrusted(ProviderError):
+    """A link on the way that root may not follow (``datum.providers.links``): ``link`` is its host
+    path, ``uids`` the owners of the link and of its directory, ``why`` what the rule found."""
+
+    def __init__(self, original: str, link: str, uids: tuple[int, int], why: str) -> None:
+        from datum.providers.links import RULE
+
+        where = "" if original.rstrip("/") == link else f"{original}: "
+        super().__init__(f"{where}{link} is a link {why}; {RULE}")
+        self.original, self.link, self.uids, self.why = original, link, uids, why
+
+
+def _check_link(top: str, here: str, original: str) -> None:
+    """Refuse the link at ``here`` unless the link rule lets root follow it (its ``lstat`` and its
+    directory's are reads, recorded: a replay sees an owner or a mode that changed)."""
+    from datum.providers.links import refusal
+
+    link = lstat(here)
+    directory = lstat(os.path.dirname(here))
+    why = refusal(link, directory)
+    if why is not None:
+        shown = here[len(top) :] if top != "/" else here
+        raise Untrusted(original, shown or "/", (link.st_uid, directory.st_uid), why)
+
+
 def real_path(
     root: str,
     host_path: str,
@@ -431,6 +460,7 @@ def _walk(
         if seen is not None:
             seen.add(here)
         if (todo or follow_last) and kind(here) == _S_IFLNK:
+            _check_link(top, here, original)
             hops += 1
             if hops > _MAX_LINKS:
                 raise Escape(f"{original}: too many levels of symbolic links")
@@ -454,7 +484,7 @@ def passes_through(root: str, host_path: str) -> set[str]:
     seen: set[str] = set()
     try:
         _walk(os.path.abspath(root), host_path, True, host_path, seen=seen)
-    except (Escape, OSError):
+    except (Escape, Untrusted, OSError):
         pass
     return seen
 

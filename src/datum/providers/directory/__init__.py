@@ -183,10 +183,7 @@ class DirectoryProvider(PathProvider[Attributes, DirWant, DirHave]):
         # removes is never replayed by the idle pass; datum.safefs only for such a pass).
         from datum import safefs
 
-        try:
-            fd = safefs.open_dir(want.real)
-        except NotADirectoryError as exc:
-            raise ProviderError(f"{want.host_path} changed while it was read; try again") from exc
+        fd = _open_top(want, ctx)
         try:
             if want.ensure == "absent":
                 held[SELF] = safefs.tally_fd(fd)
@@ -249,21 +246,24 @@ class DirectoryProvider(PathProvider[Attributes, DirWant, DirHave]):
         if change.action is Action.DELETE:
             if want.real == ctx.root:
                 raise ProviderError(f"{want.host_path} is the root; it is never removed")
-            if have.kind == "directory":
-                _remove_directory(want, have)
-            else:
-                fs.remove(want.real)  # a link is unlinked, its target stays
+            with ctx.parent(str(want.real), want.host_path) as (parent, name):
+                if have.kind == "directory":
+                    _remove_directory(want, have, parent, name)
+                else:
+                    fs.remove_at(parent, name, want.host_path)  # a link is unlinked, its target stays
             return None
-        if have.kind == "absent":
-            want.real.mkdir(parents=True, exist_ok=True)
-            fs.fsync_dir(want.real.parent)
-        fs.set_meta(want.real, want.mode, want.uid, want.gid)
+        # Everything below happens through this descriptor, opened without following a link.
+        fd = _made(want, ctx) if have.kind == "absent" else _open_top(want, ctx)
         try:
-            if want.purge:
-                purge(want, have)
+            fs.set_meta(fd, os.fstat(fd), want.mode, want.uid, want.gid, want.host_path)
+            try:
+                if want.purge:
+                    purge(want, have, fd)
+            finally:
+                if want.recurse:
+                    _apply_below(want, fd)
         finally:
-            if want.recurse:
-                _apply_below(want)
+            os.close(fd)
         return None
 
 
@@ -368,13 +368,30 @@ def _walk_below(
             yield e, wanted
 
 
-def _open_top(want: DirWant) -> int:
-    from datum import safefs
+def _open_top(want: DirWant, ctx: HostContext) -> int:
+    """The directory, reached from the root by descriptors without following a link (``held``)."""
+    from datum.providers import held
 
-    try:
-        return safefs.open_dir(want.real)
-    except NotADirectoryError as exc:
-        raise ProviderError(f"{want.host_path} changed while it was read; try again") from exc
+    return held.open_directory(str(ctx.root), str(want.real), want.host_path)
+
+
+def _made(want: DirWant, ctx: HostContext) -> int:
+    """Make the directory observe found absent (its parents too) and open it. It is made 0700
+    and given its owner, then its mode (the umask's when none is given), on its descriptor: no
+    one opens it while it has a mode it was not meant to have. One made by someone else since
+    observe is taken as it is, unless it is not a directory now."""
+    from datum.providers import held
+
+    with ctx.parent(str(want.real), want.host_path, make=True) as (parent, name):
+        try:
+            os.mkdir(name, 0o700, dir_fd=parent)
+            fd, st = held.open_object(parent, name, want.host_path, stat.S_IFDIR)
+            mode = want.mode if want.mode is not None else 0o777 & ~held.umask()
+            fs.set_meta(fd, st, mode, want.uid, want.gid, want.host_path)
+        except FileExistsError:
+            fd, _ = held.open_object(parent, name, want.host_path, stat.S_IFDIR)
+        os.fsync(parent)
+    return fd
 
 
 def _observe_below(want: DirWant) -> Below:
@@ -395,25 +412,22 @@ def _observe_below(want: DirWant) -> Below:
     return Below(count, tuple(shown))
 
 
-def _apply_below(want: DirWant) -> None:
-    """Walk again and change, entry by entry, what differs now; raise naming those that failed."""
+def _apply_below(want: DirWant, fd: int) -> None:
+    """Walk again (from ``fd``, the directory itself) and change, entry by entry, what differs
+    now; raise naming those that failed."""
     from datum import safefs
 
-    fd = _open_top(want)
     failed: list[str] = []
     count = 0
-    try:
-        for e, wanted in _walk_below(want, safefs.below(fd)):
-            if not fs.meta_differences(e.st, *wanted):
-                continue
-            try:
-                _fix(e, *wanted)
-            except OSError as exc:
-                count += 1
-                if len(failed) < SHOWN:
-                    failed.append(f"{e.path}: {exc.strerror}")
-    finally:
-        os.close(fd)
+    for e, wanted in _walk_below(want, safefs.below(fd)):
+        if not fs.meta_differences(e.st, *wanted):
+            continue
+        try:
+            _fix(e, *wanted)
+        except (OSError, ProviderError) as exc:
+            count += 1
+            if len(failed) < SHOWN:
+                failed.append(f"{e.path}: {exc.strerror if isinstance(exc, OSError) else exc}")
     if count:
         more = f"; and {count - len(failed)} more" if count > len(failed) else ""
         raise ProviderError(
@@ -421,42 +435,25 @@ def _apply_below(want: DirWant) -> None:
         )
 
 
-_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
-
-
 def _fix(e: safefs.Below, mode: int | None, uid: int | None, gid: int | None) -> None:
-    """Set what differs on the entry ``e``: owner first, then the mode (as ``fs.set_meta``)."""
+    """Set what differs on the entry ``e``: owner first, then the mode (``fs.set_meta``), on the
+    object the walk found, never on what a link swapped in for it leads to."""
+    from datum.providers import held
+
     if stat.S_ISLNK(e.st.st_mode):
         os.chown(e.name, _id(uid), _id(gid), dir_fd=e.parent, follow_symlinks=False)
         return
     if e.fd is not None:  # a directory, through the descriptor the walk opened
-        _fix_fd(e.fd, e.st, mode, uid, gid)
+        fs.set_meta(e.fd, e.st, mode, uid, gid, e.path)
         return
-    fd = os.open(e.name, _FILE_FLAGS, dir_fd=e.parent)  # a link swapped in is refused (ELOOP)
+    fd = os.open(e.name, held.OBJECT, dir_fd=e.parent)  # a link swapped in is refused (ELOOP)
     try:
         now = os.fstat(fd)
         if not stat.S_ISREG(now.st_mode) or (now.st_dev, now.st_ino) != (e.st.st_dev, e.st.st_ino):
             return  # replaced since it was listed: left for the next pass
-        _fix_fd(fd, now, mode, uid, gid)
+        fs.set_meta(fd, now, mode, uid, gid, e.path)
     finally:
         os.close(fd)
-
-
-def _fix_fd(
-    fd: int, st: os.stat_result, mode: int | None, uid: int | None, gid: int | None
-) -> None:
-    before = stat.S_IMODE(st.st_mode)
-    new_uid = -1 if uid is None or st.st_uid == uid else uid
-    new_gid = -1 if gid is None or st.st_gid == gid else gid
-    if (new_uid, new_gid) != (-1, -1):
-        os.fchown(fd, new_uid, new_gid)
-        if mode is None and before & (stat.S_ISUID | stat.S_ISGID):
-            mode = before  # a chown clears setuid and setgid: put them back
-        if mode is not None:
-            os.fchmod(fd, mode)
-            return
-    if mode is not None and before != mode:
-        os.fchmod(fd, mode)
 
 
 def _id(value: int | None) -> int:
@@ -504,12 +501,11 @@ def _could_not(refused: Mapping[str, str]) -> str:
     return "could not purge " + "; ".join(f"{n}: {why}" for n, why in sorted(refused.items()))
 
 
-def _remove_directory(want: DirWant, have: DirHave) -> None:
-    """``ensure: absent`` on a directory: ``rmdir``, or with ``force`` the tree if nothing appeared since observe."""
+def _remove_directory(want: DirWant, have: DirHave, parent: int, name: str) -> None:
+    """``ensure: absent`` on the directory ``name`` of the directory open at ``parent``: ``rmdir``,
+    or with ``force`` the tree if nothing appeared since observe."""
     from datum import safefs
 
-    parent = safefs.open_dir(want.real.parent)
-    name = want.real.name
     try:
         if want.force:
             counted = have.held.get(SELF)
@@ -531,11 +527,9 @@ def _remove_directory(want: DirWant, have: DirHave) -> None:
             ) from exc
         if exc.errno != errno.ENOENT:
             raise
-    finally:
-        os.close(parent)
 
 
-def purge(want: DirWant, have: DirHave) -> None:
+def purge(want: DirWant, have: DirHave, fd: int) -> None:
     """Reap the entries no resource manages, through Converge; raise naming those it could not.
 
     An entry that is not a directory is unlinked (a link's target stays). A
@@ -553,18 +547,14 @@ def purge(want: DirWant, have: DirHave) -> None:
         "directory-entry",
         ConvergeConfig(confirmation_ticks=1, breaker={}, drift_cap=10_000, allow_empty=True),
     )
-    fd = safefs.open_dir(want.real)
-    try:
 
-        def reap(direction: Direction, name: str, _want: str | None, _have: str | None) -> None:
-            if direction is Direction.REAP and name not in want.keep:
-                _purge_entry(fd, name, have.held, want.force)
+    def reap(direction: Direction, name: str, _want: str | None, _have: str | None) -> None:
+        if direction is Direction.REAP and name not in want.keep:
+            _purge_entry(fd, name, have.held, want.force)
 
-        kept = {n: n for n in have.entries & want.keep}
-        result = converge.run(kept, {n: n for n in have.entries}, reap, {})
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    kept = {n: n for n in have.entries & want.keep}
+    result = converge.run(kept, {n: n for n in have.entries}, reap, {})
+    os.fsync(fd)
     failed = {i.id: i.last_err or "failed" for i in result.items if i.reason is Reason.APPLY_FAILED}
     if failed:
         raise ProviderError(_could_not(failed))

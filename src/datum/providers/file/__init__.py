@@ -280,19 +280,23 @@ def _template_bytes(real: str) -> bytes | None:
         return None
 
 
-def keep_backup(real: Path, old: bytes, st: os.stat_result | None, keep: int) -> None:
-    """``old`` beside the file as NAME.datum-backup-TIMESTAMP (its mode and owner), then only
-    the newest ``keep`` backups of it stay."""
-    import glob
+def keep_backup(dir_fd: int, name: str, old: bytes, st: os.stat_result | None, keep: int) -> None:
+    """``old`` beside the file ``name`` (in the directory open at ``dir_fd``) as
+    NAME.datum-backup-TIMESTAMP, with its mode and owner; then only the newest ``keep`` backups of
+    it stay (links named like one are removed, never followed)."""
     from datetime import UTC, datetime
 
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
     mode = stat.S_IMODE(st.st_mode) if st is not None else 0o600
     uid, gid = (st.st_uid, st.st_gid) if st is not None else (-1, -1)
-    fs.write_atomic(real.with_name(f"{real.name}.datum-backup-{stamp}"), old, mode=mode, uid=uid, gid=gid)
-    backups = sorted(real.parent.glob(f"{glob.escape(real.name)}.datum-backup-*"))
-    for path in backups[:-keep]:
-        path.unlink(missing_ok=True)
+    prefix = f"{name}.datum-backup-"
+    fs.write_at(dir_fd, prefix + stamp, old, mode=mode, uid=uid, gid=gid, replace=False)
+    backups = sorted(n for n in os.listdir(dir_fd) if n.startswith(prefix))
+    for backup in backups[:-keep]:
+        try:
+            os.unlink(backup, dir_fd=dir_fd)
+        except (FileNotFoundError, IsADirectoryError):
+            continue
 
 
 class FileProvider(PathProvider[Attributes, FileWant, FileHave]):
@@ -332,7 +336,7 @@ class FileProvider(PathProvider[Attributes, FileWant, FileHave]):
             mode,
             uid,
             gid,
-            bool(getattr(spec, "sensitive", False)),
+            bool(getattr(spec, "sensitive", False)) or ctx.sensitive(spec.path, real),
             getattr(spec, "validate_cmd", None),
             bool(getattr(spec, "replace", True)),
             int(getattr(spec, "backups", 5)) if getattr(spec, "backup", False) else 0,
@@ -396,25 +400,38 @@ class FileProvider(PathProvider[Attributes, FileWant, FileHave]):
 
     def apply(self, want: FileWant, have: FileHave, change: Change, ctx: HostContext) -> str | None:
         self._refuse(want, have)  # whoever calls
-        if change.action is Action.DELETE:
-            fs.remove(want.where)
-            return None
-        if self._writes(want, have):
-            data = want.content if want.content is not None else (have.content or b"")
-            if want.backups and have.kind == "file" and have.content is not None:
-                keep_backup(want.real, have.content, have.st, want.backups)
-            # The directory's fsync waits for the end of the pass (fs.sync_dirs, run by the
-            # executor before anything runs a command and before the report is stored).
-            fs.write_atomic(
-                want.where,
-                data,
-                mode=want.mode,
-                uid=-1 if want.uid is None else want.uid,
-                gid=-1 if want.gid is None else want.gid,
-                sync_dir=False,
-            )
-        else:
-            fs.set_meta(want.where, want.mode, want.uid, want.gid)
+        # Through the directory's descriptor, reached without following a link: what a link
+        # swapped in since observe leads to is never written, chowned nor chmodded.
+        with ctx.parent(want.where, want.host_path, make=have.kind == "absent") as (fd, name):
+            if change.action is Action.DELETE:
+                fs.remove_at(fd, name, want.host_path)
+            elif self._writes(want, have):
+                data = want.content if want.content is not None else (have.content or b"")
+                if want.backups and have.kind == "file" and have.content is not None:
+                    keep_backup(fd, name, have.content, have.st, want.backups)
+                # The directory's fsync waits for the end of the pass (fs.sync_dirs, run by the
+                # executor before anything runs a command and before the report is stored).
+                # Created: never over what appeared since observe (replace: false included).
+                fs.write_at(
+                    fd,
+                    name,
+                    data,
+                    mode=want.mode,
+                    uid=-1 if want.uid is None else want.uid,
+                    gid=-1 if want.gid is None else want.gid,
+                    replace=have.kind != "absent",
+                    sync_dir=False,
+                    directory=os.path.dirname(want.where),
+                    host_path=want.host_path,
+                )
+            else:
+                from datum.providers import held
+
+                obj, st = held.open_object(fd, name, want.host_path, stat.S_IFREG)
+                try:
+                    fs.set_meta(obj, st, want.mode, want.uid, want.gid, want.host_path)
+                finally:
+                    os.close(obj)
         return None
 
     @staticmethod

@@ -32,6 +32,7 @@ class LineWant:
     host_path: str
     real: Path
     spec: Attributes
+    sensitive: bool = False  # a resource marks the file sensitive, or gives it a hiding mode
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,7 +105,8 @@ class LineProvider(Provider[Attributes, LineWant, LineHave]):
         return [spec.path]  # not owned (many Lines and a File may share it), but kept by a purge
 
     def desired(self, name: str, spec: Attributes, ctx: HostContext) -> LineWant:
-        return LineWant(spec.path, ctx.path(spec.path), spec)
+        real = ctx.real(spec.path)
+        return LineWant(spec.path, Path(real), spec, ctx.sensitive(spec.path, real))
 
     def observe(self, want: LineWant, ctx: HostContext) -> LineHave:
         st = fs.lstat(want.real)
@@ -119,9 +121,9 @@ class LineProvider(Provider[Attributes, LineWant, LineHave]):
         return LineHave(content, stat.S_IMODE(st.st_mode) if st is not None else None)
 
     def plan(self, want: LineWant, have: LineHave) -> Change:
-        marker = fs.redaction(False, have.mode)
+        marker = fs.redaction(want.sensitive, have.mode)
         if have.content is None:
-            marker = fs.redaction(False, getattr(want.spec, "mode", None))  # the file it makes
+            marker = fs.redaction(want.sensitive, getattr(want.spec, "mode", None))  # the file it makes
             if want.spec.ensure == "absent":
                 return Change()
             after = edit("", want.spec).encode(*_CODEC)
@@ -153,7 +155,12 @@ class LineProvider(Provider[Attributes, LineWant, LineHave]):
                 ctx, getattr(want.spec, "owner", None), getattr(want.spec, "group", None)
             )
             uid, gid = -1 if owner is None else owner, -1 if group is None else group
-        fs.write_atomic(want.real, edit(before, want.spec).encode(*_CODEC), mode=mode, uid=uid, gid=gid)
+        data = edit(before, want.spec).encode(*_CODEC)
+        with ctx.parent(str(want.real), want.host_path, make=have.content is None) as (fd, name):
+            fs.write_at(
+                fd, name, data, mode=mode, uid=uid, gid=gid,
+                replace=have.content is not None, host_path=want.host_path,
+            )
         return None
 
 

@@ -67,28 +67,47 @@ class SymlinkProvider(PathProvider[Attributes, LinkWant, LinkHave]):
 
     def apply(self, want: LinkWant, have: LinkHave, change: Change, ctx: HostContext) -> str | None:
         self.plan(want, have)  # the same refusals, whoever calls
-        if change.action is Action.DELETE:
-            fs.remove(want.real)
-            return None
-        assert want.target is not None
-        want.real.parent.mkdir(parents=True, exist_ok=True)
-        fs.sweep_temporaries(want.real.parent)
-        # A link made beside it (a short name, whatever the link's) and renamed over it:
-        # the path is never missing.
-        while True:
-            tmp = fs.temporary_name(want.real.parent)
+        with ctx.parent(str(want.real), want.host_path, make=True) as (fd, name):
+            if change.action is Action.DELETE:
+                fs.remove_at(fd, name, want.host_path)
+                return None
+            assert want.target is not None
+            fs.sweep_temporaries(fd)
+            # A link made beside it (a short name, whatever the link's) and renamed over it:
+            # the path is never missing.
+            while True:
+                tmp = fs.temporary_name()
+                try:
+                    os.symlink(want.target, tmp, dir_fd=fd)
+                    break
+                except FileExistsError:
+                    continue
             try:
-                os.symlink(want.target, tmp)
-                break
-            except FileExistsError:
-                continue
-        try:
-            os.replace(tmp, want.real)
-        except BaseException:
-            os.unlink(tmp)
-            raise
-        fs.fsync_dir(want.real.parent)
+                _still(fd, name, want, have)
+                # Where observe found nothing, only nothing is replaced (a file that appeared
+                # since is never overwritten, force or not).
+                fs.place(fd, tmp, name, replace=have.kind != "absent", host_path=want.host_path)
+            except BaseException:
+                os.unlink(tmp, dir_fd=fd)
+                raise
+            os.fsync(fd)
         return None
+
+
+def _still(fd: int, name: str, want: LinkWant, have: LinkHave) -> None:
+    """Refuse to replace what is at ``name`` now unless it is of the kind observe found: a file
+    that took a link's place since is replaced only on ``force`` (a directory never)."""
+    from datum.providers import held
+
+    try:
+        now = fs.kind(os.stat(name, dir_fd=fd, follow_symlinks=False))
+    except FileNotFoundError:
+        now = "absent"
+    if now in (have.kind, "absent") or have.kind == "absent":
+        return  # as observed, or gone; over nothing, ``place`` refuses what appeared
+    if now == "file" and want.force:
+        return
+    raise held.appeared(want.host_path, f"a {now}")
 
 
 PROVIDER = SymlinkProvider()
