@@ -17,6 +17,7 @@ import stat
 
 import pytest
 
+from datum.core.explain import lookup
 from datum.core.vocab import Mode, ResourceState
 from datum.providers import held
 from datum.providers.links import RULE
@@ -36,6 +37,11 @@ def host(tmp_path):
 def one(outcomes):
     (outcome,) = outcomes.values()
     return outcome
+
+
+def refusal(reason):
+    """The refusal ``datum explain`` reads in ``reason`` as a pass line shows it."""
+    return [e.name for e in lookup(f"X[y] failed: {reason}") if e.vocabulary.value == "refusal"]
 
 
 def when(resource_id, act):
@@ -60,6 +66,7 @@ def test_file_through_a_users_final_link_is_refused(host, target):
     assert out.state is FAILED
     assert "/srv/app/config.yml is a link owned by uid 1001 (app)" in out.reason
     assert RULE in out.reason
+    assert refusal(out.reason) == ["link_rule"]
     assert host.snapshot() == before
     assert host.path("/etc/shadow").read_text() == SHADOW
 
@@ -150,6 +157,7 @@ def test_directory_swapped_for_a_link_after_observe_changes_nothing_outside(host
     ))
     assert out.state is FAILED
     assert "changed since it was observed" in out.reason
+    assert refusal(out.reason) == ["changed_since_observed"]
     assert host.snapshot(leave=("/srv/app",)) == before
     assert stat.S_IMODE(os.stat(host.path("/etc")).st_mode) == 0o755
     assert os.lstat(data).st_uid == APP  # the link app made is app's still
@@ -237,6 +245,7 @@ def test_what_appeared_since_observe_is_never_overwritten(host, resource, body):
     ))
     assert out.state is FAILED
     assert "/srv/app/seed: a file appeared since it was observed" in out.reason
+    assert refusal(out.reason) == ["appeared_since_observed"]
     assert host.path("/srv/app/seed").read_text() == "mine\n"
 
 
@@ -280,6 +289,7 @@ def test_owner_of_a_hard_linked_file_is_not_changed_when_users_may_hard_link(hos
     monkeypatch.setattr(held, "protected_hardlinks", lambda: False)
     out = one(host.run("resources:\n  - File[/srv/app/config.yml]: {owner: app}\n"))
     assert out.state is FAILED and "has 2 hard links" in out.reason
+    assert refusal(out.reason) == ["hard_links"]
     assert os.stat(host.path("/etc/shadow")).st_uid == 0
 
 
@@ -338,3 +348,79 @@ def test_a_home_left_half_built_by_a_killed_pass_is_swept(host):
     out = one(host.run("resources:\n  - User[bob]: {manage_home: true}\n"))
     assert out.state is CONVERGED, out.reason
     assert sorted(os.listdir(home)) == ["bob"]
+
+
+# --- every provider, a link on the way and a directory on the way swapped --------------------------
+
+# Each resource's path is below /srv/app/data (a directory of app's).
+BELOW = [
+    "File[/srv/app/data/x.conf]: {content: \"x\\n\"}",
+    "Directory[/srv/app/data/sub]: {mode: '0755'}",
+    "Line[l]: {path: /srv/app/data/passwd, line: \"evil::0:0::/:/bin/sh\", create: true}",
+    "Symlink[/srv/app/data/l]: {target: /x}",
+    "User[bob]: {manage_home: true, home: /srv/app/data/bob}",
+]
+# What a User writes of its own (its rows, the locks) beside what the test watches.
+ACCOUNTS = ("/etc/passwd", "/etc/group", "/etc/shadow", "/etc/gshadow", "/etc/.pwd.lock", "/srv/app")
+
+
+@pytest.mark.parametrize("resource", BELOW)
+def test_a_users_link_on_the_way_is_refused_by_every_provider(host, resource):
+    host.link("/srv/app/data", "/etc")
+    before = host.snapshot()
+    out = one(host.run(f"resources:\n  - {resource}\n"))
+    assert out.state is FAILED
+    assert "/srv/app/data is a link owned by uid 1001 (app)" in out.reason
+    assert host.snapshot() == before
+
+
+@pytest.mark.parametrize("resource", BELOW)
+def test_a_directory_on_the_way_swapped_after_observe_is_refused_by_every_provider(host, resource):
+    data = host.path("/srv/app/data")
+    data.mkdir()
+    os.chown(data, APP, APP)
+    before = host.snapshot(leave=ACCOUNTS)
+    out = one(host.run(
+        f"resources:\n  - {resource}\n",
+        lambda _resource: host.link("/srv/app/data", "/etc"),
+    ))
+    assert out.state is FAILED
+    # Found at the descriptor walk, or (a home, resolved when it is made) by the link rule.
+    assert refusal(out.reason) in (["changed_since_observed"], ["link_rule"])
+    assert "/srv/app/data" in out.reason
+    assert host.snapshot(leave=ACCOUNTS) == before
+
+
+# --- a filesystem without hard links (vfat: /boot/efi) --------------------------------------------
+
+
+def test_rename_noreplace_never_replaces(tmp_path):
+    (tmp_path / "a").write_text("a")
+    (tmp_path / "taken").write_text("mine")
+    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        with pytest.raises(FileExistsError):
+            held.rename_noreplace(fd, "a", "taken")
+        held.rename_noreplace(fd, "a", "free")
+    finally:
+        os.close(fd)
+    assert (tmp_path / "taken").read_text() == "mine" and (tmp_path / "free").read_text() == "a"
+
+
+def test_creation_without_hard_links_still_never_overwrites(host, monkeypatch):
+    """``link(2)`` refused as vfat refuses it (a fake of that filesystem: this machine has no
+    mkfs.vfat): the no-replace rename takes over, and still refuses what appeared."""
+    from datum.providers import fs
+
+    def no_links(*_args, **_kwargs):
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(fs.os, "link", no_links)
+    out = one(host.run(
+        "resources:\n  - File[/srv/app/seed]: {content: \"datum\\n\"}\n",
+        when("File[/srv/app/seed]", lambda: host.write("/srv/app/seed", "mine\n")),
+    ))
+    assert out.state is FAILED and "a file appeared since it was observed" in out.reason
+    assert host.path("/srv/app/seed").read_text() == "mine\n"
+    out = one(host.run("resources:\n  - File[/srv/app/other]: {content: \"datum\\n\"}\n"))
+    assert out.state is CONVERGED and host.path("/srv/app/other").read_text() == "datum\n"

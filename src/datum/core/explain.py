@@ -69,6 +69,7 @@ class Vocabulary(StrEnum):
     ITEM_STATE = "item state"
     RECONCILER_STATE = "reconciler state"
     ROLLOUT_STATE = "rollout state"
+    REFUSAL = "refusal"
     ROLLOUT = "rollout"
 
 

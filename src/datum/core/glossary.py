@@ -222,6 +222,40 @@ WORDS: dict[tuple[str, str], tuple[str, str, str, str]] = {
         "[reconcilers.NAME], then restart datum serve.",
         "none",
     ),
+    # Why a resource refused to act as root (``datum.providers.links``, ``datum.providers.held``).
+    ("refusal", "link_rule"): (
+        "a link on the resource's path could have been planted by an ordinary user",
+        "Datum runs as root and resolves links itself, so it follows a link only when a trusted uid (root, or "
+        "the uid Datum runs as) owns it and only a trusted uid can replace it: the directory holding it is "
+        "root's and nobody else may write it, or it is sticky (/tmp). The reason names the link, its owner "
+        "and the rule; nothing was touched. This is the hole behind CVE-2017-18925 and CVE-2018-6954.",
+        "Go and look at the link: if it is meant, have root own it in a directory only root writes (or "
+        "manage the path the link leads to instead); if nobody meant it, someone tried to redirect root.",
+        "look",
+    ),
+    ("refusal", "changed_since_observed"): (
+        "the path was swapped between the pass's look and its change",
+        "A directory on the way, or the object itself, is not what the pass observed any more (a link or "
+        "something else took its place), so the change was not made: every change is made through "
+        "descriptors opened without following links, never by the path again.",
+        "Wait for the next pass, which looks again. Go and look if it happens again: something (or someone) "
+        "keeps swapping that path.",
+        "depends",
+    ),
+    ("refusal", "appeared_since_observed"): (
+        "something took the name the pass was about to create",
+        "The pass found nothing at the path and was creating it, but a file, link or directory appeared "
+        "there meanwhile; it is never overwritten (replace: false, a Symlink without force, and any creation).",
+        "Wait for the next pass, which sees what is there now and says what it would do with it.",
+        "wait",
+    ),
+    ("refusal", "hard_links"): (
+        "a file with other names, where users may hard-link files they do not own",
+        "The file's owner or mode would change, but it has more than one name and fs.protected_hardlinks is "
+        "off, so another of its names may be a file such as /etc/shadow; Datum refuses, as systemd-tmpfiles does.",
+        "Go and look: remove the extra names, or turn fs.protected_hardlinks on (sysctl fs.protected_hardlinks=1).",
+        "look",
+    ),
     ("host reason", "stale"): (
         "the agent fell silent: its last report is overdue",
         "The host's last report is older than [fleet] stale_after times the interval its agent reports at, so "

@@ -66,6 +66,15 @@ _FAMILIES: list[tuple[re.Pattern[str], list[tuple[str, str]]]] = [
     (re.compile(r"\bstranded in\b"), [("coverage", "stranded")]),
 ]
 
+# Why a resource refused to act as root, wherever in the line: pattern -> the refusal's name.
+REFUSAL = "refusal"
+_REFUSALS: list[tuple[re.Pattern[str], str]] = [
+    (re.compile(r"\(the link rule\)"), "link_rule"),
+    (re.compile(r"changed since it was observed"), "changed_since_observed"),
+    (re.compile(r"appeared since it was observed"), "appeared_since_observed"),
+    (re.compile(r"hard links and fs\.protected_hardlinks is off"), "hard_links"),
+]
+
 _LABEL = re.compile(r"^(?:reason|host state)\s*:\s*", re.IGNORECASE)
 
 
@@ -94,6 +103,7 @@ def words(text: str) -> list[tuple[str, str]]:
         found += [(HOST_STATE, state) for states, state in _ROLLUP if states & set(said)][:1]
     found += [(ACTION if w in _PAST else RESOURCE_STATE, w) for w in said]
     found += [(REASON, m.group(1)) for m in _SKIPPED_BECAUSE.finditer(line) if _registered(m.group(1))]
+    found += [(REFUSAL, name) for pattern, name in _REFUSALS if pattern.search(line)]
     return [(v, str(n)) for v, n in dict.fromkeys(found)]
 
 

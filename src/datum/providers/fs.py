@@ -8,6 +8,7 @@ the root (``real_path``).
 
 from __future__ import annotations
 
+import errno
 import fcntl as _fcntl
 import os
 import stat
@@ -257,7 +258,14 @@ def place(dir_fd: int, tmp: str, name: str, *, replace: bool, host_path: str) ->
     from datum.providers import held
 
     try:
-        os.link(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=False)
+        try:
+            os.link(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=False)
+        except OSError as exc:
+            if exc.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.EMLINK):
+                raise
+            # No hard links on this filesystem (vfat: /boot/efi): the kernel's own no-replace rename.
+            held.rename_noreplace(dir_fd, tmp, name)
+            return
     except FileExistsError:
         try:
             now = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)

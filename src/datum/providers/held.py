@@ -163,3 +163,18 @@ def umask() -> int:
     except (OSError, ValueError):
         pass
     return 0o022
+
+
+_RENAME_NOREPLACE = 1  # linux/fs.h
+
+
+def rename_noreplace(dir_fd: int, old: str, new: str) -> None:
+    """``renameat2(RENAME_NOREPLACE)``: ``old`` takes the name ``new`` (both in the directory open at
+    ``dir_fd``) only if nothing has it, ``FileExistsError`` otherwise; for a filesystem without hard
+    links, where ``place`` cannot use ``link(2)``. glibc's wrapper, through ctypes (Python has none)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.renameat2(dir_fd, os.fsencode(old), dir_fd, os.fsencode(new), _RENAME_NOREPLACE) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err), new)
