@@ -130,3 +130,22 @@ def test_the_engine_reads_the_host_through_the_recorder_alone(host, monkeypatch)
     assert reads.unchanged(record.reads(), record.started)
     (host.root / "srv/tree/sub/f").chmod(0o600)
     assert not reads.unchanged(record.reads(), record.started)
+
+
+def test_a_link_handed_to_another_user_is_the_engines_a_file_beside_it_is_not(host):
+    """Issue 35: the link rule's reads are the owner and mode of the link and its directory, not
+    the directory's times: a file made in /etc keeps the pass idle; the link given to uid 1001
+    hands the pass to the engine, which refuses to follow it."""
+    if os.geteuid() != 0:
+        pytest.skip("chown to another uid needs root")
+    (host.root / "run" / "resolve").mkdir(parents=True)
+    (host.root / "etc").mkdir()
+    (host.root / "etc" / "resolv.conf").symlink_to("../run/resolve/stub.conf")
+    manifest = host.manifest('resources:\n  - File[/etc/resolv.conf]:\n      content: "ns\\n"\n')
+    _settled(host, manifest)
+    (host.root / "etc" / "unrelated").write_text("x")
+    code, imported, _out = _run(host, manifest)
+    assert code == 0 and _idle(imported)
+    os.lchown(host.root / "etc" / "resolv.conf", 1001, 1001)
+    code, imported, out = _run(host, manifest)
+    assert code & 4 and not _idle(imported) and "(the link rule)" in out

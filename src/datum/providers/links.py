@@ -18,12 +18,16 @@ Anything else is refused before anything is touched: the resource fails naming t
 its owner and this rule (``Untrusted``). ``/etc/resolv.conf ->
 ../run/systemd/resolve/stub-resolv.conf`` (root's, in root's ``/etc``) is still followed.
 
-Pure: two ``lstat`` results in, the reason out; ``datum.providers.reads`` makes the reads.
+Pure: two owners and modes in, the reason out; ``datum.providers.reads`` makes the reads.
 """
 
 from __future__ import annotations
 
 import os
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from datum.providers.reads import Owner
 
 RULE = "root follows a link only when root owns it and only root can replace it (the link rule)"
 _S_ISVTX, _S_IWGRP, _S_IWOTH = 0o1000, 0o020, 0o002
@@ -34,9 +38,9 @@ def trusted() -> frozenset[int]:
     return frozenset({0, os.geteuid()})
 
 
-def refusal(link: os.stat_result, directory: os.stat_result) -> str | None:
-    """Why the link whose ``lstat`` is ``link``, in the directory whose ``lstat`` is ``directory``,
-    may not be followed; None when it may."""
+def refusal(link: Owner | os.stat_result, directory: Owner | os.stat_result) -> str | None:
+    """Why the link whose owner and mode are ``link``, in the directory whose owner and mode are
+    ``directory``, may not be followed; None when it may."""
     ok = trusted()
     if link.st_uid not in ok:
         return f"owned by uid {link.st_uid}"

@@ -154,6 +154,33 @@ def lstat(path: str) -> os.stat_result:
     return found
 
 
+class Owner:
+    """What ``owner`` read of a path: the ``lstat`` fields the link rule asks (``st_mode``, ``st_uid``,
+    ``st_gid``)."""
+
+    __slots__ = ("st_mode", "st_uid", "st_gid")
+
+    def __init__(self, mode: int, uid: int, gid: int) -> None:
+        self.st_mode, self.st_uid, self.st_gid = mode, uid, gid
+
+
+def _owner_now(path: str) -> tuple[int, int, int] | int:
+    try:
+        st = os.lstat(path)
+    except OSError as exc:
+        return exc.errno or 1
+    return (st.st_mode, st.st_uid, st.st_gid)
+
+
+def owner(path: str) -> Owner:
+    """The mode (kind included), owner and group of ``path`` (a link is not followed), recorded as
+    those three alone; OSError when it cannot be read."""
+    found: tuple[int, int, int] | int = _recorded("owner", path, _owner_now, path)
+    if isinstance(found, int):
+        raise OSError(found, os.strerror(found), path)
+    return Owner(*found)
+
+
 def _follow_now(path: str) -> tuple[int, ...] | int:
     try:
         return signature(os.stat(path))
@@ -368,12 +395,13 @@ class Untrusted(ProviderError):
 
 
 def _check_link(top: str, here: str, original: str) -> None:
-    """Refuse the link at ``here`` unless the link rule lets root follow it (its ``lstat`` and its
-    directory's are reads, recorded: a replay sees an owner or a mode that changed)."""
+    """Refuse the link at ``here`` unless the link rule lets root follow it. The owner and mode of
+    the link and of its directory are reads, recorded (``owner``): a replay sees one that changed,
+    and not a directory's times, which change with every file made in it."""
     from datum.providers.links import refusal
 
-    link = lstat(here)
-    directory = lstat(os.path.dirname(here))
+    link = owner(here)
+    directory = owner(os.path.dirname(here))
     why = refusal(link, directory)
     if why is not None:
         shown = here[len(top) :] if top != "/" else here
@@ -587,6 +615,9 @@ def unchanged(reads: list[tuple[str, str, Any]], started: int) -> bool:
                 return False
         elif kind == "follow":
             if _follow_now(path) != value:
+                return False
+        elif kind == "owner":
+            if _owner_now(path) != value:
                 return False
         elif kind == "kind":
             if _kind_now(path) != value:
