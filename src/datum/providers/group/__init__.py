@@ -1,4 +1,9 @@
-"""``Group``: a group in the root's etc/group (and etc/gshadow when it exists), edited atomically."""
+"""``Group``: a group in the root's etc/group (and etc/gshadow when it exists).
+
+Edits are made as groupadd makes them (``datum.providers.accounts.locked``): under lckpwdf and
+the group and gshadow locks, on the files read again under them, gshadow written before group.
+An edit keeps the gshadow row's password and administrators.
+"""
 
 from __future__ import annotations
 
@@ -20,28 +25,27 @@ class GroupHave:
 
 
 def members_of(row: tuple[str, ...]) -> list[str]:
-    return [m for m in (row[3] if len(row) > 3 else "").split(",") if m]
+    return db.listed(row, db.MEMBERS)
 
 
 def put_group(
-    ctx: HostContext, name: str, gid: int | None, system: bool, members: list[str] | None
+    edit: db.Edit, name: str, gid: int | None, system: bool, members: list[str] | None
 ) -> int:
-    """Create or change a group; return its gid. Shared with ``User`` for private groups."""
-    table = db.read_table(ctx, db.GROUP)
+    """Stage a group created or changed; return its gid. Shared with ``User`` for private groups
+    and memberships."""
+    table = edit.table(db.GROUP)
     row = table.get(name)
     if gid is None:
         gid = int(row[2]) if row else db.next_id(table.ids(), system)
     clash = table.by_id(gid)
     if clash is not None and clash[0] != name:
         raise ProviderError(f"gid {gid} belongs to group {clash[0]}")
-    keep = members_of(row) if row and members is None else (members or [])
-    db.write_table(ctx, table.with_row(name, (name, "x", str(gid), ",".join(keep))))
-    if db.exists(ctx, db.GSHADOW):
-        gshadow = db.read_table(ctx, db.GSHADOW)
-        old = gshadow.get(name)
-        db.write_table(
-            ctx, gshadow.with_row(name, (name, old[1] if old else "!", "", ",".join(keep)))
-        )
+    keep = ",".join(members_of(row) if row and members is None else (members or []))
+    edit.put(table.with_row(name, (name, "x", str(gid), keep)))
+    if edit.present(db.GSHADOW):
+        gshadow = edit.table(db.GSHADOW)
+        old = gshadow.get(name) or (name, "!", "")
+        edit.put(gshadow.with_row(name, (name, old[1], old[2] if len(old) > 2 else "", keep)))
     return gid
 
 
@@ -76,10 +80,13 @@ class GroupProvider(Provider[Attributes, GroupWant, GroupHave]):
         self, want: GroupWant, have: GroupHave, change: Change, ctx: HostContext
     ) -> str | None:
         s = want.spec
-        if change.action is Action.DELETE:
-            db.remove_name(ctx, s.name, db.GROUP, db.GSHADOW)
-            return None
-        put_group(ctx, s.name, s.gid, s.system, s.members)
+        with db.locked(ctx, db.GROUP, db.GSHADOW) as edit:
+            if change.action is Action.DELETE:
+                edit.put(edit.table(db.GROUP).with_row(s.name, None))
+                if edit.present(db.GSHADOW):
+                    edit.put(edit.table(db.GSHADOW).with_row(s.name, None))
+            else:
+                put_group(edit, s.name, s.gid, s.system, s.members)
         return None
 
 
