@@ -341,11 +341,11 @@ def test_temporary_files_of_a_killed_pass_are_removed_by_the_next(ctx):
     (etc / ".motd.k3j2h1.datum-tmp").write_text("half")  # as versions before named them
     (etc / ".current.datum-tmp").symlink_to("/data")  # a link: unlinked, never followed
     os.utime(etc / ".current.datum-tmp", (1, 1), follow_symlinks=False)  # made long ago
-    (etc / ".datum-tmp-0123456789ac").mkdir()  # not a file Datum leaves: kept
+    (etc / ".datum-tmp-0123456789ac" / "sub").mkdir(parents=True)  # a home being built, unlocked
     (etc / "user.datum-tmp.txt").write_text("mine")
     (etc / ".datum-tmp-notes").write_text("mine")  # not Datum's 12 hex characters
     converge(FILE, FileSpec(path="/etc/motd", content="hi\n"), ctx)
-    assert sorted(os.listdir(etc)) == [".datum-tmp-0123456789ac", ".datum-tmp-notes", "motd", "user.datum-tmp.txt"]
+    assert sorted(os.listdir(etc)) == [".datum-tmp-notes", "motd", "user.datum-tmp.txt"]
 
 
 def test_a_sweep_leaves_the_temporary_files_of_a_pass_still_writing(ctx):

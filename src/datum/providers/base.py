@@ -182,7 +182,7 @@ class HostContext:
     cache: dict[str, Any] = field(default_factory=dict)
     _facts: Facts | None = None
     _kept: frozenset[str] | None = None
-    _hidden: frozenset[str] | None = None  # ``sensitive``: the paths whose content is never shown
+    _hidden: dict[str, str] | None = None  # ``hidden``: the paths whose content is never shown
     _stat: tuple[str, os.stat_result] | None = None  # (path, lstat) of the last ``real()``
 
     def __post_init__(self) -> None:
@@ -247,27 +247,37 @@ class HostContext:
             self.cache.pop("naming", None)
         return text
 
-    def sensitive(self, host_path: str, real: str) -> bool:
-        """Whether the content at ``host_path`` (real path ``real``) is never shown: sensitivity
-        belongs to a path, not to a resource. It is when any resource of the manifest at that
-        path, by its host path or its real path, says ``sensitive: true`` or gives it a mode
-        others cannot read; then no resource's diff, plan, report or page shows its content.
-        Decided here alone, once a pass (again after every change)."""
+    def hidden(self, host_path: str, real: str) -> str | None:
+        """The marker that stands for any content diff of ``host_path`` (real path ``real``), or None
+        when it may be shown: sensitivity belongs to a path, not to a resource. When any resource of
+        the manifest at that path, by its host path or its real path, says ``sensitive: true``
+        (``fs.REDACTED_SENSITIVE``) or gives it a mode others cannot read (``fs.REDACTED_MODE``), no
+        resource's diff, plan, report or page shows its content. Decided here alone, once a pass
+        (again after every change)."""
         if self._hidden is None:
-            hidden: set[str] = set()
+            from datum.providers.fs import REDACTED_MODE, REDACTED_SENSITIVE
+
+            hidden: dict[str, str] = {}
             for r in getattr(self.manifest, "resources", ()):
                 spec = r.spec
                 path, mode = getattr(spec, "path", None), getattr(spec, "mode", None)
                 if not isinstance(path, str):
                     continue
-                if getattr(spec, "sensitive", False) or (isinstance(mode, int) and not mode & 0o004):
-                    hidden.add(path)
-                    try:
-                        hidden.add(self.real(path))
-                    except (ProviderError, OSError):
-                        pass
-            self._hidden = frozenset(hidden)
-        return host_path in self._hidden or real in self._hidden
+                if getattr(spec, "sensitive", False):
+                    marker = REDACTED_SENSITIVE
+                elif isinstance(mode, int) and not mode & 0o004:
+                    marker = REDACTED_MODE
+                else:
+                    continue
+                try:
+                    where = [path, self.real(path)]
+                except (ProviderError, OSError):
+                    where = [path]
+                for p in where:
+                    if hidden.get(p) != REDACTED_SENSITIVE:  # sensitive: true says more than a mode
+                        hidden[p] = marker
+            self._hidden = hidden
+        return self._hidden.get(host_path) or self._hidden.get(real)
 
     def parent(self, real: str, host_path: str, *, make: bool = False) -> Any:
         """``(directory descriptor, name)`` of ``real`` for a ``with`` block, reached from the root by

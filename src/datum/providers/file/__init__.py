@@ -44,6 +44,7 @@ class FileWant:
     validate: str | None = None  # a command with %s for the candidate's path
     replace: bool = True  # type: ignore[assignment]  # False: content only when the file is created
     backups: int = 0  # how many backups of replaced content to keep (0: none)
+    hidden: str | None = None  # the marker another resource at this path asks for (``ctx.hidden``)
 
     @property
     def real(self) -> Path:
@@ -328,6 +329,7 @@ class FileProvider(PathProvider[Attributes, FileWant, FileHave]):
 
             # Below a recursing Directory, what it gives a file: the one pass converges.
             mode, uid, gid = recursed_over(ctx, real) or (None, None, None)
+        hidden = ctx.hidden(spec.path, real)
         return FileWant(
             spec.path,
             real,
@@ -336,10 +338,11 @@ class FileProvider(PathProvider[Attributes, FileWant, FileHave]):
             mode,
             uid,
             gid,
-            bool(getattr(spec, "sensitive", False)) or ctx.sensitive(spec.path, real),
+            bool(getattr(spec, "sensitive", False)) or hidden == fs.REDACTED_SENSITIVE,
             getattr(spec, "validate_cmd", None),
             bool(getattr(spec, "replace", True)),
             int(getattr(spec, "backups", 5)) if getattr(spec, "backup", False) else 0,
+            hidden,
         )
 
     def observe(self, want: FileWant, ctx: HostContext) -> FileHave:
@@ -394,7 +397,7 @@ class FileProvider(PathProvider[Attributes, FileWant, FileHave]):
     def _with_diff(change: Change, want: FileWant, have: FileHave, before: bytes | None) -> Change:
         """``change`` with the content diff, or the marker that stands for it where it must not be shown."""
         existing = stat.S_IMODE(have.st.st_mode) if have.st is not None else None
-        marker = fs.redaction(want.sensitive, want.mode, existing)
+        marker = fs.redaction(want.sensitive, want.mode, existing) or want.hidden
         diff = marker or fs.unified(want.host_path, before, want.content or b"")
         return replace(change, diff=diff, sensitive=marker is not None)
 

@@ -32,7 +32,7 @@ class LineWant:
     host_path: str
     real: Path
     spec: Attributes
-    sensitive: bool = False  # a resource marks the file sensitive, or gives it a hiding mode
+    hidden: str | None = None  # the marker a resource at this path asks for (``ctx.hidden``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +106,7 @@ class LineProvider(Provider[Attributes, LineWant, LineHave]):
 
     def desired(self, name: str, spec: Attributes, ctx: HostContext) -> LineWant:
         real = ctx.real(spec.path)
-        return LineWant(spec.path, Path(real), spec, ctx.sensitive(spec.path, real))
+        return LineWant(spec.path, Path(real), spec, ctx.hidden(spec.path, real))
 
     def observe(self, want: LineWant, ctx: HostContext) -> LineHave:
         st = fs.lstat(want.real)
@@ -121,9 +121,9 @@ class LineProvider(Provider[Attributes, LineWant, LineHave]):
         return LineHave(content, stat.S_IMODE(st.st_mode) if st is not None else None)
 
     def plan(self, want: LineWant, have: LineHave) -> Change:
-        marker = fs.redaction(want.sensitive, have.mode)
+        marker = want.hidden or fs.redaction(False, have.mode)
         if have.content is None:
-            marker = fs.redaction(want.sensitive, getattr(want.spec, "mode", None))  # the file it makes
+            marker = want.hidden or fs.redaction(False, getattr(want.spec, "mode", None))  # the file it makes
             if want.spec.ensure == "absent":
                 return Change()
             after = edit("", want.spec).encode(*_CODEC)
