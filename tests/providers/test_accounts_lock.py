@@ -121,6 +121,11 @@ def test_a_held_pwd_lock_makes_the_apply_wait_then_fail_naming_it_with_nothing_w
     message = str(caught.value)
     assert f"{ctx.root}/etc/.pwd.lock is held by pid {pid}:" in message, message
     assert "nothing was written" in message
+    from datum.core.explain import lookup
+
+    assert [e.name for e in lookup(f"User[web] failed: {message}") if e.vocabulary.value == "refusal"] == [
+        "accounts_locked"
+    ]
     assert 0.9 <= waited < 5, waited
     assert databases(ctx) == before
     assert links(ctx) == []  # Datum's own went with the failure

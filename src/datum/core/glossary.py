@@ -256,6 +256,15 @@ WORDS: dict[tuple[str, str], tuple[str, str, str, str]] = {
         "Go and look: remove the extra names, or turn fs.protected_hardlinks on (sysctl fs.protected_hardlinks=1).",
         "look",
     ),
+    ("refusal", "accounts_locked"): (
+        "another program held the account databases' lock",
+        "User and Group edit etc/passwd, group, shadow and gshadow as useradd does: under glibc's lckpwdf "
+        "lock (etc/.pwd.lock) and shadow-utils' FILE.lock files. One was held by another process (useradd, "
+        "vipw, passwd, another pass) for the whole 15 s Datum waits, so nothing was written.",
+        "Wait for the next pass. Go and look if it repeats: the reason names the lock and the pid holding it "
+        "(a vipw left open, a hung useradd); a lock file whose pid is gone is removed by itself.",
+        "depends",
+    ),
     ("host reason", "stale"): (
         "the agent fell silent: its last report is overdue",
         "The host's last report is older than [fleet] stale_after times the interval its agent reports at, so "

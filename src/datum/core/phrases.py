@@ -73,6 +73,7 @@ _REFUSALS: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"changed since it was observed"), "changed_since_observed"),
     (re.compile(r"appeared since it was observed"), "appeared_since_observed"),
     (re.compile(r"hard links and fs\.protected_hardlinks is off"), "hard_links"),
+    (re.compile(r"to lock the account databases; nothing was written"), "accounts_locked"),
 ]
 
 _LABEL = re.compile(r"^(?:reason|host state)\s*:\s*", re.IGNORECASE)

@@ -209,9 +209,7 @@ class HostContext:
 
     def real(self, host_path: str, *, follow_last: bool = True) -> str:
         """``path`` as a string; the ``lstat`` it made of the final component is kept for ``lstat``."""
-        from datum.providers.reads import real_path
-
-        from datum.providers.reads import Untrusted
+        from datum.providers.reads import Untrusted, real_path
 
         found: dict[str, os.stat_result] = {}
         try:

@@ -537,7 +537,6 @@ def purge(want: DirWant, have: DirHave, fd: int) -> None:
     (``rmdir`` bottom-up), or with ``force`` if it holds no more than observe
     counted; otherwise it is left alone and named with why.
     """
-    from datum import safefs
     from datum.core.converge import Converge, ConvergeConfig
 
     # One pass, no confirmation and no breaker (an empty desired set included):
