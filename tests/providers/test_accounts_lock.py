@@ -285,17 +285,16 @@ def test_user_absent_takes_out_the_memberships_an_earlier_removal_left(ctx):
 def recorded_writes(monkeypatch, fail: str | None = None) -> list[str]:
     """The databases accounts writes, in order (backups left out); ``fail`` raises at that one."""
     written: list[str] = []
-    real = accounts.write_atomic
+    real = accounts.write_at
 
-    def write(path, data, **kw):
-        name = os.path.basename(path)
+    def write(fd, name, data, **kw):
         if name == fail:
-            raise OSError(28, "No space left on device", str(path))
+            raise OSError(28, "No space left on device", name)
         if not name.endswith("-"):
             written.append(name)
-        real(path, data, **kw)
+        real(fd, name, data, **kw)
 
-    monkeypatch.setattr(accounts, "write_atomic", write)
+    monkeypatch.setattr(accounts, "write_at", write)
     return written
 
 

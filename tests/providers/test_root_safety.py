@@ -430,3 +430,15 @@ def test_creation_without_hard_links_still_never_overwrites(host, monkeypatch):
     assert host.path("/srv/app/seed").read_text() == "mine\n"
     out = one(host.run("resources:\n  - File[/srv/app/other]: {content: \"datum\\n\"}\n"))
     assert out.state is CONVERGED and host.path("/srv/app/other").read_text() == "datum\n"
+
+
+def test_account_databases_behind_a_users_link_are_refused(host):
+    """etc/group a link app owns (to a file of app's): Group neither reads nor writes through it."""
+    host.write("/srv/app/group", "root:x:0:\n")
+    os.rename(host.path("/etc/group"), host.path("/etc/group.real"))
+    os.symlink("/srv/app/group", host.path("/etc/group"))
+    os.lchown(host.path("/etc/group"), APP, APP)
+    before = host.snapshot()
+    out = one(host.run("resources:\n  - Group[staff]: {gid: 1500}\n"))
+    assert out.state is FAILED and "/etc/group is a link owned by uid 1001 (app)" in out.reason
+    assert host.snapshot() == before

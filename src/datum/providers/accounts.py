@@ -49,7 +49,7 @@ from typing import TypeVar
 
 from datum.providers import reads
 from datum.providers.base import HostContext, ProviderError
-from datum.providers.fs import read_bytes, write_atomic
+from datum.providers.fs import read_bytes, write_at
 
 PASSWD = "/etc/passwd"
 GROUP = "/etc/group"
@@ -222,8 +222,16 @@ def _write(ctx: HostContext, table: Table, old: bytes | None) -> None:
     backup commonio keeps: what an administrator restores from)."""
     mode = _SECRET.get(table.path)
     if old is not None:
-        write_atomic(ctx.path(f"{table.path}-", follow_last=False), old, mode=mode)
-    write_atomic(ctx.path(table.path), _render(table), mode=mode)
+        _write_file(ctx, f"{table.path}-", old, mode, follow_last=False)
+    _write_file(ctx, table.path, _render(table), mode)
+
+
+def _write_file(ctx: HostContext, host_path: str, data: bytes, mode: int | None, *, follow_last: bool = True) -> None:
+    """``data`` over the file at ``host_path``, through the descriptor of its directory reached
+    without following a link (``datum.providers.held``), as every write under the root."""
+    real = ctx.real(host_path, follow_last=follow_last)
+    with ctx.parent(real, host_path) as (fd, name):
+        write_at(fd, name, data, mode=mode, host_path=host_path)
 
 
 @contextmanager
