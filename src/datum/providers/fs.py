@@ -3,7 +3,10 @@ either is done.
 
 What goes wrong is a ``ProviderError`` whose message is what the pass line says. Every read
 goes through the recorder (``datum.providers.reads``), which also resolves a host path inside
-the root (``real_path``).
+the root (``real_path``). Every change under the root is made on a descriptor: ``write_at``,
+``remove_at`` and ``set_meta`` take the directory (or the object) that
+``datum.providers.held`` opened without following a link; ``write_atomic`` is for Datum's own
+files (its state, its caches).
 """
 
 from __future__ import annotations
