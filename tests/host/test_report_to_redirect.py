@@ -62,3 +62,38 @@ def test_a_redirect_is_not_followed_and_the_delivery_fails(host, servers):
     assert "warning: the pass report was not delivered" in result.err
     assert "a redirect to" in result.err and "not followed" in result.err
     assert "s3cret" not in result.out + result.err
+
+
+def test_a_trickled_answer_is_cut_at_the_deadline():
+    """Issue 40: ``--report-to`` had urllib's per-read timeout only, so a server sending a byte
+    every half second held ``datum apply`` for as long as it kept sending; the whole answer is
+    bounded now, as the agent's are (``datum.bounded``)."""
+    import time
+
+    from datum.host.remote import post_report
+
+    stop = threading.Event()
+
+    class Trickle(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
+            self.rfile.read(int(self.headers.get("Content-Length", "0")))
+            for byte in b"HTTP/1.1 200 OK\r\nX-Slow: " + b"x" * 100:
+                if stop.is_set():
+                    return
+                self.wfile.write(bytes([byte]))
+                self.wfile.flush()
+                time.sleep(0.5)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server, url = _serve(Trickle)
+    try:
+        started = time.monotonic()
+        why = post_report(url, "web1", {"host": "web1"}, "datum_x", deadline=1.0)
+        took = time.monotonic() - started
+    finally:
+        stop.set()
+        server.shutdown()
+    assert why is not None and "gave no whole answer within 1s" in why
+    assert took < 10
