@@ -6,6 +6,8 @@ supports here is ``skipped``, and so is one under the read-only ``/usr`` of an
 image-mode host that differs (reason ``image_mode``); in observe mode nothing
 is applied and a difference is ``drifted``. After applying, the provider
 observes again and the resource is ``failed`` unless that confirms the result.
+The changes of a batch (a package manager's packages, ``Provider.batch``) walked
+one after the other are applied together, in one transaction (``run_pass``).
 
 Directory fsyncs a provider deferred (``File``'s atomic writes) are made before
 any other resource is applied and before the pass returns: a pass's outcomes,
@@ -17,7 +19,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from datum.core.vocab import Action, Mode, Reason, ResourceState
@@ -107,6 +108,12 @@ def run_pass(
     walk ends there and the resources not reached stay ``pending``. ``changing()``
     is called before each change is applied (the pass lock makes its record
     durable on the first: ``datum.host.lock.Lease.mark_changing``).
+
+    A change whose provider names a batch (``Provider.batch``: a package manager's
+    transaction) waits, planned, for the next resource of its type that changes: the
+    changes of one batch walked one after the other are applied together, before any
+    resource of another type is even observed, so nothing else sees the host between
+    them. A stop drops a batch not yet applied: its resources stay ``pending``.
     """
     ordered = manifest.ordered()
     if ctx.manifest is None:
@@ -114,20 +121,64 @@ def run_pass(
     done: dict[str, Outcome] = {}
     unsupported: dict[str, str | None] = {}
     total = len(ordered)
+    waiting: list[_Planned] = []  # the batch planned and not applied yet
+
+    def settle() -> None:
+        for held, out in zip(waiting, _act(waiting, ctx, progress, changing), strict=True):
+            done[out.id] = out
+            if progress:
+                progress(held.position, held.total, out.id, out.state)
+        waiting.clear()
+
     try:
         for position, resource in enumerate(ordered, 1):
             if stop is not None and stop():
+                for held in waiting:
+                    done[held.planned.id] = Outcome(held.planned.resource)  # never applied: not reached
+                waiting.clear()
                 break
+            if waiting and resource.type != waiting[0].planned.resource.type:
+                settle()  # another type observes the host only once the batch is applied
             started = time.perf_counter()
-            announce = partial(progress, position, total, resource.id) if progress else None
-            out = _walk(resource, done, unsupported, ctx, announce, changing)
-            out = out.replace(duration_seconds=time.perf_counter() - started)
+            walked = _walk(resource, done, unsupported, ctx)
+            took = time.perf_counter() - started
+            if isinstance(walked, _Planned):
+                walked = replace(walked, position=position, total=total, took=took)
+                if waiting and walked.batch != waiting[0].batch:
+                    settle()  # a change of no batch, or of another, waits for none
+                if walked.batch is not None:
+                    waiting.append(walked)
+                    done[resource.id] = walked.planned  # pending: what needs it waits with it
+                    if progress:
+                        progress(position, total, resource.id, walked.planned.state)
+                    continue
+                out = _act([walked], ctx, progress, changing)[0]
+            else:
+                out = walked.replace(duration_seconds=took)
             done[resource.id] = out
             if progress:
                 progress(position, total, resource.id, out.state)
+        if waiting:
+            settle()
     finally:
         sync_dirs()  # the renames of this pass are durable before anyone reads its outcomes
     return [done.get(r.id) or Outcome(r) for r in ordered]
+
+
+@dataclass(frozen=True, slots=True)
+class _Planned:
+    """A change planned in enforce mode and not applied yet: what applying it needs, the batch it may
+    join (``Provider.batch``), where it was walked and how long its planning took."""
+
+    prov: Provider[Any, Any, Any]
+    want: Any
+    have: Any
+    change: Change
+    planned: Outcome
+    batch: str | None
+    position: int = 0
+    total: int = 0
+    took: float = 0.0
 
 
 def _walk(
@@ -135,10 +186,9 @@ def _walk(
     done: dict[str, Outcome],
     unsupported: dict[str, str | None],
     ctx: HostContext,
-    announce: Callable[[ResourceState], Any] | None,
-    changing: Callable[[], None] | None,
-) -> Outcome:
-    """What ``resource`` does on this pass, given the outcomes ``done`` before it."""
+) -> Outcome | _Planned:
+    """What ``resource`` does on this pass, given the outcomes ``done`` before it: its outcome, or the
+    change to apply (``_act``)."""
     named = resource.needs
     needs = [done[n] for n in dict.fromkeys(named)] if named else []
     bad = [n for n in needs if n.state in _BAD]
@@ -177,15 +227,31 @@ def _walk(
         return planned.replace(state=ResourceState.SKIPPED, reason=Reason.IMAGE_MODE.value)
     if ctx.mode is Mode.OBSERVE:
         return planned.replace(state=ResourceState.DRIFTED, reason=change.summary)
-    if announce:
-        announce(ResourceState.APPLYING)
+    return _Planned(prov, want, have, change, planned, prov.batch(want))
+
+
+def _act(
+    planned: list[_Planned], ctx: HostContext, progress: Progress | None, changing: Callable[[], None] | None
+) -> list[Outcome]:
+    """Apply one change, or one batch's changes together, and confirm each: their outcomes."""
+    if progress:
+        for p in planned:
+            progress(p.position, p.total, p.planned.id, ResourceState.APPLYING)
     if changing:
         changing()
-    if not prov.defers_dir_sync:
+    first = planned[0]
+    if not first.prov.defers_dir_sync:
         sync_dirs()  # nothing else acts (runs a command, say) while a rename is not yet durable
     if between_observe_and_apply is not None:
-        between_observe_and_apply(resource)
-    return _apply(prov, want, have, change, ctx, planned)
+        for p in planned:
+            between_observe_and_apply(p.planned.resource)
+    started = time.perf_counter()
+    if len(planned) == 1:
+        outs = [_apply(first.prov, first.want, first.have, first.change, ctx, first.planned)]
+    else:
+        outs = _apply_together(planned, ctx)
+    each = (time.perf_counter() - started) / len(planned)  # one transaction's time, shared
+    return [out.replace(duration_seconds=p.took + each) for p, out in zip(planned, outs, strict=True)]
 
 
 def _failed(resource: Resource, error: str) -> Outcome:
@@ -223,3 +289,34 @@ def _apply(
     if unconfirmed:
         return applied.replace(state=ResourceState.FAILED, error=unconfirmed, reason=unconfirmed)
     return applied.replace(state=ResourceState.CONVERGED)
+
+
+def _apply_together(planned: list[_Planned], ctx: HostContext) -> list[Outcome]:
+    """Apply one batch's changes at once (``Provider.apply_together``) and confirm each: a failure of
+    the whole (one transaction) fails every one of them with its words; a failure of one, that one."""
+    prov = planned[0].prov
+    try:
+        try:
+            results = prov.apply_together([(p.want, p.have, p.change) for p in planned], ctx)
+        finally:
+            ctx.changed()
+    except Exception as exc:  # noqa: BLE001 - recorded as each resource's failure
+        why = _error(exc)
+        return [p.planned.replace(state=ResourceState.FAILED, error=why, reason=why) for p in planned]
+    outs = []
+    for p, result in zip(planned, results, strict=True):
+        if isinstance(result, Exception):
+            why = _error(result)
+            outs.append(p.planned.replace(state=ResourceState.FAILED, error=why, reason=why))
+            continue
+        try:
+            unconfirmed = prov.verify(p.want, p.change, ctx)
+        except Exception as exc:  # noqa: BLE001
+            why = _error(exc)
+            outs.append(p.planned.replace(state=ResourceState.FAILED, error=why, reason=why, reboot_required=result))
+            continue
+        applied = p.planned.replace(changed=True, reboot_required=result, reason=p.change.summary)
+        if unconfirmed:
+            applied = applied.replace(state=ResourceState.FAILED, error=unconfirmed, reason=unconfirmed)
+        outs.append(applied if unconfirmed else applied.replace(state=ResourceState.CONVERGED))
+    return outs

@@ -406,6 +406,17 @@ class Provider(Generic[S, W, H]):
         """Make the change; return why it needs a reboot, if it does."""
         raise NotImplementedError
 
+    def batch(self, want: W) -> str | None:
+        """The batch ``want``'s change may join, or None to apply it alone. The executor applies the
+        changes of one batch walked one after the other (nothing of another type between them) with one
+        ``apply_together``: a package manager's one transaction for the packages of a pass."""
+        return None
+
+    def apply_together(self, changes: Sequence[tuple[W, H, Change]], ctx: HostContext) -> list[str | Exception | None]:
+        """Make two or more changes of one batch at once; for each, in order, why it needs a reboot
+        (None: it does not) or the error it failed with. Raising fails them all."""
+        raise NotImplementedError
+
     def verify(self, want: W, change: Change, ctx: HostContext) -> str | None:
         """After apply: None when observing again confirms the result, else what still differs."""
         again = self.plan(want, self.observe(want, ctx))

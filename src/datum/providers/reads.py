@@ -8,7 +8,9 @@ running machine (kernel, node name, boot id, CPUs, memory). A host path is
 resolved inside the root here too (``real_path``, as a chroot would), with
 those same reads: where the engine looked is what it recorded. Between ``start``
 and ``stop`` each read is also recorded, keyed by what was read and where, with
-what it returned; a command run (``opaque``) makes the record unreplayable.
+what it returned; a command run (``opaque``) makes the record unreplayable,
+unless its answer is a function of files alone (``answered_by``: rpm's query of its
+database), which are recorded in its stead.
 
 ``unchanged`` replays a record: each read is made again the way it was made
 and compared. A file's bytes are trusted by their ``lstat`` signature, as git's
@@ -100,6 +102,41 @@ def opaque(why: str) -> None:
     """A read no replay can make again (a command's answer): the record stands for nothing."""
     if _current is not None:
         _current.opaque.append(why)
+
+
+def _data_now(path: str) -> tuple[int, int, int, int] | int:
+    try:
+        st = os.lstat(path)
+    except OSError as exc:
+        return exc.errno or 1
+    return (st.st_mode, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def answered_by(paths: Iterable[str], command: Callable[[], Any]) -> Any:
+    """``command()``, a command whose answer is a function of the files at ``paths`` alone (rpm's query
+    of its database, of a package file), recorded as what each file's ``lstat`` says of its content,
+    made before it runs (kind, inode, size and modification time, not the change time: sqlite's
+    write-ahead log has it moved by every reader), instead of as a command: a replay that finds every
+    file as it was stands for the answer. A file modified within ``RACY_NS`` of the pass's start (a
+    time can be coarse: it may change again with the same signature) leaves the record standing for
+    nothing, as any command does."""
+    import time
+
+    recent = (_current.started if _current is not None else time.time_ns()) - RACY_NS
+    racy = []
+    for path in paths:
+        found = _recorded("data", path, _data_now, path)
+        if isinstance(found, tuple) and found[3] > recent:
+            racy.append(path)
+    record = _current
+    if record is None:
+        return command()
+    before = len(record.opaque)
+    try:
+        return command()
+    finally:
+        del record.opaque[before:]  # the command's own note: the reads above stand for it
+        record.opaque.extend(f"{path} changed as the pass began" for path in racy)
 
 
 def _note(kind: str, path: str, value: Any) -> None:
@@ -618,6 +655,9 @@ def unchanged(reads: list[tuple[str, str, Any]], started: int) -> bool:
                 return False
         elif kind == "owner":
             if _owner_now(path) != value:
+                return False
+        elif kind == "data":
+            if _data_now(path) != value:
                 return False
         elif kind == "kind":
             if _kind_now(path) != value:
