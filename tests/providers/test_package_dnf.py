@@ -319,3 +319,19 @@ def test_datum_apply_on_an_unchanged_rpm_root_is_the_idle_pass_and_a_removal_beh
     code, imported, out = _run(host, manifest)
     assert code == 2 and not _idle(imported) and "created" in out, out
     assert "datum-hello" in installed(host.root)
+
+
+def test_datum_explain_says_what_each_provider_does_and_reads_a_failure_back_into_its_provider():
+    from datum.core.explain import lookup
+
+    (dnf,) = lookup("dnf")
+    assert "one transaction" in dnf.means and "Groups (@core) and modules (nginx:1.20) are not supported" in dnf.means
+    (apt,) = lookup("apt")
+    assert "dpkg" in apt.means
+    words = [(e.vocabulary.value, e.name) for e in lookup(
+        "Package[datum-needs] failed: dnf exited 1: Error: | Problem: nothing provides datum-missing-lib")]
+    assert words == [("host state", "failed"), ("resource state", "failed"), ("package provider", "dnf")]
+    assert ("package provider", "dnf") in [(e.vocabulary.value, e.name) for e in lookup(
+        "Package[datum-lib] failed: rpm exited 1: error: Failed dependencies: | datum-lib is needed by ...")]
+    assert ("package provider", "apt") in [(e.vocabulary.value, e.name) for e in lookup(
+        "Package[x] failed: apt-get exited 100: E: Unable to locate package x")]

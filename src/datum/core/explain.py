@@ -71,6 +71,7 @@ class Vocabulary(StrEnum):
     ROLLOUT_STATE = "rollout state"
     REFUSAL = "refusal"
     ROLLOUT = "rollout"
+    PACKAGE_PROVIDER = "package provider"
 
 
 @dataclass(frozen=True)

@@ -265,6 +265,33 @@ WORDS: dict[tuple[str, str], tuple[str, str, str, str]] = {
         "(a vipw left open, a hung useradd); a lock file whose pid is gone is removed by itself.",
         "depends",
     ),
+    # Which package manager a Package resource went through (``datum.providers.package.choose``).
+    ("package provider", "apt"): (
+        "Package on a Debian-family host: dpkg and apt",
+        "The Package provider chosen when the root has dpkg's status file (/var/lib/dpkg/status), or by "
+        "provider: apt on the resource. dpkg-query observes; dpkg installs a .deb given as source, apt-get "
+        "installs from the repository (on the running system), one resource at a time, never prompting. A "
+        "failure's reason ends with apt's or dpkg's last lines.",
+        "Nothing by itself. A Package failed with apt's or dpkg's lines: go and look at what they name.",
+        "none",
+    ),
+    ("package provider", "dnf"): (
+        "Package on an RPM host: rpm's database read, one dnf transaction a pass",
+        "The Package provider chosen when the root has an rpm database (/var/lib/rpm or /usr/lib/sysimage/rpm) "
+        "and no dpkg status, or by provider: dnf on the resource (RHEL, Rocky, Alma, Fedora, Amazon Linux). "
+        "Observe and plan read the rpm database alone (rpm -qa), never the network; latest is the newest dnf's "
+        "metadata cache knows. The Package changes of a pass are one transaction: dnf install (strict) for "
+        "installs, upgrades, pinned versions (a downgrade too) and local .rpm files, then rpm -e for removals, "
+        "which refuses a package another one needs. One missing package or broken dependency fails every "
+        "Package of the transaction with dnf's last lines, and nothing is installed. Versions are "
+        "epoch:version-release in rpm's order. A kernel, systemd or glibc the transaction changed, and what dnf "
+        "needs-restarting -r names, need a reboot. Groups (@core) and modules (nginx:1.20) are not supported: "
+        "only package names.",
+        "Nothing by itself. A Package failed with dnf's lines: go and look at the Problem they name (a package "
+        "no repository has, a dependency nothing provides), fix the repository or the manifest; the next pass "
+        "tries the whole transaction again.",
+        "none",
+    ),
     ("host reason", "stale"): (
         "the agent fell silent: its last report is overdue",
         "The host's last report is older than [fleet] stale_after times the interval its agent reports at, so "

@@ -76,6 +76,13 @@ _REFUSALS: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"to lock the account databases; nothing was written"), "accounts_locked"),
 ]
 
+# Which package manager a Package failure came from, by the program its reason names.
+PACKAGE_PROVIDER = "package provider"
+_PROVIDERS: list[tuple[re.Pattern[str], str]] = [
+    (re.compile(r"\b(?:dnf|rpm) exited \d|\bprovider dnf: "), "dnf"),
+    (re.compile(r"\b(?:apt-get|dpkg|dpkg-query) exited \d|\bprovider apt: "), "apt"),
+]
+
 _LABEL = re.compile(r"^(?:reason|host state)\s*:\s*", re.IGNORECASE)
 
 
@@ -105,6 +112,7 @@ def words(text: str) -> list[tuple[str, str]]:
     found += [(ACTION if w in _PAST else RESOURCE_STATE, w) for w in said]
     found += [(REASON, m.group(1)) for m in _SKIPPED_BECAUSE.finditer(line) if _registered(m.group(1))]
     found += [(REFUSAL, name) for pattern, name in _REFUSALS if pattern.search(line)]
+    found += [(PACKAGE_PROVIDER, name) for pattern, name in _PROVIDERS if pattern.search(line)]
     return [(v, str(n)) for v, n in dict.fromkeys(found)]
 
 
