@@ -24,6 +24,7 @@ name's pattern refuses ``@group`` and ``module:stream``.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import stat
@@ -132,7 +133,7 @@ def dnf(ctx: HostContext, *args: str) -> list[str]:
 
 def installed(ctx: HostContext) -> dict[str, tuple[str, ...]]:
     """Every installed package with its versions, oldest first: one ``rpm -qa`` a pass (again after a
-    change), recorded as the signatures of the database's files."""
+    change), recorded as what the database's files' ``lstat`` says of their content (``answered_by``)."""
     known: dict[str, tuple[str, ...]] | None = ctx.cache.get("rpm:installed")
     if known is not None:
         return known
@@ -156,8 +157,6 @@ def installed(ctx: HostContext) -> dict[str, tuple[str, ...]]:
 
 
 def _oldest_first(evrs: list[str]) -> tuple[str, ...]:
-    import functools
-
     return tuple(sorted(set(evrs), key=functools.cmp_to_key(compare)))
 
 
