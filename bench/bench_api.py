@@ -58,7 +58,7 @@ def free_port() -> int:
 
 def prepare(home: Path, items: int, cap: int, access_log: bool, store_url: str) -> tuple[Path, str]:
     """A store whose buckets reconciler has ``items`` diverged items (all awaiting confirmation)."""
-    from datum.api import tokens
+    from datum.api.front import tokens
     from datum.config import load_settings
     from datum.plugins import load
     from datum.reconcile.runner import Runner

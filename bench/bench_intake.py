@@ -71,7 +71,7 @@ def report(host: str, resources: int, seq: int = 1) -> dict[str, object]:
 def prepare(home: Path, store_url: str, rollout: str = "off") -> tuple[Path, str, str]:
     """A configuration with a fleet directory, an operator token and an (unbound) agent token; with staged
     rollouts (``[fleet.rollout]``, canary ``host-00001``) unless ``rollout`` is ``off``."""
-    from datum.api import tokens
+    from datum.api.front import tokens
     from datum.config import load_settings
     from datum.store import open_store
 

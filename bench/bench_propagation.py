@@ -59,7 +59,7 @@ def manifest(resources: int, version: int) -> str:
 
 def prepare(home: Path, store_url: str, resources: int) -> tuple[Path, str, str]:
     """A configuration with a fleet directory, an operator token and an (unbound) agent token."""
-    from datum.api import tokens
+    from datum.api.front import tokens
     from datum.config import load_settings
     from datum.store import open_store
 

@@ -185,7 +185,7 @@ class ServerSettings(_Strict):
     # pruned by the pass that writes the next one.
     history: Duration = timedelta(days=14)
     # People's reads (the page, drift reports, the host listing, /metrics) served at once per process; one
-    # that waits read_wait for a slot is answered 503 with Retry-After (datum.api.gate).
+    # that waits read_wait for a slot is answered 503 with Retry-After (datum.api.front.gate).
     read_slots: int = Field(default=8, ge=1, le=1000)
     read_wait: Duration = timedelta(seconds=5)
     # How long every host pass is kept (the pass archive, datum.store.passes: GET /v1/hosts/{host}/passes,

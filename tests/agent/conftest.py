@@ -116,7 +116,7 @@ class Fleet:
     def minted(self, principal: str, *hosts: str) -> list[str]:
         """Tokens for ``principal``, one bound to each of ``hosts`` (one unbound without), minted in this process
         by what ``datum token create`` calls (``token`` runs the command: a process start, about 1.5 s, each)."""
-        from datum.api.tokens import create
+        from datum.api.front.tokens import create
         from datum.store import open_store
 
         store = open_store(self.store_url)

@@ -17,8 +17,8 @@ import httpx
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from datum.api import tokens
 from datum.api.app import create_app
+from datum.api.front import tokens
 from datum.config import Settings
 from datum.plugins import load as _load_plugins
 from datum.reconcile.registry import Registry

@@ -8,9 +8,9 @@ import logging
 import cedarpy
 import pytest
 
-from datum.api import tokens
 from datum.api.app import create_app
-from datum.api.authz import (
+from datum.api.front import tokens
+from datum.api.front.authz import (
     SERVER,
     Action,
     Authorizer,
@@ -232,7 +232,7 @@ def _fragments():
 
 
 def test_a_plugins_fragment_that_does_not_merge_is_refused_alone():
-    from datum.api.authz import fragment_problem
+    from datum.api.front.authz import fragment_problem
 
     assert fragment_problem(_fragments()[0]) is None
     assert "does not merge" in fragment_problem("entity Host;")  # redeclares Datum's own

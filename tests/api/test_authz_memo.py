@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from datum.api import authz as authz_module
-from datum.api.authz import Action, Authorizer, bound, host, shipped_policies, shipped_schema
+from datum.api.front import authz as authz_module
+from datum.api.front.authz import Action, Authorizer, bound, host, shipped_policies, shipped_schema
 
 POLICIES = shipped_policies() + """
 @id("no-reports-for-db1")

@@ -201,7 +201,7 @@ def test_a_reconciler_that_cannot_report_items_or_coverage_says_so(tmp_path):
     registry.register("bespoke", Bespoke, ReconcilerSettings)
     from fastapi.testclient import TestClient
 
-    from datum.api import tokens
+    from datum.api.front import tokens
     from datum.store import open_store
 
     settings = settings_for(tmp_path)

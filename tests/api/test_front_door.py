@@ -15,8 +15,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 import datum.api
-from datum.api import security
-from datum.api.guard import served
+import datum.api.front
+from datum.api.front import security
+from datum.api.front.guard import served
 
 from .story import pass_report, serve_fleet
 
@@ -25,12 +26,15 @@ API = Path(datum.api.__file__).parent
 TOKEN_LIKE = "datum_" + "A" * 40  # what a token pasted into a URL by mistake looks like
 
 
-def test_every_module_of_the_api_is_in_a_layer_of_its_contract():
+@pytest.mark.parametrize(
+    ("contract", "package"), [("api-front-door", datum.api), ("api-front-door-inside", datum.api.front)]
+)
+def test_every_module_of_the_api_is_in_a_layer_of_its_contract(contract, package):
     config = configparser.ConfigParser()
     config.read(ROOT / ".importlinter")
-    layers = config["importlinter:contract:api-front-door"]["layers"]
+    layers = config[f"importlinter:contract:{contract}"]["layers"]
     listed = {m.strip() for line in layers.splitlines() for m in line.split(":") if m.strip()}
-    assert {m.name for m in pkgutil.iter_modules(datum.api.__path__)} == listed
+    assert {m.name for m in pkgutil.iter_modules(package.__path__)} == listed
 
 
 def test_every_fast_answer_is_registered_on_a_served_route_that_needs_an_action(story):
@@ -53,7 +57,7 @@ def test_only_the_front_door_resolves_tokens_and_asks_cedar():
     asks = {"known", "principal", "allowed"}
     callers: set[str] = set()
     for name, tree in _source_trees():
-        if name == "tokens.py":
+        if name == "front/tokens.py":
             continue
         functions = [f for f in ast.walk(tree) if isinstance(f, ast.FunctionDef | ast.AsyncFunctionDef)]
         for node in ast.walk(tree):
@@ -61,13 +65,13 @@ def test_only_the_front_door_resolves_tokens_and_asks_cedar():
                     and node.value.attr in ("tokens", "authorizer")):
                 caller = [f.name for f in functions if f.lineno <= node.lineno <= (f.end_lineno or 0)]
                 callers.add(f"{name}:{caller[-1] if caller else '<module>'}")
-    assert callers == {"security.py:principal", "security.py:permits"}
+    assert callers == {"front/security.py:principal", "front/security.py:permits"}
 
 
 def test_only_errors_writes_an_error_body():
-    """No ``{"issues": ...}`` built, and no JSONResponse, outside ``datum.api.errors``."""
+    """No ``{"issues": ...}`` built, and no JSONResponse, outside ``datum.api.front.errors``."""
     for name, tree in _source_trees():
-        if name == "errors.py":
+        if name == "front/errors.py":
             continue
         for node in ast.walk(tree):
             if isinstance(node, ast.Dict):

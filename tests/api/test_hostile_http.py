@@ -24,7 +24,7 @@ LIMIT = 4096
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, int, dict[str, str], Path]]:
     """(base URL, port, tokens by principal, log path) of a ``datum serve`` with small limits."""
-    from datum.api import tokens
+    from datum.api.front import tokens
     from datum.store import open_store
 
     tmp = tmp_path_factory.mktemp("hostile")
@@ -276,7 +276,7 @@ def test_a_token_put_in_the_path_is_neither_logged_nor_echoed(server):
 
 
 def test_the_database_file_deleted_under_the_server_fails_readyz_and_refuses_writes(tmp_path):
-    from datum.api import tokens
+    from datum.api.front import tokens
     from datum.store import open_store
 
     db = tmp_path / "datum.db"

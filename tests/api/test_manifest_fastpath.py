@@ -74,7 +74,7 @@ def test_what_is_in_doubt_goes_to_the_route(fleet_story):
 
 
 def test_a_fast_answer_sees_only_the_query_parameters_it_reads():
-    from datum.api.guard import offered
+    from datum.api.front.guard import offered
 
     reads = frozenset({"wait"})
     assert offered(b"", reads) == {} and offered(b"", frozenset()) == {}

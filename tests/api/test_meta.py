@@ -5,8 +5,8 @@ from __future__ import annotations
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from datum.api import tokens
 from datum.api.app import create_app
+from datum.api.front import tokens
 from datum.plugins import load as _load_plugins
 from datum.store import open_store
 

@@ -1,6 +1,6 @@
 """A refresh storm of the page never starves the control loop: answered or shed with Retry-After, never left hanging.
 
-Before the read gate (``datum.api.gate``), a few hundred concurrent ``/ui/overview`` on a small SQLite
+Before the read gate (``datum.api.front.gate``), a few hundred concurrent ``/ui/overview`` on a small SQLite
 server each held a pooled connection while waiting for a second one: the pool ran dry, every page
 load waited the pool's 30 s and failed, ordinary reads timed out and the scheduler's own tick failed
 with ``QueuePool limit ... reached``. Here a real ``datum serve`` takes the storm while its scheduler
@@ -23,8 +23,8 @@ import pytest
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
-from datum.api import tokens
-from datum.api.gate import ReadGate
+from datum.api.front import tokens
+from datum.api.front.gate import ReadGate
 from datum.api.server import serving_app
 from datum.core.findings import Problem
 from datum.plugins import load as _load_plugins

@@ -176,7 +176,7 @@ def test_a_stored_time_edited_by_hand_reads_unknown_and_everything_else_answers(
     every kind of edit at once, one host each (``web1`` untouched)."""
     import httpx
 
-    from datum.api import tokens
+    from datum.api.front import tokens
     from datum.store import open_store
 
     from .story import config_file, serving

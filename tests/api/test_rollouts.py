@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from datum.api import rollouts
-from datum.api.tokens import create as create_token
+from datum.api.front.tokens import create as create_token
 from datum.config import RolloutSettings
 from datum.core.explain import lookup
 from datum.fleet.waves import plan

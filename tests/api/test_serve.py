@@ -60,7 +60,7 @@ def test_a_revoked_token_is_refused_by_a_running_server_within_seconds(served, d
     remembers, within RECHECK (2 s), not when its memory of the token would have lapsed."""
     import json
 
-    from datum.api.tokens import ID_LENGTH, RECHECK, digest
+    from datum.api.front.tokens import ID_LENGTH, RECHECK, digest
 
     base, token, _log = served
     cfg = str(tmp_path / "datum.toml")

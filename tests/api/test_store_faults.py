@@ -232,8 +232,8 @@ def test_the_api_answers_503_naming_a_locked_store_and_keeps_reading(tmp_path):
 
     from fastapi.testclient import TestClient
 
-    from datum.api import tokens
     from datum.api.app import create_app
+    from datum.api.front import tokens
     from datum.plugins import load as _load_plugins
     from datum.store import open_store
 

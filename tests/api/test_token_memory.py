@@ -1,4 +1,4 @@
-"""A server's memory of store tokens (``datum.api.tokens.TokenBook``), on real SQLite and PostgreSQL stores.
+"""A server's memory of store tokens (``datum.api.front.tokens.TokenBook``), on real SQLite and PostgreSQL stores.
 
 Remembered tokens never lapse while the store keeps confirming them (one
 query for all of them per check), a revoked or changed one is dropped at the
@@ -14,7 +14,7 @@ from contextlib import contextmanager
 
 import sqlalchemy as sa
 
-from datum.api.tokens import IDLE, RECHECK, TRUST, TokenBook, create
+from datum.api.front.tokens import IDLE, RECHECK, TRUST, TokenBook, create
 
 
 class Clock:
@@ -55,7 +55,7 @@ def test_a_busy_token_never_lapses_and_all_are_checked_in_one_query(store):
 
 
 def test_a_revoked_or_changed_token_is_dropped_at_the_next_check(store):
-    from datum.api.tokens import digest, revoke
+    from datum.api.front.tokens import digest, revoke
     from datum.store.schema import tokens
 
     clock = Clock()

@@ -20,7 +20,7 @@ from jsonschema.exceptions import ValidationError
 from openapi_spec_validator import validate as validate_spec
 
 from datum.api.app import create_app
-from datum.api.errors import STATUS_BY_CODE
+from datum.api.front.errors import STATUS_BY_CODE
 from datum.core.vocab import Direction, Health, HostState, Reason
 
 from .story import build_story, pass_report, play

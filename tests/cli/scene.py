@@ -18,8 +18,8 @@ from typing import Any
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
-from datum.api import tokens
 from datum.api.app import create_app
+from datum.api.front import tokens
 from datum.config import load_settings
 from datum.core.vocab import Action, ResourceState
 from datum.host import verdict

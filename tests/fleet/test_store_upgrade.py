@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-from datum.api.tokens import TokenBook, create
+from datum.api.front.tokens import TokenBook, create
 from datum.store import open_store
 from datum.store.hosts import get_host, record_pass
 

@@ -119,11 +119,11 @@ def _table_of(thing) -> str:
 
 def test_a_tokens_table_made_by_create_all_is_adopted_with_its_tokens(store_url):
     """Before 0006 ``datum token create`` made ``tokens`` with ``create_all``: it upgrades in place."""
-    from datum.api.tokens import TokenBook, digest
+    from datum.api.front.tokens import TokenBook, digest
     from datum.store.schema import tokens
 
     _store_at(store_url, "0005")
-    old = sa.MetaData()  # the table as datum.api.tokens defined it for create_all: the same columns
+    old = sa.MetaData()  # the table as datum.api.front.tokens defined it for create_all: the same columns
     tokens.to_metadata(old)
     engine = sa.create_engine(store_url.replace("postgresql://", "postgresql+psycopg://", 1))
     old.create_all(engine)
@@ -144,7 +144,7 @@ def test_a_tokens_table_made_by_create_all_is_adopted_with_its_tokens(store_url)
 
 
 def test_a_store_without_tokens_gets_the_table_from_the_migration(store_url):
-    from datum.api.tokens import TokenBook, create
+    from datum.api.front.tokens import TokenBook, create
 
     _store_at(store_url, "0005")
     store = open_store(store_url)

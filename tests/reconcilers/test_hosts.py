@@ -18,8 +18,8 @@ import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
 from api.story import Clock
-from datum.api import tokens
 from datum.api.app import create_app
+from datum.api.front import tokens
 from datum.config import Settings
 from datum.core.findings import Problem
 from datum.fleet.inventory import declared

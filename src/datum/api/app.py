@@ -19,11 +19,13 @@ from fastapi.routing import APIRoute
 from fastapi.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from datum.api import errors, handlers
 from datum.api import rollouts as rollout_checks
-from datum.api.authz import Authorizer
-from datum.api.edge import Edge
-from datum.api.guard import RequestGuard
+from datum.api.front import errors, handlers
+from datum.api.front.authz import Authorizer
+from datum.api.front.edge import Edge
+from datum.api.front.guard import RequestGuard
+from datum.api.front.state import Clock, ServerState
+from datum.api.front.tokens import TokenBook
 from datum.api.metrics import metrics_registry
 from datum.api.plugins import mount_plugins, schema_fragments
 from datum.api.routes import (
@@ -37,8 +39,6 @@ from datum.api.routes import (
     rollouts,
     ui,
 )
-from datum.api.state import Clock, ServerState
-from datum.api.tokens import TokenBook
 from datum.config import Settings
 from datum.reconcile.registry import Registry
 from datum.reconcile.runner import utcnow

@@ -40,7 +40,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from datum.api.state import ServerState
+from datum.api.front.state import ServerState
 from datum.config import MetricsSettings
 from datum.core.attention import counts as need_counts
 from datum.core.attention import decide

@@ -12,9 +12,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from datum.api.front.state import ServerState
 from datum.api.intake import accepted
 from datum.api.models import host_status
-from datum.api.state import ServerState
 from datum.core.findings import FieldError, invalid
 from datum.core.redact import looks_like_token
 from datum.fleet.reboots import intake_group

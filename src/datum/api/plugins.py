@@ -13,8 +13,8 @@ import logging
 
 from fastapi import APIRouter, FastAPI
 
-from datum.api import errors
-from datum.api.authz import fragment_problem
+from datum.api.front import errors
+from datum.api.front.authz import fragment_problem
 from datum.core.owners import Claim, refusals
 from datum.plugins import Loaded
 from datum.plugins.spec import resolve

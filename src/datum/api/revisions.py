@@ -15,8 +15,8 @@ from pathlib import Path
 
 import anyio.to_thread
 
+from datum.api.front.state import ServerState
 from datum.api.rollouts import started
-from datum.api.state import ServerState
 from datum.fleet.effective import directory_of
 from datum.fleet.revision import Revision, known, revision
 from datum.store.revisions import record

@@ -41,7 +41,7 @@ from datum.store.rollouts import ABORTED, DONE, RolloutRow
 from datum.store.snapshots import keep, kept, load
 
 if TYPE_CHECKING:
-    from datum.api.state import ServerState
+    from datum.api.front.state import ServerState
 
 log = logging.getLogger("datum.api")
 

@@ -33,9 +33,9 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from datum.api import rollouts
 from datum.api.app import create_app
 from datum.api.corked import Corked
-from datum.api.errors import redacted, written
+from datum.api.front.errors import redacted, written
+from datum.api.front.tokens import RECHECK
 from datum.api.revisions import served
-from datum.api.tokens import RECHECK
 from datum.api.waits import FleetChanges
 from datum.api.watch import Every, RunWatch
 from datum.config import Settings

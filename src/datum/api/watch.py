@@ -10,7 +10,7 @@ store that does not answer is retried at the next period; once it answers
 again every report is forgotten (a tick may have been missed meanwhile).
 
 The same kind of thread checks the tokens the server remembers against the
-store every ``datum.api.tokens.RECHECK`` seconds (``TokenBook.revalidate``).
+store every ``datum.api.front.tokens.RECHECK`` seconds (``TokenBook.revalidate``).
 Both start and stop with the app's lifespan (``datum.api.server``).
 """
 

@@ -25,8 +25,8 @@ def create(principal: str, host: str | None, config: str | None, as_json: bool) 
     With --json: one object, the token in `token` beside its `id` (what datum token list and revoke
     name it by), `principal` and `host`.
     """
-    from datum.api.tokens import ID_LENGTH, digest
-    from datum.api.tokens import create as create_token
+    from datum.api.front.tokens import ID_LENGTH, digest
+    from datum.api.front.tokens import create as create_token
     from datum.config import load_settings
     from datum.store import open_store
 
@@ -54,7 +54,7 @@ def list_tokens(config: str | None, as_json: bool, wide: bool) -> None:
     creation; never a token."""
     from datetime import UTC, datetime
 
-    from datum.api.tokens import listed
+    from datum.api.front.tokens import listed
     from datum.cli import render
     from datum.config import load_settings
     from datum.store import open_store
@@ -80,8 +80,8 @@ def revoke(token_id: str, config: str | None, as_json: bool) -> None:
 
     With --json: the token revoked, as datum token list showed it.
     """
-    from datum.api.tokens import RECHECK
-    from datum.api.tokens import revoke as revoke_token
+    from datum.api.front.tokens import RECHECK
+    from datum.api.front.tokens import revoke as revoke_token
     from datum.config import load_settings
     from datum.store import open_store
 

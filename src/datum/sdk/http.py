@@ -22,10 +22,10 @@ from __future__ import annotations
 
 from fastapi import Request
 
-from datum.api.errors import error_responses
+from datum.api.front.errors import error_responses
+from datum.api.front.security import needs, path_resource
+from datum.api.front.state import state_of
 from datum.api.models import Out
-from datum.api.security import needs, path_resource
-from datum.api.state import state_of
 from datum.reconcile.report import absent
 from datum.store import Store
 

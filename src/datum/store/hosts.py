@@ -529,7 +529,7 @@ def _maybe_utc(value: Any) -> datetime | None:
 
 def revoke_host_tokens(conn: sa.Connection, host: str) -> int:
     """Delete the tokens bound to ``host`` in the caller's transaction: how many. Every server refuses a
-    deleted token within ``datum.api.tokens.RECHECK`` seconds; a token not bound to a host is not touched."""
+    deleted token within ``datum.api.front.tokens.RECHECK`` seconds; a token not bound to a host is not touched."""
     from datum.store.schema import tokens
 
     return int(conn.execute(sa.delete(tokens).where(tokens.c.host == host)).rowcount)

@@ -169,7 +169,7 @@ pass_events = sa.Table(
     sa.Index("ix_pass_events_state", "state", "finished_at", "id"),
 )
 
-# Bearer tokens that ``datum token create`` minted (datum.api.tokens): only their SHA-256 is kept.
+# Bearer tokens that ``datum token create`` minted (datum.api.front.tokens): only their SHA-256 is kept.
 # Made by ``create_all`` on first use before migration 0006 took it over.
 tokens = sa.Table(
     "tokens",

@@ -6,12 +6,12 @@ import anyio.to_thread
 from fastapi import APIRouter, Depends, Request, Response
 
 from datum.api.attention import needs, worst_hosts
-from datum.api.authz import Action
-from datum.api.errors import error_responses
+from datum.api.front.authz import Action
+from datum.api.front.errors import error_responses
+from datum.api.front.security import may
+from datum.api.front.security import needs as needs_action
+from datum.api.front.state import state_of
 from datum.api.models import Attention
-from datum.api.security import may
-from datum.api.security import needs as needs_action
-from datum.api.state import state_of
 
 router = APIRouter(prefix="/v1", tags=["observability"])
 

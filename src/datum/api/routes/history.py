@@ -15,12 +15,12 @@ import anyio.to_thread
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from pydantic import AfterValidator, AwareDatetime, BeforeValidator
 
-from datum.api.authz import Action as Cedar
-from datum.api.errors import error_responses
+from datum.api.front.authz import Action as Cedar
+from datum.api.front.errors import error_responses
+from datum.api.front.security import needs, path_resource
+from datum.api.front.state import state_of
 from datum.api.models import EventList, PassDetail, PassList, pass_detail
 from datum.api.routes.reboots import OUT, HostParam
-from datum.api.security import needs, path_resource
-from datum.api.state import state_of
 from datum.core.findings import Problem
 from datum.core.vocab import Action, HostState, ResourceState
 from datum.fleet.history import (

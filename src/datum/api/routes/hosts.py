@@ -20,14 +20,14 @@ from fastapi import APIRouter, Body, Depends, Header, Query, Request, Response
 from pydantic import AfterValidator, ValidationError
 
 from datum.api import rollouts
-from datum.api.authz import Action
-from datum.api.errors import error_responses
+from datum.api.front.authz import Action
+from datum.api.front.errors import error_responses
+from datum.api.front.security import Asked, Reply, fast, needs, path_resource, permits
+from datum.api.front.state import ServerState, state_of
 from datum.api.models import HostList, HostStatus, host_list, host_status, with_held_back
 from datum.api.passes import take
 from datum.api.revisions import REVISION_HEADER, served, serving
 from datum.api.routes.reboots import OUT, HostParam, host_fits, with_lease
-from datum.api.security import Asked, Reply, fast, needs, path_resource, permits
-from datum.api.state import ServerState, state_of
 from datum.api.waits import MAX_WAIT, WAIT_HEADER, current, etag_of, held, held_by, matches, wait_of
 from datum.core.findings import FieldError, Problem, invalid
 from datum.core.vocab import HostState

@@ -5,11 +5,11 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from datum.api.authz import Action
-from datum.api.errors import error_responses
+from datum.api.front.authz import Action
+from datum.api.front.errors import error_responses
+from datum.api.front.security import needs
+from datum.api.front.state import state_of
 from datum.api.models import ApiRoot, Endpoint, Status
-from datum.api.security import needs
-from datum.api.state import state_of
 
 router = APIRouter(tags=["meta"])
 

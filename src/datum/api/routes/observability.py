@@ -12,10 +12,10 @@ import json
 
 from fastapi import APIRouter, Depends, Path, Request, Response
 
-from datum.api.authz import Action
-from datum.api.errors import error_responses
-from datum.api.security import Asked, Reply, fast, needs, path_resource
-from datum.api.state import state_of
+from datum.api.front.authz import Action
+from datum.api.front.errors import error_responses
+from datum.api.front.security import Asked, Reply, fast, needs, path_resource
+from datum.api.front.state import state_of
 from datum.reconcile.report import DriftReport, ReconcilerSummary, broken_summary, enabled, summary
 
 router = APIRouter(prefix="/v1/observability/admin", tags=["observability"])

@@ -7,8 +7,10 @@ from typing import TypeVar
 
 from fastapi import APIRouter, Body, Depends, Path, Query, Request
 
-from datum.api.authz import Action
-from datum.api.errors import error_responses
+from datum.api.front.authz import Action
+from datum.api.front.errors import error_responses
+from datum.api.front.security import needs, path_resource
+from datum.api.front.state import state_of
 from datum.api.models import (
     HostSummary,
     RebootGroup,
@@ -17,8 +19,6 @@ from datum.api.models import (
     RebootLeaseRequest,
     Reboots,
 )
-from datum.api.security import needs, path_resource
-from datum.api.state import state_of
 from datum.store.leases import Lease, Leases
 from datum.wire import NO_NUL
 

@@ -7,13 +7,13 @@ from datetime import UTC, datetime
 import anyio.to_thread
 from fastapi import APIRouter, Depends, Request
 
-from datum.api.authz import Action
-from datum.api.errors import error_responses
+from datum.api.front.authz import Action
+from datum.api.front.errors import error_responses
+from datum.api.front.security import needs
+from datum.api.front.state import ServerState, state_of
 from datum.api.models import RevisionCounts, RevisionList
 from datum.api.revisions import served
 from datum.api.routes.reboots import OUT
-from datum.api.security import needs
-from datum.api.state import ServerState, state_of
 from datum.fleet.rollout import Rollout, status
 
 router = APIRouter(prefix="/v1/revisions", tags=["fleet"])

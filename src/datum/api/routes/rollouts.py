@@ -8,8 +8,10 @@ import anyio.to_thread
 from fastapi import APIRouter, Depends, Path, Request
 
 from datum.api import rollouts as serving
-from datum.api.authz import Action
-from datum.api.errors import error_responses
+from datum.api.front.authz import Action
+from datum.api.front.errors import error_responses
+from datum.api.front.security import needs
+from datum.api.front.state import ServerState, state_of
 from datum.api.models import (
     FailedHost,
     RolloutCommandAnswer,
@@ -18,8 +20,6 @@ from datum.api.models import (
     RolloutWave,
 )
 from datum.api.routes.reboots import OUT
-from datum.api.security import needs
-from datum.api.state import ServerState, state_of
 from datum.config import FleetSettings
 from datum.core.findings import Problem
 from datum.store import rollouts as stored

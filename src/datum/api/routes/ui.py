@@ -24,15 +24,15 @@ from markupsafe import Markup, escape
 from pydantic import AfterValidator
 
 from datum.api import attention
-from datum.api.authz import Action
-from datum.api.errors import error_responses
+from datum.api.front.authz import Action
+from datum.api.front.errors import error_responses
+from datum.api.front.security import may, needs, path_resource
+from datum.api.front.state import state_of
 from datum.api.models import PassSummary, host_summary, kept_reports_served
 from datum.api.routes.hosts import cursor, cursor_query, one_host
 from datum.api.routes.reboots import HostParam
 from datum.api.routes.revisions import rollout
 from datum.api.routes.rollouts import rollout_list
-from datum.api.security import may, needs, path_resource
-from datum.api.state import state_of
 from datum.config import Settings
 from datum.core.explain import ACT_LABEL, Act
 from datum.core.humanize import age, when

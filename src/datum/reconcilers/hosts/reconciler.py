@@ -17,7 +17,7 @@ stale_after`` (the rule the host listing applies: one truth, ``datum.store.hosts
   a name). With ``no_reap`` (the default) it reads ``suppressed_no_reap``:
   reported, nothing done. With ``no_reap = false``, once confirmed and within
   the reap breaker, the agent tokens bound to it are revoked (their rows
-  deleted: every server refuses them within ``datum.api.tokens.RECHECK``
+  deleted: every server refuses them within ``datum.api.front.tokens.RECHECK``
   seconds) and the revocation recorded in ``hosts_revoked``. A host whose last
   report came before its revocation is reaped and left to fall silent; one that
   reports after it, or holds no token bound to it, speaks with a token not bound

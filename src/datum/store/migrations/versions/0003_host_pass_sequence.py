@@ -22,7 +22,7 @@ def upgrade() -> None:
             batch.add_column(sa.Column("pass_id", sa.String(64)))
         if "seq" not in columns:
             batch.add_column(sa.Column("seq", sa.BigInteger))
-    # ``tokens`` was made by datum.api.tokens on first use (migration 0006 makes it now); a store that has it gets the binding column.
+    # ``tokens`` was made by datum.api.front.tokens on first use (migration 0006 makes it now); a store that has it gets the binding column.
     if inspector.has_table("tokens") and "host" not in {c["name"] for c in inspector.get_columns("tokens")}:
         with op.batch_alter_table("tokens") as batch:
             batch.add_column(sa.Column("host", sa.String(253)))

@@ -4,10 +4,10 @@
   UNAUTHENTICATED`` when there is none or it is not known): in memory for a
   known token, in a worker thread when the store must be asked.
 - ``decide(state, principal, action, resource)`` asks Cedar (memoised by
-  ``datum.api.authz.Authorizer``) and raises ``403 FORBIDDEN`` naming the
+  ``datum.api.front.authz.Authorizer``) and raises ``403 FORBIDDEN`` naming the
   action on a refusal.
 
-The request guard (``datum.api.guard``) calls both once per request, before a
+The request guard (``datum.api.front.guard``) calls both once per request, before a
 body is read, and leaves what it found in the ASGI scope (``Admission``);
 a route's ``needs`` dependency and its fast answer read it from there.
 
@@ -30,8 +30,8 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPBearer
 from starlette.types import Scope
 
-from datum.api.authz import SERVER, Action, Resource
-from datum.api.state import ServerState, state_of
+from datum.api.front.authz import SERVER, Action, Resource
+from datum.api.front.state import ServerState, state_of
 from datum.core.findings import Problem
 
 # Only for the OpenAPI document's security scheme: the token is read by ``principal``.

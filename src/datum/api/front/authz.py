@@ -18,7 +18,7 @@ therefore gets the same decision: one Cedar call decides them all, which is
 what an unbound agent token reporting for 10,000 hosts needs. Every other id
 is decided, and memoised, by itself. Policies are read once, when the
 server starts, so nothing memoised outlives what it was decided under;
-tokens resolve to principals before the memo is asked (``datum.api.tokens``),
+tokens resolve to principals before the memo is asked (``datum.api.front.tokens``),
 so the memo holds no token.
 """
 

@@ -1,14 +1,14 @@
 """The front door: every HTTP request is admitted here, once, before FastAPI sees it.
 
-An ASGI layer inside ``datum.api.edge`` and outside the framework. It finds
+An ASGI layer inside ``datum.api.front.edge`` and outside the framework. It finds
 the route that will serve the request (by method and path, as FastAPI routes
 it: the first route that matches both) and, when the route ``needs`` a Cedar
 action:
 
-- resolves the bearer token to a principal (``datum.api.security.principal``),
+- resolves the bearer token to a principal (``datum.api.front.security.principal``),
   else ``401 UNAUTHENTICATED``;
 - asks Cedar for the route's action on the resource its path names
-  (``datum.api.security.decide``, memoised), else ``403 FORBIDDEN``;
+  (``datum.api.front.security.decide``, memoised), else ``403 FORBIDDEN``;
 - leaves both in the ASGI scope (``security.Admission``), where the route's
   ``needs`` dependency and its fast answer read them: nothing is decided twice.
 
@@ -30,7 +30,7 @@ answer (``security.fast``) is offered an admitted request without a query
 string (or with only the query parameters it reads, each once) first: what
 it answers goes out without FastAPI's routing and dependencies; when it
 answers None the request goes on to the route. Every refusal is written by
-``datum.api.errors.written``.
+``datum.api.front.errors.written``.
 """
 
 from __future__ import annotations
@@ -46,9 +46,9 @@ from fastapi.routing import iter_route_contexts
 from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from datum.api.errors import problem_response
-from datum.api.gate import READS
-from datum.api.security import (
+from datum.api.front.errors import problem_response
+from datum.api.front.gate import READS
+from datum.api.front.security import (
     ADMISSION,
     Admission,
     Asked,
@@ -62,7 +62,7 @@ from datum.api.security import (
     need_of,
     principal,
 )
-from datum.api.state import ServerState
+from datum.api.front.state import ServerState
 from datum.core.findings import Problem
 
 
@@ -157,7 +157,7 @@ class RequestGuard:
             await self.app(scope, receive, send)
             return
         # A person's read that goes to its route (a fast answer needs no thread and no connection): one of
-        # [server] read_slots, or shed (datum.api.gate).
+        # [server] read_slots, or shed (datum.api.front.gate).
         try:
             await self.state.reads.acquire()
         except Problem as shed:

@@ -4,7 +4,7 @@ A ``Problem`` raised anywhere below a route maps to its status through its
 first finding's code; FastAPI's own validation errors become ``422
 INVALID_INPUT`` with a finding per field; Starlette's 404 and 405 name the
 path (and ``Allow``); anything unexpected becomes a generic ``500 INTERNAL``
-whose detail goes to the log. Each is written by ``datum.api.errors.written``.
+whose detail goes to the log. Each is written by ``datum.api.front.errors.written``.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match, Mount
 
-from datum.api.errors import INTERNAL, problem_response, redacted
+from datum.api.front.errors import INTERNAL, problem_response, redacted
 from datum.core.findings import FieldError, Finding, Problem
 from datum.validation import field_path
 

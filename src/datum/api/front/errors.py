@@ -2,7 +2,7 @@
 
 ``written`` turns a ``Problem`` into the status and body of every error the
 server answers: the routes' (through ``problem_response`` and the exception
-handlers of ``datum.api.handlers``), the request guard's and the fast
+handlers of ``datum.api.front.handlers``), the request guard's and the fast
 answers' before any route, the edge's 500, even uvicorn's protocol-level 400,
 414 and 431 (``datum.api.server``). Each body goes through ``public``, which
 redacts whatever looks like a token. Here too: the error models the OpenAPI

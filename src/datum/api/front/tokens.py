@@ -28,8 +28,8 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from datum.api.authz import bound
-from datum.api.errors import TOKEN_PREFIX
+from datum.api.front.authz import bound
+from datum.api.front.errors import TOKEN_PREFIX
 from datum.core.findings import FieldError, Problem, invalid
 from datum.store import Store
 from datum.store.schema import tokens

@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import math
 
-from datum.api.authz import Action
+from datum.api.front.authz import Action
 from datum.core.findings import Problem
 
 # The Cedar actions of people's reads: the requests that take a slot.

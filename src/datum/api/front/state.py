@@ -8,11 +8,11 @@ from datetime import datetime
 
 from fastapi import Request
 
-from datum.api.authz import Authorizer
 from datum.api.counters import IntakeCounters
-from datum.api.gate import ReadGate
+from datum.api.front.authz import Authorizer
+from datum.api.front.gate import ReadGate
+from datum.api.front.tokens import TokenBook
 from datum.api.reports import ReportCache
-from datum.api.tokens import TokenBook
 from datum.api.waits import FleetChanges
 from datum.config import Settings
 from datum.core.findings import Problem
@@ -35,7 +35,7 @@ class ServerState:
     store: Store | None = None
     registry: Registry | None = None
     reports: ReportCache = field(init=False)
-    # People's reads served at once ([server] read_slots), the rest queued or shed (datum.api.gate).
+    # People's reads served at once ([server] read_slots), the rest queued or shed (datum.api.front.gate).
     reads: ReadGate = field(init=False)
     # The reports this process took and how long each took (datum.api.counters), on /metrics.
     intake: IntakeCounters = field(init=False)

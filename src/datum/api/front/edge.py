@@ -1,4 +1,4 @@
-"""The outermost ASGI layer: what every request meets before the front door (``datum.api.guard``).
+"""The outermost ASGI layer: what every request meets before the front door (``datum.api.front.guard``).
 
 - ``HEAD`` is answered wherever ``GET`` is (load balancers probe with it): the
   request is served as ``GET`` and the body dropped, headers (``Content-Length``
@@ -18,7 +18,7 @@ import logging
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from datum.api.errors import INTERNAL, problem_response, redacted
+from datum.api.front.errors import INTERNAL, problem_response, redacted
 
 log = logging.getLogger("datum.api")
 
