@@ -62,7 +62,8 @@ def rpms(count: int) -> Path:
         staging = Path(f"{repo}.tmp")
         shutil.rmtree(staging, ignore_errors=True)
         subprocess.run(["rpmbuild", "-bb", "--quiet", "--define", f"_topdir {work}", "--define", f"_rpmdir {staging}",
-                        "--define", "_build_id_links none", str(work / "bench.spec")], check=True, capture_output=True)
+                        "--define", "_build_id_links none", str(work / "bench.spec")], check=True, capture_output=True,
+                       env={**os.environ, "HOME": str(work)})  # Debian's rpm makes ~/.rpmdb: the build's own
         subprocess.run(["createrepo_c", "-q", str(staging)], check=True, capture_output=True)
         staging.rename(repo)
     finally:
