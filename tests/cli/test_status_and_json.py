@@ -65,6 +65,20 @@ def test_token_create_and_revoke_print_json(scene: Scene, datum_cli):
     assert code == 0 and json.loads(out) == {"id": made["id"], "principal": "agent", "host": "web9"}
 
 
+def test_token_create_refuses_a_host_named_like_a_token(scene: Scene, datum_cli):
+    """Issue 40: a token pasted for --host made a token bound to a host intake never accepts, and
+    printed the pasted secret as a host name in datum token list."""
+    cfg = str(scene.config)
+    pasted = "datum_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4"
+    code, out, err = datum_cli("token", "create", "--principal", "agent", "--host", pasted, "--config", cfg, "--json")
+    assert code != 0 and pasted not in out + err
+    problem = json.loads(out)
+    [issue] = problem["issues"]
+    assert issue["code"] == "INVALID_INPUT" and [f["field"] for f in issue["fields"]] == ["host"]
+    assert "shaped like a bearer token" in issue["fields"][0]["message"]
+    assert json.loads(datum_cli("token", "list", "--config", cfg, "--json")[1]) == []
+
+
 def test_store_migrate_and_recount_print_json(scene: Scene, datum_cli, tmp_path):
     datum_cli("store", "migrate", "--config", str(scene.config))  # the plugins' branches, at their heads
     code, out, err = datum_cli("store", "migrate", "--config", str(scene.config), "--json")

@@ -31,6 +31,7 @@ import sqlalchemy as sa
 from datum.api.front.authz import bound
 from datum.api.front.errors import TOKEN_PREFIX
 from datum.core.findings import FieldError, Problem, invalid
+from datum.core.redact import looks_like_token
 from datum.store import Store
 from datum.store.schema import tokens
 
@@ -73,6 +74,11 @@ def create(store: Store, principal: str, host: str | None = None) -> str:
         raise invalid(
             [FieldError("host", "1-253 of letters, digits and '_.-', starting with a letter or digit")],
             f"host {host!r} is not a valid host name",
+        )
+    if host is not None and looks_like_token(host):  # intake refuses such a host: its token would bind nothing
+        raise invalid(
+            [FieldError("host", "is shaped like a bearer token; a host name never is one")],
+            "a token is not bound to a host named like a token (was a token pasted for --host?)",
         )
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)
     with store.begin() as conn:
