@@ -83,14 +83,56 @@ def test_datum_explain_json(datum_cli):
     assert e["vocabulary"] == "drift reason" and e["act"] == "look" and e["do"]
 
 
-def test_datum_explain_unknown_lists_the_known_ones(datum_cli):
-    rc, _out, err = datum_cli("explain", "nope")
+def test_datum_explain_unknown_names_the_nearest_three(datum_cli):
+    """Issue 40: the error was one line of every known name (84 of them); now the nearest three, on
+    one line of at most 80 columns, every name still in the JSON's details."""
+    rc, _out, err = datum_cli("explain", "blocked-on-ownr")
     assert rc == 64
-    assert "blocked_on_owner" in err and "awaiting-reboot" in err
+    assert "try blocked_on_owner" in err and "awaiting-reboot" not in err
+    assert all(len(line) <= 80 for line in err.splitlines())
     rc, out, _err = datum_cli("explain", "nope", "--json")
     assert rc == 64
     finding = json.loads(out)["issues"][0]
     assert finding["code"] == "NOT_FOUND" and "backoff" in finding["details"]["known"]
+    rc, _out, err = datum_cli("explain", "zzzzqqqq")
+    assert rc == 64 and "datum explain lists every word it knows" in err
+
+
+def test_every_explanation_fits_80_columns(datum_cli):
+    """Issue 40: 30 of the headings (name, vocabulary, summary) were wider than 80 columns."""
+    for e in EXPLANATIONS:
+        assert all(len(line) <= 80 for line in e.text(80).splitlines()), e.name
+
+
+@pytest.mark.parametrize(
+    ("said", "vocabulary", "name"),
+    [
+        ("check it is intended", "advice", "check it is intended"),
+        ("at the backoff cap", "item state", "at_backoff_cap"),
+        ("held back on the previous revision until its wave 2 is released", "rollout", "held_back"),
+        ("canary", "rollout", "canary"),
+        ("wave", "rollout", "wave"),
+        ("soak", "rollout", "soak"),
+    ],
+)
+def test_the_words_the_surfaces_print_are_explained(said, vocabulary, name):
+    """Issue 40: datum explain refused these, which the page, datum hosts and the metrics print."""
+    assert (vocabulary, name) in [(e.vocabulary.value, e.name) for e in lookup(said)]
+
+
+def test_every_needs_a_human_code_is_explained():
+    """Each line of Needs a human carries a code (/v1/attention's reason): every one is explained."""
+    from datum.core import attention
+
+    codes = set(attention.reasons()) | {attention.HOST_DEGRADED}
+    explained = {e.name for e in lookup_all()}
+    assert codes <= explained, sorted(codes - explained)
+
+
+def lookup_all():
+    from datum.core.explain import plugin_explanations
+
+    return [*EXPLANATIONS, *plugin_explanations()]
 
 
 def test_datum_explain_without_a_name_lists_everything_the_plugins_too(datum_cli, monkeypatch):

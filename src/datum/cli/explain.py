@@ -27,7 +27,7 @@ def explain(name: str | None, as_json: bool) -> None:
     stranded, an advice label, a mode or policy, or a host reason pasted as shown.
 
     Without NAME, every name that can be explained, with its one-line summary.
-    An unknown NAME exits 64 and lists the known ones.
+    An unknown NAME exits 64 and names the nearest three known ones.
     """
     from datum.core.explain import EXPLANATIONS, known, lookup, plugin_explanations
     from datum.plugins import load
@@ -49,14 +49,19 @@ def explain(name: str | None, as_json: bool) -> None:
         return
     found = lookup(name)
     if not found:
+        import difflib
+
+        from datum.core.explain import normalise
+
         names = known()
+        near = difflib.get_close_matches(normalise(name), names, n=3, cutoff=0.5)
+        hint = f"try {', '.join(near)}" if near else "datum explain lists every word it knows"
         raise Problem(
             [
                 Finding(
                     "NOT_FOUND",
-                    f"{name!r} is not a word Datum prints (a reason, state, health, advice, mode or host reason); "
-                    f"known: {', '.join(names)}",
-                    details={"known": names},
+                    f"{name!r}: not a word Datum knows; {hint}",
+                    details={"known": names, "nearest": near},
                 )
             ]
         )

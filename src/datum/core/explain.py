@@ -70,6 +70,7 @@ class Vocabulary(StrEnum):
     RECONCILER_STATE = "reconciler state"
     ROLLOUT_STATE = "rollout state"
     REFUSAL = "refusal"
+    NEED = "needs a human"
     ROLLOUT = "rollout"
     PACKAGE_PROVIDER = "package provider"
 
@@ -98,8 +99,9 @@ class Explanation:
     def text(self, width: int = 80) -> str:
         """The terminal form, its paragraphs wrapped to ``width``."""
         wrap = textwrap.TextWrapper(width=width, initial_indent="  ", subsequent_indent="  ")
+        heading = textwrap.fill(f"{self.name} ({self.vocabulary.value}): {self.summary}", width, subsequent_indent="  ")
         return (
-            f"{self.name} ({self.vocabulary.value}): {self.summary}\n\n"
+            f"{heading}\n\n"
             f"{wrap.fill(self.means)}\n\n"
             f"{wrap.fill(f'what to do ({ACT_LABEL[self.act]}): {self.do}')}\n"
         )

@@ -412,5 +412,135 @@ WORDS: dict[tuple[str, str], tuple[str, str, str, str]] = {
         "without it unless all its canaries are silent.",
         "look",
     ),
+    ("rollout", "canary"): (
+        "a host that takes a new revision first, alone",
+        "[fleet.rollout] canary names hosts (or a count of them per group) that are served a new revision before "
+        "anyone else. The first wave waits until they converged on it and the soak passed; a canary failing on it "
+        "can halt the rollout (max_failed). A canary applies a failing revision part-way: resources before the "
+        "failure are applied, as a pass always does.",
+        "Watch the canary (datum hosts, its page) after a change; abort if it fails on the revision.",
+        "none",
+    ),
+    ("rollout", "wave"): (
+        "a share of each nodes.yaml group that takes the new revision together",
+        "[fleet.rollout] waves splits every group into waves (fractions or counts). Wave N is released once wave "
+        "N-1 converged on the revision and soaked; hosts of unreleased waves are held back on the previous "
+        "revision. datum rollout status shows the waves, their hosts and the one in force.",
+        "Nothing to do, unless the rollout halts.",
+        "none",
+    ),
+    ("rollout", "soak"): (
+        "how long a converged wave runs the revision before the next is released",
+        "[fleet.rollout] soak is the time after a wave (or the canary) converged on the new revision during which "
+        "nothing more is released: a problem that shows only after a while (a leak, a cron job) halts the rollout "
+        "before it reaches the next wave.",
+        "Wait for it to end; datum rollout status says when the wave completed.",
+        "wait",
+    ),
+    ("advice", "check it is intended"): (
+        "not broken, but not what the manifest asks: confirm it is meant",
+        "A line of Needs a human that is not a failure: a host that skipped resources (degraded: no provider here, "
+        "an image-mode /usr), which may be exactly what the fleet intends.",
+        "Read the reason; if it is intended nothing needs doing, else change the manifest or the host.",
+        "look",
+    ),
+    ("needs a human", "plugin_broken"): (
+        "a reconciler plugin did not load",
+        "The plugin's module raised on import, declares an API version this Datum does not speak, or claims a name "
+        "another distribution claims; nothing of it runs until it loads.",
+        "Fix the plugin's installation; datum reconcilers names the error.",
+        "look",
+    ),
+    ("needs a human", "reconciler_failing"): (
+        "a reconciler cannot run its passes",
+        "Its substrate cannot be read, its pass raised or ran past its pass_timeout; its items keep their last "
+        "known state and nothing is applied.",
+        "Go and look at the error it reports (datum reconcilers, the page).",
+        "look",
+    ),
+    ("needs a human", "reconciler_degraded"): (
+        "a reconciler runs, but said why it is not well",
+        "The reconciler's pass returned a degraded result with a reason of its own (Result.degraded).",
+        "Go and look at what it says, and at its items.",
+        "look",
+    ),
+    ("needs a human", "backoff_cap"): (
+        "an item failed so often it is parked at the backoff cap",
+        "Its apply failed again and again; it retries only every backoff-cap passes now and will not fix itself.",
+        "Go and look at its lastErr and remove the cause; the next retry converges.",
+        "look",
+    ),
+    ("needs a human", "repeated_failures"): (
+        "an item failed three times or more",
+        "Its apply keeps failing (backoff or apply_failed, failures at or above 3): it will not fix itself.",
+        "Go and look at its lastErr and remove the cause.",
+        "look",
+    ),
+    ("needs a human", "stranded"): (
+        "desired-state rows in a status no work query selects",
+        "Rows of a reconciler's table sit in a status that no work query of any kind selects and nothing owns: "
+        "nothing will ever move them.",
+        "Move them to a status a work query selects, or fix the work query (datum drift NAME --json: coverage).",
+        "look",
+    ),
+    ("needs a human", "host_failed"): (
+        "a host's last pass failed",
+        "A resource failed or was blocked on the host's last pass; its reason names them.",
+        "Go and look at the failed resource's reason (datum hosts, the host's page); the next pass retries.",
+        "look",
+    ),
+    ("needs a human", "host_unknown"): (
+        "a host's state cannot be told",
+        "The host fell silent (its last report is overdue), its pass did not finish, or its report cannot be "
+        "read: the last state is not trusted.",
+        "Go and look at the host and its agent; the next report replaces this.",
+        "look",
+    ),
+    ("needs a human", "host_drifted"): (
+        "a host's last pass found drift it did not correct",
+        "The host runs in observe mode (or datum agent --dry-run): its last pass found resources that differ from "
+        "the manifest and changed nothing.",
+        "Look at the drift (datum hosts, its page), then switch it to enforce, or fix the host or the manifest.",
+        "look",
+    ),
+    ("needs a human", "host_degraded"): (
+        "a host skipped resources",
+        "Some resources of the host were skipped: no provider on this host, or a difference under an image-mode /usr.",
+        "Check it is intended; else change the manifest or the host.",
+        "look",
+    ),
+    ("needs a human", "reboot_refused"): (
+        "a host came back from its reboot to the old kernel",
+        "The host rebooted for a newer kernel but booted the old one again (the newer one is not the default "
+        "boot entry); Datum does not reboot for it again.",
+        "Make the newer kernel the default boot entry, or remove it.",
+        "look",
+    ),
+    ("needs a human", "manual_reboot"): (
+        "a host awaits a reboot by hand",
+        "The host needs a reboot and its reboot_policy is manual (or a maintenance window never comes): Datum "
+        "does not reboot it.",
+        "Reboot it when it suits (datum reboot on the host), or change its reboot_policy.",
+        "look",
+    ),
+    ("needs a human", "no_reboot_lease"): (
+        "a host cannot get a reboot lease from the server",
+        "The host needs a reboot, but its agent cannot reach the server for a lease of its group's reboot budget.",
+        "Go and look at the agent's connection to the server (its token, the network).",
+        "look",
+    ),
+    ("needs a human", "pre_reboot_failed"): (
+        "a host does not reboot because its pre_reboot hook fails",
+        "[host] pre_reboot (a drain) exited non-zero, so the host keeps running and holds no reboot slot.",
+        "Go and look at the hook's output in the host's reason; fix it or the service it drains.",
+        "look",
+    ),
+    ("needs a human", "reboot_overdue"): (
+        "a host took a reboot lease and is not back",
+        "The host rebooted (or was about to) under a lease and has not reported from a new boot within [fleet] "
+        "reboot_timeout, or came back unhealthy; its group's reboots are halted meanwhile.",
+        "Go and look at the host; once it is back and healthy the group goes on, or run datum reboots clear HOST.",
+        "look",
+    ),
 }
 

@@ -62,7 +62,8 @@ _FAMILIES: list[tuple[re.Pattern[str], list[tuple[str, str]]]] = [
     (re.compile("^" + re.escape(budget.PRE_REBOOT_FAILED)), [(HOST_REASON, "pre_reboot_failed")]),
     (re.compile("^came back (unhealthy|failed|drifted|degraded|awaiting-reboot|unknown)"), [(HOST_REASON, "reboot_unhealthy")]),
     # "Needs a human" on the page.
-    (re.compile(r"parked at the backoff cap"), [("item state", "at_backoff_cap"), (REASON, "backoff")]),
+    (re.compile(r"\bat the backoff cap\b"), [("item state", "at_backoff_cap"), (REASON, "backoff")]),
+    (re.compile(r"\bheld back\b"), [("rollout", "held_back")]),
     (re.compile(r"\bstranded in\b"), [("coverage", "stranded")]),
 ]
 
