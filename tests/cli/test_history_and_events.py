@@ -77,3 +77,33 @@ def test_a_bad_since_or_cursor_is_a_finding(scene: Scene, datum_cli):
     assert issue["fields"][0]["field"] == "--since"
     code, out, err = datum_cli("history", "web1", "--config", str(scene.config), "--cursor", "nope", "--json")
     assert code == 65 and json.loads(out or err)["issues"][0]["fields"][0]["field"] == "--cursor"
+
+
+def test_history_shows_each_pass_number_whole_and_the_api_takes_it(scene: Scene, datum_cli):
+    """Issue 40: at 80 columns the pass id (what GET /v1/hosts/{host}/passes/{pass} wants) was cut
+    across three lines (an agent's pass id is a 36-character UUID); the table shows the archive's
+    number instead, whole, and the route takes it."""
+    import uuid
+
+    from .scene import report
+    from .scene import C as CONVERGED
+
+    agent_pass = {**report("web1", [(CONVERGED, None)]), "passId": str(uuid.uuid4()), "seq": 1}
+    settings = load_settings(str(scene.config))
+    store = open_store(settings.store_url)
+    try:
+        with TestClient(create_app(settings, load().registry(), store)) as client:
+            r = client.post("/v1/hosts/web1/passes", json=agent_pass,
+                            headers={"Authorization": f"Bearer {scene.tokens['web1']}"})
+            assert r.status_code in (200, 201), r.text
+    finally:
+        store.dispose()
+    code, out, err = datum_cli("history", "web1", "--config", str(scene.config))
+    assert code == 0, err
+    lines = fits(out)
+    listed = json.loads(datum_cli("history", "web1", "--config", str(scene.config), "--json")[1])["passes"]
+    assert agent_pass["passId"] in {p.get("passId") for p in listed}
+    for p in listed:
+        row = next(line for line in lines if line.rstrip().endswith(f" {p['id']}"))
+        assert row, (p, out)
+        assert api(scene, f"/v1/hosts/web1/passes/{p['id']}")["id"] == p["id"]

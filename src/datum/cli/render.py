@@ -484,14 +484,16 @@ def _counted(counts: Mapping[str, int]) -> str:
 
 def passes(rows: Sequence[Any], out: Console, times: Times) -> None:
     """A host's kept passes (``PassSummary``), newest first: when the host finished each and when the server
-    received it, the state it reported (``older``: it arrived after a newer one), its resources, its id."""
+    received it, the state it reported (``older``: it arrived after a newer one), its resources, and its
+    number in the archive: short, never folded, what ``GET /v1/hosts/{host}/passes/{pass}`` and
+    ``--json`` take (the agent's 36-character pass id is in ``--json``)."""
     if not rows:
         out.print("no pass of this host is kept in that window")
         return
     records(
         out,
         [Column("finished"), Column("state"), Column("resources", fold=True, most=36), Column("received"),
-         Column("pass", most=12)],
+         Column("pass")],
         [
             (
                 [
@@ -499,7 +501,7 @@ def passes(rows: Sequence[Any], out: Console, times: Times) -> None:
                     text(p.state.value + (" (older)" if p.older else ""), _STATE_STYLE.get(p.state.value, "")),
                     text(_counted(p.counts)),
                     text(times(p.received_at)),
-                    text(p.pass_id or str(p.id)),
+                    text(str(p.id)),
                 ],
                 text(p.reason, "dim") if p.reason else None,
             )
