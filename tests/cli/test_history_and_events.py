@@ -85,8 +85,8 @@ def test_history_shows_each_pass_number_whole_and_the_api_takes_it(scene: Scene,
     number instead, whole, and the route takes it."""
     import uuid
 
-    from .scene import report
     from .scene import C as CONVERGED
+    from .scene import report
 
     agent_pass = {**report("web1", [(CONVERGED, None)]), "passId": str(uuid.uuid4()), "seq": 1}
     settings = load_settings(str(scene.config))
