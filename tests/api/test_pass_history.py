@@ -95,6 +95,8 @@ def test_a_pass_that_changed_nothing_is_a_small_row_naming_a_report_already_kept
     by_id = story.get(f"/v1/hosts/web1/passes/{detail['id']}").json()
     assert by_id["passId"] == "web1-pass-2"
     assert story.get("/v1/hosts/web1/passes/nope").status_code == 404
+    for digits in ("²", "①", "٣"):  # digits to str.isdigit, not to int: a 500 with a traceback before (issue 40)
+        assert story.get(f"/v1/hosts/web1/passes/{digits}").status_code == 404
     assert story.get("/v1/hosts/web2/passes/web1-pass-2").status_code == 404  # another host's pass
 
 

@@ -179,7 +179,8 @@ def one_pass(store: Store, host: str, which: str) -> dict[str, Any] | None:
     whole report (the kept copy of its digest with the pass's own times and ids); None when not kept.
     ``report`` is None (and ``unreadable`` says why) when the kept copy is gone or not an object."""
     query = sa.select(*_PASS_COLUMNS).where(ph.c.subject == HOST, ph.c.name == host)
-    query = query.where(ph.c.id == int(which)) if which.isdigit() and len(which) < 19 else query.where(ph.c.pass_id == which)
+    by_number = which.isascii() and which.isdigit() and len(which) < 19  # "²" is a digit to str, not to int
+    query = query.where(ph.c.id == int(which)) if by_number else query.where(ph.c.pass_id == which)
     with store.connect() as conn:
         r = conn.execute(query.order_by(ph.c.id.desc()).limit(1)).mappings().first()
         if r is None:
