@@ -347,7 +347,7 @@ Percent = Annotated[float, BeforeValidator(parse_percent)]
 
 class RolloutSettings(_Strict):
     """``[fleet.rollout]``: a new revision of the fleet's manifests goes to the canaries, then wave by wave
-    (``datum.fleet.waves``, ``docs/fleet.md`` "Staged rollouts"). Absent: every host gets the current revision."""
+    (``datum.fleet.rollouts.plan``, ``docs/fleet.md`` "Staged rollouts"). Absent: every host gets the current revision."""
 
     canary: list[str] = Field(
         default_factory=list,

@@ -17,7 +17,7 @@ from datum.api import rollouts
 from datum.api.front.tokens import create as create_token
 from datum.config import RolloutSettings
 from datum.core.explain import lookup
-from datum.fleet.waves import plan
+from datum.fleet.rollouts.plan import plan
 from datum.store import open_store
 from datum.store import rollouts as stored
 
@@ -338,7 +338,7 @@ def test_a_previous_revision_without_a_snapshot_is_never_replaced_by_the_new_one
     """The previous revision was not kept (too large): a host held back on
     it, and after an abort every host, is answered 503 and keeps what it has, never the new revision in its
     place (the hold-back and the abort did nothing, while the status said held back and aborted)."""
-    import datum.fleet.snapshot as snapshot
+    import datum.fleet.rollouts.snapshot as snapshot
 
     monkeypatch.setattr(snapshot, "MAX_BYTES", 10)  # stands for a directory of more than 256 MiB
     first, content = served(story, "web1")
@@ -501,8 +501,8 @@ def test_abort_returns_the_canaries_to_the_previous_revision(story: Story):
 def test_a_revision_the_directory_moved_on_from_before_its_files_were_kept_gets_no_rollout(story: Story, monkeypatch):
     """The files a rollout keeps are the revision's own: when the directory moves while they are read (an edit
     landing mid-copy), that revision is not started; the next request names what the directory holds now."""
-    from datum.fleet import snapshot
-    from datum.fleet.snapshot import files_of
+    from datum.fleet.rollouts import snapshot
+    from datum.fleet.rollouts.snapshot import files_of
     from datum.store.snapshots import load
 
     real, calls = snapshot.capture, []

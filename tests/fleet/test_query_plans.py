@@ -223,7 +223,7 @@ def test_the_pages_overview_reads_through_an_index_end_to_end(fleet, shown, chan
     their history strips, the fleet's counts, the leases, the timeline and the hosts per revision."""
     from datum.api.routes.ui import HostsShown, _view
     from datum.config import Settings
-    from datum.fleet.rollout import status
+    from datum.fleet.rollouts.status import status
     from datum.reconcile.registry import Registry
 
     settings = Settings.model_validate({"server": {"scheduler": False}})

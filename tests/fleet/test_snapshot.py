@@ -1,4 +1,4 @@
-"""A revision's snapshot (``datum.fleet.snapshot``): every file kept, written back under the home in a fresh
+"""A revision's snapshot (``datum.fleet.rollouts.snapshot``): every file kept, written back under the home in a fresh
 directory, never through a link planted there, and a path that climbs refused."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from datum.fleet.revision import content_digest
-from datum.fleet.snapshot import capture, files_of, folder, materialize, materialized
+from datum.fleet.rollouts.snapshot import capture, files_of, folder, materialize, materialized
 
 
 def _fleet(where: Path) -> Path:

@@ -9,13 +9,13 @@ the newest row, read at most once per ``FRESH`` seconds per process) decides:
 
 - ``done`` (or none yet): its revision;
 - ``rolling``, ``paused``, ``halted``: the new revision to the hosts of the
-  released waves (``datum.fleet.waves``), the previous to the rest, unless
+  released waves (``datum.fleet.rollouts.plan``), the previous to the rest, unless
   the host's effective manifest is the same in both (digests compared): then
   the new one, so an unchanged host is never held back;
 - ``aborted``: the previous revision, to everyone.
 
 A revision that is not the directory's current one is composed from its
-snapshot (``datum.fleet.snapshot``), written under ``<home>/revisions``.
+snapshot (``datum.fleet.rollouts.snapshot``), written under ``<home>/revisions``.
 
 A server that sees a new revision (``started``, from ``datum.api.revisions.served``)
 keeps its snapshot and starts its rollout. ``tick`` advances or halts it
@@ -82,7 +82,7 @@ def _planner(state: ServerState, directory: Path) -> stored.Planner:
     from datum.fleet.effective import rules_now
     from datum.fleet.nodes import group_of
     from datum.fleet.reboots import DEFAULT_GROUP
-    from datum.fleet.waves import plan
+    from datum.fleet.rollouts.plan import plan
 
     settings = state.settings.fleet.rollout
     assert settings is not None
@@ -108,7 +108,7 @@ def started(state: ServerState, current: Revision, directory: Path) -> None:
         return
     from datum.fleet.effective import held_still
     from datum.fleet.revision import still_named
-    from datum.fleet.snapshot import TooLarge, capture
+    from datum.fleet.rollouts.snapshot import TooLarge, capture
 
     settings = state.settings.fleet.rollout
     assert settings is not None and state.store is not None
@@ -195,7 +195,7 @@ def _directory(state: ServerState, revision: str, current: Revision, directory: 
     """Where ``revision``'s files are: the fleet directory when it is current, else its snapshot's copy."""
     if revision == current.id:
         return directory
-    from datum.fleet.snapshot import materialize, materialized
+    from datum.fleet.rollouts.snapshot import materialize, materialized
 
     done = materialized(state.settings.home, revision)  # written by this process before: no read of the store
     if done is not None:

@@ -32,7 +32,7 @@ def status(config: str | None, as_json: bool, wide: bool) -> None:
     from datum.api.routes.revisions import revision_list
     from datum.cli import render
     from datum.fleet.revision import revision
-    from datum.fleet.rollout import status as rollout_status
+    from datum.fleet.rollouts.status import status as rollout_status
 
     w = wire(config)
     now = datetime.now(UTC)

@@ -3,7 +3,7 @@
 Whichever replica sees a new revision first starts its rollout: the next id
 is inserted with ``ON CONFLICT DO NOTHING``, so two replicas racing start it
 once, and the one that inserted it writes its wave plan (``rollout_hosts``,
-``datum.fleet.waves``) in the same transaction. Advancing a wave, halting,
+``datum.fleet.rollouts.plan``) in the same transaction. Advancing a wave, halting,
 pausing, resuming and aborting each update the row only from the state (and
 wave) they were decided on (``WHERE id = ? AND wave = ? AND state = ?``): two
 replicas deciding at once change it once. Times are the store's clock.

@@ -26,7 +26,7 @@ def kept(store: Store, revision: str) -> bool:
 
 
 def load(store: Store, revision: str) -> bytes | None:
-    """``revision``'s files as ``datum.fleet.snapshot.capture`` made them, or None when none are kept."""
+    """``revision``'s files as ``datum.fleet.rollouts.snapshot.capture`` made them, or None when none are kept."""
     with store.connect() as conn:
         found = conn.execute(sa.select(revision_files.c.content).where(revision_files.c.revision == revision))
         row = found.first()

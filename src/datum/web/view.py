@@ -34,7 +34,7 @@ from datum.core.memory import BackoffPolicy
 from datum.core.order import HEALTH_ORDER as _HEALTH_ORDER
 from datum.core.order import HOST_ORDER, Cause, by_cause
 from datum.core.vocab import Action, Direction, Health, HostState, Reason
-from datum.fleet.rollout import Rollout
+from datum.fleet.rollouts.status import Rollout
 from datum.reconcile.report import DriftItem, DriftReport
 from datum.store.history import STRIP, PassRow
 
@@ -310,7 +310,7 @@ class Overview:
     reboot_blocked: str | None = None  # why no reboot lease is granted in any group ([fleet] reboot_block_query)
     reboot_waiting: dict[str, list[str]] = field(default_factory=dict)  # group -> hosts waiting, in reboot_order
     changes: Changes | None = None  # the fleet's timeline, when the token may read its history
-    revisions: Rollout | None = None  # hosts per revision of the fleet's manifests (datum.fleet.rollout), with hosts
+    revisions: Rollout | None = None  # hosts per revision of the fleet's manifests (datum.fleet.rollouts.status), with hosts
     staged: Any = None  # the staged rollout in force ([fleet.rollout]; a RolloutStatus), with hosts
 
 

@@ -14,7 +14,7 @@ from datum.api.front.state import ServerState, state_of
 from datum.api.models import RevisionCounts, RevisionList
 from datum.api.revisions import served
 from datum.api.routes.reboots import OUT
-from datum.fleet.rollout import Rollout, status
+from datum.fleet.rollouts.status import Rollout, status
 
 router = APIRouter(prefix="/v1/revisions", tags=["fleet"])
 

@@ -39,7 +39,7 @@ from datum.core.humanize import age, when
 from datum.core.vocab import HostState
 from datum.fleet import listing
 from datum.fleet.history import Window, events_page, passes_page
-from datum.fleet.rollout import Rollout
+from datum.fleet.rollouts.status import Rollout
 from datum.reconcile.registry import Registry
 from datum.reconcile.report import DriftReport, enabled
 from datum.store import Store

@@ -1,6 +1,6 @@
 """Every rollout snapshot kept before links were kept as links is dropped (``revision_files``).
 
-Before ``0024``, ``datum.fleet.snapshot.capture`` stored a link's target content as a plain file, a link
+Before ``0024``, ``datum.fleet.rollouts.snapshot.capture`` stored a link's target content as a plain file, a link
 out of the fleet directory included: a file of the server's (a token) linked as a source could be kept
 and served to held-back hosts. Which blobs hold such a file cannot be told from the blob, so none is kept.
 The revision in force is kept again by the next server that starts on it; a host held back on an older
