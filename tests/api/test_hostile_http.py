@@ -187,6 +187,28 @@ def test_slow_or_silent_headers_are_closed_at_the_header_timeout(server):
     assert httpx.get(base + "healthz").status_code == 200
 
 
+def test_headers_over_the_limit_completed_by_their_last_chunk_are_431(server):
+    """Issue 40: 60 kB of headers in one chunk and 10 kB more with the blank line in the next were
+    answered 200: the chunk that completed the headers was parsed before it was counted."""
+    base, port, _tokens, _log = server
+    with connect(port) as s:
+        s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+        s.sendall("".join(f"X-Pad-{n}: {'a' * 1000}\r\n" for n in range(60)).encode())
+        time.sleep(0.2)  # two reads on the server's side
+        s.sendall("".join(f"X-More-{n}: {'b' * 1000}\r\n" for n in range(10)).encode() + b"\r\n")
+        try:
+            refused(s, 431, "INVALID_INPUT")
+        except ConnectionResetError:
+            pass
+        assert closed(s, within=3)
+    with connect(port) as s:  # 60 kB in all still passes
+        s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+        s.sendall("".join(f"X-Pad-{n}: {'a' * 1000}\r\n" for n in range(50)).encode())
+        time.sleep(0.2)
+        s.sendall("".join(f"X-More-{n}: {'b' * 1000}\r\n" for n in range(10)).encode() + b"Connection: close\r\n\r\n")
+        assert s.recv(64).startswith(b"HTTP/1.1 200")
+
+
 def test_endless_headers_are_431_and_closed(server):
     base, port, _tokens, _log = server
     with connect(port) as s:

@@ -176,7 +176,8 @@ class HeaderDeadline(HttpToolsProtocol):
     max_header_bytes: int = 64 * 1024
     max_url_bytes: int = 8 * 1024
     _header_timer: asyncio.TimerHandle | None = None
-    _header_bytes: int = 0
+    _header_bytes: int = 0  # of the chunks that left this request's headers incomplete
+    _parsed_bytes: int = 0  # of the headers the parser completed
     _heading = False  # in a request line and headers
     _refusal: tuple[int, str] | None = None
 
@@ -202,6 +203,19 @@ class HeaderDeadline(HttpToolsProtocol):
             self._refusal = (414, f"the request target is longer than {self.max_url_bytes} bytes")
             raise ValueError("request target too long")
 
+    def on_header(self, name: bytes, value: bytes) -> None:
+        # Each header as the parser completes it: a chunk that completes the headers is parsed before
+        # ``data_received`` can count it, so the headers a request holds are counted here too.
+        super().on_header(name, value)
+        self._parsed_bytes += len(name) + len(value) + 4  # ": " and CRLF
+        if self._parsed_bytes + len(self.url) > self.max_header_bytes:
+            self._refusal = (431, self._too_large)
+            raise ValueError("request headers too large")
+
+    @property
+    def _too_large(self) -> str:
+        return f"the request line and headers exceed {self.max_header_bytes} bytes"
+
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         # a response's head and body in one send (datum.api.corked)
         super().connection_made(Corked(transport, self.loop))  # type: ignore[arg-type]
@@ -215,14 +229,14 @@ class HeaderDeadline(HttpToolsProtocol):
         # that arrives whole in one chunk (the usual case) never arms a timer.
         self._header_bytes += len(data)
         if self._header_bytes > self.max_header_bytes:
-            self._refuse(431, f"the request line and headers exceed {self.max_header_bytes} bytes")
+            self._refuse(431, self._too_large)
         elif self._header_timer is None:
             self._header_timer = self.loop.call_later(self.header_timeout, self._late)
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self._disarm()  # the wait for the connection's first byte is over; this request's starts now
-        self._header_bytes = 0
+        self._header_bytes = self._parsed_bytes = 0
         self._heading = True
 
     def on_headers_complete(self) -> None:
