@@ -42,7 +42,7 @@ OTHERS = HOSTS[2:]
 ROLLOUT = '[fleet.rollout]\ncanary = ["web1", "web2"]\nwaves = ["50%", "100%"]\nsoak = "1s"\nmax_failed = "0%"\n'
 
 
-# what ``datum.api.rollouts`` logs when its replica started a rollout (inserted its row) or moved it
+# what ``datum.fleet.rollouts.machine`` logs when its replica started a rollout (inserted its row) or moved it
 DECIDED = re.compile(r"rollout (\d+) of revision (\S+): (.+)$")
 
 

@@ -89,8 +89,8 @@ def test_with_staged_rollouts_the_fast_path_answers_only_when_nothing_rolls(flee
     """With ``[fleet.rollout]`` the route decides which revision a host is served; the fast path answers what it
     would only while the rollout in force is ``done`` on the directory's revision (as last read, never read on
     the event loop), and never a long poll."""
-    from datum.api import rollouts
     from datum.config import RolloutSettings
+    from datum.fleet.rollouts import serve as rollouts
 
     s = fleet_story
     s.composed = []  # here: the route's decisions (which revision), each a composition

@@ -16,7 +16,7 @@ from .story import pass_report
 
 @pytest.fixture
 def paths(monkeypatch):  # type: ignore[no-untyped-def]
-    """Which of the two took each report: the fast answer or the route, as they call ``datum.api.passes.take``."""
+    """Which of the two took each report: the fast answer or the route, as they call the route's ``take``."""
     taken: list[str] = []
     real = route.take
 

@@ -15,7 +15,7 @@ import json
 import pytest
 import sqlalchemy as sa
 
-from datum.api.intake import truncated
+from datum.fleet.intake import truncated
 from datum.host.report import PassReport, ResourceReport
 from datum.store.schema import hosts as hosts_table
 

@@ -116,10 +116,10 @@ def test_a_git_work_tree_names_its_commit_and_a_dirty_tree_says_so(story: Story)
 def test_the_revision_named_is_the_one_of_the_files_the_manifest_was_composed_from(story: Story, monkeypatch):
     """An edit that lands between the composition and the naming of the revision: both are made again, so the
     ``Datum-Revision`` an agent reports is the one of what it applies."""
-    from datum.api.routes import hosts as route
+    from datum.fleet import serving
 
     fleet: Path = story.fleet  # type: ignore[attr-defined]
-    real, calls = route.current, []
+    real, calls = serving.current, []
 
     async def edited_right_after(resolved, host, facts):  # type: ignore[no-untyped-def]
         found = await real(resolved, host, facts)
@@ -128,7 +128,7 @@ def test_the_revision_named_is_the_one_of_the_files_the_manifest_was_composed_fr
             (fleet / "web.yaml").write_text("resources:\n  - File[/etc/motd]:\n      content: edited\n")
         return found
 
-    monkeypatch.setattr(route, "current", edited_right_after)
+    monkeypatch.setattr(serving, "current", edited_right_after)
     answer = manifest(story)
     assert answer.status_code == 200, answer.text
     assert answer.json()["manifest"]["resources"][0]["File[/etc/motd]"]["content"] == "edited"
@@ -142,20 +142,22 @@ def test_the_fast_answer_names_the_revision_of_the_files_it_remembered(story: St
     edit that lands between the two looks is answered by the route, which composes and names again, never
     the remembered manifest under the newer revision's name."""
     from datum.api.routes import hosts as route
+    from datum.fleet import serving
 
     fleet: Path = story.fleet  # type: ignore[attr-defined]
     first = manifest(story)  # composed by the route, and remembered for the fast answer
     assert first.status_code == 200, first.text
-    real, calls = route.serving, []
+    real, calls = serving.serving, []
 
-    async def edited_first(state, resolved=None):  # type: ignore[no-untyped-def]
+    async def edited_first(fleet_server, resolved=None):  # type: ignore[no-untyped-def]
         calls.append(1)
         if len(calls) == 1:  # the fast answer's look, after ``remembered`` took the files as they were
             (fleet / "web.yaml").write_text("resources:\n  - File[/etc/motd]:\n      content: edited\n")
-            state.revisions_recorded.clear()  # not recorded: named afresh, in a worker thread
-        return await real(state, resolved)
+            fleet_server.revisions_recorded.clear()  # not recorded: named afresh, in a worker thread
+        return await real(fleet_server, resolved)
 
-    monkeypatch.setattr(route, "serving", edited_first)
+    for named_by in (route, serving):  # the fast answer's look, and the route's composition
+        monkeypatch.setattr(named_by, "serving", edited_first)
     answer = manifest(story)
     assert answer.status_code == 200, answer.text
     assert answer.json()["manifest"]["resources"][0]["File[/etc/motd]"]["content"] == "edited"

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from datum.api import rollouts
 from datum.api.front.tokens import create as create_token
 from datum.config import RolloutSettings
 from datum.core.explain import lookup
+from datum.fleet.rollouts import machine, serve
 from datum.fleet.rollouts.plan import plan
 from datum.store import open_store
 from datum.store import rollouts as stored
@@ -114,7 +114,7 @@ def in_force(story: Story) -> dict:  # type: ignore[type-arg]
 
 def tick(story: Story) -> None:
     time.sleep(0.01)  # past the 1 ms soak
-    rollouts.tick(story.app.state.datum)
+    machine.tick(story.app.state.datum.fleet)
 
 
 def start(story: Story, hosts: list[str]) -> tuple[str, str]:
@@ -205,7 +205,7 @@ def test_a_good_revision_goes_through_every_wave(story: Story):
 def test_a_failing_canary_halts_the_rollout_and_nobody_else_gets_the_revision(story: Story):
     first, second = start(story, WEB)
     report(story, "web1", "failed", second)
-    rollouts.tick(story.app.state.datum)
+    machine.tick(story.app.state.datum.fleet)
     ro = in_force(story)
     assert ro["state"] == "halted"
     assert ro["failed"] == [{"host": "web1", "reason": "File[motd] failed: permission denied"}]
@@ -602,7 +602,7 @@ def test_two_servers_on_one_store_agree_and_a_late_one_serves_the_previous_from_
     assert [r["id"] for r in other.get("/v1/rollouts").json()["rollouts"]] == [2, 1]  # no rollout started twice
     report(other, "web1", "converged", second)
     tick(other)
-    time.sleep(rollouts.FRESH + 0.05)
+    time.sleep(serve.FRESH + 0.05)
     assert in_force(story)["wave"] == 1
     wave1 = [h for h, w in stored.membership(story.store, 2).items() if w == 1]
     for host in wave1:
@@ -888,7 +888,7 @@ def test_failures_max_failed_tolerates_do_not_hold_the_waves(tmp_path, store_url
 def test_a_host_silent_since_a_pass_on_the_new_revision_counts_as_failed(story: Story):
     _first, second = start(story, WEB)
     report(story, "web1", "converged", second, **SILENT)  # took it, and has not been heard from since
-    rollouts.tick(story.app.state.datum)
+    machine.tick(story.app.state.datum.fleet)
     ro = in_force(story)
     assert ro["state"] == "halted", ro
     [lost] = ro["failed"]
@@ -942,5 +942,5 @@ def test_a_link_out_of_the_fleet_directory_is_refused_from_the_snapshot_as_from_
     held_back = story.client.get("/v1/hosts/web2/manifest", headers=story.auth("agent"))
     assert held_back.status_code == 422 and "outside" in held_back.text, held_back.text
     assert "SERVER-SECRET" not in held_back.text
-    row = rollouts.in_force(story.app.state.datum)
+    row = serve.in_force(story.app.state.datum.fleet)
     assert row is not None and row.state == "rolling"  # the rollout is under way: web2 held back

@@ -35,8 +35,8 @@ class Fetched:
     revision: str | None = None  # the fleet directory's revision the server composed it from (``Datum-Revision``)
 
 
-WAIT_HEADER = "Datum-Wait"  # the server's word that it held the wait (datum.api.waits)
-REVISION_HEADER = "Datum-Revision"  # the revision the manifest was composed from (datum.api.revisions)
+WAIT_HEADER = "Datum-Wait"  # the server's word that it held the wait (datum.fleet.changes)
+REVISION_HEADER = "Datum-Revision"  # the revision the manifest was composed from (datum.fleet.serving)
 _REVISION = re.compile(r"[0-9A-Za-z:+._-]{1,100}")
 
 

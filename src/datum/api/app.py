@@ -7,7 +7,6 @@ passing ``registry`` and ``store`` wires it at once.
 
 from __future__ import annotations
 
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,6 @@ from fastapi.routing import APIRoute
 from fastapi.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from datum.api import rollouts as rollout_checks
 from datum.api.front import errors, handlers
 from datum.api.front.authz import Authorizer
 from datum.api.front.edge import Edge
@@ -40,6 +38,7 @@ from datum.api.routes import (
     ui,
 )
 from datum.config import Settings
+from datum.fleet.server import FleetServer
 from datum.reconcile.registry import Registry
 from datum.reconcile.runner import utcnow
 from datum.store import Store
@@ -81,15 +80,13 @@ def create_app(
     plugins = load()
     fragments = schema_fragments(plugins)
     state = ServerState(
-        settings=settings,
+        fleet=FleetServer(settings),
         authorizer=authorizer or Authorizer.from_settings(settings.server.policy, fragments.values()),
         tokens=TokenBook(settings.server.tokens, None),
         clock=clock,
     )
     if registry is not None and store is not None:
         state.wire(registry, store)
-    # staged rollouts move on a pass's intake (datum.api.rollouts): the intake, below, calls up through this
-    state.after_pass = partial(rollout_checks.after_pass, state)
     app.state.datum = state
     app.state.metrics = metrics_registry(state)
     handlers.install(app)

@@ -483,7 +483,7 @@ class StoreCollector(Collector):
             "1 while this server's fleet directory holds a revision first seen before the rollout in force's (a "
             "lagging copy): the store refuses to roll it out, and this server serves as the rollout says.",
         )
-        behind.add_metric([], 1.0 if self.state.rollouts.behind is not None else 0.0)
+        behind.add_metric([], 1.0 if self.state.fleet.rollouts.behind is not None else 0.0)
         yield from (state, wave, hosts, failed, behind)
 
 
@@ -545,6 +545,6 @@ def metrics_registry(state: ServerState) -> CollectorRegistry:
     """A registry of its own per app, so two apps in one process (tests) never collide."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(StoreCollector(state))
-    registry.register(state.intake.received)  # the process's own (datum.api.counters)
-    registry.register(state.intake.seconds)
+    registry.register(state.fleet.intake.received)  # the process's own (datum.fleet.counters)
+    registry.register(state.fleet.intake.seconds)
     return registry

@@ -14,6 +14,7 @@ from pydantic.json_schema import SkipJsonSchema
 from datum.core.attention import Severity
 from datum.core.hostsummary import count_states
 from datum.core.vocab import Action, Direction, HostState, ResourceState
+from datum.fleet.intake import redacted
 from datum.fleet.listing import Page
 from datum.host.report import PassReport, RebootStatus, ResourceReport
 from datum.reconcile.report import absent
@@ -353,25 +354,6 @@ def host_summary(row: dict[str, Any]) -> HostSummary:
     elif row.get("reported") not in HostState._value2member_map_ and not row.get("stale"):
         values["reason"] = f"the stored host state {str(row.get('reported'))[:40]!r} is not a host state"
     return _validated(HostSummary, values)
-
-
-REDACTED = "(diff redacted: the resource is sensitive)"
-
-
-def sensitive(resource: ResourceReport) -> bool:
-    """Whether the report marks ``resource`` sensitive (its diff is never stored nor served)."""
-    return bool(getattr(resource, "sensitive", False) or getattr(resource, "redacted", False))
-
-
-def redacted(report: PassReport) -> PassReport:
-    """``report`` with the diff of every sensitive resource replaced by a marker (stored ones included)."""
-    if not any(r.diff not in (None, REDACTED) and sensitive(r) for r in report.resources):
-        return report
-    resources = [
-        r.model_copy(update={"diff": REDACTED}) if r.diff is not None and sensitive(r) else r
-        for r in report.resources
-    ]
-    return report.model_copy(update={"resources": resources})
 
 
 def host_list(found: Page) -> HostList:

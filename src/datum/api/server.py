@@ -4,9 +4,10 @@ The registry and the store are wired in the app's lifespan, which uvicorn runs
 before it opens the socket; then the scheduler starts, the watch that
 forgets a cached drift report when any process records a tick of its
 reconciler, the thread that checks remembered tokens against the store
-(``datum.api.watch``), and, with a fleet, the task that watches its directory
-for the agents' long polls (``datum.api.waits``), whose waits end at once when
-the server shuts down. ``503 UNAVAILABLE`` is
+(``datum.api.watch``), and, with a fleet, the fleet server's watch of its
+directory for the agents' long polls (``datum.fleet.changes``), whose waits end
+at once when the server shuts down, and the checks of its staged rollouts
+(``datum.fleet.rollouts.machine``). ``503 UNAVAILABLE`` is
 what an app answers before it is wired (``create_app`` without a registry,
 e.g. when the app is mounted by another ASGI server that skips lifespans).
 """
@@ -30,16 +31,16 @@ import uvicorn.config
 from fastapi import FastAPI
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from datum.api import rollouts
 from datum.api.app import create_app
 from datum.api.corked import Corked
 from datum.api.front.errors import redacted, written
 from datum.api.front.tokens import RECHECK
-from datum.api.revisions import served
-from datum.api.waits import FleetChanges
 from datum.api.watch import Every, RunWatch
 from datum.config import Settings
 from datum.core.findings import Problem
+from datum.fleet.changes import FleetChanges
+from datum.fleet.rollouts import machine, serve
+from datum.fleet.serving import served
 from datum.reconcile.registry import Registry
 from datum.reconcile.runner import Runner, Tick
 from datum.reconcile.scheduler import Scheduler, ticking
@@ -98,16 +99,18 @@ def serving_app(settings: Settings, wire: Callable[[], tuple[Registry, Store]]) 
         watch.start()
         recheck.start()
         retention.start()
+        fleet = state.fleet
         if settings.fleet.manifests is not None:
-            # each state of the directory is named and recorded as soon as it is seen (datum.api.revisions)
+            # each state of the directory is named and recorded as soon as it is seen (datum.fleet.serving)
             # with staged rollouts, the rollout in force is read each period too: a wave released wakes the waits
-            probe = partial(rollouts.refresh, state) if settings.fleet.rollout is not None else None
-            state.manifest_changes = FleetChanges(settings.fleet.manifests, seen=partial(served, state), probe=probe)
-            state.manifest_changes.start()
-        # a rollout's waves move on a pass's intake and here, so a soak ends without a report (datum.api.rollouts)
+            probe = partial(serve.refresh, fleet) if settings.fleet.rollout is not None else None
+            fleet.changes = FleetChanges(settings.fleet.manifests, seen=partial(served, fleet), probe=probe)
+            fleet.changes.start()
+        # a rollout's waves move on a pass's intake and here, so a soak ends without a report
+        # (datum.fleet.rollouts.machine)
         checks = None
         if settings.fleet.rollout is not None and settings.fleet.manifests is not None:
-            checks = Every(lambda: rollouts.tick(state), rollouts.CHECK_EVERY, "rollout-check")
+            checks = Every(lambda: machine.tick(fleet), machine.CHECK_EVERY, "rollout-check")
             checks.start()
         # Everything allocated so far lives as long as the process: take it out of the
         # collector's sight, so a full collection under load scans only request garbage.
@@ -131,8 +134,8 @@ def serving_app(settings: Settings, wire: Callable[[], tuple[Registry, Store]]) 
             retention.stop()
             if checks is not None:
                 checks.stop()
-            if state.manifest_changes is not None:
-                await state.manifest_changes.stop()
+            if fleet.changes is not None:
+                await fleet.changes.stop()
             if control is not store:
                 control.dispose()
             store.dispose()
@@ -359,12 +362,12 @@ def run(app: FastAPI, host: str, port: int, access_log: bool = True, log_format:
 
 
 class DatumServer(uvicorn.Server):
-    """uvicorn's server, whose graceful shutdown first answers the held long polls (``datum.api.waits``):
+    """uvicorn's server, whose graceful shutdown first answers the held long polls (``datum.fleet.changes``):
     it waits for every request in flight, a wait of minutes included, even one whose client has left."""
 
     async def shutdown(self, sockets: list[Any] | None = None) -> None:
-        app = self.config.app
-        changes = getattr(getattr(getattr(app, "state", None), "datum", None), "manifest_changes", None)
+        state = getattr(getattr(self.config.app, "state", None), "datum", None)
+        changes = state.fleet.changes if state is not None else None
         if changes is not None:
             changes.close()
         await super().shutdown(sockets)

@@ -11,10 +11,8 @@ replicas deciding at once change it once. Times are the store's clock.
 
 from __future__ import annotations
 
-import math
-import threading
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -65,21 +63,6 @@ class RolloutRow:
     def version(self) -> tuple[int, str, int]:
         """What changes whenever what a host is served may change."""
         return (self.id, self.state, self.wave)
-
-
-@dataclass
-class Remembered:
-    """What one server process remembers of the rollouts (``datum.api.rollouts``): the one in force as last
-    read, its wave plan, the revision it last started a rollout for, when it last checked."""
-
-    row: RolloutRow | None = None
-    read_at: float = -math.inf
-    members: dict[int, dict[str, int]] = field(default_factory=dict)
-    begun: str | None = None
-    behind: str | None = None  # the directory's revision when the store refused it as Behind, else None
-    unserved: set[tuple[int, str]] = field(default_factory=set)  # (rollout, host) recorded as not served
-    checked_at: float = -math.inf
-    lock: threading.RLock = field(default_factory=threading.RLock)  # started() refreshes under it
 
 
 def _row(r: Any) -> RolloutRow:
@@ -197,7 +180,7 @@ def begin(
     Replicas begin at once: the one whose insert of the next id loses reads the store again, and finds its
     revision begun by the other (None), or begins it after the other's (superseding it), or Behind.
 
-    ``after``: a revision git proves ``revision`` descends from (``datum.api.rollouts``): while it is the one in
+    ``after``: a revision git proves ``revision`` descends from (``datum.fleet.rollouts.machine``): while it is the one in
     force, ``revision`` is not behind it, whatever order the store first saw the two in.
     """
     for _ in range(RACES):
@@ -287,7 +270,7 @@ def under_way(row: RolloutRow | None) -> bool:
 def held_back(row: RolloutRow | None, wave_of: Mapping[str, int], host: str, ran: str | None) -> HeldBack | None:
     """Whether ``row`` holds ``host`` back: a rollout under way (rolling, paused or halted), the host's wave not
     released (a host it did not plan waits for the last), and its last pass ran the previous revision. A host
-    whose effective manifest is the same in both is served the new one at once (``datum.api.rollouts``), so
+    whose effective manifest is the same in both is served the new one at once (``datum.fleet.rollouts.serve``), so
     its next pass runs the new revision and it no longer reads held back."""
     if row is None or not under_way(row) or ran != row.previous:
         return None

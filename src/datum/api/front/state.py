@@ -1,4 +1,4 @@
-"""What the app serves from: settings, the authorizer, tokens, and (once wired) the registry and store."""
+"""What the app serves from: the fleet server, the authorizer, tokens, and (once wired) the registry and store."""
 
 from __future__ import annotations
 
@@ -8,59 +8,60 @@ from datetime import datetime
 
 from fastapi import Request
 
-from datum.api.counters import IntakeCounters
 from datum.api.front.authz import Authorizer
 from datum.api.front.gate import ReadGate
 from datum.api.front.tokens import TokenBook
 from datum.api.reports import ReportCache
-from datum.api.waits import FleetChanges
 from datum.config import Settings
 from datum.core.findings import Problem
+from datum.fleet.server import FleetServer
 from datum.reconcile.registry import Registry
 from datum.reconcile.report import DriftReport, drift_report
 from datum.store import Store
-from datum.store.rollouts import Remembered
 
 Clock = Callable[[], datetime]
 
 
 @dataclass
 class ServerState:
-    """The one object the routes read; ``registry`` and ``store`` are None until wired."""
+    """The one object the routes read; ``registry`` and ``store`` are None until wired.
 
-    settings: Settings
+    The settings and the store are the fleet server's (``fleet``: what the fleet's routes hand down to
+    ``datum.fleet``), one object for both.
+    """
+
+    fleet: FleetServer
     authorizer: Authorizer
     tokens: TokenBook
     clock: Clock
-    store: Store | None = None
     registry: Registry | None = None
     reports: ReportCache = field(init=False)
     # People's reads served at once ([server] read_slots), the rest queued or shed (datum.api.front.gate).
     reads: ReadGate = field(init=False)
-    # The reports this process took and how long each took (datum.api.counters), on /metrics.
-    intake: IntakeCounters = field(init=False)
-    # The fleet directory's changes, watched while the app is served with a fleet (``datum.api.waits``):
-    # without it a manifest request's ``wait`` is answered at once, without ``Datum-Wait``.
-    manifest_changes: FleetChanges | None = None
-    # The fleet directory's revisions this process recorded in the store (``datum.api.revisions``): once each.
-    revisions_recorded: set[str] = field(default_factory=set)
-    # Staged rollouts ([fleet.rollout], datum.api.rollouts): the rollout in force as last read, its wave plan.
-    rollouts: Remembered = field(default_factory=Remembered)
-    # Called after a pass is stored, with the revision it ran (set by the app: datum.api.rollouts.after_pass).
-    after_pass: Callable[[str | None], None] | None = None
     # Plugins whose routes or Cedar fragment could not be served: {plugin: why}.
     broken_routes: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def settings(self) -> Settings:
+        return self.fleet.settings
+
+    @settings.setter
+    def settings(self, settings: Settings) -> None:
+        self.fleet.settings = settings
+
+    @property
+    def store(self) -> Store | None:
+        return self.fleet.store
 
     def __post_init__(self) -> None:
         self.reports = ReportCache(self._report, ttl=self.settings.server.report_ttl.total_seconds())
         server = self.settings.server
         self.reads = ReadGate(server.read_slots, server.read_wait.total_seconds())
-        self.intake = IntakeCounters()
 
     def wire(self, registry: Registry, store: Store) -> None:
         """Make the observability endpoints answer: until now they are 503 UNAVAILABLE."""
         self.tokens.attach(store)
-        self.store = store
+        self.fleet.store = store
         self.registry = registry
         self.reports.invalidate()
 

@@ -5,32 +5,33 @@ registered on their routes: a pass report that validates and holds together
 is stored in one worker-thread hop (``report_pass_now``, the route's own
 ``take``), and a manifest already composed for the fleet directory's files
 as they are now is served from memory (``manifest_now``). Anything in doubt
-goes to the route, for its one error path.
+goes to the route, for its one error path. What is taken and what is served
+is the fleet server's decision (``datum.fleet.intake``, ``datum.fleet.serving``);
+here it is said in HTTP: statuses, ``ETag`` and ``If-None-Match``, ``wait``,
+``Datum-Wait``, ``Datum-Revision``, ``Datum-Pass``.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Annotated, Any
 
 import anyio.to_thread
 from fastapi import APIRouter, Body, Depends, Header, Query, Request, Response
 from pydantic import AfterValidator, ValidationError
 
-from datum.api import rollouts
 from datum.api.front.authz import Action
 from datum.api.front.errors import error_responses
 from datum.api.front.security import Asked, Reply, fast, needs, path_resource, permits
 from datum.api.front.state import ServerState, state_of
 from datum.api.models import HostList, HostStatus, host_list, host_status, with_held_back
-from datum.api.passes import take
-from datum.api.revisions import REVISION_HEADER, served, serving
 from datum.api.routes.reboots import OUT, HostParam, host_fits, with_lease
-from datum.api.waits import MAX_WAIT, WAIT_HEADER, current, etag_of, held, held_by, matches, wait_of
 from datum.core.findings import FieldError, Problem, invalid
 from datum.core.vocab import HostState
+from datum.fleet import intake
+from datum.fleet.changes import Unchanged
 from datum.fleet.effective import Effective, directory_of, remembered
 from datum.fleet.listing import (
     CURSOR_MAX_LENGTH,
@@ -40,13 +41,18 @@ from datum.fleet.listing import (
     host_after,
     page,
 )
-from datum.fleet.revision import Revision, named_for
+from datum.fleet.rollouts import serve as rollouts
+from datum.fleet.serving import chosen, composed, names, serving
 from datum.fleet.stale import stale
 from datum.host.report import PassReport
 from datum.store.hosts import get_host, unknown_host
 from datum.store.leases import read as read_leases
 
 router = APIRouter(prefix="/v1/hosts", tags=["fleet"])
+
+MAX_WAIT = 600  # the longest wait a request may ask, in seconds
+WAIT_HEADER = "Datum-Wait"  # on a manifest answer when the request asked to wait and this server holds waits
+REVISION_HEADER = "Datum-Revision"  # the fleet directory's revision the manifest was composed from
 
 
 def cursor(value: str | None) -> str | None:
@@ -91,7 +97,7 @@ def hosts(
     leases = read_leases(store)
     listing = host_list(found)
     listing.hosts = [
-        with_held_back(with_lease(row, leases), rollouts.held_back(server, row.host, row.revision))
+        with_held_back(with_lease(row, leases), rollouts.held_back(server.fleet, row.host, row.revision))
         for row in listing.hosts
     ]
     headers = {"Link": f'<{_next_url(request, found.next)}>; rel="next"'} if found.next else None
@@ -128,7 +134,7 @@ def one_host(state: ServerState, host: str) -> HostStatus:
     if row is None:
         raise unknown_host(host)
     status = with_lease(host_status(stale(row, state.settings.fleet.stale_after)), read_leases(store, host))
-    return with_held_back(status, rollouts.held_back(state, host, status.revision))
+    return with_held_back(status, rollouts.held_back(state.fleet, host, status.revision))
 
 
 @router.post(
@@ -168,6 +174,31 @@ def report_pass(
     headers = None if answer.status == 201 else {"Datum-Pass": answer.outcome}
     # a Response, so FastAPI does not validate the answer against response_model again
     return Response(answer.body, answer.status, headers, media_type="application/json")
+
+
+@dataclass(frozen=True)
+class Answer:
+    """The HTTP answer to a reported pass: 201 stored, 200 not (``Datum-Pass: duplicate`` or ``older``)."""
+
+    status: int
+    body: bytes
+    outcome: str
+
+
+def take(state: ServerState, host: str, report: PassReport, facts: bytes | str | None = None) -> Answer:
+    """The pass taken by the fleet server (``datum.fleet.intake.take``: ``422`` naming every field at fault,
+    ``503`` before the store is wired), answered with the host's status. Blocks on the store."""
+    state.wired()
+    received = intake.take(state.fleet, host, report, facts)
+    taken = received.taken
+    if taken.outcome != "stored":  # the same pass again, or one older than the stored: kept as it was
+        return Answer(200, host_status(taken.row).model_dump_json(by_alias=True, exclude_none=True).encode(), taken.outcome)
+    # The report was validated once, on the way in: the answer is built from it, not read back nor
+    # validated again, and its report is the text just stored, not serialized again.
+    head = host_status(taken.row, parsed=received.report).model_dump_json(
+        by_alias=True, exclude_none=True, exclude={"report"}
+    )
+    return Answer(201, f'{head[:-1]},"report":{received.text}}}'.encode(), taken.outcome)
 
 
 @fast(report_pass)
@@ -257,73 +288,25 @@ async def manifest(
     if directory is None:
         raise Problem.one("NOT_FOUND", "this server serves no manifests ([fleet] manifests is not set)")
     told = facts_of(facts)
-    changes = state.manifest_changes
-    if rollouts.configured(state):  # which revision this host is served: the rollout's decision
-        chosen: list[str | None] = [None]
+    fleet = state.fleet
+    if rollouts.configured(fleet):  # which revision this host is served: the rollout's decision
         # what it cannot be served counts in its wave when the host's own agent asked (one who may report its
         # passes, and could report a failed one as well): never on another caller's word, or facts
         its_own = permits(state, principal, Action.REPORT_PASS, ("Host", host))
-
-        async def find() -> Effective:  # the directory resolved at each ask: a link switched is a change
-            got = await anyio.to_thread.run_sync(_choose, state, directory_of(directory), host, told, its_own)
-            chosen[0] = got.revision
-            return got.effective
-
-        if wait and if_none_match and changes is not None:
-            found = await held_by(changes, find, if_none_match, wait)
-        else:
-            found = await find()
-        reply = _reply(found, if_none_match, wait if changes is not None else None, chosen[0])
+        found = await chosen(fleet, directory, host, told, its_own, _unchanged(if_none_match), wait)
     else:
-        reply = await _composed(state, directory, host, told, if_none_match, wait)
+        found = await composed(fleet, directory, host, told, _unchanged(if_none_match), wait)
+    reply = _reply(found.effective, if_none_match, wait if fleet.changes is not None else None, found.revision)
     headers = {k.decode(): v.decode() for k, v in reply.headers}
     if reply.status == 304:
         return Response(status_code=304, headers=headers)
     return Response(reply.body, media_type="application/json", headers=headers)
 
 
-def _choose(state: ServerState, resolved: Path, host: str, told: dict[str, Any], its_own: bool) -> rollouts.Served:
-    """Which revision ``host`` is served, from the directory's revision now (blocking). Named and composed
-    from the same files: when an edit landed between the two reads, both are made again (the agent reports
-    the revision it is told, and a rollout counts its pass on it)."""
-    for _ in range(3):
-        current = served(state, resolved)
-        got = rollouts.revision_for(state, host, told, current, resolved, record=its_own)
-        if current is None or got.revision != current.id or _names(resolved, got.effective, current):
-            return got
-    raise Problem.one("UNAVAILABLE", "the fleet directory keeps changing: its revision could not be named")
-
-
-async def _composed(
-    state: ServerState, directory: Path, host: str, told: dict[str, Any], if_none_match: str | None, wait: int | None
-) -> Reply:
-    """The answer from the directory as it is now (no staged rollout), named by the revision of the files it
-    was composed from: when an edit landed between the composition and the naming, both again (no second
-    wait: the edit is the change a wait was for)."""
-    changes = state.manifest_changes
-    waiting = bool(wait and if_none_match and changes is not None)
-    for _ in range(3):
-        if waiting and changes is not None and if_none_match:
-            found = await held(changes, directory, host, told, if_none_match, wait)
-        else:
-            found = await current(directory_of(directory), host, told)
-        resolved = directory_of(directory)  # a link switched meanwhile: another directory, which _names tells
-        now = await serving(state, resolved)
-        if _names(resolved, found, now):
-            return _reply(found, if_none_match, wait if changes is not None else None, _id(now))
-        waiting = False
-    raise Problem.one("UNAVAILABLE", "the fleet directory keeps changing: its revision could not be named")
-
-
-def _names(resolved: Path, found: Effective, revision: Revision | None) -> bool:
-    """Whether ``revision`` is the one of the files ``found`` was composed from (None: no revision to name)."""
-    return revision is None or named_for(resolved, found.state) == revision
-
-
 @fast(manifest, query=("wait",))
 async def manifest_now(asked: Asked) -> Reply | None:
     """The manifest already composed for the directory's files as they are now (a ``stat`` per file, no read);
-    with ``wait``, the long poll (``datum.api.waits``), composing in a worker thread when it must.
+    with ``wait``, the long poll (``datum.fleet.changes``), composing in a worker thread when it must.
 
     A first request without ``wait``, an edited directory, facts that do not parse, a ``wait`` that is not
     one, a composition that fails: the route, which composes in a worker thread and says what is wrong.
@@ -331,7 +314,8 @@ async def manifest_now(asked: Asked) -> Reply | None:
     directory = asked.state.settings.fleet.manifests
     if directory is None or not host_fits(asked.params["host"]):
         return None
-    staged = rollouts.configured(asked.state)  # which revision: the route's decision, but in one case plain
+    fleet = asked.state.fleet
+    staged = rollouts.configured(fleet)  # which revision: the route's decision, but in one case plain
     if staged and "wait" in asked.query:  # a long poll asks the rollout again on every change: the route's wait
         return None
     try:
@@ -342,31 +326,55 @@ async def manifest_now(asked: Asked) -> Reply | None:
     resolved = directory_of(directory)
     header = asked.header(b"if-none-match")
     wanted = None if header is None else header.decode("latin-1")
-    changes = asked.state.manifest_changes
-    if wait is None or changes is None:
+    if wait is None or fleet.changes is None:
         found = remembered(resolved, asked.params["host"], facts)
         if found is None:
             return None
-        now = await serving(asked.state, resolved)  # the revision of the signature ``remembered`` just took
-        if staged and (now is None or not rollouts.settled_on(asked.state, now.id)):
+        now = await serving(fleet, resolved)  # the revision of the signature ``remembered`` just took
+        if staged and (now is None or not rollouts.settled_on(fleet, now.id)):
             return None  # a rollout under way (or not read lately): the route asks which revision, in a thread
-        if not _names(resolved, found, now):
+        if not names(resolved, found, now):
             return None  # an edit between the two looks: the route names and composes again
-        return _reply(found, wanted, None, _id(now))
+        return _reply(found, wanted, None, None if now is None else now.id)
     try:  # the route's own answer, run here: a wait is held once, never again by the route after it
-        return await _composed(asked.state, directory, asked.params["host"], facts, wanted, wait)
+        served = await composed(fleet, directory, asked.params["host"], facts, _unchanged(wanted), wait)
     except Problem:
         return None  # the route says what is wrong, its one way
+    return _reply(served.effective, wanted, wait, served.revision)
 
 
-def _id(revision: Revision | None) -> str | None:
-    return None if revision is None else revision.id
+def etag_of(found: Effective) -> str:
+    return f'"{found.digest}"'
+
+
+def matches(if_none_match: str, etag: str) -> bool:
+    """RFC 9110's weak comparison for ``If-None-Match``: ``*``, or any listed tag, ``W/`` or not."""
+    tags = [t.strip().removeprefix("W/") for t in if_none_match.split(",")]
+    return "*" in tags or etag in tags
+
+
+def _unchanged(if_none_match: str | None) -> Unchanged | None:
+    """What an ``If-None-Match`` says the agent has: a manifest whose ``ETag`` it lists (None: it says nothing,
+    and no wait is held)."""
+    if not if_none_match:
+        return None
+    return lambda found: matches(if_none_match, etag_of(found))
+
+
+def wait_of(text: str | None) -> int | None:
+    """The ``wait`` query parameter: whole seconds from 0 to ``MAX_WAIT``, or None when absent; a
+    ValueError for anything else (the route says so, 422)."""
+    if text is None:
+        return None
+    if not text.isdigit() or int(text) > MAX_WAIT:
+        raise ValueError(text)
+    return int(text)
 
 
 def _reply(found: Effective, wanted: str | None, wait: int | None, revision: str | None) -> Reply:
     """200 with the manifest, or 304 when ``wanted`` (an ``If-None-Match``) matches it; ``Datum-Wait`` when the
     request asked to wait and this server holds waits; ``Datum-Revision`` on either (the fleet directory's
-    revision, ``datum.api.revisions``)."""
+    revision, ``datum.fleet.serving``)."""
     etag = etag_of(found)
     headers = [(b"etag", etag.encode())]
     if revision is not None:

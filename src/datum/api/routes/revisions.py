@@ -12,9 +12,9 @@ from datum.api.front.errors import error_responses
 from datum.api.front.security import needs
 from datum.api.front.state import ServerState, state_of
 from datum.api.models import RevisionCounts, RevisionList
-from datum.api.revisions import served
 from datum.api.routes.reboots import OUT
 from datum.fleet.rollouts.status import Rollout, status
+from datum.fleet.serving import served
 
 router = APIRouter(prefix="/v1/revisions", tags=["fleet"])
 
@@ -22,7 +22,7 @@ router = APIRouter(prefix="/v1/revisions", tags=["fleet"])
 def rollout(state: ServerState, now: datetime | None = None) -> Rollout:
     """The fleet's hosts per revision as this server sees them now (blocking: names the current revision)."""
     _registry, store = state.wired()
-    current = served(state)
+    current = served(state.fleet)
     return status(store, state.settings.fleet.stale_after, now or datetime.now(UTC), current)
 
 

@@ -7,7 +7,6 @@ from typing import Literal
 import anyio.to_thread
 from fastapi import APIRouter, Depends, Path, Request
 
-from datum.api import rollouts as serving
 from datum.api.front.authz import Action
 from datum.api.front.errors import error_responses
 from datum.api.front.security import needs
@@ -22,6 +21,7 @@ from datum.api.models import (
 from datum.api.routes.reboots import OUT
 from datum.config import FleetSettings
 from datum.core.findings import Problem
+from datum.fleet.rollouts import serve
 from datum.store import rollouts as stored
 from datum.store.engine import Store
 from datum.store.rollouts import RolloutRow
@@ -100,7 +100,7 @@ def act(store: Store, fleet: FleetSettings, action: str, who: str) -> RolloutCom
 def _act_here(state: ServerState, action: str, who: str) -> RolloutCommandAnswer:
     _registry, store = state.wired()
     answer = act(store, state.settings.fleet, action, who)
-    serving.refresh(state)  # this server's waits wake at once; the others' at their next period
+    serve.refresh(state.fleet)  # this server's waits wake at once; the others' at their next period
     return answer
 
 

@@ -1,6 +1,9 @@
 """Staged rollouts of the fleet's manifests, as the server side of hosts decides them.
 
-``plan`` (which wave each host is in), ``status`` (which revision each host
-runs) and ``snapshot`` (a revision's files, kept so any server can serve it
-again). What every replica agrees on is in the store (``datum.store.rollouts``).
+``plan`` (which wave each host is in), ``serve`` (which revision each host
+is served), ``machine`` (when a rollout starts and moves on), ``status``
+(which revision each host runs) and ``snapshot`` (a revision's files, kept
+so any server can serve it again). What one server process remembers of them
+is the fleet server's (``datum.fleet.server.Remembered``); what every replica
+agrees on is in the store (``datum.store.rollouts``).
 """

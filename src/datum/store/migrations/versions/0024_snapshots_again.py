@@ -4,7 +4,7 @@ Before ``0024``, ``datum.fleet.rollouts.snapshot.capture`` stored a link's targe
 out of the fleet directory included: a file of the server's (a token) linked as a source could be kept
 and served to held-back hosts. Which blobs hold such a file cannot be told from the blob, so none is kept.
 The revision in force is kept again by the next server that starts on it; a host held back on an older
-revision meanwhile is answered 503 and keeps the manifest it has (``datum.api.rollouts``).
+revision meanwhile is answered 503 and keeps the manifest it has (``datum.fleet.rollouts.serve``).
 
 Revision ID: 0024_snapshots_again
 Revises: 0023_rollout_unserved

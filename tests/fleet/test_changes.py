@@ -1,4 +1,4 @@
-"""``datum.api.waits``: a held wait leaves nothing behind when it ends, whichever way it ends.
+"""``datum.fleet.changes``: a held wait leaves nothing behind when it ends, whichever way it ends.
 
 Each waiter is a future of its own in one set (not a shared ``asyncio.Event``,
 whose timed-out waiters leave by a scan of every other one): these tests hold
@@ -10,8 +10,13 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from datum.api.waits import FleetChanges, etag_of, held
+from datum.fleet.changes import FleetChanges, Unchanged, held
 from datum.fleet.effective import effective
+
+
+def has(digest: str) -> Unchanged:
+    """What an agent that has the manifest of ``digest`` says (the route: its ``If-None-Match``)."""
+    return lambda found: found.digest == digest
 
 
 def fleet(directory: Path) -> Path:
@@ -23,41 +28,41 @@ def fleet(directory: Path) -> Path:
 
 def test_waits_that_time_out_leave_no_waiter_behind(tmp_path: Path) -> None:
     directory = fleet(tmp_path / "fleet")
-    etag = etag_of(effective(directory, "web1", {}))
+    digest = effective(directory, "web1", {}).digest
 
     async def run() -> tuple[list[str], int]:
         changes = FleetChanges(directory, period=0.05)
         changes.start()
         try:
             answers = await asyncio.gather(
-                *(held(changes, directory, f"web{i}", {}, etag, 0.2) for i in range(1, 51))
+                *(held(changes, directory, f"web{i}", {}, has(digest), 0.2) for i in range(1, 51))
             )
             return [a.digest for a in answers], changes.waiting
         finally:
             await changes.stop()
 
     digests, waiting = asyncio.run(run())
-    assert digests == [etag.strip('"')] * 50  # each as it was: the route answers 304
+    assert digests == [digest] * 50  # each as it was: the route answers 304
     assert waiting == 0
 
 
 def test_a_change_answers_every_wait_with_the_new_manifest_and_a_close_every_other(tmp_path: Path) -> None:
     directory = fleet(tmp_path / "fleet")
-    etag = etag_of(effective(directory, "web1", {}))
+    digest = effective(directory, "web1", {}).digest
 
     async def run() -> tuple[set[str], int, int, float]:
         loop = asyncio.get_running_loop()
         changes = FleetChanges(directory, period=0.05)
         changes.start()
         try:
-            waits = [asyncio.create_task(held(changes, directory, f"web{i}", {}, etag, 60)) for i in range(1, 21)]
+            waits = [asyncio.create_task(held(changes, directory, f"web{i}", {}, has(digest), 60)) for i in range(1, 21)]
             while changes.waiting < 20:  # every wait held
                 await asyncio.sleep(0.01)
             (directory / "web.yaml").write_text("resources:\n  - File[/etc/motd]:\n      content: changed\n")
             answers = await asyncio.wait_for(asyncio.gather(*waits), 30)
             after_change = changes.waiting
             # waits held again on the new manifest, then the server closes: answered at once, none left
-            new = etag_of(answers[0])
+            new = has(answers[0].digest)
             again = [asyncio.create_task(held(changes, directory, f"web{i}", {}, new, 60)) for i in range(1, 11)]
             while changes.waiting < 10:
                 await asyncio.sleep(0.01)
@@ -69,7 +74,7 @@ def test_a_change_answers_every_wait_with_the_new_manifest_and_a_close_every_oth
             await changes.stop()
 
     digests, after_change, after_close, closing = asyncio.run(run())
-    assert len(digests) == 1 and digests != {etag.strip('"')}
+    assert len(digests) == 1 and digests != {digest}
     assert after_change == 0 and after_close == 0
     assert closing < 5
 
@@ -77,7 +82,7 @@ def test_a_change_answers_every_wait_with_the_new_manifest_and_a_close_every_oth
 def test_a_rollout_that_moves_wakes_the_waits_that_ask_which_revision(tmp_path: Path) -> None:
     """With staged rollouts the watch also probes the rollout in force: when it moves (a wave released, a halt,
     an abort) every waiter asks again, and one whose host is now served another manifest is answered."""
-    from datum.api.waits import held_by
+    from datum.fleet.changes import held_by
 
     directory = fleet(tmp_path / "fleet")
     other = fleet(tmp_path / "other")
@@ -96,10 +101,10 @@ def test_a_rollout_that_moves_wakes_the_waits_that_ask_which_revision(tmp_path: 
         changes = FleetChanges(directory, period=0.05, probe=probe)
         changes.start()
         try:
-            etag = etag_of(await find())
+            unchanged = has((await find()).digest)
             loop = asyncio.get_running_loop()
             started = loop.time()
-            wait = asyncio.create_task(held_by(changes, find, etag, 30))
+            wait = asyncio.create_task(held_by(changes, find, unchanged, 30))
             await asyncio.sleep(0.3)
             assert not wait.done()  # nothing moved: still held
             released["now"] = moved["now"] = True  # the wave is released (as refresh() says after a read)
@@ -117,7 +122,7 @@ def test_a_change_is_told_once_the_directory_holds_still(tmp_path: Path) -> None
     """A file written in place (truncated, then written) is two signatures a moment apart: the watch waits
     until one holds for a period, so no waiter is woken on the half-written file; a directory that never
     holds still is told after ``SETTLE`` periods all the same."""
-    from datum.api import waits
+    from datum.fleet import changes as waits
 
     changes = FleetChanges(fleet(tmp_path / "fleet"), period=0.001)
     reads: list[str] = []
@@ -143,13 +148,13 @@ def test_a_link_switched_to_another_release_answers_the_waits(tmp_path: Path) ->
     (new / "web.yaml").write_text("resources:\n  - File[/etc/motd]:\n      content: released\n")
     link = tmp_path / "fleet"
     link.symlink_to(old)
-    etag = etag_of(effective(old, "web1", {}))
+    digest = effective(old, "web1", {}).digest
 
     async def run() -> list[str]:
         changes = FleetChanges(link, period=0.05)
         changes.start()
         try:
-            waits = [asyncio.create_task(held(changes, link, f"web{i}", {}, etag, 60)) for i in range(1, 6)]
+            waits = [asyncio.create_task(held(changes, link, f"web{i}", {}, has(digest), 60)) for i in range(1, 6)]
             while changes.waiting < 5:
                 await asyncio.sleep(0.01)
             (tmp_path / "fleet.new").symlink_to(new)

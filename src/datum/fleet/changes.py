@@ -1,11 +1,11 @@
-"""Long polls on a host's effective manifest: ``GET /v1/hosts/{host}/manifest?wait=N`` with ``If-None-Match``.
+"""The fleet directory's changes, and the long polls held on them until the manifest a host is served moves.
 
-An agent that has its manifest asks with its ``ETag`` and ``wait``: the server
-answers as soon as the host's effective manifest differs from it (200, the
-new manifest), else ``304`` when ``wait`` seconds have passed. Either answer
-carries ``Datum-Wait: N``, which tells the agent this server holds waits (a
-server that does not answers at once without it, and the agent falls back to
-its interval).
+An agent that has its manifest asks to be answered as soon as the host's
+effective manifest differs from the one it has (``GET
+/v1/hosts/{host}/manifest?wait=N`` with ``If-None-Match``: the route says it in
+HTTP, ``datum.api.routes.hosts``), else when ``wait`` seconds have passed.
+``held`` and ``held_by`` decide when: the host's manifest is found again at each
+change, and answered when it is no longer what the agent has.
 
 What the server composes from is the fleet directory alone (``[fleet]
 manifests``, ``datum.fleet.effective``), so a change is a change of its
@@ -44,8 +44,9 @@ log = logging.getLogger("datum.api")
 
 PERIOD = 0.25  # seconds between two reads of the fleet directory's signature
 SETTLE = 8  # periods a change may keep moving before it is told all the same (a directory never still)
-MAX_WAIT = 600  # the longest wait a request may ask, in seconds
-WAIT_HEADER = "Datum-Wait"
+
+# Whether what a host would be served now is still what its agent has (the route: its If-None-Match matches).
+Unchanged = Callable[[Effective], bool]
 
 
 class FleetChanges:
@@ -68,7 +69,7 @@ class FleetChanges:
         self.directory = directory_of(directory)  # as last looked at
         self.period = period
         self._seen = seen  # run in a worker thread at start and after each change (the revision's record)
-        # With staged rollouts (datum.api.rollouts): run in a worker thread each period, True when the rollout
+        # With staged rollouts (datum.fleet.rollouts): run in a worker thread each period, True when the rollout
         # in force moved (a wave released, halted, aborted...): every waiter asks again, as at a change.
         self._probe = probe
         self._waiters: set[asyncio.Future[None]] = set()
@@ -196,40 +197,21 @@ async def current(resolved: Path, host: str, facts: dict[str, object]) -> Effect
     return found
 
 
-def etag_of(found: Effective) -> str:
-    return f'"{found.digest}"'
-
-
-def matches(if_none_match: str, etag: str) -> bool:
-    """RFC 9110's weak comparison for ``If-None-Match``: ``*``, or any listed tag, ``W/`` or not."""
-    tags = [t.strip().removeprefix("W/") for t in if_none_match.split(",")]
-    return "*" in tags or etag in tags
-
-
-def wait_of(text: str | None) -> int | None:
-    """The ``wait`` query parameter: whole seconds from 0 to ``MAX_WAIT``, or None when absent; a
-    ValueError for anything else (the route says so, 422)."""
-    if text is None:
-        return None
-    if not text.isdigit() or int(text) > MAX_WAIT:
-        raise ValueError(text)
-    return int(text)
-
-
 async def held(
-    changes: FleetChanges, directory: Path, host: str, facts: dict[str, object], wanted: str, wait: float
+    changes: FleetChanges, directory: Path, host: str, facts: dict[str, object], unchanged: Unchanged, wait: float
 ) -> Effective:
-    """The host's manifest as soon as it no longer matches ``wanted`` (an ``If-None-Match``), else as it is
+    """The host's manifest as soon as it is no longer ``unchanged`` (what its agent has), else as it is
     when ``wait`` seconds have passed (or the server closes). Each change of the directory asks again, from
     the directory resolved anew (``directory_of``: a link switched to another release); a Problem (the
     directory now composes to nothing valid for the host) is raised at once."""
-    return await held_by(changes, lambda: current(directory_of(directory), host, facts), wanted, wait)
+    return await held_by(changes, lambda: current(directory_of(directory), host, facts), unchanged, wait)
 
 
 async def held_by(
-    changes: FleetChanges, find: Callable[[], Awaitable[Effective]], wanted: str, wait: float
+    changes: FleetChanges, find: Callable[[], Awaitable[Effective]], unchanged: Unchanged, wait: float
 ) -> Effective:
-    """``held`` with what the host is served found by ``find`` (a staged rollout's choice, ``datum.api.rollouts``)."""
+    """``held`` with what the host is served found by ``find`` (a staged rollout's choice,
+    ``datum.fleet.rollouts.serve``)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait
     while True:
@@ -237,7 +219,7 @@ async def held_by(
         try:
             found = await find()
             left = deadline - loop.time()
-            if not matches(wanted, etag_of(found)) or changes.closed or left <= 0:
+            if not unchanged(found) or changes.closed or left <= 0:
                 return found
             try:
                 async with asyncio.timeout(left):

@@ -1,6 +1,14 @@
-"""What the server accepts from an agent's pass report before it stores it.
+"""Taking one reported pass: what the server accepts of it, and storing it with its history row.
 
-Pydantic has already checked the shape; this checks what a shape cannot say:
+``take`` is the one code path of the pass route and its fast answer
+(``datum.api.routes.hosts``, which say the answer in HTTP), in a worker thread
+with a report pydantic has already checked the shape of. It checks the host,
+accepts the report, stores it (``datum.store.hosts.take_pass``, with the group
+its facts give), counts it (``counters``) and, when a pass on the rolling
+revision was stored, lets the rollout move on
+(``datum.fleet.rollouts.machine.after_pass``).
+
+What a shape cannot say, checked before a report is stored:
 
 - every number is finite (JSON parsers take ``NaN``, ``Infinity`` and ``1e999``);
 - the report's ``state`` is the host state its resources roll up to (contract
@@ -16,13 +24,19 @@ from __future__ import annotations
 
 import json
 import math
+import time
+from dataclasses import dataclass
 from typing import Any
 
-from datum.api.models import redacted
 from datum.core.findings import FieldError, invalid
+from datum.core.redact import looks_like_token
 from datum.core.rollup import host_state
 from datum.core.vocab import HostState
-from datum.host.report import PassReport
+from datum.fleet.reboots import intake_group
+from datum.fleet.rollouts.machine import after_pass
+from datum.fleet.server import FleetServer
+from datum.host.report import PassReport, ResourceReport
+from datum.store.hosts import Taken, take_pass
 from datum.validation import field_path
 
 
@@ -51,6 +65,25 @@ def _text(doc: dict[str, Any]) -> str | None:
         return json.dumps(doc, allow_nan=False, separators=(",", ":"))
     except ValueError:
         return None
+
+
+REDACTED = "(diff redacted: the resource is sensitive)"
+
+
+def sensitive(resource: ResourceReport) -> bool:
+    """Whether the report marks ``resource`` sensitive (its diff is never stored nor served)."""
+    return bool(getattr(resource, "sensitive", False) or getattr(resource, "redacted", False))
+
+
+def redacted(report: PassReport) -> PassReport:
+    """``report`` with the diff of every sensitive resource replaced by a marker (stored ones included)."""
+    if not any(r.diff not in (None, REDACTED) and sensitive(r) for r in report.resources):
+        return report
+    resources = [
+        r.model_copy(update={"diff": REDACTED}) if r.diff is not None and sensitive(r) else r
+        for r in report.resources
+    ]
+    return report.model_copy(update={"resources": resources})
 
 
 def accept(report: PassReport, max_diff_bytes: int) -> PassReport:
@@ -109,3 +142,63 @@ def accepted(report: PassReport, max_diff_bytes: int) -> tuple[PassReport, dict[
         doc = report.dump()
         text = json.dumps(doc, separators=(",", ":"))
     return report, doc, text if text is not None else json.dumps(doc)  # not None: checked above
+
+
+@dataclass(frozen=True, slots=True)
+class Received:
+    """What became of one reported pass: the store's ``taken`` (outcome, the host's row), and the report as it
+    was accepted (redacted, its diffs cut) with its JSON text, which the answer is built from."""
+
+    taken: Taken
+    report: PassReport
+    text: str
+
+
+def check_host(report: PassReport, host: str) -> None:
+    """``422`` unless the report is for the host of the path, and that name is not shaped like a token."""
+    if looks_like_token(host):
+        raise invalid(
+            [FieldError("host", "is shaped like a bearer token; a host name never is one")],
+            "a pass is not taken for a host named like a token",
+        )
+    if report.host != host:
+        raise invalid(
+            [FieldError("host", f"the report is for host {report.host!r}, the path names {host!r}")],
+            "a pass can only be reported for the host it ran on",
+        )
+
+
+def take(server: FleetServer, host: str, report: PassReport, facts: bytes | str | None = None) -> Received:
+    """Accept ``report`` (``422`` naming every field at fault) and store it. Blocks on the store, which must
+    be wired (the caller answers ``503`` before).
+
+    ``facts``: the request's ``X-Datum-Facts`` header, what the host's group is recorded from (with its name);
+    one that does not read keeps the stored group, it never refuses the report.
+    """
+    store = server.store
+    assert store is not None
+    started = time.perf_counter()
+    check_host(report, host)
+    report, doc, text = accepted(report, server.settings.server.max_diff_bytes)
+    # with the page's history strip (not for a pass re-sent), in the same statement on PostgreSQL
+    taken = take_pass(
+        store, host, doc, history=True, text=text,
+        # back from a reboot: its lease frees the group's slot, in the same transaction (statement, on PostgreSQL)
+        release_lease=True,
+        group=intake_group(server.settings.fleet.manifests, host, _facts(facts)),
+    )
+    server.intake.took(taken.outcome, time.perf_counter() - started)
+    if taken.outcome == "stored":
+        after_pass(server, report.revision)  # a host on the rolling revision: the rollout may move on
+    return Received(taken, report, text)
+
+
+def _facts(header: bytes | str | None) -> dict[str, Any] | None:
+    """The facts an ``X-Datum-Facts`` header carries (none when absent), or None when they do not read."""
+    if header is None:
+        return {}
+    try:
+        facts = json.loads(header)
+    except ValueError:
+        return None
+    return facts if isinstance(facts, dict) else None
