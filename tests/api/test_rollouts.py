@@ -944,3 +944,64 @@ def test_a_link_out_of_the_fleet_directory_is_refused_from_the_snapshot_as_from_
     assert "SERVER-SECRET" not in held_back.text
     row = serve.in_force(story.app.state.datum.fleet)
     assert row is not None and row.state == "rolling"  # the rollout is under way: web2 held back
+
+
+def without_rollout(story: Story) -> None:
+    state = story.app.state.datum
+    fleet = state.settings.fleet.model_copy(update={"rollout": None})
+    state.settings = state.settings.model_copy(update={"fleet": fleet})
+
+
+def test_rollouts_off_and_on_never_take_a_host_back_to_the_last_done(story: Story):
+    """Issue 36, item 1: with [fleet.rollout] switched off a fix went to every host; switched on again, the
+    next revision's rollout began from the last ``done`` (before the fix) and served it to every host it
+    held back, which reverted them. The revision a held-back host is served is never older than the one
+    its last pass ran (the per-host floor); a host with no kept copy of that one keeps what it runs."""
+    first, second = start(story, WEB)
+    for host in WEB:
+        report(story, host, "converged", second)  # the canary's and everyone's: as if rolled out
+    without_rollout(story)  # rollouts off; a fix pushed to everyone at once
+    (story.fleet / "web.yaml").write_text("resources:\n  - File[/etc/motd]:\n      content: fix\n")  # type: ignore[attr-defined]
+    fix, content = served(story, "web3")
+    assert content == "fix"
+    for host in WEB:
+        report(story, host, "converged", fix)
+    with_rollout(story, canary=["web1"], waves=["50%", "100%"], soak="1ms")  # on again, then the next edit
+    (story.fleet / "web.yaml").write_text("resources:\n  - File[/etc/motd]:\n      content: next\n")  # type: ignore[attr-defined]
+    nxt, content = served(story, "web1")
+    assert content == "next"
+    ro = in_force(story)
+    assert ro["revision"] == nxt and ro["state"] == "rolling"
+    for host in WEB[1:]:
+        answer = story.client.get(f"/v1/hosts/{host}/manifest", headers=story.auth("agent"))
+        if answer.status_code == 200:  # served its own last revision, never the rollout's previous
+            assert answer.headers["Datum-Revision"] in (fix, nxt), (host, answer.headers["Datum-Revision"], ro)
+        else:  # the fix was never kept (rollouts were off): it keeps what it runs
+            assert answer.status_code == 503, answer.text
+            assert "keeps the manifest it has" in answer.text
+
+
+def test_a_host_already_on_the_rollouts_revision_is_not_held_back(story: Story):
+    """Issue 36, item 1: a host whose last pass ran the revision being rolled out is served it."""
+    first, second = start(story, WEB)
+    report(story, "web4", "converged", second)  # it ran the new revision already (served before, by hand...)
+    assert served(story, "web4") == (second, "new")
+    assert served(story, "web5") == (first, "hello")
+
+
+def test_a_transition_another_caller_read_first_is_still_announced_to_the_waits(story: Story):
+    """Issue 36, item 2: ``refresh`` told "moved" to whichever caller read the row first; the tick that
+    released a wave read it itself, so the watch's probe saw nothing move and the held polls slept until
+    their timeout (250-266 s for each wave). ``announce`` alone tells, against what it told last."""
+    fleet = story.app.state.datum.fleet
+    first, second = start(story, WEB)
+    serve.announce(fleet)  # the waits know the rollout as it is now
+    assert not serve.announce(fleet)
+    report(story, "web1", "converged", second)
+    tick(story)  # releases wave 1 and reads the row after it moved
+    assert in_force(story)["wave"] == 1
+    assert serve.announce(fleet), "the wave released by this process's own tick is announced"
+    assert not serve.announce(fleet)
+    answer = story.client.post("/v1/rollouts/current/pause", headers=story.auth("operator"))
+    assert answer.status_code == 200, answer.text  # the route reads the row too, for its answer
+    assert serve.announce(fleet), "a pause through the API is announced"

@@ -28,7 +28,8 @@ class Remembered:
     """What one server process remembers of the staged rollouts (``datum.fleet.rollouts``): the one in force
     as last read and when that read began (``serve.refresh`` reads it again at most every ``serve.FRESH``
     seconds), its wave plan, the revision it last started a rollout for or found behind
-    (``machine.started``), the hosts it recorded as not served, when it last checked (``machine.tick``)."""
+    (``machine.started``), the hosts it recorded as not served, when it last checked (``machine.tick``), and
+    the version of it the held long polls were last told of (``serve.announce``)."""
 
     row: RolloutRow | None = None
     read_at: float = -math.inf
@@ -38,6 +39,9 @@ class Remembered:
     unserved: set[tuple[int, str]] = field(default_factory=set)  # (rollout, host) recorded as not served
     checked_at: float = -math.inf
     lock: threading.RLock = field(default_factory=threading.RLock)  # started() refreshes under it
+    # What the held long polls were last told of the rollout in force (``serve.announce``, the watch's
+    # probe, alone writes it): a transition is announced whoever read the row first.
+    announced: tuple[int, str, int] | None | bool = False
 
 
 @dataclass

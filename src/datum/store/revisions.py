@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from datum.store.engine import Store
 from datum.store.hosts import revision_counts
 from datum.store.runs import store_now
-from datum.store.schema import revisions
+from datum.store.schema import hosts, revisions
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +46,25 @@ def seen(store: Store, ids: list[str]) -> dict[str, Seen]:
     with store.connect() as conn:
         rows = conn.execute(sa.select(revisions).where(revisions.c.id.in_(ids))).mappings().all()
     return {r["id"]: Seen(r["id"], r["first_seen"], r["git_commit"]) for r in rows}
+
+
+def floor(store: Store, host: str, previous: str | None) -> str | None:
+    """The per-host floor: the revision ``host``'s last pass ran, when the store first saw it after
+    ``previous`` (None: ``previous`` stands). A host held back by a rollout is never served a revision
+    older than the one it last ran: a rollout that begins from the fleet's last ``done`` (rollouts
+    switched off and on, a fix pushed meanwhile) must not take back the hosts that ran something newer.
+    One read by primary key, and one of at most two revisions."""
+    with store.connect() as conn:
+        ran = conn.execute(sa.select(hosts.c.revision).where(hosts.c.host == host)).scalar()
+        if ran is None or ran == previous:
+            return None
+        wanted = [ran] if previous is None else [ran, previous]
+        times = dict(conn.execute(sa.select(revisions.c.id, revisions.c.first_seen).where(revisions.c.id.in_(wanted))).all())
+    if ran not in times:  # a revision this store never served (a hand-made report): not a floor
+        return None
+    if previous is not None and previous in times and times[ran] <= times[previous]:
+        return None
+    return str(ran)
 
 
 def running(store: Store, multiple: float, now: datetime) -> dict[str | None, Counter[str]]:

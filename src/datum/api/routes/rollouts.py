@@ -100,7 +100,7 @@ def act(store: Store, fleet: FleetSettings, action: str, who: str) -> RolloutCom
 def _act_here(state: ServerState, action: str, who: str) -> RolloutCommandAnswer:
     _registry, store = state.wired()
     answer = act(store, state.settings.fleet, action, who)
-    serve.refresh(state.fleet)  # this server's waits wake at once; the others' at their next period
+    serve.refresh(state.fleet)  # this server serves what it did at once; every replica's waits wake at its watch's next period (serve.announce)
     return answer
 
 

@@ -36,6 +36,7 @@ from datum.fleet.effective import Effective, directory_of, effective
 from datum.fleet.revision import Revision
 from datum.fleet.server import FleetServer
 from datum.store import rollouts as stored
+from datum.store.revisions import floor
 from datum.store.rollouts import ABORTED, DONE, RolloutRow
 from datum.store.snapshots import load
 
@@ -50,20 +51,34 @@ def configured(server: FleetServer) -> bool:
     return fleet.rollout is not None and fleet.manifests is not None and server.store is not None
 
 
-def refresh(server: FleetServer) -> bool:
-    """Read the rollout in force; True when it moved since the last read (the long poll then asks again)."""
+def refresh(server: FleetServer) -> RolloutRow | None:
+    """Read the rollout in force (every caller that must see the store's row now); the row this process
+    keeps. Whether it moved is ``announce``'s alone to say."""
     if not configured(server):
-        return False
+        return None
     assert server.store is not None
     began = time.monotonic()  # the row is as fresh as the moment its read began
     row = stored.latest(server.store)
     with server.rollouts.lock:
-        if began < server.rollouts.read_at:  # a read that began later has answered already: it stands
+        if began >= server.rollouts.read_at:  # a read that began later has answered already: it stands
+            server.rollouts.row, server.rollouts.read_at = row, began
+        return server.rollouts.row
+
+
+def announce(server: FleetServer) -> bool:
+    """The one place a transition of the rollout in force is announced: the directory watch's probe
+    (``datum.fleet.changes``), every period on every replica. True when the row read now is not the one
+    the held long polls were last told of, whoever made the transition (this process's tick, the API,
+    the CLI through the store, another replica) and whoever read the row first: they then ask again."""
+    if not configured(server):
+        return False
+    row = refresh(server)
+    version = row.version if row else None
+    with server.rollouts.lock:
+        if server.rollouts.announced == version:
             return False
-        kept_row, server.rollouts.row = server.rollouts.row, row
-        server.rollouts.read_at = began
-    before = kept_row.version if kept_row else None
-    return before != (row.version if row else None)
+        server.rollouts.announced = version
+    return True
 
 
 def in_force(server: FleetServer) -> RolloutRow | None:
@@ -151,8 +166,13 @@ def revision_for(
             if record:  # the host's own agent asked, with its own facts
                 _unserved(server, row, host, exc, current, directory)
             raise
+    # Held back: on the previous revision, or on a newer one it ran itself (the per-host floor), never older.
+    assert server.store is not None
+    ran = floor(server.store, host, row.previous)
+    if ran == row.revision:  # it runs the new revision already: nothing to hold it back from
+        return _from(server, row.revision, current, directory, host, facts)
     try:
-        old = _from(server, row.previous, current, directory, host, facts)
+        old = _from(server, ran or row.previous, current, directory, host, facts)
     except Problem as exc:  # nothing (valid) for it in the previous revision: it is not held back from anything
         if not _nothing_for(exc):  # the previous revision cannot be served: never the new one instead
             raise
