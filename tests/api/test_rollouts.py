@@ -574,14 +574,24 @@ def test_the_cli_pauses_and_resumes_on_the_store_and_refuses_what_the_state_forb
     assert (in_force(story)["state"], in_force(story)["wave"]) == ("rolling", 1)  # the waves go on
 
 
-def test_cedar_lets_operators_manage_rollouts_and_denies_a_viewer(story: Story):
+def test_cedar_lets_operators_manage_rollouts_and_a_viewer_only_read(story: Story):
     start(story, WEB)
     for who in ("viewer", "agent", "stranger"):
         denied = story.client.post("/v1/rollouts/current/pause", headers=story.auth(who))
         assert denied.status_code == 403, denied.text
         assert denied.json()["issues"][0].get("action") == "fleet:ManageRollout"
-    assert story.get("/v1/rollouts", "viewer").status_code == 403  # no read policy for a viewer either
-    assert story.get("/v1/rollouts", "operator").status_code == 200
+    for who in ("viewer", "operator"):  # issue 37: a viewer reads what an operator reads, acts on nothing
+        for path in ("/v1/rollouts", "/v1/hosts", "/v1/hosts/web1", "/v1/hosts/web1/passes", "/v1/events",
+                     "/v1/revisions", "/v1/attention", "/metrics", "/"):
+            assert story.get(path, who).status_code == 200, (who, path)
+    for method, path, body in (
+        ("POST", "/v1/rollouts/current/abort", None),
+        ("POST", "/v1/hosts/web1/passes", pass_report("web1", "converged")),
+        ("PUT", "/v1/buckets/x", {}),
+        ("POST", "/v1/hosts/web1/reboot-lease", {}),
+    ):
+        denied = story.client.request(method, path, json=body, headers=story.auth("viewer"))
+        assert denied.status_code == 403, (path, denied.text)
 
 
 def test_two_servers_on_one_store_agree_and_a_late_one_serves_the_previous_from_its_snapshot(
