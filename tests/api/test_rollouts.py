@@ -1015,3 +1015,35 @@ def test_a_transition_another_caller_read_first_is_still_announced_to_the_waits(
     answer = story.client.post("/v1/rollouts/current/pause", headers=story.auth("operator"))
     assert answer.status_code == 200, answer.text  # the route reads the row too, for its answer
     assert serve.announce(fleet), "a pause through the API is announced"
+
+
+def test_a_halted_or_paused_rollout_is_a_line_of_needs_a_human_everywhere(story: Story, datum_cli, tmp_path):  # type: ignore[no-untyped-def]
+    """Issue 36, item 4: the fleet stopped until someone answers, yet only the canary's host line said
+    anything ("fix the cause; the next pass retries"). Now the rollout is its own line, naming the failed
+    hosts and both ways out, on /v1/attention, the page and datum_needs_human."""
+    first, second = start(story, WEB)
+    report(story, "web1", "failed", second)
+    tick(story)
+    assert in_force(story)["state"] == "halted"
+    needs = story.get("/v1/attention").json()["needs"]
+    [line] = [n for n in needs if n["reason"] == "rollout_halted"]
+    assert "web1" in line["text"] and "halted" in line["text"] and line["ids"] == ["web1"]
+    assert "datum rollout resume" in line["do"] and "datum rollout abort" in line["do"]
+    assert needs[0]["reason"] == "rollout_halted"  # read first: the whole fleet waits on it
+    page = story.get("/ui/overview").text  # the page's Needs a human, as the browser fetches it
+    assert "halted: 1 host failed on it (web1)" in page and "datum rollout abort" in page
+    scrape = story.get("/metrics").text
+    assert 'datum_needs_human{reason="rollout_halted",severity="look"} 1.0' in scrape
+    cfg = tmp_path / "cli.toml"
+    cfg.write_text(f'store = "{story.settings.store}"\n[fleet]\nmanifests = "{story.fleet}"\n'  # type: ignore[attr-defined]
+                   '[fleet.rollout]\ncanary = ["web1"]\n')
+    code, out, err = datum_cli("hosts", "--config", str(cfg))
+    assert code == 0, err
+    assert "halted: 1 host failed on it (web1)" in " ".join(out.split())
+    resumed = story.client.post("/v1/rollouts/current/resume", headers=story.auth("operator"))
+    assert resumed.status_code == 200, resumed.text
+    assert not [n for n in story.get("/v1/attention").json()["needs"] if n["reason"].startswith("rollout_")]
+    paused = story.client.post("/v1/rollouts/current/pause", headers=story.auth("operator"))
+    assert paused.status_code == 200, paused.text
+    [line] = [n for n in story.get("/v1/attention").json()["needs"] if n["reason"] == "rollout_paused"]
+    assert "paused by operator" in line["text"]

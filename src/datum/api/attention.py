@@ -22,6 +22,7 @@ from datum.reconcile.report import DriftReport
 from datum.store import Store
 from datum.store.leases import Leases
 from datum.store.leases import read as read_leases
+from datum.store.rollouts import attention_of
 from datum.web import view
 
 
@@ -55,7 +56,8 @@ def needs(
     leases: Leases | None = None,
     store: Store | None = None,
 ) -> Needs:
-    """The decision over ``reports`` and, when the viewer may read hosts, the ``hosts`` page and overdue reboots."""
+    """The decision over ``reports`` and, when the viewer may read hosts, the ``hosts`` page, overdue reboots
+    and a halted or paused rollout."""
     reconcilers = every(registry, settings, reports)
     if hosts is None:
         return Needs(decide(reconcilers), hosts=False)
@@ -63,7 +65,8 @@ def needs(
         assert store is not None
         leases = read_leases(store)
     rows = [host_summary(r).dump() for r in hosts.hosts]
-    lines = decide(reconcilers, rows, [x.as_json() for x in leases.overdue])
+    ro = attention_of(store, settings.fleet.rollout is not None) if store is not None else None
+    lines = decide(reconcilers, rows, [x.as_json() for x in leases.overdue], ro)
     listed = sum(1 for r in rows if r["state"] != HostState.CONVERGED.value)
     beyond = sum(n for s, n in hosts.counts.items() if s != HostState.CONVERGED.value) - listed
     return Needs(lines, hosts=True, hosts_not_listed=max(0, beyond))

@@ -100,9 +100,12 @@ class StoreCollector(Collector):
 
     def _needs(self, hosts: list[dict[str, Any]], overdue: list[dict[str, Any]]) -> Metric:
         """``datum_needs_human``: the lines of *Needs a human* (``datum.core.attention``) over every host."""
-        registry, _store = self.state.wired()
+        from datum.store.rollouts import attention_of
+
+        registry, store = self.state.wired()
         reports = [self.state.reports.get_sync(name).report for name in registry]
-        lines = decide(every(registry, self.state.settings, reports), hosts, overdue)
+        lines = decide(every(registry, self.state.settings, reports), hosts, overdue,
+                       attention_of(store, self.state.settings.fleet.rollout is not None))
         by = need_counts(lines)
         family = _gauge(
             "datum_needs_human",

@@ -70,11 +70,13 @@ def hosts(
         return
     from datum.core.attention import decide
     from datum.store.leases import read
+    from datum.store.rollouts import attention_of
 
     out = render.console(wide)
     overdue = [x.as_json() for x in read(w.store).overdue]
     render.hosts(listing.hosts, found.counts, out, render.Times(now, wide))
-    render.needs_human(decide(hosts=listing.dump()["hosts"], overdue=overdue), out, after=True)
+    lines = decide(hosts=listing.dump()["hosts"], overdue=overdue, rollout=attention_of(w.store, w.settings.fleet.rollout is not None))
+    render.needs_human(lines, out, after=True)
     if listing.next:
         more = f" --state {state}" if state else " --by-name"
         click.echo(f"next page: datum hosts{more} --limit {limit} --cursor {listing.next}")

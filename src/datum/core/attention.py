@@ -67,8 +67,12 @@ REBOOT_OVERDUE = "reboot_overdue"
 HOST_DRIFTED = "host_drifted"
 REPEATED_FAILURES = "repeated_failures"
 HOST_DEGRADED = "host_degraded"
+ROLLOUT_HALTED = "rollout_halted"
+ROLLOUT_PAUSED = "rollout_paused"
 
 _OWN: dict[str, Severity] = {
+    ROLLOUT_HALTED: Severity.LOOK,  # the fleet's changes stop until someone answers
+    ROLLOUT_PAUSED: Severity.LOOK,
     PLUGIN_BROKEN: Severity.LOOK,
     RECONCILER_FAILING: Severity.LOOK,
     RECONCILER_DEGRADED: Severity.LOOK,
@@ -405,17 +409,44 @@ def _overdue(lease: Mapping[str, Any]) -> Need:
 # -- the decision -------------------------------------------------------------------------
 
 
+SHOWN_HOSTS = 5  # failed hosts a halted rollout's line names; the rest are counted
+
+
+def _rollout(ro: Mapping[str, Any]) -> Need | None:
+    """A halted or paused rollout (``datum.store.rollouts.RolloutRow``'s fields): the fleet's changes wait
+    for a human, who has two ways out. None for a rollout in any other state."""
+    state, number, revision = ro.get("state"), ro.get("id"), ro.get("revision")
+    ways = f"datum rollout resume (the waves go on) or datum rollout abort (revision {ro.get('previous')} again)"
+    if state == "halted":
+        failed = [str(f.get("host")) for f in ro.get("failed") or []]
+        named = ", ".join(failed[:SHOWN_HOSTS]) + (f" and {len(failed) - SHOWN_HOSTS} more" if len(failed) > SHOWN_HOSTS else "")
+        text = f"rollout {number} of {revision} halted: {len(failed)} host{'s' if len(failed) != 1 else ''} failed on it"
+        return Need(Severity.LOOK, ROLLOUT_HALTED, text + (f" ({named})" if named else ""),
+                    f"Look at why they failed (datum hosts --state failed), then {ways}; nothing is released "
+                    "meanwhile.", ids=tuple(failed), detail=str(ro.get("reason") or ""))
+    if state == "paused":
+        by = f" by {ro['by']}" if ro.get("by") else ""
+        return Need(Severity.LOOK, ROLLOUT_PAUSED, f"rollout {number} of {revision} is paused{by}",
+                    f"When ready, {ways}; nothing is released meanwhile.", detail=str(ro.get("reason") or ""))
+    return None
+
+
 def decide(
     reconcilers: Iterable[Reconciler] = (),
     hosts: Iterable[Mapping[str, Any]] = (),
     overdue: Iterable[Mapping[str, Any]] = (),
+    rollout: Mapping[str, Any] | None = None,
 ) -> list[Need]:
     """Every line of *Needs a human*, in reading order: ``look`` first, then by reason, then as given.
 
     ``hosts``: ``/v1/hosts`` rows (or ``GET /v1/hosts/{host}`` answers, or pass reports); ``overdue``: reboot
-    leases past their timeout (``GET /v1/reboots``'s ``overdue``).
+    leases past their timeout (``GET /v1/reboots``'s ``overdue``); ``rollout``: the staged rollout in force
+    (a halted or paused one is a line).
     """
     lines: list[Need] = []
+    held = _rollout(rollout) if rollout is not None else None
+    if held is not None:
+        lines.append(held)
     for r in reconcilers:
         lines += _reconciler(r)
     for h in hosts:

@@ -542,5 +542,21 @@ WORDS: dict[tuple[str, str], tuple[str, str, str, str]] = {
         "Go and look at the host; once it is back and healthy the group goes on, or run datum reboots clear HOST.",
         "look",
     ),
+    ("needs a human", "rollout_halted"): (
+        "the staged rollout stopped by itself: too many hosts failed on its revision",
+        "More than max_failed of the released hosts failed on the new revision (or fell silent after a pass on "
+        "it), so nothing more is released: the held-back hosts stay on the previous revision until someone "
+        "answers. The line names the failed hosts.",
+        "Look at why they failed (datum hosts --state failed), then datum rollout resume (accepting those "
+        "failures: the waves go on) or datum rollout abort (the previous revision again to those that took it).",
+        "look",
+    ),
+    ("needs a human", "rollout_paused"): (
+        "someone paused the staged rollout",
+        "datum rollout pause (or the API) stopped the waves; nothing more is released until it is resumed or "
+        "aborted. The line says who paused it.",
+        "When ready: datum rollout resume, or datum rollout abort.",
+        "look",
+    ),
 }
 

@@ -280,6 +280,17 @@ def held_back(row: RolloutRow | None, wave_of: Mapping[str, int], host: str, ran
     return HeldBack(row.id, row.revision, row.previous, wave, row.wave)
 
 
+def attention_of(store: Store, configured: bool) -> dict[str, Any] | None:
+    """The rollout in force as ``datum.core.attention.decide`` reads it (its fields; a halted or paused one is a
+    line of *Needs a human*), None without staged rollouts (``configured``) or a rollout. One read by primary key."""
+    if not configured:
+        return None
+    from dataclasses import asdict
+
+    row = latest(store)
+    return None if row is None else asdict(row)
+
+
 @dataclass(frozen=True, slots=True)
 class WaveCount:
     wave: int

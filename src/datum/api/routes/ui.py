@@ -143,7 +143,7 @@ def _view(
                 views, None, None, attention.needs(registry, settings, reports, None).lines, broken=broken,
                 changes=timeline,
             )
-        decided = attention.needs(registry, settings, reports, worst, leases)
+        decided = attention.needs(registry, settings, reports, worst, leases, store)
         listed = [host_summary(row) for row in found.hosts]
         strips = recent_many(conn, HOST, [h.host for h in listed])
         hosts = [v.host_view(h, strips[h.host], decided.lines) for h in listed]
