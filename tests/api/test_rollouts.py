@@ -1047,3 +1047,21 @@ def test_a_halted_or_paused_rollout_is_a_line_of_needs_a_human_everywhere(story:
     assert paused.status_code == 200, paused.text
     [line] = [n for n in story.get("/v1/attention").json()["needs"] if n["reason"] == "rollout_paused"]
     assert "paused by operator" in line["text"]
+
+
+def test_a_fleet_directory_removed_and_cloned_again_is_served_anew_never_stale(tmp_path, store_url):  # type: ignore[no-untyped-def]
+    """Issue 36, item 5: while the directory is not there the manifest answer says so (503, the agent keeps
+    what it has), never a composition from before; cloned again, its new files are served."""
+    import shutil
+
+    story = build_story(tmp_path, store_url)
+    directory = serve_fleet(story, tmp_path / "fleet")
+    assert served(story, "web1")[1] == "hello"
+    saved = tmp_path / "saved"
+    shutil.copytree(directory, saved)
+    shutil.rmtree(directory)
+    gone = story.client.get("/v1/hosts/web1/manifest", headers=story.auth("agent"))
+    assert gone.status_code == 503 and "is not there" in gone.text, gone.text
+    shutil.copytree(saved, directory)
+    (directory / "web.yaml").write_text("resources:\n  - File[/etc/motd]:\n      content: cloned\n")
+    assert served(story, "web1")[1] == "cloned"

@@ -164,3 +164,44 @@ def test_a_link_switched_to_another_release_answers_the_waits(tmp_path: Path) ->
             await changes.stop()
 
     assert asyncio.run(run()) == [effective(new, "web1", {}).digest] * 5
+
+
+def test_a_directory_missing_at_start_then_made_removed_and_cloned_again_is_seen_each_time(tmp_path: Path) -> None:
+    """Issue 36, item 5: a fleet directory that was not there when the watch first looked (made after
+    ``datum serve`` started, or removed and cloned again) had a signature that never changed, so the
+    first composition was served for ever and every agent was answered 304. Each state is a change now,
+    and no composition is made from a directory that is not there."""
+    import shutil
+
+    from datum.core.findings import Problem
+
+    configured = tmp_path / "fleet"
+
+    async def run() -> list[int]:
+        changes = FleetChanges(configured, period=0.05)
+        changes.start()
+        seen = []
+        try:
+            await asyncio.sleep(0.3)
+            seen.append(changes.changes)
+            fleet(configured)
+            await asyncio.sleep(0.6)
+            seen.append(changes.changes)
+            shutil.rmtree(configured)
+            await asyncio.sleep(0.4)
+            seen.append(changes.changes)
+            try:
+                effective(configured, "web1", {})
+            except Problem as exc:
+                seen.append(exc.code == "UNAVAILABLE" and "is not there" in exc.plain())
+            fleet(configured)
+            (configured / "web.yaml").write_text("resources:\n  - File[/etc/motd]:\n      content: cloned\n")
+            await asyncio.sleep(0.6)
+            seen.append(changes.changes)
+        finally:
+            await changes.stop()
+        return seen
+
+    seen = asyncio.run(run())
+    assert seen[0] == 0 and seen[1] == 1 and seen[2] == 2 and seen[3] is True and seen[4] == 3, seen
+    assert b"cloned" in effective(configured.resolve(), "web1", {}).body  # never the composition from before

@@ -164,6 +164,7 @@ def _stats(paths: tuple[str, ...]) -> tuple[tuple[int, int, int], ...] | None:
 # Per fleet directory: the paths of its last walk, their stats then, the signature of that walk, and when
 # (``time.monotonic``) this process first saw the files so.
 _SEEN: dict[str, tuple[tuple[str, ...], tuple[tuple[int, int, int], ...], str, float]] = {}
+_MISSING: dict[str, float] = {}  # per fleet directory found missing: since when (``time.monotonic``)
 
 
 def _signed(directory: Path) -> tuple[str, float]:
@@ -174,6 +175,11 @@ def _signed(directory: Path) -> tuple[str, float]:
         paths, stats, signature, since = seen
         if _stats(paths) == stats:
             return signature, since
+    if not os.path.isdir(directory):  # missing (not made yet, removed, a link to nowhere): a state of its own,
+        _SEEN.pop(key, None)  # its walk never remembered, so the walk that finds it made is a change
+        since = _MISSING.setdefault(key, time.monotonic())
+        return hashlib.sha256(f"no directory at {key}".encode()).hexdigest(), since
+    _MISSING.pop(key, None)
     walked = tuple(_walk(directory))
     now = _stats(walked)
     if now is None:  # a file went away during the walk: not remembered, walked again next time
@@ -261,8 +267,14 @@ def held_still(resolved: Path, read: Callable[[str], T]) -> tuple[str, T]:
     through here, so none is made of a file being written (by a writer that does not pause for longer than
     ``QUIET``). A read that fails (a file cut mid-line does not validate) is made again when the files moved
     meanwhile. A directory that keeps moving for ``SETTLE_BY`` is a Problem UNAVAILABLE: the agent keeps what
-    it has and asks again."""
+    it has and asks again. So is a directory that is not there (not made yet, removed to be cloned
+    again, a link to nowhere): never a composition remembered from before it went."""
     key = str(resolved)
+    if not os.path.isdir(resolved):
+        raise Problem.one(
+            "UNAVAILABLE", f"the fleet directory {resolved} is not there ([fleet] manifests): nothing is served "
+            "from it until it is; the host keeps the manifest it has",
+        )
     start = time.monotonic()
     gave_up = _UNSETTLED.get(key)
     deadline = start if gave_up is not None and start - gave_up < SETTLE_BY else start + SETTLE_BY
