@@ -272,9 +272,15 @@ def _report(raw: Any) -> tuple[Any, str | None]:
     if isinstance(raw, bytes | bytearray | memoryview):
         raw = bytes(raw).decode("utf-8", "replace")
     try:
-        return json.loads(raw), None
+        return json.loads(raw, parse_constant=_not_json), None
     except ValueError as exc:
         return None, f"not valid JSON ({exc})"
+
+
+def _not_json(name: str) -> Any:
+    """``NaN``, ``Infinity``, ``-Infinity``: Python's json reads them, JSON has no such values (intake refuses
+    them; a hand edit or another writer put them there): the stored report cannot be read."""
+    raise ValueError(f"{name} is not a JSON value")
 
 
 def _named(r: Any) -> dict[str, Any]:
