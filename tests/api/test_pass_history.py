@@ -359,3 +359,23 @@ def test_the_server_keeps_passes_as_long_as_server_retention_says(tmp_path, stor
     finally:
         story.client.close()
         story.store.dispose()
+
+
+@pytest.mark.parametrize("year", [1969, 1900, 2400, 9000])
+def test_pages_go_on_past_the_ends_of_the_epoch(story, year):
+    """Issue 40: a host with a wrong clock (a pass finished in 2400, or before 1970) broke the cursor: the
+    server refused its own ``next`` after a year-2400 row, and pages before 1970 repeated for ever."""
+    far = datetime(year, 6, 1, tzinfo=UTC)
+    for seq in range(1, 6):
+        started = far + timedelta(minutes=seq)
+        post(story, a_pass(seq) | {"startedAt": started.isoformat(),
+                                   "finishedAt": (started + timedelta(seconds=2)).isoformat()})
+    seen, url = [], "/v1/hosts/web1/passes?limit=2"
+    for _ in range(10):
+        r = story.get(url)
+        assert r.status_code == 200, r.text
+        seen += [p["seq"] for p in r.json()["passes"]]
+        if not r.json().get("next"):
+            break
+        url = f"/v1/hosts/web1/passes?limit=2&cursor={r.json()['next']}"
+    assert sorted(seen) == [1, 2, 3, 4, 5] and len(seen) == 5, seen

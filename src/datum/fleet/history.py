@@ -20,23 +20,29 @@ from datum.store.passes import After, fleet_events, host_passes
 
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000
-CURSOR_PATTERN = r"^[0-9]{1,16}-[0-9]{1,18}$"
+# Microseconds from the epoch, signed: any time a host's clock may say (year 1 to 9999) is a position, so a
+# pass finished before 1970 or after 2286 (a host with a wrong clock) pages on instead of repeating or failing.
+CURSOR_PATTERN = r"^-?[0-9]{1,18}-[0-9]{1,18}$"
 _CURSOR = re.compile(CURSOR_PATTERN)
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_NOT_A_CURSOR = "not a cursor of this listing: pass the `next` of a previous page as it is"
 
 
 def cursor_of(finished_at: datetime, row_id: int) -> str:
     """The cursor of the page that starts after the row finished at ``finished_at`` with id ``row_id``."""
     micros = (finished_at - _EPOCH) // timedelta(microseconds=1)
-    return f"{max(0, micros)}-{row_id}"
+    return f"{micros}-{row_id}"
 
 
 def position(cursor: str) -> After:
     """The position a cursor continues after; ``ValueError`` saying why for a string that is not a cursor."""
     if _CURSOR.fullmatch(cursor) is None:
-        raise ValueError("not a cursor of this listing: pass the `next` of a previous page as it is")
-    micros, _, row_id = cursor.partition("-")
-    return After(_EPOCH + timedelta(microseconds=int(micros)), int(row_id))
+        raise ValueError(_NOT_A_CURSOR)
+    micros, _, row_id = cursor.rpartition("-")
+    try:
+        return After(_EPOCH + timedelta(microseconds=int(micros)), int(row_id))
+    except OverflowError:  # past the calendar's ends: no row is there
+        raise ValueError(_NOT_A_CURSOR) from None
 
 
 def utc(value: datetime) -> datetime:
