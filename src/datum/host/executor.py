@@ -25,6 +25,7 @@ from datum.core.vocab import Action, Mode, Reason, ResourceState
 from datum.host.model import Manifest, Resource
 from datum.providers.base import Change, HostContext, Provider, ProviderError
 from datum.providers.fs import in_read_only_image, sync_dirs
+from datum.providers.reads import Untrusted
 from datum.providers.registry import provider
 
 if TYPE_CHECKING:
@@ -209,6 +210,10 @@ def _walk(
         have = prov.observe(want, ctx)
         change = prov.plan(want, have)
     except Exception as exc:  # noqa: BLE001 - any provider error fails this resource, not the pass
+        if isinstance(exc, Untrusted):  # a refused link's owner named as the root names it
+            from datum.providers.accounts import named
+
+            exc = ProviderError(named(ctx, exc))
         drifted = [n.id for n in needs if n.state is ResourceState.DRIFTED]
         if ctx.mode is Mode.OBSERVE and drifted:
             # Its requirement is not in place yet, so it cannot be observed: that is drift, not failure.

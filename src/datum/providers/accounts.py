@@ -434,6 +434,22 @@ def _unlink_quietly(path: str) -> None:
         pass
 
 
+def named(ctx: HostContext, exc: reads.Untrusted) -> str:
+    """A refused link's message with the uids it names named as the root's passwd names them
+    (``uid 1001 (app)``); the numbers alone when the passwd cannot be read (it may be behind the very
+    link refused)."""
+    text = str(exc)
+    try:
+        users = read_table(ctx, PASSWD)
+    except Exception:  # noqa: BLE001 - the number alone says enough
+        return text
+    for uid in dict.fromkeys(exc.uids):
+        row = users.by_id(uid)
+        if row is not None:
+            text = text.replace(f"uid {uid}", f"uid {uid} ({row[0]})", 1)
+    return text
+
+
 # --- look-ups ------------------------------------------------------------------------------------
 
 

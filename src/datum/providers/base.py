@@ -209,41 +209,18 @@ class HostContext:
 
     def real(self, host_path: str, *, follow_last: bool = True) -> str:
         """``path`` as a string; the ``lstat`` it made of the final component is kept for ``lstat``."""
-        from datum.providers.reads import Untrusted, real_path
+        from datum.providers.reads import real_path
 
         found: dict[str, os.stat_result] = {}
-        try:
-            real = real_path(
-                str(self.root),
-                host_path,
-                follow_last=follow_last,
-                cache=self.cache.get("paths") or self.cache.setdefault("paths", {}),
-                stats=found,
-            )
-        except Untrusted as exc:
-            raise ProviderError(self._named(exc)) from None
+        real = real_path(
+            str(self.root),
+            host_path,
+            follow_last=follow_last,
+            cache=self.cache.get("paths") or self.cache.setdefault("paths", {}),
+            stats=found,
+        )
         self._stat = (real, found[real]) if found else None
         return real
-
-    def _named(self, exc: Any) -> str:
-        """An ``Untrusted`` link's refusal with the uid it names named as the root's passwd does."""
-        text = str(exc)
-        if self.cache.get("naming"):  # etc/passwd itself behind a refused link: the number
-            return text
-        self.cache["naming"] = True
-        try:
-            from datum.providers.accounts import PASSWD, read_table
-
-            users = read_table(self, PASSWD)
-            for uid in dict.fromkeys(exc.uids):
-                row = users.by_id(uid)
-                if row is not None:
-                    text = text.replace(f"uid {uid}", f"uid {uid} ({row[0]})", 1)
-        except Exception:  # noqa: BLE001 - the number alone says enough
-            pass
-        finally:
-            self.cache.pop("naming", None)
-        return text
 
     def hidden(self, host_path: str, real: str) -> str | None:
         """The marker that stands for any content diff of ``host_path`` (real path ``real``), or None

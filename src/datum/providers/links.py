@@ -24,10 +24,18 @@ Pure: two owners and modes in, the reason out; ``datum.providers.reads`` makes t
 from __future__ import annotations
 
 import os
+from typing import Protocol
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from datum.providers.reads import Owner
+
+class Owned(Protocol):
+    """What the rule reads of a path: an ``os.stat_result``, or the recorder's ``reads.Owner``."""
+
+    @property
+    def st_mode(self) -> int: ...
+    @property
+    def st_uid(self) -> int: ...
+    @property
+    def st_gid(self) -> int: ...
 
 RULE = "root follows a link only when root owns it and only root can replace it (the link rule)"
 _S_ISVTX, _S_IWGRP, _S_IWOTH = 0o1000, 0o020, 0o002
@@ -38,7 +46,7 @@ def trusted() -> frozenset[int]:
     return frozenset({0, os.geteuid()})
 
 
-def refusal(link: Owner | os.stat_result, directory: Owner | os.stat_result) -> str | None:
+def refusal(link: Owned, directory: Owned) -> str | None:
     """Why the link whose owner and mode are ``link``, in the directory whose owner and mode are
     ``directory``, may not be followed; None when it may."""
     ok = trusted()
