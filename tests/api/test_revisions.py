@@ -77,6 +77,8 @@ def test_a_change_to_a_manifest_is_a_new_revision_and_hosts_are_counted_per_revi
 
     page = story.get("/ui/overview").text
     assert 'id="revisions"' in page and two in page and one in page
+    # issue 40: a host that reports with datum apply --report-to is said to, not only "an older agent"
+    assert "1 host ran a pass that names no revision (reported with datum apply --report-to" in page
     assert story.get("/v1/revisions", "stranger").status_code == 403
 
 

@@ -1065,3 +1065,20 @@ def test_a_fleet_directory_removed_and_cloned_again_is_served_anew_never_stale(t
     shutil.copytree(saved, directory)
     (directory / "web.yaml").write_text("resources:\n  - File[/etc/motd]:\n      content: cloned\n")
     assert served(story, "web1")[1] == "cloned"
+
+
+def test_the_page_and_the_cli_say_which_act_and_who(story: Story, datum_cli, tmp_path):  # type: ignore[no-untyped-def]
+    """Issue 40, item 5: "last paused, resumed or aborted by operator" said neither which. The state says
+    which (``datum.fleet.rollouts.status.acted``), on the page and in ``datum rollout status``."""
+    start(story, WEB)
+    cfg = tmp_path / "cli.toml"
+    cfg.write_text(f'store = "{story.settings.store}"\n[fleet]\nmanifests = "{story.fleet}"\n'  # type: ignore[attr-defined]
+                   '[fleet.rollout]\ncanary = ["web1"]\n')
+    for action, said in (("pause", "paused by operator"), ("resume", "resumed by operator"),
+                         ("abort", "aborted by operator")):
+        answer = story.client.post(f"/v1/rollouts/current/{action}", headers=story.auth("operator"))
+        assert answer.status_code == 200, answer.text
+        page = story.get("/ui/overview").text
+        assert said.capitalize() + "." in page and "paused, resumed or aborted" not in page
+        code, out, err = datum_cli("rollout", "status", "--config", str(cfg))
+        assert code == 0 and said in out, (out, err)

@@ -494,7 +494,7 @@ class RevisionList(Out):
     revisions: list[RevisionCounts] = Field(
         description="Newest first (by first seen; those no server recorded last), the current one always listed."
     )
-    without: int = Field(description="Hosts whose last pass names no revision (no agent fetch, or an older agent).")
+    without: int = Field(description="Hosts whose last pass names no revision (datum apply --report-to, the agent's cached manifest, or an older agent).")
 
 
 class RolloutWave(Out):

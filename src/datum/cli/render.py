@@ -419,7 +419,9 @@ def rollout(found: Any, out: Console, times: Times) -> None:
     if found.soak_ends_at is not None:
         out.print(text(f"soak ends: {times(found.soak_ends_at)}"))
     if found.by:
-        out.print(text(f"last paused, resumed or aborted by {found.by}"))
+        from datum.fleet.rollouts.status import acted
+
+        out.print(text(acted(found.state, found.by) or ""))
     if found.reason:
         out.print(text(f"reason: {found.reason}"))
     for f in found.failed or []:

@@ -39,7 +39,7 @@ from datum.core.humanize import age, when
 from datum.core.vocab import HostState
 from datum.fleet import listing
 from datum.fleet.history import Window, events_page, passes_page
-from datum.fleet.rollouts.status import Rollout
+from datum.fleet.rollouts.status import Rollout, acted
 from datum.reconcile.registry import Registry
 from datum.reconcile.report import DriftReport, enabled
 from datum.store import Store
@@ -71,7 +71,7 @@ def templates() -> Environment:
     env = Environment(loader=PackageLoader("datum.web", "templates"), autoescape=select_autoescape(["html"]))
     env.globals.update(
         when=when, age=age, act_label=ACT_LABEL, history_passes=STRIP, act_badge=v.act_badge, act_none=Act.NONE,
-        host_href=v.host_href, event_word=v.event_word, change_windows=v.CHANGE_WINDOWS,
+        host_href=v.host_href, event_word=v.event_word, change_windows=v.CHANGE_WINDOWS, rollout_acted=acted,
     )
     env.filters["wbr"] = _breakable
     return env

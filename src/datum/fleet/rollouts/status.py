@@ -69,3 +69,17 @@ def status(store: Store, multiple: float, now: datetime, current: Revision | Non
     # newest first; never recorded (no first seen) last, by id so the order is stable
     rows.sort(key=lambda r: (r.first_seen is None, -(r.first_seen.timestamp() if r.first_seen else 0), r.id))
     return Rollout(current.id if current else None, rows, without)
+
+
+def acted(state: str, by: str | None) -> str | None:
+    """Who last acted on a rollout, in the words every surface prints (the page, ``datum rollout status``):
+    the store keeps only who (``by``) beside the state, so the state says which act it was: ``paused``
+    and ``aborted`` are the act itself; any other state with someone named was a resume (the rollout may
+    have moved on since). None when nobody acted on it."""
+    if not by:
+        return None
+    if state == "paused":
+        return f"paused by {by}"
+    if state == "aborted":
+        return f"aborted by {by}"
+    return f"resumed by {by}"
