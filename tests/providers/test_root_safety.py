@@ -442,3 +442,17 @@ def test_account_databases_behind_a_users_link_are_refused(host):
     out = one(host.run("resources:\n  - Group[staff]: {gid: 1500}\n"))
     assert out.state is FAILED and "/etc/group is a link owned by uid 1001 (app)" in out.reason
     assert host.snapshot() == before
+
+
+def test_a_users_directory_named_like_a_temporary_is_never_swept(host):
+    """The sweep removes a whole tree only when Datum could have made it (a trusted uid owns it): app's
+    own directory named ``.datum-tmp-<12 hex>`` in app's directory stays, with what it holds."""
+    def act(fd):
+        os.mkdir(".datum-tmp-0123456789ab", 0o755, dir_fd=fd)
+        out = os.open(".datum-tmp-0123456789ab/mine", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd)
+        os.close(out)
+
+    host.as_app("/srv/app", act)
+    out = one(host.run("resources:\n  - File[/srv/app/config.yml]: {content: \"x\\n\"}\n"))
+    assert out.state is CONVERGED
+    assert host.path("/srv/app/.datum-tmp-0123456789ab/mine").exists()

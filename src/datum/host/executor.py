@@ -68,7 +68,13 @@ class Outcome:
         return replace(self, **changes)
 
 
-def _error(exc: BaseException) -> str:
+def _error(exc: BaseException, ctx: HostContext) -> str:
+    """A resource's failure in the words of its pass line; a refused link's owner named as the root
+    names it (``accounts.named``), whichever step refused it."""
+    if isinstance(exc, Untrusted):
+        from datum.providers.accounts import named
+
+        return named(ctx, exc)
     if isinstance(exc, ProviderError):
         return str(exc)
     if isinstance(exc, OSError):
@@ -210,16 +216,12 @@ def _walk(
         have = prov.observe(want, ctx)
         change = prov.plan(want, have)
     except Exception as exc:  # noqa: BLE001 - any provider error fails this resource, not the pass
-        if isinstance(exc, Untrusted):  # a refused link's owner named as the root names it
-            from datum.providers.accounts import named
-
-            exc = ProviderError(named(ctx, exc))
         drifted = [n.id for n in needs if n.state is ResourceState.DRIFTED]
         if ctx.mode is Mode.OBSERVE and drifted:
             # Its requirement is not in place yet, so it cannot be observed: that is drift, not failure.
-            why = f"waits on drifted {', '.join(drifted)}: {_error(exc)}"
+            why = f"waits on drifted {', '.join(drifted)}: {_error(exc, ctx)}"
             return Outcome(resource, state=ResourceState.DRIFTED, reason=why)
-        return _failed(resource, _error(exc))
+        return _failed(resource, _error(exc, ctx))
     refresh = [n.id for n in needs if _would_change(n, ctx) and n.id in resource.spec.subscribes] if needs else None
     if refresh and prov.refreshable and change.action is Action.NONE:
         verb = "would change" if ctx.mode is Mode.OBSERVE else "changed"
@@ -287,7 +289,7 @@ def _apply(
             ctx.changed()
         unconfirmed = prov.verify(want, change, ctx)
     except Exception as exc:  # noqa: BLE001 - recorded as this resource's failure
-        why = _error(exc)
+        why = _error(exc, ctx)
         return planned.replace(state=ResourceState.FAILED, error=why, reason=why, reboot_required=reboot_required)
     # What it found (a service stopped), in enforce mode as in observe mode.
     applied = planned.replace(changed=True, reboot_required=reboot_required, reason=change.summary)
@@ -306,18 +308,18 @@ def _apply_together(planned: list[_Planned], ctx: HostContext) -> list[Outcome]:
         finally:
             ctx.changed()
     except Exception as exc:  # noqa: BLE001 - recorded as each resource's failure
-        why = _error(exc)
+        why = _error(exc, ctx)
         return [p.planned.replace(state=ResourceState.FAILED, error=why, reason=why) for p in planned]
     outs = []
     for p, result in zip(planned, results, strict=True):
         if isinstance(result, Exception):
-            why = _error(result)
+            why = _error(result, ctx)
             outs.append(p.planned.replace(state=ResourceState.FAILED, error=why, reason=why))
             continue
         try:
             unconfirmed = prov.verify(p.want, p.change, ctx)
         except Exception as exc:  # noqa: BLE001
-            why = _error(exc)
+            why = _error(exc, ctx)
             outs.append(p.planned.replace(state=ResourceState.FAILED, error=why, reason=why, reboot_required=result))
             continue
         applied = p.planned.replace(changed=True, reboot_required=result, reason=p.change.summary)

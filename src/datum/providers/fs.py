@@ -95,8 +95,14 @@ def _remove_abandoned(dir_fd: int, name: str) -> None:
     held meanwhile, and what is removed is what was locked: a writer that renamed it since is not
     touched); a temporary link, or a home an earlier version was building (never locked), once
     older than ``LINK_LEFT_SECONDS``. A directory goes with all it holds, links unlinked, never
-    followed (``datum.safefs.remove_tree``)."""
+    followed (``datum.safefs.remove_tree``), and only one a trusted uid owns: a user who names a directory
+    of their own like Datum's temporaries in a directory they may write never has root remove it."""
     st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    if stat.S_ISDIR(st.st_mode):
+        from datum.providers.links import trusted
+
+        if st.st_uid not in trusted():  # not one Datum made (it makes them root's): never a tree it removes
+            return
     if stat.S_ISLNK(st.st_mode) or name.startswith(_OLD_HOME):
         import time
 

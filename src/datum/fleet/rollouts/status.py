@@ -20,6 +20,7 @@ from datum.core.vocab import HostState
 from datum.fleet.revision import Revision
 from datum.store.engine import Store
 from datum.store.revisions import running, seen
+from datum.store.rollouts import ABORTED, PAUSED
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,8 +79,6 @@ def acted(state: str, by: str | None) -> str | None:
     have moved on since). None when nobody acted on it."""
     if not by:
         return None
-    if state == "paused":
-        return f"paused by {by}"
-    if state == "aborted":
-        return f"aborted by {by}"
+    if state in (PAUSED, ABORTED):
+        return f"{state} by {by}"
     return f"resumed by {by}"

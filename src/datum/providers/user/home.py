@@ -24,7 +24,6 @@ from datum.providers import fs, held
 if TYPE_CHECKING:
     from datum.providers.base import HostContext
 
-_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 _CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
@@ -102,7 +101,7 @@ def _copy(src: int, dst: int, uid: int, gid: int) -> None:
 
 
 def _copy_file(src: int, dst: int, name: str, st: os.stat_result, uid: int, gid: int) -> None:
-    inner = os.open(name, _READ, dir_fd=src)
+    inner = os.open(name, held.OBJECT, dir_fd=src)
     try:
         if not stat.S_ISREG(os.fstat(inner).st_mode):
             return  # swapped since it was listed
