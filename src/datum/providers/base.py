@@ -182,7 +182,8 @@ class HostContext:
     cache: dict[str, Any] = field(default_factory=dict)
     _facts: Facts | None = None
     _kept: frozenset[str] | None = None
-    _hidden: dict[str, str] | None = None  # ``hidden``: the paths whose content is never shown
+    _marked: dict[str, str] | None = None  # ``hidden``: the manifest's paths whose content is never shown
+    _hidden: dict[str, str] | None = None  # ``hidden``: those and their real paths, until a change
     _stat: tuple[str, os.stat_result] | None = None  # (path, lstat) of the last ``real()``
 
     def __post_init__(self) -> None:
@@ -225,32 +226,29 @@ class HostContext:
     def hidden(self, host_path: str, real: str) -> str | None:
         """The marker that stands for any content diff of ``host_path`` (real path ``real``), or None
         when it may be shown: sensitivity belongs to a path, not to a resource. When any resource of
-        the manifest at that path, by its host path or its real path, says ``sensitive: true``
-        (``fs.REDACTED_SENSITIVE``) or gives it a mode others cannot read (``fs.REDACTED_MODE``), no
-        resource's diff, plan, report or page shows its content. Decided here alone, once a pass
-        (again after every change)."""
-        if self._hidden is None:
-            from datum.providers.fs import REDACTED_MODE, REDACTED_SENSITIVE
+        the manifest at that path, by its host path or its real path, says ``sensitive: true`` or gives
+        it a mode others cannot read (``fs.redaction`` decides which marker), no resource's diff, plan,
+        report or page shows its content. The marked paths are read from the manifest once a pass;
+        only their real paths are resolved again after a change."""
+        if self._marked is None:
+            from datum.providers.fs import redaction
 
-            hidden: dict[str, str] = {}
+            marked: dict[str, str] = {}
             for r in getattr(self.manifest, "resources", ()):
-                spec = r.spec
-                path, mode = getattr(spec, "path", None), getattr(spec, "mode", None)
-                if not isinstance(path, str):
-                    continue
-                if getattr(spec, "sensitive", False):
-                    marker = REDACTED_SENSITIVE
-                elif isinstance(mode, int) and not mode & 0o004:
-                    marker = REDACTED_MODE
-                else:
-                    continue
+                path, mode = getattr(r.spec, "path", None), getattr(r.spec, "mode", None)
+                marker = redaction(bool(getattr(r.spec, "sensitive", False)), mode if isinstance(mode, int) else None)
+                if isinstance(path, str) and marker is not None and not _says_more(marked.get(path), marker):
+                    marked[path] = marker
+            self._marked = marked
+        if self._hidden is None:
+            hidden = dict(self._marked)
+            for path, marker in self._marked.items():
                 try:
-                    where = [path, self.real(path)]
+                    where = self.real(path)
                 except (ProviderError, OSError):
-                    where = [path]
-                for p in where:
-                    if hidden.get(p) != REDACTED_SENSITIVE:  # sensitive: true says more than a mode
-                        hidden[p] = marker
+                    continue
+                if not _says_more(hidden.get(where), marker):
+                    hidden[where] = marker
             self._hidden = hidden
         return self._hidden.get(host_path) or self._hidden.get(real)
 
@@ -284,6 +282,14 @@ class HostContext:
 
             self.systemd = kind("/run/systemd/system") == 0o040000  # a directory (sd_booted)
         return self.systemd
+
+
+def _says_more(kept: str | None, marker: str) -> bool:
+    """Whether the marker ``kept`` for a path already says more than ``marker`` (``sensitive: true`` says
+    more than a mode)."""
+    from datum.providers.fs import REDACTED_SENSITIVE
+
+    return kept == REDACTED_SENSITIVE and marker != REDACTED_SENSITIVE
 
 
 # --- what a provider returns -------------------------------------------------------------------
