@@ -95,17 +95,18 @@ class StoreCollector(Collector):
         yield from self._hosts(hosts)
         overdue: list[dict[str, Any]] = []
         yield from self._reboots(overdue)
-        yield from self._rollouts()
-        yield self._needs(hosts, overdue)
+        rollout: list[dict[str, Any]] = []
+        yield from self._rollouts(rollout)
+        yield self._needs(hosts, overdue, rollout[0] if rollout else None)
 
-    def _needs(self, hosts: list[dict[str, Any]], overdue: list[dict[str, Any]]) -> Metric:
-        """``datum_needs_human``: the lines of *Needs a human* (``datum.core.attention``) over every host."""
-        from datum.store.rollouts import attention_of
-
-        registry, store = self.state.wired()
+    def _needs(
+        self, hosts: list[dict[str, Any]], overdue: list[dict[str, Any]], rollout: dict[str, Any] | None
+    ) -> Metric:
+        """``datum_needs_human``: the lines of *Needs a human* (``datum.core.attention``) over every host and
+        the rollout in force (as ``_rollouts`` read it)."""
+        registry, _store = self.state.wired()
         reports = [self.state.reports.get_sync(name).report for name in registry]
-        lines = decide(every(registry, self.state.settings, reports), hosts, overdue,
-                       attention_of(store, self.state.settings.fleet.rollout is not None))
+        lines = decide(every(registry, self.state.settings, reports), hosts, overdue, rollout)
         by = need_counts(lines)
         family = _gauge(
             "datum_needs_human",
@@ -441,14 +442,18 @@ class StoreCollector(Collector):
             yield from (blocked, refusals)
 
 
-    def _rollouts(self) -> Iterator[Metric]:
+    def _rollouts(self, found: list[dict[str, Any]]) -> Iterator[Metric]:
         """The staged rollout in force (``datum.store.rollouts``): its state (every state always present, 1 for
         its own), its waves' hosts, and the hosts that failed on it while it is halted. One read by primary key,
-        one grouped read of its plan."""
+        one grouped read of its plan; the row read goes into ``found`` (``_needs`` reads it)."""
+        from dataclasses import asdict
+
         from datum.store import rollouts as stored
 
         _registry, store = self.state.wired()
         row = stored.latest(store) if self.state.settings.fleet.rollout is not None else None
+        if row is not None:
+            found.append(asdict(row))
         state = _gauge(
             "datum_rollout_state",
             "The staged rollout in force ([fleet.rollout]) is in this state (1), every state listed; all 0 without one.",
