@@ -23,3 +23,7 @@ def looks_like_token(text: str) -> bool:
     """Whether ``text`` holds what looks like a token ``create`` mints: never a host's name (it would be
     listed in ``/v1/hosts`` and be a ``/metrics`` label)."""
     return PREFIX in text and _LOOKS_LIKE_A_TOKEN.search(text) is not None
+
+
+# Why a name shaped like a token is never a host's (the intake of a pass, a token bound to a host).
+NOT_A_HOST_NAME = "is shaped like a bearer token; a host name never is one"

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from datum.core.findings import FieldError, invalid
-from datum.core.redact import looks_like_token
+from datum.core.redact import NOT_A_HOST_NAME, looks_like_token
 from datum.core.rollup import host_state
 from datum.core.vocab import HostState
 from datum.fleet.reboots import intake_group
@@ -158,7 +158,7 @@ def check_host(report: PassReport, host: str) -> None:
     """``422`` unless the report is for the host of the path, and that name is not shaped like a token."""
     if looks_like_token(host):
         raise invalid(
-            [FieldError("host", "is shaped like a bearer token; a host name never is one")],
+            [FieldError("host", NOT_A_HOST_NAME)],
             "a pass is not taken for a host named like a token",
         )
     if report.host != host:

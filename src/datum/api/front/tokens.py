@@ -31,7 +31,7 @@ import sqlalchemy as sa
 from datum.api.front.authz import bound
 from datum.api.front.errors import TOKEN_PREFIX
 from datum.core.findings import FieldError, Problem, invalid
-from datum.core.redact import looks_like_token
+from datum.core.redact import NOT_A_HOST_NAME, looks_like_token
 from datum.store import Store
 from datum.store.schema import tokens
 
@@ -77,7 +77,7 @@ def create(store: Store, principal: str, host: str | None = None) -> str:
         )
     if host is not None and looks_like_token(host):  # intake refuses such a host: its token would bind nothing
         raise invalid(
-            [FieldError("host", "is shaped like a bearer token; a host name never is one")],
+            [FieldError("host", NOT_A_HOST_NAME)],
             "a token is not bound to a host named like a token (was a token pasted for --host?)",
         )
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)
