@@ -165,7 +165,9 @@ class ServerSettings(_Strict):
     beyond it), ``max_diff_bytes`` each stored resource diff (cut with a
     marker); ``header_timeout`` and ``body_timeout`` close a client that is
     slower than that to send its request line and headers, or its body;
-    ``keep_alive`` is how long an idle connection stays open.
+    ``keep_alive`` is how long an idle connection stays open. ``tls``, ``tls_cert`` and ``tls_key``,
+    ``tls_names``: HTTPS (``datum.fleet.tls``); without it, plain HTTP is served on loopback only,
+    unless ``insecure_http`` (behind a proxy that speaks TLS).
     """
 
     host: str = "127.0.0.1"
@@ -191,6 +193,48 @@ class ServerSettings(_Strict):
     # How long every host pass is kept (the pass archive, datum.store.passes: GET /v1/hosts/{host}/passes,
     # /v1/events, the host strips); older passes are dropped in bulk by datum serve, off the request path.
     retention: Duration = timedelta(days=14)
+    # HTTPS: "auto" (a CA of Datum's own and a certificate it issues, in $DATUM_HOME/tls), or the files given.
+    tls: Literal["auto"] | None = None
+    tls_cert: Path | None = Field(default=None, description="The server's certificate chain (PEM), its own first.")
+    tls_key: Path | None = Field(default=None, description="The private key of tls_cert (PEM, no password).")
+    tls_names: list[str] = Field(
+        default_factory=list, max_length=100,
+        description='With tls = "auto": the DNS names and IP addresses of the server certificate '
+        "(default: this host's names, localhost, 127.0.0.1, ::1).",
+    )
+    insecure_http: bool = Field(
+        default=False, description="Serve plain HTTP on an address other than loopback (behind a TLS proxy)."
+    )
+
+    @field_validator("tls_names")
+    @classmethod
+    def _tls_names(cls, value: list[str]) -> list[str]:
+        import ipaddress
+
+        for name in value:
+            try:
+                ipaddress.ip_address(name)
+                continue
+            except ValueError:
+                pass
+            if not _DNS_NAME.match(name):
+                raise ValueError(f"{name[:80]!r} is neither a DNS name nor an IP address")
+        return value
+
+    @model_validator(mode="after")
+    def _tls_files(self) -> ServerSettings:
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ValueError("tls_cert and tls_key go together")
+        if self.tls == "auto" and self.tls_cert is not None:
+            raise ValueError('tls = "auto" makes its own certificate: give it, or tls_cert and tls_key, not both')
+        if self.tls_names and self.tls != "auto":
+            raise ValueError('tls_names are the names of the certificate tls = "auto" makes')
+        return self
+
+    @property
+    def https(self) -> bool:
+        """Whether ``datum serve`` speaks TLS."""
+        return self.tls == "auto" or self.tls_cert is not None
 
     @field_validator("tokens", mode="before")
     @classmethod
@@ -210,6 +254,7 @@ class ServerSettings(_Strict):
 
 
 _TOKEN_HASH = re.compile(r"^sha256:[0-9a-f]{64}$")
+_DNS_NAME = re.compile(r"^(\*\.)?([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$")
 
 
 _WINDOW = re.compile(

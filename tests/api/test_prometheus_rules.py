@@ -121,6 +121,7 @@ def _scraped(tmp_path: Path) -> dict[str, list]:
 # Series exposed only with a setting, and the test that scrapes them from a live server with it.
 WITH_A_SETTING = {
     "datum_fleet_reboots_blocked": "[fleet] reboot_block_query: tests/agent/test_reboot_health.py",
+    "datum_tls_cert_expiry_timestamp_seconds": "[server] tls: tests/agent/test_agent_tls.py",
 }
 
 

@@ -49,6 +49,7 @@ from datum.core.handreboot import BY_HAND, awaits_hand
 from datum.core.memory import BackoffPolicy
 from datum.core.vocab import Direction, Health, HostState, Reason, ResourceState, plugin_reasons
 from datum.fleet.stale import stale
+from datum.fleet.tls import Served
 from datum.reconcile.attention import every
 from datum.reconcile.report import DriftReport
 from datum.store.hosts import FINISHED_AT, UPDATED_AT, group_counts, stale_hosts
@@ -88,6 +89,8 @@ class StoreCollector(Collector):
         self.state = state
 
     def collect(self) -> Iterator[Metric]:
+        if self.state.tls is not None:
+            yield self._tls(self.state.tls)
         if not self.state.ready:
             return
         yield from self._reconcilers()
@@ -98,6 +101,21 @@ class StoreCollector(Collector):
         rollout: list[dict[str, Any]] = []
         yield from self._rollouts(rollout)
         yield self._needs(hosts, overdue, rollout[0] if rollout else None)
+
+    @staticmethod
+    def _tls(served: Served) -> Metric:
+        """``datum_tls_cert_expiry_timestamp_seconds``: when the certificate the server presents expires
+        (``cert="server"``), and the first of the others it presents (``cert="ca"``: with tls = "auto", Datum's CA)."""
+        family = _gauge(
+            "datum_tls_cert_expiry_timestamp_seconds",
+            "When the certificate datum serve presents stops being valid (notAfter, Unix time): its own (cert=server), "
+            "the first to expire of the rest of its chain (cert=ca). Reloaded on SIGHUP.",
+            "cert",
+        )
+        family.add_metric(["server"], served.not_after.timestamp())
+        if len(served.chain) > 1:
+            family.add_metric(["ca"], min(c.not_after for c in served.chain[1:]).timestamp())
+        return family
 
     def _needs(
         self, hosts: list[dict[str, Any]], overdue: list[dict[str, Any]], rollout: dict[str, Any] | None

@@ -10,6 +10,12 @@ at once when the server shuts down, and the checks of its staged rollouts
 (``datum.fleet.rollouts.machine``). ``503 UNAVAILABLE`` is
 what an app answers before it is wired (``create_app`` without a registry,
 e.g. when the app is mounted by another ASGI server that skips lifespans).
+
+Over TLS (``datum.fleet.tls``), SIGHUP loads the certificate files again into the
+context the listening socket uses (an auto certificate issued again first when
+it is due): new handshakes present them, open connections and the long polls
+they hold go on; files that do not load leave the certificate in use, and the
+log says why.
 """
 
 from __future__ import annotations
@@ -19,6 +25,8 @@ import copy
 import gc
 import json
 import logging
+import signal
+import ssl
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -335,9 +343,11 @@ def _utc(factory: str) -> type[Any]:
 
 
 def uvicorn_config(
-    app: FastAPI, host: str, port: int, access_log: bool = True, log_format: str = "text"
+    app: FastAPI, host: str, port: int, access_log: bool = True, log_format: str = "text",
+    tls: ssl.SSLContext | None = None,
 ) -> uvicorn.Config:
-    """The uvicorn configuration of ``app``: its ``[server]`` limits and timeouts applied."""
+    """The uvicorn configuration of ``app``: its ``[server]`` limits and timeouts applied; over ``tls``
+    (the server's context, ``datum.fleet.tls.context``) when given."""
     server = app.state.datum.settings.server
     protocol = type("DatumHTTP", (HeaderDeadline,), {"header_timeout": server.header_timeout.total_seconds()})
     return uvicorn.Config(
@@ -351,19 +361,57 @@ def uvicorn_config(
         server_header=False,
         timeout_keep_alive=max(1, round(server.keep_alive.total_seconds())),
         h11_max_incomplete_event_size=64 * 1024,
+        ssl_context_factory=None if tls is None else (lambda _config, _default: tls),
     )
 
 
-def run(app: FastAPI, host: str, port: int, access_log: bool = True, log_format: str = "text") -> None:
-    """Serve ``app`` until interrupted. Access log lines carry method, path and status: never headers, a query or a token."""
-    config = uvicorn_config(app, host, port, access_log, log_format)
+def run(
+    app: FastAPI, host: str, port: int, access_log: bool = True, log_format: str = "text",
+    tls: ssl.SSLContext | None = None,
+) -> None:
+    """Serve ``app`` until interrupted (over ``tls``, when given). Access log lines carry method, path and
+    status: never headers, a query or a token."""
+    config = uvicorn_config(app, host, port, access_log, log_format, tls)
     logging.getLogger("uvicorn.access").addFilter(TokensLeftOut())
-    DatumServer(config).run()
+    DatumServer(config, tls).run()
+
+
+def reload_tls(app: FastAPI, tls: ssl.SSLContext) -> None:
+    """SIGHUP: the certificate files loaded again into ``tls`` (an auto certificate issued again when due);
+    when they do not load, the certificate in use stays, and the log says why."""
+    from datum.core.findings import Problem
+    from datum.fleet import tls as certs
+
+    state = app.state.datum
+    try:
+        served = certs.prepared(state.settings)
+        if served is None:
+            return
+        certs.load(tls, served)
+    except Problem as problem:
+        log.error("SIGHUP: the certificate in use is kept: %s", problem.findings[0].message)
+        return
+    state.tls = served
+    made = f" (issued again: {', '.join(served.made)})" if served.made else ""
+    log.info("SIGHUP: the certificate of %s was loaded again%s; it expires %s",
+             ", ".join(served.names), made, served.dump()["notAfter"])
 
 
 class DatumServer(uvicorn.Server):
     """uvicorn's server, whose graceful shutdown first answers the held long polls (``datum.fleet.changes``):
-    it waits for every request in flight, a wait of minutes included, even one whose client has left."""
+    it waits for every request in flight, a wait of minutes included, even one whose client has left.
+    Over TLS, SIGHUP loads the certificate again (``reload_tls``)."""
+
+    def __init__(self, config: uvicorn.Config, tls: ssl.SSLContext | None = None) -> None:
+        super().__init__(config)
+        self.tls = tls
+
+    async def startup(self, sockets: list[Any] | None = None) -> None:
+        if self.tls is not None:
+            app: Any = self.config.app  # the FastAPI app run() was given
+            tls = self.tls
+            asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, lambda: reload_tls(app, tls))
+        await super().startup(sockets)
 
     async def shutdown(self, sockets: list[Any] | None = None) -> None:
         state = getattr(getattr(self.config.app, "state", None), "datum", None)

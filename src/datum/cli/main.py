@@ -37,6 +37,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "serve": ("datum.cli.serve", "serve", "Serve the HTTP API and the web page, ticking the reconcilers."),
     "store": ("datum.cli.store", "store", "The server's store: datum store migrate."),
     "token": ("datum.cli.token", "token", "Mint bearer tokens for the HTTP API."),
+    "tls": ("datum.cli.tls", "tls", "The server's TLS certificate: its CA file, pin, names and expiry."),
     "agent": ("datum.cli.agent", "agent", "Run as this host's agent: fetch its manifest, converge, report."),
     "explain": ("datum.cli.explain", "explain", "What a drift reason or state means, and what to do."),
 }

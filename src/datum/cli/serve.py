@@ -1,7 +1,11 @@
 """``datum serve``: the HTTP API and the web page, with the enabled reconcilers ticking.
 
 The address is tried before anything is said: a busy port is an error of its own (exit 69) and the
-banner "serving the page at ..." is printed only once the port could be had.
+banner "serving the page at ..." is printed only once the port could be had. Plain HTTP is served on
+loopback only, unless asked (``--insecure-http``, ``[server] insecure_http``): anywhere else the bearer
+tokens would cross the network readable, and the start is refused (exit 65) before anything listens.
+With TLS (``datum.fleet.tls``) the certificate is made or renewed first, and the banner says what agents
+trust.
 """
 
 from __future__ import annotations
@@ -52,30 +56,49 @@ def can_listen(host: str, port: int) -> str | None:
     help="text: one line per event, after its UTC time; json: one JSON object per log line (access log "
     "included), for log shippers.",
 )
-def serve(config: str | None, host: str | None, port: int | None, log_format: str) -> None:
+@click.option(
+    "--insecure-http", "insecure_http", is_flag=True,
+    help="Serve plain HTTP on an address other than loopback (behind a proxy that speaks TLS); "
+    "as [server] insecure_http = true.",
+)
+def serve(config: str | None, host: str | None, port: int | None, log_format: str, insecure_http: bool) -> None:
     """Serve the HTTP API and the web page; tick every enabled reconciler at its interval."""
     from datum.api.server import run, serving_app
     from datum.cli.common import wire
     from datum.core.findings import Problem
+    from datum.fleet import tls
 
     w = wire(config)  # validate the configuration and open the store before listening
     server = w.settings.server
     host = host or server.host
     port = server.port if port is None else port
-    busy = can_listen(host, port)
-    if busy is not None:
+    try:
+        refused = tls.plain_http_refused(host, server.https, insecure_http or server.insecure_http)
+        if refused is not None:
+            raise refused
+        busy = can_listen(host, port)
+        if busy is not None:
+            raise Problem.one("UNAVAILABLE", busy)
+        served = tls.prepared(w.settings)
+        context = tls.context(served) if served is not None else None
+    except BaseException:
         w.store.dispose()
-        raise Problem.one("UNAVAILABLE", busy)
+        raise
     app = serving_app(w.settings, lambda: (w.registry, w.store))
+    app.state.datum.tls = served
     shown = f"[{host}]" if ":" in host else host
-    banner = f"datum: serving the page at http://{shown}:{port}/ (API under /v1, OpenAPI at /docs)"
-    record = logging.LogRecord("datum.server", logging.INFO, __file__, 0, banner, None, None)
-    if log_format == "json":
-        from datum.api.server import JsonLines
+    scheme = "https" if served is not None else "http"
+    lines = [f"datum: serving the page at {scheme}://{shown}:{port}/ (API under /v1, OpenAPI at /docs)"]
+    if served is not None:
+        lines.append(tls.banner(served))
+    for line in lines:
+        record = logging.LogRecord("datum.server", logging.INFO, __file__, 0, line, None, None)
+        if log_format == "json":
+            from datum.api.server import JsonLines
 
-        click.echo(JsonLines().format(record))
-    else:
-        from datum.api.server import text_formatter
+            click.echo(JsonLines().format(record))
+        else:
+            from datum.api.server import text_formatter
 
-        click.echo(text_formatter().format(record))
-    run(app, host, port, access_log=server.access_log, log_format=log_format)
+            click.echo(text_formatter().format(record))
+    run(app, host, port, access_log=server.access_log, log_format=log_format, tls=context)

@@ -15,6 +15,7 @@ from datum.api.reports import ReportCache
 from datum.config import Settings
 from datum.core.findings import Problem
 from datum.fleet.server import FleetServer
+from datum.fleet.tls import Served
 from datum.reconcile.registry import Registry
 from datum.reconcile.report import DriftReport, drift_report
 from datum.store import Store
@@ -40,6 +41,8 @@ class ServerState:
     reads: ReadGate = field(init=False)
     # Plugins whose routes or Cedar fragment could not be served: {plugin: why}.
     broken_routes: dict[str, str] = field(default_factory=dict)
+    # The certificate datum serve presents (datum.fleet.tls), as loaded at start and by each SIGHUP; None: HTTP.
+    tls: Served | None = None
 
     @property
     def settings(self) -> Settings:
