@@ -8,7 +8,9 @@ whatever the server is doing (connecting, trickling headers or body), and a
 body is read in chunks up to ``limit`` bytes. Whatever goes wrong is
 ``Unusable`` with the words to report, never another exception. Redirects are
 never followed: the bearer token goes to the configured server and nowhere
-else. The standard library only.
+else. Over TLS, the server is trusted as ``trust`` says (``datum.trust``: the
+system's CAs, a CA file, a pin checked on every connection before the request
+is sent). The standard library only (a pin reads certificates with ``cryptography``).
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ import ssl
 import threading
 import urllib.parse
 from dataclasses import dataclass
+
+from datum.trust import Refused, Trust, untrusted_words
 
 DEADLINE = 60.0  # seconds for a whole answer: request sent, headers and body read
 MIB = 2**20
@@ -46,18 +50,19 @@ def request(
     data: bytes | None = None,
     deadline: float = DEADLINE,
     limit: int = 0,
+    trust: Trust | None = None,
 ) -> Answer:
-    """``method url`` with ``headers`` and ``data``; the answer read whole within ``deadline`` seconds.
+    """``method url`` with ``headers`` and ``data``; the answer read whole within ``deadline`` seconds;
+    over https, the server trusted as ``trust`` says (else the system's CAs).
 
     A 2xx body larger than ``limit`` bytes is ``Unusable`` (with ``limit`` 0 it is not read at all:
     the status is all the caller needs).
     """
     parts = urllib.parse.urlsplit(url)
     conn: http.client.HTTPConnection
+    trust = trust or Trust()
     if parts.scheme == "https":
-        conn = http.client.HTTPSConnection(
-            parts.hostname or "", parts.port, timeout=deadline, context=ssl.create_default_context()
-        )
+        conn = http.client.HTTPSConnection(parts.hostname or "", parts.port, timeout=deadline, context=trust.context())
     elif parts.scheme == "http":
         conn = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=deadline)
     else:
@@ -80,6 +85,8 @@ def request(
     try:
         conn.connect()
         held.append(conn.sock)
+        if isinstance(conn.sock, ssl.SSLSocket):
+            trust.check(conn.sock, parts.hostname or "")
         conn.request(method, parts.path + (f"?{parts.query}" if parts.query else ""), body=data, headers=headers)
         sent = True
         response = conn.getresponse()
@@ -90,6 +97,10 @@ def request(
         return Answer(response.status, response.reason, response.headers, body)
     except Unusable:
         raise
+    except Refused as exc:
+        raise Unusable(f"{url} is not trusted: {exc}") from exc
+    except ssl.SSLCertVerificationError as exc:
+        raise Unusable(f"cannot reach {url}: {untrusted_words(exc)}") from exc
     except (OSError, http.client.HTTPException, ValueError) as exc:
         if cut.is_set():
             raise Unusable(f"{url} gave no whole answer within {deadline:g}s") from exc

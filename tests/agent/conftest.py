@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -85,6 +86,11 @@ class Fleet:
     def url_of(self, replica: int) -> str:
         return f"http://127.0.0.1:{self.ports[replica]}"
 
+    @property
+    def verify(self) -> Any:
+        """What httpx trusts of the server's certificate (``tests/agent/test_agent_tls.py``'s fleet: its CA)."""
+        return True
+
     def log_of(self, replica: int) -> Path:
         return self.base / ("serve.log" if replica == 0 else f"serve-{replica}.log")
 
@@ -143,9 +149,9 @@ class Fleet:
             while True:
                 assert proc.poll() is None, self.log_of(i).read_text()
                 try:
-                    if httpx.get(self.url_of(i) + "/readyz", timeout=5).status_code == 200:
+                    if httpx.get(self.url_of(i) + "/readyz", timeout=5, verify=self.verify).status_code == 200:
                         break
-                except httpx.TransportError:
+                except (httpx.TransportError, OSError):  # OSError: a CA file the server has not made yet
                     pass
                 assert time.monotonic() < deadline, f"datum serve (replica {i}) did not become ready"
                 time.sleep(0.1)
@@ -177,7 +183,8 @@ class Fleet:
 
     def get(self, path: str, token: str, replica: int = 0, **headers: str) -> httpx.Response:
         return httpx.get(
-            self.url_of(replica) + path, headers={"Authorization": f"Bearer {token}", **headers}, timeout=10
+            self.url_of(replica) + path, headers={"Authorization": f"Bearer {token}", **headers}, timeout=10,
+            verify=self.verify,
         )
 
 
@@ -232,8 +239,9 @@ class Agent:
 
 
 @contextmanager
-def _fleet(base: Path, store_url: str, replicas: int = 1) -> Iterator[Fleet]:
-    fleet = Fleet(base, store_url, replicas=replicas)
+def _fleet(base: Path, store_url: str, replicas: int = 1, kind: type[Fleet] = Fleet, server: str = "") -> Iterator[Fleet]:
+    """A fleet of ``kind`` with the test manifests; ``server``: more lines of its ``[server]`` section."""
+    fleet = kind(base, store_url, replicas=replicas)
     m = fleet.manifests
     m.mkdir()
     (m / "nodes.yaml").write_text(NODES)
@@ -242,7 +250,7 @@ def _fleet(base: Path, store_url: str, replicas: int = 1) -> Iterator[Fleet]:
     (m / "testos.yaml").write_text(TESTOS)
     (m / "index.j2").write_text("{{ greeting }} from {{ hostname }}\n")
     fleet.server_config.write_text(
-        f'store = "{store_url}"\n[server]\nscheduler = false\n[fleet]\nmanifests = "{m}"\n'
+        f'store = "{store_url}"\n[server]\nscheduler = false\n{server}\n[fleet]\nmanifests = "{m}"\n'
     )
     try:
         yield fleet

@@ -22,6 +22,7 @@ from typing import Any
 
 from datum.bounded import DEADLINE, MIB, Unusable, request
 from datum.host.remote import issues_in
+from datum.trust import Trust
 
 MAX_MANIFEST = 16 * MIB  # a served manifest, files included, is at most this (the server's own bound)
 
@@ -47,12 +48,13 @@ def revision_of(value: str | None) -> str | None:
 
 def fetch(
     server: str, host: str, token: str, etag: str | None, facts: dict[str, Any], deadline: float = DEADLINE,
-    wait: int | None = None,
+    wait: int | None = None, trust: Trust | None = None,
 ) -> Fetched:
     """``GET`` this host's manifest: its body within ``deadline`` seconds and ``MAX_MANIFEST`` bytes, or why not.
 
     With ``wait`` (seconds), a long poll: the server answers when the manifest no longer matches ``etag``,
     else 304 after ``wait`` seconds (``datum.agent.push``); ``deadline`` then counts from the end of the wait.
+    Over https, the server is trusted as ``trust`` says (``datum.trust``).
     """
     url = f"{server.rstrip('/')}/v1/hosts/{urllib.parse.quote(host, safe='')}/manifest"
     path = url if wait is None else f"{url}?wait={wait}"
@@ -64,7 +66,7 @@ def fetch(
     if etag:
         headers["If-None-Match"] = f'"{etag}"'
     try:
-        answer = request("GET", path, headers, deadline=deadline + (wait or 0), limit=MAX_MANIFEST)
+        answer = request("GET", path, headers, deadline=deadline + (wait or 0), limit=MAX_MANIFEST, trust=trust)
     except Unusable as exc:
         return Fetched(None, None, str(exc))
     held = wait is not None and answer.headers.get(WAIT_HEADER) is not None

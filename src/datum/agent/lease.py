@@ -19,6 +19,7 @@ from datum.bounded import MIB, Unusable, request
 from datum.core.budget import BLOCKED, HALTED, TURN, no_lease, waiting
 from datum.host.reboot import Slot
 from datum.host.remote import issues_in
+from datum.trust import Trust
 
 
 def _url(server: str, host: str) -> str:
@@ -31,7 +32,7 @@ def _headers(token: str) -> dict[str, str]:
 
 def take(
     server: str, host: str, token: str, boot_id: str, facts: dict[str, Any], timeout: float = 10,
-    interval: float | None = None,
+    interval: float | None = None, trust: Trust | None = None,
 ) -> Slot:
     """Ask for ``host``'s slot in its group's reboot budget, from boot ``boot_id`` (``interval``: the agent's,
     in seconds: the server keeps its place in the group's reboot order for two of them)."""
@@ -41,13 +42,13 @@ def take(
         asked["intervalSeconds"] = interval
     try:
         got = request("POST", url, _headers(token), data=json.dumps(asked, default=str).encode(), deadline=timeout,
-                      limit=MIB)
+                      limit=MIB, trust=trust)
         if got.status == 422 and "intervalSeconds" in asked and _refused(got.body, "intervalSeconds"):
             # A server older than the field refuses it (it takes no field it does not know): asked again
             # without it, the host's place in the reboot order lasts that server's own default.
             del asked["intervalSeconds"]
             got = request("POST", url, _headers(token), data=json.dumps(asked, default=str).encode(),
-                          deadline=timeout, limit=MIB)
+                          deadline=timeout, limit=MIB, trust=trust)
     except Unusable as exc:
         return Slot(False, no_lease(str(exc)))
     if not 200 <= got.status < 300:
@@ -84,11 +85,13 @@ def _slot(answer: Any, url: str) -> Slot:
     return Slot(True, f"holds a reboot lease of group {group} ({len(rebooting)}/{limit} rebooting)")
 
 
-def give_back(server: str, host: str, token: str, boot_id: str, timeout: float = 10) -> str | None:
+def give_back(
+    server: str, host: str, token: str, boot_id: str, timeout: float = 10, trust: Trust | None = None
+) -> str | None:
     """Give the lease taken in ``boot_id`` back (the host is not rebooting); None when done, else why not."""
     url = f"{_url(server, host)}?{urllib.parse.urlencode({'bootId': boot_id})}"
     try:
-        got = request("DELETE", url, _headers(token), deadline=timeout)
+        got = request("DELETE", url, _headers(token), deadline=timeout, trust=trust)
     except Unusable as exc:
         return str(exc)
     return None if 200 <= got.status < 300 else f"{url} answered {got.status} {got.reason}{issues_in(got.body)}"

@@ -59,6 +59,7 @@ from datum.core.vocab import Mode
 from datum.host.compiled import HostConfig
 from datum.host.lock import hold
 from datum.providers import reads
+from datum.trust import Trust
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,7 @@ class Options:
     interval: timedelta
     splay: timedelta
     deadline: float = DEADLINE  # seconds for each of the server's answers, whole
+    trust: Trust = Trust()  # what the server's certificate must be (--ca-file, --pin; datum.trust)
 
 
 
@@ -136,7 +138,7 @@ def _budget(opts: Options, host: str) -> Any:
 
         slot = take(
             opts.server, host, opts.token, boot_id, _facts(opts.root, opts.config),
-            interval=opts.interval.total_seconds(),
+            interval=opts.interval.total_seconds(), trust=opts.trust,
         )
         config = opts.config
         if not slot.granted or not config.pre_reboot:
@@ -148,7 +150,7 @@ def _budget(opts: Options, host: str) -> Any:
         why = run_hook("pre_reboot", config.pre_reboot, config.hook_timeout.total_seconds(), config.hooks_shell)
         if why is None:
             return Slot(True, f"{slot.words}; pre_reboot ran")
-        back = give_back(opts.server, host, opts.token, boot_id)
+        back = give_back(opts.server, host, opts.token, boot_id, trust=opts.trust)
         return Slot(False, pre_reboot_failed(why, back))
 
     return ask
@@ -176,7 +178,7 @@ def _reboot(opts: Options, host: str, report: dict[str, Any]) -> str:
         store.set_meta(CHECK_FROM, None)  # no reboot: nothing to check from the next boot
     finally:
         store.close()
-    back = give_back(opts.server, host, opts.token, boot_id)
+    back = give_back(opts.server, host, opts.token, boot_id, trust=opts.trust)
     return f"; the reboot command failed: {why}" + (f"; the reboot lease was not given back: {back}" if back else "")
 
 
@@ -197,7 +199,9 @@ def cycle(opts: Options, pushed: Any = None) -> Cycle:
     try:
         last = state.last_manifest()
         facts = _facts(opts.root, opts.config)  # for the manifest and with the reports (the host's group)
-        got = pushed or fetch(opts.server, host, opts.token, last[0] if last else None, facts, opts.deadline)
+        got = pushed or fetch(
+            opts.server, host, opts.token, last[0] if last else None, facts, opts.deadline, trust=opts.trust
+        )
         root = agent.real_root(opts.root)  # a root that is not a directory: said before the lock is taken
         held = hold(path, opts.config.lock_wait.total_seconds(), reads.boot_id(opts.config.boot_id_file), watch=False)
         try:
@@ -221,7 +225,7 @@ def cycle(opts: Options, pushed: Any = None) -> Cycle:
             extra=extra, budget=_budget(opts, host), none_because=origin,
             after_reboot=after_reboot(opts.config),
         )
-        sent = flush(state, opts.server, host, opts.token, opts.deadline, facts)
+        sent = flush(state, opts.server, host, opts.token, opts.deadline, facts, opts.trust)
     finally:
         state.close()
     report, code = result.report, result.exit_code
@@ -306,7 +310,7 @@ def _waiter(opts: Options, until: float, wake: threading.Event) -> Waiter | None
         return None
 
     def ask(seconds: int) -> Any:
-        return fetch(opts.server, host, opts.token, last[0], facts, opts.deadline, wait=seconds)
+        return fetch(opts.server, host, opts.token, last[0], facts, opts.deadline, wait=seconds, trust=opts.trust)
 
     return Waiter(ask, last[0], until, wake).start()
 

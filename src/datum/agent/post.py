@@ -9,6 +9,7 @@ from typing import Any
 
 from datum.bounded import DEADLINE, Unusable, request
 from datum.host.remote import issues_in
+from datum.trust import Trust
 
 # Answers that will never change for this report: it is dropped (and said so), not retried forever.
 _PERMANENT = {400, 404, 413, 422}
@@ -23,7 +24,7 @@ class Sent:
 
 def post(
     server: str, host: str, report: dict[str, Any], token: str, deadline: float = DEADLINE,
-    facts: dict[str, Any] | None = None,
+    facts: dict[str, Any] | None = None, trust: Trust | None = None,
 ) -> Sent:
     """``POST`` one report; taken when the server answers 2xx within ``deadline`` seconds (its body is not
     read). Anything else (no answer, a slow or cut one, a redirect, an error) keeps it for the next delivery,
@@ -34,7 +35,7 @@ def post(
     if facts is not None:
         headers["X-Datum-Facts"] = json.dumps(facts, separators=(",", ":"), default=str)
     try:
-        answer = request("POST", url, headers, data=json.dumps(report).encode(), deadline=deadline)
+        answer = request("POST", url, headers, data=json.dumps(report).encode(), deadline=deadline, trust=trust)
     except Unusable as exc:
         return Sent(False, str(exc))
     if 200 <= answer.status < 300:
@@ -52,7 +53,8 @@ class Flushed:
 
 
 def flush(
-    state: Any, server: str, host: str, token: str, deadline: float = DEADLINE, facts: dict[str, Any] | None = None
+    state: Any, server: str, host: str, token: str, deadline: float = DEADLINE, facts: dict[str, Any] | None = None,
+    trust: Trust | None = None,
 ) -> Flushed:
     """Send every spooled report in sequence order, with the host's ``facts`` now; stop at the first the server
     does not take."""
@@ -60,7 +62,7 @@ def flush(
     dropped += state.trim()
     pending = state.pending()
     for i, (seq, report) in enumerate(pending):
-        sent = post(server, host, report, token, deadline, facts)
+        sent = post(server, host, report, token, deadline, facts, trust)
         if sent.ok:
             state.delivered(seq)
             delivered += 1

@@ -7,6 +7,9 @@ from typing import Any
 
 import click
 
+from datum.cli.host import option
+from datum.cli.passes import CA_FILE, PIN
+
 
 def _unit() -> str:
     """The shipped unit: one file, packaged with Datum (contrib/systemd/ links to it, the .deb copies it)."""
@@ -44,7 +47,7 @@ def _token(path: str) -> str:
 
 
 @click.command()
-@click.option("--server", default=None, help="The Datum server's URL (http://host:port).")
+@click.option("--server", default=None, help="The Datum server's URL (https://host:port).")
 @click.option("--token-file", "token_file", type=click.Path(dir_okay=False), default=None,
               help="A file holding this host's bearer token (datum token create --principal agent --host NAME).")
 @click.option("--root", type=click.Path(file_okay=False), default="/", show_default=True,
@@ -61,6 +64,8 @@ def _token(path: str) -> str:
               help="enforce: change what differs from the manifest; observe: report drift and change nothing "
               "(default: the configuration's [host] mode, else enforce).")
 @click.option("--config", type=click.Path(dir_okay=False), default=None, help="TOML configuration.")
+@option(CA_FILE)
+@option(PIN)
 @click.option("--print-systemd-unit", "print_unit", is_flag=True, help="Print the systemd unit and exit.")
 def agent(
     server: str | None,
@@ -72,6 +77,8 @@ def agent(
     state: str | None,
     mode: str | None,
     config: str | None,
+    ca_file: str | None,
+    pin: str | None,
     print_unit: bool,
 ) -> int:
     """Run this host as a Datum agent: fetch its manifest from SERVER, converge, report; keep reports while the server is away."""
@@ -83,12 +90,14 @@ def agent(
     if not server.startswith(("http://", "https://")):
         raise click.UsageError(f"--server {server!r} is not an http:// or https:// URL")
     from datum.agent.loop import Options, cycle, run_forever
+    from datum.cli.passes import trusted
     from datum.config import load_settings
     from datum.core.vocab import Mode
     from datum.host.agent import state_file
     from datum.host.compiled import HostConfig
 
     url, token_path = server, token_file  # not None (checked above), for the closure
+    trust = trusted(ca_file, pin)  # read once: a CA file that cannot be read is said at start
 
     def options() -> Options:
         """The options from the configuration and the token file as they are now (re-read by the loop)."""
@@ -104,6 +113,7 @@ def agent(
             mode=Mode(mode) if mode else host_config.mode,
             interval=interval,
             splay=splay,
+            trust=trust,
         )
 
     opts = options()

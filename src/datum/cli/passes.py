@@ -49,6 +49,19 @@ OUTSIDE = Option(
     "--allow-source-outside", "allow_outside", "Let a source: name a file outside the manifest's directory.",
     takes_value=False,
 )
+# What a client trusts of its Datum server over https (``datum.trust``): datum apply --report-to, datum agent.
+CA_FILE = Option(
+    "--ca-file", "ca_file",
+    "Trust the server's certificate when this CA (a PEM file) issued it, instead of the system's CAs "
+    "(or $DATUM_CA_FILE).",
+    path="file", envvar="DATUM_CA_FILE",
+)
+PIN = Option(
+    "--pin", "pin",
+    "Trust only a server presenting this key, checked on every connection: sha256:<hex> of a certificate's "
+    "public key, as datum tls show prints it (or $DATUM_PIN).",
+    envvar="DATUM_PIN",
+)
 APPLY_OPTIONS = (
     ROOT,
     Option("--mode", "mode", "Default: the host configuration's mode.", choices=("enforce", "observe")),
@@ -57,12 +70,26 @@ APPLY_OPTIONS = (
     CONFIG,
     Option("--report-to", "report_to", "A Datum server URL to post the pass report to."),
     Option("--token", "token", "Bearer token for --report-to (or $DATUM_TOKEN).", envvar="DATUM_TOKEN"),
+    CA_FILE,
+    PIN,
     OUTSIDE,
 )
 
 
 def warn(message: str) -> None:
     print(f"warning: {message}", file=sys.stderr, flush=True)
+
+
+def trusted(ca_file: str | None, pin: str | None) -> Any:
+    """The ``datum.trust.Trust`` of ``--ca-file`` and ``--pin``; a usage error saying what is wrong with them."""
+    from datum.trust import Untrustworthy, trust
+
+    try:
+        return trust(ca_file, pin)
+    except Untrustworthy as exc:
+        from datum.core.findings import FieldError, Finding, Problem
+
+        raise Problem([Finding("USAGE", str(exc), fields=(FieldError(exc.option, str(exc)),))]) from None
 
 
 def host_config(config: str | None) -> Any:
@@ -83,11 +110,14 @@ def apply(
     report_to: str | None = None,
     token: str | None = None,
     allow_outside: bool = False,
+    ca_file: str | None = None,
+    pin: str | None = None,
 ) -> int:
     """``datum apply``: the idle pass, else the engine's; then its lines (or JSON), the report
     posted, the reboot (``deliver``); the exit code."""
     from datum.host import idle
 
+    trust = trusted(ca_file, pin) if ca_file or pin else None  # refused before the pass, not after
     result: Any = idle.run(manifest, root, mode, state, config, allow_outside)  # Done, or the lock held
     if not isinstance(result, idle.Done):
         from datum.host import agent
@@ -101,7 +131,7 @@ def apply(
         finally:
             if progress is not None:
                 progress.close()
-    return deliver(result, as_json, report_to, token)
+    return deliver(result, as_json, report_to, token, trust=trust)
 
 
 def plan(manifest: str, root: str = ROOT.default, as_json: bool = False, config: str | None = None,
@@ -119,7 +149,7 @@ def plan(manifest: str, root: str = ROOT.default, as_json: bool = False, config:
 
 
 def deliver(result: Any, as_json: bool, report_to: str | None = None, token: str | None = None,
-            plan: bool = False) -> int:
+            plan: bool = False, trust: Any = None) -> int:
     """A pass whose report is persisted (an idle pass's ``Done`` or the engine's ``PassResult``),
     given out in the contract's order: its lines (or its report as JSON) and warnings, the report
     posted to ``report_to`` (else the configuration's), then the reboot; the exit code. A ``plan``
@@ -145,7 +175,8 @@ def deliver(result: Any, as_json: bool, report_to: str | None = None, token: str
         from datum.host.remote import post_report
 
         report = result.report
-        if why := post_report(target, report["host"], report, token or (chosen.token if chosen is not None else None)):
+        chosen_token = token or (chosen.token if chosen is not None else None)
+        if why := post_report(target, report["host"], report, chosen_token, trust=trust):
             warn(f"the pass report was not delivered: {why}")
     if result.reboot_now:
         reboot(chosen, str(result.state_path), result.report)
