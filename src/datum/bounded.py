@@ -64,6 +64,8 @@ def request(
     if parts.scheme == "https":
         conn = http.client.HTTPSConnection(parts.hostname or "", parts.port, timeout=deadline, context=trust.context())
     elif parts.scheme == "http":
+        if trust.ca_file or trust.pin:  # what was to be checked cannot be: nothing is sent
+            raise Unusable(f"{url} is plain HTTP: --ca-file and --pin trust an https:// server only; nothing was sent")
         conn = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=deadline)
     else:
         raise Unusable(f"{url} is not an http:// or https:// URL")

@@ -98,6 +98,20 @@ def test_ca_file_pin_or_both_trust_the_server_the_ca_issued(tmp_path: Path):
             request("GET", url, {}, trust=trust(str(tmp_path / "ca.pem"), "sha256:" + "1" * 64), limit=100)
 
 
+def test_a_pin_for_a_plain_http_url_sends_nothing():
+    import socket
+
+    with socket.socket() as listening:  # a server that would take the request, were it sent
+        listening.bind(("127.0.0.1", 0))
+        listening.listen(1)
+        listening.settimeout(0.5)
+        url = f"http://127.0.0.1:{listening.getsockname()[1]}/"
+        with pytest.raises(Unusable, match="is plain HTTP: --ca-file and --pin trust an https:// server only"):
+            request("GET", url, {}, trust=trust(None, "sha256:" + "a" * 64))
+        with pytest.raises(TimeoutError):
+            listening.accept()  # no connection was made
+
+
 def test_pins_and_ca_files_are_read_at_once_and_said_wrong_exactly(tmp_path: Path):
     upper = "SHA256:" + "AB" * 32
     with pytest.raises(ValueError, match="is not a pin"):

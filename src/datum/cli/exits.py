@@ -50,7 +50,8 @@ CODES: dict[str, list[tuple[str, str]]] = {
               ("69", "cannot listen: the port is busy (another process listens on it) or the address is not "
                      "this host's; or the store is unavailable"),
               ("3", "the server could not start after the check (the port was taken in between)"),
-              _USAGE, _INVALID, _INTERNAL],
+              _USAGE, ("65", "invalid configuration, or plain HTTP on an address other than loopback without "
+                             "--insecure-http"), _INTERNAL],
     "agent": [("0", "stopped (SIGTERM, SIGINT)"),
               ("", "--once: the pass's exit code, as datum apply's (4 when no manifest could be had)"),
               _USAGE, ("65", "invalid configuration, or the token file cannot be read"), _INTERNAL],
