@@ -33,6 +33,7 @@ import os
 import re
 import shutil
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -168,14 +169,16 @@ asyncio.run(main())
     return json.loads(out)
 
 
-def wait_ready(url: str, token: str, server: subprocess.Popen[bytes]) -> httpx.Response:
+def wait_ready(url: str, token: str, server: subprocess.Popen[bytes], ca: Path | None = None) -> httpx.Response:
+    """The first 200 of ``url``; over https, trusting the CA file ``ca`` once the server has made it."""
     deadline = time.monotonic() + 60
     while True:
         try:
-            r = httpx.get(url, headers={"Authorization": f"Bearer {token}"}, timeout=5)
+            verify = ssl.create_default_context(cafile=ca) if ca is not None else True
+            r = httpx.get(url, headers={"Authorization": f"Bearer {token}"}, timeout=5, verify=verify)
             if r.status_code == 200:
                 return r
-        except httpx.TransportError:
+        except (httpx.TransportError, FileNotFoundError):  # FileNotFoundError: the CA is not made yet
             pass
         if time.monotonic() > deadline or server.poll() is not None:
             raise RuntimeError("the server did not start")

@@ -146,6 +146,14 @@ def test_propagation_benchmark_wakes_fifty_waiting_agents():
     assert out["kib_per_agent"] is not None and out["idle_cpu_core_fraction"] >= 0
 
 
+def test_propagation_benchmark_over_tls_wakes_twenty_waiting_agents():
+    """``--tls``: the server makes its CA, every simulated agent holds its wait over a TLS connection trusting it."""
+    out = bench_script(
+        "propagation", "--agents", "20", "--resources", "5", "--changes", "1", "--idle", "1", "--no-pin", "--tls"
+    )
+    assert out["tls"] is True and (out["held"], out["fetched"], out["errors"]) == (20, 20, 0)
+
+
 @pytest.mark.postgres
 def test_fleet_benchmark_fills_posts_a_burst_and_reads_on_two_replicas():
     """A fleet of 40 on two replicas: every report answered, every read timed, the failed ones listed apart."""
