@@ -93,3 +93,15 @@ def test_plain_http_is_refused_off_loopback_only():
         assert plain_http_refused(host, https=False, insecure=True) is None
     for host in ("127.0.0.1", "127.3.2.1", "::1", "[::1]", "localhost"):
         assert plain_http_refused(host, https=False, insecure=False) is None, host
+
+
+def test_a_second_replica_given_the_first_ones_ca_issues_its_own_certificate_under_the_same_pin(tmp_path: Path):
+    first = prepared(_settings(tmp_path / "one", tls_names=["one.example"]), NOW)
+    (tmp_path / "two" / "tls").mkdir(parents=True, mode=0o700)
+    for name in ("ca.pem", "ca.key"):
+        copy = tmp_path / "two" / "tls" / name
+        copy.write_bytes((tmp_path / "one" / "tls" / name).read_bytes())
+        copy.chmod(0o600)
+    second = prepared(_settings(tmp_path / "two", tls_names=["two.example"]), NOW)
+    assert first is not None and second is not None
+    assert second.made == ("certificate",) and second.pin == first.pin and second.names == ("two.example",)
