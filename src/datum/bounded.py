@@ -102,7 +102,7 @@ def request(
     except Refused as exc:
         raise Unusable(f"{url} is not trusted: {exc}") from exc
     except ssl.SSLCertVerificationError as exc:
-        raise Unusable(f"cannot reach {url}: {untrusted_words(exc)}") from exc
+        raise Unusable(f"cannot reach {url}: {untrusted_words(exc, trust, parts.hostname or '', parts.port or 443)}") from exc
     except (OSError, http.client.HTTPException, ValueError) as exc:
         if cut.is_set():
             raise Unusable(f"{url} gave no whole answer within {deadline:g}s") from exc

@@ -126,9 +126,31 @@ def trust(ca_file: str | None, pin: str | None) -> Trust:
         raise Untrustworthy("--pin", str(exc)) from None
 
 
-def untrusted_words(exc: ssl.SSLCertVerificationError) -> str:
-    """What a failed verification of the server's certificate says, and what to do."""
-    return f"the server's certificate is not trusted ({exc.verify_message or exc.reason}); {HINT}"
+def untrusted_words(exc: ssl.SSLCertVerificationError, trust: Trust, host: str, port: int) -> str:
+    """What a failed verification of the server's certificate says: why, what was expected, what the server
+    presents (asked again without verifying, nothing sent: ``peek``), and what to do."""
+    expected = f"issued by a CA in {trust.ca_file}" if trust.ca_file else "issued by one of the system's CAs"
+    chain = peek(host, port)
+    shown = ", ".join(f"{pin_of(der)} ({_named(der)})" for der in chain) if chain else "(could not be read again)"
+    return (
+        f"the server's certificate is not trusted ({exc.verify_message or exc.reason}): expected a certificate "
+        f"{expected} for {host}, presented {shown}; {HINT}"
+    )
+
+
+def peek(host: str, port: int, timeout: float = 5.0) -> list[bytes]:
+    """The certificates the server at ``host``:``port`` presents, read by a handshake that verifies nothing
+    and sends nothing after it; empty when it cannot be had."""
+    import socket
+
+    context = ssl.create_default_context()
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as raw, \
+                context.wrap_socket(raw, server_hostname=host) as sock:
+            return presented(sock)
+    except (OSError, ValueError):
+        return []
 
 
 def presented(sock: ssl.SSLSocket) -> list[bytes]:

@@ -96,6 +96,18 @@ def test_ca_file_pin_or_both_trust_the_server_the_ca_issued(tmp_path: Path):
         # the CA file verifies the chain, and the pin must be in it as well
         with pytest.raises(Unusable, match="expected sha256:1111"):
             request("GET", url, {}, trust=trust(str(tmp_path / "ca.pem"), "sha256:" + "1" * 64), limit=100)
+        # another CA's file: refused, naming what was expected and what the server presents
+        _leaf, _key, other_ca, _pin = _made(tmp_path / "other", "127.0.0.1")
+        (tmp_path / "other.pem").write_bytes(other_ca)
+        with pytest.raises(Unusable) as refused:
+            request("GET", url, {}, trust=trust(str(tmp_path / "other.pem"), None), limit=100)
+        from cryptography import x509
+
+        from datum.trust import pin_of
+
+        said = str(refused.value)
+        assert f"expected a certificate issued by a CA in {tmp_path / 'other.pem'} for 127.0.0.1" in said
+        assert f"presented {pin_of(x509.load_pem_x509_certificate(leaf))} (CN=127.0.0.1), {pin} (CN=Datum CA " in said
 
 
 def test_a_pin_for_a_plain_http_url_sends_nothing():
