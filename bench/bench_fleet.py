@@ -18,7 +18,9 @@ be judged (a restart burst absorbed with p99 under 1 s); the comparisons across 
 pages within 2x from 10,000 to 100,000) are made by reading the lines of two runs
 (``docs/performance.md``). Run as ``./scripts/bench fleet --hosts N [--replicas R]``: one JSON line of
 figures, then the verdict; the smoke run in the suite, through the same script,
-uses ``--hosts 40 --replicas 2 --burst-seconds 1 --read-runs 1``.
+uses ``--hosts 40 --replicas 2 --burst-seconds 1 --read-runs 1``. With ``--tls`` the servers speak HTTPS
+(``[server] tls = "auto"``, one CA shared by the replicas, made in the run's directory) and every
+connection, the posters' and the reads', is TLS trusting it (issue 38).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -46,7 +49,9 @@ FAILED_EVERY = 33  # about 3% of the fleet reads failed
 CHANGED_EVERY = 100  # 1% of a cycle's reports change a resource
 
 _POSTER = """
-import asyncio, json, re, sys, time
+import asyncio, json, re, ssl, sys, time
+CAFILE = {cafile!r}
+SSL = ssl.create_default_context(cafile=CAFILE) if CAFILE else None  # --tls: the servers' own CA
 
 def report(i, seq, resources):
     name = f"host-{{i:06d}}"
@@ -66,7 +71,7 @@ def report(i, seq, resources):
     return name, json.dumps(body).encode()
 
 async def client(port, requests, lat, codes, interval):
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=SSL)
     start = time.perf_counter()
     for k, request in enumerate(requests):
         if interval:
@@ -105,10 +110,12 @@ asyncio.run(main())
 
 
 def post(ports: list[int], token: str, hosts: int, seq: int, resources: int, concurrency: int,
-         seconds: float = 0.0) -> dict[str, float]:
-    """Every host's report of cycle ``seq``, over ``concurrency`` connections spread on ``ports``."""
+         seconds: float = 0.0, ca: Path | None = None) -> dict[str, float]:
+    """Every host's report of cycle ``seq``, over ``concurrency`` connections spread on ``ports`` (TLS trusting
+    ``ca`` when given)."""
     code = _POSTER.format(failed_every=FAILED_EVERY, changed_every=CHANGED_EVERY, ports=ports, hosts=hosts,
-                          seq=seq, resources=resources, concurrency=concurrency, seconds=seconds, token=token)
+                          seq=seq, resources=resources, concurrency=concurrency, seconds=seconds, token=token,
+                          cafile=str(ca) if ca else None)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     return json.loads(out)  # type: ignore[no-any-return]
 
@@ -142,14 +149,29 @@ def db_bytes(store_url: str) -> int:
         engine.dispose()
 
 
+def https(cfg: Path, home: Path) -> Path:
+    """``cfg`` made to serve HTTPS with ``tls = "auto"``, its CA in ``home`` (made now, so every replica shares
+    it: ``docs/server.md``, "Several replicas"); the CA's file."""
+    from datum.config import load_settings
+    from datum.fleet.tls import prepared
+
+    text = cfg.read_text().replace("[server]\n", '[server]\ntls = "auto"\ntls_names = ["127.0.0.1"]\n', 1)
+    cfg.write_text(f'home = "{home}"\n' + text)
+    served = prepared(load_settings(cfg))
+    assert served is not None and served.ca_file is not None
+    return served.ca_file
+
+
 def main(hosts: int = 1000, replicas: int = 1, resources: int = 50, concurrency: int = 16,
-         burst_seconds: float = 300.0, read_runs: int = 20) -> dict[str, object]:
+         burst_seconds: float = 300.0, read_runs: int = 20, tls: bool = False) -> dict[str, object]:
     from datum.fleet.listing import cursor_after
 
     with tempfile.TemporaryDirectory(prefix="datum-bench-fleet-") as tmp, \
             database("postgresql", Path(tmp)) as store_url, ExitStack() as stack:
         home = Path(tmp)
         cfg, operator, agent = prepare(home, store_url)
+        ca = https(cfg, home) if tls else None
+        scheme = "https" if tls else "http"
         ports = [free_port() for _ in range(replicas)]
         servers = []
         for n, port in enumerate(ports):
@@ -161,14 +183,16 @@ def main(hosts: int = 1000, replicas: int = 1, resources: int = 50, concurrency:
             stack.callback(server.wait, 10)
             stack.callback(server.terminate)
             servers.append(server)
-        base = f"http://127.0.0.1:{ports[0]}"
+        base = f"{scheme}://127.0.0.1:{ports[0]}"
         for port, server in zip(ports, servers, strict=True):
-            wait_ready(f"http://127.0.0.1:{port}/v1/hosts", operator, server)
-        filled = post(ports, agent, hosts, 1, resources, concurrency)
-        sustained = post(ports, agent, hosts, 2, resources, concurrency)
-        burst = post(ports, agent, hosts, 3, resources, concurrency, burst_seconds)
+            wait_ready(f"{scheme}://127.0.0.1:{port}/v1/hosts", operator, server, ca)
+        filled = post(ports, agent, hosts, 1, resources, concurrency, ca=ca)
+        sustained = post(ports, agent, hosts, 2, resources, concurrency, ca=ca)
+        burst = post(ports, agent, hosts, 3, resources, concurrency, burst_seconds, ca=ca)
         reads: dict[str, object] = {}
-        with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {operator}"}, timeout=120) as client:
+        verify = ssl.create_default_context(cafile=ca) if ca else True
+        with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {operator}"}, timeout=120,
+                          verify=verify) as client:
             deep = cursor_after(f"host-{hosts // 2:06d}")
             for name, url in (("list_first", "/v1/hosts"), ("list_deep", f"/v1/hosts?cursor={deep}"),
                               ("list_failed", "/v1/hosts?state=failed"), ("overview", "/ui/overview")):
@@ -190,6 +214,7 @@ def main(hosts: int = 1000, replicas: int = 1, resources: int = 50, concurrency:
         "cores": os.cpu_count(),
         "hosts": hosts,
         "replicas": replicas,
+        "tls": tls,
         "resources": resources,
         "fill_rps": round(filled["rps"]),
         "intake_rps": round(sustained["rps"]),
@@ -214,13 +239,14 @@ if __name__ == "__main__":
     ap.add_argument("--concurrency", type=int, default=16, help="keep-alive connections posting reports")
     ap.add_argument("--burst-seconds", type=float, default=300.0, help="the restart burst: every host within this")
     ap.add_argument("--read-runs", type=int, default=20)
+    ap.add_argument("--tls", action="store_true", help='over HTTPS: tls = "auto", every connection TLS')
     a = ap.parse_args()
-    out = main(a.hosts, a.replicas, a.resources, a.concurrency, a.burst_seconds, a.read_runs)
+    out = main(a.hosts, a.replicas, a.resources, a.concurrency, a.burst_seconds, a.read_runs, a.tls)
     print(json.dumps(out))
     kept_up = out["burst_seconds"] <= a.burst_seconds * 1.1 and out["errors"] == 0
     ok = kept_up and out["burst_p99_ms"] < TARGET_BURST_P99_MS
     print(
-        f"fleet of {a.hosts} hosts on postgresql, {a.replicas} server(s): intake {out['intake_rps']} reports/s "
+        f"fleet of {a.hosts} hosts on postgresql{' over TLS' if a.tls else ''}, {a.replicas} server(s): intake {out['intake_rps']} reports/s "
         f"(p99 {out['intake_p99_ms']} ms), restart burst in {out['burst_seconds']} s of {a.burst_seconds:g} "
         f"(p99 {out['burst_p99_ms']} ms; target under {TARGET_BURST_P99_MS:g}), listing {out['list_first_ms_median']} ms, "
         f"deep page {out['list_deep_ms_median']} ms, overview {out['overview_ms_median']} ms, /metrics "

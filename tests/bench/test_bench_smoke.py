@@ -165,6 +165,14 @@ def test_fleet_benchmark_fills_posts_a_burst_and_reads_on_two_replicas():
 
 
 @pytest.mark.postgres
+def test_fleet_benchmark_over_tls_on_two_replicas_sharing_one_ca():
+    """``--tls``: both replicas serve HTTPS from one CA; every report and read goes over TLS trusting it."""
+    out = bench_script("fleet", "--hosts", "20", "--replicas", "2", "--resources", "5", "--concurrency", "2",
+                       "--burst-seconds", "1", "--read-runs", "1", "--tls")
+    assert out["tls"] is True and out["errors"] == 0 and out["intake_rps"] > 0 and out["list_first_ms_median"] > 0
+
+
+@pytest.mark.postgres
 def test_archive_benchmark_fills_reads_and_drops_a_day():
     """50 hosts x 3 days filled in SQL, read through a real ``datum serve``, the oldest day dropped whole."""
     bench = load("bench_archive")
