@@ -19,7 +19,8 @@ usual) or the server's own certificate:
 - both: the chain verified to the CA file as usual, and the pinned key one of its certificates;
 - neither: the system's CAs.
 
-The standard library only, but for a pin (``cryptography`` reads the certificates then).
+The standard library only, but for a pin and the words of a refusal (``cryptography`` reads the
+certificates then).
 """
 
 from __future__ import annotations

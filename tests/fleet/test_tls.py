@@ -105,3 +105,21 @@ def test_a_second_replica_given_the_first_ones_ca_issues_its_own_certificate_und
     second = prepared(_settings(tmp_path / "two", tls_names=["two.example"]), NOW)
     assert first is not None and second is not None
     assert second.made == ("certificate",) and second.pin == first.pin and second.names == ("two.example",)
+
+
+def test_tls_show_prints_the_ca_file_pin_names_and_expiry(tmp_path: Path, datum_cli):
+    config = tmp_path / "datum.toml"
+    config.write_text(f'home = "{tmp_path}"\n[server]\ntls = "auto"\ntls_names = ["datum.example.com"]\n')
+    code, _out, err = datum_cli("tls", "show", "--config", str(config))
+    assert code == 69 and "datum serve makes its CA and certificate there on its first start" in err
+    served = prepared(Settings.model_validate({"home": str(tmp_path), "server": {"tls": "auto", "tls_names": ["datum.example.com"]}}))
+    assert served is not None
+    code, out, _err = datum_cli("tls", "show", "--config", str(config))
+    assert code == 0
+    lines = dict(line.split(":", 1) for line in out.splitlines() if line and not line.startswith("agents"))
+    assert lines["CA file"].strip() == str(tmp_path / "tls" / "ca.pem") and lines["pin"].strip() == served.pin
+    assert lines["names"].strip() == "datum.example.com" and lines["expires"].strip().endswith("(in 364d 23h)")
+    assert f"--pin {served.pin}" in out.splitlines()[-1]
+    (tmp_path / "off.toml").write_text(f'home = "{tmp_path}"\n')
+    code, _out, err = datum_cli("tls", "show", "--config", str(tmp_path / "off.toml"))
+    assert code == 65 and "TLS is off in this configuration" in err

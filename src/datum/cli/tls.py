@@ -52,4 +52,4 @@ def show(config: str | None, as_json: bool) -> None:
     for label, value in rows:
         click.echo(f"{label + ':':<13}{value}")
     if served.ca_file is not None:
-        click.echo(f"\nan agent trusts it with: datum agent --ca-file {served.ca_file} (a copy) or --pin {served.pin}")
+        click.echo(f"\nagents trust it with --ca-file (a copy of {served.ca_file}) or --pin {served.pin}")

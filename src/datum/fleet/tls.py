@@ -22,7 +22,7 @@ import os
 import socket
 import ssl
 import stat
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -127,8 +127,7 @@ def prepared(settings: Any, now: datetime | None = None) -> Served | None:
     if not _current(where, ca, names, now):
         _issue(where, ca, names, now)
         made.append("certificate")
-    served = _read("auto", where / CERT, where / KEY, where / CA_CERT)
-    return Served(**{**served.__dict__, "made": tuple(made)})
+    return replace(_read("auto", where / CERT, where / KEY, where / CA_CERT), made=tuple(made))
 
 
 def context(served: Served) -> ssl.SSLContext:
