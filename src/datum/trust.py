@@ -79,10 +79,12 @@ class Trust:
         """The client context of one connection (the CA file read again: a CA replaced there is taken at once)."""
         if self.ca_file is not None:
             return ssl.create_default_context(cafile=self.ca_file)
-        context = ssl.create_default_context()
-        if self.pin is not None:  # the chain and names are checked by ``check``, against the pinned key
-            context.check_hostname = False
-            context.verify_mode = ssl.CERT_NONE
+        if self.pin is None:
+            return ssl.create_default_context()
+        # the chain and names are checked by ``check``, against the pinned key: no CA store is read
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
         return context
 
     def check(self, sock: ssl.SSLSocket, host: str) -> None:
