@@ -35,8 +35,8 @@ _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}
 
 
-def parse_duration(value: Any) -> timedelta:
-    """``"30s"``, ``"5m"``, ``"1h"``, ``"250ms"`` or a number of seconds."""
+def parse_duration(value: Any, zero: bool = False) -> timedelta:
+    """``"30s"``, ``"5m"``, ``"1h"``, ``"250ms"`` or a number of seconds; ``0`` too when ``zero``."""
     if isinstance(value, timedelta):
         return value
     if isinstance(value, bool):
@@ -48,12 +48,13 @@ def parse_duration(value: Any) -> timedelta:
         if not match:
             raise ValueError("a duration such as '30s' or '5m'")
         seconds = float(match.group(1)) * _UNITS[match.group(2)]
-    if seconds <= 0:
-        raise ValueError("a duration must be positive")
+    if seconds < 0 or (seconds == 0 and not zero):
+        raise ValueError("a duration must be positive" + (" or 0" if zero else ""))
     return timedelta(seconds=seconds)
 
 
 Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
+MaybeNone = Annotated[timedelta, BeforeValidator(lambda v: parse_duration(v, zero=True))]  # 0: none at all
 
 
 class _Strict(BaseModel):
@@ -402,9 +403,10 @@ class RolloutSettings(_Strict):
         default_factory=lambda: [1.0], min_length=1, max_length=20,
         description='After the canaries, each group\'s hosts released in waves: ["10%", "50%", "100%"]; the last 100%.',
     )
-    soak: Duration = Field(
+    soak: MaybeNone = Field(
         default=timedelta(minutes=10),
-        description="How long a wave whose hosts all converged on the new revision is watched before the next.",
+        description="How long a wave whose hosts all converged on the new revision is watched before the next "
+        '(0: released at once).',
     )
     max_failed: Percent = Field(
         default=0.0, description="More than this share of the released hosts failed on the new revision: halt.",

@@ -154,6 +154,16 @@ def test_propagation_benchmark_over_tls_wakes_twenty_waiting_agents():
     assert out["tls"] is True and (out["held"], out["fetched"], out["errors"]) == (20, 20, 0)
 
 
+def test_rollout_benchmark_takes_twenty_waiting_agents_through_every_wave_and_an_abort():
+    """20 simulated agents against a real ``datum serve`` with staged rollouts: every wave's hosts answered,
+    the rollout done, the aborted canary answered again."""
+    out = bench_script("rollout", "--hosts", "20", "--wait", "30")
+    assert (out["ready"], out["errors"], out["rollout_state"]) == (20, 0, "done")
+    assert [(t["act"], t["wave"]) for t in out["transitions"]] == [("started", 0), *(("released", w) for w in (1, 2, 3))]
+    assert all(t["answered"] == t["hosts"] > 0 for t in out["transitions"]), out["transitions"]
+    assert out["abort_to_canary_s"] is not None and 0 <= out["abort_to_canary_s"] < 30
+
+
 @pytest.mark.postgres
 def test_fleet_benchmark_fills_posts_a_burst_and_reads_on_two_replicas():
     """A fleet of 40 on two replicas: every report answered, every read timed, the failed ones listed apart."""

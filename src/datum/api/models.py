@@ -13,7 +13,7 @@ from pydantic.json_schema import SkipJsonSchema
 
 from datum.core.attention import Severity
 from datum.core.hostsummary import count_states
-from datum.core.vocab import Action, Direction, HostState, ResourceState
+from datum.core.vocab import Action, Direction, HostState, ResourceState, RolloutAct, RolloutState
 from datum.fleet.intake import redacted
 from datum.fleet.listing import Page
 from datum.host.report import PassReport, RebootStatus, ResourceReport
@@ -429,10 +429,31 @@ class PassEvent(Out):
     reason: str | SkipJsonSchema[None] = absent("Why it is failed, blocked or drifted (a failure's error with it).")
 
 
-class EventList(Out):
-    """``GET /v1/events``: one page of the fleet's events, newest finish first."""
+class RolloutEvent(Out):
+    """A transition of a staged rollout (``datum explain`` each act's state): who made it, when, why."""
 
-    events: list[PassEvent]
+    id: int = Field(description="The transition's number (rollout events are numbered apart from pass events).")
+    type: Literal["rollout"]
+    at: datetime = Field(description="When it happened (the store's clock).")
+    rollout: int
+    resource: str = Field(description="`Rollout[N]`: the `resource` filter takes it.")
+    revision: str = Field(description="The revision the rollout rolls out.")
+    action: RolloutAct = Field(description="started, released (the next wave), halted, paused, resumed, aborted, done "
+                               "or superseded.")
+    state: RolloutState = Field(description="The rollout's state after it.")
+    wave: int = Field(description="The last wave released after it (0: the canaries).")
+    by: str = Field(description="Who: the principal that asked, or `server` for what the server decided.")
+    reason: str | SkipJsonSchema[None] = absent("Why: a halt's count of failed hosts, a wave's soak, an operator's words.")
+    hosts: list[str] | SkipJsonSchema[None] = absent(
+        "The hosts it named: a halt's failed hosts, a resume's accepted ones, an abort's hosts sent back."
+    )
+
+
+class EventList(Out):
+    """``GET /v1/events``: one page of the fleet's events, newest first: resources of kept passes (by their
+    finish) and the rollouts' transitions (type `rollout`, by when they happened)."""
+
+    events: list[PassEvent | RolloutEvent]
     next: str | SkipJsonSchema[None] = absent(
         "The cursor of the next page (`?cursor=`, with the same filters); absent on the last page."
     )
@@ -497,6 +518,9 @@ class RevisionList(Out):
     without: int = Field(description="Hosts whose last pass names no revision (datum apply --report-to, the agent's cached manifest, or an older agent).")
 
 
+WAVE_NAMES = 1000  # hosts a wave names in GET /v1/rollouts
+
+
 class RolloutWave(Out):
     """One wave of a staged rollout: 0 the canaries, then ``[fleet.rollout] waves`` in order."""
 
@@ -518,6 +542,10 @@ class RolloutWave(Out):
         description="Of those, the ones failing (or silent since a pass) on the new revision with the pass whose "
         "failure a resume of the halted rollout accepted: counted neither failed nor waited for until their next pass.",
     )
+    names: list[str] = Field(
+        default_factory=list,
+        description=f"Its hosts by name (the first {WAVE_NAMES} when it has more: `hosts` counts them all).",
+    )
 
 
 class FailedHost(Out):
@@ -531,9 +559,7 @@ class RolloutStatus(Out):
     id: int
     revision: str = Field(description="The revision it rolls out.")
     previous: str | SkipJsonSchema[None] = absent("The stable revision it rolls from (the last done).")
-    state: Literal["rolling", "paused", "halted", "aborted", "done", "superseded"] = Field(
-        description="rolling, paused, halted, aborted, done or superseded (datum explain STATE)."
-    )
+    state: RolloutState = Field(description="rolling, paused, halted, aborted, done or superseded (datum explain STATE).")
     wave: int = Field(description="The last released wave (0: the canaries).")
     last_wave: int = Field(alias="lastWave", description="The wave that releases every host.")
     started_at: datetime = Field(alias="startedAt")
@@ -544,7 +570,16 @@ class RolloutStatus(Out):
     soak_ends_at: datetime | SkipJsonSchema[None] = absent("When the next wave is released if all stay well.", "soakEndsAt")
     by: str | SkipJsonSchema[None] = absent("Who paused, resumed or aborted it last.")
     reason: str | SkipJsonSchema[None] = absent("Why it halted, or what superseded it.")
-    failed: list[FailedHost] | SkipJsonSchema[None] = absent("The hosts that failed on it when it halted, with why.")
+    failed: list[FailedHost] | SkipJsonSchema[None] = absent(
+        "A halted rollout: the released hosts failing on its revision (as its last check found them), with why; "
+        "a resume accepts these."
+    )
+    halted_at: datetime | SkipJsonSchema[None] = absent("When it last halted.", "haltedAt")
+    paused_at: datetime | SkipJsonSchema[None] = absent("When it was last paused.", "pausedAt")
+    aborted_at: datetime | SkipJsonSchema[None] = absent("When it was aborted.", "abortedAt")
+    transitions: list[RolloutEvent] = Field(
+        default_factory=list, description="Every transition it made, oldest first (as `GET /v1/events` lists them)."
+    )
     waves: list[RolloutWave] = Field(default_factory=list, description="Its waves (the rollout in force only).")
 
 

@@ -399,10 +399,9 @@ def revisions(found: Any, out: Console, times: Times) -> None:
 
 def rollout(found: Any, out: Console, times: Times) -> None:
     """``datum rollout status``: the staged rollout in force (a ``RolloutStatus``), its waves, its failed hosts."""
-    style = {"halted": "red", "aborted": "red", "paused": "yellow", "rolling": "cyan", "done": "green"}
     rev = found.revision if times.wide else short_revision(found.revision)
     head = text(f"rollout {found.id} of {rev}: ", "bold")
-    head.append(found.state, style.get(found.state, ""))
+    head.append(found.state, rollout_style(found.state))
     if found.previous:
         head.append(f"  (from {found.previous if times.wide else short_revision(found.previous)})")
     out.print(head)
@@ -426,6 +425,37 @@ def rollout(found: Any, out: Console, times: Times) -> None:
         out.print(text(f"reason: {found.reason}"))
     for f in found.failed or []:
         out.print(text(f"  failed: {f.host}: {f.reason}", "red"))
+    for t in found.transitions:
+        out.print(rollout_event(t, times, "  "))
+
+
+def _why_moved(e: Any) -> Text | None:
+    """A rollout event's second line: why, who (when not the server), the hosts it named."""
+    said = " ".join(filter(None, [e.reason, f"(by {e.by})" if e.by != "server" else None,
+                                  f"hosts: {', '.join(e.hosts[:10])}" if e.hosts else None]))
+    return text(said, "dim") if said else None
+
+
+def rollout_style(state: str) -> str:
+    """How a rollout state is printed, from what the state means (``RolloutState``)."""
+    from datum.core.vocab import RolloutState
+
+    s = RolloutState(state)
+    return "red" if s.bad else "yellow" if s.waits_for_human else "cyan" if s.under_way else "green" if s is RolloutState.DONE else "dim"
+
+
+def rollout_event(e: Any, times: Times, indent: str = "") -> Text:
+    """One transition of a rollout (a ``RolloutEvent``): when, what, who, why, the hosts it named."""
+    line = text(f"{indent}{times(e.at)}  ")
+    line.append(e.action.value + (f" wave {e.wave}" if e.action.value == "released" else ""), rollout_style(e.state))
+    if e.by != "server":
+        line.append(f" by {e.by}")
+    if e.reason:
+        line.append(f": {e.reason}")
+    if e.hosts:
+        shown = ", ".join(e.hosts[:5]) + (f" and {len(e.hosts) - 5} more" if len(e.hosts) > 5 else "")
+        line.append(f" ({shown})", "dim")
+    return line
 
 
 def status(report: Mapping[str, Any], out: Console, times: Times, notes: Sequence[str] = ()) -> None:
@@ -516,7 +546,7 @@ def events(rows: Sequence[Any], out: Console, times: Times) -> None:
     """The fleet's events (``PassEvent``), newest first: when, which host and resource, what was meant and
     what it reached, and why."""
     if not rows:
-        out.print("no resource changed, failed, drifted or was blocked in that window")
+        out.print("no resource changed, failed, drifted or was blocked in that window, and no rollout moved")
         return
     records(
         out,
@@ -524,6 +554,13 @@ def events(rows: Sequence[Any], out: Console, times: Times) -> None:
          Column("action"), Column("state")],
         [
             (
+                [
+                    text(times(e.at)), text("(fleet)", "dim"), text(f"{e.resource} {short_revision(e.revision)}"),
+                    text(e.action.value + (f" wave {e.wave}" if e.action.value == "released" else "")),
+                    text(e.state.value, rollout_style(e.state.value)),
+                ],
+                _why_moved(e),
+            ) if e.type == "rollout" else (
                 [
                     text(times(e.finished_at)), text(e.host), text(e.resource), text(e.action.value),
                     text(e.state.value + (" (changed)" if e.changed and e.state.value != "converged" else ""),

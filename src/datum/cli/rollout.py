@@ -39,8 +39,10 @@ def status(config: str | None, as_json: bool, wide: bool) -> None:
     directory = w.settings.fleet.manifests
     current = revision(directory) if directory is not None else None
     from datum.api.routes.rollouts import rollout_list
+    from datum.store.rollouts import latest
 
-    found = revision_list(rollout_status(w.store, w.settings.fleet.stale_after, now, current))
+    ruling = latest(w.store) if w.settings.fleet.rollout is not None else None
+    found = revision_list(rollout_status(w.store, w.settings.fleet.stale_after, now, current, ruling))
     staged = rollout_list(w.store, w.settings.fleet, limit=1).rollouts
     if as_json:
         doc = found.dump()
@@ -54,19 +56,21 @@ def status(config: str | None, as_json: bool, wide: bool) -> None:
         render.rollout(staged[0], out, render.Times(now, wide))
 
 
-def _command(action: str, config: str | None, server: str | None, token_file: str | None, as_json: bool) -> None:
+def _command(
+    action: str, config: str | None, server: str | None, token_file: str | None, as_json: bool, reason: str | None = None,
+) -> None:
     """One of pause, resume, abort: through the API (--server, --token-file: Cedar decides) or on the store."""
     if (server is None) != (token_file is None):
         raise click.UsageError("--server and --token-file go together")
     if server is not None and token_file is not None:
-        answer = _over_http(server, token_file, action)
+        answer = _over_http(server, token_file, action, reason)
     else:
         import getpass
 
         from datum.api.routes.rollouts import act
 
         w = wire(config)
-        answer = act(w.store, w.settings.fleet, action, f"cli:{getpass.getuser()}").dump()
+        answer = act(w.store, w.settings.fleet, action, f"cli:{getpass.getuser()}", reason).dump()
     if as_json:
         click.echo(json.dumps(answer, indent=2))
         return
@@ -82,8 +86,9 @@ def _command(action: str, config: str | None, server: str | None, token_file: st
                    + (": " + ", ".join(returned) if returned else ""))
 
 
-def _over_http(server: str, token_file: str, action: str) -> dict:  # type: ignore[type-arg]
+def _over_http(server: str, token_file: str, action: str, reason: str | None) -> dict:  # type: ignore[type-arg]
     import urllib.error
+    import urllib.parse
     import urllib.request
     from pathlib import Path
 
@@ -91,7 +96,8 @@ def _over_http(server: str, token_file: str, action: str) -> dict:  # type: igno
 
     token = Path(token_file).read_text(encoding="utf-8").strip()
     request = urllib.request.Request(
-        f"{server.rstrip('/')}/v1/rollouts/current/{action}", method="POST", data=b"",
+        f"{server.rstrip('/')}/v1/rollouts/current/{action}"
+        + (f"?{urllib.parse.urlencode({'reason': reason})}" if reason else ""), method="POST", data=b"",
         headers={"Authorization": f"Bearer {token}"},
     )
     try:
@@ -112,11 +118,12 @@ def _over_http(server: str, token_file: str, action: str) -> dict:  # type: igno
 
 _server = click.option("--server", default=None, help="A Datum server's URL: the command goes through its API (Cedar fleet:ManageRollout).")
 _token = click.option("--token-file", "token_file", default=None, help="The file holding the bearer token for --server.")
+_reason = click.option("--reason", default=None, help="Why, in your words: kept with the transition (datum events --type rollout).")
 
 
 _HELP = {
     "pause": "Release no further wave of the rollout in force (hosts already released keep the new revision).",
-    "resume": "Roll a paused or halted rollout again (a halted one halts again at once while its hosts still fail).",
+    "resume": "Roll a paused or halted rollout again (a halted one: accepting the failures it names, datum rollout status).",
     "abort": "Serve the previous revision to everyone again, and say which hosts had taken the new one.",
 }
 
@@ -125,9 +132,10 @@ def _steer(action: str) -> click.Command:
     @config_option
     @_server
     @_token
+    @_reason
     @json_option
-    def run(config: str | None, server: str | None, token_file: str | None, as_json: bool) -> None:
-        _command(action, config, server, token_file, as_json)
+    def run(config: str | None, server: str | None, token_file: str | None, reason: str | None, as_json: bool) -> None:
+        _command(action, config, server, token_file, as_json, reason)
 
     return click.command(action, help=_HELP[action])(run)
 

@@ -39,7 +39,15 @@ from datum.core.explain import Act, Vocabulary, advice, at_backoff_cap, explain
 from datum.core.handreboot import awaits_hand
 from datum.core.humanize import age, when
 from datum.core.memory import BackoffPolicy
-from datum.core.vocab import Direction, Health, HostState, Reason, RebootPolicy, plugin_reasons
+from datum.core.vocab import (
+    Direction,
+    Health,
+    HostState,
+    Reason,
+    RebootPolicy,
+    RolloutState,
+    plugin_reasons,
+)
 
 
 class Severity(StrEnum):
@@ -71,8 +79,8 @@ ROLLOUT_HALTED = "rollout_halted"
 ROLLOUT_PAUSED = "rollout_paused"
 
 _OWN: dict[str, Severity] = {
-    ROLLOUT_HALTED: Severity.LOOK,  # the fleet's changes stop until someone answers
-    ROLLOUT_PAUSED: Severity.LOOK,
+    ROLLOUT_HALTED: Severity(RolloutState.HALTED.severity),  # the fleet's changes stop until someone answers
+    ROLLOUT_PAUSED: Severity(RolloutState.PAUSED.severity),
     PLUGIN_BROKEN: Severity.LOOK,
     RECONCILER_FAILING: Severity.LOOK,
     RECONCILER_DEGRADED: Severity.LOOK,
@@ -416,19 +424,19 @@ def _rollout(ro: Mapping[str, Any]) -> Need | None:
     """A halted or paused rollout (``datum.store.rollouts.RolloutRow``'s fields): the fleet's changes wait
     for a human, who has two ways out. None for a rollout in any other state."""
     state, number, revision = ro.get("state"), ro.get("id"), ro.get("revision")
+    if state not in RolloutState._value2member_map_ or not RolloutState(str(state)).waits_for_human:
+        return None
     ways = f"datum rollout resume (the waves go on) or datum rollout abort (revision {ro.get('previous')} again)"
-    if state == "halted":
+    if state == RolloutState.HALTED:
         failed = [str(f.get("host")) for f in ro.get("failed") or []]
         named = ", ".join(failed[:SHOWN_HOSTS]) + (f" and {len(failed) - SHOWN_HOSTS} more" if len(failed) > SHOWN_HOSTS else "")
         text = f"rollout {number} of {revision} halted: {len(failed)} host{'s' if len(failed) != 1 else ''} failed on it"
         return Need(Severity.LOOK, ROLLOUT_HALTED, text + (f" ({named})" if named else ""),
                     f"Look at why they failed (datum hosts --state failed), then {ways}; nothing is released "
                     "meanwhile.", ids=tuple(failed), detail=str(ro.get("reason") or ""))
-    if state == "paused":
-        by = f" by {ro['by']}" if ro.get("by") else ""
-        return Need(Severity.LOOK, ROLLOUT_PAUSED, f"rollout {number} of {revision} is paused{by}",
-                    f"When ready, {ways}; nothing is released meanwhile.", detail=str(ro.get("reason") or ""))
-    return None
+    by = f" by {ro['by']}" if ro.get("by") else ""
+    return Need(Severity.LOOK, ROLLOUT_PAUSED, f"rollout {number} of {revision} is paused{by}",
+                f"When ready, {ways}; nothing is released meanwhile.", detail=str(ro.get("reason") or ""))
 
 
 def decide(

@@ -14,6 +14,8 @@ Plain data: (vocabulary, name) -> (summary, means, do, act), the vocabulary and 
 
 from __future__ import annotations
 
+from datum.core.vocab import RolloutState
+
 _NOTHING_ALONE = "Nothing by itself: the item's reason says whether it waits or needs a human (datum explain REASON)."
 
 WORDS: dict[tuple[str, str], tuple[str, str, str, str]] = {
@@ -340,7 +342,7 @@ WORDS: dict[tuple[str, str], tuple[str, str, str, str]] = {
         "the soak passed. The other hosts are served the previous revision meanwhile (unless their manifest is "
         "the same in both).",
         "Wait: datum rollout status shows the waves. Pause it (datum rollout pause) to stop releasing waves.",
-        "wait",
+        RolloutState.ROLLING.severity,
     ),
     ("rollout state", "paused"): (
         "an operator stopped releasing waves",
@@ -348,7 +350,7 @@ WORDS: dict[tuple[str, str], tuple[str, str, str, str]] = {
         "the new revision, no further wave is released, the others keep the previous revision.",
         "Resume it when ready (datum rollout resume), or abort it (datum rollout abort); datum rollout status says "
         "who paused it.",
-        "look",
+        RolloutState.PAUSED.severity,
     ),
     ("rollout state", "halted"): (
         "too many released hosts failed on the new revision: it stopped by itself",
@@ -358,7 +360,7 @@ WORDS: dict[tuple[str, str], tuple[str, str, str, str]] = {
         "Go and look at the failed hosts' reasons. Abort (datum rollout abort) to serve them the previous revision "
         "again, or fix the manifests (a newer revision supersedes this one) or the hosts and resume (it halts "
         "again at once while they still fail).",
-        "look",
+        RolloutState.HALTED.severity,
     ),
     ("rollout state", "aborted"): (
         "an operator sent everyone back to the previous revision",
@@ -366,21 +368,21 @@ WORDS: dict[tuple[str, str], tuple[str, str, str, str]] = {
         "taken the new one included (the abort named them). It stays so until the next revision of the "
         "manifests, which rolls out from the last done revision.",
         "Fix the manifests: the next change starts a new rollout.",
-        "none",
+        RolloutState.ABORTED.severity,
     ),
     ("rollout state", "done"): (
         "every wave has the revision: it is the stable one",
         "Every host planned in the rollout converged on its revision (or the revision was the first the store "
         "saw, stable at once). The next revision rolls out from this one.",
         "Nothing to do.",
-        "none",
+        RolloutState.DONE.severity,
     ),
     ("rollout state", "superseded"): (
         "a newer revision came before this rollout finished",
         "The manifests changed again while this rollout was rolling, paused or halted: the newer revision rolls "
         "out instead, from the last done revision (not from this one).",
         "Nothing to do: datum rollout status shows the newer rollout.",
-        "none",
+        RolloutState.SUPERSEDED.severity,
     ),
     ("rollout", "held_back"): (
         "this host is served the previous revision until its wave is released",

@@ -59,6 +59,85 @@ class HostState(StrEnum):
     UNKNOWN = "unknown"
 
 
+class RolloutState(StrEnum):
+    """A staged rollout's state (``datum.store.rollouts``); what each means is ``datum explain STATE``'s.
+
+    Each member carries its consequences, so no other module spells them: whether it is under way (holds
+    hosts back; a newer revision supersedes it), whether the fleet waits for a person (a line of *Needs a
+    human*, severity ``look``), and whether it went wrong (printed as bad).
+    """
+
+    ROLLING = "rolling"
+    PAUSED = "paused"
+    HALTED = "halted"
+    ABORTED = "aborted"
+    DONE = "done"
+    SUPERSEDED = "superseded"
+
+    @property
+    def under_way(self) -> bool:
+        """Rolling, paused or halted: it may hold hosts back, and a newer revision supersedes it."""
+        return self in (RolloutState.ROLLING, RolloutState.PAUSED, RolloutState.HALTED)
+
+    @property
+    def waits_for_human(self) -> bool:
+        """Paused or halted: nothing is released until someone resumes or aborts it."""
+        return self in (RolloutState.PAUSED, RolloutState.HALTED)
+
+    @property
+    def severity(self) -> str:
+        """What it asks of a person, as ``datum explain`` grades it (``datum.core.explain.Act``): ``look`` when
+        it waits for one (a line of *Needs a human*), ``wait`` while it rolls, else ``none``."""
+        if self.waits_for_human:
+            return "look"
+        return "wait" if self is RolloutState.ROLLING else "none"
+
+    @property
+    def bad(self) -> bool:
+        """Halted or aborted: the revision went wrong somewhere (printed in red)."""
+        return self in (RolloutState.HALTED, RolloutState.ABORTED)
+
+
+class RolloutAct(StrEnum):
+    """A transition of a rollout's state machine: stored with its time, author and reason, and an event
+    (``type: rollout``) in ``GET /v1/events``. Which states each leaves and the one it enters is
+    ``TRANSITIONS``; the store's conditional updates and the API's commands read them there."""
+
+    STARTED = "started"
+    RELEASED = "released"  # the next wave: the state stays rolling
+    HALTED = "halted"
+    PAUSED = "paused"
+    RESUMED = "resumed"
+    ABORTED = "aborted"
+    DONE = "done"
+    SUPERSEDED = "superseded"
+
+    @property
+    def sources(self) -> tuple[RolloutState, ...]:
+        """The states this act may leave (none for ``started``: a new rollout)."""
+        return TRANSITIONS[self][0]
+
+    @property
+    def target(self) -> RolloutState:
+        """The state it enters (``started``: rolling, or done for a revision stable at once)."""
+        return TRANSITIONS[self][1]
+
+
+_UNDER_WAY = (RolloutState.ROLLING, RolloutState.PAUSED, RolloutState.HALTED)
+TRANSITIONS: dict[RolloutAct, tuple[tuple[RolloutState, ...], RolloutState]] = {
+    RolloutAct.STARTED: ((), RolloutState.ROLLING),
+    RolloutAct.RELEASED: ((RolloutState.ROLLING,), RolloutState.ROLLING),
+    RolloutAct.HALTED: ((RolloutState.ROLLING,), RolloutState.HALTED),
+    RolloutAct.PAUSED: ((RolloutState.ROLLING,), RolloutState.PAUSED),
+    RolloutAct.RESUMED: ((RolloutState.PAUSED, RolloutState.HALTED), RolloutState.ROLLING),
+    RolloutAct.ABORTED: (_UNDER_WAY, RolloutState.ABORTED),
+    RolloutAct.DONE: ((RolloutState.ROLLING,), RolloutState.DONE),
+    RolloutAct.SUPERSEDED: (_UNDER_WAY, RolloutState.SUPERSEDED),
+}
+# The acts an operator asks for (``datum rollout pause|resume|abort``, ``POST /v1/rollouts/current/{command}``).
+COMMANDS: dict[str, RolloutAct] = {"pause": RolloutAct.PAUSED, "resume": RolloutAct.RESUMED, "abort": RolloutAct.ABORTED}
+
+
 class Mode(StrEnum):
     """Host reconciliation mode: host configuration, never desired state."""
 

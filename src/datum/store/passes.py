@@ -98,10 +98,12 @@ def pg_archive_params(report: Mapping[str, Any]) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class After:
-    """A keyset position: the last row of the previous page (its finish time and id)."""
+    """A keyset position: the last row of the previous page (its finish time and id); in the fleet's events,
+    ``rollout`` when that row was a rollout's transition (``datum.fleet.history.events_page``)."""
 
     finished_at: datetime
     id: int
+    rollout: bool = False
 
 
 def _before(finished: Any, row_id: Any, after: After | None) -> Any:

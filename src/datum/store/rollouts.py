@@ -19,14 +19,17 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from datum.core.vocab import COMMANDS, RolloutAct, RolloutState
 from datum.store.engine import Store
 from datum.store.hosts import host_state_at, silent
 from datum.store.runs import store_now
-from datum.store.schema import hosts, revisions, rollout_hosts, rollouts
+from datum.store.schema import hosts, revisions, rollout_events, rollout_hosts, rollouts
 
-ROLLING, PAUSED, HALTED, ABORTED, DONE, SUPERSEDED = "rolling", "paused", "halted", "aborted", "done", "superseded"
-STATES = (ROLLING, PAUSED, HALTED, ABORTED, DONE, SUPERSEDED)
-OPEN = (ROLLING, PAUSED, HALTED)  # a rollout still under way: a newer revision supersedes it
+ROLLING, PAUSED, HALTED = RolloutState.ROLLING, RolloutState.PAUSED, RolloutState.HALTED
+ABORTED, DONE, SUPERSEDED = RolloutState.ABORTED, RolloutState.DONE, RolloutState.SUPERSEDED
+STATES = tuple(RolloutState)
+OPEN = tuple(s for s in RolloutState if s.under_way)  # a rollout still under way: a newer revision supersedes it
+SERVER = "server"  # the author of a transition the server decided (a start, a wave released, a halt, done)
 FAILED_KEPT = 50  # failed hosts named in a halted rollout
 
 _REVISION = hosts.c.revision  # the revision the host's last pass ran (migration 0017_revision_counts)
@@ -48,7 +51,7 @@ class RolloutRow:
     id: int
     revision: str
     previous: str | None
-    state: str
+    state: RolloutState
     wave: int
     last_wave: int
     started_at: datetime
@@ -66,7 +69,78 @@ class RolloutRow:
 
 
 def _row(r: Any) -> RolloutRow:
-    return RolloutRow(**{k: r[k] for k in RolloutRow.__slots__})
+    values = {k: r[k] for k in RolloutRow.__slots__}
+    values["state"] = RolloutState(values["state"])
+    return RolloutRow(**values)
+
+
+def _record(conn: Connection, row: RolloutRow, act: RolloutAct, at: datetime, by: str = SERVER,
+            reason: str | None = None, named: list[str] | None = None) -> None:
+    """Store ``act``, which left ``row`` as it now is: the one place a transition is written (in the
+    transaction that made it), read back by ``transitions`` and ``GET /v1/events``."""
+    assert row.state is act.target or act is RolloutAct.STARTED, (act, row.state)
+    conn.execute(sa.insert(rollout_events).values(
+        rollout=row.id, at=at, act=act.value, state=row.state.value, revision=row.revision, wave=row.wave,
+        by=by[:200], reason=reason, hosts=named or None,
+    ))
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    """One stored transition of a rollout (``_record``)."""
+
+    id: int
+    rollout: int
+    at: datetime
+    act: RolloutAct
+    state: RolloutState
+    revision: str
+    wave: int
+    by: str
+    reason: str | None
+    hosts: list[str] | None
+
+
+def _transition(r: Any) -> Transition:
+    return Transition(int(r["id"]), int(r["rollout"]), r["at"], RolloutAct(r["act"]), RolloutState(r["state"]),
+                      r["revision"], int(r["wave"]), r["by"], r["reason"], r["hosts"])
+
+
+def transitions(store: Store, rollouts_: Iterable[int]) -> dict[int, list[Transition]]:
+    """Each of ``rollouts_``'s transitions, oldest first (one read)."""
+    ids = list(rollouts_)
+    if not ids:
+        return {}
+    out: dict[int, list[Transition]] = {i: [] for i in ids}
+    with store.connect() as conn:
+        for r in conn.execute(sa.select(rollout_events).where(rollout_events.c.rollout.in_(ids))
+                              .order_by(rollout_events.c.id)).mappings():
+            out[int(r["rollout"])].append(_transition(r))
+    return out
+
+
+def events(
+    store: Store, *, since: datetime | None = None, until: datetime | None = None, act: str | None = None,
+    state: str | None = None, rollout: int | None = None, before: tuple[datetime, int] | None = None,
+    inclusive: bool = False, limit: int,
+) -> list[Transition]:
+    """Up to ``limit`` transitions of every rollout, newest first, strictly before ``before`` (its time and
+    id; at that time when ``inclusive``, whatever the id), each filter exact."""
+    ev = rollout_events
+    query = sa.select(ev)
+    if before is not None:
+        at = sa.literal(before[0], ev.c.at.type)
+        query = query.where(sa.or_(ev.c.at < at, ev.c.at == at) if inclusive
+                            else sa.or_(ev.c.at < at, sa.and_(ev.c.at == at, ev.c.id < before[1])))
+    if since is not None:
+        query = query.where(ev.c.at >= sa.literal(since, ev.c.at.type))
+    if until is not None:
+        query = query.where(ev.c.at < sa.literal(until, ev.c.at.type))
+    for column, value in ((ev.c.act, act), (ev.c.state, state), (ev.c.rollout, rollout)):
+        if value is not None:
+            query = query.where(column == value)
+    with store.connect() as conn:
+        return [_transition(r) for r in conn.execute(query.order_by(ev.c.at.desc(), ev.c.id.desc()).limit(limit)).mappings()]
 
 
 def latest(store: Store) -> RolloutRow | None:
@@ -226,11 +300,12 @@ def _begin(
         ).first()  # RETURNING, not rowcount: psycopg says -1 for an INSERT ... ON CONFLICT
         if inserted is None:
             raise _Raced  # the transaction ends with nothing written; ours may still be to begin
-        conn.execute(
-            sa.update(rollouts)
-            .where(rollouts.c.id < new_id, rollouts.c.state.in_(OPEN))
-            .values(state=SUPERSEDED, updated_at=now, reason=f"superseded by revision {revision}")
-        )
+        why = f"superseded by revision {revision}"
+        for older in conn.execute(sa.select(rollouts).where(rollouts.c.id < new_id, rollouts.c.state.in_(OPEN))).mappings().all():
+            gone = _update(conn, older["id"], rollouts.c.state == older["state"],
+                           state=SUPERSEDED, updated_at=now, reason=why)
+            if gone is not None:
+                _record(conn, gone, RolloutAct.SUPERSEDED, now, reason=why)
         if not done:
             alive = host_state_at(store.dialect, stale_after, now) != "unknown"
             known = dict(conn.execute(sa.select(hosts.c.host, hosts.c.group_name).where(_REVISION.isnot(None), alive)).all())
@@ -238,7 +313,12 @@ def _begin(
             rows = [{"rollout": new_id, "host": h, "wave": w, "grp": g} for h, (w, g) in plan.items()]
             for start in range(0, len(rows), 1000):
                 conn.execute(sa.insert(rollout_hosts), rows[start:start + 1000])
-        return RolloutRow(**values, by=None, reason=None, failed=None)  # type: ignore[arg-type]
+        row = RolloutRow(**values, by=None, reason=None, failed=None)  # type: ignore[arg-type]
+        _record(conn, row, RolloutAct.STARTED, now, reason=(
+            f"from revision {stable}" if not done else
+            "the first revision the store saw: stable at once" if stable is None else "the stable revision again"
+        ))
+        return row
 
 
 def membership(store: Store, rollout: int, only: Iterable[str] | None = None) -> dict[str, int]:
@@ -248,6 +328,18 @@ def membership(store: Store, rollout: int, only: Iterable[str] | None = None) ->
         query = query.where(rollout_hosts.c.host.in_(list(only)))
     with store.connect() as conn:
         return {h: int(w) for h, w in conn.execute(query)}
+
+
+def wave_names(store: Store, rollout: int, waves: int, limit: int) -> dict[int, list[str]]:
+    """The first ``limit`` hosts by name of each of ``rollout``'s waves 0..``waves`` (one index range each)."""
+    out: dict[int, list[str]] = {}
+    with store.connect() as conn:
+        for wave in range(waves + 1):
+            out[wave] = list(conn.execute(
+                sa.select(rollout_hosts.c.host).where(rollout_hosts.c.rollout == rollout, rollout_hosts.c.wave == wave)
+                .order_by(rollout_hosts.c.host).limit(limit)
+            ).scalars())
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -415,6 +507,9 @@ def check(store: Store, soak: timedelta, max_failed: float, stale_after: float) 
     """
     with store.begin() as conn:
         row = _latest(conn)
+        if row is not None and row.state == HALTED:
+            _name_failed(conn, row, store.dialect, stale_after)
+            return None
         if row is None or row.state != ROLLING:
             return None
         now = store_now(conn)
@@ -423,79 +518,104 @@ def check(store: Store, soak: timedelta, max_failed: float, stale_after: float) 
         total = planned - sum(c.silent for c in released)
         failed = sum(c.failed for c in released)
         converged = sum(c.converged for c in released)
-        same = sa.and_(rollouts.c.id == row.id, rollouts.c.wave == row.wave, rollouts.c.state == ROLLING)
+        same = (row.id, rollouts.c.wave == row.wave, rollouts.c.state == ROLLING)
         if total and failed / total > max_failed:
             named = failed_hosts(conn, row, store.dialect, stale_after, now)
             reason = (f"{failed} of {total} released hosts failed on revision {row.revision} "
                       f"(more than max_failed {max_failed:.0%}): " + ", ".join(f["host"] for f in named[:10]))
-            return _update(conn, same, state=HALTED, reason=reason, failed=named, updated_at=now)
+            return _moved(conn, RolloutAct.HALTED, now, _update(conn, *same, state=HALTED, reason=reason, failed=named,
+                                                                updated_at=now), reason, [f["host"] for f in named])
         last = row.wave >= row.last_wave  # done needs one host that converged: accepted failures tested nothing
         if converged + failed < total or ((planned or last) and not converged):
             if row.wave_completed_at is not None:
-                return _update(conn, same, wave_completed_at=None, updated_at=now)
+                return _update(conn, *same, wave_completed_at=None, updated_at=now)
             return None
         completed = row.wave_completed_at
         if completed is None:
-            _update(conn, same, wave_completed_at=now, updated_at=now)
+            _update(conn, *same, wave_completed_at=now, updated_at=now)
             completed = now
         if last:
-            return _update(conn, same, state=DONE, updated_at=now)
+            return _moved(conn, RolloutAct.DONE, now, _update(conn, *same, state=DONE, updated_at=now),
+                          f"every wave converged on revision {row.revision}")
         if completed + soak <= now:
-            return _update(conn, same, wave=row.wave + 1, wave_started_at=now, wave_completed_at=None, updated_at=now)
+            return _moved(conn, RolloutAct.RELEASED, now, _update(
+                conn, *same, wave=row.wave + 1, wave_started_at=now, wave_completed_at=None, updated_at=now,
+            ), f"wave {row.wave} converged and soaked {soak}" if soak else f"wave {row.wave} converged")
         return None
 
 
-def _update(conn: Connection, where: Any, **values: Any) -> RolloutRow | None:
-    done = conn.execute(sa.update(rollouts).where(where).values(**values))
+def _moved(conn: Connection, act: RolloutAct, at: datetime, row: RolloutRow | None, reason: str | None = None,
+           named: list[str] | None = None, by: str = SERVER) -> RolloutRow | None:
+    """``row`` as ``act`` left it, the act recorded (``_record``); None when another replica moved it first."""
+    if row is not None:
+        _record(conn, row, act, at, by, reason, named)
+    return row
+
+
+def _name_failed(conn: Connection, row: RolloutRow, dialect: str, stale_after: float) -> None:
+    """A halted rollout names every released host failing on its revision now, not only those failing when it
+    halted: one that fails a second later is named too (and a resume accepts only what was named)."""
+    named = failed_hosts(conn, row, dialect, stale_after, store_now(conn))
+    if named != (row.failed or []):
+        conn.execute(sa.update(rollouts).where(rollouts.c.id == row.id, rollouts.c.state == HALTED).values(failed=named))
+
+
+def _update(conn: Connection, rollout: int, *where: Any, **values: Any) -> RolloutRow | None:
+    """Update rollout ``rollout`` where it still is as decided (``where``); it as it now is, else None."""
+    done = conn.execute(sa.update(rollouts).where(rollouts.c.id == rollout, *where).values(**values))
     if done.rowcount != 1:
         return None
-    return _latest(conn)
-
-
-COMMANDS = {
-    "pause": ((ROLLING,), PAUSED),
-    "resume": ((PAUSED, HALTED), ROLLING),
-    "abort": ((ROLLING, PAUSED, HALTED), ABORTED),
-}
+    found = conn.execute(sa.select(rollouts).where(rollouts.c.id == rollout)).mappings().first()
+    return None if found is None else _row(found)
 
 
 def command(
-    store: Store, action: str, by: str, stale_after: float = 3.0
+    store: Store, action: str, by: str, stale_after: float = 3.0, reason: str | None = None,
 ) -> tuple[RolloutRow | None, RolloutRow | None]:
     """``pause``, ``resume`` or ``abort`` the rollout in force: (it before, it after; None when its state
-    does not allow the command).
+    does not allow the command). ``by`` and ``reason`` are stored with the transition (``_record``).
 
-    Resuming a halted rollout accepts the failures it halted for: every released host failing on its
-    revision then (or silent since a pass on it, by ``stale_after``) is ``accepted`` until its next pass,
-    counted neither failed nor waited for, and the rollout goes on with the others; a pass received after the
-    resume counts as before, failed anew or after converging. The failure list of the halt is cleared. Without it, a resume would halt again at once while those hosts
-    still fail, and the only ways on would be a new revision or an abort.
+    Resuming a halted rollout accepts the failures it named (``failed``: every released host failing on its
+    revision, or silent since a pass on it, as the last check found them, ``_name_failed``): each is
+    ``accepted`` until its next pass, counted neither failed nor waited for, and the rollout goes on with the
+    others; a pass received after the resume counts as before, failed anew or after converging, and so does a
+    host that began failing after the list was made (never accepted unseen). The failure list is cleared.
+    Without it, a resume would halt again at once while those hosts still fail, and the only ways on would be
+    a new revision or an abort.
     """
-    allowed, to = COMMANDS[action]
+    act = COMMANDS[action]
     with store.begin() as conn:
         row = _latest(conn)
-        if row is None or row.state not in allowed:
+        if row is None or row.state not in act.sources:
             return row, None
         now = store_now(conn)
-        values: dict[str, Any] = {"state": to, "by": by, "updated_at": now}
-        if action == "resume":
+        values: dict[str, Any] = {"state": act.target, "by": by, "updated_at": now}
+        named = [str(f["host"]) for f in row.failed or []]
+        if act is RolloutAct.RESUMED:
             values.update(reason=None, failed=None, wave_completed_at=None)
-        if action == "resume" and row.state == HALTED:  # before the row: what it returns counts them accepted
+        if act is RolloutAct.RESUMED and row.state == HALTED:  # before the row: what it returns counts them accepted
             failing = sa.select(hosts.c.host).where(
                 _REVISION == row.revision, sa.or_(silent(store.dialect, stale_after, now), hosts.c.state == "failed")
             )
+            shown = sa.and_(rollout_hosts.c.rollout == row.id, rollout_hosts.c.wave <= row.wave,
+                            rollout_hosts.c.host.in_(named))
             conn.execute(  # a revision that could not be served to a host: accepted until a newer revision
                 sa.update(rollout_hosts)
-                .where(rollout_hosts.c.rollout == row.id, rollout_hosts.c.wave <= row.wave,
-                       rollout_hosts.c.unserved_code == UNSERVED_FAILED)
+                .where(shown, rollout_hosts.c.unserved_code == UNSERVED_FAILED)
                 .values(unserved_code=UNSERVED_ACCEPTED)
             )
             conn.execute(
                 sa.update(rollout_hosts)
-                .where(rollout_hosts.c.rollout == row.id, rollout_hosts.c.wave <= row.wave,
-                       rollout_hosts.c.host.in_(failing))
+                .where(shown, rollout_hosts.c.host.in_(failing))
                 .values(accepted_at=sa.select(hosts.c.updated_at).where(hosts.c.host == rollout_hosts.c.host)
                         .scalar_subquery())  # the pass accepted, named by when it was received
             )
-        after = _update(conn, sa.and_(rollouts.c.id == row.id, rollouts.c.state == row.state), **values)
+        elif act is RolloutAct.ABORTED:
+            named = [h for (h,) in conn.execute(
+                sa.select(hosts.c.host).where(_REVISION == row.revision).order_by(hosts.c.host).limit(FAILED_KEPT)
+            )]
+        else:
+            named = []
+        after = _moved(conn, act, now, _update(conn, row.id, rollouts.c.state == row.state,
+                                                **values), reason, named, by)
         return row, after

@@ -261,6 +261,27 @@ rollouts = sa.Table(
     sa.Column("failed", sa.JSON(none_as_null=True)),  # the hosts that failed on it when it halted: [{host, reason}]
 )
 
+# Every transition of a rollout's state machine (migration 0025_rollout_events; ``datum.core.vocab.RolloutAct``),
+# written in the transaction that makes it: when, which act, the state entered, the wave released so far, who
+# (a principal, or ``server`` for what the server decided) and why; the hosts it named (a halt's failed
+# hosts). ``GET /v1/events`` lists them as events of type ``rollout``; ``/v1/rollouts`` reads its times from them.
+rollout_events = sa.Table(
+    "rollout_events",
+    metadata,
+    sa.Column("id", sa.BigInteger().with_variant(sa.Integer, "sqlite"), primary_key=True, autoincrement=True),
+    sa.Column("rollout", sa.BigInteger, nullable=False),
+    sa.Column("at", UTCDateTime, nullable=False),
+    sa.Column("act", sa.String(16), nullable=False),
+    sa.Column("state", sa.String(16), nullable=False),
+    sa.Column("revision", sa.String(100), nullable=False),
+    sa.Column("wave", sa.Integer, nullable=False),
+    sa.Column("by", sa.String(200), nullable=False),
+    sa.Column("reason", sa.Text),
+    sa.Column("hosts", sa.JSON(none_as_null=True)),
+    sa.Index("ix_rollout_events_at", "at", "id"),
+    sa.Index("ix_rollout_events_rollout", "rollout", "id"),
+)
+
 # Which wave each host known when a rollout started belongs to; hosts not listed wait for the last wave.
 rollout_hosts = sa.Table(
     "rollout_hosts",

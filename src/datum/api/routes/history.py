@@ -9,7 +9,7 @@ Every filter is typed, so a bad one is 422 naming it (the front door's validatio
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import anyio.to_thread
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
@@ -22,11 +22,12 @@ from datum.api.front.state import state_of
 from datum.api.models import EventList, PassDetail, PassList, pass_detail
 from datum.api.routes.reboots import OUT, HostParam
 from datum.core.findings import Problem
-from datum.core.vocab import Action, HostState, ResourceState
+from datum.core.vocab import Action, HostState, ResourceState, RolloutAct, RolloutState
 from datum.fleet.history import (
     CURSOR_PATTERN,
     DEFAULT_LIMIT,
     MAX_LIMIT,
+    NOT_A_CURSOR,
     Rows,
     Window,
     events_page,
@@ -38,19 +39,32 @@ from datum.wire import NO_NUL
 
 router = APIRouter(tags=["fleet"])
 
-CURSOR_MAX_LENGTH = 35  # 16 digits, a dash, 18 digits
+CURSOR_MAX_LENGTH = 39  # a sign and 18 digits, a dash, an r and 18 digits
 
 
 def _after(value: str | None) -> After | None:
     return None if value is None else position(value)
 
 
-Cursor = Annotated[
-    str,
-    Query(alias="cursor", max_length=CURSOR_MAX_LENGTH, description="The `next` of the previous page.",
-          json_schema_extra={"pattern": CURSOR_PATTERN}),
-    AfterValidator(_after),
-]
+def _pass_after(value: str | None) -> After | None:
+    """A position in a host's passes: a rollout event's (``MICROS-rID``, the fleet's events only) is not one."""
+    after = _after(value)
+    if after is not None and after.rollout:
+        raise ValueError(NOT_A_CURSOR)
+    return after
+
+
+def _cursor(validate: Any) -> Any:
+    return Annotated[
+        str,
+        Query(alias="cursor", max_length=CURSOR_MAX_LENGTH, description="The `next` of the previous page.",
+              json_schema_extra={"pattern": CURSOR_PATTERN}),
+        AfterValidator(validate),
+    ]
+
+
+Cursor = _cursor(_after)  # the fleet's events
+PassCursor = _cursor(_pass_after)  # a host's passes
 # RFC 3339's date-time, as the document's `format: date-time` says: pydantic alone would also take a number
 # of seconds since the epoch, which the document does not allow.
 _RFC3339 = re.compile(r"^\d{4}-\d\d-\d\d[Tt]\d\d:\d\d:\d\d(?:\.\d+)?(?:[Zz]|[+-]\d\d:\d\d)$")
@@ -61,6 +75,11 @@ def _rfc3339(value: Any) -> Any:
         raise ValueError("a time in RFC 3339 with its offset, such as 2026-11-01T12:00:00Z")
     return value
 
+
+# What an event's ``action`` and ``state`` may be: a resource's (the plan's action, the state it reached) or a
+# rollout's transition (its act, the state it entered); one list each, so a bad value is one finding.
+EventAction = Literal[tuple(v.value for v in (*Action, *RolloutAct))]  # type: ignore[valid-type]
+EventState = Literal[tuple(v.value for v in (*ResourceState, *RolloutState))]  # type: ignore[valid-type]
 
 Since = Annotated[AwareDatetime, BeforeValidator(_rfc3339),
                   Query(description="Only what finished at or after this time (RFC 3339, with its offset).")]
@@ -104,7 +123,7 @@ async def list_passes(
     until: Until = None,
     state: HostState = Query(default=None, description="Only the passes that reported this host state."),
     limit: Limit = DEFAULT_LIMIT,
-    after: Cursor = None,
+    after: PassCursor = None,
     _p: str = Depends(needs(Cedar.READ_HISTORY, path_resource("Host", "host"))),
 ) -> Response:
     _registry, store = state_of(request).wired()
@@ -151,7 +170,9 @@ async def get_pass(
         "found failed, drifted or blocked, with its host, pass, times, action, state and reason. Newest finish "
         f"first, `limit` per page (default {DEFAULT_LIMIT}, at most {MAX_LIMIT}); `since`/`until` keep the "
         "events of passes that finished in that window; `host`, `resource` (`Type[name]`), `type`, `action` and "
-        "`state` keep those that are exactly that. A bad filter is 422 naming each."
+        "`state` keep those that are exactly that. The rollouts' transitions (started, wave released, halted, "
+        "paused, resumed, aborted, done, superseded) are events of type `rollout` among them, by when they happened, "
+        "with who made each (`by`) and why; a `host` filter leaves them out. A bad filter is 422 naming each."
     ),
     responses=error_responses(401, 403, 422, 503),
     **OUT,
@@ -164,17 +185,19 @@ async def list_events(
     resource: str = Query(default=None, min_length=1, max_length=1000, pattern=NO_NUL,
                           description="Only this resource's (`Type[name]`)."),
     type: str = Query(default=None, min_length=1, max_length=100, pattern=NO_NUL,
-                      description="Only resources of this type (`File`, `Package`, ...)."),
-    action: Action = Query(default=None, description="Only resources the plan meant to do this to."),
-    state: ResourceState = Query(default=None, description="Only resources that reached this state."),
+                      description="Only resources of this type (`File`, `Package`, ...), or `rollout`: only the "
+                      "rollouts' transitions."),
+    action: EventAction = Query(default=None, description="Only resources the plan meant to do this to, or "
+                                        "rollouts' transitions of this act."),
+    state: EventState = Query(default=None, description="Only resources that reached this state, "
+                                                "or rollouts' transitions to this state."),
     limit: Limit = DEFAULT_LIMIT,
     after: Cursor = None,
     _p: str = Depends(needs(Cedar.READ_HISTORY)),
 ) -> Response:
     _registry, store = state_of(request).wired()
     window = Window(since, until)
-    exact = {"host": host, "resource": resource, "type": type, "action": action.value if action else None,
-             "state": state.value if state else None}
+    exact = {"host": host, "resource": resource, "type": type, "action": action, "state": state}
     found = await anyio.to_thread.run_sync(lambda: events_page(store, window, after=after, limit=limit, **exact))
     return _json(EventList.model_validate({"events": found.rows, "next": found.next}), found, request)
 

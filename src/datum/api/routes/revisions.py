@@ -13,6 +13,7 @@ from datum.api.front.security import needs
 from datum.api.front.state import ServerState, state_of
 from datum.api.models import RevisionCounts, RevisionList
 from datum.api.routes.reboots import OUT
+from datum.fleet.rollouts.serve import in_force
 from datum.fleet.rollouts.status import Rollout, status
 from datum.fleet.serving import served
 
@@ -23,7 +24,7 @@ def rollout(state: ServerState, now: datetime | None = None) -> Rollout:
     """The fleet's hosts per revision as this server sees them now (blocking: names the current revision)."""
     _registry, store = state.wired()
     current = served(state.fleet)
-    return status(store, state.settings.fleet.stale_after, now or datetime.now(UTC), current)
+    return status(store, state.settings.fleet.stale_after, now or datetime.now(UTC), current, in_force(state.fleet))
 
 
 def revision_list(found: Rollout) -> RevisionList:
@@ -50,7 +51,7 @@ def revision_list(found: Rollout) -> RevisionList:
         "counted). A revision is one state of `[fleet] manifests` (its git commit, `<commit>+dirty.<hex>` for a "
         "work tree with changes, else `sha256:<hex>` of its files), recorded when a server first serves it. "
         "Per revision the hosts whose last pass ran it, by the state they read now; newest first; `current` is "
-        "the one this server serves now."
+        "the one this server serves now (the previous revision while the rollout of the directory's is aborted)."
     ),
     responses=error_responses(401, 403, 503),
     **OUT,

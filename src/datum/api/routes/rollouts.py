@@ -5,15 +5,17 @@ from __future__ import annotations
 from typing import Literal
 
 import anyio.to_thread
-from fastapi import APIRouter, Depends, Path, Request
+from fastapi import APIRouter, Depends, Path, Query, Request
 
 from datum.api.front.authz import Action
 from datum.api.front.errors import error_responses
 from datum.api.front.security import needs
 from datum.api.front.state import ServerState, state_of
 from datum.api.models import (
+    WAVE_NAMES,
     FailedHost,
     RolloutCommandAnswer,
+    RolloutEvent,
     RolloutList,
     RolloutStatus,
     RolloutWave,
@@ -21,16 +23,25 @@ from datum.api.models import (
 from datum.api.routes.reboots import OUT
 from datum.config import FleetSettings
 from datum.core.findings import Problem
+from datum.core.vocab import COMMANDS, RolloutAct
+from datum.fleet.history import rollout_event
 from datum.fleet.rollouts import serve
 from datum.store import rollouts as stored
 from datum.store.engine import Store
 from datum.store.rollouts import RolloutRow
+from datum.wire import NO_NUL
 
 router = APIRouter(prefix="/v1/rollouts", tags=["fleet"])
 
 
-def rollout_status(store: Store, fleet: FleetSettings, row: RolloutRow, waves: bool) -> RolloutStatus:
-    """One rollout as the API says it; with its waves' counts when ``waves`` (one grouped read)."""
+def rollout_status(
+    store: Store, fleet: FleetSettings, row: RolloutRow, waves: bool, moves: list[stored.Transition] | None = None,
+) -> RolloutStatus:
+    """One rollout as the API says it, with its transitions (``moves``: read here when not given); with its
+    waves' counts and hosts when ``waves`` (one grouped read, then one range per wave)."""
+    if moves is None:
+        moves = stored.transitions(store, [row.id])[row.id]
+    last = {t.act: t.at for t in moves}  # the latest of each act
     settings = fleet.rollout
     soak_ends = None
     if row.wave_completed_at is not None and row.state == stored.ROLLING and settings is not None:
@@ -40,13 +51,17 @@ def rollout_status(store: Store, fleet: FleetSettings, row: RolloutRow, waves: b
         last_wave=row.last_wave, started_at=row.started_at, wave_started_at=row.wave_started_at,
         wave_completed_at=row.wave_completed_at, soak_ends_at=soak_ends, by=row.by, reason=row.reason,
         failed=[FailedHost(host=f["host"], reason=f["reason"]) for f in row.failed] if row.failed else None,
+        halted_at=last.get(RolloutAct.HALTED), paused_at=last.get(RolloutAct.PAUSED),
+        aborted_at=last.get(RolloutAct.ABORTED),
+        transitions=[RolloutEvent.model_validate(rollout_event(t)) for t in moves],
     )
     if waves and row.previous is not None:  # the first revision ever had no waves
         counted = {c.wave: c for c in stored.wave_counts(store, row, fleet.stale_after)}
+        names = stored.wave_names(store, row.id, row.last_wave, WAVE_NAMES)
         out.waves = [
             RolloutWave(wave=w, released=w <= row.wave and row.state != stored.ABORTED,
                         hosts=c.hosts if c else 0, converged=c.converged if c else 0, failed=c.failed if c else 0,
-                        silent=c.silent if c else 0, accepted=c.accepted if c else 0)
+                        silent=c.silent if c else 0, accepted=c.accepted if c else 0, names=names.get(w, []))
             for w in range(row.last_wave + 1)
             for c in [counted.get(w)]
         ]
@@ -56,9 +71,10 @@ def rollout_status(store: Store, fleet: FleetSettings, row: RolloutRow, waves: b
 def rollout_list(store: Store, fleet: FleetSettings, limit: int = 10) -> RolloutList:
     """The rollout in force with its waves, then older ones (``GET /v1/rollouts``, ``datum rollout status``)."""
     rows = stored.recent(store, limit)
+    moves = stored.transitions(store, [r.id for r in rows])
     return RolloutList(
         configured=fleet.rollout is not None,
-        rollouts=[rollout_status(store, fleet, r, i == 0) for i, r in enumerate(rows)],
+        rollouts=[rollout_status(store, fleet, r, i == 0, moves[r.id]) for i, r in enumerate(rows)],
     )
 
 
@@ -81,13 +97,13 @@ async def list_rollouts(request: Request, _p: str = Depends(needs(Action.READ_HO
     return await anyio.to_thread.run_sync(rollout_list, store, state.settings.fleet)
 
 
-DONE_WORDS = {"pause": "paused", "resume": "resumed", "abort": "aborted"}
+DONE_WORDS = {command: act.value for command, act in COMMANDS.items()}  # pause: paused, ...
 
 
-def act(store: Store, fleet: FleetSettings, action: str, who: str) -> RolloutCommandAnswer:
+def act(store: Store, fleet: FleetSettings, action: str, who: str, reason: str | None = None) -> RolloutCommandAnswer:
     """Pause, resume or abort the rollout in force (404 when there is none, 409 when its state forbids it):
-    the route's and ``datum rollout pause|resume|abort``'s one way."""
-    before, after = stored.command(store, action, who, fleet.stale_after)
+    the route's and ``datum rollout pause|resume|abort``'s one way; ``reason`` is stored with the transition."""
+    before, after = stored.command(store, action, who, fleet.stale_after, reason)
     if before is None:
         raise Problem.one("NOT_FOUND", "no rollout has started on this store")
     if after is None:
@@ -97,9 +113,9 @@ def act(store: Store, fleet: FleetSettings, action: str, who: str) -> RolloutCom
     return RolloutCommandAnswer(rollout=rollout_status(store, fleet, after, True), hosts_returned=returned)
 
 
-def _act_here(state: ServerState, action: str, who: str) -> RolloutCommandAnswer:
+def _act_here(state: ServerState, action: str, who: str, reason: str | None) -> RolloutCommandAnswer:
     _registry, store = state.wired()
-    answer = act(store, state.settings.fleet, action, who)
+    answer = act(store, state.settings.fleet, action, who, reason)
     serve.refresh(state.fleet)  # this server serves what it did at once; every replica's waits wake at its watch's next period (serve.announce)
     return answer
 
@@ -112,10 +128,10 @@ def _act_here(state: ServerState, action: str, who: str) -> RolloutCommandAnswer
     description=(
         "Cedar action `fleet:ManageRollout` on `Server::\"datum\"` (granted to `operator`). `pause`: no further "
         "wave is released (a rolling rollout). `resume`: a paused or halted one rolls again; resuming a halted one "
-        "accepts the failures it halted for (those hosts count neither failed nor waited for, `accepted` in its "
-        "waves; a host that fails after the resume counts). `abort`: everyone is served the previous revision again; "
+        "accepts the failures it names in `failed` (those hosts count neither failed nor waited for, `accepted` in its "
+        "waves; a host that fails after the list was made, or after the resume, counts). `abort`: everyone is served the previous revision again; "
         "`hostsReturned` names the hosts that ran the aborted one. 404 with no rollout, 409 when its state "
-        "does not allow the command."
+        "does not allow the command. `reason` is kept with the transition (`transitions`, `GET /v1/events`)."
     ),
     responses=error_responses(401, 403, 404, 409, 422, 503),
     **OUT,
@@ -123,6 +139,8 @@ def _act_here(state: ServerState, action: str, who: str) -> RolloutCommandAnswer
 async def manage_rollout(
     request: Request,
     action: Literal["pause", "resume", "abort"] = Path(description="pause, resume or abort."),
+    reason: str | None = Query(default=None, min_length=1, max_length=1000, pattern=NO_NUL,
+                               description="Why, in the operator's words: kept with the transition."),
     principal: str = Depends(needs(Action.MANAGE_ROLLOUT)),
 ) -> RolloutCommandAnswer:
-    return await anyio.to_thread.run_sync(_act_here, state_of(request), action, principal)
+    return await anyio.to_thread.run_sync(_act_here, state_of(request), action, principal, reason)

@@ -20,7 +20,7 @@ from datum.core.vocab import HostState
 from datum.fleet.revision import Revision
 from datum.store.engine import Store
 from datum.store.revisions import running, seen
-from datum.store.rollouts import ABORTED, PAUSED
+from datum.store.rollouts import ABORTED, PAUSED, RolloutRow
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,8 +53,22 @@ def _row(rev: str, counts: Counter[str], current: str | None, first: datetime | 
     )
 
 
-def status(store: Store, multiple: float, now: datetime, current: Revision | None) -> Rollout:
-    """The fleet's hosts per revision, newest first, the current one always among them."""
+def serving(directory: str | None, in_force: RolloutRow | None) -> str | None:
+    """The revision served to a host no rollout holds back or releases: the directory's (``directory``), but
+    the previous one while the rollout of the directory's revision is aborted (an operator sent everyone back:
+    ``current`` names what is served, never a revision nobody gets)."""
+    if directory is not None and in_force is not None and in_force.state == ABORTED and in_force.revision == directory:
+        return in_force.previous or directory
+    return directory
+
+
+def status(store: Store, multiple: float, now: datetime, current: Revision | None,
+           in_force: RolloutRow | None = None) -> Rollout:
+    """The fleet's hosts per revision, newest first, the current one (``serving``: what the server serves
+    now, ``current`` the directory's revision and ``in_force`` the rollout in force) always among them."""
+    served = serving(current.id if current else None, in_force)
+    if served is not None and current is not None and served != current.id:
+        current = Revision(served, None)
     per = running(store, multiple, now)
     without = sum(per.pop(None, Counter()).values())
     ids = [r for r in per if r is not None]
