@@ -267,7 +267,8 @@ def test_the_api_answers_503_naming_a_locked_store_and_keeps_reading(tmp_path):
 def test_a_database_error_no_store_boundary_caught_is_69_without_its_sql():
     import sqlalchemy as sa
 
-    from datum.cli.main import EXIT_UNAVAILABLE, report_problem, unexpected
+    from datum.cli.main import report_problem, unexpected
+    from datum.core.findings import EXIT_UNAVAILABLE
 
     raw = sqlite3.OperationalError("attempt to write a readonly database")
     wrapped = sa.exc.OperationalError("INSERT INTO hosts (host) VALUES (?)", ("web1",), raw)

@@ -42,20 +42,6 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "explain": ("datum.cli.explain", "explain", "What a drift reason or state means, and what to do."),
 }
 
-EXIT_USAGE = 64
-EXIT_INVALID = 65
-EXIT_UNAVAILABLE = 69
-EXIT_SOFTWARE = 70
-
-_EXIT_BY_CODE = {
-    "USAGE": EXIT_USAGE,
-    "NOT_FOUND": EXIT_USAGE,
-    "INVALID_INPUT": EXIT_INVALID,
-    "CONFLICT": EXIT_INVALID,
-    "UNAVAILABLE": EXIT_UNAVAILABLE,
-}
-
-
 def _plugin_commands() -> dict[str, tuple[str, str]]:
     from datum.plugins import plugin_commands
 
@@ -136,7 +122,9 @@ def report_problem(problem: Problem, as_json: bool) -> int:
             for f in finding.fields:
                 where = f.field or "(document)"
                 _echo(f"  {where}: {f.message}", err=True)
-    return _EXIT_BY_CODE.get(problem.code, EXIT_SOFTWARE)
+    from datum.core.findings import ErrorCode  # here: an idle ``datum apply`` never gets this far
+
+    return ErrorCode.exit_of(problem.code)
 
 
 def _database_error(exc: BaseException) -> bool:
@@ -211,6 +199,8 @@ def _click(args: list[str], as_json: bool) -> Any:
         return _group().main(args=args, prog_name="datum", standalone_mode=False)
     except click.exceptions.NoArgsIsHelpError as exc:
         click.echo(exc.ctx.get_help() if exc.ctx else str(exc))
+        from datum.core.findings import EXIT_USAGE
+
         return EXIT_USAGE
     except click.UsageError as exc:
         from datum.core.findings import Finding, Problem

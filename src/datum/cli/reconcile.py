@@ -36,7 +36,7 @@ def reconcile(name: str, passes: int, config: str | None, as_json: bool) -> None
     on SIGTERM the pass finishes the item it is applying, persists, releases
     the claim and exits 143.
     """
-    from datum.cli.main import EXIT_UNAVAILABLE
+    from datum.core.findings import EXIT_UNAVAILABLE
     from datum.reconcile.runner import Runner, TickOutcome
 
     w = wire(config)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 
@@ -38,6 +39,62 @@ class Finding:
         if self.details:
             out["details"] = dict(self.details)
         return out
+
+
+class ErrorCode(StrEnum):
+    """Every code a finding carries, with what it means everywhere (as httpx's ``codes`` carry their phrases):
+    the HTTP status the API answers it with, the exit status the CLI ends with, and its description. The API's
+    status by code (and code by status), the CLI's exit status by code and the published error codes all
+    derive from here; adding a code is adding a member and its row in ``_MEANS``."""
+
+    USAGE = "USAGE"
+    UNAUTHENTICATED = "UNAUTHENTICATED"
+    FORBIDDEN = "FORBIDDEN"
+    NOT_FOUND = "NOT_FOUND"
+    METHOD_NOT_ALLOWED = "METHOD_NOT_ALLOWED"
+    REQUEST_TIMEOUT = "REQUEST_TIMEOUT"
+    CONFLICT = "CONFLICT"
+    PAYLOAD_TOO_LARGE = "PAYLOAD_TOO_LARGE"
+    INVALID_INPUT = "INVALID_INPUT"
+    INTERNAL = "INTERNAL"
+    UNAVAILABLE = "UNAVAILABLE"
+
+    @property
+    def http_status(self) -> int | None:
+        """The status the API answers it with; None for a code only the command line says (``USAGE``)."""
+        return _MEANS[self][0]
+
+    @property
+    def exit_status(self) -> int:
+        """The status a command ends with when it is the first finding (sysexits: 64, 65, 69, 70)."""
+        return _MEANS[self][1]
+
+    @property
+    def description(self) -> str:
+        return _MEANS[self][2]
+
+    @classmethod
+    def exit_of(cls, code: str) -> int:
+        """The exit status of ``code``: a code of no member (a plugin's) is an internal error's."""
+        return cls(code).exit_status if code in cls._value2member_map_ else EXIT_SOFTWARE
+
+
+# sysexits.h: the exit statuses a finding can end a command with
+EXIT_USAGE, EXIT_INVALID, EXIT_UNAVAILABLE, EXIT_SOFTWARE = 64, 65, 69, 70
+
+_MEANS: dict[ErrorCode, tuple[int | None, int, str]] = {
+    ErrorCode.USAGE: (None, EXIT_USAGE, "a bad option or argument"),
+    ErrorCode.UNAUTHENTICATED: (401, EXIT_SOFTWARE, "no or bad bearer token"),
+    ErrorCode.FORBIDDEN: (403, EXIT_SOFTWARE, "the Cedar policies refuse the action, named in `action`"),
+    ErrorCode.NOT_FOUND: (404, EXIT_USAGE, "unknown reconciler, host, bucket, rollout or path"),
+    ErrorCode.METHOD_NOT_ALLOWED: (405, EXIT_USAGE, "the path does not answer this method"),
+    ErrorCode.REQUEST_TIMEOUT: (408, EXIT_UNAVAILABLE, "the request body did not arrive in time"),
+    ErrorCode.CONFLICT: (409, EXIT_INVALID, "the request conflicts with the current state"),
+    ErrorCode.PAYLOAD_TOO_LARGE: (413, EXIT_INVALID, "the body is larger than the server takes"),
+    ErrorCode.INVALID_INPUT: (422, EXIT_INVALID, "the input is not valid; each problem at its field"),
+    ErrorCode.INTERNAL: (500, EXIT_SOFTWARE, "the server could not answer; the detail is in its log"),
+    ErrorCode.UNAVAILABLE: (503, EXIT_UNAVAILABLE, "the store, the server or the fleet directory cannot answer now"),
+}
 
 
 class Problem(Exception):

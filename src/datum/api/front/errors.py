@@ -21,23 +21,15 @@ from fastapi import Response
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.json_schema import SkipJsonSchema
 
+from datum.core.findings import ErrorCode as CoreCode
 from datum.core.findings import Problem
 from datum.core.redact import PREFIX, redacted
 
 log = logging.getLogger("datum.api")
 
-STATUS_BY_CODE: dict[str, int] = {
-    "UNAUTHENTICATED": 401,
-    "FORBIDDEN": 403,
-    "NOT_FOUND": 404,
-    "METHOD_NOT_ALLOWED": 405,
-    "REQUEST_TIMEOUT": 408,
-    "CONFLICT": 409,
-    "PAYLOAD_TOO_LARGE": 413,
-    "INVALID_INPUT": 422,
-    "INTERNAL": 500,
-    "UNAVAILABLE": 503,
-}
+# What every code a finding carries is answered with (``datum.core.findings.ErrorCode``, where each code's
+# status is written once); a code the CLI alone says (USAGE) is not among them.
+STATUS_BY_CODE: dict[str, int] = {c.value: c.http_status for c in CoreCode if c.http_status is not None}
 
 ErrorCode = StrEnum("ErrorCode", {code: code for code in STATUS_BY_CODE})  # type: ignore[misc]
 ErrorCode.__doc__ = "Every code an HTTP error can carry; the status follows from it (400, 414 and 431 are INVALID_INPUT)."

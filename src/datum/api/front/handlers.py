@@ -17,23 +17,15 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match, Mount
 
 from datum.api.front.errors import INTERNAL, problem_response, redacted
-from datum.core.findings import FieldError, Finding, Problem
+from datum.core.findings import ErrorCode, FieldError, Finding, Problem
 from datum.validation import field_path
 
 log = logging.getLogger("datum.api")
 
-_CODE_BY_STATUS = {
-    400: "INVALID_INPUT",
-    401: "UNAUTHENTICATED",
-    403: "FORBIDDEN",
-    404: "NOT_FOUND",
-    405: "METHOD_NOT_ALLOWED",
-    408: "REQUEST_TIMEOUT",
-    409: "CONFLICT",
-    413: "PAYLOAD_TOO_LARGE",
-    415: "INVALID_INPUT",
-    422: "INVALID_INPUT",
-    503: "UNAVAILABLE",
+# The code of an HTTP status the framework answers with (each code's status written once: ErrorCode); 400 and 415
+# are input the server cannot take.
+_CODE_BY_STATUS = {c.http_status: c.value for c in ErrorCode if c.http_status is not None} | {
+    400: ErrorCode.INVALID_INPUT.value, 415: ErrorCode.INVALID_INPUT.value,
 }
 
 _METHOD_ORDER = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
