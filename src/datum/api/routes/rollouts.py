@@ -139,7 +139,7 @@ def _act_here(state: ServerState, action: str, who: str, reason: str | None) -> 
 async def manage_rollout(
     request: Request,
     action: Literal["pause", "resume", "abort"] = Path(description="pause, resume or abort."),
-    reason: str | None = Query(default=None, min_length=1, max_length=1000, pattern=NO_NUL,
+    reason: str = Query(default=None, min_length=1, max_length=1000, pattern=NO_NUL,
                                description="Why, in the operator's words: kept with the transition."),
     principal: str = Depends(needs(Action.MANAGE_ROLLOUT)),
 ) -> RolloutCommandAnswer:
