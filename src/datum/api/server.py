@@ -118,7 +118,8 @@ def serving_app(settings: Settings, wire: Callable[[], tuple[Registry, Store]]) 
         # (datum.fleet.rollouts.machine)
         checks = None
         if settings.fleet.rollout is not None and settings.fleet.manifests is not None:
-            checks = Every(lambda: machine.tick(fleet), machine.CHECK_EVERY, "rollout-check")
+            checks = Every(lambda: machine.tick(fleet), partial(machine.next_check, fleet), "rollout-check")
+            fleet.rollouts.wake_check = checks.wake
             checks.start()
         # Everything allocated so far lives as long as the process: take it out of the
         # collector's sight, so a full collection under load scans only request garbage.

@@ -30,13 +30,15 @@ PERIOD = 0.2
 
 
 class Every:
-    """Calls ``poll()`` on a daemon thread of its own every ``period`` seconds, the first time at once."""
+    """Calls ``poll()`` on a daemon thread of its own every ``period`` seconds, the first time at once; a
+    callable ``period`` says before each wait how long the next one is; ``wake()`` ends the wait at once."""
 
-    def __init__(self, poll: Callable[[], None], period: float, name: str) -> None:
+    def __init__(self, poll: Callable[[], None], period: float | Callable[[], float], name: str) -> None:
         self.poll = poll
         self.period = period
         self.name = name
         self._stop = threading.Event()
+        self._wake = threading.Event()
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
@@ -46,11 +48,20 @@ class Every:
 
     def _loop(self) -> None:
         self.poll()
-        while not self._stop.wait(self.period):
+        while not self._stop.is_set():
+            self._wake.wait(self.period() if callable(self.period) else self.period)
+            self._wake.clear()
+            if self._stop.is_set():
+                break
             self.poll()
+
+    def wake(self) -> None:
+        """Poll now, not at the end of the wait."""
+        self._wake.set()
 
     def stop(self) -> None:
         self._stop.set()
+        self._wake.set()
         if self._thread is not None:
             self._thread.join(10)
             self._thread = None

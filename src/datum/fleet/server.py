@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from datum.config import Settings
@@ -42,6 +43,8 @@ class Remembered:
     # What the held long polls were last told of the rollout in force (``serve.announce``, the watch's
     # probe, alone writes it): a transition is announced whoever read the row first.
     announced: tuple[int, str, int] | None | bool = False
+    # Wakes the check loop of ``datum serve`` at once (``machine.next_check``): set by the server when it runs one.
+    wake_check: Callable[[], None] = field(default=lambda: None)
 
 
 @dataclass

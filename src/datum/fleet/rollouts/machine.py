@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from pathlib import Path
 
 from datum.core.findings import Problem
@@ -30,7 +31,8 @@ from datum.store.snapshots import keep, kept
 
 log = logging.getLogger("datum.api")
 
-CHECK_EVERY = 2.0  # seconds between two checks of the rollout under way in ``datum serve``
+CHECK_EVERY = 2.0  # the most seconds between two checks of the rollout under way in ``datum serve``
+SOONEST = 0.02  # the least: a soak ending now is checked after this
 INTAKE_GAP = 0.5  # the least time between two checks made on a pass's intake, per process
 
 
@@ -134,8 +136,21 @@ def tick(server: FleetServer) -> RolloutRow | None:
     if moved is not None:
         log.info("rollout %d of revision %s: %s, wave %d of %d", moved.id, moved.revision, moved.state,
                  moved.wave, moved.last_wave)
-        refresh(server)
+    refresh(server)  # a wave completed now starts its soak: ``next_check`` reads when it ends from the row
     return moved
+
+
+def next_check(server: FleetServer) -> float:
+    """Seconds until ``datum serve`` checks the rollout in force again: ``CHECK_EVERY``, or sooner when its
+    soak ends before that (the wave is released when the soak ends, not up to a period later). From the row
+    this process last read, never a read of the store; a transition made elsewhere wakes the loop
+    (``serve.announce``)."""
+    row = server.rollouts.row
+    settings = server.settings.fleet.rollout
+    if row is None or settings is None or row.state != stored.ROLLING or row.wave_completed_at is None:
+        return CHECK_EVERY
+    left = (row.wave_completed_at + settings.soak - datetime.now(UTC)).total_seconds()
+    return min(CHECK_EVERY, max(SOONEST, left + SOONEST))  # just after it ends: the store's clock says when
 
 
 def after_pass(server: FleetServer, revision: str | None) -> None:

@@ -78,6 +78,8 @@ def announce(server: FleetServer) -> bool:
         if server.rollouts.announced == version:
             return False
         server.rollouts.announced = version
+    if row is not None and row.state == stored.ROLLING:
+        server.rollouts.wake_check()  # a resume (from anywhere) may release a wave now: checked at once
     return True
 
 
