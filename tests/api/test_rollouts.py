@@ -926,7 +926,7 @@ def test_without_the_section_every_host_gets_the_current_directory(tmp_path, sto
         ({"waves": ["ten", "100%"]}, "a percentage"),
         ({"max_failed": "105%"}, "from 0% to 100%"),
         ({"canary": ["group:"]}, "a host name or group:NAME"),
-        ({"soak": "0s"}, "positive"),
+        ({"soak": "-1s"}, "a duration such as"),
         ({"canaries": ["web1"]}, "Extra inputs"),
     ],
 )
