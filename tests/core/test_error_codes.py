@@ -10,7 +10,14 @@ from datum.api.front.errors import ERROR_STATUSES, STATUS_BY_CODE
 from datum.api.front.errors import ErrorCode as Published
 from datum.cli import exits
 from datum.cli.main import report_problem
-from datum.core.findings import EXIT_INVALID, EXIT_SOFTWARE, EXIT_UNAVAILABLE, EXIT_USAGE, ErrorCode, Problem
+from datum.core.findings import (
+    EXIT_INVALID,
+    EXIT_SOFTWARE,
+    EXIT_UNAVAILABLE,
+    EXIT_USAGE,
+    ErrorCode,
+    Problem,
+)
 
 
 def test_every_answered_code_has_its_status_and_the_status_its_code():
