@@ -182,3 +182,42 @@ def test_a_resume_through_the_store_wakes_the_server_s_check(fleet: Fleet):
     assert held["revision"] == new
     # the check woken at once: the soak restarted by the resume (1 s) ends, and the wave reaches h1 within LATE
     assert float(held["at"]) - resumed < 1.0 + LATE, (held["at"], resumed)  # type: ignore[arg-type]
+
+
+def test_rollouts_off_and_on_and_a_restart_never_take_a_host_back(tmp_path: Path):
+    """Issue 36, item 1, with real processes: rollouts switched off, a fix served to everyone, switched on
+    again with the server restarted, and the next revision's rollout (from the last ``done``, before the fix):
+    every held-back host is served the fix it runs (or told to keep it, 503), never the revision before it;
+    so again after a restart in the middle of the rollout."""
+    f = Fleet(tmp_path)
+    with_rollout = f.cfg.read_text()
+    without = with_rollout.split("[fleet.rollout]")[0]
+
+    def serve():  # type: ignore[no-untyped-def]
+        return serving(f.cfg, tmp_path / f"serve-{time.monotonic_ns()}.log")
+
+    with serve() as f.base:
+        first = {h: f.fetch(h) for h in HOSTS}
+        for host, revision in first.items():
+            f.report(host, revision)
+        old = first["h1"]
+    f.cfg.write_text(without)  # off; the fix to everyone at once
+    motd(f.fleet, "fix")
+    with serve() as f.base:
+        fix = {h: f.fetch(h) for h in HOSTS}
+        assert set(fix.values()) != {old} and len(set(fix.values())) == 1
+        for host, revision in fix.items():
+            f.report(host, revision)
+    f.cfg.write_text(with_rollout)  # on again, then the next edit
+    motd(f.fleet, "next")
+    for restart in range(2):
+        with serve() as f.base:
+            f.until(lambda: f.rollout()["revision"] != old and f.rollout()["state"] == "rolling")
+            ro = f.rollout()
+            assert ro["previous"] == old, ro  # the last done: before the fix
+            for host in ("h1", "h2"):
+                answer = f.manifest(host)
+                if answer.status_code == 200:  # its own last revision, never the rollout's previous
+                    assert answer.headers["Datum-Revision"] in (fix[host], ro["revision"]), (restart, host, ro)
+                else:  # the fix was never kept (rollouts were off): it keeps what it runs
+                    assert answer.status_code == 503 and "keeps the manifest it has" in answer.text, answer.text
