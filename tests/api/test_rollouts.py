@@ -1068,8 +1068,9 @@ def test_a_fleet_directory_removed_and_cloned_again_is_served_anew_never_stale(t
 
 
 def test_the_page_and_the_cli_say_which_act_and_who(story: Story, datum_cli, tmp_path):  # type: ignore[no-untyped-def]
-    """Issue 40, item 5: "last paused, resumed or aborted by operator" said neither which. The state says
-    which (``datum.fleet.rollouts.status.acted``), on the page and in ``datum rollout status``."""
+    """Issue 40, item 5: "last paused, resumed or aborted by operator" said neither which nor when. The
+    stored transitions say both (``datum.fleet.rollouts.status.acted``), on the page and in ``datum rollout
+    status``."""
     start(story, WEB)
     cfg = tmp_path / "cli.toml"
     cfg.write_text(f'store = "{story.settings.store}"\n[fleet]\nmanifests = "{story.fleet}"\n'  # type: ignore[attr-defined]
@@ -1078,7 +1079,9 @@ def test_the_page_and_the_cli_say_which_act_and_who(story: Story, datum_cli, tmp
                          ("abort", "aborted by operator")):
         answer = story.client.post(f"/v1/rollouts/current/{action}", headers=story.auth("operator"))
         assert answer.status_code == 200, answer.text
+        at = answer.json()["rollout"]["transitions"][-1]["at"]  # when, to the second, in UTC
+        when = f" at {at[:10]} {at[11:19]} UTC"
         page = story.get("/ui/overview").text
-        assert said.capitalize() + "." in page and "paused, resumed or aborted" not in page
+        assert said.capitalize() + when + "." in page and "paused, resumed or aborted" not in page
         code, out, err = datum_cli("rollout", "status", "--config", str(cfg))
-        assert code == 0 and said in out, (out, err)
+        assert code == 0 and said + when in " ".join(out.split()), (out, err)

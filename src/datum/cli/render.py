@@ -420,7 +420,7 @@ def rollout(found: Any, out: Console, times: Times) -> None:
     if found.by:
         from datum.fleet.rollouts.status import acted
 
-        out.print(text(acted(found.state, found.by) or ""))
+        out.print(text(acted(found.transitions) or ""))
     if found.reason:
         out.print(text(f"reason: {found.reason}"))
     for f in found.failed or []:

@@ -13,14 +13,16 @@ manifest from the agent's cache) are counted apart (``without``).
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
+from typing import Any
 
 from datum.core.vocab import HostState
 from datum.fleet.revision import Revision
 from datum.store.engine import Store
 from datum.store.revisions import running, seen
-from datum.store.rollouts import ABORTED, PAUSED, RolloutRow
+from datum.store.rollouts import ABORTED, SERVER, RolloutRow
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,13 +88,11 @@ def status(store: Store, multiple: float, now: datetime, current: Revision | Non
     return Rollout(current.id if current else None, rows, without)
 
 
-def acted(state: str, by: str | None) -> str | None:
-    """Who last acted on a rollout, in the words every surface prints (the page, ``datum rollout status``):
-    the store keeps only who (``by``) beside the state, so the state says which act it was: ``paused``
-    and ``aborted`` are the act itself; any other state with someone named was a resume (the rollout may
-    have moved on since). None when nobody acted on it."""
-    if not by:
-        return None
-    if state in (PAUSED, ABORTED):
-        return f"{state} by {by}"
-    return f"resumed by {by}"
+def acted(transitions: Sequence[Any]) -> str | None:
+    """Who last acted on a rollout, which act and when, in the words every surface prints (the page,
+    ``datum rollout status``), from its stored transitions (``RolloutEvent``s, oldest first): the last one
+    a person made (``by`` not ``server``). None when nobody acted on it."""
+    for t in reversed(transitions):
+        if t.by != SERVER:
+            return f"{t.action} by {t.by} at {t.at.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC"
+    return None
