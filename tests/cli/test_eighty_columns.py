@@ -223,3 +223,23 @@ def test_a_reconciler_switched_off_reads_disabled_not_unknown(capsys):
     render.summaries(rows, render.console(), render.Times(datetime.now(UTC)))
     listed = [line.split() for line in capsys.readouterr().out.splitlines()[2:]]
     assert listed == [["pg_roles", "disabled", "0", "0", "-", "never"], ["buckets", "unknown", "0", "0", "-", "never"]]
+
+
+def test_the_drift_of_a_reconciler_switched_off_says_so(tmp_path, datum_cli):
+    """Issue 40, item 5: ``datum drift pg_roles`` said only ``unknown`` and "no pass has executed yet" for a
+    reconciler that is switched off (pg_roles is, unless configured): it says disabled and why no pass runs;
+    its JSON keeps the health its last pass left, with ``enabled`` false."""
+    import json
+
+    cfg = tmp_path / "datum.toml"
+    cfg.write_text(f'store = "sqlite:///{tmp_path / "d.db"}"\n')
+    code, out, err = datum_cli("drift", "pg_roles", "--config", str(cfg))
+    assert code == 0, err
+    said = " ".join(out.split())
+    assert said.startswith("pg_roles health disabled") and "switched off ([reconcilers.pg_roles] enabled = false)" in said
+    assert "no pass has executed yet" not in said
+    code, out, err = datum_cli("drift", "pg_roles", "--config", str(cfg), "--json")
+    doc = json.loads(out)
+    assert (doc["health"], doc["enabled"]) == ("unknown", False)
+    code, out, err = datum_cli("drift", "buckets", "--config", str(cfg), "--json")
+    assert json.loads(out)["enabled"] is True

@@ -178,6 +178,12 @@ def _group_detail(items: list[DriftItem], wide: bool, backoff: BackoffPolicy | N
     return lines(*body, shared)
 
 
+def health_word(r: Any) -> str:
+    """A reconciler's health as the terminal prints it: a reconciler switched off reads ``disabled``, not the
+    ``unknown`` (or the last pass's health) its JSON keeps (``enabled`` false, where the row has it)."""
+    return str(r.health.value) if getattr(r, "enabled", True) else "disabled"
+
+
 def drift(
     report: DriftReport, out: Console, times: Times, breaker: Mapping[Direction, Threshold],
     backoff: BackoffPolicy | None, advise: Callable[[DriftItem], Act] | None = None,
@@ -190,9 +196,10 @@ def drift(
     from rich.markup import escape
 
     advise = advise or (lambda i: advice(i.reason, i.failures, backoff))
-    style = _HEALTH_STYLE.get(report.health.value, "")
+    health = health_word(report)
+    style = _HEALTH_STYLE.get(health, "dim")
     head = (
-        f"[bold]{escape(report.reconciler)}[/]  health [{style}]{report.health.value}[/]  "
+        f"[bold]{escape(report.reconciler)}[/]  health [{style}]{health}[/]  "
         f"drift {report.drift}  blocked {report.blocked}"
         + (f"  stranded {sum(1 for c in report.coverage if c.stranded)}" if report.coverage_reported else "")
         + f"  last ran {times(report.last_ran_at)}"
@@ -200,6 +207,9 @@ def drift(
     if report.as_of != report.last_ran_at:
         head += f"  (latest tick {times(report.as_of)} was skipped)"
     out.print(head)
+    if not report.enabled:
+        out.print(text(f"switched off ([reconcilers.{report.reconciler}] enabled = false): no pass runs; its health "
+                       "is what its last pass left", "yellow"))
     if report.error:
         out.print(text(f"the last pass could not complete: {report.error}", "bold red"))
     if not report.items_reported:
@@ -223,7 +233,7 @@ def drift(
             ],
         )
     elif report.last_ran_at is None:
-        out.print("no pass has executed yet")
+        out.print("no pass has executed yet" if report.enabled else "no pass has executed: it is switched off")
     elif report.error:
         out.print("no items: no pass of this reconciler has completed yet")
     else:
@@ -282,8 +292,7 @@ def summaries(rows: Sequence[ReconcilerSummary], out: Console, times: Times) -> 
         t.add_column(col, justify="right", no_wrap=True)
     t.add_column("last ran", no_wrap=True)
     for r in rows:
-        # A reconciler switched off reads disabled, not unknown (the list surface's ``enabled``, where it has one).
-        health = r.health.value if getattr(r, "enabled", True) else "disabled"
+        health = health_word(r)
         t.add_row(
             text(r.name), text(health, _HEALTH_STYLE.get(health, "dim")), str(r.drift), str(r.blocked),
             str(r.stranded) if r.coverage_reported else "-", times(r.last_ran_at),

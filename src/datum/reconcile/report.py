@@ -158,6 +158,11 @@ class DriftReport(_Out):
     coverage_error: str | SkipJsonSchema[None] = absent(
         "A failed coverage query, reported instead of failing the response.", "coverageError"
     )
+    enabled: bool = Field(
+        default=True,
+        description="Whether the reconciler is switched on (`[reconcilers.NAME] enabled`). A disabled one runs no "
+        "pass; its `health` is what its last pass left (`unknown` when it never ran).",
+    )
 
 
 class ReconcilerSummary(_Out):
@@ -259,6 +264,7 @@ def drift_report(
         coverage_reported=specs is not None or reported is not None,
         coverage=coverage,
         coverage_error=coverage_error,
+        enabled=enabled(registry, settings, name),
     )
 
 
