@@ -1010,11 +1010,36 @@ def test_a_transition_another_caller_read_first_is_still_announced_to_the_waits(
     report(story, "web1", "converged", second)
     tick(story)  # releases wave 1 and reads the row after it moved
     assert in_force(story)["wave"] == 1
-    assert serve.announce(fleet), "the wave released by this process's own tick is announced"
+    wave1 = frozenset(h for h, w in stored.membership(story.store, in_force(story)["id"]).items() if w == 1)
+    assert serve.announce(fleet) == wave1, "the wave released by this process's own tick is announced to its hosts"
     assert not serve.announce(fleet)
     answer = story.client.post("/v1/rollouts/current/pause", headers=story.auth("operator"))
     assert answer.status_code == 200, answer.text  # the route reads the row too, for its answer
-    assert serve.announce(fleet), "a pause through the API is announced"
+    assert serve.announce(fleet) is False, "a pause changes what nobody is served: no waiter asks again"
+    assert fleet.rollouts.announced == (in_force(story)["id"], "paused", 1)  # yet it is announced
+    answer = story.client.post("/v1/rollouts/current/abort", headers=story.auth("operator"))
+    assert serve.announce(fleet) == frozenset({"web1"}) | wave1, "an abort: the released hosts get the previous back"
+
+
+def test_a_transition_wakes_only_the_waits_of_the_hosts_it_concerns():
+    """A wave of 330 released woke all 1,000 waiters, each asking again through the route (docs/performance.md):
+    the watch completes only the futures of the hosts a transition names; everyone on a change of the files."""
+    import asyncio
+
+    from datum.fleet.changes import FleetChanges
+
+    async def run() -> None:
+        changes = FleetChanges(Path("/nonexistent"))
+        a, b, anyone = changes.waiter("a"), changes.waiter("b"), changes.waiter()
+        changes._wake(frozenset({"a"}))
+        assert (a.done(), b.done(), anyone.done()) == (True, False, False)
+        changes._wake(False)
+        assert not b.done()
+        changes.forget(a, "a")
+        changes._wake(True)
+        assert b.done() and anyone.done() and changes.waiting == 0
+
+    asyncio.run(run())
 
 
 def test_a_halted_or_paused_rollout_is_a_line_of_needs_a_human_everywhere(story: Story, datum_cli, tmp_path):  # type: ignore[no-untyped-def]

@@ -47,6 +47,8 @@ SETTLE = 8  # periods a change may keep moving before it is told all the same (a
 
 # Whether what a host would be served now is still what its agent has (the route: its If-None-Match matches).
 Unchanged = Callable[[Effective], bool]
+# Which waiters a transition of the rollout in force wakes: all, none, or the waits of these hosts.
+Wake = bool | frozenset[str]
 
 
 class FleetChanges:
@@ -63,32 +65,41 @@ class FleetChanges:
 
     def __init__(
         self, directory: Path, period: float = PERIOD, seen: Callable[[], object] | None = None,
-        probe: Callable[[], bool] | None = None,
+        probe: Callable[[], Wake] | None = None,
     ) -> None:
         self.configured = directory
         self.directory = directory_of(directory)  # as last looked at
         self.period = period
         self._seen = seen  # run in a worker thread at start and after each change (the revision's record)
-        # With staged rollouts (datum.fleet.rollouts): run in a worker thread each period, True when the rollout
-        # in force moved (a wave released, halted, aborted...): every waiter asks again, as at a change.
+        # With staged rollouts (datum.fleet.rollouts): run in a worker thread each period; what it says of the
+        # rollout in force (``Wake``): True, every waiter asks again, as at a change; the hosts whose answer the
+        # transition changed (a wave released, an abort), their waiters only; False, none.
         self._probe = probe
         self._waiters: set[asyncio.Future[None]] = set()
+        self._of: dict[str, set[asyncio.Future[None]]] = {}  # the waiters of each host that said which
         self._closed = False
         self._task: asyncio.Task[None] | None = None
         self.changes = 0  # how many changes were seen (for tests and metrics)
 
-    def waiter(self) -> asyncio.Future[None]:
-        """A future the next change of the directory (or ``close``) completes; ``forget`` it when done."""
+    def waiter(self, host: str | None = None) -> asyncio.Future[None]:
+        """A future the next change of the directory (or ``close``) completes, and a transition of the rollout
+        that changes what ``host`` is served; ``forget`` it when done."""
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         if self._closed:
             future.set_result(None)
         else:
             self._waiters.add(future)
+            if host is not None:
+                self._of.setdefault(host, set()).add(future)
         return future
 
-    def forget(self, future: asyncio.Future[None]) -> None:
+    def forget(self, future: asyncio.Future[None], host: str | None = None) -> None:
         """``future`` no longer waits (answered, timed out, its client gone)."""
         self._waiters.discard(future)
+        if host is not None and (mine := self._of.get(host)) is not None:
+            mine.discard(future)
+            if not mine:
+                del self._of[host]
 
     @property
     def waiting(self) -> int:
@@ -110,8 +121,7 @@ class FleetChanges:
             await asyncio.sleep(self.period)
             now = await self._read()
             if now is None or now == seen:
-                if await self._probed():
-                    self._wake()
+                self._wake(await self._probed())
                 continue
             seen = await self._settled(now)
             self.changes += 1
@@ -129,8 +139,7 @@ class FleetChanges:
         checkout or ``rsync`` of many files settles the same way. Costs one period on every change."""
         for _ in range(SETTLE):
             await asyncio.sleep(self.period)
-            if await self._probed():  # the rollout in force moved meanwhile: the waits ask again, as every period
-                self._wake()
+            self._wake(await self._probed())  # the rollout in force moved meanwhile: as every period
             again = await self._read()
             if again is None or again == moved:
                 return moved
@@ -145,7 +154,7 @@ class FleetChanges:
         except Exception as exc:  # noqa: BLE001 - told again at the next change; a manifest request names it too
             log.warning("naming the fleet directory's revision failed: %s", exc)
 
-    async def _probed(self) -> bool:
+    async def _probed(self) -> Wake:
         if self._probe is None:
             return False
         try:
@@ -166,8 +175,15 @@ class FleetChanges:
         resolved = directory_of(self.configured)
         return resolved, signature(resolved)
 
-    def _wake(self) -> None:
-        waiters, self._waiters = self._waiters, set()
+    def _wake(self, which: Wake = True) -> None:
+        """Complete the waiters ``which`` says: all (True), none (False), or those of these hosts."""
+        if which is False:
+            return
+        if which is True:
+            waiters, self._waiters, self._of = self._waiters, set(), {}
+        else:
+            waiters = {f for host in which for f in self._of.pop(host, ())}
+            self._waiters -= waiters
         for future in waiters:
             if not future.done():
                 future.set_result(None)
@@ -208,14 +224,15 @@ async def held(
 
 
 async def held_by(
-    changes: FleetChanges, find: Callable[[], Awaitable[Effective]], unchanged: Unchanged, wait: float
+    changes: FleetChanges, find: Callable[[], Awaitable[Effective]], unchanged: Unchanged, wait: float,
+    host: str | None = None,
 ) -> Effective:
     """``held`` with what the host is served found by ``find`` (a staged rollout's choice,
-    ``datum.fleet.rollouts.serve``)."""
+    ``datum.fleet.rollouts.serve``); ``host``: the waits a transition of the rollout concerning it wakes."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait
     while True:
-        change = changes.waiter()  # taken before asking: a change while asking is not missed
+        change = changes.waiter(host)  # taken before asking: a change while asking is not missed
         try:
             found = await find()
             left = deadline - loop.time()
@@ -227,4 +244,4 @@ async def held_by(
             except TimeoutError:
                 return found
         finally:
-            changes.forget(change)
+            changes.forget(change, host)

@@ -141,7 +141,7 @@ async def chosen(
 
     changes = server.changes
     if wait and unchanged is not None and changes is not None:
-        found = await held_by(changes, find, unchanged, wait)
+        found = await held_by(changes, find, unchanged, wait, host)
     else:
         found = await find()
     return Served(found, named[0])

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from datum.core.findings import Problem
+from datum.fleet.changes import Wake
 from datum.fleet.effective import Effective, directory_of, effective
 from datum.fleet.revision import Revision
 from datum.fleet.server import FleetServer
@@ -65,22 +66,40 @@ def refresh(server: FleetServer) -> RolloutRow | None:
         return server.rollouts.row
 
 
-def announce(server: FleetServer) -> bool:
+def announce(server: FleetServer) -> Wake:
     """The one place a transition of the rollout in force is announced: the directory watch's probe
-    (``datum.fleet.changes``), every period on every replica. True when the row read now is not the one
-    the held long polls were last told of, whoever made the transition (this process's tick, the API,
-    the CLI through the store, another replica) and whoever read the row first: they then ask again."""
+    (``datum.fleet.changes``), every period on every replica. Which held long polls ask again when the row
+    read now is not the one they were last told of, whoever made the transition (this process's tick, the
+    API, the CLI through the store, another replica) and whoever read the row first (``concerned``)."""
     if not configured(server):
         return False
     row = refresh(server)
     version = row.version if row else None
     with server.rollouts.lock:
-        if server.rollouts.announced == version:
+        before = server.rollouts.announced
+        if before == version:
             return False
         server.rollouts.announced = version
     if row is not None and row.state == stored.ROLLING:
         server.rollouts.wake_check()  # a resume (from anywhere) may release a wave now: checked at once
-    return True
+    return concerned(server, before, row)
+
+
+def concerned(server: FleetServer, before: object, row: RolloutRow | None) -> Wake:
+    """Whose answer the move from ``before`` (the version last announced) to ``row`` changes, so that a
+    transition of a rollout of 100,000 hosts asks again for the hosts it concerns, not for all: a wave
+    released, its hosts (they get the new revision); an abort, the released hosts (the previous one again);
+    a halt, a pause or a resume, nobody (what each host is served is the same). Every waiter for anything
+    else: another rollout, the first look, the last wave (it releases the hosts no wave planned), done."""
+    if row is None or not isinstance(before, tuple) or before[0] != row.id or row.wave >= row.last_wave:
+        return True
+    _id, _state, wave = before
+    members = _members(server, row)
+    if row.state == ABORTED:
+        return frozenset(h for h, w in members.items() if w <= row.wave)
+    if row.wave > wave:
+        return frozenset(h for h, w in members.items() if wave < w <= row.wave)
+    return row.state == DONE
 
 
 def in_force(server: FleetServer) -> RolloutRow | None:
