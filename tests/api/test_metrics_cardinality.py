@@ -151,13 +151,17 @@ def test_the_process_counts_the_reports_it_took_and_how_long_each_took(story):
 
 
 GROUPED = """\
+labels:
+  db1: {role: tester}
 nodes:
   - match: {name: "web*"}
     manifests: [web.yaml]
     group: web
-  - match: {facts: {os_release.ID: testos}}
+  - match: {labels: {role: tester}}
     manifests: [web.yaml]
     group: testers
+  - match: {facts: {os_release.ID: testos}}
+    manifests: [web.yaml]
   - match: {name: "db*"}
     manifests: [web.yaml]
 """
@@ -180,26 +184,26 @@ def report_with(story, host: str, state: str = "converged", facts: str | None = 
     assert r.status_code in (200, 201), r.text
 
 
-def test_hosts_by_group_and_state_come_from_the_name_and_the_facts_sent_with_the_report(story, tmp_path):
+def test_hosts_by_group_and_state_come_from_the_name_and_labels_never_the_facts_sent(story, tmp_path):
     directory = serve_fleet(story, tmp_path / "fleet")
     (directory / "nodes.yaml").write_text(GROUPED)
     for i in range(3):
         report_with(story, f"web{i}")
     report_with(story, "web9", state="failed")
-    report_with(story, "db1", facts='{"os_release": {"ID": "testos"}}')  # the facts' rule: a later rule's group wins
-    report_with(story, "db2")  # no rule gives it a group
-    report_with(story, "db3", facts="{not json")  # taken all the same, in the group it had (a new host: default)
+    report_with(story, "db1")  # its label's rule: a later rule's group wins
+    report_with(story, "db2", facts='{"os_release": {"ID": "testos"}}')  # claims: no group of the facts' rule
+    report_with(story, "db3", facts="{not json")  # taken all the same
     seen = grouped(story)
     assert seen[("web", "converged")] == 3 and seen[("web", "failed")] == 1
     assert seen[("testers", "converged")] == 1 and seen[("default", "converged")] == 2
     assert sum(seen.values()) == 7
     # every group nodes.yaml names and default, by every state: 0 when none
     assert {g for g, _s in seen} == {"web", "testers", "default"} and len(seen) == 3 * 6
-    # the group moves with the facts of the next report; facts that do not read keep it
+    # facts sent with the next reports move no host: not db1 out of its label's group, not web1 out of web
     report_with(story, "db1", facts="{}", seq=5, passId="p5")
-    report_with(story, "web1", facts="[1]", state="failed", seq=6, passId="p6")
+    report_with(story, "web1", facts='{"os_release": {"ID": "testos"}}', state="failed", seq=6, passId="p6")
     seen = grouped(story)
-    assert seen[("testers", "converged")] == 0 and seen[("default", "converged")] == 3
+    assert seen[("testers", "converged")] == 1 and seen[("default", "converged")] == 2
     assert seen[("web", "failed")] == 2 and seen[("web", "converged")] == 2
 
 

@@ -29,15 +29,19 @@ def _fleet(tmp_path: Path, nodes: str, **files: str) -> Path:
 
 
 RULES = """\
+labels:
+  web2: {size: big}
 nodes:
   - match: {name: "web*"}
     manifests: [web.yaml]
     vars: {port: 80}
   - match: {facts: {os_release.ID: "deb*", cpu_count: "4"}}
     manifests: [debian.yaml]
-    vars: {port: 8080}
   - match: {name: "db*", facts: {os_release.ID: debian}}
     manifests: [db.yaml]
+  - match: {labels: {size: "b*"}}
+    manifests: [web.yaml]
+    vars: {port: 8080}
 """
 ONE = "resources:\n  - File[/{name}]:\n      content: x\n"
 
@@ -46,13 +50,15 @@ ONE = "resources:\n  - File[/{name}]:\n      content: x\n"
     ("host", "facts", "manifests", "port"),
     [
         ("web1", {}, ["web.yaml"], 80),
-        ("web1", {"os_release": {"ID": "debian"}, "cpu_count": 4}, ["web.yaml", "debian.yaml"], 8080),
+        ("web2", {}, ["web.yaml"], 8080),  # its label's rule, later: its vars win
+        ("web1", {"os_release": {"ID": "debian"}, "cpu_count": 4}, ["web.yaml", "debian.yaml"], 80),
+        ("web1", {"size": "big"}, ["web.yaml"], 80),  # a fact is not a label
         ("db1", {"os_release": {"ID": "debian"}, "cpu_count": 2}, ["db.yaml"], None),
         ("db1", {"os_release": {"ID": "fedora"}}, [], None),
-        ("mail", {"os_release": {"ID": "debian"}, "cpu_count": 4}, ["debian.yaml"], 8080),
+        ("mail", {"os_release": {"ID": "debian"}, "cpu_count": 4}, ["debian.yaml"], None),  # facts give no vars
     ],
 )
-def test_rules_match_by_name_and_facts_in_order(tmp_path, host, facts, manifests, port):
+def test_rules_match_by_name_labels_and_facts_in_order(tmp_path, host, facts, manifests, port):
     d = _fleet(tmp_path, RULES, **{f"{n}.yaml": ONE.format(name=n) for n in ("web", "debian", "db")})
     chosen, variables, _ = classify(load_rules(d), host, facts)
     assert chosen == manifests

@@ -143,11 +143,13 @@ def test_a_lease_from_another_boot_is_replaced(store):
 
 
 NODES = """\
+labels:
+  "db1": {os: debian}
 nodes:
   - match: {name: "web*"}
     manifests: [m.yaml]
     group: web
-  - match: {facts: {os_release.ID: debian}}
+  - match: {labels: {os: debian}}
     group: debian-first
   - match: {name: "web9"}
     group: canary
@@ -158,11 +160,11 @@ def test_groups_come_from_node_rules_the_last_that_gives_one(tmp_path: Path):
     (tmp_path / "m.yaml").write_text("resources: []\n")
     (tmp_path / "nodes.yaml").write_text(NODES)
     rules = load_rules(tmp_path)
-    assert group_of(rules, "web1", {}) == "web"
-    assert group_of(rules, "web9", {}) == "canary"
-    assert group_of(rules, "db1", {"os_release": {"ID": "debian"}}) == "debian-first"
-    assert group_for(tmp_path, "db2", {}) == "default"
-    assert group_for(None, "web1", {}) == "default"  # no fleet directory: one group
+    assert group_of(rules, "web1") == "web"
+    assert group_of(rules, "web9") == "canary"
+    assert group_of(rules, "db1") == "debian-first"  # by the label nodes.yaml gives it
+    assert group_for(tmp_path, "db2") == "default"
+    assert group_for(None, "web1") == "default"  # no fleet directory: one group
     (tmp_path / "nodes.yaml").write_text("nodes:\n  - match: {name: x}\n    group: ''\n")
     with pytest.raises(Problem) as refused:
         load_rules(tmp_path)

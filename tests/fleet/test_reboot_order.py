@@ -182,9 +182,9 @@ def test_reboot_order_reads_from_nodes_yaml(tmp_path: Path):
     (tmp_path / "nodes.yaml").write_text(NODES)
     rules, order = load_nodes(tmp_path)
     assert len(rules) == 2 and order == {"web": ("web3", "web1", "web2"), "db": "name"}
-    assert placed(tmp_path, "web1", {}) == ("web", ("web3", "web1", "web2"))
-    assert placed(tmp_path, "db7", {}) == ("db", "name")
-    assert placed(tmp_path, "other", {}) == ("default", None)  # a group it does not name: first come
+    assert placed(tmp_path, "web1") == ("web", ("web3", "web1", "web2"))
+    assert placed(tmp_path, "db7") == ("db", "name")
+    assert placed(tmp_path, "other") == ("default", None)  # a group it does not name: first come
 
 
 def test_every_reboot_order_finding_is_at_its_field(tmp_path: Path):

@@ -69,7 +69,9 @@ class RebootLeaseRequest(BaseModel):
 
     boot_id: Text = Field(alias="bootId", min_length=1, max_length=100, description="The boot the host asks from.")
     facts: dict[str, Any] = Field(
-        default_factory=dict, description="The host's facts, as in `X-Datum-Facts`: nodes.yaml rules match them."
+        default_factory=dict,
+        description="The host's facts, as in `X-Datum-Facts`: its own claims, not read (its group is the one "
+        "nodes.yaml gives it by its name and labels).",
     )
     interval_seconds: float = absent(
         "The agent's interval: its ask holds its place in the group's reboot_order for two of them "

@@ -121,8 +121,14 @@ def validate(manifest: str | None, as_json: bool, allow_outside: bool, fleet: st
 
 
 @click.command()
-def schema() -> int:
-    """Print the manifest's JSON Schema (for editors)."""
+@click.option("--nodes", "nodes", is_flag=True, help="The schema of a fleet directory's nodes.yaml instead.")
+def schema(nodes: bool) -> int:
+    """Print the manifest's JSON Schema, or nodes.yaml's (for editors)."""
+    if nodes:
+        from datum.fleet.nodes_model import nodes_schema
+
+        click.echo(json.dumps(nodes_schema(), indent=2))
+        return 0
     from datum.host.schema import manifest_schema
 
     broken: dict[str, str] = {}

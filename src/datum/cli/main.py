@@ -32,7 +32,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "history": ("datum.cli.history", "history", "A host's kept passes, newest first: when, state, resources."),
     "events": ("datum.cli.history", "events", "What changed, failed, drifted or was blocked across the fleet."),
     "reboots": ("datum.cli.fleet", "reboots", "The fleet's reboot leases; clear one whose host will not come back."),
-    "schema": ("datum.cli.host", "schema", "Print the manifest's JSON Schema."),
+    "schema": ("datum.cli.host", "schema", "Print the manifest's JSON Schema (--nodes: nodes.yaml's)."),
     "reboot": ("datum.cli.host", "reboot", "Reboot when the last pass found it needed."),
     "serve": ("datum.cli.serve", "serve", "Serve the HTTP API and the web page, ticking the reconcilers."),
     "store": ("datum.cli.store", "store", "The server's store: datum store migrate."),

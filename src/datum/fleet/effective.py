@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from datum.core.findings import FieldError, Problem, invalid
-from datum.fleet.nodes import NODES, Rule, classify, load_rules
+from datum.fleet.nodes import NODES, Rules, classify, load_rules
 
 
 @dataclass(frozen=True, slots=True)
@@ -338,22 +338,27 @@ def forget_all_but(resolved: Path, now: str) -> None:
 
 # Per (directory, signature): the rules of its nodes.yaml. Per (directory, manifests, vars, signature):
 # the composition's digest and shared JSON.
-_RULES: dict[tuple[str, str], list[Rule]] = {}
+_RULES: dict[tuple[str, str], Rules] = {}
 _COMPOSED: dict[tuple[str, tuple[str, ...], str, str], tuple[str, bytes]] = {}
 
 
-def rules_now(directory: Path, state: str | None = None) -> list[Rule]:
-    """The rules of ``directory``'s (resolved) ``nodes.yaml`` for its files as they are now (``state``: their
-    ``signature``, given by a read ``held_still`` makes; else read here through it), read once per state; a
-    Problem when it does not validate."""
+def rules_now(directory: Path, state: str | None = None) -> Rules:
+    """``directory``'s (resolved) ``nodes.yaml`` (its rules, labels and ``reboot_order``) for its files as they
+    are now (``state``: their ``signature``, given by a read ``held_still`` makes; else read here through it),
+    read once per state; a Problem when it does not validate."""
     where = str(directory)
+
+    def read(now: str) -> Rules:
+        kept = _RULES.get((where, now))  # an empty Rules is falsy: None tells "not read yet"
+        return load_rules(directory) if kept is None else kept
+
     if state is None:
-        rules = _RULES.get((where, signature(directory)))
-        if rules is not None:
-            return rules
-        state, rules = held_still(directory, lambda now: _RULES.get((where, now)) or load_rules(directory))
+        known = _RULES.get((where, signature(directory)))
+        if known is not None:
+            return known
+        state, rules = held_still(directory, read)
     else:
-        rules = _RULES.get((where, state)) or load_rules(directory)
+        rules = read(state)
     if len(_RULES) >= 100:
         _RULES.clear()
     _RULES[(where, state)] = rules
@@ -385,7 +390,7 @@ def _effective(directory: Path, host: str, facts: dict[str, Any], state: str) ->
 def check_fleet(directory: Path) -> tuple[int, int]:
     """Validate ``nodes.yaml`` and every rule's composition at once: (rules, manifests), or a Problem."""
     directory = directory.resolve()
-    rules: list[Rule] = load_rules(directory)
+    rules = load_rules(directory)
     found: list[FieldError] = []
     seen: set[str] = set()
     for rule in rules:

@@ -4,7 +4,8 @@
 (``datum.api.routes.hosts``, which say the answer in HTTP), in a worker thread
 with a report pydantic has already checked the shape of. It checks the host,
 accepts the report, stores it (``datum.store.hosts.take_pass``, with the group
-its facts give), counts it (``counters``) and, when a pass on the rolling
+``nodes.yaml`` gives the host by its name and labels: never by the facts its
+agent sends, which are claims), counts it (``counters``) and, when a pass on the rolling
 revision was stored, lets the rollout move on
 (``datum.fleet.rollouts.machine.after_pass``).
 
@@ -168,12 +169,10 @@ def check_host(report: PassReport, host: str) -> None:
         )
 
 
-def take(server: FleetServer, host: str, report: PassReport, facts: bytes | str | None = None) -> Received:
+def take(server: FleetServer, host: str, report: PassReport) -> Received:
     """Accept ``report`` (``422`` naming every field at fault) and store it. Blocks on the store, which must
-    be wired (the caller answers ``503`` before).
-
-    ``facts``: the request's ``X-Datum-Facts`` header, what the host's group is recorded from (with its name);
-    one that does not read keeps the stored group, it never refuses the report.
+    be wired (the caller answers ``503`` before). The group recorded is the host's by its name and labels
+    (``datum.fleet.reboots.intake_group``); a ``nodes.yaml`` that does not validate keeps the stored one.
     """
     store = server.store
     assert store is not None
@@ -185,20 +184,10 @@ def take(server: FleetServer, host: str, report: PassReport, facts: bytes | str 
         store, host, doc, history=True, text=text,
         # back from a reboot: its lease frees the group's slot, in the same transaction (statement, on PostgreSQL)
         release_lease=True,
-        group=intake_group(server.settings.fleet.manifests, host, _facts(facts)),
+        group=intake_group(server.settings.fleet.manifests, host),
     )
     server.intake.took(taken.outcome, time.perf_counter() - started)
     if taken.outcome == "stored":
         after_pass(server, report.revision)  # a host on the rolling revision: the rollout may move on
     return Received(taken, report, text)
 
-
-def _facts(header: bytes | str | None) -> dict[str, Any] | None:
-    """The facts an ``X-Datum-Facts`` header carries (none when absent), or None when they do not read."""
-    if header is None:
-        return {}
-    try:
-        facts = json.loads(header)
-    except ValueError:
-        return None
-    return facts if isinstance(facts, dict) else None

@@ -1,13 +1,16 @@
-"""Node classification: ``nodes.yaml``, ordered rules that give a host its manifests and template ``vars``.
+"""Node classification: ``nodes.yaml``, ordered rules that give a host its manifests, template ``vars`` and group.
 
 ```yaml
+labels:                                         # what the server knows of hosts, by name: per name or glob
+  "web*": {role: web}
+  db1: {role: db, backup: nightly}
 nodes:
-  - match: {name: "web*"}                       # a glob on the host name
+  - match: {labels: {role: web}}                # the labels above give it; values globbed
     manifests: [common.yaml, web.yaml]
     vars: {port: 8080}
-    group: web                                  # its reboot budget's group ([fleet] reboot_concurrency)
-  - match: {facts: {os_release.ID: debian}}     # dotted paths into the agent's facts; values globbed
-    manifests: [debian.yaml]
+    group: web                                  # its reboot budget's group and rollout waves' ([fleet.rollout])
+  - match: {facts: {os_release.ID: debian}}     # dotted paths into the agent's facts: its claims; values globbed
+    manifests: [debian.yaml]                    # manifests only, none holding a resource marked sensitive
   - match: {name: db1}                          # one host's name, no glob
     expected: true                              # declared: the ``hosts`` reconciler misses it when silent
 reboot_order:                                   # optional: per group, the order its reboot leases go in
@@ -15,31 +18,46 @@ reboot_order:                                   # optional: per group, the order
   db: name                                      # by host name (naturally: db2 before db10)
 ```
 
+**Facts are claims.** A host's name is the server's (the name its token is bound to) and so are its labels
+(``labels:``, by name); its facts are what its agent says of itself, so a rule that matches on facts adds
+manifests only, and none whose resources are marked ``sensitive``: ``vars``, ``group`` (reboot budget,
+rollout waves) and ``expected`` come from name and labels alone. ``nodes.yaml`` refuses a facts rule that
+gives more, naming the rule and its line (Puppet's ``trusted`` facts, Kubernetes' node-restriction labels).
+
 Every rule whose ``match`` fits contributes, in file order: its manifests
 (each once), its ``vars`` and its ``group`` (a later rule's value wins). A
-rule with both ``name`` and ``facts`` needs both. A host no rule matches has
+rule with several of ``name``, ``labels`` and ``facts`` needs all. A host no rule matches has
 no manifest. A rule may give only a ``group`` or ``expected`` (no ``manifests``).
 ``expected: true`` declares the one host its ``match.name`` names (a name, not
 a glob, and no ``facts``): the fleet's inventory (``datum.fleet.inventory``).
 ``reboot_order`` names groups some rule gives (or ``default``); a group it does
 not name grants its reboot leases to whoever asks first (``datum.store.leases``).
+The document's shape is ``datum.fleet.nodes_model`` (its JSON Schema: ``datum schema --nodes``); what
+relates its fields, and them to the fleet directory, is here. Every finding at once, each at its field
+with its line.
 """
 
 from __future__ import annotations
 
 import fnmatch
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from datum.core.budget import BY_NAME, DEFAULT_GROUP, Order
+from datum.core.budget import DEFAULT_GROUP, Order
 from datum.core.findings import FieldError, Problem, invalid
 
 NODES = "nodes.yaml"
 ORDER = "reboot_order"
-_RULE_KEYS = {"match", "manifests", "vars", "group", "expected"}
 _GLOB = frozenset("*?[")
-_MATCH_KEYS = {"name", "facts"}
+# What a rule on facts may not give: each grants something (secrets in vars, a reboot group, a rollout wave,
+# a place in the inventory). ``expected`` has its own finding (it declares one host by name).
+GRANTS = ("vars", "group")
+FACTS_GIVE_MANIFESTS_ONLY = (
+    "a rule that matches on facts (what the host's agent claims) gives manifests only, never {what}: "
+    "match it on name or labels (nodes.yaml `labels:`)"
+)
 
 
 @dataclass(frozen=True)
@@ -51,11 +69,44 @@ class Rule:
     vars: dict[str, Any] = field(default_factory=dict)
     group: str | None = None
     expected: bool = False
+    labels: dict[str, str] = field(default_factory=dict)
 
-    def matches(self, host: str, facts: dict[str, Any]) -> bool:
+    @property
+    def on_facts(self) -> bool:
+        """Whether the rule matches on what the host claims (it then gives manifests only)."""
+        return bool(self.facts)
+
+    def matches(self, host: str, labels: dict[str, str], facts: dict[str, Any]) -> bool:
         if self.name is not None and not fnmatch.fnmatchcase(host, self.name):
             return False
+        if not all(_fits(labels.get(key), want) for key, want in self.labels.items()):
+            return False
         return all(_fits(_fact(facts, path), want) for path, want in self.facts.items())
+
+
+@dataclass(frozen=True)
+class Rules:
+    """``nodes.yaml`` as read: its rules in file order, the labels it gives hosts by name (each pattern
+    with its labels, in file order) and its ``reboot_order`` by group. Iterates over the rules."""
+
+    rules: tuple[Rule, ...] = ()
+    labels: tuple[tuple[str, dict[str, str]], ...] = ()
+    order: dict[str, Order] = field(default_factory=dict)
+
+    def __iter__(self) -> Iterator[Rule]:
+        return iter(self.rules)
+
+    def __len__(self) -> int:
+        return len(self.rules)
+
+    def labels_of(self, host: str) -> dict[str, str]:
+        """The labels the server gives ``host``: every pattern of ``labels:`` its name fits, a later one's
+        value winning."""
+        given: dict[str, str] = {}
+        for pattern, labels in self.labels:
+            if fnmatch.fnmatchcase(host, pattern):
+                given.update(labels)
+        return given
 
 
 def _fact(facts: dict[str, Any], path: str) -> Any:
@@ -84,14 +135,7 @@ def read_list(path: Path, key: str, what: str, also: tuple[str, ...] = ()) -> tu
 
 def read_doc(path: Path, key: str, what: str, also: tuple[str, ...] = ()) -> tuple[list[Any], list[FieldError], Any]:
     """``read_list`` and the whole document, for the keys in ``also``."""
-    from datum.host.document import parse
-
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise Problem.one("INVALID_INPUT", f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from exc
-    doc, parsed = parse(text, str(path))
-    found = [FieldError(f"{path.name}: {f.field}", f.message) for f in parsed]
+    doc, found, _lines = _read(path)
     items = doc.get(key) if isinstance(doc, dict) else None
     if not isinstance(items, list):
         found.append(FieldError(f"{path.name}: {key}", what))
@@ -101,62 +145,164 @@ def read_doc(path: Path, key: str, what: str, also: tuple[str, ...] = ()) -> tup
     return items, found, doc
 
 
-def load_rules(directory: Path) -> list[Rule]:
-    """The rules of ``directory/nodes.yaml``; a Problem with every finding when it is not valid."""
-    return load_nodes(directory)[0]
+def _read(path: Path) -> tuple[Any, list[FieldError], dict[str, int]]:
+    """The YAML document at ``path``, its duplicate keys as findings at ``NAME: field``, and the line each
+    field path is written on; a Problem when it cannot be read or is not YAML."""
+    from datum.host.document import parse
+
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise Problem.one("INVALID_INPUT", f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from exc
+    lines: dict[str, int] = {}
+    doc, parsed = parse(text, str(path), lines)
+    return doc, [FieldError(f"{path.name}: {f.field}", f.message) for f in parsed], lines
 
 
-def load_nodes(directory: Path) -> tuple[list[Rule], dict[str, Order]]:
+def load_rules(directory: Path) -> Rules:
+    """``directory/nodes.yaml`` read (its rules, labels and ``reboot_order``); a Problem with every finding when
+    it is not valid."""
+    from pydantic import ValidationError
+
+    from datum.fleet.nodes_model import NodesFile
+    from datum.validation import model_errors
+
+    path = directory / NODES
+    doc, found, lines = _read(path)
+    raw = doc if isinstance(doc, dict) else {}
+    model = None
+    try:
+        model = NodesFile.model_validate(raw)
+    except ValidationError as exc:
+        found.extend(FieldError(f"{NODES}: {f.field}", f.message) for f in model_errors(exc, NodesFile))
+    found.extend(_related(raw, directory))
+    if found or model is None:
+        at: dict[str, FieldError] = {}
+        for f in found:  # one finding a field: the shape's first, then what relates it to others
+            at.setdefault(f.field, f)
+        said = [_with_line(f, lines) for f in sorted(at.values(), key=lambda f: _line(f, lines))]
+        raise invalid(said, f"{path} is not valid: {len(said)} finding{'s' if len(said) > 1 else ''}")
+    rules = tuple(
+        Rule(
+            i, r.match.name, dict(r.match.facts or {}), tuple(r.manifests or ()), dict(r.vars or {}), r.group,
+            r.expected, dict(r.match.labels or {}),
+        )
+        for i, r in enumerate(model.nodes)
+    )
+    order: dict[str, Order] = {
+        group: value if isinstance(value, str) else tuple(value) for group, value in (model.reboot_order or {}).items()
+    }
+    return Rules(rules, tuple((p, dict(v)) for p, v in (model.labels or {}).items()), order)
+
+
+def load_nodes(directory: Path) -> tuple[Rules, dict[str, Order]]:
     """The rules of ``directory/nodes.yaml`` and its ``reboot_order`` by group; a Problem with every finding
     (the rules' and the order's) when it is not valid."""
-    path = directory / NODES
-    items, found, doc = read_doc(path, "nodes", "a list of rules: {match, manifests, vars}", (ORDER,))
-    rules: list[Rule] = []
-    for i, item in enumerate(items):
-        rule = _rule(i, item, directory, found)
-        if rule is not None:
-            rules.append(rule)
-    raw = doc.get(ORDER) if isinstance(doc, dict) else None
-    known = {DEFAULT_GROUP, *(r.group for r in rules if r.group is not None)}
-    order = _order(raw, known, found) if raw is not None or (isinstance(doc, dict) and ORDER in doc) else {}
-    if found:
-        raise invalid(found, f"{path} is not valid: {len(found)} finding{'s' if len(found) > 1 else ''}")
-    return rules, order
+    rules = load_rules(directory)
+    return rules, rules.order
 
 
-def _order(raw: Any, groups: set[str], found: list[FieldError]) -> dict[str, Order]:
-    """``reboot_order``: group -> ``name`` or a list of host names; every finding at its field."""
-    here = f"{NODES}: {ORDER}"
-    if not isinstance(raw, dict):
-        found.append(FieldError(here, "a mapping of group to `name` or a list of host names, e.g. {web: [web3, web1], db: name}"))
-        return {}
-    out: dict[str, Order] = {}
-    for group, value in raw.items():
-        at = f"{here}.{group}"
+def _line(finding: FieldError, lines: dict[str, int]) -> int:
+    """The line ``finding``'s field is written on (or its nearest written parent's); 0 when none is."""
+    from datum.host.document import line_of
+
+    return line_of(lines, finding.field.removeprefix(f"{NODES}: ")) or 0
+
+
+def _with_line(finding: FieldError, lines: dict[str, int]) -> FieldError:
+    """``finding`` saying the line its field is written on, in the file's order."""
+    line = _line(finding, lines)
+    if not line or "(line " in finding.message:
+        return finding
+    return FieldError(finding.field, f"{finding.message} (line {line})")
+
+
+def _related(raw: dict[str, Any], directory: Path) -> list[FieldError]:
+    """What the shape cannot say, on the document as written (so every finding comes at once, whatever else
+    is wrong): a rule on facts gives manifests only, and none marked sensitive; a rule gives manifests
+    unless it gives a group or ``expected``; ``expected`` names one host; each manifest is in the directory;
+    ``reboot_order`` names groups some rule gives, each host once."""
+    from datum.fleet.nodes_model import NodeRule
+
+    found: list[FieldError] = []
+    items = raw.get("nodes")
+    groups = {DEFAULT_GROUP}
+    for i, item in enumerate(items if isinstance(items, list) else []):
+        if not isinstance(item, dict):
+            continue
+        here = f"{NODES}: nodes[{i}]"
+        given = item.get("match")
+        match: dict[str, Any] = given if isinstance(given, dict) else {}
+        on_facts = bool(match.get("facts"))
+        if isinstance(item.get("group"), str):
+            groups.add(item["group"])
+        if on_facts:
+            found.extend(
+                FieldError(f"{here}.{what}", FACTS_GIVE_MANIFESTS_ONLY.format(what=what)) for what in GRANTS if what in item
+            )
+        name = match.get("name")
+        if item.get("expected") is True and (not isinstance(name, str) or _GLOB & set(name) or on_facts):
+            found.append(FieldError(
+                f"{here}.expected",
+                "declares one host: match.name must be its name (no * ? [) and the rule match no facts; "
+                "declare many hosts in an inventory file ([reconcilers.hosts] inventory)",
+            ))
+        manifests = item.get("manifests")
+        if not manifests and item.get("group") is None and "expected" not in item:
+            found.append(FieldError(f"{here}.manifests", f"required: {NodeRule.model_fields['manifests'].description}"))
+        for j, rel in enumerate(manifests if isinstance(manifests, list) else []):
+            if not (isinstance(rel, str) and rel):
+                continue
+            real = (directory / rel).resolve()
+            if not real.is_relative_to(directory.resolve()):
+                found.append(FieldError(f"{here}.manifests[{j}]", f"{rel} is outside the fleet directory"))
+            elif not real.is_file():
+                found.append(FieldError(f"{here}.manifests[{j}]", f"no manifest {rel} in the fleet directory"))
+            elif on_facts:
+                marked = sensitive_in(directory, rel)
+                if marked:
+                    found.append(FieldError(
+                        f"{here}.manifests[{j}]",
+                        f"{rel} holds {', '.join(marked)} marked sensitive: a rule that matches on facts (what the "
+                        "host's agent claims) adds no sensitive resource; give it by name or labels",
+                    ))
+    order = raw.get(ORDER)
+    for group, value in order.items() if isinstance(order, dict) else ():
+        at = f"{NODES}: {ORDER}.{group}"
         if not isinstance(group, str) or group not in groups:
             found.append(FieldError(at, f"no rule gives group {group!r} (groups: {', '.join(sorted(groups))})"))
-            continue
-        if value == BY_NAME:
-            out[group] = BY_NAME
-            continue
-        if not isinstance(value, list) or not value:
-            found.append(FieldError(at, "`name` (by host name) or a list of host names, first to reboot first"))
-            continue
-        seen: set[str] = set()
-        bad = len(found)
-        for j, host in enumerate(value):
-            if not (isinstance(host, str) and host and len(host) <= 253) or _GLOB & set(host):
-                found.append(FieldError(f"{at}[{j}]", "a host name, as its agent reports it (no glob)"))
-            elif host in seen:
+        seen: set[Any] = set()
+        for j, host in enumerate(value if isinstance(value, list) else []):
+            if isinstance(host, str) and host in seen:
                 found.append(FieldError(f"{at}[{j}]", f"{host} is named twice"))
-            else:
+            elif isinstance(host, str):
                 seen.add(host)
-        if len(found) == bad:
-            out[group] = tuple(value)
-    return out
+    return found
 
 
-def expected_hosts(rules: list[Rule]) -> dict[str, int]:
+# What ``sensitive:`` says when it says no (pydantic's lax booleans); anything else given is taken as yes.
+_NOT_SENSITIVE = frozenset({"false", "no", "off", "f", "n", "0"})
+
+
+def sensitive_in(directory: Path, rel: str) -> list[str]:
+    """The resources of the manifest ``rel`` (its includes' too) marked ``sensitive``, by identity. A file
+    that does not read or parse holds none here: the composition says what is wrong with it."""
+    from datum.host.include import expand
+
+    directory = directory.resolve()
+    doc, _found = expand({"include": [rel]}, directory / NODES, directory)
+    marked = []
+    for item in doc.get("resources") or ():
+        if not (isinstance(item, dict) and len(item) == 1):
+            continue
+        ((identity, body),) = item.items()
+        said = body.get("sensitive") if isinstance(body, dict) else None
+        if said not in (None, False, 0) and str(said).strip().lower() not in _NOT_SENSITIVE:
+            marked.append(str(identity))
+    return marked
+
+
+def expected_hosts(rules: Rules) -> dict[str, int]:
     """The hosts rules declare (``expected: true``), each with the index of the first rule that does."""
     declared: dict[str, int] = {}
     for rule in rules:
@@ -165,75 +311,33 @@ def expected_hosts(rules: list[Rule]) -> dict[str, int]:
     return declared
 
 
-def _rule(i: int, item: Any, directory: Path, found: list[FieldError]) -> Rule | None:
-    here = f"{NODES}: nodes[{i}]"
-    if not isinstance(item, dict):
-        found.append(FieldError(here, "a rule is a mapping: {match, manifests, vars}"))
-        return None
-    bad = len(found)
-    found.extend(FieldError(f"{here}.{k}", "unknown field") for k in item if k not in _RULE_KEYS)
-    match = item.get("match")
-    if not isinstance(match, dict) or not match:
-        found.append(FieldError(f"{here}.match", "required: {name: GLOB} and/or {facts: {PATH: VALUE}}"))
-        match = {}
-    found.extend(FieldError(f"{here}.match.{k}", "unknown field") for k in match if k not in _MATCH_KEYS)
-    name = match.get("name")
-    if name is not None and not (isinstance(name, str) and name):
-        found.append(FieldError(f"{here}.match.name", "a glob on the host name"))
-    facts = match.get("facts") or {}
-    if not isinstance(facts, dict) or any(isinstance(v, dict | list) or v is None for v in facts.values()):
-        found.append(FieldError(f"{here}.match.facts", "a mapping of fact paths to values (globs)"))
-        facts = {}
-    group = item.get("group")
-    if group is not None and not (isinstance(group, str) and group.strip() and len(group) <= 253):
-        found.append(FieldError(f"{here}.group", "a group name (reboot budget), 1 to 253 characters"))
-    expected = item.get("expected", False)
-    if not isinstance(expected, bool):
-        found.append(FieldError(f"{here}.expected", "true or false: whether the host this rule names is declared"))
-        expected = False
-    elif expected and (not isinstance(name, str) or _GLOB & set(name) or match.get("facts")):
-        found.append(FieldError(
-            f"{here}.expected",
-            "declares one host: match.name must be its name (no * ? [) and the rule match no facts; "
-            "declare many hosts in an inventory file ([reconcilers.hosts] inventory)",
-        ))
-    manifests = item.get("manifests", [] if group is not None or "expected" in item else None)
-    if not isinstance(manifests, list) or not (manifests or group or "expected" in item) or not all(isinstance(m, str) and m for m in manifests):
-        found.append(FieldError(f"{here}.manifests", "required: a list of manifest paths in the fleet directory"))
-        manifests = []
-    for j, rel in enumerate(manifests):
-        real = (directory / rel).resolve()
-        if not real.is_relative_to(directory.resolve()):
-            found.append(FieldError(f"{here}.manifests[{j}]", f"{rel} is outside the fleet directory"))
-        elif not real.is_file():
-            found.append(FieldError(f"{here}.manifests[{j}]", f"no manifest {rel} in the fleet directory"))
-    variables = item.get("vars") or {}
-    if not isinstance(variables, dict):
-        found.append(FieldError(f"{here}.vars", "a mapping of template variables"))
-        variables = {}
-    if len(found) > bad:
-        return None
-    flat = {str(k): str(v).lower() if isinstance(v, bool) else str(v) for k, v in facts.items()}
-    return Rule(i, name, flat, tuple(manifests), dict(variables), group, expected)
 
 
-def classify(rules: list[Rule], host: str, facts: dict[str, Any]) -> tuple[list[str], dict[str, Any], list[int]]:
-    """The manifests (each once, in order), the merged ``vars`` and the indexes of the rules that matched."""
+def classify(rules: Rules, host: str, facts: dict[str, Any]) -> tuple[list[str], dict[str, Any], list[int]]:
+    """The manifests (each once, in order), the merged ``vars`` and the indexes of the rules that matched.
+
+    ``vars`` come from the rules on the host's name and labels only (a rule on facts gives none: the loader
+    refuses one that would)."""
+    labels = rules.labels_of(host)
     manifests: list[str] = []
     variables: dict[str, Any] = {}
     matched: list[int] = []
     for rule in rules:
-        if rule.matches(host, facts):
+        if rule.matches(host, labels, facts):
             matched.append(rule.index)
             manifests.extend(m for m in rule.manifests if m not in manifests)
-            variables.update(rule.vars)
+            if not rule.on_facts:
+                variables.update(rule.vars)
     return manifests, variables, matched
 
 
-def group_of(rules: list[Rule], host: str, facts: dict[str, Any]) -> str | None:
-    """The ``group`` of the last rule that fits the host and gives one; None when none does."""
+def group_of(rules: Rules, host: str) -> str | None:
+    """``host``'s group: the ``group`` of the last rule that fits its name and labels and gives one; None when
+    none does. Never from its facts (what it claims): the reboot budget, the rollout waves and what the
+    intake records read it."""
+    labels = rules.labels_of(host)
     found = None
     for rule in rules:
-        if rule.group is not None and rule.matches(host, facts):
+        if rule.group is not None and not rule.on_facts and rule.matches(host, labels, {}):
             found = rule.group
     return found

@@ -1,8 +1,10 @@
 """The server's side of the fleet's reboot budget: which group a host is in, and granting its lease.
 
 The group is the node classification's (``nodes.yaml`` rules give ``group``;
-a later rule's wins, as for ``vars``), from the host's name and the facts its
-agent sends; a host no rule gives one is in ``default``. The limit and the
+a later rule's wins, as for ``vars``), from the host's name and the labels
+``nodes.yaml`` gives it, never from the facts its agent sends (a claim:
+``datum.fleet.nodes.group_of``); a host no rule gives one is in ``default``.
+The limit and the
 lease's lifetime are ``[fleet] reboot_concurrency`` and ``reboot_timeout``.
 The grant itself is the store's (``datum.store.leases.take``): atomic across
 requests and server replicas. Around it, here: the group's ``reboot_order``
@@ -16,55 +18,44 @@ from __future__ import annotations
 
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
 from datum.config import FleetSettings
 from datum.core.budget import DEFAULT_GROUP, Order
+from datum.fleet.nodes import Rules, group_of
 from datum.store.engine import Store
 from datum.store.leases import REQUEST_TTL, Grant, Leases, take
 
 
-def placed(directory: Path | None, host: str, facts: dict[str, Any]) -> tuple[str, Order | None]:
+def placed(directory: Path | None, host: str) -> tuple[str, Order | None]:
     """``host``'s group and that group's ``reboot_order`` (None: first come, first served); a ``nodes.yaml``
     that does not validate is a Problem (no lease without a group)."""
-    if directory is None:
+    rules = _rules(directory) if directory is not None else None
+    if rules is None:
         return DEFAULT_GROUP, None
-    from datum.fleet.nodes import NODES, group_of, load_nodes
-
-    if not (directory / NODES).is_file():
-        return DEFAULT_GROUP, None
-    rules, order = load_nodes(directory)
-    group = group_of(rules, host, facts) or DEFAULT_GROUP
-    return group, order.get(group)
+    group = group_of(rules, host) or DEFAULT_GROUP
+    return group, rules.order.get(group)
 
 
-def group_for(directory: Path | None, host: str, facts: dict[str, Any]) -> str:
+def group_for(directory: Path | None, host: str) -> str:
     """``host``'s group; a ``nodes.yaml`` that does not validate is a Problem (no lease without a group)."""
-    return placed(directory, host, facts)[0]
+    return placed(directory, host)[0]
 
 
-def intake_group(directory: Path | None, host: str, facts: dict[str, Any] | None) -> str | None:
-    """The group a report's intake records for ``host`` (``hosts.group_name``): from its name and the facts its
-    agent sent with the report (``X-Datum-Facts``, as with its manifest request), by ``nodes.yaml``'s rules as
-    last read (a ``stat`` of it per report; read again when it changed); None (keep the stored one) when the
-    facts did not read or ``nodes.yaml`` does not validate."""
-    if facts is None:
-        return None
-    if directory is None:
-        return DEFAULT_GROUP
+def intake_group(directory: Path | None, host: str) -> str | None:
+    """The group a report's intake records for ``host`` (``hosts.group_name``): by its name and labels, never
+    the facts its agent sends (``group_of``), by ``nodes.yaml``'s rules as last read (a ``stat`` of it per
+    report; read again when it changed); None (keep the stored one) when ``nodes.yaml`` does not validate."""
     from datum.core.findings import Problem
-    from datum.fleet.nodes import group_of
 
     try:
-        rules = _rules(directory)
+        return group_for(directory, host)
     except Problem:
         return None
-    return DEFAULT_GROUP if rules is None else group_of(rules, host, facts) or DEFAULT_GROUP
 
 
-def _rules(directory: Path) -> list[Any] | None:
-    """The rules of ``directory``'s ``nodes.yaml`` (a Problem when it does not validate), None when it has none:
-    the ones the manifests are composed from, remembered until the directory's files change
+def _rules(directory: Path) -> Rules | None:
+    """``directory``'s ``nodes.yaml`` (a Problem when it does not validate), None when it has none:
+    the rules the manifests are composed from, remembered until the directory's files change
     (``datum.fleet.effective.rules_now``)."""
     from datum.fleet.effective import directory_of, rules_now
     from datum.fleet.nodes import NODES
@@ -98,11 +89,10 @@ def block_shown(fleet: FleetSettings) -> str | None:
     return shown(fleet.prometheus_url, fleet.reboot_block_query, fleet.prometheus_timeout.total_seconds()).why
 
 
-def ask(
-    store: Store, fleet: FleetSettings, host: str, boot_id: str, facts: dict[str, Any], interval: float | None = None
-) -> Grant:
-    """Grant ``host`` a reboot lease in its group, or say why not (full, halted, out of turn, blocked)."""
-    group, order = placed(fleet.manifests, host, facts)
+def ask(store: Store, fleet: FleetSettings, host: str, boot_id: str, interval: float | None = None) -> Grant:
+    """Grant ``host`` a reboot lease in its group (by its name and labels, whatever facts it sends), or say why
+    not (full, halted, out of turn, blocked)."""
+    group, order = placed(fleet.manifests, host)
     blocked = block(fleet)
     grant = take(
         store, host, group, boot_id, fleet.reboot_concurrency, fleet.reboot_timeout,
@@ -117,18 +107,13 @@ def ask(
 
 def _orders(fleet: FleetSettings) -> dict[str, Order]:
     """nodes.yaml's reboot_order by group; {} when there is none or it does not validate (the manifests say why)."""
-    directory = fleet.manifests
-    if directory is None:
-        return {}
     from datum.core.findings import Problem
-    from datum.fleet.nodes import NODES, load_nodes
 
-    if not (directory / NODES).is_file():
-        return {}
     try:
-        return load_nodes(directory)[1]
+        rules = _rules(fleet.manifests) if fleet.manifests is not None else None
     except Problem:
         return {}
+    return {} if rules is None else rules.order
 
 
 def waiting_in_order(fleet: FleetSettings, leases: Leases) -> dict[str, list[str]]:

@@ -46,13 +46,15 @@ def _line(node: Any) -> str:
     return f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
 
 
-def _inspect(root: Any, key_of: Any) -> list[FieldError]:
+def _inspect(root: Any, key_of: Any, lines: dict[str, int] | None = None) -> list[FieldError]:
     """Walk the composed node graph once, without recursion and before anything is constructed.
 
     Refuses (``_Refused``) a recursive alias, nesting deeper than ``MAX_DEPTH`` and more than
     ``MAX_NODES`` nodes once aliases are expanded; returns duplicate mapping keys as findings
     (PyYAML would silently keep the last). An aliased node is walked once: its expanded size
     and height are remembered, so the walk costs what the text costs, not what it expands to.
+    ``lines``, when given, receives the line (1-based) each field path is written on: a mapping
+    entry's key's, a list item's own (an aliased node's inner paths: where the anchor is).
     """
     from yaml.nodes import MappingNode, ScalarNode, SequenceNode
 
@@ -68,9 +70,13 @@ def _inspect(root: Any, key_of: Any) -> list[FieldError]:
     def children(node: Any, path: str) -> Iterator[tuple[Any, str]]:
         if isinstance(node, SequenceNode):
             for i, child in enumerate(node.value):
+                if lines is not None:
+                    lines.setdefault(f"{path}[{i}]", child.start_mark.line + 1)
                 yield child, f"{path}[{i}]"
         elif isinstance(node, MappingNode):
             for key, value in node.value:
+                if lines is not None:
+                    lines.setdefault(join(path, key), key.start_mark.line + 1)
                 yield key, path
                 yield value, join(path, key)
 
@@ -149,8 +155,8 @@ def _inspect(root: Any, key_of: Any) -> list[FieldError]:
     return duplicates
 
 
-def _compose(text: str) -> tuple[Any, list[FieldError]]:
-    """The document's Python value and its duplicate keys; ``_Refused`` past a bound.
+def _compose(text: str, lines: dict[str, int] | None = None) -> tuple[Any, list[FieldError]]:
+    """The document's Python value and its duplicate keys; ``_Refused`` past a bound; ``lines``: see ``_inspect``.
 
     The parser builds nodes (an alias is a reference, so that is linear in the text);
     ``_inspect`` checks the bounds; only then are Python values constructed.
@@ -166,7 +172,7 @@ def _compose(text: str) -> tuple[Any, list[FieldError]]:
         def key_of(key: Any) -> Any:
             return key.value if key.tag == "tag:yaml.org,2002:str" else loader.construct_object(key)
 
-        duplicates = _inspect(node, key_of)
+        duplicates = _inspect(node, key_of, lines)
         try:
             return loader.construct_document(node), duplicates
         except yaml.YAMLError:
@@ -181,9 +187,10 @@ def _compose(text: str) -> tuple[Any, list[FieldError]]:
         loader.dispose()
 
 
-def parse(text: str, source: str) -> tuple[Any, list[FieldError]]:
+def parse(text: str, source: str, lines: dict[str, int] | None = None) -> tuple[Any, list[FieldError]]:
     """The document's Python value and its duplicate keys as findings; a Problem when it is not
-    YAML or is over a bound (``source`` names it in the message)."""
+    YAML or is over a bound (``source`` names it in the message). ``lines``, when given, receives the
+    line each field path (``nodes[2].match.name``) is written on, for findings made later (``line_of``)."""
     import yaml
 
     invalid_message = f"manifest {source} is not valid"
@@ -193,13 +200,13 @@ def parse(text: str, source: str) -> tuple[Any, list[FieldError]]:
         )
     try:
         try:
-            return _compose(text)
+            return _compose(text, lines)
         except yaml.YAMLError as exc:
             # Only when plain YAML fails: a block scalar that merely looks like a flow list stays as written.
             rewritten = quote_identities(text)
             if rewritten != text:
                 try:
-                    return _compose(rewritten)
+                    return _compose(rewritten, lines)
                 except yaml.YAMLError:
                     pass
             mark = getattr(exc, "problem_mark", None)
@@ -214,3 +221,14 @@ def parse(text: str, source: str) -> tuple[Any, list[FieldError]]:
             ) from exc
     except _Refused as refused:
         raise invalid([refused.finding], f"{invalid_message}: refused before loading it") from None
+
+
+def line_of(lines: dict[str, int], path: str) -> int | None:
+    """The line ``path`` (a field path as ``parse`` records them) is written on, else its nearest written
+    ancestor's (a missing field: the mapping that lacks it); None when nothing of it is written."""
+    while path:
+        if path in lines:
+            return lines[path]
+        cut = max(path.rfind("."), path.rfind("["))
+        path = path[:cut] if cut > 0 else ""
+    return None

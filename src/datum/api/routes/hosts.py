@@ -148,20 +148,14 @@ def one_host(state: ServerState, host: str) -> HostStatus:
         "the rollup of its resources. Stored as the host's latest pass, each diff cut at `[server] max_diff_bytes` "
         "and the diff of a sensitive resource never stored. A body over `[server] max_body_bytes` is 413. "
         "A report with a `seq` lower than or equal to the stored one's is not stored: 200 with "
-        "`Datum-Pass: duplicate` (the same pass again) or `older`. The agent's facts in `X-Datum-Facts` (JSON, as "
-        "with its manifest) and the host's name decide the group recorded for it (nodes.yaml `group`, `default` "
-        "when no rule gives one: `datum_fleet_hosts` on `/metrics`); facts that do not read keep the one recorded before."
+        "`Datum-Pass: duplicate` (the same pass again) or `older`. The group recorded for the host is the one "
+        "nodes.yaml gives it by its name and labels (`group`, `default` when no rule gives one: `datum_fleet_hosts` "
+        "on `/metrics`), never by facts: an `X-Datum-Facts` header is not read here."
     ),
     responses={
         200: {"model": HostStatus, "description": "Not stored: the same pass again or an older one (`Datum-Pass`)."},
         **error_responses(401, 403, 413, 422, 503),
     },
-    openapi_extra={"parameters": [{
-        "name": "X-Datum-Facts", "in": "header", "required": False,
-        "description": "The agent's facts, a JSON object (`datum agent` sends them): with the host's name they decide "
-        "the group recorded for it. Facts that do not read keep the group recorded before (the pass is stored).",
-        "content": {"application/json": {"schema": {"type": "object"}}},
-    }]},
     **OUT,
 )
 def report_pass(
@@ -170,7 +164,7 @@ def report_pass(
     host: str = HostParam,
     _p: str = Depends(needs(Action.REPORT_PASS, path_resource("Host", "host"))),
 ) -> Response:
-    answer = take(state_of(request), host, report, request.headers.get(FACTS_HEADER))
+    answer = take(state_of(request), host, report)
     headers = None if answer.status == 201 else {"Datum-Pass": answer.outcome}
     # a Response, so FastAPI does not validate the answer against response_model again
     return Response(answer.body, answer.status, headers, media_type="application/json")
@@ -185,11 +179,11 @@ class Answer:
     outcome: str
 
 
-def take(state: ServerState, host: str, report: PassReport, facts: bytes | str | None = None) -> Answer:
+def take(state: ServerState, host: str, report: PassReport) -> Answer:
     """The pass taken by the fleet server (``datum.fleet.intake.take``: ``422`` naming every field at fault,
     ``503`` before the store is wired), answered with the host's status. Blocks on the store."""
     state.wired()
-    received = intake.take(state.fleet, host, report, facts)
+    received = intake.take(state.fleet, host, report)
     taken = received.taken
     if taken.outcome != "stored":  # the same pass again, or one older than the stored: kept as it was
         return Answer(200, host_status(taken.row).model_dump_json(by_alias=True, exclude_none=True).encode(), taken.outcome)
@@ -213,8 +207,7 @@ async def report_pass_now(asked: Asked) -> Reply | None:
     host = asked.params["host"]
     if report is None or report.host != host:  # the route says what is wrong, its one way
         return None
-    facts = asked.header(b"x-datum-facts")  # what its group is recorded from
-    answer = await anyio.to_thread.run_sync(take, asked.state, host, report, facts)  # 422 or 503: a Problem
+    answer = await anyio.to_thread.run_sync(take, asked.state, host, report)  # 422 or 503: a Problem
     return Reply(answer.status, answer.body, [] if answer.status == 201 else [(b"datum-pass", answer.outcome.encode())])
 
 
@@ -224,8 +217,9 @@ FACTS_PARAMETER = {
     "name": FACTS_HEADER,
     "in": "header",
     "required": False,
-    "description": "The agent's facts, a JSON object (`datum agent` sends them): nodes.yaml rules match them. "
-    "Absent: no facts. Anything but a JSON object is 422.",
+    "description": "The agent's facts, a JSON object (`datum agent` sends them): its own claims, which nodes.yaml "
+    "rules on `facts` match to add manifests (never vars, a group or a sensitive resource). Absent: no facts. "
+    "Anything but a JSON object is 422.",
     "content": {"application/json": {"schema": {"type": "object"}}},
 }
 

@@ -54,8 +54,8 @@ def with_lease(status: S, leases: Leases) -> S:
     summary="An agent asks for its host's slot of its group's reboot budget before it reboots (datum agent).",
     description=(
         "Cedar action `fleet:TakeRebootLease` on `Host::\"{host}\"`. At most `[fleet] reboot_concurrency` hosts "
-        "of one group (nodes.yaml `group`, from the host's name and the `facts` sent; `default` when no rule "
-        "gives one) hold a lease at once; the grant is atomic across requests and servers. `granted: false` "
+        "of one group (nodes.yaml `group`, by the host's name and labels, never the `facts` sent; `default` when "
+        "no rule gives one) hold a lease at once; the grant is atomic across requests and servers. `granted: false` "
         "says why in `reason`: the agent must not reboot and asks again at its next pass. The same boot asking "
         "again keeps its lease. A lease ends when the host reports a pass from another boot id, when the agent "
         "gives it back (DELETE). A host whose lease passed `[fleet] reboot_timeout` before it came back halts its "
@@ -81,7 +81,7 @@ def take_lease(
 
     state = state_of(request)
     _registry, store = state.wired()
-    grant = ask(store, state.settings.fleet, host, body.boot_id, body.facts, body.interval_seconds)
+    grant = ask(store, state.settings.fleet, host, body.boot_id, body.interval_seconds)
     return RebootLeaseAnswer(
         host=host,
         group=grant.group,

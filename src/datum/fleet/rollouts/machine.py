@@ -39,7 +39,7 @@ INTAKE_GAP = 0.5  # the least time between two checks made on a pass's intake, p
 def _planner(server: FleetServer, directory: Path) -> stored.Planner:
     """Each host's (wave, group) as ``plan`` decides them, with the groups of the fleet directory's rules now."""
     from datum.fleet.effective import rules_now
-    from datum.fleet.nodes import group_of
+    from datum.fleet.nodes import Rules, group_of
     from datum.fleet.reboots import DEFAULT_GROUP
     from datum.fleet.rollouts.plan import plan
 
@@ -48,13 +48,13 @@ def _planner(server: FleetServer, directory: Path) -> stored.Planner:
     try:
         rules = rules_now(directory)  # never of a nodes.yaml half written
     except Problem:
-        rules = []
+        rules = Rules()
 
     def planner(revision: str, known: Mapping[str, str]) -> dict[str, tuple[int, str]]:
-        # a known host's group as intake recorded it (nodes.yaml with its facts); a canary named by hand that
-        # never reported: its name's
+        # a known host's group as intake recorded it (nodes.yaml by its name and labels); a canary named by hand
+        # that never reported: the same rule's
         def group(host: str) -> str:
-            return known.get(host) or group_of(rules, host, {}) or DEFAULT_GROUP
+            return known.get(host) or group_of(rules, host) or DEFAULT_GROUP
 
         return plan(revision, known, group, settings.canary, settings.waves)
 

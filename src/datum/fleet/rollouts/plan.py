@@ -7,9 +7,9 @@ hash of (revision, host) so each revision picks another first slice, and
 wave k holds the first ``ceil(p_k * n)`` of them that earlier waves did not.
 
 A host's group here is the one intake recorded with its last pass
-(``hosts.group_name``: ``nodes.yaml``'s rules with the facts its agent sent);
-a canary named by hand that never reported takes the one its **name** gives,
-else ``default``. The plan is made from the hosts the store knows when the
+(``hosts.group_name``: ``nodes.yaml``'s rules by its name and labels, never
+its facts: ``datum.fleet.nodes.group_of``); a canary named by hand that never
+reported takes the one the same rule gives it, else ``default``. The plan is made from the hosts the store knows when the
 rollout starts (those that ran a fleet revision and do not read ``unknown``,
 ``datum.store.rollouts.begin``) and kept in the store (``rollout_hosts``): a
 host not planned waits for the last wave (the conservative choice: a new
