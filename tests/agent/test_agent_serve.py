@@ -172,10 +172,12 @@ def test_a_bound_token_speaks_for_its_host_only(sqlite_fleet: Fleet):
     assert "403" in run.err
 
 
-def test_node_rules_choose_manifests_by_facts(sqlite_fleet: Fleet):
+def test_node_rules_choose_manifests_by_facts_and_the_group_by_labels(sqlite_fleet: Fleet):
     fleet = sqlite_fleet  # SQLite alone: what it tests is not in the store's dialect
     nodes = fleet.manifests / "nodes.yaml"
-    nodes.write_text(nodes.read_text().replace("    manifests: [testos.yaml]\n", "    manifests: [testos.yaml]\n    group: testers\n"))
+    nodes.write_text(
+        "labels:\n  db1: {role: tester}\n" + nodes.read_text() + "  - match: {labels: {role: tester}}\n    group: testers\n"
+    )
     agent = Agent(fleet, "db1", fleet.token("agent", "--host", "db1"))
     (agent.root / "etc").mkdir(parents=True)
     (agent.root / "etc" / "os-release").write_text("ID=testos\nVERSION_ID=1\n")
@@ -183,7 +185,7 @@ def test_node_rules_choose_manifests_by_facts(sqlite_fleet: Fleet):
     assert run.code == 2, run.err
     assert (agent.root / "etc" / "testos.conf").read_text() == "testos\n"
     assert not (agent.root / "srv").exists()  # db1 is not web*
-    # its facts came with its report too: the server recorded the group the facts' rule gives
+    # the server recorded the group its label's rule gives (its facts give manifests only)
     from prometheus_client.parser import text_string_to_metric_families
 
     scraped = fleet.get("/metrics", fleet.token("operator")).text
@@ -193,6 +195,89 @@ def test_node_rules_choose_manifests_by_facts(sqlite_fleet: Fleet):
     }
     assert sum(v for (group, _state), v in hosts.items() if group == "testers") == 1
     assert sum(hosts.values()) == 1
+
+
+ROLES = """\
+labels:
+  db1: {role: db}
+nodes:
+  - match: {name: "web*"}
+    manifests: [web.yaml]
+    vars: {greeting: hello}
+    group: web
+  - match: {labels: {role: db}}
+    manifests: [db.yaml]
+    vars: {greeting: db-only-greeting}
+    group: db
+  - match: {facts: {os_release.ID: dbos}}
+    manifests: [testos.yaml]
+"""
+DB = """\
+resources:
+  - File[/etc/db.key]:
+      content: "the db key\\n"
+      sensitive: true
+  - File[/srv/db.txt]:
+      template: index.j2
+"""
+
+
+def _fleet_hosts(fleet: Fleet) -> dict[str, float]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    scraped = fleet.get("/metrics", fleet.token("operator")).text
+    by_group: dict[str, float] = {}
+    for family in text_string_to_metric_families(scraped):
+        for s in family.samples:
+            if s.name == "datum_fleet_hosts":
+                by_group[s.labels["group"]] = by_group.get(s.labels["group"], 0) + s.value
+    return by_group
+
+
+def test_a_host_claiming_another_roles_facts_gets_nothing_of_that_role(fleet: Fleet):
+    """Facts are claims: web1, holding its own bound token, claims the db role's facts every way an agent can
+    (its os-release, the manifest request's header, the lease body, the report's header) and gets the facts
+    rule's manifests only: none of the db role's vars, sensitive file or group."""
+    (fleet.manifests / "nodes.yaml").write_text(ROLES)
+    (fleet.manifests / "db.yaml").write_text(DB)
+    db1 = Agent(fleet, "db1", fleet.token("agent", "--host", "db1"))
+    assert db1.once().code == 2  # the server's labels give db1 the role: the control
+    assert (db1.root / "etc" / "db.key").read_text() == "the db key\n"
+    assert (db1.root / "srv" / "db.txt").read_text().startswith("db-only-greeting")
+
+    token = fleet.token("agent", "--host", "web1")
+    web1 = Agent(fleet, "web1", token)
+    (web1.root / "etc").mkdir(parents=True)
+    (web1.root / "etc" / "os-release").write_text("ID=dbos\nVERSION_ID=1\n")
+    run = web1.once()
+    assert run.code == 2, run.err
+    assert (web1.root / "etc" / "testos.conf").read_text() == "testos\n"  # the facts rule: manifests only
+    assert (web1.root / "srv" / "index.html").read_text().startswith("hello from")  # its own role's vars
+    assert not (web1.root / "etc" / "db.key").exists() and not (web1.root / "srv" / "db.txt").exists()
+
+    claims = json.dumps({"os_release": {"ID": "dbos"}, "role": "db", "labels": {"role": "db"}, "group": "db"})
+    bearer = {"Authorization": f"Bearer {token}"}
+    served = httpx.get(fleet.url + "/v1/hosts/web1/manifest", headers=bearer | {"X-Datum-Facts": claims}, timeout=10)
+    assert served.status_code == 200 and served.json()["manifests"] == ["web.yaml", "testos.yaml"]
+    assert "db.key" not in served.text and "db-only-greeting" not in served.text
+    lease = httpx.post(fleet.url + "/v1/hosts/web1/reboot-lease", json={"bootId": "b1", "facts": json.loads(claims)},
+                       headers=bearer, timeout=10)
+    assert lease.status_code == 200 and lease.json()["group"] == "web", lease.text
+    httpx.delete(fleet.url + "/v1/hosts/web1/reboot-lease", headers=bearer, timeout=10)
+    report = {"host": "web1", "mode": "enforce", "state": "converged", "startedAt": "2026-11-30T00:00:00+00:00",
+              "finishedAt": "2026-11-30T00:00:01+00:00", "durationSeconds": 1, "exitCode": 0,
+              "seq": 2**61, "passId": "claimed"}  # after the agent's
+    posted = httpx.post(fleet.url + "/v1/hosts/web1/passes", json=report, headers=bearer | {"X-Datum-Facts": claims},
+                        timeout=10)
+    assert posted.status_code == 201, posted.text
+    assert _fleet_hosts(fleet) == {"web": 1, "db": 1, "default": 0}  # the group recorded is its name's
+
+    # a facts rule that would grant vars is refused: nodes.yaml names the rule and the line, nothing is served
+    (fleet.manifests / "nodes.yaml").write_text(ROLES + "    vars: {greeting: claimed}\n")
+    refused = httpx.get(fleet.url + "/v1/hosts/web1/manifest", headers=bearer, timeout=10)
+    assert refused.status_code == 422
+    (field,) = refused.json()["issues"][0]["fields"]
+    assert field["field"] == "nodes.yaml: nodes[2].vars" and field["message"].endswith("(line 14)")
 
 
 def test_an_include_cycle_or_duplicate_is_a_finding_served_as_422(sqlite_fleet: Fleet):

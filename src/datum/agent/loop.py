@@ -198,7 +198,7 @@ def cycle(opts: Options, pushed: Any = None) -> Cycle:
     state = AgentState(path)
     try:
         last = state.last_manifest()
-        facts = _facts(opts.root, opts.config)  # for the manifest and with the reports (the host's group)
+        facts = _facts(opts.root, opts.config)  # for the manifest: its claims, which rules on facts match
         got = pushed or fetch(
             opts.server, host, opts.token, last[0] if last else None, facts, opts.deadline, trust=opts.trust
         )

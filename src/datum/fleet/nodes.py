@@ -50,7 +50,8 @@ from datum.core.findings import FieldError, Problem, invalid
 
 NODES = "nodes.yaml"
 ORDER = "reboot_order"
-_GLOB = frozenset("*?[")
+GLOB = "*?["  # what makes a name a glob (fnmatch): a declared host or a reboot_order entry has none
+_GLOB = frozenset(GLOB)
 # What a rule on facts may not give: each grants something (secrets in vars, a reboot group, a rollout wave,
 # a place in the inventory). ``expected`` has its own finding (it declares one host by name).
 GRANTS = ("vars", "group")
@@ -118,31 +119,30 @@ def _fact(facts: dict[str, Any], path: str) -> Any:
     return value
 
 
-def _fits(value: Any, want: str) -> bool:
+def as_text(value: Any) -> str | None:
+    """A fact's or label's value as a match compares it (the host's and the rule's alike): YAML's and JSON's
+    ``true`` is ``"true"``, ``4`` is ``"4"``; None for a structure or nothing, which no glob fits."""
     if value is None or isinstance(value, dict | list):
-        return False
-    text = str(value).lower() if isinstance(value, bool) else str(value)
-    return fnmatch.fnmatchcase(text, want)
+        return None
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
-def read_list(path: Path, key: str, what: str, also: tuple[str, ...] = ()) -> tuple[list[Any], list[FieldError]]:
-    """The list under ``key`` of a fleet YAML file (``nodes.yaml``, an inventory) and the findings so far,
-    each at ``NAME: field``; a Problem when the file cannot be read or is not YAML. ``also``: other top-level
-    keys the file may have (read with ``read_doc``)."""
-    items, found, _doc = read_doc(path, key, what, also)
-    return items, found
+def _fits(value: Any, want: str) -> bool:
+    text = as_text(value)
+    return text is not None and fnmatch.fnmatchcase(text, want)
 
 
-def read_doc(path: Path, key: str, what: str, also: tuple[str, ...] = ()) -> tuple[list[Any], list[FieldError], Any]:
-    """``read_list`` and the whole document, for the keys in ``also``."""
+def read_list(path: Path, key: str, what: str) -> tuple[list[Any], list[FieldError]]:
+    """The list under ``key`` of a fleet YAML file (an inventory) and the findings so far, each at
+    ``NAME: field``; a Problem when the file cannot be read or is not YAML."""
     doc, found, _lines = _read(path)
     items = doc.get(key) if isinstance(doc, dict) else None
     if not isinstance(items, list):
         found.append(FieldError(f"{path.name}: {key}", what))
         items = []
     if isinstance(doc, dict):
-        found.extend(FieldError(f"{path.name}: {k}", "unknown field") for k in doc if k != key and k not in also)
-    return items, found, doc
+        found.extend(FieldError(f"{path.name}: {k}", "unknown field") for k in doc if k != key)
+    return items, found
 
 
 def _read(path: Path) -> tuple[Any, list[FieldError], dict[str, int]]:
@@ -234,7 +234,7 @@ def _related(raw: dict[str, Any], directory: Path) -> list[FieldError]:
         given = item.get("match")
         match: dict[str, Any] = given if isinstance(given, dict) else {}
         on_facts = bool(match.get("facts"))
-        if isinstance(item.get("group"), str):
+        if isinstance(item.get("group"), str) and item["group"].strip():
             groups.add(item["group"])
         if on_facts:
             found.extend(

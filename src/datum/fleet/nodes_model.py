@@ -8,6 +8,7 @@ a manifest is there, ``reboot_order`` names a group some rule gives) is ``datum.
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import (
@@ -23,14 +24,16 @@ from pydantic import (
     model_validator,
 )
 
-NOT_A_GLOB = r"^[^*?\[]+$"
+from datum.fleet.nodes import GLOB, as_text
+
+NOT_A_GLOB = f"^[^{re.escape(GLOB)}]+$"
 
 
 def _text(value: Any) -> Any:
-    """A fact's or label's value as a match compares it: YAML's ``true`` is ``"true"``, ``4`` is ``"4"``."""
-    if value is None or isinstance(value, dict | list):
-        return value  # refused: a value, not a structure
-    return str(value).lower() if isinstance(value, bool) else str(value)
+    """A fact's or label's value as a match compares it (``datum.fleet.nodes.as_text``); a structure or nothing
+    is left as it is, for the string check to refuse."""
+    text = as_text(value)
+    return value if text is None else text
 
 
 # A scalar YAML may spell as a string, a number or a boolean, compared as text.

@@ -89,8 +89,8 @@ hosts = sa.Table(
     # revision and state in hosts_revision_status_counts (migration 0017_revision_counts), so that the hosts
     # per revision are read without reading every host.
     sa.Column("revision", sa.String(100)),
-    # The host's group (nodes.yaml's ``group``, ``default`` when none), from its name and the facts its agent sent
-    # with its last report (migration 0018_host_groups): counted with its state in hosts_group_status_counts.
+    # The host's group (nodes.yaml's ``group``, ``default`` when none), from its name and labels when it last
+    # reported, never its facts (migration 0018_host_groups): counted with its state in hosts_group_status_counts.
     sa.Column("group_name", sa.String(253), nullable=False, server_default="default"),
     sa.Index("ix_hosts_state_host", "state", "host"),
     # What finds the stale hosts without reading every host (migration 0014_host_counts, with the
