@@ -27,7 +27,7 @@ NULL_BEFORE_THE_FIRST_TICK = {
 }
 # Objects that are maps by nature, their keys data: resources by state, marker files by path, an agent's facts,
 # an error's details (contract section 6: `details{}`).
-MAPS = {("PassReport", "counts"), ("HostSummary", "counts"), ("HostStatus", "counts"), ("RebootStatus", "markers"),
+MAPS = {("PassReport", "counts"), ("EffectiveManifest", "files"), ("HostSummary", "counts"), ("HostStatus", "counts"), ("RebootStatus", "markers"),
         ("RebootLeaseRequest", "facts"), ("HostList", "counts"), ("FindingModel", "details"),
         ("PassSummary", "counts"), ("PassDetail", "counts"), ("RevisionCounts", "states")}
 
@@ -211,3 +211,20 @@ def test_an_integer_bound_is_an_integer(story):
     assert seq["maximum"] == 2**62 and isinstance(seq["maximum"], int)
     r = story.client.post("/v1/hosts/web1/passes", json=pass_report() | {"seq": 2**62 + 1}, headers=story.auth("agent"))
     assert r.status_code == 422
+
+
+def test_the_manifest_answer_is_typed_for_a_generated_client(story):
+    """Issue 40, item 6: ``getManifest``'s 200 had no schema (a generated client got ``Any`` for the one answer
+    an agent lives on); it is ``EffectiveManifest``, and a real answer validates against it."""
+    document = story.app.openapi()
+    answer = document["paths"]["/v1/hosts/{host}/manifest"]["get"]["responses"]["200"]
+    assert answer["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/EffectiveManifest"}
+    schema = document["components"]["schemas"]["EffectiveManifest"]
+    assert set(schema["required"]) == {"host", "digest", "manifests", "manifest", "files"}
+    serve_fleet(story, story.root.parent / "fleet-typed")
+    got = story.client.get("/v1/hosts/web1/manifest", headers=story.auth("agent"))
+    assert got.status_code == 200, got.text
+    from datum.api.models import EffectiveManifest
+
+    parsed = EffectiveManifest.model_validate(got.json())
+    assert parsed.host == "web1" and parsed.digest == got.headers["ETag"].strip('"') and parsed.manifest.resources

@@ -520,6 +520,27 @@ class RevisionList(Out):
     without: int = Field(description="Hosts whose last pass names no revision (datum apply --report-to, the agent's cached manifest, or an older agent).")
 
 
+class ManifestDocument(Out):
+    """A manifest as a host is served it: its node rules' manifests composed, includes expanded, validated."""
+
+    resources: list[dict[str, Any]] = Field(
+        description="One-key objects, `Type[name]: {attributes}`, as the manifest's JSON Schema says (docs/host.md)."
+    )
+
+
+class EffectiveManifest(Out):
+    """``GET /v1/hosts/{host}/manifest``: what ``datum agent`` applies, and what it needs beside it."""
+
+    host: str
+    digest: str = Field(description="`sha256:` of the manifest and its files: the answer's `ETag`.")
+    manifests: list[str] = Field(description="The manifests its nodes.yaml rules named, in order.")
+    manifest: ManifestDocument
+    files: dict[str, str] = Field(
+        description="Each file a resource's `template` or `source` names (and what a template loads), by its path "
+        "in the fleet directory: its bytes in base64."
+    )
+
+
 WAVE_NAMES = 1000  # hosts a wave names in GET /v1/rollouts
 
 

@@ -26,7 +26,14 @@ from datum.api.front.authz import Action
 from datum.api.front.errors import error_responses
 from datum.api.front.security import Asked, Reply, fast, needs, path_resource, permits
 from datum.api.front.state import ServerState, state_of
-from datum.api.models import HostList, HostStatus, host_list, host_status, with_held_back
+from datum.api.models import (
+    EffectiveManifest,
+    HostList,
+    HostStatus,
+    host_list,
+    host_status,
+    with_held_back,
+)
 from datum.api.routes.reboots import OUT, HostParam, host_fits, with_lease
 from datum.core.findings import FieldError, Problem, invalid
 from datum.core.vocab import HostState
@@ -260,7 +267,7 @@ REVISION_HEADERS = {
         "reports it as its pass's `revision`. 404 when no rule matches the host or no fleet is configured; "
         "422 with every finding when the composition is not valid."
     ),
-    responses={200: {"content": {"application/json": {}}, "headers": REVISION_HEADERS},
+    responses={200: {"model": EffectiveManifest, "headers": REVISION_HEADERS},
                304: {"description": "Not modified", "headers": REVISION_HEADERS},
                **error_responses(401, 403, 404, 422, 503)},
     openapi_extra={"parameters": [FACTS_PARAMETER]},
