@@ -184,6 +184,23 @@ def test_fleet_events_one_row_per_resource_that_changed_failed_drifted_or_blocke
     assert [e["id"] for e in first["events"] + rest["events"]] == [e["id"] for e in events] and "next" not in rest
 
 
+def test_a_failed_resource_s_error_is_said_once_in_its_event(story):
+    """The engine gives a failure the same words as reason and error (``datum.host.executor``): the event said
+    them twice (``permission denied: permission denied``); a reason that already ends with its error too."""
+    report = a_pass(1, failed=True)
+    report["resources"][1] |= {"reason": "permission denied: /etc/motd", "error": "permission denied: /etc/motd"}
+    post(story, report)
+    other = a_pass(2, failed=True, host="web2")
+    other["resources"][1] |= {"reason": "write /etc/motd: permission denied", "error": "permission denied"}
+    post(story, other)
+    third = a_pass(3, failed=True, host="web3")
+    third["resources"][1] |= {"reason": "could not write", "error": "permission denied"}
+    post(story, third)
+    said = {e["host"]: e["reason"] for e in story.get("/v1/events?state=failed").json()["events"]}
+    assert said == {"web1": "permission denied: /etc/motd", "web2": "write /etc/motd: permission denied",
+                    "web3": "could not write: permission denied"}
+
+
 def test_fleet_events_until_keeps_passes_finished_before_it_and_with_since_a_window(story):
     for seq in (2, 4, 6):
         post(story, a_pass(seq, failed=True))  # each: File[motd] failed, Service[nginx] blocked

@@ -55,6 +55,14 @@ def is_event(resource: Mapping[str, Any]) -> bool:
     return resource.get("changed") is True or resource.get("state") in EVENT_STATES
 
 
+def with_error(reason: str | None, error: str) -> str:
+    """A failed resource's reason with its error, each said once: the engine gives a failure the same words as
+    both (``datum.host.executor``), a provider may give a reason that already ends with its error."""
+    if not reason or error in reason:
+        return reason or error
+    return error if reason in error else f"{reason}: {error}"
+
+
 def events_of(report: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The pass's events: resource, type, action, state, changed and reason (its error when failed)."""
     out = []
@@ -63,7 +71,7 @@ def events_of(report: Mapping[str, Any]) -> list[dict[str, Any]]:
             continue
         reason = r.get("reason") if isinstance(r.get("reason"), str) else None
         if isinstance(r.get("error"), str) and r.get("state") == "failed":
-            reason = r["error"] if reason is None else f"{reason}: {r['error']}"
+            reason = with_error(reason, r["error"])
         out.append({
             "resource": str(r.get("id"))[:1000],
             "type": str(r.get("type"))[:100],
