@@ -88,9 +88,9 @@ def test_hooks_run_and_the_lease_is_freed_only_once_back_healthy(fleet):
     assert _hooks(fleet) == ["pre web1"] and _calls(fleet) == ["web1"]  # drained, then rebooted
     assert web1.local()["reboot"]["action"].endswith("; pre_reboot ran")
     web1.reboot()
-    code, err = web1.once()  # back, converged, but its service is not healthy: no undrain, the lease holds
+    code, err = web1.once()  # back, its resources converged, but its service is not healthy: no undrain, the lease holds
     local = web1.local()
-    assert local["state"] == "converged" and local["health"] == {"ok": False, "detail": UNHEALTHY}, err
+    assert local["state"] == "degraded" and local["health"] == {"ok": False, "detail": UNHEALTHY}, err
     assert fleet.get("/v1/hosts/web1", operator).json()["report"]["health"]["ok"] is False
     [lease] = _web(fleet, operator)["rebooting"]
     assert lease["host"] == "web1" and lease["unhealthy"] == f"came back unhealthy: {UNHEALTHY}"
@@ -144,6 +144,61 @@ def test_a_host_not_back_healthy_by_the_timeout_halts_its_group_saying_unhealthy
     assert "web: web1 since" in listed.out and "overdue, unhealthy (came back unhealthy: " in listed.out
     hosts = fleet.datum("hosts", "--config", str(fleet.server_config))
     assert "host web1 came back from its reboot unhealthy" in hosts.out, hosts.out + hosts.err
+    # web2 waits on web1, whose line it is: the CLI's advice and the page's badge make one call (they differed)
+    [row] = [" ".join(line.split()) for line in hosts.out.splitlines() if line.startswith("web2 ")]
+    assert row.startswith("web2 awaiting-reboot wait "), hosts.out
+    own = httpx.get(fleet.url + "/ui/hosts/web2", headers={"Authorization": f"Bearer {operator}"}).text
+    assert 'class="act act-wait"' in own.split('id="reboot"')[0] and "act-look" not in own.split('id="reboot"')[0], own
+
+
+def test_a_host_back_unhealthy_is_degraded_everywhere_from_its_first_check_and_after_its_lease_is_cleared(sqlite_fleet):
+    """Not converged until reboot_timeout: degraded with the health check's words on every surface from the first
+    pass that checked, and still so (with its line of Needs a human) once an operator cleared its lease, until a
+    check passes. The halted group's other host waits, the CLI's advice and the page's badge one call."""
+    fleet = sqlite_fleet
+    _configure(fleet, 'reboot_concurrency = 1\n')
+    operator = fleet.token("operator")
+    web1 = _host(fleet, "web1")
+    assert "rebooting: " in web1.once()[1]
+    web1.reboot()
+    code, err = web1.once()  # back from its reboot, its health check fails
+    why = f"came back unhealthy: {UNHEALTHY}"
+    assert (web1.local()["state"], web1.local()["reason"]) == ("degraded", why), err
+    assert code & 32, code  # the exit code's degraded flag
+
+    def everywhere(expected_lease: bool) -> None:
+        row = {h["host"]: h for h in fleet.get("/v1/hosts", operator).json()["hosts"]}["web1"]
+        assert (row["state"], row["reason"]) == ("degraded", why), row
+        needs = fleet.get("/v1/attention", operator).json()["needs"]
+        mine = [n for n in needs if n.get("host") == "web1"]
+        assert [n["reason"] for n in mine] == ["host_unhealthy"], needs
+        assert mine[0]["text"] == "host web1 came back from its reboot unhealthy" and mine[0]["detail"] == why
+        gauge = {(s.labels.get("reason"), s.labels.get("severity")): s.value
+                 for f in text_string_to_metric_families(fleet.get("/metrics", operator).text) for s in f.samples
+                 if s.name == "datum_needs_human"}
+        assert gauge[("host_unhealthy", "look")] == 1.0, gauge
+        states = {s.labels.get("state"): s.value
+                  for f in text_string_to_metric_families(fleet.get("/metrics", operator).text) for s in f.samples
+                  if s.name == "datum_hosts"}
+        assert states.get("degraded") == 1.0 and states.get("converged", 0.0) == 0.0, states
+        page = httpx.get(fleet.url + "/ui/hosts/web1", headers={"Authorization": f"Bearer {operator}"}).text
+        assert "host web1 came back from its reboot unhealthy" in page and UNHEALTHY in page
+        listed = fleet.datum("hosts", "--config", str(fleet.server_config))
+        said = " ".join(listed.out.split())
+        assert "web1 degraded go and look" in said and "host web1 came back from its reboot unhealthy" in said, said
+        status = fleet.datum("status", "--state", str(web1.base / "agent.db"), "--config", str(web1.base / "agent.toml"))
+        assert "host web1: degraded" in status.out and "came back unhealthy" in " ".join(status.out.split()), status
+        assert bool(_web(fleet, operator)["rebooting"]) is expected_lease
+
+    everywhere(expected_lease=True)
+    cleared = fleet.datum("reboots", "clear", "web1", "--config", str(fleet.server_config))
+    assert cleared.code == 0, cleared.err  # looked at: its group goes on
+    web1.once()  # still unhealthy, its lease gone: still degraded, still a line
+    everywhere(expected_lease=False)
+    (web1.base / "healthy").touch()
+    code, err = web1.once()
+    assert web1.local()["state"] == "converged" and "reason" not in web1.local(), err
+    assert not [n for n in fleet.get("/v1/attention", operator).json()["needs"] if n.get("host") == "web1"]
 
 
 def _ask(fleet, host: str) -> dict:

@@ -16,6 +16,7 @@ from urllib.parse import unquote
 
 import schemathesis
 
+from datum.core.budget import unhealthy
 from datum.core.rollup import host_state
 from datum.core.vocab import ResourceState
 
@@ -37,4 +38,6 @@ def before_call(_context: Any, case: Any, _kwargs: dict[str, Any]) -> None:
         awaiting = isinstance(reboot, dict) and reboot.get("required") is True
         # a new body: the coverage phase shares one among the cases it draws ahead; the path parameter
         # is held percent-encoded, as it is sent
-        case.body = {**body, "host": unquote(host), "state": host_state(states, awaiting_reboot=awaiting).value}
+        sick = unhealthy(body.get("health")) is not None  # back from a reboot, its health check failing: degraded
+        state = host_state(states, awaiting_reboot=awaiting, unhealthy=sick)
+        case.body = {**body, "host": unquote(host), "state": state.value}

@@ -67,6 +67,28 @@ def test_a_converged_report_with_a_failed_resource_is_422(story):
         assert post(story, stopped).status_code == 201
 
 
+def test_a_host_back_from_its_reboot_unhealthy_is_degraded_whatever_its_agent_says(story):
+    """Its resources converged, its health check failing: degraded (contract section 2, rule 5). An agent older than
+    the rule says converged: stored degraded with the check's words; a report degraded for nothing is refused."""
+    healthy = pass_report(state="converged")
+    healthy.update(exitCode=0, counts={"converged": 1}, resources=healthy["resources"][:1])
+    healthy.pop("reason")
+    older = healthy | {"health": {"ok": False, "detail": "health_url http://127.0.0.1:9/ answered 503"}}
+    assert post(story, older).status_code == 201
+    row = story.get("/v1/hosts/web1").json()
+    said = "came back unhealthy: health_url http://127.0.0.1:9/ answered 503"
+    assert (row["state"], row["reason"], row["report"]["state"]) == ("degraded", said, "degraded"), row
+    newer = older | {"host": "web2", "state": "degraded", "reason": said, "exitCode": 32}
+    assert post(story, newer, host="web2").status_code == 201
+    assert story.get("/v1/hosts/web2").json()["state"] == "degraded"
+    for_nothing = healthy | {"host": "web3", "state": "degraded", "reason": said}
+    r = post(story, for_nothing, host="web3")
+    assert r.status_code == 422 and "roll up to 'converged'" in r.text, r.text
+    back = healthy | {"host": "web4", "health": {"ok": True, "detail": "health_check passed"}}
+    assert post(story, back, host="web4").status_code == 201
+    assert story.get("/v1/hosts/web4").json()["state"] == "converged"
+
+
 def test_a_long_diff_is_stored_cut_with_a_marker(story):
     limit = story.settings.server.max_diff_bytes
     report = pass_report(state="drifted")

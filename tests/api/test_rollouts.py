@@ -225,6 +225,35 @@ def test_a_failing_canary_halts_the_rollout_and_nobody_else_gets_the_revision(st
     assert 'datum_rollout_hosts{status="failed",wave="0"} 1.0' in metrics
 
 
+def test_the_canary_s_line_and_page_say_it_is_the_canary_which_revision_it_runs_and_which_it_is_served(
+    story: Story, datum_cli, tmp_path  # type: ignore[no-untyped-def]
+):
+    first, second = start(story, WEB)
+    ro = in_force(story)
+    said = f"the canary of rollout {ro['id']}: runs revision {first}, is served revision {second}"
+    assert said in story.get("/ui/hosts/web1").text  # served the new revision, its last pass ran the first
+    assert "the canary of rollout" not in story.get("/ui/hosts/web2").text  # held back: no canary
+    report(story, "web1", "failed", second)
+    machine.tick(story.app.state.datum.fleet)
+    assert in_force(story)["state"] == "halted"
+    said = f"the canary of rollout {ro['id']}: runs revision {second}, is served revision {second}"
+    [line] = [n for n in story.get("/v1/attention").json()["needs"] if n.get("host") == "web1"]
+    assert line["text"] == f"host web1 failed (the canary of rollout {ro['id']})", line
+    assert line["detail"] == f"{said}; File[motd] failed: permission denied"
+    assert "datum rollout resume or datum rollout abort" in line["do"]
+    page = story.get("/ui/hosts/web1").text
+    assert said in page and f"host web1 failed (the canary of rollout {ro['id']})" in page
+    assert 'href="/#rollout"' in page  # the overview's rollout section as a browser opens it (not /ui/overview)
+    cfg = tmp_path / "cli.toml"
+    cfg.write_text(f'store = "{story.settings.store}"\n[fleet]\nmanifests = "{story.fleet}"\n'  # type: ignore[attr-defined]
+                   '[fleet.rollout]\ncanary = ["web1"]\n')
+    code, out, err = datum_cli("hosts", "--config", str(cfg))
+    assert code == 0 and said in " ".join(out.split()), out + err
+    aborted = story.client.post("/v1/rollouts/current/abort", headers=story.auth("operator"))
+    assert aborted.status_code == 200 and in_force(story)["state"] == "aborted", aborted.text
+    assert "the canary of rollout" not in story.get("/ui/hosts/web1").text  # no rollout under way: no canary
+
+
 def test_resuming_a_halted_rollout_accepts_the_failures_it_halted_for(story: Story, datum_cli, tmp_path):  # type: ignore[no-untyped-def]
     """``resume`` after a halt: the canary failing then is accepted (neither failed nor waited for) and the waves
     go on; a host that fails after the resume counts, and halts it again."""

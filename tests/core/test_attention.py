@@ -11,13 +11,16 @@ from datum.core.attention import (
     REPEATED_FAILURES,
     Reconciler,
     Severity,
+    call_label,
     decide,
     group_key,
+    host_call,
     host_need,
     item_reason,
     reasons,
 )
 from datum.core.breaker import Threshold
+from datum.core.explain import Act
 from datum.core.memory import BackoffPolicy
 from datum.core.vocab import Direction
 
@@ -134,6 +137,38 @@ def test_every_host_state_and_every_reboot_policy():
     assert "datum reboot on manual" in texts["manual"].do and "Datum never reboots it" in texts["never"].do
     assert "2026-11-30 10:30:00 UTC" in texts["gone"].detail
     assert host_need(hosts[0]) is None and host_need(hosts[9]) is None  # converged; a maintenance window waits
+
+
+def test_a_host_back_from_its_reboot_unhealthy_is_a_line_of_its_own_with_or_without_its_lease():
+    why = budget.unhealthy({"ok": False, "detail": "health_check (test) exited 1"})
+    sick = {"host": "web1", "state": "degraded", "reason": why}
+    [line] = decide(hosts=[sick])  # its lease cleared (or still live): the host's own line
+    assert (line.severity.value, line.reason, line.host) == ("look", "host_unhealthy", "web1")
+    assert line.text == "host web1 came back from its reboot unhealthy" and line.detail == why
+    assert "datum reboots clear web1" in line.do
+    overdue = {"host": "web1", "group": "web", "since": "2026-11-30T10:00:00+00:00",
+               "expiresAt": "2026-11-30T10:30:00+00:00", "unhealthy": why}
+    lines = decide(hosts=[sick], overdue=[overdue])  # past its timeout: the group's halt is a line too, told apart
+    assert [(n.reason, n.text) for n in lines] == [
+        ("reboot_overdue", "group web's reboots are halted: host web1 came back from its reboot unhealthy"),
+        ("host_unhealthy", "host web1 came back from its reboot unhealthy"),
+    ]
+    skipped = decide(hosts=[{"host": "web2", "state": "degraded", "reason": "File[x] skipped: no provider"}])
+    assert [n.reason for n in skipped] == ["host_degraded"]
+
+
+def test_one_call_for_a_host_on_every_surface():
+    """A host a line names calls for its severity; one without a line never for 'go and look' (a host of a group
+    whose reboots another host halted waits: the line is that other host's)."""
+    halted = {"host": "web2", "state": "awaiting-reboot", "reason": budget.halted(["web1"]),
+              "reboot": {"required": True, "policy": "automatic"}}
+    assert host_need(halted) is None
+    assert host_call("awaiting-reboot", halted["reason"], None) is Act.WAIT
+    assert call_label(Act.WAIT) == "wait"
+    failed = {"host": "web3", "state": "failed", "reason": "File[x] failed: no"}
+    assert host_call("failed", failed["reason"], host_need(failed)) is Severity.LOOK
+    assert call_label(Severity.CHECK) == "check it is intended"
+    assert host_call("converged", None, None) is None
 
 
 def test_every_reason_has_one_severity_and_the_lines_are_json():

@@ -31,6 +31,21 @@ def test_host_state_first_rule_that_matches(states, reboot, expected):
 
 
 @pytest.mark.parametrize(
+    "states,reboot,expected",
+    [
+        ([C], False, HostState.DEGRADED),  # back from its reboot, its health check fails: degraded at once
+        ([C, S], False, HostState.DEGRADED),
+        ([C], True, HostState.AWAITING_REBOOT),  # rule 4 first, as for a skip
+        ([C, F], False, HostState.FAILED),
+        ([C, D], False, HostState.DRIFTED),
+        (None, False, HostState.UNKNOWN),
+    ],
+)
+def test_a_host_back_from_its_reboot_unhealthy_is_degraded_in_rule_5(states, reboot, expected):
+    assert host_state(states, awaiting_reboot=reboot, unhealthy=True) is expected
+
+
+@pytest.mark.parametrize(
     "executed,completed,degrading,expected",
     [
         (False, False, False, Health.UNKNOWN),

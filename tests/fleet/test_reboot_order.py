@@ -156,6 +156,14 @@ def test_back_unhealthy_is_one_rule():
     assert back_unhealthy({"state": "converged", "health": {"ok": False}}) == (
         "came back unhealthy: its health check did not pass"
     )
+    # the agent says degraded for it now: the lease keeps the check's words, not "came back degraded: came back ..."
+    assert back_unhealthy({"state": "degraded", "reason": "came back unhealthy: health_check (t) exited 1",
+                           "health": {"ok": False, "detail": "health_check (t) exited 1"}}) == (
+        "came back unhealthy: health_check (t) exited 1"
+    )
+    assert back_unhealthy({"state": "degraded", "reason": "File[x] skipped: no provider"}) == (
+        "came back degraded: File[x] skipped: no provider"
+    )
     assert back_unhealthy({"state": "awaiting-reboot", "reason": "kernel 6.2 in /boot, running 6.1"}) == (
         "came back awaiting-reboot: kernel 6.2 in /boot, running 6.1"
     )

@@ -87,6 +87,25 @@ def test_the_reason_names_the_resources_behind_the_state(states, reboot, stopped
     assert verdict.decide(outcomes(states), reboot_reason=reboot, stopped_by=stopped).reason == reason
 
 
+UNHEALTHY = {"ok": False, "detail": "health_check (test) exited 1; post_reboot not run until healthy"}
+
+
+@pytest.mark.parametrize(
+    ("states", "health", "state", "code", "reason"),
+    [
+        ([C, C], UNHEALTHY, HostState.DEGRADED, 32, f"came back unhealthy: {UNHEALTHY['detail']}"),
+        ([C, S], UNHEALTHY, HostState.DEGRADED, 32,
+         f"came back unhealthy: {UNHEALTHY['detail']}; File[/f1] skipped: why 1"),
+        ([C, F], UNHEALTHY, HostState.FAILED, 4 | 32, "File[/f1] failed: why 1"),
+        ([C, C], {"ok": False}, HostState.DEGRADED, 32, "came back unhealthy: its health check did not pass"),
+        ([C, C], {"ok": True, "detail": "health_check passed"}, HostState.CONVERGED, 0, None),
+    ],
+)
+def test_a_host_back_from_its_reboot_unhealthy_is_degraded_with_the_check_s_reason(states, health, state, code, reason):
+    decided = verdict.decide(outcomes(states), health=health)
+    assert (decided.state, decided.exit_code, decided.reason) == (state, code, reason)
+
+
 def test_no_pass_is_unknown_and_exits_4():
     decided = verdict.no_pass("no manifest has ever been fetched: the server is away")
     assert (decided.state, decided.exit_code, decided.incomplete) == (HostState.UNKNOWN, 4, True)

@@ -159,3 +159,31 @@ def test_on_a_phone_and_when_the_server_goes_away(tmp_path, browser_context):
     shot = tmp_path / "page-stale.png"
     page.screenshot(path=str(shot))
     keep(shot)
+
+
+def test_a_host_page_links_the_waves_where_a_browser_opens_them(tmp_path, browser_context):
+    """The held-back host's and the canary's 'the waves' open the overview's rollout section in the browser; they
+    linked /ui/overview#rollout, the page's data, which a browser asks for without the token: a 401."""
+    from api.test_rollouts import WEB, fleet_story, start
+
+    story = fleet_story(tmp_path, None)  # the store config_file names
+    start(story, WEB)  # web1 the canary on the second revision, the others held back on the first
+    token, directory = story.tokens["operator"], story.fleet  # type: ignore[attr-defined]
+    story.client.close()
+    story.store.dispose()
+    cfg = config_file(tmp_path, scheduler=False)
+    with cfg.open("a") as config:
+        config.write(f'[fleet]\nmanifests = "{directory}"\n[fleet.rollout]\ncanary = ["web1"]\n'
+                     'waves = ["50%", "100%"]\nsoak = "1h"\n')
+    with serving(cfg, tmp_path / "serve.log") as base:
+        page = browser_context.new_page()
+        sign_in(page, base, token)
+        for host, where in (("web2", "#host .held-back a"), ("web1", "#host .canary a")):
+            page.goto(base + f"hosts/{host}")
+            link = page.locator(where)
+            link.wait_for(timeout=10_000)
+            link.click()
+            page.wait_for_url(base + "#rollout", timeout=10_000)
+            rollout = page.locator("#rollout")
+            rollout.wait_for(timeout=10_000)
+            assert "rolling" in rollout.inner_text(), rollout.inner_text()

@@ -16,13 +16,13 @@ from datum.config import Settings
 from datum.core.attention import Need, decide
 from datum.core.vocab import HostState
 from datum.fleet import listing
+from datum.fleet.rollouts.canaries import attention_of
 from datum.reconcile.attention import every
 from datum.reconcile.registry import Registry
 from datum.reconcile.report import DriftReport
 from datum.store import Store
 from datum.store.leases import Leases
 from datum.store.leases import read as read_leases
-from datum.store.rollouts import attention_of
 from datum.web import view
 
 

@@ -242,7 +242,7 @@ def status(state: str | None, host: str | None, as_json: bool, config: str | Non
 
     out = render.console(wide)
     line = host_need(report)
-    render.status(report, out, times, notes)
+    render.status(report, out, times, notes, line)
     render.needs_human([line] if line is not None else [], out, after=True)
     return code
 

@@ -20,8 +20,17 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from datum.core.attention import group_key, group_label
-from datum.core.explain import ACT_LABEL, Act, advice, at_backoff_cap, host_explanation
+from datum.core.attention import (
+    Call,
+    Need,
+    Severity,
+    call_label,
+    group_key,
+    group_label,
+    host_call,
+    host_need,
+)
+from datum.core.explain import ACT_LABEL, Act, advice, at_backoff_cap
 from datum.core.humanize import age, ago, when
 from datum.core.order import HOST_ORDER, Cause, by_cause
 
@@ -41,6 +50,7 @@ _STATE_STYLE = {
     "skipped": "yellow", "awaiting-reboot": "magenta", "unknown": "dim", "pending": "dim",
 }
 _ACT_STYLE = {Act.LOOK: "bold red", Act.DEPENDS: "yellow", Act.WAIT: "", Act.NONE: "dim", Act.OWNER: "cyan"}
+_CALL_STYLE = {Severity.LOOK: "bold red", Severity.CHECK: "yellow"}
 WIDE = 160  # the least width of --wide output
 IDS_SHOWN = 3  # ids of a group's items shown without --wide
 
@@ -324,14 +334,24 @@ def needs_human(needs: Sequence[Any], out: Console, *, after: bool = False) -> N
         out.print("")
 
 
-def host_advice(host: Any) -> Act:
-    """What a host row calls for: its reason's or its state's advice, as the page's badge says."""
-    return host_explanation(host.state.value, host.reason).act
+def call(value: Call | None) -> Text:
+    """A host's call (``datum.core.attention.host_call``) in the words and colour of the page's badge."""
+    if value is None:
+        return text("")
+    return text(call_label(value), _CALL_STYLE[value] if isinstance(value, Severity) else _ACT_STYLE[value])
+
+
+def host_advice(host: Any, lines: Mapping[str, Need] | None = None) -> Call | None:
+    """What a host row calls for, as the page's badge says (``datum.core.attention.host_call``): ``lines``, the
+    lines of *Needs a human* by host (a host's line may come from its overdue reboot lease); without them, the
+    line its own row gives."""
+    line = lines.get(host.host) if lines is not None else host_need(host.dump())
+    return host_call(host.state.value, host.reason, line)
 
 
 def hosts(
     rows: Sequence[Any], counts: Mapping[str, int], out: Console, times: Times,
-    advise: Callable[[Any], Act] = host_advice,
+    advise: Callable[[Any], Call | None] = host_advice,
 ) -> None:
     """The fleet's counts, worst first, then a table of ``rows`` (``HostSummary``) in the order given."""
     total = sum(counts.values())
@@ -349,7 +369,7 @@ def hosts(
             (
                 [
                     text(h.host), text(h.state.value, _STATE_STYLE.get(h.state.value, "")),
-                    act(advise(h)) if h.state.value != "converged" else text(""),
+                    call(advise(h)),
                     text(times(h.finished_at or h.updated_at)),
                 ],
                 text("; ".join(filter(None, [h.reason, h.held_back.said if h.held_back else None])), "dim")
@@ -467,8 +487,11 @@ def rollout_event(e: Any, times: Times, indent: str = "") -> Text:
     return line
 
 
-def status(report: Mapping[str, Any], out: Console, times: Times, notes: Sequence[str] = ()) -> None:
+def status(
+    report: Mapping[str, Any], out: Console, times: Times, notes: Sequence[str] = (), line: Need | None = None
+) -> None:
     """A host's persisted state: a header, the resources that need reading, then ``host state:`` and ``reason:``.
+    ``line``: its line of *Needs a human* (``datum.core.attention.host_need``), which the header's call follows.
 
     The table lists the resources the last pass did not leave converged, or changed (with ``--wide``
     every one); the last two lines are the pass lines' (``datum apply``), wrapped to the width.
@@ -482,7 +505,7 @@ def status(report: Mapping[str, Any], out: Console, times: Times, notes: Sequenc
     head.append(state, _STATE_STYLE.get(state, ""))
     if state != "converged":
         head.append("  ")
-        head.append_text(act(host_explanation(state, report.get("reason")).act))
+        head.append_text(call(host_call(state, report.get("reason"), line)))
     out.print(head)
     if "finishedAt" in last:
         said = [str(last.get("mode", "?")), f"exit {last.get('exitCode', '?')}"]

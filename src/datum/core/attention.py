@@ -28,14 +28,22 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
 from datum.core import budget
 from datum.core.breaker import Threshold
-from datum.core.explain import Act, Vocabulary, advice, at_backoff_cap, explain
+from datum.core.explain import (
+    ACT_LABEL,
+    Act,
+    Vocabulary,
+    advice,
+    at_backoff_cap,
+    explain,
+    host_explanation,
+)
 from datum.core.handreboot import awaits_hand
 from datum.core.humanize import age, when
 from datum.core.memory import BackoffPolicy
@@ -72,6 +80,7 @@ REBOOT_REFUSED = "reboot_refused"
 NO_REBOOT_LEASE = "no_reboot_lease"
 PRE_REBOOT_FAILED = "pre_reboot_failed"
 REBOOT_OVERDUE = "reboot_overdue"
+HOST_UNHEALTHY = "host_unhealthy"
 HOST_DRIFTED = "host_drifted"
 REPEATED_FAILURES = "repeated_failures"
 HOST_DEGRADED = "host_degraded"
@@ -93,6 +102,7 @@ _OWN: dict[str, Severity] = {
     NO_REBOOT_LEASE: Severity.LOOK,
     PRE_REBOOT_FAILED: Severity.LOOK,
     REBOOT_OVERDUE: Severity.LOOK,
+    HOST_UNHEALTHY: Severity.LOOK,
     HOST_DRIFTED: Severity.LOOK,
     REPEATED_FAILURES: Severity.LOOK,
     HOST_DEGRADED: Severity.CHECK,
@@ -354,6 +364,12 @@ def _host(h: Mapping[str, Any]) -> Need | None:
     if state == HostState.DRIFTED.value:
         return Need(Severity.LOOK, HOST_DRIFTED, f"host {name} drifted (observe mode)",
                     explain(Vocabulary.HOST_STATE, HostState.DRIFTED).do, host=name, detail=reason)
+    if state == HostState.DEGRADED.value and reason.startswith(budget.UNHEALTHY):
+        return Need(Severity.LOOK, HOST_UNHEALTHY, f"host {name} came back from its reboot unhealthy",
+                    f"Go and look at the host's service: its health check (or post_reboot) has failed at every pass "
+                    f"since its reboot, and it reads degraded until one passes. Its group's next reboot waits on "
+                    f"it meanwhile (datum reboots clear {name} lets the group go on; the host stays here until "
+                    "healthy).", host=name, detail=reason)
     if state == HostState.DEGRADED.value:
         return Need(Severity.CHECK, HOST_DEGRADED, f"host {name} skipped resources",
                     explain(Vocabulary.HOST_STATE, HostState.DEGRADED).do, host=name, detail=reason)
@@ -383,6 +399,28 @@ def host_need(host: Mapping[str, Any]) -> Need | None:
     return _host(host)
 
 
+Call = Severity | Act  # what a host calls for: a line's severity, or what its state asks when it has no line
+
+
+def host_call(state: str, reason: str | None, line: Need | None) -> Call | None:
+    """What a host calls for, one answer for every surface (the page's badge beside it, ``datum hosts``' advice
+    column, ``datum status``' head): its line's severity when *Needs a human* lists it (``line``: the one
+    ``decide`` or ``host_need`` gave it); nothing when converged; else what its reason or state calls for
+    (``datum.core.explain.host_explanation``), never ``go and look``, which only a line says: a host that waits
+    on another (its group's reboots halted by a host not back, a maintenance window) waits."""
+    if line is not None:
+        return line.severity
+    if state == HostState.CONVERGED.value:
+        return None
+    act = host_explanation(state, reason).act
+    return Act.WAIT if act in (Act.LOOK, Act.DEPENDS) else act
+
+
+def call_label(call: Call) -> str:
+    """How every surface words a call: ``go and look``, ``check it is intended``, ``wait``, ..."""
+    return SEVERITY_LABEL[call] if isinstance(call, Severity) else ACT_LABEL[call]
+
+
 def _time(value: Any) -> str:
     """An RFC 3339 time as every surface prints it (``2026-11-29 23:49:10 UTC``); as given if it is not one."""
     try:
@@ -397,7 +435,7 @@ def _overdue(lease: Mapping[str, Any]) -> Need:
     name, group = str(lease.get("host")), lease.get("group")
     unhealthy = lease.get("unhealthy")
     if unhealthy:
-        title, how = (f"host {name} came back from its reboot unhealthy",
+        title, how = (f"group {group}'s reboots are halted: host {name} came back from its reboot unhealthy",
                       "it reported from its new boot, but not converged with its health check and post_reboot passed")
         what = f"; it {unhealthy}"
     else:
@@ -439,6 +477,31 @@ def _rollout(ro: Mapping[str, Any]) -> Need | None:
                 f"When ready, {ways}; nothing is released meanwhile.", detail=str(ro.get("reason") or ""))
 
 
+def canary_said(rollout: Mapping[str, Any] | None, host: str, runs: str | None) -> str | None:
+    """How the canary's line and its host page say it is the canary: ``the canary of rollout 7: runs revision A,
+    is served revision B``; None when ``host`` is none of ``rollout``'s ``canaries`` (the hosts of wave 0 of a
+    rollout under way: ``datum.fleet.rollouts.canaries``). ``runs``: the revision its last pass ran."""
+    if rollout is None or host not in (rollout.get("canaries") or ()):
+        return None
+    ran = f"runs revision {runs}" if runs else "has run no revision of the fleet yet"
+    return f"the canary of rollout {rollout.get('id')}: {ran}, is served revision {rollout.get('revision')}"
+
+
+def _as_canary(line: Need, host: Mapping[str, Any], rollout: Mapping[str, Any] | None) -> Need:
+    """A host's line, saying it is the canary of ``rollout`` when it is one, and what holds while it fails."""
+    said = canary_said(rollout, str(line.host), host.get("revision") if isinstance(host.get("revision"), str) else None)
+    if said is None or rollout is None:
+        return line
+    do = line.do
+    if rollout.get("state") in ("halted", "paused"):
+        do += (f" Rollout {rollout.get('id')} is {rollout.get('state')} meanwhile: nothing more is released until "
+               "datum rollout resume or datum rollout abort.")
+    else:
+        do += f" No wave of rollout {rollout.get('id')} is released while it fails on the revision."
+    return replace(line, text=f"{line.text} (the canary of rollout {rollout.get('id')})", do=do,
+                   detail="; ".join(filter(None, [said, line.detail])))
+
+
 def decide(
     reconcilers: Iterable[Reconciler] = (),
     hosts: Iterable[Mapping[str, Any]] = (),
@@ -449,7 +512,7 @@ def decide(
 
     ``hosts``: ``/v1/hosts`` rows (or ``GET /v1/hosts/{host}`` answers, or pass reports); ``overdue``: reboot
     leases past their timeout (``GET /v1/reboots``'s ``overdue``); ``rollout``: the staged rollout in force
-    (a halted or paused one is a line).
+    (a halted or paused one is a line; with its ``canaries``, a canary's line says it is one).
     """
     lines: list[Need] = []
     held = _rollout(rollout) if rollout is not None else None
@@ -460,7 +523,7 @@ def decide(
     for h in hosts:
         line = _host(h)
         if line is not None:
-            lines.append(line)
+            lines.append(_as_canary(line, h, rollout))
     lines += [_overdue(lease) for lease in overdue]
     order = {reason: n for n, reason in enumerate(reasons())}
     return sorted(lines, key=lambda n: (n.severity is not Severity.LOOK, order.get(n.reason, len(order))))

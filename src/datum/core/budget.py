@@ -65,13 +65,24 @@ def back_unhealthy(report: Mapping[str, Any]) -> str | None:
     why not, kept on the lease (``came back unhealthy: ...``): the lease holds, and past ``reboot_timeout``
     it halts the group as any host that did not come back does. One rule for every store and surface."""
     state = str(report.get("state"))
-    health = report.get("health")
-    if state != "converged":
+    sick = unhealthy(report.get("health"))
+    if state != "converged" and not (state == "degraded" and sick):  # degraded by the check: said as unhealthy
         reason = report.get("reason")
         return (f"came back {state}" + (f": {reason}" if reason else ""))[:1000]
-    if isinstance(health, Mapping) and health.get("ok") is not True:
-        return f"came back unhealthy: {health.get('detail') or 'its health check did not pass'}"[:1000]
-    return None
+    return sick
+
+
+UNHEALTHY = "came back unhealthy"
+
+
+def unhealthy(health: Any) -> str | None:
+    """Why a host back from a reboot under a lease is not healthy (a report's ``health``: its health check,
+    ``health_url`` or ``post_reboot`` failed), in the words of the host's reason and its lease (``came back
+    unhealthy: health_check (test) exited 1``); None when it is healthy or was not checked. The host reads
+    ``degraded`` for it (``datum.core.rollup.host_state``) from the first check that fails until one passes."""
+    if not isinstance(health, Mapping) or health.get("ok") is True:
+        return None
+    return f"{UNHEALTHY}: {health.get('detail') or 'its health check did not pass'}"[:1000]
 
 
 def _natural(name: str) -> tuple[Any, ...]:

@@ -264,9 +264,12 @@ _OTHERS: dict[tuple[Vocabulary, str], tuple[str, str, str, Act]] = {
         Act.LOOK,
     ),
     (Vocabulary.HOST_STATE, HostState.DEGRADED): (
-        "some resources were skipped, the rest converged",
-        "At least one resource was skipped (its reason says why) and the rest converged.",
-        "Look at why they were skipped; often intended (not applicable on this host), then nothing to do.",
+        "some resources were skipped, or the host came back from its reboot unhealthy",
+        "At least one resource was skipped (its reason says why) and the rest converged; or the host is back "
+        "from a reboot made under its group's reboot lease and its health check or post_reboot has not passed "
+        "yet (the reason: came back unhealthy, and what failed).",
+        "Look at why they were skipped; often intended (not applicable on this host), then nothing to do. A "
+        "host that came back unhealthy: go and look at its service (reboot_unhealthy).",
         Act.LOOK,
     ),
     (Vocabulary.HOST_STATE, HostState.AWAITING_REBOOT): (
@@ -414,7 +417,8 @@ _HOST_REASONS: dict[str, tuple[str, str, str, Act]] = {
     "reboot_unhealthy": (
         "back from its reboot, and not healthy yet: its reboot lease holds",
         "The host reported from a new boot, but not converged, or its health check ([host] health_check, "
-        "health_url) or post_reboot hook failed: the server keeps its reboot lease (GET /v1/reboots says "
+        "health_url) or post_reboot hook failed (then it reads degraded, from the first check that failed until "
+        "one passes, even once its lease is cleared): the server keeps its reboot lease (GET /v1/reboots says "
         "unhealthy and why), so the next host of its group does not go down. The agent checks again at each "
         "pass; past [fleet] reboot_timeout the group's reboots halt (reboot_halted).",
         "Go and look at the host's service and at what the detail names; once it is healthy its next pass frees "

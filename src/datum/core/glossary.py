@@ -544,6 +544,15 @@ WORDS: dict[tuple[str, str], tuple[str, str, str, str]] = {
         "Go and look at the host; once it is back and healthy the group goes on, or run datum reboots clear HOST.",
         "look",
     ),
+    ("needs a human", "host_unhealthy"): (
+        "a host came back from its reboot unhealthy",
+        "The host rebooted under its group's reboot lease and its health check ([host] health_check, health_url) "
+        "or post_reboot has failed at every pass since: it reads degraded, its reason naming what failed, from the "
+        "first check that failed until one passes, whether or not its lease was cleared.",
+        "Go and look at the host's service and at what the reason names; its next pass checks again. datum reboots "
+        "clear HOST lets its group's reboots go on meanwhile.",
+        "look",
+    ),
     ("needs a human", "rollout_halted"): (
         "the staged rollout stopped by itself: too many hosts failed on its revision",
         "More than max_failed of the released hosts failed on the new revision (or fell silent after a pass on "

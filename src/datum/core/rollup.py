@@ -13,10 +13,14 @@ def host_state(
     states: Iterable[ResourceState] | None,
     *,
     awaiting_reboot: bool = False,
+    unhealthy: bool = False,
 ) -> HostState:
     """The host state of the contract: the first rule that matches.
 
-    ``states`` is None when no pass has completed or its report cannot be read.
+    ``states`` is None when no pass has completed or its report cannot be read. ``unhealthy``: the host is back
+    from a reboot made under a fleet's lease and its health check (or ``post_reboot``) has not passed (the
+    report's ``health``, ``datum.core.budget.unhealthy``): ``degraded``, as a host that skipped resources is,
+    from the first check that fails until one passes.
     """
     if states is None:
         return HostState.UNKNOWN
@@ -27,7 +31,7 @@ def host_state(
         return HostState.DRIFTED
     if awaiting_reboot:
         return HostState.AWAITING_REBOOT
-    if ResourceState.SKIPPED in seen:
+    if unhealthy or ResourceState.SKIPPED in seen:
         return HostState.DEGRADED
     unfinished = {ResourceState.PENDING, ResourceState.APPLYING}
     if seen & unfinished:

@@ -14,7 +14,9 @@ What a shape cannot say, checked before a report is stored:
 - every number is finite (JSON parsers take ``NaN``, ``Infinity`` and ``1e999``);
 - the report's ``state`` is the host state its resources roll up to (contract
   section 2), so a ``converged`` report with a failed resource is refused; a
-  pass stopped by a signal (``incomplete``) may say ``unknown``;
+  pass stopped by a signal (``incomplete``) may say ``unknown``; a host back
+  from a reboot whose ``health`` did not pass is ``degraded`` (an agent older
+  than that rule says ``converged``: stored as ``degraded``, saying why);
 - a diff longer than ``[server] max_diff_bytes`` is cut, with a marker saying so;
 - the diff of a resource the report marks sensitive is never stored;
 - a NUL in a string (an error, a diff) is stored as U+FFFD: PostgreSQL's ``jsonb`` cannot hold one,
@@ -29,6 +31,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from datum.core.budget import unhealthy
 from datum.core.findings import FieldError, invalid
 from datum.core.redact import NOT_A_HOST_NAME, looks_like_token
 from datum.core.rollup import host_state
@@ -116,9 +119,15 @@ def accepted(report: PassReport, max_diff_bytes: int) -> tuple[PassReport, dict[
     problems = [] if text is not None else _non_finite(report.model_dump(by_alias=True), [])
     states = [r.state for r in report.resources]
     awaiting = report.reboot is not None and report.reboot.required
-    expected = host_state(states, awaiting_reboot=awaiting)
+    sick = unhealthy(report.health.model_dump() if report.health is not None else None)
+    expected = host_state(states, awaiting_reboot=awaiting, unhealthy=sick is not None)
     # A pass stopped by a signal reports what it reached so far and says ``unknown`` (its agent's rule).
     stopped = bool(getattr(report, "incomplete", False)) and report.state is HostState.UNKNOWN
+    if sick is not None and report.state is HostState.CONVERGED and expected is HostState.DEGRADED:
+        # an agent older than the rule says converged while its health check fails: the server's rollup decides
+        report = report.model_copy(update={"state": expected, "reason": sick})
+        doc = report.dump()
+        text = _text(doc)
     if report.state != expected and not stopped:
         problems.append(
             FieldError(

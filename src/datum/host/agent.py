@@ -166,11 +166,12 @@ def host_pass(
                 config, mode, outcomes, root, previous, boot_id, budget,
                 stopped=verdict.incomplete(outcomes, stopped_by), known_stale=known,
             )
-            decided = verdict.decide(outcomes, reboot_reason=found.reason, stopped_by=stopped_by)
+            checked = None
             if after_reboot is not None and store is not None:
                 checked = after_reboot(store, boot_id, verdict.incomplete(outcomes, stopped_by))
                 if checked is not None:
                     extra = {**(extra or {}), "health": checked}
+            decided = verdict.decide(outcomes, reboot_reason=found.reason, stopped_by=stopped_by, health=checked)
         report = verdict.report(
             decided, outcomes, host=host, mode=mode.value, started=started.isoformat(),
             finished=datetime.now(UTC).isoformat(), duration=round(time.perf_counter() - clock, 6),

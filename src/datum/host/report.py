@@ -99,7 +99,8 @@ class PassReport(_Model):
     reboot: RebootStatus = absent("The reboot the host needs, when a change needs one.")
     health: RebootHealth = absent(
         "Back from a reboot under a reboot lease, with a health check or post_reboot configured: their result. "
-        "The server frees the host's reboot lease only on a converged report whose health is ok."
+        "Until it is ok the host is `degraded`, its reason saying why (`came back unhealthy: ...`); the server "
+        "frees the host's reboot lease only on a converged report whose health is ok."
     )
     pass_id: str = absent("The pass's id (a UUID), set by `datum agent`.", "passId", max_length=64)
     seq: int = absent(

@@ -15,10 +15,11 @@ the reboot the host needs, the signal that stopped it, the times).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from datum.core import budget
 from datum.core.rollup import host_state
 from datum.core.vocab import HostState, ResourceState
 
@@ -49,18 +50,22 @@ def decide(
     *,
     reboot_reason: str | None = None,
     stopped_by: str | None = None,
+    health: Mapping[str, Any] | None = None,
 ) -> Verdict:
     """The verdict of a pass over ``outcomes``.
 
     ``reboot_reason``: why the host awaits a reboot (None: it does not). ``stopped_by``: the
     signal that stopped the walk; with resources left ``pending`` the host state is not known.
+    ``health``: the report's ``health`` (``datum.host.hooks``: back from a reboot under a lease, the
+    health check and ``post_reboot``); one that did not pass makes the host ``degraded``, saying why.
     """
     awaiting = reboot_reason is not None
-    code = exit_code(outcomes, awaiting)
+    sick = budget.unhealthy(health)
+    code = exit_code(outcomes, awaiting) | (EXIT_DEGRADED if sick else 0)
     if stopped_by is not None and incomplete(outcomes, stopped_by):
         return Verdict(HostState.UNKNOWN, stopped_reason(stopped_by, outcomes), code | EXIT_FAILED, True)
-    state = host_state([o.state for o in outcomes], awaiting_reboot=awaiting)
-    return Verdict(state, reason_for(state, outcomes, reboot_reason), code)
+    state = host_state([o.state for o in outcomes], awaiting_reboot=awaiting, unhealthy=sick is not None)
+    return Verdict(state, reason_for(state, outcomes, reboot_reason, sick), code)
 
 
 def incomplete(outcomes: Sequence[Outcome], stopped_by: str | None) -> bool:
@@ -96,8 +101,11 @@ def _names(outs: Sequence[Outcome], what: str, limit: int = 3) -> str:
     return "; ".join(shown) + (f"; and {more} more" if more > 0 else "")
 
 
-def reason_for(state: HostState, outcomes: Sequence[Outcome], reboot_reason: str | None) -> str | None:
-    """The host state's reason, naming the resources behind it (None when converged)."""
+def reason_for(
+    state: HostState, outcomes: Sequence[Outcome], reboot_reason: str | None, unhealthy: str | None = None
+) -> str | None:
+    """The host state's reason, naming the resources behind it (None when converged); a ``degraded`` host
+    back from a reboot ``unhealthy`` (``datum.core.budget.unhealthy``) says that first."""
 
     def by(s: ResourceState) -> list[Outcome]:  # asked for the state behind the host's only
         return [o for o in outcomes if o.state is s]
@@ -116,7 +124,8 @@ def reason_for(state: HostState, outcomes: Sequence[Outcome], reboot_reason: str
     if state is HostState.AWAITING_REBOOT:
         return reboot_reason
     if state is HostState.DEGRADED:
-        return _names(by(ResourceState.SKIPPED), "skipped")
+        skipped = by(ResourceState.SKIPPED)
+        return "; ".join(filter(None, [unhealthy, _names(skipped, "skipped") if skipped else None]))
     return None
 
 

@@ -233,13 +233,12 @@ class HostView:
 
     @property
     def badge(self) -> Badge | None:
-        """Red or amber only when Needs a human lists it; else what its state calls for (never red)."""
-        if self.line is not None:
-            return severity_badge(self.line.severity)
-        if self.status.state is HostState.CONVERGED:
+        """Red or amber only when Needs a human lists it; else what its state calls for (never red): the call
+        ``datum hosts`` and ``datum status`` print too (``datum.core.attention.host_call``)."""
+        call = need.host_call(self.status.state.value, self.status.reason, self.line)
+        if call is None:
             return None
-        act = self.explanation.act
-        return act_badge(Act.WAIT if act in (Act.LOOK, Act.DEPENDS) else act)
+        return severity_badge(call) if isinstance(call, Severity) else act_badge(call)
 
     @property
     def do(self) -> str:
@@ -257,6 +256,13 @@ def _dumped(model: Any) -> dict[str, Any] | None:
 def host_href(host: str) -> str:
     """The host's own page (``GET /hosts/{host}``)."""
     return f"/hosts/{quote(host, safe='')}"
+
+
+def overview_href(section: str) -> str:
+    """A section of the overview as a browser opens it: the page's shell (``GET /``), which asks for the token and
+    scrolls to ``section`` once its data came. ``/ui/overview`` is that data, for the shell's own requests with
+    the bearer token: a link there is a 401 in a browser."""
+    return f"/#{quote(section, safe='')}"
 
 
 @dataclass(frozen=True)
@@ -411,6 +417,7 @@ class HostPage:
 
     host: HostView
     status: Any  # api.models.HostStatus: GET /v1/hosts/{host}'s answer
+    canary: str | None = None  # the canary of the rollout in force: which revision it runs, which it is served
 
     @property
     def reboot(self) -> Any:
@@ -436,10 +443,16 @@ class HostPage:
         return need.reboot_do(self.status.host, _dumped(reboot))
 
 
-def host_page(status: Any, passes: Sequence[PassRow], overdue: Sequence[dict[str, Any]] = ()) -> HostPage:
+def host_page(
+    status: Any, passes: Sequence[PassRow], overdue: Sequence[dict[str, Any]] = (),
+    rollout: dict[str, Any] | None = None,
+) -> HostPage:
     """``status``: ``GET /v1/hosts/{host}``'s answer (``api.models.HostStatus``); ``passes``: its history;
-    ``overdue``: its reboot lease when past its timeout (JSON), which makes a line of its own."""
-    return HostPage(host_view(status, passes, need.decide(hosts=[status.dump()], overdue=overdue)), status)
+    ``overdue``: its reboot lease when past its timeout (JSON), which makes a line of its own; ``rollout``: the
+    rollout in force with its canaries (``datum.fleet.rollouts.canaries``): a canary's page says it is one."""
+    lines = need.decide(hosts=[status.dump()], overdue=overdue, rollout=rollout)
+    canary = need.canary_said(rollout, status.host, status.revision)
+    return HostPage(host_view(status, passes, lines), status, canary)
 
 
 def href(line: Need) -> str:

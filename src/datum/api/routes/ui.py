@@ -39,6 +39,7 @@ from datum.core.humanize import age, when
 from datum.core.vocab import HostState
 from datum.fleet import listing
 from datum.fleet.history import Window, events_page, passes_page
+from datum.fleet.rollouts import canaries
 from datum.fleet.rollouts.status import Rollout, acted
 from datum.reconcile.registry import Registry
 from datum.reconcile.report import DriftReport, enabled
@@ -71,7 +72,7 @@ def templates() -> Environment:
     env = Environment(loader=PackageLoader("datum.web", "templates"), autoescape=select_autoescape(["html"]))
     env.globals.update(
         when=when, age=age, act_label=ACT_LABEL, history_passes=STRIP, act_badge=v.act_badge, act_none=Act.NONE,
-        host_href=v.host_href, event_word=v.event_word, change_windows=v.CHANGE_WINDOWS, rollout_acted=acted,
+        host_href=v.host_href, overview_href=v.overview_href, event_word=v.event_word, change_windows=v.CHANGE_WINDOWS, rollout_acted=acted,
     )
     env.filters["wbr"] = _breakable
     return env
@@ -207,7 +208,8 @@ async def host_fragment(
         status = one_host(state, host)
         with store.connect() as conn:
             passes = recent(conn, HOST, host)
-        page = v.host_page(status, passes, [x.as_json() for x in read_leases(store, host).overdue])
+        ro = canaries.attention_of(store, state.settings.fleet.rollout is not None)
+        page = v.host_page(status, passes, [x.as_json() for x in read_leases(store, host).overdue], ro)
         if not history:
             return page, None
         rows = [PassSummary.model_validate(r) for r in passes_page(store, host, limit=KEPT_SHOWN).rows]
