@@ -1121,6 +1121,49 @@ def test_a_fleet_directory_removed_and_cloned_again_is_served_anew_never_stale(t
     assert served(story, "web1")[1] == "cloned"
 
 
+def test_a_fleet_directory_not_there_is_a_line_of_needs_a_human_everywhere_and_readyz_stays(
+    tmp_path, store_url, datum_cli  # type: ignore[no-untyped-def]
+):
+    """Issue 36, item 5: while the directory is missing (or not one) the server says so as a line of Needs a human
+    (/v1/attention, the page, datum_needs_human, datum hosts), the manifest answer refuses naming it, /readyz is
+    unchanged; back, the line goes."""
+    import shutil
+
+    story = build_story(tmp_path, store_url)
+    directory = serve_fleet(story, tmp_path / "fleet")
+    assert served(story, "web1")[1] == "hello"
+    cfg = tmp_path / "cli.toml"
+    cfg.write_text(f'store = "{story.settings.store}"\n[fleet]\nmanifests = "{directory}"\n')
+
+    def lines() -> list[dict]:  # type: ignore[type-arg]
+        return [n for n in story.get("/v1/attention").json()["needs"] if n["reason"] == "fleet_directory_unavailable"]
+
+    def gauge() -> str:
+        return next(line for line in story.get("/metrics").text.splitlines()
+                    if line.startswith('datum_needs_human{reason="fleet_directory_unavailable"'))
+
+    assert lines() == [] and gauge().endswith(" 0.0")
+    saved = tmp_path / "saved"
+    shutil.copytree(directory, saved)
+    shutil.rmtree(directory)
+    for why in ("is not there", "is not a directory"):
+        refused = story.client.get("/v1/hosts/web1/manifest", headers=story.auth("agent"))
+        assert refused.status_code == 503 and f"the fleet directory {directory} {why}" in refused.text, refused.text
+        assert refused.json()["issues"][0]["code"] == "UNAVAILABLE"
+        [line] = lines()
+        assert line["severity"] == "look" and line["text"] == f"the fleet directory {directory} {why} ([fleet] manifests)"
+        assert "no host is served a manifest" in line["do"]
+        assert gauge().endswith(" 1.0"), gauge()
+        assert line["text"] in story.get("/ui/overview").text
+        code, out, err = datum_cli("hosts", "--config", str(cfg))
+        assert code == 0 and f"{why} ([fleet] manifests)" in " ".join(out.split()), out + err  # the path folded
+        assert story.client.get("/readyz").status_code == 200  # the rest of the server answers
+        directory.write_text("a file where the directory was\n")  # the next turn: not a directory
+    directory.unlink()
+    shutil.copytree(saved, directory)
+    assert served(story, "web1")[1] == "hello" and lines() == [] and gauge().endswith(" 0.0")
+
+
 def test_the_page_and_the_cli_say_which_act_and_who(story: Story, datum_cli, tmp_path):  # type: ignore[no-untyped-def]
     """Issue 40, item 5: "last paused, resumed or aborted by operator" said neither which nor when. The
     stored transitions say both (``datum.fleet.rollouts.status.acted``), on the page and in ``datum rollout

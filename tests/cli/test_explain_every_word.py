@@ -211,6 +211,20 @@ def test_the_pages_lines_for_an_item_at_the_backoff_cap_and_a_stranded_row(datum
         assert (e["vocabulary"], e["name"]) == first
 
 
+def test_the_lines_of_a_missing_fleet_directory_and_a_host_back_unhealthy_are_explained(datum_cli):
+    from datum.core import budget
+    from datum.core.attention import decide
+
+    sick = {"host": "web1", "state": "degraded", "reason": budget.unhealthy({"ok": False, "detail": "x exited 1"})}
+    lines = decide(hosts=[sick], fleet_directory="the fleet directory /srv/fleet is not there ([fleet] manifests)")
+    assert [n.reason for n in lines] == ["fleet_directory_unavailable", "host_unhealthy"]
+    for line in lines:
+        code, out, err = datum_cli("explain", line.text, "--json")
+        assert code == 0, (line.text, err)
+        e = json.loads(out)["explanations"][0]
+        assert (e["vocabulary"], e["name"]) == ("needs a human", line.reason)
+
+
 def test_a_word_datum_never_prints_still_exits_64(datum_cli):
     code, _out, err = datum_cli("explain", "the weather in Lisbon")
     assert code == 64 and "not a word Datum knows" in err

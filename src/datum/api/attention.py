@@ -16,6 +16,7 @@ from datum.config import Settings
 from datum.core.attention import Need, decide
 from datum.core.vocab import HostState
 from datum.fleet import listing
+from datum.fleet.effective import unavailable
 from datum.fleet.rollouts.canaries import attention_of
 from datum.reconcile.attention import every
 from datum.reconcile.registry import Registry
@@ -59,14 +60,15 @@ def needs(
     """The decision over ``reports`` and, when the viewer may read hosts, the ``hosts`` page, overdue reboots
     and a halted or paused rollout."""
     reconcilers = every(registry, settings, reports)
+    directory = unavailable(settings.fleet.manifests)
     if hosts is None:
-        return Needs(decide(reconcilers), hosts=False)
+        return Needs(decide(reconcilers, fleet_directory=directory), hosts=False)
     if leases is None:
         assert store is not None
         leases = read_leases(store)
     rows = [host_summary(r).dump() for r in hosts.hosts]
     ro = attention_of(store, settings.fleet.rollout is not None) if store is not None else None
-    lines = decide(reconcilers, rows, [x.as_json() for x in leases.overdue], ro)
+    lines = decide(reconcilers, rows, [x.as_json() for x in leases.overdue], ro, directory)
     listed = sum(1 for r in rows if r["state"] != HostState.CONVERGED.value)
     beyond = sum(n for s, n in hosts.counts.items() if s != HostState.CONVERGED.value) - listed
     return Needs(lines, hosts=True, hosts_not_listed=max(0, beyond))

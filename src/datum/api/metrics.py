@@ -48,6 +48,7 @@ from datum.core.attention import reasons as attention_reasons
 from datum.core.handreboot import BY_HAND, awaits_hand
 from datum.core.memory import BackoffPolicy
 from datum.core.vocab import Direction, Health, HostState, Reason, ResourceState, plugin_reasons
+from datum.fleet.effective import unavailable
 from datum.fleet.stale import stale
 from datum.fleet.tls import Served
 from datum.reconcile.attention import every
@@ -124,7 +125,8 @@ class StoreCollector(Collector):
         the rollout in force (as ``_rollouts`` read it)."""
         registry, _store = self.state.wired()
         reports = [self.state.reports.get_sync(name).report for name in registry]
-        lines = decide(every(registry, self.state.settings, reports), hosts, overdue, rollout)
+        directory = unavailable(self.state.settings.fleet.manifests)
+        lines = decide(every(registry, self.state.settings, reports), hosts, overdue, rollout, directory)
         by = need_counts(lines)
         family = _gauge(
             "datum_needs_human",

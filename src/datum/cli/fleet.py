@@ -69,12 +69,15 @@ def hosts(
         click.echo(json.dumps(listing.dump(), indent=2))
         return
     from datum.core.attention import decide
+    from datum.fleet.effective import unavailable
     from datum.fleet.rollouts.canaries import attention_of
     from datum.store.leases import read
 
     out = render.console(wide)
     overdue = [x.as_json() for x in read(w.store).overdue]
-    lines = decide(hosts=listing.dump()["hosts"], overdue=overdue, rollout=attention_of(w.store, w.settings.fleet.rollout is not None))
+    lines = decide(hosts=listing.dump()["hosts"], overdue=overdue,
+                   rollout=attention_of(w.store, w.settings.fleet.rollout is not None),
+                   fleet_directory=unavailable(w.settings.fleet.manifests))
     by_host = {n.host: n for n in reversed(lines) if n.host is not None}  # a host's first line, as the page's
     render.hosts(listing.hosts, found.counts, out, render.Times(now, wide), lambda h: render.host_advice(h, by_host))
     render.needs_human(lines, out, after=True)

@@ -86,8 +86,10 @@ REPEATED_FAILURES = "repeated_failures"
 HOST_DEGRADED = "host_degraded"
 ROLLOUT_HALTED = "rollout_halted"
 ROLLOUT_PAUSED = "rollout_paused"
+FLEET_DIRECTORY = "fleet_directory_unavailable"
 
 _OWN: dict[str, Severity] = {
+    FLEET_DIRECTORY: Severity.LOOK,  # no host is served a manifest, no rollout starts
     ROLLOUT_HALTED: Severity(RolloutState.HALTED.severity),  # the fleet's changes stop until someone answers
     ROLLOUT_PAUSED: Severity(RolloutState.PAUSED.severity),
     PLUGIN_BROKEN: Severity.LOOK,
@@ -493,7 +495,8 @@ def _as_canary(line: Need, host: Mapping[str, Any], rollout: Mapping[str, Any] |
     if said is None or rollout is None:
         return line
     do = line.do
-    if rollout.get("state") in ("halted", "paused"):
+    state = str(rollout.get("state"))
+    if state in RolloutState._value2member_map_ and RolloutState(state).waits_for_human:
         do += (f" Rollout {rollout.get('id')} is {rollout.get('state')} meanwhile: nothing more is released until "
                "datum rollout resume or datum rollout abort.")
     else:
@@ -507,14 +510,23 @@ def decide(
     hosts: Iterable[Mapping[str, Any]] = (),
     overdue: Iterable[Mapping[str, Any]] = (),
     rollout: Mapping[str, Any] | None = None,
+    fleet_directory: str | None = None,
 ) -> list[Need]:
     """Every line of *Needs a human*, in reading order: ``look`` first, then by reason, then as given.
 
     ``hosts``: ``/v1/hosts`` rows (or ``GET /v1/hosts/{host}`` answers, or pass reports); ``overdue``: reboot
     leases past their timeout (``GET /v1/reboots``'s ``overdue``); ``rollout``: the staged rollout in force
-    (a halted or paused one is a line; with its ``canaries``, a canary's line says it is one).
+    (a halted or paused one is a line; with its ``canaries``, a canary's line says it is one);
+    ``fleet_directory``: why the fleet directory cannot be served from (``datum.fleet.effective.unavailable``).
     """
     lines: list[Need] = []
+    if fleet_directory:
+        lines.append(Need(
+            Severity.LOOK, FLEET_DIRECTORY, fleet_directory,
+            "Put the directory back (the clone, the deploy's link) or fix [fleet] manifests: until then no host is "
+            "served a manifest (each keeps the one it has, its manifest request answered 503) and no rollout "
+            "starts; the server serves it again within a second of its return.",
+        ))
     held = _rollout(rollout) if rollout is not None else None
     if held is not None:
         lines.append(held)

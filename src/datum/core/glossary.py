@@ -544,6 +544,15 @@ WORDS: dict[tuple[str, str], tuple[str, str, str, str]] = {
         "Go and look at the host; once it is back and healthy the group goes on, or run datum reboots clear HOST.",
         "look",
     ),
+    ("needs a human", "fleet_directory_unavailable"): (
+        "the server cannot read its fleet directory",
+        "The directory [fleet] manifests names is not there (not made yet, removed to be cloned again, a link to "
+        "nowhere), is not a directory, or cannot be read: no host is served a manifest from it (the manifest "
+        "request answers 503 saying so, and each agent keeps the manifest it has), never one composed before.",
+        "Put the directory back or fix [fleet] manifests; the server sees it again within a second. /readyz stays "
+        "ready meanwhile: the rest of the server answers.",
+        "look",
+    ),
     ("needs a human", "host_unhealthy"): (
         "a host came back from its reboot unhealthy",
         "The host rebooted under its group's reboot lease and its health check ([host] health_check, health_url) "

@@ -62,6 +62,9 @@ _FAMILIES: list[tuple[re.Pattern[str], list[tuple[str, str]]]] = [
     (re.compile("^" + re.escape(budget.PRE_REBOOT_FAILED)), [(HOST_REASON, "pre_reboot_failed")]),
     (re.compile("^came back (unhealthy|failed|drifted|degraded|awaiting-reboot|unknown)"), [(HOST_REASON, "reboot_unhealthy")]),
     # "Needs a human" on the page.
+    (re.compile(r"^the fleet directory .* (?:is not there|is not a directory|cannot be read by the server) "
+                r"\(\[fleet\] manifests\)"), [("needs a human", "fleet_directory_unavailable")]),
+    (re.compile(r"^host \S+ came back from its reboot unhealthy"), [("needs a human", "host_unhealthy")]),
     (re.compile(r"\bat the backoff cap\b"), [("item state", "at_backoff_cap"), (REASON, "backoff")]),
     (re.compile(r"\bheld back\b"), [("rollout", "held_back")]),
     (re.compile(r"\bstranded in\b"), [("coverage", "stranded")]),

@@ -260,6 +260,26 @@ SETTLE_BY = 5.0  # seconds a directory may keep moving before a read of it is re
 _UNSETTLED: dict[str, float] = {}
 
 
+def _unavailable(resolved: Path) -> str | None:
+    """Why nothing can be read from the fleet directory ``resolved`` now, or None: not there (not made yet, removed
+    to be cloned again, a link to nowhere), not a directory, or not readable by the server."""
+    if not os.path.exists(resolved):
+        return f"the fleet directory {resolved} is not there ([fleet] manifests)"
+    if not os.path.isdir(resolved):
+        return f"the fleet directory {resolved} is not a directory ([fleet] manifests)"
+    if not os.access(resolved, os.R_OK | os.X_OK):
+        return f"the fleet directory {resolved} cannot be read by the server ([fleet] manifests)"
+    return None
+
+
+def unavailable(configured: Path | None) -> str | None:
+    """Why the fleet directory ``[fleet] manifests`` names cannot be served from now, or None (and None without
+    one): what the manifest answer refuses with (``503``) and what *Needs a human* says
+    (``datum.core.attention``, reason ``fleet_directory_unavailable``). ``/readyz`` does not read it: a server
+    without its directory still answers everything else."""
+    return None if configured is None else _unavailable(directory_of(configured))
+
+
 def held_still(resolved: Path, read: Callable[[str], T]) -> tuple[str, T]:
     """``read(state)`` of the fleet directory ``resolved`` made once this process has seen its files hold still
     for ``QUIET``, and not moved while they were read, with ``state``, their ``signature`` then. Every read that
@@ -270,10 +290,10 @@ def held_still(resolved: Path, read: Callable[[str], T]) -> tuple[str, T]:
     it has and asks again. So is a directory that is not there (not made yet, removed to be cloned
     again, a link to nowhere): never a composition remembered from before it went."""
     key = str(resolved)
-    if not os.path.isdir(resolved):
+    why = _unavailable(resolved)
+    if why is not None:
         raise Problem.one(
-            "UNAVAILABLE", f"the fleet directory {resolved} is not there ([fleet] manifests): nothing is served "
-            "from it until it is; the host keeps the manifest it has",
+            "UNAVAILABLE", f"{why}: nothing is served from it until it is there; the host keeps the manifest it has",
         )
     start = time.monotonic()
     gave_up = _UNSETTLED.get(key)
