@@ -206,10 +206,15 @@ class Host:
         assert self.box.proc is not None and self.box.proc.poll() is None and self.boot_id == before  # still up
 
     def back(self) -> dict:
-        """The first pass (or a later one) from the new boot: converged, nothing to reboot for."""
+        """The first pass (or a later one) from the new boot: converged, nothing to reboot for; degraded, saying
+        why, while its health check fails."""
         code, err = self.once()
         report = self.local()
-        assert report["state"] == "converged" and report["bootId"] == self.boot_id, (code, err, report)
+        sick = (report.get("health") or {}).get("ok") is False
+        assert report["state"] == ("degraded" if sick else "converged"), (code, err, report)
+        assert report["bootId"] == self.boot_id, (code, err, report)
+        if sick:
+            assert report["reason"] == f"came back unhealthy: {report['health']['detail']}", report
         return report
 
     def hooks(self) -> list[str]:
