@@ -500,7 +500,7 @@ def _as_canary(line: Need, host: Mapping[str, Any], rollout: Mapping[str, Any] |
         do += (f" Rollout {rollout.get('id')} is {rollout.get('state')} meanwhile: nothing more is released until "
                "datum rollout resume or datum rollout abort.")
     else:
-        do += f" No wave of rollout {rollout.get('id')} is released while it fails on the revision."
+        do += f" Rollout {rollout.get('id')} waits on its canaries before its first wave."
     return replace(line, text=f"{line.text} (the canary of rollout {rollout.get('id')})", do=do,
                    detail="; ".join(filter(None, [said, line.detail])))
 
