@@ -414,6 +414,31 @@ WORDS: dict[tuple[str, str], tuple[str, str, str, str]] = {
         "without it unless all its canaries are silent.",
         "look",
     ),
+    # The acts of a rollout's state machine (datum.core.vocab.RolloutAct) that are not the name of the state they
+    # enter: the `action` of an event of type rollout (GET /v1/events, datum events, datum rollout status).
+    ("rollout", "started"): (
+        "a rollout of a new revision began",
+        "A server saw a new revision of the fleet's manifests and started its rollout: the canaries are served it "
+        "first (rolling), or, for the first revision the store ever saw, it is stable at once (done). The event "
+        "says from which revision it rolls.",
+        "Watch the canaries (datum rollout status).",
+        "none",
+    ),
+    ("rollout", "released"): (
+        "the next wave was given the new revision",
+        "Every host of the waves released so far had its verdict on the revision and the soak passed: the server "
+        "released the next wave (its number is the event's wave), whose hosts are served the new revision now.",
+        "Nothing: datum rollout status shows the wave's hosts converging.",
+        "none",
+    ),
+    ("rollout", "resumed"): (
+        "an operator let a paused or halted rollout go on",
+        "Someone ran datum rollout resume (or POST /v1/rollouts/current/resume): the waves are released again. "
+        "Resuming a halted rollout accepts the failures it named (the event lists those hosts); a host failing "
+        "after that counts again.",
+        "Watch the waves; the event says who resumed it and why (--reason).",
+        "none",
+    ),
     ("rollout", "canary"): (
         "a host that takes a new revision first, alone",
         "[fleet.rollout] canary names hosts (or a count of them per group) that are served a new revision before "
