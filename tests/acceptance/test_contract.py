@@ -845,7 +845,8 @@ backoff = {{ base_passes = 1, cap_passes = 64 }}
 scheduler = false
 """)
     op = run(home, "token", "create", "--principal", "operator", "--config", cfg)
-    ag = run(home, "token", "create", "--principal", "agent", "--config", cfg)
+    # an agent token speaks for its own host: this machine's, the host `datum apply` reports as
+    ag = run(home, "token", "create", "--principal", "agent", "--host", os.uname().nodename, "--config", cfg)
     assert op.returncode == 0 and ag.returncode == 0, op.stderr + ag.stderr
     op_tok = op.stdout.strip().splitlines()[-1].strip()
     ag_tok = ag.stdout.strip().splitlines()[-1].strip()
@@ -986,10 +987,11 @@ def test_http_report_pass_forbidden_for_operator(server, tmp_path):
 
 
 def test_http_report_pass_invalid_body_422(server):
-    code, body, _ = server.req("POST", "/v1/hosts/h1/passes", token=server.agent, body={"nonsense": True})
+    own = f"/v1/hosts/{os.uname().nodename}/passes"
+    code, body, _ = server.req("POST", own, token=server.agent, body={"nonsense": True})
     assert code == 422, body
     err(body, "INVALID_INPUT")
-    code, body, _ = server.req("POST", "/v1/hosts/h1/passes", token=server.agent, body=b"{not json")
+    code, body, _ = server.req("POST", own, token=server.agent, body=b"{not json")
     assert code == 422, body
     err(body, "INVALID_INPUT")
 

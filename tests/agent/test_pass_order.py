@@ -105,12 +105,12 @@ def test_status_reads_a_damaged_report_as_unknown_saying_why(tmp_path: Path):
 
 def test_a_host_named_like_a_token_is_refused(sqlite_fleet: Fleet):
     fleet = sqlite_fleet  # SQLite alone: what it tests is not in the store's dialect
-    unbound = fleet.token("agent")
-    other = fleet.token("agent")
+    admin = fleet.token("admin")  # no agent token can be bound to such a host: datum token create refuses it
+    other = fleet.token("agent", "--host", "web1")
     report = {"host": other, "mode": "enforce", "state": "converged", "startedAt": "2026-11-30T00:00:00+00:00",
               "finishedAt": "2026-11-30T00:00:01+00:00", "durationSeconds": 1, "exitCode": 0}
     posted = httpx.post(f"{fleet.url}/v1/hosts/{other}/passes", json=report,
-                        headers={"Authorization": f"Bearer {unbound}"}, timeout=30)
+                        headers={"Authorization": f"Bearer {admin}"}, timeout=30)
     assert posted.status_code == 422, posted.text
     assert posted.json()["issues"][0]["fields"][0]["field"] == "host"
     assert other not in posted.text

@@ -48,16 +48,15 @@ def populated(tmp: Path, store: str | None = None) -> tuple[Path, str]:
     """A store and fleet directory to serve: the ``datum serve`` configuration file and an admin token."""
     story = build_story(tmp, store)
     play(story)
-    agent = story.auth("agent")
     # a pass kept by a known id: schemathesis.toml names it for the single-pass read
-    story.client.post("/v1/hosts/web1/passes", json=pass_report() | {"passId": KEPT_PASS}, headers=agent)
-    story.client.post("/v1/hosts/web2/passes", json=_converged("web2"), headers=agent)
+    story.client.post("/v1/hosts/web1/passes", json=pass_report() | {"passId": KEPT_PASS}, headers=story.agent("web1"))
+    story.client.post("/v1/hosts/web2/passes", json=_converged("web2"), headers=story.agent("web2"))
     awaiting = _converged("db1") | {
         "state": "awaiting-reboot", "reason": "Package[linux-image] updated, running kernel differs",
         "reboot": {"required": True, "policy": "manual", "reason": "kernel 6.1.0-9 in /boot, running 6.1.0-8",
                    "action": "run 'datum reboot' to reboot (reboot_policy manual)"},
     }
-    story.client.post("/v1/hosts/db1/passes", json=awaiting, headers=agent)
+    story.client.post("/v1/hosts/db1/passes", json=awaiting, headers=story.agent("db1"))
     fleet = serve_fleet(story, tmp / "fleet", rule="*")  # every host has a manifest
     # a staged rollout under way, so pause, resume and abort reach their handlers (200 or 409, not 404)
     state = story.app.state.datum
@@ -65,9 +64,9 @@ def populated(tmp: Path, store: str | None = None) -> tuple[Path, str]:
     state.settings = state.settings.model_copy(
         update={"fleet": state.settings.fleet.model_copy(update={"rollout": rollout})}
     )
-    story.client.get("/v1/hosts/web1/manifest", headers=agent)  # the first revision: stable at once
+    story.client.get("/v1/hosts/web1/manifest", headers=story.agent("web1"))  # the first revision: stable at once
     (fleet / "web.yaml").write_text("resources:\n  - File[/etc/motd]:\n      content: changed\n")
-    story.client.get("/v1/hosts/web1/manifest", headers=agent)  # the second: rolling
+    story.client.get("/v1/hosts/web1/manifest", headers=story.agent("web1"))  # the second: rolling
     token = story.tokens["admin"]
     story.client.close()
     story.store.dispose()

@@ -19,6 +19,7 @@ from fastapi.testclient import TestClient
 
 from datum.api.app import create_app
 from datum.api.front import tokens
+from datum.api.front.authz import BOUND, bound
 from datum.config import Settings
 from datum.plugins import load as _load_plugins
 from datum.reconcile.registry import Registry
@@ -82,7 +83,16 @@ class Story:
             runner.tick(b.NAME)
 
     def auth(self, principal: str = "operator") -> dict[str, str]:
+        """The header of the story's token for ``principal``: ``operator``, ``viewer``, ``admin``, ``stranger``, or
+        ``agent@host:NAME`` (an agent token bound to host NAME, minted at its first use)."""
+        if principal not in self.tokens and BOUND in principal:
+            name, _, host = principal.partition(BOUND)
+            self.tokens[principal] = tokens.create(self.store, name, host)
         return {"Authorization": f"Bearer {self.tokens[principal]}"}
+
+    def agent(self, host: str) -> dict[str, str]:
+        """The header of an agent token bound to ``host`` (the only agent token that speaks for a host)."""
+        return self.auth(bound("agent", host))
 
     def get(self, path: str, principal: str = "operator"):  # type: ignore[no-untyped-def]
         return self.client.get(path, headers=self.auth(principal))
@@ -99,7 +109,7 @@ def build_story(
     app.state.datum.reports.ttl = 0  # every request sees the latest tick
     client = TestClient(app, raise_server_exceptions=False)
     story = Story(settings, registry, store, clock, tmp_path / "buckets", app, client)
-    for principal in ("operator", "agent", "admin", "stranger"):
+    for principal in ("operator", "viewer", "admin", "stranger"):
         story.tokens[principal] = tokens.create(store, principal)
     return story
 

@@ -57,7 +57,8 @@ ENDPOINTS = [
 READS = {Action.READ_SUBSTRATE, Action.READ_HOST, Action.READ_HISTORY, BUCKETS_READ}
 ALLOWED = {
     "operator": READS,
-    "agent": {Action.REPORT_PASS},
+    "viewer": READS,
+    "agent@host:web1": {Action.REPORT_PASS},
     "admin": {*Action, BUCKETS_READ, BUCKETS_WRITE},
     "stranger": set(),
 }
@@ -66,7 +67,7 @@ ALLOWED = {
 @pytest.fixture(scope="module")
 def shared(tmp_path_factory):
     s = build_story(tmp_path_factory.mktemp("auth"))
-    s.client.post("/v1/hosts/web1/passes", json=pass_report(), headers=s.auth("agent"))
+    s.client.post("/v1/hosts/web1/passes", json=pass_report(), headers=s.agent("web1"))
     yield s
     s.client.close()
     s.store.dispose()
@@ -91,6 +92,20 @@ def test_each_action_for_each_principal(shared, method, path, action, body, prin
         assert principal in issue["message"]
 
 
+def test_an_agent_token_bound_to_no_host_may_do_nothing_and_is_told_to_bind_it(shared):
+    """The shipped policy no longer lets an unbound agent token speak for any host: refused on every host
+    route, with the command that makes a bound one."""
+    shared.tokens["agent"] = tokens.create(shared.store, "agent")
+    for method, path in (("POST", "/v1/hosts/web1/passes"), ("GET", "/v1/hosts/web1/manifest"),
+                         ("POST", "/v1/hosts/web1/reboot-lease")):
+        r = shared.client.request(method, path, json={}, headers=shared.auth("agent"))
+        assert r.status_code == 403, (path, r.text)
+        message = r.json()["issues"][0]["message"]
+        assert "datum token create --principal agent --host NAME" in message, message
+    r = shared.client.get("/v1/hosts", headers=shared.auth("agent"))
+    assert r.status_code == 403 and "--host" not in r.json()["issues"][0]["message"]  # not a host route
+
+
 @pytest.mark.parametrize(
     "header",
     [None, "", "Bearer", "Bearer ", "Basic b3BlcmF0b3I6eA==", "Bearer datum_not-a-token", "bearer " + "x" * 500],
@@ -107,7 +122,7 @@ def test_no_or_a_bad_token_is_401_in_the_error_shape(shared, header):
 def test_401_comes_before_404_and_403_before_404(shared):
     r = shared.client.get("/v1/observability/admin/reconcilers/nope/drift")
     assert r.status_code == 401
-    r = shared.client.get("/v1/observability/admin/reconcilers/nope/drift", headers=shared.auth("agent"))
+    r = shared.client.get("/v1/observability/admin/reconcilers/nope/drift", headers=shared.agent("web1"))
     assert r.status_code == 403
 
 

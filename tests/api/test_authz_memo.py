@@ -11,7 +11,15 @@ from __future__ import annotations
 import pytest
 
 from datum.api.front import authz as authz_module
-from datum.api.front.authz import Action, Authorizer, bound, host, shipped_policies, shipped_schema
+from datum.api.front.authz import (
+    Action,
+    Authorizer,
+    bound,
+    host,
+    scoped,
+    shipped_policies,
+    shipped_schema,
+)
 
 POLICIES = shipped_policies() + """
 @id("no-reports-for-db1")
@@ -27,7 +35,8 @@ unless { resource == Host::"vault" };
 """
 
 PRINCIPALS = ["agent", "ops", "ci", "operator", "nobody", bound("agent", "web1"), bound("agent", "db1"),
-              bound("other", "web2")]
+              bound("other", "web2"), scoped("operator", ["web"]), scoped("viewer", ["db", "web"])]
+GROUPS = [None, "web", "db"]  # the host's recorded group, when the decision is told it
 HOSTS = ["web1", "web2", "web7", "web8", "db1", "vault", "h-0001", "h-0002", "agent", "ops", "Host"]
 ACTIONS = [Action.REPORT_PASS, Action.READ_MANIFEST, Action.READ_HOST, Action.READ_SUBSTRATE]
 
@@ -39,8 +48,9 @@ def test_every_memoised_decision_is_cedars_own():
         for principal in PRINCIPALS:
             for action in ACTIONS:
                 for name in HOSTS:
-                    fresh = Authorizer(POLICIES, schema).allowed(principal, action, host(name))
-                    assert memo.allowed(principal, action, host(name)) is fresh, (principal, action, name)
+                    for group in GROUPS:
+                        fresh = Authorizer(POLICIES, schema).allowed(principal, action, host(name), group)
+                        assert memo.allowed(principal, action, host(name), group) is fresh, (principal, action, name, group)
 
 
 def test_ids_no_policy_names_share_one_cedar_call_and_named_ones_do_not(monkeypatch):
@@ -53,9 +63,9 @@ def test_ids_no_policy_names_share_one_cedar_call_and_named_ones_do_not(monkeypa
         return real(request, *args)
 
     monkeypatch.setattr(authz_module.cedarpy, "is_authorized", counted)
-    assert all(authz.allowed("agent", Action.REPORT_PASS, host(f"h-{n:05d}")) for n in range(1000))
+    assert all(authz.allowed("admin", Action.REPORT_PASS, host(f"h-{n:05d}")) for n in range(1000))
     assert calls == ["h-00000"]
-    assert not authz.allowed("agent", Action.REPORT_PASS, host("db1"))  # named by the forbid: its own call
+    assert not authz.allowed("admin", Action.REPORT_PASS, host("db1"))  # named by the forbid: its own call
     assert calls == ["h-00000", "db1"]
     # A bound principal's own host is named by its attribute: decided apart from every other host.
     web1 = bound("agent", "web1")
@@ -63,6 +73,11 @@ def test_ids_no_policy_names_share_one_cedar_call_and_named_ones_do_not(monkeypa
     assert not authz.allowed(web1, Action.REPORT_PASS, host("web2"))
     assert not authz.allowed(web1, Action.REPORT_PASS, host("web3"))  # as web2: no call
     assert calls == ["h-00000", "db1", "web1", "web2"]
+    # A token scoped to groups: one call per group its hosts are in, not one per host.
+    web = scoped("operator", ["web"])
+    assert all(authz.allowed(web, Action.READ_HOST, host(f"w-{n:05d}"), "web") for n in range(1000))
+    assert not any(authz.allowed(web, Action.READ_HOST, host(f"d-{n:05d}"), "db") for n in range(1000))
+    assert calls[4:] == ["w-00000", "d-00000"]
 
 
 def test_policies_with_templates_decide_every_id_by_itself():

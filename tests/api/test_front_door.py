@@ -52,9 +52,9 @@ def _source_trees():
 
 
 def test_only_the_front_door_resolves_tokens_and_asks_cedar():
-    """``security.principal`` and ``security.permits`` (which ``decide`` and a route's question ask) are the only
+    """``security.principal`` and ``security.decision`` (which ``decide`` and a route's question ask) are the only
     callers of the token book and Cedar."""
-    asks = {"known", "principal", "allowed"}
+    asks = {"known", "principal", "allowed", "decision"}
     callers: set[str] = set()
     for name, tree in _source_trees():
         if name == "front/tokens.py":
@@ -65,7 +65,7 @@ def test_only_the_front_door_resolves_tokens_and_asks_cedar():
                     and node.value.attr in ("tokens", "authorizer")):
                 caller = [f.name for f in functions if f.lineno <= node.lineno <= (f.end_lineno or 0)]
                 callers.add(f"{name}:{caller[-1] if caller else '<module>'}")
-    assert callers == {"front/security.py:principal", "front/security.py:permits"}
+    assert callers == {"front/security.py:principal", "front/security.py:decision"}
 
 
 def test_only_errors_writes_an_error_body():
@@ -88,7 +88,11 @@ def fleet(story, tmp_path):  # type: ignore[no-untyped-def]
     state = story.app.state.datum
     state.reports.ttl = 60  # a cached drift report: the fast answer's case
     story.tick()
+    story.agent("web1")  # its agent's token minted
     return story
+
+
+AGENT = "agent@host:web1"
 
 
 # (method, path, body) of each route with a fast answer
@@ -113,7 +117,7 @@ def _ask(client, story, route, principal, name):  # type: ignore[no-untyped-def]
 def _warm(story):  # type: ignore[no-untyped-def]
     """Every story token asked once, so the fast answers know them and each route's answer is composed."""
     for route in FAST_ROUTES:
-        for principal in ("operator", "agent", "stranger"):
+        for principal in ("operator", AGENT, "stranger"):
             _ask(story.client, story, route, principal, None)
 
 
@@ -150,7 +154,8 @@ def _endpoint(route: str):  # type: ignore[no-untyped-def]
 @pytest.mark.parametrize("route", sorted(FAST_ROUTES))
 def test_a_fast_answer_gives_the_routes_answer(fleet, route):
     _warm(fleet)
-    principal = "operator" if route == "drift" else "agent"
+    principal = "operator" if route == "drift" else "agent@host:web9" if route == "passes" else AGENT
+    fleet.auth(principal)  # minted
     alone = TestClient(fleet.app.framework, raise_server_exceptions=False)
     if route == "passes":  # each stores a pass: the same seq again is the route's duplicate too
         first = _ask(fleet.client, fleet, route, principal, "web9")
@@ -169,18 +174,18 @@ class Asks:
     def __init__(self, monkeypatch, state) -> None:  # type: ignore[no-untyped-def]
         self.tokens = 0
         self.cedar = 0
-        known, allowed = state.tokens.known, state.authorizer.allowed
+        known, decision = state.tokens.known, state.authorizer.decision
 
         def counted_known(token):  # type: ignore[no-untyped-def]
             self.tokens += 1
             return known(token)
 
-        def counted_allowed(*args):  # type: ignore[no-untyped-def]
+        def counted_decision(*args):  # type: ignore[no-untyped-def]
             self.cedar += 1
-            return allowed(*args)
+            return decision(*args)
 
         monkeypatch.setattr(state.tokens, "known", counted_known)
-        monkeypatch.setattr(state.authorizer, "allowed", counted_allowed)
+        monkeypatch.setattr(state.authorizer, "decision", counted_decision)
 
     def reset(self) -> tuple[int, int]:
         was = (self.tokens, self.cedar)
@@ -192,11 +197,11 @@ def test_a_request_is_admitted_once_whoever_answers_it(fleet, monkeypatch):
     """The token resolved and Cedar asked once per request: by the fast answer's path and by the route's."""
     _warm(fleet)
     asks = Asks(monkeypatch, fleet.app.state.datum)
-    agent = fleet.auth("agent")
+    agent = fleet.agent("web1")
     report = pass_report("web1") | {"seq": 8}
     fast = fleet.client.post("/v1/hosts/web1/passes", json=report, headers=agent)
     assert fast.status_code == 201 and asks.reset() == (1, 1)
-    wrong_host = fleet.client.post("/v1/hosts/web2/passes", json=report, headers=agent)  # the route's 422
+    wrong_host = fleet.client.post("/v1/hosts/web1/passes", json=report | {"host": "web2"}, headers=agent)  # the route's 422
     assert wrong_host.status_code == 422 and asks.reset() == (1, 1)
     assert fleet.client.get("/v1/hosts/web1", headers=fleet.auth()).status_code == 200  # a route only
     assert asks.reset() == (1, 1)
@@ -228,5 +233,5 @@ def test_a_fast_answer_is_offered_only_what_its_route_admits(fleet, monkeypatch)
     assert _ask(fleet.client, fleet, "passes", "operator", None).status_code == 403  # reads, does not report
     assert offered == []
     assert _ask(fleet.client, fleet, "drift", "operator", None).status_code == 200
-    assert _ask(fleet.client, fleet, "manifest", "agent", None).status_code == 200
+    assert _ask(fleet.client, fleet, "manifest", AGENT, None).status_code == 200
     assert offered == ["drift_now", "manifest_now"]

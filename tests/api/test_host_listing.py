@@ -10,7 +10,7 @@ def post(story, host: str, state: str = "failed"):  # type: ignore[no-untyped-de
     if state == "converged":
         report |= {"resources": report["resources"][:1], "counts": {"converged": 1}}
         report.pop("reason")
-    r = story.client.post(f"/v1/hosts/{host}/passes", json=report, headers=story.auth("agent"))
+    r = story.client.post(f"/v1/hosts/{host}/passes", json=report, headers=story.agent(host))
     assert r.status_code == 201, r.text
 
 
@@ -57,7 +57,7 @@ def test_bad_input_is_422_naming_every_parameter_at_fault(story):
 
 def test_the_listing_needs_fleet_read_host(story):
     assert story.client.get("/v1/hosts").status_code == 401
-    r = story.client.get("/v1/hosts", headers=story.auth("agent"))
+    r = story.client.get("/v1/hosts", headers=story.agent("web1"))
     assert r.status_code == 403 and r.json()["issues"][0]["action"] == "fleet:ReadHost"
 
 

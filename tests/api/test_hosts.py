@@ -11,7 +11,7 @@ from .story import pass_report
 
 
 def test_an_agent_reports_a_pass_and_an_operator_reads_it(story):
-    r = story.client.post("/v1/hosts/web1/passes", json=pass_report(), headers=story.auth("agent"))
+    r = story.client.post("/v1/hosts/web1/passes", json=pass_report(), headers=story.agent("web1"))
     assert r.status_code == 201, r.text
     stored = r.json()
     assert (stored["host"], stored["state"], stored["reason"]) == ("web1", "failed", "File[motd] failed: permission denied")
@@ -35,16 +35,16 @@ def test_an_agent_reports_a_pass_and_an_operator_reads_it(story):
 
 
 def test_a_later_pass_replaces_the_last_one(story):
-    story.client.post("/v1/hosts/web1/passes", json=pass_report(), headers=story.auth("agent"))
+    story.client.post("/v1/hosts/web1/passes", json=pass_report(), headers=story.agent("web1"))
     converged = pass_report(state="converged") | {"resources": [], "reason": None, "counts": {}, "exitCode": 0}
     converged = {k: v for k, v in converged.items() if v is not None}
-    assert story.client.post("/v1/hosts/web1/passes", json=converged, headers=story.auth("agent")).status_code == 201
+    assert story.client.post("/v1/hosts/web1/passes", json=converged, headers=story.agent("web1")).status_code == 201
     one = story.get("/v1/hosts/web1").json()
     assert one["state"] == "converged" and "reason" not in one and one["attention"] == []
 
 
 def test_the_host_of_the_path_must_be_the_host_of_the_report(story):
-    r = story.client.post("/v1/hosts/web2/passes", json=pass_report("web1"), headers=story.auth("agent"))
+    r = story.client.post("/v1/hosts/web2/passes", json=pass_report("web1"), headers=story.agent("web2"))
     assert r.status_code == 422
     (issue,) = r.json()["issues"]
     assert issue["code"] == "INVALID_INPUT"
@@ -54,7 +54,7 @@ def test_the_host_of_the_path_must_be_the_host_of_the_report(story):
 
 def test_an_invalid_report_lists_every_field_finding(story):
     bad = pass_report() | {"state": "happy", "mode": "yolo", "extra": 1}
-    r = story.client.post("/v1/hosts/web1/passes", json=bad, headers=story.auth("agent"))
+    r = story.client.post("/v1/hosts/web1/passes", json=bad, headers=story.agent("web1"))
     assert r.status_code == 422
     (issue,) = r.json()["issues"]
     assert issue["code"] == "INVALID_INPUT"
@@ -65,7 +65,7 @@ def test_an_invalid_report_lists_every_field_finding(story):
 
 def test_a_body_that_is_not_json_is_422(story):
     r = story.client.post(
-        "/v1/hosts/web1/passes", content=b"{nope", headers={**story.auth("agent"), "Content-Type": "application/json"}
+        "/v1/hosts/web1/passes", content=b"{nope", headers={**story.agent("web1"), "Content-Type": "application/json"}
     )
     assert r.status_code == 422
     assert r.json()["issues"][0]["code"] == "INVALID_INPUT"
@@ -79,7 +79,7 @@ def test_an_unknown_host_is_404(story):
 
 
 def test_a_stored_report_that_cannot_be_read_makes_the_host_unknown(story):
-    story.client.post("/v1/hosts/web1/passes", json=pass_report(), headers=story.auth("agent"))
+    story.client.post("/v1/hosts/web1/passes", json=pass_report(), headers=story.agent("web1"))
     with story.store.begin() as conn:
         conn.execute(sa.update(hosts_table).values(report={"garbage": True}))
     one = story.get("/v1/hosts/web1").json()

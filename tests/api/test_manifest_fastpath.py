@@ -31,7 +31,7 @@ def fleet_story(tmp_path, monkeypatch):  # type: ignore[no-untyped-def]
 
 
 def get(story, host="web1", **headers):  # type: ignore[no-untyped-def]
-    return story.client.get(f"/v1/hosts/{host}/manifest", headers={**story.auth("agent"), **headers})
+    return story.client.get(f"/v1/hosts/{host}/manifest", headers={**story.agent(host), **headers})
 
 
 def test_a_composed_manifest_is_served_from_memory_until_the_directory_changes(fleet_story):
@@ -68,7 +68,7 @@ def test_what_is_in_doubt_goes_to_the_route(fleet_story):
     refused = s.client.get("/v1/hosts/web1/manifest", headers=s.auth("stranger"))
     assert refused.status_code == 403 and refused.json()["issues"][0]["action"] == "fleet:ReadManifest"
     assert s.client.get("/v1/hosts/web1/manifest").status_code == 401
-    assert s.client.get("/v1/hosts/web1/manifest?x=1", headers=s.auth("agent")).status_code == 200
+    assert s.client.get("/v1/hosts/web1/manifest?x=1", headers=s.agent("web1")).status_code == 200
     # the route composed db1; bad facts and refusals never got there; the route, too, serves what is remembered
     assert s.composed == ["web1", "db1"]
 
@@ -117,5 +117,5 @@ def test_with_staged_rollouts_the_fast_path_answers_only_when_nothing_rolls(flee
     assert held.content == first.content
     count = len(s.composed)
     assert get(s, "web2").content == first.content and len(s.composed) > count  # rolling: the route, every time
-    waited = s.client.get("/v1/hosts/web2/manifest?wait=0", headers=s.auth("agent"))
+    waited = s.client.get("/v1/hosts/web2/manifest?wait=0", headers=s.agent("web2"))
     assert waited.status_code == 200 and waited.content == first.content

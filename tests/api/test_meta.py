@@ -70,7 +70,7 @@ def test_an_unexpected_error_is_a_generic_500_without_a_stack_trace(story, monke
 
 def test_metrics(story):
     play(story)
-    story.client.post("/v1/hosts/web1/passes", json=pass_report(), headers=story.auth("agent"))
+    story.client.post("/v1/hosts/web1/passes", json=pass_report(), headers=story.agent("web1"))
     r = story.get("/metrics")
     assert r.status_code == 200
     assert r.headers["content-type"].startswith("text/plain")

@@ -88,7 +88,7 @@ def test_a_silent_host_reads_unknown_in_the_metrics_as_in_the_api(story):
     silent = pass_report()
     silent["intervalSeconds"] = 60  # an agent's report, finished weeks ago: its agent fell silent
     for host, report in (("web1", silent), ("web2", pass_report("web2"))):
-        assert story.client.post(f"/v1/hosts/{host}/passes", json=report, headers=story.auth("agent")).status_code == 201
+        assert story.client.post(f"/v1/hosts/{host}/passes", json=report, headers=story.agent(host)).status_code == 201
     assert story.get("/v1/hosts/web1").json()["state"] == "unknown"
     samples = scrape(story)
     assert value(samples, "datum_host_state", host="web1", state="unknown") == 1

@@ -138,9 +138,9 @@ def test_the_fleet_counts_stale_hosts_whatever_the_mode(story):
 def test_the_process_counts_the_reports_it_took_and_how_long_each_took(story):
     for seq, pass_id in ((2, "p2"), (2, "p2"), (1, "p1")):  # then the same pass again, then an older one
         report = pass_report("web1") | {"seq": seq, "passId": pass_id}
-        r = story.client.post("/v1/hosts/web1/passes", json=report, headers=story.auth("agent"))
+        r = story.client.post("/v1/hosts/web1/passes", json=report, headers=story.agent("web1"))
         assert r.status_code in (200, 201), r.text
-    refused = story.client.post("/v1/hosts/web2/passes", json=pass_report("web1"), headers=story.auth("agent"))
+    refused = story.client.post("/v1/hosts/web2/passes", json=pass_report("web1"), headers=story.agent("web2"))
     assert refused.status_code == 422  # not taken: not counted
     seen = samples(story)
     assert seen[("datum_reports_received_total", (("outcome", "stored"),))] == 1.0
@@ -179,7 +179,7 @@ def report_with(story, host: str, state: str = "converged", facts: str | None = 
     if state == "converged":
         report |= {"counts": {"converged": 1}, "resources": [report["resources"][0]]}
         del report["reason"]
-    headers = story.auth("agent") | ({"X-Datum-Facts": facts} if facts is not None else {})
+    headers = story.agent(host) | ({"X-Datum-Facts": facts} if facts is not None else {})
     r = story.client.post(f"/v1/hosts/{host}/passes", json=report, headers=headers)
     assert r.status_code in (200, 201), r.text
 

@@ -25,7 +25,7 @@ def _app():
 
         _story = build_story(Path(tempfile.mkdtemp(prefix="datum-openapi-")))
         play(_story)
-        _story.client.post("/v1/hosts/web1/passes", json=pass_report(), headers=_story.auth("agent"))
+        _story.client.post("/v1/hosts/web1/passes", json=pass_report(), headers=_story.agent("web1"))
     return _story.app
 
 

@@ -42,7 +42,7 @@ def test_the_api_root_lists_its_endpoints(story):
 
 
 def test_a_trailing_slash_is_served_not_redirected(story):
-    story.client.post("/v1/hosts/web1/passes", json=pass_report(), headers=story.auth("agent"))
+    story.client.post("/v1/hosts/web1/passes", json=pass_report(), headers=story.agent("web1"))
     plain = story.get("/v1/hosts")
     slashed = story.client.get("/v1/hosts/", headers=story.auth(), follow_redirects=False)
     assert slashed.status_code == 200 and "location" not in slashed.headers

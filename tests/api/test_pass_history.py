@@ -38,7 +38,7 @@ def a_pass(seq: int, *, failed: bool = False, minutes: int | None = None, host: 
 
 
 def post(story, report: dict, expect: int = 201):  # type: ignore[no-untyped-def]
-    r = story.client.post(f"/v1/hosts/{report['host']}/passes", json=report, headers=story.auth("agent"))
+    r = story.client.post(f"/v1/hosts/{report['host']}/passes", json=report, headers=story.agent(report['host']))
     assert r.status_code == expect, r.text
     return r
 
@@ -243,7 +243,7 @@ def test_history_needs_fleet_read_history(story):
     post(story, a_pass(1))
     for path in ("/v1/hosts/web1/passes", "/v1/hosts/web1/passes/web1-pass-1", "/v1/events"):
         assert story.client.get(path).status_code == 401
-        for principal in ("agent", "stranger"):
+        for principal in ("agent@host:web1", "stranger"):
             r = story.client.get(path, headers=story.auth(principal))
             assert r.status_code == 403, (path, principal)
             assert r.json()["issues"][0]["action"] == "fleet:ReadHistory"
@@ -292,7 +292,7 @@ def test_the_host_page_lists_its_kept_passes_with_what_each_did_and_diffs_redact
 def test_the_host_page_leaves_kept_passes_out_without_read_history(tmp_path, store_url):
     policy = tmp_path / "p.cedar"
     policy.write_text('permit (principal == Principal::"operator", action == Action::"fleet:ReadHost", resource);\n'
-                      'permit (principal == Principal::"agent", action == Action::"fleet:ReportPass", resource);\n')
+                      'permit (principal, action == Action::"fleet:ReportPass", resource is Host) when { principal has host && principal.host == resource };\n')
     s = build_story(tmp_path, store_url, policy=str(policy))
     try:
         post(s, a_pass(1, failed=True))
@@ -331,7 +331,7 @@ def test_the_page_has_the_fleets_timeline_of_the_last_hour_or_day(story):
 def test_the_timeline_is_left_out_without_read_history(tmp_path, store_url):
     policy = tmp_path / "p.cedar"
     policy.write_text('permit (principal == Principal::"operator", action == Action::"observability:ReadSubstrate", resource);\n'
-                      'permit (principal == Principal::"agent", action == Action::"fleet:ReportPass", resource);\n')
+                      'permit (principal, action == Action::"fleet:ReportPass", resource is Host) when { principal has host && principal.host == resource };\n')
     s = build_story(tmp_path, store_url, policy=str(policy))
     try:
         post(s, a_pass(1, failed=True) | {"finishedAt": datetime.now(UTC).isoformat()})

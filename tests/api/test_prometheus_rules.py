@@ -84,15 +84,15 @@ def _scraped(tmp_path: Path) -> dict[str, list]:
     # leave delete_blocked out of the work query: gamma's row is stranded (the seed's failure)
     story.settings.reconcilers["buckets"]["work_query"] = ["creating", "active", "deleting"]
     play(story)
-    story.client.post("/v1/hosts/web1/passes", json=pass_report(), headers=story.auth("agent"))
+    story.client.post("/v1/hosts/web1/passes", json=pass_report(), headers=story.agent("web1"))
     now = datetime.now(UTC).isoformat()
     converged = pass_report("web2", "converged") | {
         "startedAt": now, "finishedAt": now, "exitCode": 0, "counts": {"converged": 1},
         "resources": [{"id": "Package[nginx]", "type": "Package", "name": "nginx", "action": "none", "state": "converged"}],
     }
     del converged["reason"]
-    agent = story.auth("agent")
-    assert story.client.post("/v1/hosts/web2/passes", json=converged | {"intervalSeconds": 600}, headers=agent).is_success
+    assert story.client.post("/v1/hosts/web2/passes", json=converged | {"intervalSeconds": 600},
+                             headers=story.agent("web2")).is_success
     # awaiting a reboot: by hand (manual), by hand but already requested, and by the maintenance window
     kernel = {"required": True, "reason": "kernel 6.1.0-9 in /boot, running 6.1.0-8"}
     for host, reboot in (
@@ -101,7 +101,7 @@ def _scraped(tmp_path: Path) -> dict[str, list]:
         ("db3", {"policy": "maintenance"}),
     ):
         awaiting = converged | {"host": host, "state": "awaiting-reboot", "reboot": kernel | reboot}
-        assert story.client.post(f"/v1/hosts/{host}/passes", json=awaiting, headers=agent).is_success
+        assert story.client.post(f"/v1/hosts/{host}/passes", json=awaiting, headers=story.agent(host)).is_success
     token = story.tokens["operator"]
     story.client.close()
     story.store.dispose()

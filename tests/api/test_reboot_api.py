@@ -18,14 +18,14 @@ def test_lease_answers_hosts_and_the_reboots_list_are_typed(tmp_path):
     try:
         checker = Checker(s.app.openapi())
         check = checker.check
-        s.client.post("/v1/hosts/web1/passes", json=pass_report(), headers=s.auth("agent"))  # boot b00t
+        s.client.post("/v1/hosts/web1/passes", json=pass_report(), headers=s.agent("web1"))  # boot b00t
         granted = check(
             s.client.post("/v1/hosts/web1/reboot-lease", json={"bootId": "b00t", "facts": {"kernel": "6.1"}},
-                          headers=s.auth("agent")), LEASE,
+                          headers=s.agent("web1")), LEASE,
         )
         assert granted["granted"] and granted["group"] == "default" and granted["limit"] == 1
         assert granted["lease"]["host"] == "web1" and "reason" not in granted
-        waiting = check(s.client.post("/v1/hosts/web2/reboot-lease", json={"bootId": "b1"}, headers=s.auth("agent")), LEASE)
+        waiting = check(s.client.post("/v1/hosts/web2/reboot-lease", json={"bootId": "b1"}, headers=s.agent("web2")), LEASE)
         assert not waiting["granted"] and "lease" not in waiting
         assert waiting["reason"] == "waiting for the group's reboot budget (1/1 rebooting)"
         assert [x["host"] for x in waiting["rebooting"]] == ["web1"]
@@ -38,28 +38,28 @@ def test_lease_answers_hosts_and_the_reboots_list_are_typed(tmp_path):
             {"group": "default", "rebooting": [granted["lease"]], "overdue": [], "waiting": ["web2"]}
         ]
         # refusals: no boot id; a principal that may not take leases
-        assert check(s.client.post("/v1/hosts/web1/reboot-lease", json={}, headers=s.auth("agent")), LEASE)[
+        assert check(s.client.post("/v1/hosts/web1/reboot-lease", json={}, headers=s.agent("web1")), LEASE)[
             "issues"][0]["code"] == "INVALID_INPUT"
         refused = check(s.client.post("/v1/hosts/web1/reboot-lease", json={"bootId": "b"}, headers=s.auth("operator")), LEASE)
         assert refused["issues"][0]["action"] == "fleet:TakeRebootLease"
         # back from a reboot: a report from another boot id releases the lease, once converged and healthy
-        s.client.post("/v1/hosts/web1/passes", json=pass_report() | {"bootId": "b00t-2"}, headers=s.auth("agent"))
+        s.client.post("/v1/hosts/web1/passes", json=pass_report() | {"bootId": "b00t-2"}, headers=s.agent("web1"))
         kept = check(s.get("/v1/hosts/web1"), "/v1/hosts/{host}")["rebooting"]
         assert kept["unhealthy"] == "came back failed: File[motd] failed: permission denied"
         whole = {k: v for k, v in pass_report(state="converged").items() if k != "reason"}
         whole |= {"bootId": "b00t-2", "exitCode": 0, "counts": {"converged": 1}, "resources": whole["resources"][:1]}
         sick = {"seq": 2, "health": {"ok": False, "detail": "health_check (check-app) exited 1"}}
-        assert s.client.post("/v1/hosts/web1/passes", json=whole | sick, headers=s.auth("agent")).status_code == 201
+        assert s.client.post("/v1/hosts/web1/passes", json=whole | sick, headers=s.agent("web1")).status_code == 201
         kept = check(s.get("/v1/reboots"), "/v1/reboots")["groups"][0]["rebooting"][0]
         assert kept["unhealthy"] == "came back unhealthy: health_check (check-app) exited 1"
         well = {"seq": 3, "health": {"ok": True}}
-        assert s.client.post("/v1/hosts/web1/passes", json=whole | well, headers=s.auth("agent")).status_code == 201
+        assert s.client.post("/v1/hosts/web1/passes", json=whole | well, headers=s.agent("web1")).status_code == 201
         assert "rebooting" not in s.get("/v1/hosts/web1").json()
         # given back (the reboot command failed): only the lease of that boot
-        assert s.client.post("/v1/hosts/web2/reboot-lease", json={"bootId": "b1"}, headers=s.auth("agent")).json()["granted"]
-        assert s.client.delete("/v1/hosts/web2/reboot-lease?bootId=b0", headers=s.auth("agent")).status_code == 204
+        assert s.client.post("/v1/hosts/web2/reboot-lease", json={"bootId": "b1"}, headers=s.agent("web2")).json()["granted"]
+        assert s.client.delete("/v1/hosts/web2/reboot-lease?bootId=b0", headers=s.agent("web2")).status_code == 204
         assert s.get("/v1/reboots").json()["groups"][0]["rebooting"]
-        assert s.client.delete("/v1/hosts/web2/reboot-lease?bootId=b1", headers=s.auth("agent")).status_code == 204
+        assert s.client.delete("/v1/hosts/web2/reboot-lease?bootId=b1", headers=s.agent("web2")).status_code == 204
         assert s.get("/v1/reboots").json()["groups"][0]["rebooting"] == []
     finally:
         s.client.close()
@@ -75,7 +75,7 @@ def test_a_group_halted_by_a_host_not_back_says_so_until_an_operator_clears_it(t
     try:
         checker = Checker(s.app.openapi())
         ask = lambda host: checker.check(  # noqa: E731
-            s.client.post(f"/v1/hosts/{host}/reboot-lease", json={"bootId": "b1"}, headers=s.auth("agent")), LEASE
+            s.client.post(f"/v1/hosts/{host}/reboot-lease", json={"bootId": "b1"}, headers=s.agent(host)), LEASE
         )
         assert ask("web1")["granted"]
         import time

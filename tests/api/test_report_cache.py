@@ -51,7 +51,7 @@ def test_with_a_cached_report_errors_still_come_from_the_routes(story):
     assert story.get(DRIFT).status_code == 200  # cached now
     r = story.client.get(DRIFT, headers={"Authorization": "Bearer datum_wrong"})
     assert r.status_code == 401 and r.json()["issues"][0]["code"] == "UNAUTHENTICATED"
-    r = story.get(DRIFT, principal="agent")
+    r = story.get(DRIFT, principal="stranger")
     assert r.status_code == 403 and r.json()["issues"][0]["action"] == "observability:ReadSubstrate"
     assert story.client.get(DRIFT).status_code == 401
     assert story.get(DRIFT + "?x=1").status_code == 200  # through the route: the same answer

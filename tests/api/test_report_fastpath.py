@@ -31,7 +31,7 @@ def paths(monkeypatch):  # type: ignore[no-untyped-def]
 
 def post(story, body, host="web1", content_type="application/json"):  # type: ignore[no-untyped-def]
     data = body if isinstance(body, bytes) else json.dumps(body).encode()
-    headers = {**story.auth("agent"), "Content-Type": content_type}
+    headers = {**story.agent(host), "Content-Type": content_type}
     return story.client.post(f"/v1/hosts/{host}/passes", content=data, headers=headers)
 
 

@@ -23,11 +23,11 @@ from .story import pass_report
 
 
 def post(story, report, host: str = "web1"):  # type: ignore[no-untyped-def]
-    return story.client.post(f"/v1/hosts/{host}/passes", json=report, headers=story.auth("agent"))
+    return story.client.post(f"/v1/hosts/{host}/passes", json=report, headers=story.agent(host))
 
 
 def post_raw(story, body: bytes, host: str = "web1"):  # type: ignore[no-untyped-def]
-    headers = {**story.auth("agent"), "Content-Type": "application/json"}
+    headers = {**story.agent(host), "Content-Type": "application/json"}
     return story.client.post(f"/v1/hosts/{host}/passes", content=body, headers=headers)
 
 
@@ -209,10 +209,11 @@ def test_a_stored_time_edited_by_hand_reads_unknown_and_everything_else_answers(
 
     cfg = config_file(tmp_path, scheduler=False)
     store = open_store(f"sqlite:///{tmp_path / 'datum.db'}")
-    agent, admin = tokens.create(store, "agent"), tokens.create(store, "admin")
+    admin = tokens.create(store, "admin")
     edited = {f"web{i}": case for i, case in enumerate(TAMPERED, start=2)}
     with serving(cfg, tmp_path / "serve.log") as base:
         for host in ("web1", *edited):
+            agent = tokens.create(store, "agent", host)
             stored = httpx.post(f"{base}v1/hosts/{host}/passes", json=pass_report(host),
                                 headers={"Authorization": f"Bearer {agent}"})
             assert stored.status_code == 201, stored.text

@@ -22,7 +22,7 @@ def story(tmp_path, store_url):  # type: ignore[no-untyped-def]
 
 
 def manifest(story: Story, host: str = "web1", **headers: str):  # type: ignore[no-untyped-def]
-    return story.client.get(f"/v1/hosts/{host}/manifest", headers={**story.auth("agent"), **headers})
+    return story.client.get(f"/v1/hosts/{host}/manifest", headers={**story.agent(host), **headers})
 
 
 def report(story: Story, host: str, state: str, revision: str | None) -> None:
@@ -32,7 +32,7 @@ def report(story: Story, host: str, state: str, revision: str | None) -> None:
         body = {k: v for k, v in body.items() if v is not None}
     if revision is not None:
         body["revision"] = revision
-    answer = story.client.post(f"/v1/hosts/{host}/passes", json=body, headers=story.auth("agent"))
+    answer = story.client.post(f"/v1/hosts/{host}/passes", json=body, headers=story.agent(host))
     assert answer.status_code == 201, answer.text
 
 

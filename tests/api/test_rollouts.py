@@ -53,7 +53,7 @@ def story(tmp_path, store_url):  # type: ignore[no-untyped-def]
 
 
 def manifest(story: Story, host: str):  # type: ignore[no-untyped-def]
-    answer = story.client.get(f"/v1/hosts/{host}/manifest", headers=story.auth("agent"))
+    answer = story.client.get(f"/v1/hosts/{host}/manifest", headers=story.agent(host))
     assert answer.status_code == 200, answer.text
     return answer
 
@@ -74,7 +74,7 @@ def report(story: Story, host: str, state: str, revision: str, **more: object) -
         body.update(reason=None, exitCode=0, counts={"converged": 1}, resources=body["resources"][:1])  # type: ignore[index]
         body = {k: v for k, v in body.items() if v is not None}
     body["revision"] = revision
-    answer = story.client.post(f"/v1/hosts/{host}/passes", json=body, headers=story.auth("agent"))
+    answer = story.client.post(f"/v1/hosts/{host}/passes", json=body, headers=story.agent(host))
     assert answer.status_code == 201, answer.text
 
 
@@ -101,7 +101,7 @@ def replica_on(story: Story, copy: Path) -> Story:
     state = replica.app.state.datum
     state.settings = state.settings.model_copy(update={"fleet": state.settings.fleet.model_copy(
         update={"manifests": copy})})
-    replica.tokens["agent"] = story.tokens["agent"]
+    replica.tokens.update((p, t) for p, t in story.tokens.items() if p.startswith("agent@"))
     with_rollout(replica, canary=["web1"], waves=["50%", "100%"], soak="1ms")
     return replica
 
@@ -375,11 +375,11 @@ def test_a_previous_revision_without_a_snapshot_is_never_replaced_by_the_new_one
     (story.fleet / "web.yaml").write_text(NEW)  # type: ignore[attr-defined]
     second, content = served(story, "web1")  # the canary: the new revision
     assert second != first and content == "new" and in_force(story)["state"] == "rolling"
-    held = story.client.get("/v1/hosts/web2/manifest", headers=story.auth("agent"))
+    held = story.client.get("/v1/hosts/web2/manifest", headers=story.agent("web2"))
     assert held.status_code == 503 and f"revision {first} has no snapshot" in held.text, held.text
     assert story.client.post("/v1/rollouts/current/abort", headers=story.auth("operator")).status_code == 200
     for host in ("web1", "web2"):
-        answer = story.client.get(f"/v1/hosts/{host}/manifest", headers=story.auth("agent"))
+        answer = story.client.get(f"/v1/hosts/{host}/manifest", headers=story.agent(host))
         assert answer.status_code == 503 and "keeps the manifest it has" in answer.text, (host, answer.text)
 
 
@@ -388,7 +388,7 @@ def _without_revision(story: Story, host: str) -> None:
     body = pass_report(host, "converged")
     body.update(reason=None, exitCode=0, counts={"converged": 1}, resources=body["resources"][:1])  # type: ignore[index]
     body = {k: v for k, v in body.items() if v is not None and k != "revision"}
-    answer = story.client.post(f"/v1/hosts/{host}/passes", json=body, headers=story.auth("agent"))
+    answer = story.client.post(f"/v1/hosts/{host}/passes", json=body, headers=story.agent(host))
     assert answer.status_code == 201, answer.text
 
 
@@ -410,7 +410,7 @@ def test_a_released_host_the_revision_does_not_validate_for_fails_and_halts_it(t
     assert asked.status_code == 422, asked.text
     tick(story)
     assert in_force(story)["state"] == "rolling"  # an operator's look counts nothing
-    refused = story.client.get("/v1/hosts/web1/manifest", headers=story.auth("agent"))
+    refused = story.client.get("/v1/hosts/web1/manifest", headers=story.agent("web1"))
     assert refused.status_code == 422, refused.text
     assert in_force(story)["state"] == "rolling"
     _without_revision(story, "web1")
@@ -465,7 +465,7 @@ def test_a_released_host_the_revision_has_no_manifest_for_is_not_waited_for(tmp_
         "nodes:\n  - match: {name: 'web[2-9]'}\n    manifests: [web.yaml]\n    group: web\n"
     )
     (fleet / "web.yaml").write_text(NEW)
-    assert story.client.get("/v1/hosts/web1/manifest", headers=story.auth("agent")).status_code == 404
+    assert story.client.get("/v1/hosts/web1/manifest", headers=story.agent("web1")).status_code == 404
     second, content = served(story, "web2")
     assert content == "new"
     _without_revision(story, "web1")
@@ -605,7 +605,7 @@ def test_the_cli_pauses_and_resumes_on_the_store_and_refuses_what_the_state_forb
 
 def test_cedar_lets_operators_manage_rollouts_and_a_viewer_only_read(story: Story):
     start(story, WEB)
-    for who in ("viewer", "agent", "stranger"):
+    for who in ("viewer", "agent@host:web1", "stranger"):
         denied = story.client.post("/v1/rollouts/current/pause", headers=story.auth(who))
         assert denied.status_code == 403, denied.text
         assert denied.json()["issues"][0].get("action") == "fleet:ManageRollout"
@@ -632,7 +632,7 @@ def test_two_servers_on_one_store_agree_and_a_late_one_serves_the_previous_from_
     directory = serve_fleet(other, tmp_path / "other" / "fleet")
     for name in ("nodes.yaml", "web.yaml", "db.yaml"):
         (directory / name).write_bytes((story.fleet / name).read_bytes())  # type: ignore[attr-defined]
-    other.tokens["agent"] = story.tokens["agent"]
+    other.tokens.update((p, t) for p, t in story.tokens.items() if p.startswith("agent@"))
     other.tokens["operator"] = story.tokens["operator"]
     with_rollout(other, canary=["web1"], waves=["50%", "100%"], soak="1ms")
     assert served(other, "web1") == (second, "new")
@@ -660,7 +660,7 @@ def test_a_replica_on_a_lagging_copy_of_the_directory_does_not_take_the_fleet_ba
     directory = serve_fleet(lagging, tmp_path / "other" / "fleet")
     (directory / "nodes.yaml").write_bytes((story.fleet / "nodes.yaml").read_bytes())  # type: ignore[attr-defined]
     (directory / "db.yaml").write_bytes((story.fleet / "db.yaml").read_bytes())  # type: ignore[attr-defined]
-    lagging.tokens["agent"] = story.tokens["agent"]
+    lagging.tokens.update((p, t) for p, t in story.tokens.items() if p.startswith("agent@"))
     with_rollout(lagging, canary=["web1"], waves=["50%", "100%"], soak="1ms")
     with caplog.at_level("WARNING", logger="datum.api"):
         assert served(lagging, "web1") == (second, "new")  # the canary keeps the second, from its snapshot
@@ -677,7 +677,7 @@ def test_a_replica_on_a_lagging_copy_of_the_directory_does_not_take_the_fleet_ba
     with story.store.begin() as conn:  # the second's files not kept (too large to): never the first instead
         conn.execute(revision_files.delete().where(revision_files.c.revision == second))
     shutil.rmtree(tmp_path / "other" / "home" / "revisions")  # nor written out under this server's home
-    answer = lagging.client.get("/v1/hosts/web1/manifest", headers=lagging.auth("agent"))  # the canary: the second
+    answer = lagging.client.get("/v1/hosts/web1/manifest", headers=lagging.agent("web1"))  # the canary: the second
     assert answer.status_code == 503 and "is behind it" in answer.json()["issues"][0]["message"], answer.text
     rows = story.get("/v1/rollouts").json()["rollouts"]
     assert [(r["id"], r["revision"], r["state"]) for r in rows] == [(2, second, "rolling"), (1, first, "done")]
@@ -975,10 +975,10 @@ def test_a_link_out_of_the_fleet_directory_is_refused_from_the_snapshot_as_from_
     secret.write_text("SERVER-SECRET-TOKEN\n")
     (fleet / "web.yaml").write_text("resources:\n  - File[/etc/motd]:\n      source: motd.txt\n")
     (fleet / "motd.txt").symlink_to(secret)
-    live = story.client.get("/v1/hosts/web2/manifest", headers=story.auth("agent"))
+    live = story.client.get("/v1/hosts/web2/manifest", headers=story.agent("web2"))
     assert live.status_code == 422 and "outside" in live.text, live.text
     (fleet / "README").write_text("an edit: a new revision, rolled out to web1 first\n")
-    held_back = story.client.get("/v1/hosts/web2/manifest", headers=story.auth("agent"))
+    held_back = story.client.get("/v1/hosts/web2/manifest", headers=story.agent("web2"))
     assert held_back.status_code == 422 and "outside" in held_back.text, held_back.text
     assert "SERVER-SECRET" not in held_back.text
     row = serve.in_force(story.app.state.datum.fleet)
@@ -1012,7 +1012,7 @@ def test_rollouts_off_and_on_never_take_a_host_back_to_the_last_done(story: Stor
     ro = in_force(story)
     assert ro["revision"] == nxt and ro["state"] == "rolling"
     for host in WEB[1:]:
-        answer = story.client.get(f"/v1/hosts/{host}/manifest", headers=story.auth("agent"))
+        answer = story.client.get(f"/v1/hosts/{host}/manifest", headers=story.agent(host))
         if answer.status_code == 200:  # served its own last revision, never the rollout's previous
             assert answer.headers["Datum-Revision"] in (fix, nxt), (host, answer.headers["Datum-Revision"], ro)
         else:  # the fix was never kept (rollouts were off): it keeps what it runs
@@ -1114,7 +1114,7 @@ def test_a_fleet_directory_removed_and_cloned_again_is_served_anew_never_stale(t
     saved = tmp_path / "saved"
     shutil.copytree(directory, saved)
     shutil.rmtree(directory)
-    gone = story.client.get("/v1/hosts/web1/manifest", headers=story.auth("agent"))
+    gone = story.client.get("/v1/hosts/web1/manifest", headers=story.agent("web1"))
     assert gone.status_code == 503 and "is not there" in gone.text, gone.text
     shutil.copytree(saved, directory)
     (directory / "web.yaml").write_text("resources:\n  - File[/etc/motd]:\n      content: cloned\n")

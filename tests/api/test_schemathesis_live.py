@@ -36,11 +36,10 @@ def test_the_longest_interval_an_agent_can_have_does_not_overflow_the_stale_rule
     by what an agent can be given, and that bound is listed on PostgreSQL."""
     story = build_story(tmp_path, pg_database)
     now = datetime.now(UTC).isoformat()
-    agent = story.auth("agent")
     longest = pass_report() | {"finishedAt": now, "intervalSeconds": MAX_INTERVAL}
-    assert story.client.post("/v1/hosts/web1/passes", json=longest, headers=agent).status_code == 201
+    assert story.client.post("/v1/hosts/web1/passes", json=longest, headers=story.agent("web1")).status_code == 201
     beyond = pass_report("web2") | {"intervalSeconds": 1.6e308}
-    r = story.client.post("/v1/hosts/web2/passes", json=beyond, headers=agent)
+    r = story.client.post("/v1/hosts/web2/passes", json=beyond, headers=story.agent("web2"))
     assert r.status_code == 422 and r.json()["issues"][0]["fields"][0]["field"] == "intervalSeconds"
     listing = story.get("/v1/hosts")
     assert listing.status_code == 200, listing.text

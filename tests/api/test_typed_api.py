@@ -72,7 +72,7 @@ def story_played(tmp_path):
     s = build_story(tmp_path)
     s.settings.reconcilers["buckets"]["work_query"] = ["creating", "active", "deleting"]  # strands delete_blocked
     play(s)
-    s.client.post("/v1/hosts/web1/passes", json=pass_report(), headers=s.auth("agent"))
+    s.client.post("/v1/hosts/web1/passes", json=pass_report(), headers=s.agent("web1"))
     yield s
     s.client.close()
     s.store.dispose()
@@ -107,13 +107,13 @@ def test_real_responses_walk_the_schema_with_nothing_left_over(story_played):
     r = s.client.get("/v1/hosts")
     assert r.status_code == 401 and r.headers["WWW-Authenticate"] == "Bearer"
     check(r, "/v1/hosts")
-    r = s.get("/v1/buckets", "agent")
+    r = s.get("/v1/buckets", "stranger")
     assert check(r, "/v1/buckets")["issues"][0]["action"] == "buckets:Read"
     assert check(s.get("/v1/observability/admin/reconcilers/nope/drift"), drift)["issues"][0]["code"] == "NOT_FOUND"
     check(s.get("/v1/hosts/nowhere"), "/v1/hosts/{host}")
     check(s.client.put("/v1/buckets/Bad_Name", headers=s.auth("admin")), "/v1/buckets/{name}")
     check(s.client.put("/v1/buckets/delta", headers=s.auth("admin")), "/v1/buckets/{name}")  # 200: asked before
-    r = s.client.post("/v1/hosts/web1/passes", json={"host": "web1"}, headers=s.auth("agent"))
+    r = s.client.post("/v1/hosts/web1/passes", json={"host": "web1"}, headers=s.agent("web1"))
     assert r.status_code == 422
     check(r, "/v1/hosts/{host}/passes")
     r = s.client.delete("/v1/hosts/web1/passes", headers=s.auth())

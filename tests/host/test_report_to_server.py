@@ -9,8 +9,8 @@ from api.story import config_file, serving
 from .conftest import Host
 
 
-def _token(host: Host, cfg, principal: str) -> str:
-    result = host.datum("token", "create", "--principal", principal, "--config", str(cfg))
+def _token(host: Host, cfg, principal: str, *extra: str) -> str:
+    result = host.datum("token", "create", "--principal", principal, *extra, "--config", str(cfg))
     assert result.code == 0, result.err
     return result.out.strip().splitlines()[-1]
 
@@ -20,7 +20,7 @@ def test_apply_report_to_a_running_server(host, tmp_path):
     cfg = config_file(tmp_path / "server", scheduler=False)
     with cfg.open("a") as fh:
         fh.write('[host]\nname = "web-1"\n')
-    agent = _token(host, cfg, "agent")
+    agent = _token(host, cfg, "agent", "--host", "web-1")
     operator = _token(host, cfg, "operator")
     manifest = host.manifest("resources:\n  - File[/etc/motd]:\n      content: 'hi\\n'\n")
     with serving(cfg, tmp_path / "serve.log") as base:

@@ -138,7 +138,7 @@ def populate(tmp_path: Path, store: str | None = None) -> Story:
     runner.tick("steady")
     runner.tick("flaky")
     for r in [*HOSTS, silent()]:
-        answer = story.client.post(f"/v1/hosts/{r['host']}/passes", json=r, headers=story.auth("agent"))
+        answer = story.client.post(f"/v1/hosts/{r['host']}/passes", json=r, headers=story.agent(r["host"]))
         assert answer.status_code == 201, answer.text
     # web-gone took its reboot slot and never came back: the lease is past its timeout at once
     assert take(story.store, "web-gone", "default", "boot-1", 5, timedelta(0)).granted

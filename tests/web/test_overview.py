@@ -30,7 +30,7 @@ def section(page: str, start: str, end: str) -> str:
 def test_a_glance_then_grouped_causes_explained_in_place(tmp_path):
     story = build_story(tmp_path)
     play(story)
-    story.client.post("/v1/hosts/web1/passes", json=pass_report(), headers=story.auth("agent"))
+    story.client.post("/v1/hosts/web1/passes", json=pass_report(), headers=story.agent("web1"))
     page = story.get("/ui/overview").text
     words = text(page)
 
@@ -86,12 +86,12 @@ def test_items_of_a_failed_pass_say_they_come_from_the_last_completed_pass(tmp_p
 def test_hosts_are_listed_worst_first_with_their_history(tmp_path):
     story = build_story(tmp_path)
     for _ in range(3):
-        story.client.post("/v1/hosts/web1/passes", json=pass_report(), headers=story.auth("agent"))
+        story.client.post("/v1/hosts/web1/passes", json=pass_report(), headers=story.agent("web1"))
     ok = pass_report("web2", "converged")
     ok["resources"] = ok["resources"][:1]
     ok["counts"] = {"converged": 1}
     ok.pop("reason")
-    story.client.post("/v1/hosts/web2/passes", json=ok, headers=story.auth("agent"))
+    story.client.post("/v1/hosts/web2/passes", json=ok, headers=story.agent("web2"))
     page = story.get("/ui/overview").text
     assert page.index('id="host-web1"') < page.index('id="host-web2"')
     assert "last 3 passes of web1, oldest first: 3 failed" in page
@@ -147,7 +147,7 @@ def test_a_silent_host_reads_unknown_and_needs_a_human(tmp_path):
     story = build_story(tmp_path)
     report = pass_report()
     report["intervalSeconds"] = 60  # an agent's report, finished weeks ago: its agent fell silent
-    assert story.client.post("/v1/hosts/web1/passes", json=report, headers=story.auth("agent")).status_code == 201
+    assert story.client.post("/v1/hosts/web1/passes", json=report, headers=story.agent("web1")).status_code == 201
     page = story.get("/ui/overview").text
     glance = text(section(page, 'id="summary"', 'id="reconcilers"'))
     assert "host web1 fell silent stale: the last report is" in glance

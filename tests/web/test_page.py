@@ -19,7 +19,7 @@ def story_on_disk(tmp_path: Path) -> str:
     story = build_story(tmp_path)
     play(story)
     for _ in range(2):
-        story.client.post("/v1/hosts/web1/passes", json=pass_report(), headers=story.auth("agent"))
+        story.client.post("/v1/hosts/web1/passes", json=pass_report(), headers=story.agent("web1"))
     token = story.tokens["operator"]
     with story.store.begin() as conn:  # a row in a status nobody selects, owns or finishes: stranded
         conn.execute(sa.update(b.buckets).where(b.buckets.c.name == "alpha").values(status="archiving"))

@@ -42,6 +42,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from datum.api.app import create_app
 from datum.api.corked import Corked
 from datum.api.front.errors import redacted, written
+from datum.api.front.hostgroups import FRESH as GROUPS_FRESH
 from datum.api.front.tokens import RECHECK
 from datum.api.watch import Every, RunWatch
 from datum.config import Settings
@@ -99,6 +100,8 @@ def serving_app(settings: Settings, wire: Callable[[], tuple[Registry, Store]]) 
         # Ticks recorded by any process on the store (other replicas, datum reconcile), and revoked tokens.
         watch = RunWatch(store, forget)
         recheck = Every(state.tokens.revalidate, RECHECK, "token-recheck")
+        # The recorded groups of the hosts that tokens scoped to host groups asked about (datum.api.front.hostgroups).
+        regroup = Every(state.host_groups.revalidate, GROUPS_FRESH, "host-groups")
         # The control loop (the scheduler's ticks, the retention) has connections of its own: requests, however
         # many (a storm of reports, of page loads), never take the ones a tick needs.
         control = store.own_pool(*control_pool(len(ticking(registry, settings))))
@@ -106,6 +109,7 @@ def serving_app(settings: Settings, wire: Callable[[], tuple[Registry, Store]]) 
         retention = Every(lambda: retained(control, settings.server.retention), RETAIN_EVERY, "pass-retention")
         watch.start()
         recheck.start()
+        regroup.start()
         retention.start()
         fleet = state.fleet
         if settings.fleet.manifests is not None:
@@ -140,6 +144,7 @@ def serving_app(settings: Settings, wire: Callable[[], tuple[Registry, Store]]) 
                 scheduler.stop()
             watch.stop()
             recheck.stop()
+            regroup.stop()
             retention.stop()
             if checks is not None:
                 checks.stop()

@@ -20,11 +20,21 @@ is decided, and memoised, by itself. Policies are read once, when the
 server starts, so nothing memoised outlives what it was decided under;
 tokens resolve to principals before the memo is asked (``datum.api.front.tokens``),
 so the memo holds no token.
+
+A token scoped to host groups (``datum token create --group web``) speaks for
+``operator@groups:web``, a ``Principal`` in ``Principal::"operator"`` with its
+groups as an attribute; a decision of such a principal on a ``Host`` is told
+the host's group (``Host::"web1" in HostGroup::"web"``), and is memoised by
+that group instead of the host's id. ``decision`` is the one place a request's
+answer is decided: whether it is allowed, and which policies decided
+(their ``@id``), what ``datum authz explain`` and the audit log say.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
+from dataclasses import dataclass
 from enum import StrEnum
 from importlib import resources
 from pathlib import Path
@@ -44,6 +54,8 @@ class Action(StrEnum):
     READ_MANIFEST = "fleet:ReadManifest"
     TAKE_REBOOT_LEASE = "fleet:TakeRebootLease"
     MANAGE_ROLLOUT = "fleet:ManageRollout"
+    CLEAR_REBOOT_LEASE = "fleet:ClearRebootLease"
+    READ_AUDIT = "fleet:ReadAudit"
 
 
 Resource = tuple[str, str]
@@ -53,6 +65,9 @@ SERVER: Resource = ("Server", "datum")
 # A token bound to one host speaks for ``<principal>@host:<host>``: a Cedar ``Principal`` whose
 # ``host`` attribute is that ``Host`` (':' is not allowed in a principal's own name).
 BOUND = "@host:"
+# A token scoped to host groups speaks for ``<principal>@groups:<group>,<group>`` (sorted): a Cedar
+# ``Principal`` in ``Principal::"<principal>"`` whose ``groups`` attribute is those ``HostGroup``s.
+SCOPED = "@groups:"
 
 
 def bound(principal: str, host: str) -> str:
@@ -60,22 +75,63 @@ def bound(principal: str, host: str) -> str:
     return f"{principal}{BOUND}{host}"
 
 
-def _entities(principal: str) -> str:
-    """The Cedar entities a decision for ``principal`` needs: a bound principal and its host attribute."""
-    import json
+def scoped(principal: str, groups: Iterable[str]) -> str:
+    """The principal of a token scoped to ``groups``."""
+    return f"{principal}{SCOPED}{','.join(sorted(set(groups)))}"
 
-    if BOUND not in principal:
-        return "[]"
-    name, _, host = principal.partition(BOUND)
-    return json.dumps(
-        [
-            {
-                "uid": {"type": "Principal", "id": principal},
-                "attrs": {"name": name, "host": {"__entity": {"type": "Host", "id": host}}},
-                "parents": [],
-            }
-        ]
-    )
+
+@dataclass(frozen=True, slots=True)
+class Who:
+    """What a principal string says: its name, the host it is bound to, the host groups it is scoped to."""
+
+    name: str
+    host: str | None = None
+    groups: frozenset[str] | None = None  # None: every group
+
+
+def who(principal: str) -> Who:
+    """``principal`` read: ``agent@host:web1``, ``operator@groups:db,web`` or a plain name."""
+    if BOUND in principal:
+        name, _, host = principal.partition(BOUND)
+        return Who(name, host=host)
+    if SCOPED in principal:
+        name, _, groups = principal.partition(SCOPED)
+        return Who(name, groups=frozenset(groups.split(",")))
+    return Who(principal)
+
+
+def scope_of(principal: str) -> frozenset[str] | None:
+    """The host groups ``principal`` sees and acts on; None for every group (a token scoped to none)."""
+    return who(principal).groups
+
+
+def _entity(kind: str, eid: str) -> dict[str, str]:
+    return {"type": kind, "id": eid}
+
+
+def _entities(principal: str, resource: Resource, group: str | None) -> str:
+    """The Cedar entities a decision needs: a bound or scoped principal with its attributes (a scoped one in its
+    plain name), and a ``Host`` in its ``group`` when it is told."""
+    found: list[dict[str, object]] = []
+    said = who(principal)
+    if said.host is not None:
+        attrs: dict[str, object] = {"name": said.name, "host": {"__entity": _entity("Host", said.host)}}
+        found.append({"uid": _entity("Principal", principal), "attrs": attrs, "parents": []})
+    elif said.groups is not None:
+        attrs = {"name": said.name, "groups": [{"__entity": _entity("HostGroup", g)} for g in sorted(said.groups)]}
+        found.append({"uid": _entity("Principal", principal), "attrs": attrs, "parents": [_entity("Principal", said.name)]})
+    if group is not None and resource[0] == "Host":
+        found.append({"uid": _entity(*resource), "attrs": {}, "parents": [_entity("HostGroup", group)]})
+    return json.dumps(found)
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """Cedar's answer: allowed or not, and the ``@id`` of each policy that decided (the permits that allowed, or
+    the forbids that refused; none when nothing permitted: deny by default)."""
+
+    allowed: bool
+    policies: tuple[str, ...] = ()
 
 
 def reconciler(name: str) -> Resource:
@@ -143,14 +199,23 @@ def _index(policy_id: str) -> int:
 MEMO_MAX = 200_000
 
 
+def policy_ids(policies: str) -> dict[str, str]:
+    """Each policy's ``@id`` by the id cedarpy gives it (``policy0``, ``policy1``, ... in the document); a policy
+    without one keeps cedarpy's."""
+    try:
+        doc = json.loads(cedarpy.policies_to_json_str(policies))
+        static = doc.get("staticPolicies") or {}
+        return {k: str((v.get("annotations") or {}).get("id") or k) for k, v in static.items()}
+    except Exception:  # noqa: BLE001 - named as cedarpy names them
+        return {}
+
+
 def _named(policies: str) -> frozenset[str] | None:
     """Every string the policies hold (entity ids among them), or None when that cannot be told (templates).
 
     A superset of the entity ids they name (a string literal or an annotation counts too): that only costs
     a decision of its own for that id.
     """
-    import json
-
     try:
         doc = json.loads(cedarpy.policies_to_json_str(policies))
     except Exception:  # noqa: BLE001 - not told: every id decided by itself
@@ -176,15 +241,18 @@ def _named(policies: str) -> frozenset[str] | None:
 
 
 class Authorizer:
-    """Decides whether a principal may take an action on a resource."""
+    """Decides whether a principal may take an action on a resource, and which policies said so."""
 
     def __init__(self, policies: str, schema: str, origin: str = "the policy file") -> None:
         self.schema = cedarpy.Schema.from_str(schema)
         check_policies(policies, self.schema, origin)
         self.policies = cedarpy.PolicySet.from_str(policies)
         self.entities = cedarpy.Entities.from_json_str("[]", self.schema)
-        self._memo: dict[tuple[str, str, str, str | None], bool] = {}
+        self._memo: dict[tuple[str, str, str, str | None, str | None], Decision] = {}
         self._named = _named(policies)
+        self._ids = policy_ids(policies)
+        # Whether a policy could ask a host's group of a principal not scoped to groups (it names HostGroup).
+        self._grouped = self._named is None or "HostGroup" in self._named
 
     @classmethod
     def from_settings(cls, policy: Path | None, fragments: Iterable[str] = ()) -> Authorizer:
@@ -198,23 +266,32 @@ class Authorizer:
             raise Problem.one("INVALID_INPUT", f"cannot read the policy file {policy}: {exc.strerror}") from exc
         return cls(text, schema, str(policy))
 
-    def _key(self, principal: str, action: str, resource: Resource) -> tuple[str, str, str, str | None]:
-        """What a decision is memoised by: the resource's id left out when it is ``_unnamed``."""
+    def needs_group(self, principal: str, resource: Resource) -> bool:
+        """Whether deciding for ``principal`` on ``resource`` asks the host's group: a ``Host``, and a principal
+        scoped to groups or policies that name ``HostGroup``."""
+        return resource[0] == "Host" and (SCOPED in principal or self._grouped)
+
+    def _key(
+        self, principal: str, action: str, resource: Resource, group: str | None
+    ) -> tuple[str, str, str, str | None, str | None]:
+        """What a decision is memoised by: the resource's id left out when it is ``_unnamed`` (its group kept)."""
         kind, eid = resource
         named = self._named
         if named is None or eid in named or eid == principal:
-            return (principal, action, kind, eid)
+            return (principal, action, kind, eid, group)
         if BOUND in principal:
             name, _, bound_host = principal.partition(BOUND)
             if eid in (name, bound_host):
-                return (principal, action, kind, eid)
-        return (principal, action, kind, None)
+                return (principal, action, kind, eid, group)
+        return (principal, action, kind, None, group)
 
-    def allowed(self, principal: str, action: Action | str, resource: Resource) -> bool:
-        key = self._key(principal, str(action), resource)
+    def decision(self, principal: str, action: Action | str, resource: Resource, group: str | None = None) -> Decision:
+        """Cedar's decision, memoised; ``group`` is the ``HostGroup`` of a ``Host`` resource, when told."""
+        key = self._key(principal, str(action), resource, group)
         known = self._memo.get(key)
         if known is not None:
             return known
+        special = BOUND in principal or SCOPED in principal or (group is not None and resource[0] == "Host")
         result = cedarpy.is_authorized(
             {
                 "principal": {"type": "Principal", "id": principal},
@@ -223,13 +300,19 @@ class Authorizer:
                 "context": {},
             },
             self.policies,
-            self.entities if BOUND not in principal else cedarpy.Entities.from_json_str(_entities(principal), self.schema),
+            cedarpy.Entities.from_json_str(_entities(principal, resource, group), self.schema) if special else self.entities,
             self.schema,
         )
-        decision = result.decision == cedarpy.Decision.Allow
+        decided = Decision(
+            result.decision == cedarpy.Decision.Allow,
+            tuple(self._ids.get(r, r) for r in result.diagnostics.reasons),
+        )
         # Keys are per principal (a token's) and per named id: a fleet of bound agents needs one per host and
         # action; resource ids from requests that nothing names share one key, so the bound is generous.
         if len(self._memo) > MEMO_MAX:
             self._memo.clear()
-        self._memo[key] = decision
-        return decision
+        self._memo[key] = decided
+        return decided
+
+    def allowed(self, principal: str, action: Action | str, resource: Resource, group: str | None = None) -> bool:
+        return self.decision(principal, action, resource, group).allowed

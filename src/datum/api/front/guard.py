@@ -61,6 +61,7 @@ from datum.api.front.security import (
     header,
     need_of,
     principal,
+    told,
 )
 from datum.api.front.state import ServerState
 from datum.core.findings import Problem
@@ -183,8 +184,9 @@ class RequestGuard:
         except Exception:  # noqa: BLE001 - a resource not told before the body: the route decides, its one way
             admission = Admission(who, None)
         else:
-            decide(self.state, who, need[0], resource)
-            admission = Admission(who, (str(need[0]), resource))
+            await told(self.state, who, resource)
+            decided = decide(self.state, who, need[0], resource)
+            admission = Admission(who, (str(need[0]), resource), decided.policies)
         scope[ADMISSION] = admission
         return admission
 

@@ -30,7 +30,7 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPBearer
 from starlette.types import Scope
 
-from datum.api.front.authz import SERVER, Action, Resource
+from datum.api.front.authz import SERVER, Action, Decision, Resource, who
 from datum.api.front.state import ServerState, state_of
 from datum.core.findings import Problem
 
@@ -56,6 +56,7 @@ class Admission:
 
     principal: str
     allowed: Decided | None
+    policies: tuple[str, ...] = ()  # the @id of the policies that allowed it
 
 
 def header(scope: Scope, name: bytes) -> bytes | None:
@@ -97,20 +98,52 @@ def cedar_uid(kind: str, eid: str) -> str:
     return f"{kind}::{json.dumps(eid, ensure_ascii=False)}"
 
 
+def group_of(state: ServerState, principal: str, resource: Resource) -> str | None:
+    """The recorded group of the ``Host`` a decision for ``principal`` is on, when the decision needs it."""
+    if not state.authorizer.needs_group(principal, resource):
+        return None
+    return state.host_groups.of(resource[1])
+
+
+async def told(state: ServerState, principal: str, resource: Resource) -> None:
+    """Have the group ``decide`` will ask remembered, asking the store off the event loop when it is not."""
+    if state.authorizer.needs_group(principal, resource) and not state.host_groups.remembered(resource[1])[0]:
+        await anyio.to_thread.run_sync(state.host_groups.of, resource[1])
+
+
+def decision(state: ServerState, principal: str, action: Action | str, resource: Resource) -> Decision:
+    """Cedar's decision (``datum.api.front.authz.Authorizer.decision``, memoised), told the host's recorded group
+    when it needs it: the one place a request's decision is made."""
+    return state.authorizer.decision(principal, action, resource, group_of(state, principal, resource))
+
+
 def permits(state: ServerState, principal: str, action: Action | str, resource: Resource) -> bool:
-    """Whether the policies permit ``principal`` ``action`` on ``resource``: the one place Cedar is asked."""
-    return state.authorizer.allowed(principal, action, resource)
+    """Whether the policies permit ``principal`` ``action`` on ``resource``."""
+    return decision(state, principal, action, resource).allowed
 
 
-def decide(state: ServerState, principal: str, action: Action | str, resource: Resource) -> None:
-    """``403 FORBIDDEN`` naming ``action`` (entities written as Cedar writes them) unless the policies permit it."""
-    if not permits(state, principal, action, resource):
-        raise Problem.one(
-            "FORBIDDEN",
-            f"{cedar_uid('Principal', principal)} may not {cedar_uid('Action', str(action))} "
-            f"on {cedar_uid(*resource)}",
-            action=str(action),
-        )
+# What a 403 adds for an agent token bound to no host: it speaks for no host.
+UNBOUND_AGENT = (
+    "an agent token speaks for one host: make one bound to it with "
+    "datum token create --principal agent --host NAME"
+)
+
+
+def decide(state: ServerState, principal: str, action: Action | str, resource: Resource) -> Decision:
+    """``403 FORBIDDEN`` naming ``action`` (entities written as Cedar writes them) unless the policies permit it;
+    the decision when they do."""
+    found = decision(state, principal, action, resource)
+    if found.allowed:
+        return found
+    said = who(principal)
+    message = (
+        f"{cedar_uid('Principal', principal)} may not {cedar_uid('Action', str(action))} on {cedar_uid(*resource)}"
+    )
+    if found.policies:  # a forbid refused it
+        message += f" (forbidden by policy {', '.join(found.policies)})"
+    if said.name == "agent" and said.host is None and said.groups is None and resource[0] == "Host":
+        message += f": {UNBOUND_AGENT}"
+    raise Problem.one("FORBIDDEN", message, action=str(action))
 
 
 def _server(_request: Request) -> Resource:
@@ -144,6 +177,7 @@ def needs(action: Action | str, resource: ResourceOf = _server) -> Callable[...,
         who = admission.principal if admission is not None else await principal(state, request.scope)
         asked = (str(action), resource(request))
         if admission is None or admission.allowed != asked:
+            await told(state, who, asked[1])
             decide(state, who, *asked)
         return who
 

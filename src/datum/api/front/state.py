@@ -10,6 +10,7 @@ from fastapi import Request
 
 from datum.api.front.authz import Authorizer
 from datum.api.front.gate import ReadGate
+from datum.api.front.hostgroups import HostGroups
 from datum.api.front.tokens import TokenBook
 from datum.api.reports import ReportCache
 from datum.config import Settings
@@ -43,6 +44,8 @@ class ServerState:
     broken_routes: dict[str, str] = field(default_factory=dict)
     # The certificate datum serve presents (datum.fleet.tls), as loaded at start and by each SIGHUP; None: HTTP.
     tls: Served | None = None
+    # Each host's recorded group, for the decisions of tokens scoped to host groups.
+    host_groups: HostGroups = field(init=False)
 
     @property
     def settings(self) -> Settings:
@@ -60,6 +63,7 @@ class ServerState:
         self.reports = ReportCache(self._report, ttl=self.settings.server.report_ttl.total_seconds())
         server = self.settings.server
         self.reads = ReadGate(server.read_slots, server.read_wait.total_seconds())
+        self.host_groups = HostGroups(lambda: self.fleet.store)
 
     def wire(self, registry: Registry, store: Store) -> None:
         """Make the observability endpoints answer: until now they are 503 UNAVAILABLE."""
