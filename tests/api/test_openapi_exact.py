@@ -44,6 +44,7 @@ OPERATION_IDS = {
     ("post", "/v1/hosts/{host}/reboot-lease"): "takeRebootLease",
     ("delete", "/v1/hosts/{host}/reboot-lease"): "giveBackRebootLease",
     ("get", "/v1/reboots"): "listReboots",
+    ("delete", "/v1/reboots/{host}"): "clearRebootLease",
     ("get", "/v1/revisions"): "listRevisions",
     ("get", "/v1/rollouts"): "listRollouts",
     ("post", "/v1/rollouts/current/{action}"): "manageRollout",
@@ -140,7 +141,7 @@ def test_every_cursor_the_document_allows_is_taken(cursor):
 
 
 def test_what_the_pattern_refuses_is_422_and_what_it_allows_is_a_page(story):
-    story.client.post("/v1/hosts/web1/passes", json=pass_report(), headers=story.auth("agent"))
+    story.client.post("/v1/hosts/web1/passes", json=pass_report(), headers=story.agent("web1"))
     for bad in ("bogus", "aDo", "aDpz=", "aDpz\n", "a" * (CURSOR_MAX_LENGTH + 1)):
         r = story.client.get("/v1/hosts", params={"cursor": bad}, headers=story.auth())
         assert r.status_code == 422, bad
@@ -153,12 +154,12 @@ def test_what_the_pattern_refuses_is_422_and_what_it_allows_is_a_page(story):
 
 def test_a_null_where_a_field_does_not_apply_is_refused(story):
     for field, where in (("reason", "reason"), ("bootId", "bootId"), ("reboot", "reboot")):
-        r = story.client.post("/v1/hosts/web1/passes", json=pass_report() | {field: None}, headers=story.auth("agent"))
+        r = story.client.post("/v1/hosts/web1/passes", json=pass_report() | {field: None}, headers=story.agent("web1"))
         assert r.status_code == 422, field
         assert [f["field"] for f in r.json()["issues"][0]["fields"]] == [where]
     resource = pass_report()["resources"][0] | {"diff": None}  # type: ignore[index]
     r = story.client.post(
-        "/v1/hosts/web1/passes", json=pass_report() | {"resources": [resource]}, headers=story.auth("agent")
+        "/v1/hosts/web1/passes", json=pass_report() | {"resources": [resource]}, headers=story.agent("web1")
     )
     assert r.status_code == 422 and r.json()["issues"][0]["fields"][0]["field"] == "resources[0].diff"
 
@@ -169,7 +170,7 @@ def test_a_host_name_holding_a_nul_is_refused_and_a_nul_in_text_is_stored_as_a_r
     r = story.get("/v1/hosts/we%00b")
     assert r.status_code == 422 and r.json()["issues"][0]["fields"][0]["field"] == "host"
     report = pass_report() | {"reason": "File[motd] failed: \x00"}
-    r = story.client.post("/v1/hosts/web1/passes", json=report, headers=story.auth("agent"))
+    r = story.client.post("/v1/hosts/web1/passes", json=report, headers=story.agent("web1"))
     assert r.status_code == 201, r.text
     assert story.get("/v1/hosts/web1").json()["report"]["reason"] == "File[motd] failed: \ufffd"
 
@@ -183,7 +184,7 @@ def test_the_facts_header_is_a_json_object_as_published(story, tmp_path):
     assert param["in"] == "header" and param["content"] == {"application/json": {"schema": {"type": "object"}}}
 
     def get(facts: str | None) -> httpx.Response:
-        headers = story.auth("agent") | ({"X-Datum-Facts": facts} if facts is not None else {})
+        headers = story.agent("web1") | ({"X-Datum-Facts": facts} if facts is not None else {})
         return story.client.get("/v1/hosts/web1/manifest", headers=headers)
 
     for good in (None, "{}", '{"os_release": {"ID": "debian"}}'):
@@ -201,7 +202,7 @@ def test_the_report_route_does_not_read_the_facts_header(story):
     post = story.app.openapi()["paths"]["/v1/hosts/{host}/passes"]["post"]
     assert "X-Datum-Facts" not in [p["name"] for p in post.get("parameters", [])]
     for facts in ("{nope", "[]", '{"os_release": {"ID": "debian"}}'):
-        headers = story.auth("agent") | {"X-Datum-Facts": facts}
+        headers = story.agent("web1") | {"X-Datum-Facts": facts}
         r = story.client.post("/v1/hosts/web1/passes", json=pass_report(), headers=headers)
         assert r.status_code in (200, 201), r.text
 
@@ -209,7 +210,7 @@ def test_the_report_route_does_not_read_the_facts_header(story):
 def test_an_integer_bound_is_an_integer(story):
     seq = story.app.openapi()["components"]["schemas"]["PassReport"]["properties"]["seq"]
     assert seq["maximum"] == 2**62 and isinstance(seq["maximum"], int)
-    r = story.client.post("/v1/hosts/web1/passes", json=pass_report() | {"seq": 2**62 + 1}, headers=story.auth("agent"))
+    r = story.client.post("/v1/hosts/web1/passes", json=pass_report() | {"seq": 2**62 + 1}, headers=story.agent("web1"))
     assert r.status_code == 422
 
 

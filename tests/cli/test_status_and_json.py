@@ -57,12 +57,31 @@ def test_token_create_and_revoke_print_json(scene: Scene, datum_cli):
     code, out, err = datum_cli("token", "create", "--principal", "agent", "--host", "web9", "--config", cfg, "--json")
     assert code == 0, err
     made = json.loads(out)
-    assert set(made) == {"id", "principal", "host", "token"} and made["host"] == "web9"
+    assert set(made) == {"id", "principal", "host", "groups", "token"} and made["host"] == "web9"
     listed = json.loads(datum_cli("token", "list", "--config", cfg, "--json")[1])
     assert {"id": made["id"], "principal": "agent", "host": "web9"}.items() <= listed[-1].items()
     assert made["token"] not in json.dumps(listed)
     code, out, _ = datum_cli("token", "revoke", made["id"], "--config", cfg, "--json")
-    assert code == 0 and json.loads(out) == {"id": made["id"], "principal": "agent", "host": "web9"}
+    assert code == 0 and json.loads(out) == {"id": made["id"], "principal": "agent", "host": "web9", "groups": None}
+
+
+def test_token_create_scopes_a_token_to_host_groups(scene: Scene, datum_cli):
+    cfg = str(scene.config)
+    code, out, err = datum_cli("token", "create", "--principal", "viewer", "--group", "web", "--group", "db",
+                               "--group", "web", "--config", cfg, "--json")
+    assert code == 0, err
+    made = json.loads(out)
+    assert (made["principal"], made["host"], made["groups"]) == ("viewer", None, ["db", "web"])
+    listed = json.loads(datum_cli("token", "list", "--config", cfg, "--json")[1])
+    assert listed[-1]["groups"] == ["db", "web"]
+    code, out, _ = datum_cli("token", "list", "--config", cfg)
+    assert "db,web" in out
+    code, _out, err = datum_cli("token", "create", "--principal", "agent", "--host", "web1", "--group", "web",
+                                "--config", cfg)
+    assert code == 64 and "an agent token speaks for one host" in err
+    code, out, _err = datum_cli("token", "create", "--principal", "viewer", "--group", "no spaces", "--config", cfg,
+                                "--json")
+    assert code == 65 and json.loads(out)["issues"][0]["fields"][0]["field"] == "group"
 
 
 def test_token_create_refuses_a_host_named_like_a_token(scene: Scene, datum_cli):

@@ -22,6 +22,7 @@ from datum.reconcile.attention import every
 from datum.reconcile.registry import Registry
 from datum.reconcile.report import DriftReport
 from datum.store import Store
+from datum.store.hosts import among
 from datum.store.leases import Leases
 from datum.store.leases import read as read_leases
 from datum.web import view
@@ -43,10 +44,15 @@ class Needs:
         )
 
 
-def worst_hosts(store: Store, settings: Settings, now: datetime | None = None) -> listing.Page:
-    """The hosts the decision considers: the page's first ``view.MAX_HOSTS``, worst first, and the fleet's counts."""
+def worst_hosts(
+    store: Store, settings: Settings, now: datetime | None = None, groups: frozenset[str] | None = None
+) -> listing.Page:
+    """The hosts the decision considers: the page's first ``view.MAX_HOSTS``, worst first, and the fleet's counts
+    (of ``groups``' hosts only, when given: a token scoped to host groups)."""
     order = [s.value for s in view.HOST_ORDER]
-    return listing.worst_first(store, settings.fleet.stale_after, now or datetime.now(UTC), order, view.MAX_HOSTS)
+    return listing.worst_first(
+        store, settings.fleet.stale_after, now or datetime.now(UTC), order, view.MAX_HOSTS, groups
+    )
 
 
 def needs(
@@ -56,18 +62,22 @@ def needs(
     hosts: listing.Page | None,
     leases: Leases | None = None,
     store: Store | None = None,
+    groups: frozenset[str] | None = None,
 ) -> Needs:
     """The decision over ``reports`` and, when the viewer may read hosts, the ``hosts`` page, overdue reboots
-    and a halted or paused rollout."""
+    (of ``groups``' hosts only, when given) and a halted or paused rollout."""
     reconcilers = every(registry, settings, reports)
     directory = unavailable(settings.fleet.manifests)
     if hosts is None:
         return Needs(decide(reconcilers, fleet_directory=directory), hosts=False)
     if leases is None:
         assert store is not None
-        leases = read_leases(store)
+        leases = read_leases(store, groups=groups)
     rows = [host_summary(r).dump() for r in hosts.hosts]
     ro = attention_of(store, settings.fleet.rollout is not None) if store is not None else None
+    if ro is not None and groups is not None and store is not None and ro.get("failed"):  # its groups' hosts only
+        mine = among(store, [str(f["host"]) for f in ro["failed"]], groups)
+        ro = {**ro, "failed": [f for f in ro["failed"] if f["host"] in mine]}
     lines = decide(reconcilers, rows, [x.as_json() for x in leases.overdue], ro, directory)
     listed = sum(1 for r in rows if r["state"] != HostState.CONVERGED.value)
     beyond = sum(n for s, n in hosts.counts.items() if s != HostState.CONVERGED.value) - listed

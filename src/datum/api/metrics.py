@@ -53,7 +53,7 @@ from datum.fleet.stale import stale
 from datum.fleet.tls import Served
 from datum.reconcile.attention import every
 from datum.reconcile.report import DriftReport
-from datum.store.hosts import FINISHED_AT, UPDATED_AT, group_counts, stale_hosts
+from datum.store.hosts import FINISHED_AT, UPDATED_AT, among, group_counts, of_groups, stale_hosts
 from datum.store.hosts import hosts as hosts_table
 from datum.store.runs import load_runs
 from datum.store.status_counts import counts_table
@@ -84,10 +84,12 @@ def _age(now: datetime, then: datetime | None) -> float | None:
 
 
 class StoreCollector(Collector):
-    """Reconciler and host metrics of one server state."""
+    """Reconciler and host metrics of one server state: of every host, or of ``groups``' hosts only (a scrape
+    with a token scoped to host groups: every per-host and per-group series, and the counts, are theirs)."""
 
-    def __init__(self, state: ServerState) -> None:
+    def __init__(self, state: ServerState, groups: frozenset[str] | None = None) -> None:
         self.state = state
+        self.groups = groups
 
     def collect(self) -> Iterator[Metric]:
         if self.state.tls is not None:
@@ -279,12 +281,16 @@ class StoreCollector(Collector):
         # A host that is converged, reporting on time and summarized has nothing to say past its count:
         # unless every host's series are asked for, only the others are read (the scrape's cost grows
         # with the fleet's problems, not its size), the quiet ones counted in the same store.
+        mine = of_groups(self.groups)
+        scope = self.groups
+        if scope is not None:  # how many of the groups' hosts, from the counts the database keeps by group
+            total = sum(n for (group, _s), n in group_counts(store, multiple, now).items() if group in scope)
         with store.connect() as conn:
             late = stale_hosts(conn, multiple, now)
             problem = sa.or_(t.c.state != HostState.CONVERGED.value, legacy, *([late] if late is not None else []))
-            # how many hosts, from the counts the database keeps by state (not a count of every host)
-            kept = counts_table(t.name)
-            total = conn.execute(sa.select(sa.func.coalesce(sa.func.sum(kept.c.n), 0))).scalar_one()
+            if mine is None:  # how many hosts, from the counts the database keeps by state (not a count of every host)
+                kept = counts_table(t.name)
+                total = conn.execute(sa.select(sa.func.coalesce(sa.func.sum(kept.c.n), 0))).scalar_one()
             mode = per_host_mode(self.state.settings.metrics, int(total))
             query = sa.select(
                 t.c.host, t.c.state, UPDATED_AT,  # a time edited into nonsense reads None
@@ -299,6 +305,8 @@ class StoreCollector(Collector):
                     else_=t.c.summary["reboot"],
                 ),
             )
+            if mine is not None:
+                query = query.where(mine)
             rows = conn.execute(query if mode == "all" else query.where(problem)).all()
         fleet = _gauge(
             "datum_hosts", "Hosts by state: of their last pass, or unknown when their agent fell silent.", "state"
@@ -400,6 +408,8 @@ class StoreCollector(Collector):
             "group", "state",
         )
         for group in sorted(named_groups(settings.fleet) | {g for g, _s in counts}):
+            if self.groups is not None and group not in self.groups:
+                continue
             for s in HostState:
                 family.add_metric([group, s.value], counts.get((group, s.value), 0))
         return family
@@ -412,7 +422,7 @@ class StoreCollector(Collector):
 
         _registry, store = self.state.wired()
         fleet = self.state.settings.fleet
-        leases = read(store)
+        leases = read(store, groups=self.groups)
         rebooting = _gauge(
             "datum_fleet_rebooting", "Hosts of the group holding a reboot lease (rebooting now).", "group"
         )
@@ -438,6 +448,8 @@ class StoreCollector(Collector):
         sick = Counter(x.group for x in leases.all if x.unhealthy)
         overdue_leases.extend(x.as_json() for x in leases.overdue)
         for group in groups(fleet, leases):
+            if self.groups is not None and group not in self.groups:
+                continue
             rebooting.add_metric([group], live[group])
             overdue.add_metric([group], late[group])
             waiting.add_metric([group], asking[group])
@@ -472,6 +484,11 @@ class StoreCollector(Collector):
 
         _registry, store = self.state.wired()
         row = stored.latest(store) if self.state.settings.fleet.rollout is not None else None
+        if row is not None and row.failed and self.groups is not None:  # the groups' hosts only
+            from dataclasses import replace
+
+            mine = among(store, [str(f["host"]) for f in row.failed], self.groups)
+            row = replace(row, failed=[f for f in row.failed if f["host"] in mine])
         if row is not None:
             found.append(asdict(row))
         state = _gauge(
@@ -569,10 +586,11 @@ def _counts(raw: Any) -> dict[str, float]:
     }
 
 
-def metrics_registry(state: ServerState) -> CollectorRegistry:
-    """A registry of its own per app, so two apps in one process (tests) never collide."""
+def metrics_registry(state: ServerState, groups: frozenset[str] | None = None) -> CollectorRegistry:
+    """A registry of its own per app, so two apps in one process (tests) never collide; of ``groups``' hosts only
+    when given (made for each scrape of a token scoped to host groups)."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(StoreCollector(state))
+    registry.register(StoreCollector(state, groups))
     registry.register(state.fleet.intake.received)  # the process's own (datum.fleet.counters)
     registry.register(state.fleet.intake.seconds)
     return registry

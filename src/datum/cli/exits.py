@@ -63,6 +63,10 @@ CODES: dict[str, list[tuple[str, str]]] = {
     "token revoke": [("0", "revoked"), ("64", "usage error, or no token has that id, or it names several"), _INVALID,
                      _UNAVAILABLE, _INTERNAL],
     "schema": [("0", "printed"), _USAGE, _INTERNAL],
+    "authz explain": [("0", "allowed"), ("1", "denied"),
+                      ("64", "usage error: not a Cedar action or entity, or the token is not known"),
+                      ("65", "invalid configuration or policies, or the token file cannot be read"), _UNAVAILABLE,
+                      _INTERNAL],
 }
 
 

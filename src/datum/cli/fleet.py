@@ -147,24 +147,13 @@ def clear_reboot(host: str, force: bool, config: str | None, as_json: bool) -> N
     """Drop HOST's reboot lease, so that its group's reboots go on: for a host that will not come back from its
     reboot (an overdue lease), or came back unhealthy and was looked at. Its next report from a new boot would
     have freed it too. A live lease (a host rebooting now, perhaps since you looked) is kept unless --force."""
-    from datum.core.findings import Problem
-    from datum.store.leases import Live, clear
+    from datum.store.leases import cleared
 
     w = wire(config)
     try:
-        dropped = clear(w.store, host, force=force)
-    except Live as live:
-        lease = live.lease
-        raise Problem.one(
-            "CONFLICT",
-            f"{host} holds a live reboot lease (group {lease.group}, boot {lease.boot_id}, taken "
-            f"{lease.since.isoformat()}, until {lease.expires_at.isoformat()}): it may be rebooting now, and "
-            "dropping it lets the next host of its group go down; kept (--force drops it anyway)",
-        ) from None
+        dropped = cleared(w.store, host, force=force)
     finally:
         w.store.dispose()
-    if dropped is None:
-        raise Problem.one("NOT_FOUND", f"host {host!r} holds no reboot lease")
     if as_json:
         click.echo(json.dumps(dropped.as_json()))
         return

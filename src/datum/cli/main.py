@@ -38,6 +38,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "store": ("datum.cli.store", "store", "The server's store: datum store migrate."),
     "token": ("datum.cli.token", "token", "Mint bearer tokens for the HTTP API."),
     "tls": ("datum.cli.tls", "tls", "The server's TLS certificate: its CA file, pin, names and expiry."),
+    "authz": ("datum.cli.authz", "authz", "Ask the server's Cedar policies who may do what: explain."),
     "agent": ("datum.cli.agent", "agent", "Run as this host's agent: fetch its manifest, converge, report."),
     "explain": ("datum.cli.explain", "explain", "What a drift reason or state means, and what to do."),
 }

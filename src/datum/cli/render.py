@@ -381,7 +381,8 @@ def hosts(
 
 
 def tokens(rows: Sequence[Mapping[str, Any]], out: Console, times: Times) -> None:
-    """The store's tokens, oldest first: id, principal, the host it is bound to, when it was made."""
+    """The store's tokens, oldest first: id, principal, the host it is bound to, the host groups it is scoped to,
+    when it was made."""
     if not rows:
         out.print("no token: datum token create --principal NAME makes one")
         return
@@ -389,9 +390,11 @@ def tokens(rows: Sequence[Mapping[str, Any]], out: Console, times: Times) -> Non
     t.add_column("id", no_wrap=True)
     t.add_column("principal", overflow="fold")
     t.add_column("host", overflow="fold")
+    t.add_column("groups", overflow="fold")
     t.add_column("created", no_wrap=True)
     for r in rows:
-        t.add_row(text(r["id"]), text(r["principal"]), text(r["host"] or "any"), times(r["createdAt"]))
+        groups = ",".join(r.get("groups") or []) or "all"
+        t.add_row(text(r["id"]), text(r["principal"]), text(r["host"] or "any"), text(groups), times(r["createdAt"]))
     out.print(t)
 
 

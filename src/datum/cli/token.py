@@ -15,15 +15,19 @@ def token() -> None:
 
 
 @token.command()
-@click.option("--principal", required=True, help="Who the token speaks for (the Cedar principal), e.g. operator or agent.")
+@click.option("--principal", required=True,
+              help="Who the token speaks for (the Cedar principal): viewer, operator, admin or agent.")
 @click.option("--host", default=None, help="Bind the token to one host: it may read that host's manifest and report its passes only.")
+@click.option("--group", "groups", multiple=True, metavar="GROUP",
+              help="Scope the token to a host group (nodes.yaml's group; again for more): it sees and acts on "
+                   "those groups' hosts only, and nothing fleet-wide but reading.")
 @config_option
 @json_option
-def create(principal: str, host: str | None, config: str | None, as_json: bool) -> None:
+def create(principal: str, host: str | None, groups: tuple[str, ...], config: str | None, as_json: bool) -> None:
     """Mint a token for PRINCIPAL and print it once, alone on the last line.
 
     With --json: one object, the token in `token` beside its `id` (what datum token list and revoke
-    name it by), `principal` and `host`.
+    name it by), `principal`, `host` and `groups`.
     """
     from datum.api.front.tokens import ID_LENGTH, digest
     from datum.api.front.tokens import create as create_token
@@ -33,14 +37,16 @@ def create(principal: str, host: str | None, config: str | None, as_json: bool) 
     settings = load_settings(config)
     store = open_store(settings.store_url, lock_wait=settings.host.lock_wait)
     try:
-        secret = create_token(store, principal, host)
+        secret = create_token(store, principal, host, groups)
     finally:
         store.dispose()
+    scope = sorted(set(groups)) or None
     if as_json:
-        made = {"id": digest(secret)[:ID_LENGTH], "principal": principal, "host": host, "token": secret}
+        made = {"id": digest(secret)[:ID_LENGTH], "principal": principal, "host": host, "groups": scope,
+                "token": secret}
         click.echo(json.dumps(made, indent=2))
         return
-    bound = f" bound to host {host}" if host else ""
+    bound = f" bound to host {host}" if host else f" scoped to host groups {', '.join(scope)}" if scope else ""
     click.echo(f"token for principal {principal}{bound} (stored as a SHA-256 hash; it is not shown again):", err=True)
     click.echo(secret)
 
@@ -50,8 +56,8 @@ def create(principal: str, host: str | None, config: str | None, as_json: bool) 
 @json_option
 @wide_option
 def list_tokens(config: str | None, as_json: bool, wide: bool) -> None:
-    """The store's tokens, oldest first, by id (the first digits of the stored hash), principal, host and
-    creation; never a token."""
+    """The store's tokens, oldest first, by id (the first digits of the stored hash), principal, host, host
+    groups and creation; never a token."""
     from datetime import UTC, datetime
 
     from datum.api.front.tokens import listed
@@ -94,6 +100,7 @@ def revoke(token_id: str, config: str | None, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(gone, indent=2))
         return
-    bound = f" bound to host {gone['host']}" if gone["host"] else ""
+    bound = (f" bound to host {gone['host']}" if gone["host"]
+             else f" scoped to host groups {', '.join(gone['groups'])}" if gone["groups"] else "")
     click.echo(f"revoked token {gone['id']} of principal {gone['principal']}{bound}; "
                f"running servers refuse it within {RECHECK:g} s")

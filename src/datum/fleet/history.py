@@ -16,7 +16,7 @@ from typing import Any
 
 from datum.core.vocab import RolloutAct, RolloutState
 from datum.store import Store
-from datum.store.hosts import known, unknown_host
+from datum.store.hosts import among, known, unknown_host
 from datum.store.passes import After, fleet_events, host_passes
 from datum.store.rollouts import Transition
 from datum.store.rollouts import events as rollout_events
@@ -103,10 +103,12 @@ def passes_page(
 
 
 def events_page(
-    store: Store, window: Window = Window(), *, after: After | None = None, limit: int = DEFAULT_LIMIT, **exact: str | None
+    store: Store, window: Window = Window(), *, after: After | None = None, limit: int = DEFAULT_LIMIT,
+    groups: frozenset[str] | None = None, **exact: str | None
 ) -> Rows:
     """The fleet's events, newest first, ``limit`` after ``after``, in ``window``; ``exact``: host, resource,
-    type, action, state, each kept when given.
+    type, action, state, each kept when given; of ``groups``' hosts only when given (a token scoped to host
+    groups: a rollout's transition names only those of its hosts).
 
     Two kinds, one order: a resource of a kept pass (by its finish time), and a rollout's transition (type
     ``rollout``, by the store's time of it, ``datum.store.rollouts.events``). At one time a pass's events come
@@ -117,9 +119,9 @@ def events_page(
     rows: list[dict[str, Any]] = []
     if exact.get("type") != ROLLOUT:
         before = After(after.finished_at, 0) if after is not None and after.rollout else after  # a pass's come first
-        rows += fleet_events(store, since=w.since, until=w.until, after=before, limit=limit + 1, **exact)
+        rows += fleet_events(store, since=w.since, until=w.until, after=before, limit=limit + 1, groups=groups, **exact)
     if _rollouts_match(exact):
-        rows += [rollout_event(t) for t in rollout_events(
+        rows += [rollout_event(t, store, groups) for t in rollout_events(
             store, since=w.since, until=w.until, act=exact.get("action"), state=exact.get("state"),
             rollout=_rollout_named(exact.get("resource")), limit=limit + 1,
             before=None if after is None else (after.finished_at, after.id), inclusive=after is not None and not after.rollout,
@@ -155,8 +157,13 @@ def _rollouts_match(exact: dict[str, str | None]) -> bool:
         state is None or state in RolloutState._value2member_map_)
 
 
-def rollout_event(t: Transition) -> dict[str, Any]:
-    """A rollout's transition as the fleet's events list it (``RolloutEvent``)."""
+def rollout_event(t: Transition, store: Store | None = None, groups: frozenset[str] | None = None) -> dict[str, Any]:
+    """A rollout's transition as the fleet's events list it (``RolloutEvent``); the hosts it names are ``groups``'
+    only, when given."""
+    hosts = t.hosts
+    if hosts and groups is not None and store is not None:
+        mine = among(store, hosts, groups)
+        hosts = [h for h in hosts if h in mine]
     return {"id": t.id, "type": ROLLOUT, "at": t.at, "rollout": t.rollout, "resource": f"Rollout[{t.rollout}]",
             "revision": t.revision, "action": t.act.value, "state": t.state.value, "wave": t.wave, "by": t.by,
-            "reason": t.reason, "hosts": t.hosts}
+            "reason": t.reason, "hosts": hosts}

@@ -20,7 +20,7 @@ from typing import Any
 from datum.core.vocab import HostState
 from datum.fleet.stale import stale_reason
 from datum.store import Store
-from datum.store.hosts import host_counts, host_page
+from datum.store.hosts import Groups, group_counts, host_counts, host_page
 
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000
@@ -68,22 +68,32 @@ def _with_why(row: dict[str, Any], multiple: float, now: datetime) -> dict[str, 
 
 def page(
     store: Store, multiple: float, now: datetime, *, state: str | None = None, after: str | None = None,
-    limit: int = DEFAULT_LIMIT,
+    limit: int = DEFAULT_LIMIT, groups: Groups = None,
 ) -> Page:
-    """Hosts by name after ``after``, at most ``limit``, those reading ``state`` when given; with every state's count."""
-    rows = host_page(store, multiple, now, state=state, after=after, limit=limit + 1)
+    """Hosts by name after ``after``, at most ``limit``, those reading ``state`` when given, those of ``groups``
+    when given (a token scoped to host groups); with every state's count (of those groups' hosts)."""
+    rows = host_page(store, multiple, now, state=state, after=after, limit=limit + 1, groups=groups)
     more = len(rows) > limit
     rows = [_with_why(r, multiple, now) for r in rows[:limit]]
-    return Page(rows, _counts(store, multiple, now), cursor_after(rows[-1]["host"]) if more and rows else None)
+    return Page(rows, counts(store, multiple, now, groups), cursor_after(rows[-1]["host"]) if more and rows else None)
 
 
-def _counts(store: Store, multiple: float, now: datetime) -> dict[str, int]:
-    """Every host state's count, zero included."""
-    counted = host_counts(store, multiple, now)
+def counts(store: Store, multiple: float, now: datetime, groups: Groups = None) -> dict[str, int]:
+    """Every host state's count, zero included: of every host, or of ``groups``' hosts (from the counts the store
+    keeps by group, never a read of every host)."""
+    if groups is None:
+        counted = host_counts(store, multiple, now)
+    else:
+        counted = {}
+        for (group, state), n in group_counts(store, multiple, now).items():
+            if group in groups:
+                counted[state] = counted.get(state, 0) + n
     return {s.value: counted.get(s.value, 0) for s in HostState}
 
 
-def worst_first(store: Store, multiple: float, now: datetime, order: list[str], limit: int) -> Page:
+def worst_first(
+    store: Store, multiple: float, now: datetime, order: list[str], limit: int, groups: Groups = None
+) -> Page:
     """The first ``limit`` hosts taking the states in ``order`` (the page's: failed first), each state's by name.
 
     One indexed page per state until ``limit`` is reached; the rest are in the counts, and in the pages of
@@ -93,6 +103,6 @@ def worst_first(store: Store, multiple: float, now: datetime, order: list[str], 
     for state in order:
         if len(rows) >= limit:
             break
-        got = host_page(store, multiple, now, state=state, limit=limit - len(rows))
+        got = host_page(store, multiple, now, state=state, limit=limit - len(rows), groups=groups)
         rows += [_with_why(r, multiple, now) for r in got]
-    return Page(rows, _counts(store, multiple, now), None)
+    return Page(rows, counts(store, multiple, now, groups), None)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -447,10 +448,37 @@ def compact_counts(store: Store, counts: str | None = None, by: dict[str, str] |
         log.warning("could not fold the host count log: %s", exc)
 
 
+Groups = frozenset[str] | None  # the host groups a list shows; None: every group
+
+
+def of_groups(groups: Groups) -> Any:
+    """The ``hosts`` rows of ``groups`` (their recorded ``group_name``), None for every host: the one filter every
+    list of a token scoped to host groups adds to its query (``datum.api.front.authz.scope_of``)."""
+    return None if groups is None else hosts.c.group_name.in_(sorted(groups))
+
+
+def hosts_of(column: Any, groups: Groups) -> Any:
+    """``column`` (a host name) names a host of ``groups``, None for every host: for the tables keyed by host."""
+    if groups is None:
+        return None
+    return column.in_(sa.select(hosts.c.host).where(of_groups(groups)))
+
+
+def among(store: Store, names: Iterable[str], groups: Groups) -> set[str]:
+    """Which of ``names`` are hosts of ``groups`` (every one of them for None): for the few hosts a rollout names."""
+    wanted = set(names)
+    if groups is None or not wanted:
+        return wanted if groups is None else set()
+    with store.connect() as conn:
+        return set(conn.execute(sa.select(hosts.c.host).where(hosts.c.host.in_(sorted(wanted)), of_groups(groups))).scalars())
+
+
 def host_page(
-    store: Store, multiple: float, now: datetime, *, state: str | None = None, after: str | None = None, limit: int
+    store: Store, multiple: float, now: datetime, *, state: str | None = None, after: str | None = None, limit: int,
+    groups: Groups = None,
 ) -> list[dict[str, Any]]:
-    """Up to ``limit`` hosts by name after ``after`` (keyset), only those reading ``state`` when given.
+    """Up to ``limit`` hosts by name after ``after`` (keyset), only those reading ``state`` when given, only those
+    of ``groups`` when given.
 
     Each row is the host's summary columns with the state it reads at ``now`` (``state``) and, when the
     stale rule made it ``unknown``, ``stale`` True and the stored state as ``reported``. No report is read.
@@ -467,6 +495,8 @@ def host_page(
         query = query.where(t.c.state == state, sa.not_(stale_now))
     if after is not None:
         query = query.where(t.c.host > after)
+    if groups is not None:
+        query = query.where(of_groups(groups))
     with store.connect() as conn:
         rows = conn.execute(query.order_by(t.c.host).limit(limit)).mappings().all()
     return [_summary_row(r) for r in rows]

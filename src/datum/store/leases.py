@@ -254,6 +254,27 @@ def clear(store: Store, host: str, *, force: bool = False) -> Lease | None:
     raise Live(_lease(found))  # replaced at every look: a host that keeps taking leases is no host to clear
 
 
+def cleared(store: Store, host: str, *, force: bool = False, forcing: str = "--force") -> Lease:
+    """``clear``, said as ``datum reboots clear`` and ``DELETE /v1/reboots/{host}`` say it: the lease dropped;
+    ``CONFLICT`` for a live one kept (naming it, and ``forcing``: how to drop it anyway), ``NOT_FOUND`` when
+    the host holds none."""
+    from datum.core.findings import Problem
+
+    try:
+        dropped = clear(store, host, force=force)
+    except Live as live:
+        lease = live.lease
+        raise Problem.one(
+            "CONFLICT",
+            f"{host} holds a live reboot lease (group {lease.group}, boot {lease.boot_id}, taken "
+            f"{lease.since.isoformat()}, until {lease.expires_at.isoformat()}): it may be rebooting now, and "
+            f"dropping it lets the next host of its group go down; kept ({forcing} drops it anyway)",
+        ) from None
+    if dropped is None:
+        raise Problem.one("NOT_FOUND", f"host {host!r} holds no reboot lease")
+    return dropped
+
+
 def release_rebooted(conn: Connection, host: str, boot_id: str | None, unhealthy: str | None = None) -> bool:
     """In the caller's transaction: drop ``host``'s lease when ``boot_id`` is another boot (it rebooted) and the
     host is back converged and healthy; with ``unhealthy`` (``datum.core.budget.back_unhealthy``: why it is not)
@@ -287,18 +308,27 @@ class Leases:
         return next((lease for lease in self.rebooting if lease.host == host), None)
 
 
-def read(store: Store, host: str | None = None) -> Leases:
-    """The leases (of ``host`` only, when given), oldest first; without ``host``, the hosts waiting too."""
+def read(store: Store, host: str | None = None, groups: frozenset[str] | None = None) -> Leases:
+    """The leases (of ``host`` only, when given; of the hosts of ``groups`` only, when given: a token scoped to
+    host groups), oldest first; without ``host``, the hosts waiting too."""
+    from datum.store.hosts import hosts_of
+
+    mine = hosts_of(t.c.host, groups)
     with store.connect() as conn:
         now = store_now(conn)
         query = sa.select(t).order_by(t.c.group_name, t.c.since, t.c.host)
         if host is not None:
             query = query.where(t.c.host == host)
+        if mine is not None:
+            query = query.where(mine)
         found = tuple(_lease(r) for r in conn.execute(query))
         if host is not None:
             return Leases(now, found)
         holding = {lease.host for lease in found if lease.live(now)}
-        rows = conn.execute(sa.select(asks).where(asks.c.expires_at > now).order_by(asks.c.group_name, asks.c.host))
+        waits = sa.select(asks).where(asks.c.expires_at > now)
+        if groups is not None:
+            waits = waits.where(hosts_of(asks.c.host, groups))
+        rows = conn.execute(waits.order_by(asks.c.group_name, asks.c.host))
         waiting = tuple(
             Waiting(r.host, r.group_name, r.asked_at, r.expires_at) for r in rows if r.host not in holding
         )

@@ -223,9 +223,12 @@ def _iso(value: datetime | None) -> str | None:
 def fleet_events(
     store: Store, *, since: datetime | None = None, until: datetime | None = None, host: str | None = None,
     resource: str | None = None, type: str | None = None, action: str | None = None, state: str | None = None,
-    after: After | None = None, limit: int,
+    after: After | None = None, limit: int, groups: frozenset[str] | None = None,
 ) -> list[dict[str, Any]]:
-    """Up to ``limit`` events across the fleet, newest finish first, after ``after``, each filter exact."""
+    """Up to ``limit`` events across the fleet, newest finish first, after ``after``, each filter exact; only the
+    events of ``groups``' hosts when given (a token scoped to host groups)."""
+    from datum.store.hosts import hosts_of
+
     query = sa.select(
         ev.c.id, ev.c.host, ev.c.pass_row, ev.c.pass_id, ev.c.finished_at, ev.c.received_at, ev.c.resource,
         ev.c.type, ev.c.action, ev.c.state, ev.c.changed, ev.c.reason,
@@ -234,6 +237,8 @@ def fleet_events(
                           (ev.c.state, state)):
         if value is not None:
             query = query.where(column == value)
+    if groups is not None:
+        query = query.where(hosts_of(ev.c.host, groups))
     query = query.order_by(ev.c.finished_at.desc(), ev.c.id.desc()).limit(limit)
     with store.connect() as conn:
         rows = conn.execute(query).mappings().all()

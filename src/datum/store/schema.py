@@ -179,6 +179,9 @@ tokens = sa.Table(
     sa.Column("created_at", UTCDateTime, nullable=False),
     # The one host a token may speak for (datum token create --host; migration 0003 on an older table).
     sa.Column("host", sa.String(253)),
+    # The host groups a token is scoped to, comma-separated and sorted (datum token create --group; migration
+    # 0026_token_groups); NULL: every group.
+    sa.Column("groups", sa.Text),
 )
 
 # The fleet's reboot budget (datum.store.leases, migration 0009_reboot_leases): one row per group, locked by every

@@ -28,7 +28,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from datum.api.front.authz import bound
+from datum.api.front.authz import bound, scoped
 from datum.api.front.errors import TOKEN_PREFIX
 from datum.core.findings import FieldError, Problem, invalid
 from datum.core.redact import NOT_A_HOST_NAME, looks_like_token
@@ -67,10 +67,33 @@ def digest(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8", "surrogateescape")).hexdigest()
 
 
-def create(store: Store, principal: str, host: str | None = None) -> str:
-    """Mint a token for ``principal`` (bound to ``host`` when given), store its hash, return the token (shown once)."""
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,252}$")
+
+
+def check_groups(principal: str, host: str | None, groups: Sequence[str]) -> str | None:
+    """The stored form of ``groups`` (comma-separated, sorted; None for none), or ``USAGE``/``INVALID_INPUT``
+    saying why a token cannot be scoped to them."""
+    if not groups:
+        return None
+    if host is not None or principal == "agent":
+        raise Problem.one(
+            "USAGE", "an agent token speaks for one host (--host), never for groups: --group is for the tokens of "
+            "people and dashboards (operator, viewer)",
+        )
+    bad = [g for g in groups if not _NAME.match(g)]
+    if bad:
+        raise invalid(
+            [FieldError("group", "1-253 of letters, digits and '_.-', starting with a letter or digit")],
+            f"not a host group's name: {', '.join(repr(g) for g in bad)}",
+        )
+    return ",".join(sorted(set(groups)))
+
+
+def create(store: Store, principal: str, host: str | None = None, groups: Sequence[str] = ()) -> str:
+    """Mint a token for ``principal`` (bound to ``host``, or scoped to host ``groups``, when given), store its
+    hash, return the token (shown once)."""
     check_principal(principal)
-    if host is not None and not re.match(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,252}$", host):
+    if host is not None and not _NAME.match(host):
         raise invalid(
             [FieldError("host", "1-253 of letters, digits and '_.-', starting with a letter or digit")],
             f"host {host!r} is not a valid host name",
@@ -80,32 +103,37 @@ def create(store: Store, principal: str, host: str | None = None) -> str:
             [FieldError("host", NOT_A_HOST_NAME)],
             "a token is not bound to a host named like a token (was a token pasted for --host?)",
         )
+    stored = check_groups(principal, host, groups)
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)
     with store.begin() as conn:
         conn.execute(
             sa.insert(tokens).values(
-                sha256=digest(token), principal=principal, created_at=datetime.now(UTC), host=host
+                sha256=digest(token), principal=principal, created_at=datetime.now(UTC), host=host, groups=stored
             )
         )
     return token
 
 
-def listed(store: Store) -> list[dict[str, str | None]]:
-    """The store's tokens, oldest first: ``id``, ``principal``, ``host``, ``createdAt`` (never the token)."""
+def listed(store: Store) -> list[dict[str, Any]]:
+    """The store's tokens, oldest first: ``id``, ``principal``, ``host``, ``groups`` (None: every group),
+    ``createdAt`` (never the token)."""
     with store.connect() as conn:
         rows = conn.execute(
-            sa.select(tokens.c.sha256, tokens.c.principal, tokens.c.host, tokens.c.created_at).order_by(
-                tokens.c.created_at, tokens.c.sha256
-            )
+            sa.select(tokens.c.sha256, tokens.c.principal, tokens.c.host, tokens.c.groups, tokens.c.created_at)
+            .order_by(tokens.c.created_at, tokens.c.sha256)
         ).all()
     return [
-        {"id": r.sha256[:ID_LENGTH], "principal": r.principal, "host": r.host,
+        {"id": r.sha256[:ID_LENGTH], "principal": r.principal, "host": r.host, "groups": _groups(r.groups),
          "createdAt": r.created_at.replace(tzinfo=UTC).isoformat() if r.created_at else None}
         for r in rows
     ]
 
 
-def revoke(store: Store, token_id: str) -> dict[str, str | None]:
+def _groups(stored: str | None) -> list[str] | None:
+    return stored.split(",") if stored else None
+
+
+def revoke(store: Store, token_id: str) -> dict[str, Any]:
     """Delete the one token whose hash starts with ``token_id`` (at least ``ID_LENGTH`` hex digits); what it was.
 
     NOT_FOUND when none does; USAGE when the id is too short or names more than one.
@@ -120,7 +148,8 @@ def revoke(store: Store, token_id: str) -> dict[str, str | None]:
         if len(rows) > 1:
             raise Problem.one("USAGE", f"the id {token_id} names {len(rows)} tokens: give more of it")
         conn.execute(sa.delete(tokens).where(tokens.c.sha256 == rows[0].sha256))
-    return {"id": rows[0].sha256[:ID_LENGTH], "principal": rows[0].principal, "host": rows[0].host}
+    return {"id": rows[0].sha256[:ID_LENGTH], "principal": rows[0].principal, "host": rows[0].host,
+            "groups": _groups(rows[0].groups)}
 
 
 class TokenBook:
@@ -250,9 +279,13 @@ class TokenBook:
         return None if row is None else _principal(row)
 
 
-_HOLDERS = sa.select(tokens.c.sha256, tokens.c.principal, tokens.c.host)
+_HOLDERS = sa.select(tokens.c.sha256, tokens.c.principal, tokens.c.host, tokens.c.groups)
 
 
 def _principal(row: sa.Row[Any]) -> str:
-    """The principal a ``tokens`` row speaks for: bound to its host when it has one."""
-    return bound(str(row.principal), str(row.host)) if row.host else str(row.principal)
+    """The principal a ``tokens`` row speaks for: bound to its host, or scoped to its groups, when it has them."""
+    if row.host:
+        return bound(str(row.principal), str(row.host))
+    if row.groups:
+        return scoped(str(row.principal), str(row.groups).split(","))
+    return str(row.principal)

@@ -6,7 +6,7 @@ import anyio.to_thread
 from fastapi import APIRouter, Depends, Request, Response
 
 from datum.api.attention import needs, worst_hosts
-from datum.api.front.authz import Action
+from datum.api.front.authz import Action, scope_of
 from datum.api.front.errors import error_responses
 from datum.api.front.security import may
 from datum.api.front.security import needs as needs_action
@@ -34,10 +34,11 @@ async def attention(request: Request, principal: str = Depends(needs_action(Acti
     registry, store = state.wired()
     reports = [(await state.reports.get(name)).report for name in registry]
     readable = may(request, principal, Action.READ_HOST)
+    groups = scope_of(principal)  # a token scoped to host groups: their hosts only
 
     def decided() -> Attention:
-        hosts = worst_hosts(store, state.settings) if readable else None
-        return needs(registry, state.settings, reports, hosts, store=store).model()
+        hosts = worst_hosts(store, state.settings, groups=groups) if readable else None
+        return needs(registry, state.settings, reports, hosts, store=store, groups=groups).model()
 
     answer = await anyio.to_thread.run_sync(decided)
     return Response(answer.model_dump_json(by_alias=True, exclude_none=True), media_type="application/json")

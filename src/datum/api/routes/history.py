@@ -16,6 +16,7 @@ from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from pydantic import AfterValidator, AwareDatetime, BeforeValidator
 
 from datum.api.front.authz import Action as Cedar
+from datum.api.front.authz import scope_of
 from datum.api.front.errors import error_responses
 from datum.api.front.security import needs, path_resource
 from datum.api.front.state import state_of
@@ -172,7 +173,8 @@ async def get_pass(
         "events of passes that finished in that window; `host`, `resource` (`Type[name]`), `type`, `action` and "
         "`state` keep those that are exactly that. The rollouts' transitions (started, wave released, halted, "
         "paused, resumed, aborted, done, superseded) are events of type `rollout` among them, by when they happened, "
-        "with who made each (`by`) and why; a `host` filter leaves them out. A bad filter is 422 naming each."
+        "with who made each (`by`) and why; a `host` filter leaves them out. A token scoped to host groups sees its groups' hosts' events only (a "
+        "transition names only its groups' hosts). A bad filter is 422 naming each."
     ),
     responses=error_responses(401, 403, 422, 503),
     **OUT,
@@ -193,11 +195,14 @@ async def list_events(
                                                 "or rollouts' transitions to this state."),
     limit: Limit = DEFAULT_LIMIT,
     after: Cursor = None,
-    _p: str = Depends(needs(Cedar.READ_HISTORY)),
+    principal: str = Depends(needs(Cedar.READ_HISTORY)),
 ) -> Response:
     _registry, store = state_of(request).wired()
     window = Window(since, until)
+    groups = scope_of(principal)  # a token scoped to host groups: their hosts' events only, in the query
     exact = {"host": host, "resource": resource, "type": type, "action": action, "state": state}
-    found = await anyio.to_thread.run_sync(lambda: events_page(store, window, after=after, limit=limit, **exact))
+    found = await anyio.to_thread.run_sync(
+        lambda: events_page(store, window, after=after, limit=limit, groups=groups, **exact)
+    )
     return _json(EventList.model_validate({"events": found.rows, "next": found.next}), found, request)
 

@@ -22,7 +22,7 @@ import anyio.to_thread
 from fastapi import APIRouter, Body, Depends, Header, Query, Request, Response
 from pydantic import AfterValidator, ValidationError
 
-from datum.api.front.authz import Action
+from datum.api.front.authz import Action, scope_of
 from datum.api.front.errors import error_responses
 from datum.api.front.security import Asked, Reply, fast, needs, path_resource, permits
 from datum.api.front.state import ServerState, state_of
@@ -84,7 +84,8 @@ def cursor_query(description: str) -> Any:
         "Cedar action `fleet:ReadHost` on `Server::\"datum\"`. Hosts by name, `limit` per page (default "
         f"{DEFAULT_LIMIT}, at most {MAX_LIMIT}); `state=` keeps the hosts that read that state (a host whose "
         "agent fell silent reads `unknown`); `next` is the cursor of the following page, absent on the last. "
-        "`counts` covers the whole fleet whatever the filter. Each host is a summary of its last pass "
+        "`counts` covers the whole fleet whatever the filter (a token scoped to host groups: those groups' hosts, "
+        "in the list and the counts alike). Each host is a summary of its last pass "
         "(no report; `GET /v1/hosts/{host}` has it). A bad `state`, `limit` or `cursor` is 422 naming each."
     ),
     responses=error_responses(401, 403, 422, 503),
@@ -95,13 +96,15 @@ def hosts(
     state: HostState = Query(default=None, description="Only the hosts that read this state."),
     limit: int = Query(default=DEFAULT_LIMIT, ge=1, le=MAX_LIMIT, description="Hosts per page."),
     after: Annotated[str, cursor_query("The `next` of the previous page."), AfterValidator(cursor)] = None,
-    _p: str = Depends(needs(Action.READ_HOST)),
+    principal: str = Depends(needs(Action.READ_HOST)),
 ) -> Response:
     server = state_of(request)
     _registry, store = server.wired()
     multiple = server.settings.fleet.stale_after
-    found = page(store, multiple, datetime.now(UTC), state=state.value if state else None, after=after, limit=limit)
-    leases = read_leases(store)
+    groups = scope_of(principal)  # a token scoped to host groups lists their hosts only, in the query
+    found = page(store, multiple, datetime.now(UTC), state=state.value if state else None, after=after, limit=limit,
+                 groups=groups)
+    leases = read_leases(store, groups=groups)
     listing = host_list(found)
     listing.hosts = [
         with_held_back(with_lease(row, leases), rollouts.held_back(server.fleet, row.host, row.revision))

@@ -5,10 +5,11 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from datum.api.front.authz import Action
+from datum.api.front.authz import Action, scope_of
 from datum.api.front.errors import error_responses
 from datum.api.front.security import needs
 from datum.api.front.state import state_of
+from datum.api.metrics import metrics_registry
 from datum.api.models import ApiRoot, Endpoint, Status
 
 router = APIRouter(tags=["meta"])
@@ -53,8 +54,11 @@ async def api_root(request: Request) -> ApiRoot:
     name="get_metrics",
     response_class=Response,
     summary="Prometheus metrics, read from the store at scrape time.",
-    description="Cedar action `observability:ReadSubstrate` on `Server::\"datum\"`.",
+    description="Cedar action `observability:ReadSubstrate` on `Server::\"datum\"`. A token scoped to host groups "
+    "reads those groups' hosts only, in every per-host and per-group series and in the counts.",
     responses={200: {"content": {CONTENT_TYPE_LATEST: {}}, "description": "Prometheus text format."}, **error_responses(401, 403)},
 )
-def metrics(request: Request, _p: str = Depends(needs(Action.READ_SUBSTRATE))) -> Response:
-    return Response(generate_latest(request.app.state.metrics), media_type=CONTENT_TYPE_LATEST)
+def metrics(request: Request, principal: str = Depends(needs(Action.READ_SUBSTRATE))) -> Response:
+    groups = scope_of(principal)
+    registry = request.app.state.metrics if groups is None else metrics_registry(state_of(request), groups)
+    return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)

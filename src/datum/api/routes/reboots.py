@@ -7,7 +7,7 @@ from typing import TypeVar
 
 from fastapi import APIRouter, Body, Depends, Path, Query, Request
 
-from datum.api.front.authz import Action
+from datum.api.front.authz import Action, scope_of
 from datum.api.front.errors import error_responses
 from datum.api.front.security import needs, path_resource
 from datum.api.front.state import state_of
@@ -122,24 +122,52 @@ def give_back_lease(
     give_back(store, host, boot_id)
 
 
+@router.delete(
+    "/v1/reboots/{host}",
+    name="clear_reboot_lease",
+    response_model=RebootLease,
+    summary="An operator drops a host's reboot lease so that its group's reboots go on (datum reboots clear).",
+    description=(
+        "Cedar action `fleet:ClearRebootLease` on `Host::\"{host}\"` (granted to `operator`). For a host that "
+        "will not come back from its reboot (an overdue lease, which halts its group) or came back unhealthy and "
+        "was looked at. A live lease (a host rebooting now) is kept, 409 naming it, unless `force=true`. The "
+        "lease dropped; 404 when the host holds none."
+    ),
+    responses=error_responses(401, 403, 404, 409, 422, 503),
+    **OUT,
+)
+def clear_reboot_lease(
+    request: Request,
+    host: str = HostParam,
+    force: bool = Query(default=False, description="Drop a live lease too (a host that may be rebooting now)."),
+    _p: str = Depends(needs(Action.CLEAR_REBOOT_LEASE, path_resource("Host", "host"))),
+) -> RebootLease:
+    from datum.store.leases import cleared
+
+    _registry, store = state_of(request).wired()
+    return lease_model(cleared(store, host, force=force, forcing="force=true"))
+
+
 @router.get(
     "/v1/reboots",
     name="list_reboots",
     response_model=Reboots,
     summary="Who is rebooting, group by group, and leases past their timeout.",
     description="Cedar action `fleet:ReadHost` on `Server::\"datum\"`. `blocked` while `[fleet] reboot_block_query` "
-    "holds every group's reboots; `waiting` per group in its reboot_order.",
+    "holds every group's reboots; `waiting` per group in its reboot_order. A token scoped to host groups sees "
+    "those groups and their hosts' leases only.",
     responses=error_responses(401, 403, 503),
     **OUT,
 )
-def reboots(request: Request, _p: str = Depends(needs(Action.READ_HOST))) -> Reboots:
+def reboots(request: Request, principal: str = Depends(needs(Action.READ_HOST))) -> Reboots:
     from datum.fleet.reboots import block_shown, groups, waiting_in_order
     from datum.store.leases import read
 
     state = state_of(request)
     _registry, store = state.wired()
     fleet = state.settings.fleet
-    leases = read(store)
+    scope = scope_of(principal)  # a token scoped to host groups: their hosts' leases, their groups
+    leases = read(store, groups=scope)
     queued = waiting_in_order(fleet, leases)
     return Reboots(
         limit=fleet.reboot_concurrency,
@@ -153,5 +181,6 @@ def reboots(request: Request, _p: str = Depends(needs(Action.READ_HOST))) -> Reb
                 waiting=queued.get(g, []),
             )
             for g in groups(fleet, leases)
+            if scope is None or g in scope
         ],
     )

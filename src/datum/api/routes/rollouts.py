@@ -7,7 +7,7 @@ from typing import Literal
 import anyio.to_thread
 from fastapi import APIRouter, Depends, Path, Query, Request
 
-from datum.api.front.authz import Action
+from datum.api.front.authz import Action, scope_of
 from datum.api.front.errors import error_responses
 from datum.api.front.security import needs
 from datum.api.front.state import ServerState, state_of
@@ -28,6 +28,7 @@ from datum.fleet.history import rollout_event
 from datum.fleet.rollouts import serve
 from datum.store import rollouts as stored
 from datum.store.engine import Store
+from datum.store.hosts import among
 from datum.store.rollouts import RolloutRow
 from datum.wire import NO_NUL
 
@@ -36,9 +37,11 @@ router = APIRouter(prefix="/v1/rollouts", tags=["fleet"])
 
 def rollout_status(
     store: Store, fleet: FleetSettings, row: RolloutRow, waves: bool, moves: list[stored.Transition] | None = None,
+    groups: frozenset[str] | None = None,
 ) -> RolloutStatus:
     """One rollout as the API says it, with its transitions (``moves``: read here when not given); with its
-    waves' counts and hosts when ``waves`` (one grouped read, then one range per wave)."""
+    waves' counts and hosts when ``waves`` (one grouped read, then one range per wave). The hosts it names
+    are ``groups``' only, when given (a token scoped to host groups); its waves' counts are the fleet's."""
     if moves is None:
         moves = stored.transitions(store, [row.id])[row.id]
     last = {t.act: t.at for t in moves}  # the latest of each act
@@ -50,14 +53,17 @@ def rollout_status(
         id=row.id, revision=row.revision, previous=row.previous, state=row.state, wave=row.wave,
         last_wave=row.last_wave, started_at=row.started_at, wave_started_at=row.wave_started_at,
         wave_completed_at=row.wave_completed_at, soak_ends_at=soak_ends, by=row.by, reason=row.reason,
-        failed=[FailedHost(host=f["host"], reason=f["reason"]) for f in row.failed] if row.failed else None,
+        failed=_failed(store, row, groups),
         halted_at=last.get(RolloutAct.HALTED), paused_at=last.get(RolloutAct.PAUSED),
         aborted_at=last.get(RolloutAct.ABORTED),
-        transitions=[RolloutEvent.model_validate(rollout_event(t)) for t in moves],
+        transitions=[RolloutEvent.model_validate(rollout_event(t, store, groups)) for t in moves],
     )
     if waves and row.previous is not None:  # the first revision ever had no waves
         counted = {c.wave: c for c in stored.wave_counts(store, row, fleet.stale_after)}
         names = stored.wave_names(store, row.id, row.last_wave, WAVE_NAMES)
+        if groups is not None:  # the groups' hosts only
+            mine = among(store, [h for listed in names.values() for h in listed], groups)
+            names = {w: [h for h in listed if h in mine] for w, listed in names.items()}
         out.waves = [
             RolloutWave(wave=w, released=w <= row.wave and row.state != stored.ABORTED,
                         hosts=c.hosts if c else 0, converged=c.converged if c else 0, failed=c.failed if c else 0,
@@ -68,13 +74,23 @@ def rollout_status(
     return out
 
 
-def rollout_list(store: Store, fleet: FleetSettings, limit: int = 10) -> RolloutList:
-    """The rollout in force with its waves, then older ones (``GET /v1/rollouts``, ``datum rollout status``)."""
+def _failed(store: Store, row: RolloutRow, groups: frozenset[str] | None) -> list[FailedHost] | None:
+    if not row.failed:
+        return None
+    mine = among(store, [str(f["host"]) for f in row.failed], groups)
+    return [FailedHost(host=f["host"], reason=f["reason"]) for f in row.failed if f["host"] in mine] or None
+
+
+def rollout_list(
+    store: Store, fleet: FleetSettings, limit: int = 10, groups: frozenset[str] | None = None
+) -> RolloutList:
+    """The rollout in force with its waves, then older ones (``GET /v1/rollouts``, ``datum rollout status``); the
+    hosts named are ``groups``' only, when given."""
     rows = stored.recent(store, limit)
     moves = stored.transitions(store, [r.id for r in rows])
     return RolloutList(
         configured=fleet.rollout is not None,
-        rollouts=[rollout_status(store, fleet, r, i == 0, moves[r.id]) for i, r in enumerate(rows)],
+        rollouts=[rollout_status(store, fleet, r, i == 0, moves[r.id], groups) for i, r in enumerate(rows)],
     )
 
 
@@ -86,15 +102,16 @@ def rollout_list(store: Store, fleet: FleetSettings, limit: int = 10) -> Rollout
     description=(
         "Cedar action `fleet:ReadHost` on `Server::\"datum\"`. The rollout in force (the newest) with its waves "
         "(hosts planned, converged and failed on its revision), then up to nine older ones. A halted rollout "
-        "names the hosts that failed on it and why."
+        "names the hosts that failed on it and why (a token scoped to host groups: its groups' hosts only; the "
+        "waves' counts are the fleet's)."
     ),
     responses=error_responses(401, 403, 503),
     **OUT,
 )
-async def list_rollouts(request: Request, _p: str = Depends(needs(Action.READ_HOST))) -> RolloutList:
+async def list_rollouts(request: Request, principal: str = Depends(needs(Action.READ_HOST))) -> RolloutList:
     state = state_of(request)
     _registry, store = state.wired()
-    return await anyio.to_thread.run_sync(rollout_list, store, state.settings.fleet)
+    return await anyio.to_thread.run_sync(rollout_list, store, state.settings.fleet, 10, scope_of(principal))
 
 
 DONE_WORDS = {command: act.value for command, act in COMMANDS.items()}  # pause: paused, ...

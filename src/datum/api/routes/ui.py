@@ -24,7 +24,7 @@ from markupsafe import Markup, escape
 from pydantic import AfterValidator
 
 from datum.api import attention
-from datum.api.front.authz import Action
+from datum.api.front.authz import Action, scope_of
 from datum.api.front.errors import error_responses
 from datum.api.front.security import may, needs, path_resource
 from datum.api.front.state import state_of
@@ -92,20 +92,22 @@ class HostsShown:
 
     state: str | None = None
     after: str | None = None
+    groups: frozenset[str] | None = None  # a token scoped to host groups: their hosts only (None: every host)
 
 
 def _hosts(store: Store, settings: Settings, shown: HostsShown) -> listing.Page:
     """The listing's page of hosts the page shows (a host whose agent fell silent reads unknown, as in /v1/hosts)."""
     if shown.state is None:
-        return attention.worst_hosts(store, settings)
+        return attention.worst_hosts(store, settings, groups=shown.groups)
     silent, now = settings.fleet.stale_after, datetime.now(UTC)
-    return listing.page(store, silent, now, state=shown.state, after=shown.after, limit=v.MAX_HOSTS)
+    return listing.page(store, silent, now, state=shown.state, after=shown.after, limit=v.MAX_HOSTS, groups=shown.groups)
 
 
-def _changes(store: Store, window: str, now: datetime) -> v.Changes:
-    """The fleet's events in ``window`` (``1h`` or ``1d``), newest first: what ``GET /v1/events`` answers."""
+def _changes(store: Store, window: str, now: datetime, groups: frozenset[str] | None = None) -> v.Changes:
+    """The fleet's events in ``window`` (``1h`` or ``1d``), newest first: what ``GET /v1/events`` answers (of
+    ``groups``' hosts only, when given)."""
     since = now - v.CHANGE_WINDOWS[window][1]
-    found = events_page(store, Window(since=since), limit=v.CHANGES_SHOWN)
+    found = events_page(store, Window(since=since), limit=v.CHANGES_SHOWN, groups=groups)
     return v.Changes(window, found.rows, found.next is not None)
 
 
@@ -113,6 +115,7 @@ def _view(
     reports: list[DriftReport], registry: Registry, settings: Settings, store: Store, shown: HostsShown | None,
     changes: str | None = None,
     revisions: Callable[[], Rollout] | None = None,
+    groups: frozenset[str] | None = None,
 ) -> v.Overview:
     """The page's view: the reports with their history, *Needs a human* as ``GET /v1/attention`` decides it,
     and (when readable) a page of hosts with theirs and the fleet's timeline of ``changes`` (``1h``, ``1d``).
@@ -123,9 +126,9 @@ def _view(
     found = worst = leases = None
     if shown is not None:
         found = _hosts(store, settings, shown)
-        worst = found if shown.state is None else attention.worst_hosts(store, settings)
-        leases = read_leases(store)
-    timeline = _changes(store, changes, datetime.now(UTC)) if changes is not None else None
+        worst = found if shown.state is None else attention.worst_hosts(store, settings, groups=shown.groups)
+        leases = read_leases(store, groups=shown.groups)
+    timeline = _changes(store, changes, datetime.now(UTC), groups) if changes is not None else None
     by_revision = revisions() if revisions is not None and shown is not None else None
     views = []
     broken = [(b.name, b.error) for b in registry.broken]
@@ -242,12 +245,16 @@ async def overview(
     state = state_of(request)
     registry, store = state.wired()
     reports = [(await state.reports.get(name)).report for name in registry]
-    shown = HostsShown(hosts.value if hosts else None, after) if may(request, principal, Action.READ_HOST) else None
+    groups = scope_of(principal)  # a token scoped to host groups: their hosts only, in every read below
+    readable = may(request, principal, Action.READ_HOST)
+    shown = HostsShown(hosts.value if hosts else None, after, groups) if readable else None
     window = changes if may(request, principal, Action.READ_HISTORY) else None  # the timeline, or left out
     by_revision = partial(rollout, state) if shown is not None else None  # the hosts per revision
-    view = await anyio.to_thread.run_sync(_view, reports, registry, state.settings, store, shown, window, by_revision)
+    view = await anyio.to_thread.run_sync(
+        _view, reports, registry, state.settings, store, shown, window, by_revision, groups
+    )
     if shown is not None and state.settings.fleet.rollout is not None:  # the staged rollout in force, its waves
-        staged = (await anyio.to_thread.run_sync(rollout_list, store, state.settings.fleet, 1)).rollouts
+        staged = (await anyio.to_thread.run_sync(rollout_list, store, state.settings.fleet, 1, groups)).rollouts
         view.staged = staged[0] if staged else None
     html = templates().get_template("overview.html").render(view=view)
     return HTMLResponse(html, headers=PAGE_HEADERS)
