@@ -126,13 +126,16 @@ def test_token_list_has_a_header_and_one_time_form(scene: Scene, datum_cli):
     code, out, err = datum_cli("token", "list", "--config", str(scene.config))
     assert code == 0, err
     lines = fits(out)
-    assert lines[0].split() == ["id", "principal", "host", "created"]
-    rows = [line.split() for line in lines[2:]]
-    assert [r[1:3] for r in rows] == [["operator", "any"], ["agent", "any"], ["agent", "web1"], ["agent", SILENT]]
+    assert lines[0].split() == ["id", "principal", "host", "groups", "created"]
+    rows = [line.split() for line in lines[2:] if re.match(r"^[0-9a-f]{12} ", line)]  # a long host name folds
+    others = [["agent", f"web{n}", "all"] for n in range(2, 7)]  # each host's agent reported with its own token
+    silent = ["agent", rows[2][2], "all"]
+    assert SILENT.startswith(rows[2][2]) and "rnal" in out  # folded onto the next line
+    assert [r[1:4] for r in rows] == [["operator", "any", "all"], ["agent", "web1", "all"], silent, *others]
     assert all(r[-1] == "ago" or r[-2:] == ["just", "now"] for r in rows)
     assert not ISO.search(out)
     _code, wide, _err = datum_cli("token", "list", "--config", str(scene.config), "--wide")
-    assert len(ABSOLUTE.findall(wide)) == 4
+    assert len(ABSOLUTE.findall(wide)) == 8
 
 
 def test_reconcilers_fit(scene: Scene, datum_cli):

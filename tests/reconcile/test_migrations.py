@@ -129,7 +129,8 @@ def test_a_tokens_table_made_by_create_all_is_adopted_with_its_tokens(store_url)
     old.create_all(engine)
     with engine.begin() as conn:
         conn.execute(
-            sa.text("INSERT INTO tokens VALUES (:h, 'operator', '2026-01-01 00:00:00', NULL)"),
+            sa.text("INSERT INTO tokens (sha256, principal, created_at, host) "
+                    "VALUES (:h, 'operator', '2026-01-01 00:00:00', NULL)"),
             {"h": digest("datum_minted_before")},
         )
     engine.dispose()

@@ -93,6 +93,8 @@ hosts = sa.Table(
     # reported, never its facts (migration 0018_host_groups): counted with its state in hosts_group_status_counts.
     sa.Column("group_name", sa.String(253), nullable=False, server_default="default"),
     sa.Index("ix_hosts_state_host", "state", "host"),
+    # The hosts of some groups, by name: every list of a token scoped to host groups (migration 0025_token_groups).
+    sa.Index("ix_hosts_group_host", "group_name", "host"),
     # What finds the stale hosts without reading every host (migration 0014_host_counts, with the
     # counts by state the database keeps in hosts_status_counts).
     sa.Index("ix_hosts_finished_at", "finished_at"),

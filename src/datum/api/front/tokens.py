@@ -7,7 +7,9 @@ byte by byte; the configured hashes are checked with ``hmac.compare_digest``.
 Tokens come from two places: ``[server.tokens]`` in the configuration and the
 ``tokens`` table that ``datum token create`` writes, ``datum token list``
 shows (by an id: the first 12 hex digits of the hash, never the token) and
-``datum token revoke`` deletes. A server remembers the store tokens presented
+``datum token revoke`` deletes. A store token may be bound to one host (``--host``: an agent's,
+``agent@host:web1``) or scoped to host groups (``--group``: ``operator@groups:db,web``), which is
+what its principal is resolved to (``datum.api.front.authz``). A server remembers the store tokens presented
 to it and checks them all against the store every ``RECHECK`` seconds
 (``TokenBook.revalidate``, on a thread the server runs), so a revoked one is
 refused by every server within that.
