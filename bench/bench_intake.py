@@ -12,7 +12,7 @@ The server is ``datum serve`` in its own process on a fresh PostgreSQL database
 off, pinned to CPU 0 with the load on CPU 1 when there are two. The reports come
 from a small asyncio HTTP/1.1 client in a second process (``--concurrency``
 keep-alive connections, bodies built before the clock starts), every one
-answered 201 or it counts as an error; the token is an agent token, so each post
+answered 201 or it counts as an error; the token is an admin token (it speaks for every host; an agent's speaks for its own), so each post
 goes through Cedar's ``fleet:ReportPass`` on its ``Host``. The listing's first page
 with the fleet's counts is timed ``--list-runs`` times (median and worst, the
 whole JSON body read), then one walk of every page of 1,000. The manifest
@@ -69,7 +69,8 @@ def report(host: str, resources: int, seq: int = 1) -> dict[str, object]:
 
 
 def prepare(home: Path, store_url: str, rollout: str = "off") -> tuple[Path, str, str]:
-    """A configuration with a fleet directory, an operator token and an (unbound) agent token; with staged
+    """A configuration with a fleet directory, an operator token and an admin token that reports for every
+    host (an agent token speaks for one host only: one per simulated host would be as many tokens to mint); with staged
     rollouts (``[fleet.rollout]``, canary ``host-00001``) unless ``rollout`` is ``off``."""
     from datum.api.front import tokens
     from datum.config import load_settings
@@ -89,7 +90,7 @@ def prepare(home: Path, store_url: str, rollout: str = "off") -> tuple[Path, str
         + ('[fleet.rollout]\ncanary = ["host-00001"]\nwaves = ["100%"]\n' if rollout != "off" else "")
     )
     store = open_store(load_settings(cfg).store_url)
-    operator, agent = tokens.create(store, "operator"), tokens.create(store, "agent")
+    operator, agent = tokens.create(store, "operator"), tokens.create(store, "admin")
     store.dispose()
     return cfg, operator, agent
 

@@ -12,8 +12,8 @@ fleet directory whose ``nodes.yaml`` gives every host one manifest of
 ``--resources`` files; ``--replicas 2`` starts two on one PostgreSQL database
 and one fleet directory, the agents split between them. The agents are
 simulated: one asyncio process of ``--agents`` plain HTTP/1.1 connections
-(``_AGENTS`` below), each a host of its own (``host-00042``) with an unbound
-agent token, so every request goes through the front door and Cedar. Each
+(``_AGENTS`` below), each a host of its own (``host-00042``) with one admin
+token (an agent's speaks for its own host only), so every request goes through the front door and Cedar. Each
 fetches its manifest, then at once holds ``wait=`` the agent's own
 (``datum.agent.push.WAIT``) with ``If-None-Match``, asking again on a 304
 and after a 200; its first wait is a random part of that, so the waits end
@@ -64,7 +64,8 @@ def manifest(resources: int, version: int) -> str:
 
 def prepare(home: Path, store_url: str, resources: int, tls: bool = False) -> tuple[Path, str, str]:
     """A configuration with a fleet directory (over HTTPS with ``tls``: the server's own CA, made in ``home``),
-    an operator token and an (unbound) agent token."""
+    an operator token and an admin token that reports for every host (an agent token speaks for one host
+    only: one per simulated host would be as many tokens to mint)."""
     from datum.api.front import tokens
     from datum.config import load_settings
     from datum.store import open_store
@@ -80,7 +81,7 @@ def prepare(home: Path, store_url: str, resources: int, tls: bool = False) -> tu
         f'[fleet]\nmanifests = "{fleet}"\n'
     )
     store = open_store(load_settings(cfg).store_url)
-    operator, agent = tokens.create(store, "operator"), tokens.create(store, "agent")
+    operator, agent = tokens.create(store, "operator"), tokens.create(store, "admin")
     store.dispose()
     return cfg, operator, agent
 

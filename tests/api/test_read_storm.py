@@ -38,14 +38,14 @@ STORM = 200
 REPORTS = 300  # agents reporting at once, each its own host, in the storm with the page loads
 
 
-def small_server(tmp_path) -> tuple[Path, dict[str, str], dict[str, str]]:
-    """A ``datum serve`` configuration ticking buckets every second with 4 read slots, and an operator's and an
-    agent's headers."""
+def small_server(tmp_path) -> tuple[Path, dict[str, str], dict[str, dict[str, str]]]:
+    """A ``datum serve`` configuration ticking buckets every second with 4 read slots, and an operator's headers and
+    each host's agent's (web0 ... web{REPORTS-1}, each token bound to its host)."""
     cfg = config_file(tmp_path, interval="1s")
     cfg.write_text(cfg.read_text() + 'read_slots = 4\nread_wait = "1s"\n')
     store = open_store(f"sqlite:///{tmp_path / 'datum.db'}")
     operator = {"Authorization": f"Bearer {tokens.create(store, 'operator')}"}
-    agent = {"Authorization": f"Bearer {tokens.create(store, 'agent')}"}
+    agent = {f"web{i}": {"Authorization": f"Bearer {tokens.create(store, 'agent', f'web{i}')}"} for i in range(REPORTS)}
     store.dispose()
     return cfg, operator, agent
 
@@ -87,7 +87,7 @@ def test_a_storm_of_page_loads_is_answered_or_shed_and_the_scheduler_and_intake_
             async with httpx.AsyncClient(base_url=base, limits=limits, timeout=60) as client:
                 async def report() -> httpx.Response:
                     await asyncio.sleep(0.5)  # in the thick of it
-                    return await client.post("v1/hosts/web1/passes", json=pass_report(), headers=agent)
+                    return await client.post("v1/hosts/web1/passes", json=pass_report(), headers=agent["web1"])
 
                 *pages, posted = await asyncio.gather(
                     *(client.get("ui/overview", headers=operator) for _ in range(STORM)), report()
@@ -199,7 +199,7 @@ def test_a_storm_of_reports_and_page_loads_leaves_the_ticks_on_time(tmp_path):
             async with httpx.AsyncClient(base_url=base, limits=limits, timeout=60) as client:
                 pages = [client.get("ui/overview", headers=operator) for _ in range(STORM)]
                 reports = [
-                    client.post(f"v1/hosts/web{i}/passes", json=pass_report(f"web{i}"), headers=agent)
+                    client.post(f"v1/hosts/web{i}/passes", json=pass_report(f"web{i}"), headers=agent[f"web{i}"])
                     for i in range(REPORTS)
                 ]
                 answers = await asyncio.gather(*pages, *reports)

@@ -97,7 +97,7 @@ def test_each_wave_names_its_hosts(story: Story):
 def test_a_superseded_rollout_says_by_which_revision(story: Story):
     first, second = start(story, WEB)
     (story.fleet / "web.yaml").write_text("resources:\n  - File[/etc/motd]:\n      content: newer\n")  # type: ignore[attr-defined]
-    story.client.get("/v1/hosts/web1/manifest", headers=story.auth("agent"))
+    story.client.get("/v1/hosts/web1/manifest", headers=story.agent("web1"))
     events = ask(story, "/v1/events", {"action": "superseded"}).json()["events"]
     assert len(events) == 1 and events[0]["rollout"] == 2 and "superseded by revision" in events[0]["reason"]
 

@@ -241,7 +241,7 @@ def test_the_api_answers_503_naming_a_locked_store_and_keeps_reading(tmp_path):
 
     settings = settings_for(tmp_path)
     store = open_store(settings.store_url, lock_wait=timedelta(milliseconds=300))
-    agent = {"Authorization": f"Bearer {tokens.create(store, 'agent')}"}
+    agent = {"Authorization": f"Bearer {tokens.create(store, 'agent', 'web1')}"}
     operator = {"Authorization": f"Bearer {tokens.create(store, 'operator')}"}
     client = TestClient(create_app(settings, _load_plugins().registry(), store), raise_server_exceptions=False)
     assert client.get("/v1/hosts", headers=operator).status_code == 200  # tokens cached, pool warm
