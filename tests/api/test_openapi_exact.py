@@ -223,7 +223,7 @@ def test_the_manifest_answer_is_typed_for_a_generated_client(story):
     schema = document["components"]["schemas"]["EffectiveManifest"]
     assert set(schema["required"]) == {"host", "digest", "manifests", "manifest", "files"}
     serve_fleet(story, story.root.parent / "fleet-typed")
-    got = story.client.get("/v1/hosts/web1/manifest", headers=story.auth("agent"))
+    got = story.client.get("/v1/hosts/web1/manifest", headers=story.agent("web1"))
     assert got.status_code == 200, got.text
     from datum.api.models import EffectiveManifest
 

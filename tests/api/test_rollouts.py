@@ -1147,7 +1147,7 @@ def test_a_fleet_directory_not_there_is_a_line_of_needs_a_human_everywhere_and_r
     shutil.copytree(directory, saved)
     shutil.rmtree(directory)
     for why in ("is not there", "is not a directory"):
-        refused = story.client.get("/v1/hosts/web1/manifest", headers=story.auth("agent"))
+        refused = story.client.get("/v1/hosts/web1/manifest", headers=story.agent("web1"))
         assert refused.status_code == 503 and f"the fleet directory {directory} {why}" in refused.text, refused.text
         assert refused.json()["issues"][0]["code"] == "UNAVAILABLE"
         [line] = lines()
