@@ -194,6 +194,9 @@ class ServerSettings(_Strict):
     # How long every host pass is kept (the pass archive, datum.store.passes: GET /v1/hosts/{host}/passes,
     # /v1/events, the host strips); older passes are dropped in bulk by datum serve, off the request path.
     retention: Duration = timedelta(days=14)
+    # Refuse agent tokens that are not sessions of an enrolled host's key (datum token create --principal agent,
+    # and [server.tokens] agent hashes): 401 saying so (datum.api.front.tokens).
+    require_enrolled_agents: bool = False
     # HTTPS: "auto" (a CA of Datum's own and a certificate it issues, in $DATUM_HOME/tls), or the files given.
     tls: Literal["auto"] | None = None
     tls_cert: Path | None = Field(default=None, description="The server's certificate chain (PEM), its own first.")
@@ -492,6 +495,34 @@ class MetricsSettings(_Strict):
     )
 
 
+class EnrollSettings(_Strict):
+    """The ``[enroll]`` section: how hosts join the fleet with their own key (``docs/fleet.md``, ``datum.fleet.enroll``).
+
+    ``url`` is the server's URL as hosts reach it, for the line ``datum enroll create`` prints. ``approve``
+    is an executable asked about each request made with a pattern's join token (JSON on stdin; exit 0
+    approves, any other exit denies); one that does not answer within ``approve_timeout`` leaves the
+    request pending for ``datum enroll approve``. ``session_ttl`` is how long a session from a host's key
+    lasts (at most 24 h); the agent renews it between 50% and 80% of that.
+    """
+
+    url: str | None = None
+    approve: Path | None = None
+    approve_timeout: Duration = timedelta(seconds=10)
+    session_ttl: Duration = timedelta(hours=1)
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, value: str | None) -> str | None:
+        return _http_url(value)
+
+    @field_validator("session_ttl")
+    @classmethod
+    def _session_ttl(cls, value: timedelta) -> timedelta:
+        if not timedelta(seconds=1) <= value <= timedelta(hours=24):
+            raise ValueError("a session lasts from 1s to 24h")
+        return value
+
+
 class Settings(_Strict):
     """The whole configuration file."""
 
@@ -502,6 +533,7 @@ class Settings(_Strict):
     server: ServerSettings = ServerSettings()
     fleet: FleetSettings = FleetSettings()
     metrics: MetricsSettings = MetricsSettings()
+    enroll: EnrollSettings = EnrollSettings()
 
     @property
     def store_url(self) -> str:

@@ -29,7 +29,7 @@ NULL_BEFORE_THE_FIRST_TICK = {
 # an error's details (contract section 6: `details{}`).
 MAPS = {("PassReport", "counts"), ("EffectiveManifest", "files"), ("HostSummary", "counts"), ("HostStatus", "counts"), ("RebootStatus", "markers"),
         ("RebootLeaseRequest", "facts"), ("HostList", "counts"), ("FindingModel", "details"),
-        ("PassSummary", "counts"), ("PassDetail", "counts"), ("RevisionCounts", "states")}
+        ("PassSummary", "counts"), ("PassDetail", "counts"), ("RevisionCounts", "states"), ("EnrollRequest", "facts")}
 
 OPERATION_IDS = {
     ("get", "/v1/observability/admin/reconcilers"): "listReconcilers",
@@ -49,6 +49,9 @@ OPERATION_IDS = {
     ("get", "/v1/rollouts"): "listRollouts",
     ("post", "/v1/rollouts/current/{action}"): "manageRollout",
     ("get", "/v1/attention"): "getAttention",
+    ("get", "/v1/enroll/nonce"): "getEnrollNonce",
+    ("post", "/v1/enroll"): "enrollHost",
+    ("post", "/v1/enroll/session"): "openSession",
     ("get", "/healthz"): "getHealth",
     ("get", "/readyz"): "getReadiness",
     ("get", "/v1"): "getApiRoot",

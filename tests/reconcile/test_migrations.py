@@ -123,8 +123,8 @@ def test_a_tokens_table_made_by_create_all_is_adopted_with_its_tokens(store_url)
     from datum.store.schema import tokens
 
     _store_at(store_url, "0005")
-    old = sa.MetaData()  # the table as datum.api.front.tokens defined it for create_all: the same columns
-    tokens.to_metadata(old)
+    old = sa.MetaData()  # the table as datum.api.front.tokens defined it for create_all: its first four columns
+    sa.Table("tokens", old, *(c.copy() for c in tokens.columns if c.name in ("sha256", "principal", "created_at", "host")))
     engine = sa.create_engine(store_url.replace("postgresql://", "postgresql+psycopg://", 1))
     old.create_all(engine)
     with engine.begin() as conn:

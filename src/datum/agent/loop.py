@@ -44,16 +44,16 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from datum.agent.fetch import fetch, materialize
-from datum.agent.post import flush
+from datum.agent.fetch import Fetched, fetch, materialize
+from datum.agent.post import Flushed, flush
 from datum.agent.push import JITTER, Waiter
 from datum.agent.state import AgentState
-from datum.bounded import DEADLINE
+from datum.bounded import DEADLINE, Unusable
 from datum.core.findings import Problem
 from datum.core.vocab import Mode
 from datum.host.compiled import HostConfig
@@ -74,6 +74,12 @@ class Options:
     splay: timedelta
     deadline: float = DEADLINE  # seconds for each of the server's answers, whole
     trust: Trust = Trust()  # what the server's certificate must be (--ca-file, --pin; datum.trust)
+    session: Any = None  # the host's session from its key (datum.agent.identity.Session): ``token`` is unused then
+
+    def bearer(self) -> str:
+        """The token the next request carries: ``token``, or a session's (renewed when due); ``Unusable`` when
+        the session cannot be had (said as for an unreachable server)."""
+        return self.token if self.session is None else str(self.session.bearer())
 
 
 
@@ -85,11 +91,12 @@ class Cycle:
     stopped: bool  # a signal came during the pass: the loop ends
 
 
-def _facts(root: str, config: HostConfig) -> dict[str, Any]:
+def facts(root: str, config: HostConfig) -> dict[str, Any]:
+    """The facts the agent sends with its requests (and with an enrollment): what ``read_facts`` finds under ``root``."""
     from datum.providers.facts import read_facts
 
-    facts = read_facts(Path(os.path.realpath(root)), config.boot_id_file).as_dict()
-    return {k: v for k, v in facts.items() if k != "facts"}
+    read = read_facts(Path(os.path.realpath(root)), config.boot_id_file).as_dict()
+    return {k: v for k, v in read.items() if k != "facts"}
 
 
 def _manifest(state: AgentState, got: Any, last: tuple[str, bytes, str] | None, base: Path) -> tuple[Any, str | None, str]:
@@ -137,7 +144,7 @@ def _budget(opts: Options, host: str) -> Any:
         from datum.agent.lease import give_back, take
 
         slot = take(
-            opts.server, host, opts.token, boot_id, _facts(opts.root, opts.config),
+            opts.server, host, opts.token, boot_id, facts(opts.root, opts.config),
             interval=opts.interval.total_seconds(), trust=opts.trust,
         )
         config = opts.config
@@ -198,9 +205,11 @@ def cycle(opts: Options, pushed: Any = None) -> Cycle:
     state = AgentState(path)
     try:
         last = state.last_manifest()
-        facts = _facts(opts.root, opts.config)  # for the manifest: its claims, which rules on facts match
-        got = pushed or fetch(
-            opts.server, host, opts.token, last[0] if last else None, facts, opts.deadline, trust=opts.trust
+        told = facts(opts.root, opts.config)  # for the manifest: its claims, which rules on facts match
+        opts, unsigned = _signed_in(opts)
+        got = pushed or (
+            fetch(opts.server, host, opts.token, last[0] if last else None, told, opts.deadline, trust=opts.trust)
+            if unsigned is None else Fetched(None, None, unsigned)
         )
         root = agent.real_root(opts.root)  # a root that is not a directory: said before the lock is taken
         held = hold(path, opts.config.lock_wait.total_seconds(), reads.boot_id(opts.config.boot_id_file), watch=False)
@@ -225,7 +234,10 @@ def cycle(opts: Options, pushed: Any = None) -> Cycle:
             extra=extra, budget=_budget(opts, host), none_because=origin,
             after_reboot=after_reboot(opts.config),
         )
-        sent = flush(state, opts.server, host, opts.token, opts.deadline, facts, opts.trust)
+        sent = (
+            flush(state, opts.server, host, opts.token, opts.deadline, told, opts.trust)
+            if unsigned is None else Flushed(0, state.trim(), len(state.pending()), unsigned)
+        )
     finally:
         state.close()
     report, code = result.report, result.exit_code
@@ -303,16 +315,30 @@ def _waiter(opts: Options, until: float, wake: threading.Event) -> Waiter | None
         finally:
             state.close()
         host = agent.host_name(opts.config)
-        facts = _facts(opts.root, opts.config)
+        told = facts(opts.root, opts.config)
     except Exception:  # noqa: BLE001 - what the next pass says too; meanwhile, the interval
         return None
     if last is None:
         return None
 
     def ask(seconds: int) -> Any:
-        return fetch(opts.server, host, opts.token, last[0], facts, opts.deadline, wait=seconds, trust=opts.trust)
+        signed, unsigned = _signed_in(opts)  # each wait with a live session: a wait may outlast one
+        if unsigned is not None:
+            return Fetched(None, None, unsigned)
+        return fetch(signed.server, host, signed.token, last[0], told, signed.deadline, wait=seconds, trust=signed.trust)
 
     return Waiter(ask, last[0], until, wake).start()
+
+
+def _signed_in(opts: Options) -> tuple[Options, str | None]:
+    """``opts`` with the token its requests carry now (a session's, renewed when due), and None; or ``opts`` and
+    why no session could be had (the server unreachable, or refusing the host's key)."""
+    if opts.session is None:
+        return opts, None
+    try:
+        return replace(opts, token=opts.bearer()), None
+    except Unusable as exc:
+        return opts, f"no session from the host key: {exc}"
 
 
 def _reloaded(opts: Options, reload: Callable[[], Options] | None, log: Any, asked: bool = False) -> Options:

@@ -28,6 +28,7 @@ from datum.api.metrics import metrics_registry
 from datum.api.plugins import mount_plugins, schema_fragments
 from datum.api.routes import (
     attention,
+    enroll,
     history,
     hosts,
     meta,
@@ -82,7 +83,9 @@ def create_app(
     state = ServerState(
         fleet=FleetServer(settings),
         authorizer=authorizer or Authorizer.from_settings(settings.server.policy, fragments.values()),
-        tokens=TokenBook(settings.server.tokens, None),
+        tokens=TokenBook(
+            settings.server.tokens, None, wall=clock, enrolled_only=settings.server.require_enrolled_agents
+        ),
         clock=clock,
     )
     if registry is not None and store is not None:
@@ -90,7 +93,7 @@ def create_app(
     app.state.datum = state
     app.state.metrics = metrics_registry(state)
     handlers.install(app)
-    for module in (observability, attention, hosts, history, reboots, revisions, rollouts, meta, ui):
+    for module in (observability, attention, hosts, history, reboots, revisions, rollouts, enroll, meta, ui):
         app.include_router(module.router, responses=errors.error_responses(*errors.EVERYWHERE))
     state.broken_routes = mount_plugins(app, plugins, fragments)
     app.mount("/static", StaticFiles(packages=[("datum.web", "static")]), name="static")

@@ -46,10 +46,12 @@ def _token(path: str) -> str:
     return token
 
 
-@click.command()
-@click.option("--server", default=None, help="The Datum server's URL (https://host:port).")
-@click.option("--token-file", "token_file", type=click.Path(dir_okay=False), default=None,
-              help="A file holding this host's bearer token (datum token create --principal agent --host NAME).")
+@click.group(invoke_without_command=True)
+@click.option("--server", envvar="DATUM_SERVER", default=None,
+              help="The Datum server's URL (https://host:port; default: the one this host enrolled with).")
+@click.option("--token-file", "token_file", envvar="DATUM_TOKEN_FILE", type=click.Path(dir_okay=False), default=None,
+              help="A file holding this host's bearer token (datum token create --principal agent --host NAME); "
+              "not needed once the host has enrolled (datum agent enroll): its key gives it sessions.")
 @click.option("--root", type=click.Path(file_okay=False), default="/", show_default=True,
               help="Every path resolves inside it.")
 @click.option("--interval", default="30m", show_default=True, callback=_duration,
@@ -67,7 +69,9 @@ def _token(path: str) -> str:
 @option(CA_FILE)
 @option(PIN)
 @click.option("--print-systemd-unit", "print_unit", is_flag=True, help="Print the systemd unit and exit.")
+@click.pass_context
 def agent(
+    ctx: click.Context,
     server: str | None,
     token_file: str | None,
     root: str,
@@ -81,14 +85,15 @@ def agent(
     pin: str | None,
     print_unit: bool,
 ) -> int:
-    """Run this host as a Datum agent: fetch its manifest from SERVER, converge, report; keep reports while the server is away."""
+    """Run this host as a Datum agent: fetch its manifest from SERVER, converge, report; keep reports while the server is away.
+
+    Authenticates with the host's key once it has enrolled (datum agent enroll), else with --token-file.
+    """
+    if ctx.invoked_subcommand is not None:
+        return 0
     if print_unit:
         click.echo(_unit(), nl=False)
         return 0
-    if not server or not token_file:
-        raise click.UsageError("--server and --token-file are required")
-    if not server.startswith(("http://", "https://")):
-        raise click.UsageError(f"--server {server!r} is not an http:// or https:// URL")
     from datum.agent.loop import Options, cycle, run_forever
     from datum.cli.passes import trusted
     from datum.config import load_settings
@@ -96,8 +101,15 @@ def agent(
     from datum.host.agent import state_file
     from datum.host.compiled import HostConfig
 
-    url, token_path = server, token_file  # not None (checked above), for the closure
-    trust = trusted(ca_file, pin)  # read once: a CA file that cannot be read is said at start
+    session = None if token_file else _session(server, state, config, ca_file, pin)
+    server = server or (session.server if session is not None else None)
+    if not server:
+        raise click.UsageError("--server is required")
+    if not server.startswith(("http://", "https://")):
+        raise click.UsageError(f"--server {server!r} is not an http:// or https:// URL")
+    url, token_path = server, token_file  # for the closure
+    # read once: a CA file that cannot be read is said at start; an enrolled host trusts as it enrolled
+    trust = session.trust if session is not None else trusted(ca_file, pin)
 
     def options() -> Options:
         """The options from the configuration and the token file as they are now (re-read by the loop)."""
@@ -106,7 +118,8 @@ def agent(
         os.makedirs(os.path.dirname(path) or ".", mode=0o700, exist_ok=True)  # its state is root's alone
         return Options(
             server=url,
-            token=_token(token_path),
+            token=_token(token_path) if token_path else "",
+            session=session,
             root=root,
             state_path=path,
             config=host_config,
@@ -123,3 +136,91 @@ def agent(
         code: int = done.exit_code
         return code
     return run_forever(opts, lambda line: click.echo(line, err=True), reload=options)
+
+
+def _session(server: str | None, state: str | None, config: str | None, ca_file: str | None, pin: str | None) -> Any:
+    """The session this host has from its key (datum agent enroll), or a usage error saying how to have one. It
+    trusts the server as --ca-file and --pin say, else as the host did when it enrolled."""
+    from datum.agent.identity import Enrolled, Session, key_path, load_key
+    from datum.bounded import Unusable
+    from datum.cli.passes import trusted
+    from datum.config import load_settings
+    from datum.core.findings import Problem
+    from datum.host.agent import host_name, state_file
+    from datum.host.compiled import HostConfig
+
+    host_config = HostConfig.from_settings(load_settings(config))
+    path = state_file(state, host_config)
+    try:
+        enrolled = Enrolled.read(path)
+        if enrolled is None:
+            raise click.UsageError(
+                "--token-file is required until this host enrolls (datum agent enroll --server URL --join TOKEN)"
+            )
+        key = load_key(key_path(path))
+    except Unusable as exc:
+        raise Problem.one("INVALID_INPUT", str(exc)) from exc
+    if host_name(host_config) != enrolled.host:
+        raise Problem.one(
+            "INVALID_INPUT",
+            f"this host enrolled as {enrolled.host}, but its configuration names it {host_name(host_config)}: "
+            "enroll it again under that name (datum agent enroll)",
+        )
+    trust = trusted(ca_file, pin) if ca_file or pin else trusted(enrolled.ca_file, enrolled.pin)
+    return Session(server or enrolled.server, enrolled.host, key, trust=trust)
+
+
+@agent.command()
+@click.option("--server", envvar="DATUM_SERVER", required=True, help="The Datum server's URL (https://host:port).")
+@click.option("--join", "join", envvar="DATUM_JOIN", required=True,
+              help="The join token datum enroll create printed (datum_j_...).")
+@click.option("--root", type=click.Path(file_okay=False), default="/", show_default=True,
+              help="Where the facts sent with the request are read.")
+@click.option("--state", default=None, help="The agent's local state file; the key is made beside it (<state>.key).")
+@click.option("--config", type=click.Path(dir_okay=False), default=None, help="TOML configuration ([host] name).")
+@option(CA_FILE)
+@option(PIN)
+def enroll(server: str, join: str, root: str, state: str | None, config: str | None, ca_file: str | None,
+           pin: str | None) -> int:
+    """Make this host's key (once; it never leaves the host) and enroll with it through a join token.
+
+    Afterwards datum agent needs neither --server nor --token-file: it has sessions from the key, and trusts
+    the server as --ca-file and --pin say here (kept with the enrollment).
+    """
+    if not server.startswith(("http://", "https://")):
+        raise click.UsageError(f"--server {server!r} is not an http:// or https:// URL")
+    from datum.agent.identity import Enrolled, Refused, key_here, key_path, public_of
+    from datum.agent.identity import enroll as ask
+    from datum.agent.loop import facts
+    from datum.bounded import Unusable
+    from datum.cli.passes import trusted
+    from datum.config import load_settings
+    from datum.core.findings import Problem
+    from datum.host.agent import host_name, state_file
+    from datum.host.compiled import HostConfig
+    from datum.identity import fingerprint
+
+    host_config = HostConfig.from_settings(load_settings(config))
+    path = state_file(state, host_config)
+    os.makedirs(os.path.dirname(path) or ".", mode=0o700, exist_ok=True)
+    host = host_name(host_config)
+    trust = trusted(ca_file, pin)
+    try:
+        key = key_here(key_path(path))
+        answer = ask(server, host, join, key, facts(root, host_config), trust=trust)
+    except Refused as exc:
+        raise Problem.one("INVALID_INPUT", f"enrolling {host} was refused: {exc}") from exc
+    except Unusable as exc:
+        raise Problem.one("UNAVAILABLE", f"enrolling {host} failed: {exc}") from exc
+    state_now, why = str(answer.get("state")), answer.get("reason")
+    if state_now == "denied":
+        raise Problem.one("INVALID_INPUT", f"enrolling {host} was denied: {why}")
+    print_fp = fingerprint(public_of(key))
+    Enrolled(server, host, print_fp, trust.ca_file and os.path.abspath(trust.ca_file), trust.pin).write(path)
+    if state_now == "active":
+        click.echo(f"enrolled {host} with key {print_fp} ({why}); start the agent: datum agent "
+                   "(systemctl enable --now datum-agent)")
+    else:
+        click.echo(f"{host} asked to enroll with key {print_fp}: {state_now} ({why}); the agent may start now "
+                   "(datum agent): it has sessions once the request is approved")
+    return 0

@@ -67,6 +67,11 @@ CODES: dict[str, list[tuple[str, str]]] = {
                       ("64", "usage error: not a Cedar action or entity, or the token is not known"),
                       ("65", "invalid configuration or policies, or the token file cannot be read"), _UNAVAILABLE,
                       _INTERNAL],
+    "agent enroll": [("0", "enrolled (active), or asked (pending approval)"), _USAGE,
+                     ("65", "refused or denied by the server (its words), or the key cannot be read"),
+                     ("69", "the server could not be reached"), _INTERNAL],
+    "enroll approve": [("0", "approved"), ("64", "usage error, or no host of that name has enrolled"),
+                       ("65", "the host cannot be approved (revoked: forget it first)"), _UNAVAILABLE, _INTERNAL],
 }
 
 
@@ -90,6 +95,8 @@ def document(command: Any, path: str) -> Any:
     if isinstance(command, click.Group):
         for name, sub in command.commands.items():
             document(sub, f"{path} {name}")
-    elif not command.epilog:
+    if isinstance(command, click.Group) and not command.invoke_without_command:
+        return command  # a group that runs nothing of its own (datum agent does) has no codes of its own
+    if not command.epilog:
         command.epilog = epilog(path)
     return command

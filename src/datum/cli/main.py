@@ -39,6 +39,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "token": ("datum.cli.token", "token", "Mint bearer tokens for the HTTP API."),
     "tls": ("datum.cli.tls", "tls", "The server's TLS certificate: its CA file, pin, names and expiry."),
     "authz": ("datum.cli.authz", "authz", "Ask the server's Cedar policies who may do what: explain."),
+    "enroll": ("datum.cli.enroll", "enroll", "Join tokens for hosts to enroll with their own key; approve, deny."),
+    "host": ("datum.cli.enroll", "host", "An enrolled host's identity: revoke its sessions, or forget it."),
     "agent": ("datum.cli.agent", "agent", "Run as this host's agent: fetch its manifest, converge, report."),
     "explain": ("datum.cli.explain", "explain", "What a drift reason or state means, and what to do."),
 }

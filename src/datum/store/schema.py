@@ -184,6 +184,56 @@ tokens = sa.Table(
     # The host groups a token is scoped to, comma-separated and sorted (datum token create --group; migration
     # 0026_token_groups); NULL: every group.
     sa.Column("groups", sa.Text),
+    # A session an enrolled host had for its key (datum.fleet.enroll, migration 0027_enrollment): it ends at
+    # expires_at; a token datum token create minted has neither.
+    sa.Column("session", sa.Boolean, nullable=False, default=False, server_default=sa.false()),
+    sa.Column("expires_at", UTCDateTime),
+)
+
+# Enrollment (datum.fleet.enroll, migration 0027_enrollment). A join token (datum enroll create) is kept as its
+# SHA-256, like a token: for one named host (its approval) or a pattern of names (each request approved by the
+# hook or by a person), at most ``uses`` times, until ``expires_at``.
+join_tokens = sa.Table(
+    "join_tokens",
+    metadata,
+    sa.Column("sha256", sa.String(64), primary_key=True),
+    sa.Column("host", sa.String(253)),
+    sa.Column("pattern", sa.String(253)),
+    sa.Column("group_name", sa.String(253)),
+    sa.Column("uses", sa.Integer, nullable=False),
+    sa.Column("used", sa.Integer, nullable=False, default=0, server_default="0"),
+    # A host enrolling with it may take over a name another key holds (a rebuilt host).
+    sa.Column("replace", sa.Boolean, nullable=False, default=False, server_default=sa.false()),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+    sa.Column("expires_at", UTCDateTime, nullable=False),
+)
+
+# A host's identity: its name, its public key, and whether it may have sessions (active) or not (pending,
+# denied, revoked), since when, through which join token (its id), from where, and why it is in that state.
+host_identities = sa.Table(
+    "host_identities",
+    metadata,
+    sa.Column("host", sa.String(253), primary_key=True),
+    sa.Column("public_key", sa.String(64), nullable=False),
+    sa.Column("fingerprint", sa.String(80), nullable=False),
+    sa.Column("state", sa.String(16), nullable=False),
+    sa.Column("reason", sa.Text),
+    sa.Column("join_token", sa.String(12)),
+    sa.Column("group_name", sa.String(253)),
+    sa.Column("source", sa.String(100)),
+    sa.Column("facts", sa.Text),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+    sa.Column("changed_at", UTCDateTime, nullable=False),
+    sa.Index("ix_host_identities_state", "state", "host"),
+)
+
+# Secrets every server of one store shares: ``nonce`` keys the HMAC of the nonces a host signs (datum.fleet.enroll).
+server_secrets = sa.Table(
+    "server_secrets",
+    metadata,
+    sa.Column("name", sa.String(64), primary_key=True),
+    sa.Column("value", sa.String(128), nullable=False),
+    sa.Column("created_at", UTCDateTime, nullable=False),
 )
 
 # The fleet's reboot budget (datum.store.leases, migration 0009_reboot_leases): one row per group, locked by every

@@ -15,7 +15,8 @@ action:
 A decision never depends on the body, and comes before it: a request that
 carries one (``Content-Length`` above zero, or ``Transfer-Encoding``) is
 refused before a byte of it is read, and must present a known token whatever
-its path. Then:
+its path (but on a route that proves its caller itself, ``security.own_proof``:
+a host enrolling). Then:
 
 - a body longer than ``[server] max_body_bytes`` is ``413 PAYLOAD_TOO_LARGE``:
   at once when ``Content-Length`` says so, as soon as the count passes the
@@ -61,6 +62,7 @@ from datum.api.front.security import (
     header,
     need_of,
     principal,
+    proves_itself,
     told,
 )
 from datum.api.front.state import ServerState
@@ -77,6 +79,7 @@ class Served:
     need: Need | None
     answer: FastAnswer | None
     query: frozenset[str] = frozenset()  # the query parameters ``answer`` reads
+    own_proof: bool = False  # the route proves its caller itself (security.own_proof): a body without a token
 
 
 def served(routes: Sequence[BaseRoute]) -> list[Served]:
@@ -89,6 +92,7 @@ def served(routes: Sequence[BaseRoute]) -> list[Served]:
             need_of(getattr(route, "dependant", None)),
             fast_of(route.endpoint),
             fast_query(route.endpoint),
+            proves_itself(getattr(route, "endpoint", None)),
         )
         for route in iter_route_contexts(routes)
     ]
@@ -174,7 +178,8 @@ class RequestGuard:
         """The request's principal and decision, left in the scope; None when its route needs none."""
         need = found[0].need if found is not None else None
         if need is None:
-            if has_body:  # a body is read only for a known token, whatever will answer it
+            if has_body and not (found is not None and found[0].own_proof):  # a body is read only for a known
+                # token, whatever will answer it, but by a route that proves its caller itself
                 await principal(self.state, scope)
             return None
         who = await principal(self.state, scope)

@@ -206,6 +206,23 @@ def may(request: Request, principal: str, action: Action | str, resource: Resour
     return True
 
 
+# -- routes that prove their caller themselves -----------------------------------------------------
+
+_OWN_PROOF: set[Callable[..., Any]] = set()
+
+
+def own_proof(endpoint: Callable[..., Any]) -> Callable[..., Any]:
+    """Mark a route that needs no bearer token because it proves its caller itself (a host enrolling shows a
+    join token and signs with its key, ``datum.api.routes.enroll``): the guard reads its body without a
+    known token, within the same bounds (``[server] max_body_bytes``, ``body_timeout``)."""
+    _OWN_PROOF.add(endpoint)
+    return endpoint
+
+
+def proves_itself(endpoint: object) -> bool:
+    return callable(endpoint) and endpoint in _OWN_PROOF
+
+
 # -- fast answers ---------------------------------------------------------------------------------
 
 

@@ -13,15 +13,19 @@ what its principal is resolved to (``datum.api.front.authz``). A server remember
 to it and checks them all against the store every ``RECHECK`` seconds
 (``TokenBook.revalidate``, on a thread the server runs), so a revoked one is
 refused by every server within that.
+
+An enrolled host's sessions (``datum.fleet.enroll``) are rows of the same table,
+bound to their host, with an end (``expires_at``): past it a session is refused,
+and ``datum host revoke`` deletes them, so they fail within ``RECHECK`` as a
+revoked token does. With ``[server] require_enrolled_agents`` an agent's token
+that is not a session is refused, saying so.
 """
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import logging
 import re
-import secrets
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -31,15 +35,15 @@ from typing import Any
 import sqlalchemy as sa
 
 from datum.api.front.authz import bound, scoped
-from datum.api.front.errors import TOKEN_PREFIX
 from datum.core.findings import FieldError, Problem, invalid
-from datum.core.redact import NOT_A_HOST_NAME, looks_like_token
 from datum.store import Store
 from datum.store.schema import tokens
+from datum.store.tokens import AGENT, ID_LENGTH, check_host, digest, mint
 
 log = logging.getLogger("datum.api")
 
-ID_LENGTH = 12  # of the hash's hex digits: names a token in list and revoke
+__all__ = ["ID_LENGTH", "RECHECK", "TokenBook", "create", "digest", "listed", "revoke"]
+
 # A remembered store token is checked against the store every RECHECK seconds, all of them in one
 # query (a revoke is refused within that). It does not lapse while in use: a lapsing entry sent
 # every request in flight to the store at once (a 2 s lapse measured the manifest's p99 at 39 ms
@@ -62,11 +66,6 @@ def check_principal(name: str) -> str:
             f"principal {name!r} is not a valid name",
         )
     return name
-
-
-def digest(token: str) -> str:
-    """The stored form of a token: its SHA-256, hex."""
-    return hashlib.sha256(token.encode("utf-8", "surrogateescape")).hexdigest()
 
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,252}$")
@@ -95,18 +94,10 @@ def create(store: Store, principal: str, host: str | None = None, groups: Sequen
     """Mint a token for ``principal`` (bound to ``host``, or scoped to host ``groups``, when given), store its
     hash, return the token (shown once)."""
     check_principal(principal)
-    if host is not None and not _NAME.match(host):
-        raise invalid(
-            [FieldError("host", "1-253 of letters, digits and '_.-', starting with a letter or digit")],
-            f"host {host!r} is not a valid host name",
-        )
-    if host is not None and looks_like_token(host):  # intake refuses such a host: its token would bind nothing
-        raise invalid(
-            [FieldError("host", NOT_A_HOST_NAME)],
-            "a token is not bound to a host named like a token (was a token pasted for --host?)",
-        )
+    if host is not None:
+        check_host(host)
     stored = check_groups(principal, host, groups)
-    token = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    token = mint()
     with store.begin() as conn:
         conn.execute(
             sa.insert(tokens).values(
@@ -122,6 +113,7 @@ def listed(store: Store) -> list[dict[str, Any]]:
     with store.connect() as conn:
         rows = conn.execute(
             sa.select(tokens.c.sha256, tokens.c.principal, tokens.c.host, tokens.c.groups, tokens.c.created_at)
+            .where(tokens.c.session == sa.false())  # a host's sessions come and go with its key (datum enroll list)
             .order_by(tokens.c.created_at, tokens.c.sha256)
         ).all()
     return [
@@ -177,12 +169,16 @@ class TokenBook:
         store: Store | None,
         *,
         clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], datetime] = lambda: datetime.now(UTC),
+        enrolled_only: bool = False,
     ) -> None:
         self._configured = [
             (h.removeprefix("sha256:"), principal) for principal, hashes in configured.items() for h in hashes
         ]
         self._store: Store | None = None
         self._clock = clock
+        self._wall = wall  # a session's end is a time of day (the store's expires_at)
+        self._enrolled_only = enrolled_only
         # hash -> (principal, when the store last said so); hash -> when it was last presented
         self._cache: dict[str, tuple[str, float]] = {}
         self._used: dict[str, float] = {}
@@ -209,7 +205,7 @@ class TokenBook:
         h = digest(token)
         for known, principal in self._configured:
             if hmac.compare_digest(known, h):
-                return principal
+                return None if self._enrolled_only and principal == AGENT else principal
         hit = self._cache.get(h)
         if hit is None:
             return None
@@ -220,11 +216,16 @@ class TokenBook:
         return hit[0]
 
     def principal(self, token: str) -> str | None:
-        """The principal ``token`` belongs to, or None."""
+        """The principal ``token`` belongs to, or None; ``401 UNAUTHENTICATED`` saying why for a session that
+        ended and, with ``[server] require_enrolled_agents``, for an agent's token that is not a session."""
         found = self.known(token)
         if found is not None or not token or len(token) > 200:
             return found
         h = digest(token)
+        if self._enrolled_only and any(
+            principal == AGENT and hmac.compare_digest(known, h) for known, principal in self._configured
+        ):
+            raise Problem.one("UNAUTHENTICATED", NOT_ENROLLED)
         now = self._clock()
         found = self._lookup(h)
         if found is not None:
@@ -260,7 +261,8 @@ class TokenBook:
             self._failing = True
             return
         self._failing = False
-        holders = {r.sha256: _principal(r) for r in rows}
+        wall = self._wall()
+        holders = {r.sha256: self._holder(r, wall)[0] for r in rows}
         with self._lock:
             for h in asked:
                 hit = self._cache.get(h)
@@ -278,10 +280,32 @@ class TokenBook:
             return None
         with self._store.connect() as conn:
             row = conn.execute(_HOLDERS.where(tokens.c.sha256 == h)).first()
-        return None if row is None else _principal(row)
+        if row is None:
+            return None
+        found, why = self._holder(row, self._wall())
+        if why is not None:
+            raise Problem.one("UNAUTHENTICATED", why)
+        return found
+
+    def _holder(self, row: Any, now: datetime) -> tuple[str | None, str | None]:
+        """(the principal a ``tokens`` row speaks for now, or None and why not): a session ends at its
+        ``expires_at``; an agent's token that is not a session is refused when only enrolled hosts are."""
+        if row.expires_at is not None and row.expires_at <= now:
+            return None, ENDED
+        if self._enrolled_only and row.principal == AGENT and not row.session:
+            return None, NOT_ENROLLED
+        return _principal(row), None
 
 
-_HOLDERS = sa.select(tokens.c.sha256, tokens.c.principal, tokens.c.host, tokens.c.groups)
+_HOLDERS = sa.select(
+    tokens.c.sha256, tokens.c.principal, tokens.c.host, tokens.c.groups, tokens.c.session, tokens.c.expires_at
+)
+ENDED = "the session has ended: the agent asks for another with its host key"
+NOT_ENROLLED = (
+    "this server takes an agent's requests only with a session from an enrolled host's key ([server] "
+    "require_enrolled_agents), not with a token made by datum token create or [server.tokens]: enroll the host "
+    "(datum enroll create --host NAME on the server, then the line it prints on the host)"
+)
 
 
 def _principal(row: sa.Row[Any]) -> str:
