@@ -35,8 +35,10 @@ import hashlib
 import hmac
 import json
 import logging
+import os
 import re
 import secrets
+import signal
 import subprocess
 import weakref
 from dataclasses import dataclass, field
@@ -344,20 +346,25 @@ def _ask_hook(store: Store, hook: Path, timeout: float, proof: Proof, values: di
     asked = json.dumps({"host": proof.host, "fingerprint": values["fingerprint"], "source": values["source"],
                         "facts": proof.facts, "joinToken": values["join_token"], "group": values["group_name"]},
                        default=str)
-    try:
-        done = subprocess.run([str(hook)], input=asked, capture_output=True, text=True, timeout=timeout, check=False)
-    except subprocess.TimeoutExpired:
-        why = (f"the approval hook {hook} did not answer within {timeout:g} s: waiting for datum enroll approve "
-               f"{proof.host}")
-        state = PENDING
+    state, why = PENDING, ""
+    try:  # a session of its own: at the timeout the hook and whatever it started are killed, pipes and all
+        proc = subprocess.Popen([str(hook)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, start_new_session=True)
     except OSError as exc:
         why = f"the approval hook {hook} could not run ({exc.strerror}): waiting for datum enroll approve {proof.host}"
-        state = PENDING
     else:
-        said = redacted((done.stdout.strip() or done.stderr.strip()).splitlines()[0][:200]) if (done.stdout.strip() or done.stderr.strip()) else ""
-        state = ACTIVE if done.returncode == 0 else DENIED
-        verb = "approved" if state == ACTIVE else f"denied (exit {done.returncode})"
-        why = f"{verb} by the approval hook {hook}" + (f": {said}" if said else "")
+        try:
+            out, err = proc.communicate(asked, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            why = (f"the approval hook {hook} did not answer within {timeout:g} s: waiting for datum enroll approve "
+                   f"{proof.host}")
+        else:
+            said = (out.strip() or err.strip()).splitlines()
+            state = ACTIVE if proc.returncode == 0 else DENIED
+            verb = "approved" if state == ACTIVE else f"denied (exit {proc.returncode})"
+            why = f"{verb} by the approval hook {hook}" + (f": {redacted(said[0][:200])}" if said else "")
     log.info("host %s: %s", proof.host, why)
     with store.begin() as conn:
         conn.execute(

@@ -1,0 +1,158 @@
+"""Enrollment over HTTP with the server's clock injected (``create_app(clock=...)``): a join token's life and
+uses, a host's clock far off, a nonce too old, a session's end, and ``[server] require_enrolled_agents``.
+
+The processes (``datum serve``, ``datum enroll``, ``datum agent enroll``) are tests/agent/test_enroll.py's.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+from datum.fleet import enroll as enrollment
+from datum.identity import b64, signed
+from datum.store.tokens import ID_LENGTH, digest
+
+from .story import Story, build_story, serve_fleet
+
+
+def _public(key: Ed25519PrivateKey) -> str:
+    return b64(key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw))
+
+
+def _nonce(story: Story) -> str:
+    answer = story.client.get("/v1/enroll/nonce")
+    assert answer.status_code == 200, answer.text
+    return str(answer.json()["nonce"])
+
+
+def enroll(story: Story, key: Ed25519PrivateKey, host: str, join: str, *, skew: float = 0, nonce: str | None = None) -> Any:
+    nonce = nonce or _nonce(story)
+    when = int(story.clock.now.timestamp() + skew)
+    public = _public(key)
+    signature = key.sign(signed("enroll", nonce, host, when, digest(join)[:ID_LENGTH], public))
+    body = {"host": host, "publicKey": public, "nonce": nonce, "time": when, "signature": b64(signature),
+            "facts": {"os": "testos"}}
+    return story.client.post("/v1/enroll", json=body, headers={"Authorization": f"Bearer {join}"})
+
+
+def session(story: Story, key: Ed25519PrivateKey, host: str, *, skew: float = 0) -> Any:
+    nonce = _nonce(story)
+    when = int(story.clock.now.timestamp() + skew)
+    body = {"host": host, "nonce": nonce, "time": when, "signature": b64(key.sign(signed("session", nonce, host, when)))}
+    return story.client.post("/v1/enroll/session", json=body)
+
+
+def _message(answer: Any) -> str:
+    return str(answer.json()["issues"][0]["message"])
+
+
+def test_a_join_token_ends_at_its_ttl_on_the_servers_clock(tmp_path: Path) -> None:
+    story = build_story(tmp_path)
+    join, made = enrollment.create_join(story.store, story.clock.now, host="web1", ttl=timedelta(hours=1))
+    story.clock.now += timedelta(minutes=61)
+    late = enroll(story, Ed25519PrivateKey.generate(), "web1", join)
+    assert late.status_code == 401 and f"the join token {made.id} ended at" in _message(late)
+    join, _ = enrollment.create_join(story.store, story.clock.now, host="web1", ttl=timedelta(hours=1))
+    story.clock.now += timedelta(minutes=59)
+    in_time = enroll(story, Ed25519PrivateKey.generate(), "web1", join)
+    assert in_time.status_code == 200 and in_time.json()["state"] == "active", in_time.text
+
+
+def test_a_pattern_token_takes_its_uses_and_names_that_match_only(tmp_path: Path) -> None:
+    story = build_story(tmp_path)
+    join, made = enrollment.create_join(story.store, story.clock.now, pattern="web-*", uses=2)
+    wrong = enroll(story, Ed25519PrivateKey.generate(), "db-1", join)
+    assert wrong.status_code == 403 and "does not match the join token's pattern 'web-*'" in _message(wrong)
+    for name in ("web-1", "web-2"):
+        done = enroll(story, Ed25519PrivateKey.generate(), name, join)
+        assert done.status_code == 200 and done.json()["state"] == "pending", done.text
+        assert f"datum enroll approve {name}" in done.json()["reason"]
+    third = enroll(story, Ed25519PrivateKey.generate(), "web-3", join)
+    assert third.status_code == 401 and f"the join token {made.id} has been used (2 of 2 uses)" in _message(third)
+
+
+def test_a_host_clock_more_than_five_minutes_off_is_refused_naming_the_offset(tmp_path: Path) -> None:
+    story = build_story(tmp_path)
+    key = Ed25519PrivateKey.generate()
+    join, _ = enrollment.create_join(story.store, story.clock.now, host="web1")
+    ahead = enroll(story, key, "web1", join, skew=7 * 60 + 3)
+    assert ahead.status_code == 422
+    assert "this host's clock is 7 min 3 s ahead of the server's (+423 s" in _message(ahead)
+    assert enroll(story, key, "web1", join, skew=4 * 60).status_code == 200  # within 5 min: taken
+    behind = session(story, key, "web1", skew=-(2 * 3600 + 5))
+    assert behind.status_code == 422 and "2 h 5 s behind the server's" in _message(behind)
+    assert session(story, key, "web1", skew=-60).status_code == 200
+
+
+def test_a_nonce_is_good_for_two_minutes_and_only_from_this_store(tmp_path: Path) -> None:
+    story = build_story(tmp_path)
+    key = Ed25519PrivateKey.generate()
+    join, _ = enrollment.create_join(story.store, story.clock.now, host="web1")
+    old = _nonce(story)
+    story.clock.now += timedelta(seconds=enrollment.NONCE_LIFE + 1)
+    stale = enroll(story, key, "web1", join, nonce=old)
+    assert stale.status_code == 401 and "ask for another" in _message(stale)
+    forged = old.rsplit(".", 1)[0] + ".0123456789abcdef0123456789abcdef"
+    assert enroll(story, key, "web1", join, nonce=forged).status_code == 401
+    assert enroll(story, key, "web1", join).status_code == 200
+
+
+def test_a_signature_by_another_key_gets_no_session(tmp_path: Path) -> None:
+    story = build_story(tmp_path)
+    key = Ed25519PrivateKey.generate()
+    join, _ = enrollment.create_join(story.store, story.clock.now, host="web1")
+    assert enroll(story, key, "web1", join).status_code == 200
+    other = session(story, Ed25519PrivateKey.generate(), "web1")
+    assert other.status_code == 401 and "does not verify with the key host web1 enrolled with" in _message(other)
+    never = session(story, key, "web2")
+    assert never.status_code == 401 and "host web2 has not enrolled" in _message(never)
+
+
+def test_a_session_is_bound_to_its_host_and_ends_with_its_life(tmp_path: Path) -> None:
+    story = build_story(tmp_path)
+    serve_fleet(story, tmp_path / "fleet")
+    key = Ed25519PrivateKey.generate()
+    join, _ = enrollment.create_join(story.store, story.clock.now, host="web1")
+    assert enroll(story, key, "web1", join).status_code == 200
+    got = session(story, key, "web1")
+    assert got.status_code == 200 and got.json()["ttlSeconds"] == 3600
+    bearer = {"Authorization": f"Bearer {got.json()['token']}"}
+    assert story.client.get("/v1/hosts/web1/manifest", headers=bearer).status_code == 200
+    assert story.client.get("/v1/hosts/web2/manifest", headers=bearer).status_code == 403  # its own host only
+    story.clock.now += timedelta(hours=1, seconds=1)
+    story.app.state.datum.tokens.revalidate()  # the server's 2 s re-check, run now
+    ended = story.client.get("/v1/hosts/web1/manifest", headers=bearer)
+    assert ended.status_code == 401 and "the session has ended" in _message(ended)
+    again = session(story, key, "web1")  # a week, or an hour, later: the key gives another
+    assert again.status_code == 200
+    assert story.client.get("/v1/hosts/web1/manifest", headers={"Authorization": f"Bearer {again.json()['token']}"}).status_code == 200
+
+
+def test_require_enrolled_agents_refuses_agent_tokens_that_are_not_sessions(tmp_path: Path) -> None:
+    from datum.api.front.tokens import create
+
+    story = build_story(tmp_path, require_enrolled_agents=True)
+    serve_fleet(story, tmp_path / "fleet")
+    bound = create(story.store, "agent", "web1")
+    refused = story.client.get("/v1/hosts/web1/manifest", headers={"Authorization": f"Bearer {bound}"})
+    assert refused.status_code == 401 and "require_enrolled_agents" in _message(refused)
+    assert story.get("/v1/hosts").status_code == 200  # a person's token is not an agent's
+    key = Ed25519PrivateKey.generate()
+    join, _ = enrollment.create_join(story.store, story.clock.now, host="web1")
+    assert enroll(story, key, "web1", join).status_code == 200
+    token = session(story, key, "web1").json()["token"]
+    assert story.client.get("/v1/hosts/web1/manifest", headers={"Authorization": f"Bearer {token}"}).status_code == 200
+
+
+def test_without_require_enrolled_agents_a_bound_token_keeps_working(tmp_path: Path) -> None:
+    from datum.api.front.tokens import create
+
+    story = build_story(tmp_path)
+    serve_fleet(story, tmp_path / "fleet")
+    bound = create(story.store, "agent", "web1")
+    assert story.client.get("/v1/hosts/web1/manifest", headers={"Authorization": f"Bearer {bound}"}).status_code == 200
