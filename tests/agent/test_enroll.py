@@ -245,3 +245,22 @@ def test_a_session_is_renewed_between_half_and_four_fifths_of_its_life(sqlite_fl
     now[0] = 3600 * 0.66
     assert session.bearer() != first and session.renewals == 2
     assert shares == [(0.5, 0.8), (0.5, 0.8)]
+
+
+def test_over_tls_the_printed_line_pins_the_server_and_the_agent_keeps_trusting_it(tmp_path: Path) -> None:
+    from .test_agent_tls import AUTO, TlsFleet
+
+    with _fleet(tmp_path, f"sqlite:///{tmp_path / 'datum.db'}", kind=TlsFleet, server=AUTO) as fleet:
+        fleet.start()
+        made = admin(fleet, "enroll", "create", "--host", "web1", "--server", fleet.url)
+        assert made.code == 0, made.err
+        line = made.out.strip().splitlines()[-1].split()
+        pin = fleet.datum("tls", "show", "--json", "--config", str(fleet.server_config)).out
+        assert line[-2] == "--pin" and line[-1] == json.loads(pin)["pin"] and line[4] == fleet.url
+        web1 = host(fleet, "web1")
+        unpinned = web1.fleet.datum(*line[1:-2], "--root", str(web1.base / "root"), *web1.files(), env=web1.env)
+        assert unpinned.code == 69 and "certificate" in unpinned.err, unpinned.err  # no trust given: refused
+        done = web1.fleet.datum(*line[1:], "--root", str(web1.base / "root"), *web1.files(), env=web1.env)
+        assert done.code == 0, done.err
+        ran = web1.once()  # no --server, no --pin: as it enrolled
+        assert "(server)" in ran.err and "delivered 1" in ran.err, ran.err

@@ -47,7 +47,18 @@ def _server_url(settings: Any, given: str | None) -> str:
     if settings.enroll.url:
         return str(settings.enroll.url)
     host = settings.server.host
-    return f"http://{f'[{host}]' if ':' in host else host}:{settings.server.port}"
+    scheme = "https" if settings.server.https else "http"
+    return f"{scheme}://{f'[{host}]' if ':' in host else host}:{settings.server.port}"
+
+
+def _pin(settings: Any, url: str) -> str | None:
+    """The pin a host trusts the server by (``datum tls show``'s), for an https URL when this server speaks TLS."""
+    from datum.fleet.tls import described
+
+    if not url.startswith("https://"):
+        return None
+    served = described(settings)
+    return None if served is None else str(served.pin)
 
 
 @click.group()
@@ -74,10 +85,11 @@ def create(host: str | None, pattern: str | None, uses: int, ttl: Any, group: st
     from datum.fleet.enroll import create_join
 
     with _store(config) as (settings, store):
+        url = _server_url(settings, server)
+        pin = _pin(settings, url)  # before the token: one made and never shown would be no use
         token, made = create_join(store, datetime.now(UTC), host=host, pattern=pattern, uses=uses, ttl=ttl,
                                   group=group, replace=replace)
-        url = _server_url(settings, server)
-    line = f"datum agent enroll --server {url} --join {token}"
+    line = f"datum agent enroll --server {url} --join {token}" + (f" --pin {pin}" if pin else "")
     if as_json:
         click.echo(json.dumps({**made.as_json(), "token": token, "command": line}, indent=2))
         return
