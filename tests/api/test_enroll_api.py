@@ -10,9 +10,11 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
+from datum.core.findings import Problem
 from datum.fleet import enroll as enrollment
 from datum.identity import b64, signed
 from datum.store.tokens import ID_LENGTH, digest
@@ -156,3 +158,26 @@ def test_without_require_enrolled_agents_a_bound_token_keeps_working(tmp_path: P
     serve_fleet(story, tmp_path / "fleet")
     bound = create(story.store, "agent", "web1")
     assert story.client.get("/v1/hosts/web1/manifest", headers={"Authorization": f"Bearer {bound}"}).status_code == 200
+
+
+def test_deny_ends_an_active_hosts_sessions_and_approve_lets_it_have_them_again(tmp_path: Path) -> None:
+    story = build_story(tmp_path)
+    serve_fleet(story, tmp_path / "fleet")
+    key = Ed25519PrivateKey.generate()
+    join, _ = enrollment.create_join(story.store, story.clock.now, host="web1")
+    assert enroll(story, key, "web1", join).status_code == 200
+    bearer = {"Authorization": f"Bearer {session(story, key, 'web1').json()['token']}"}
+    assert story.client.get("/v1/hosts/web1/manifest", headers=bearer).status_code == 200
+    denied, ended = enrollment.deny(story.store, "web1", story.clock.now)
+    assert (denied.state, ended) == ("denied", 1)
+    story.app.state.datum.tokens.revalidate()
+    assert story.client.get("/v1/hosts/web1/manifest", headers=bearer).status_code == 401
+    refused = session(story, key, "web1")
+    assert refused.status_code == 403 and "host web1 is denied: denied by datum enroll deny" in _message(refused)
+    assert enrollment.approve(story.store, "web1", story.clock.now).state == "active"
+    assert session(story, key, "web1").status_code == 200
+    revoked, _ = enrollment.revoke(story.store, "web1", story.clock.now)
+    assert revoked.state == "revoked"
+    with pytest.raises(Problem) as raised:
+        enrollment.approve(story.store, "web1", story.clock.now)
+    assert "datum host forget web1" in raised.value.findings[0].message

@@ -59,22 +59,22 @@ def test_the_shipped_unit_runs_passes_on_its_interval_and_stops_cleanly(host):
 
     wait_for(serving, 60, f"datum serve on 127.0.0.1:{port}")
     name = host.run("hostname").stdout.strip()
-    token = host.run(
-        DATUM, "token", "create", "--principal", "agent", "--host", name,
-        "--config", "/etc/datum-test/server.toml", env={"DATUM_HOME": "/var/lib/datum-server"},
-    ).stdout.strip().splitlines()[-1]
-    host.write("/etc/datum/agent.token", token + "\n", mode="0600")
-    # The shipped unit as it is, configured as an operator would: its environment file, and a
-    # drop-in (here: a umask that would leave everything readable; the state stays private).
-    host.write("/etc/systemd/system/datum-agent.service", UNIT.read_text())
-    host.write(
-        "/etc/datum/agent.env",
-        f"DATUM_SERVER=http://127.0.0.1:{port}\nDATUM_INTERVAL=1s\nDATUM_SPLAY=0s\n",
-    )
-    host.write("/etc/systemd/system/datum-agent.service.d/test.conf", "[Service]\nUMask=0000\n")
     host.run("mkdir", "-p", "/var/lib/datum")
     host.run("chmod", "0755", "/var/lib/datum")  # as the package before, or StateDirectory= alone, left it
     host.run("ln", "-sf", DATUM, "/usr/bin/datum")
+    # The host enrolls with the one line the server prints (its key made in the unit's DATUM_HOME): no token
+    # file, no server to configure.
+    line = host.run(
+        DATUM, "enroll", "create", "--host", name, "--server", f"http://127.0.0.1:{port}",
+        "--config", "/etc/datum-test/server.toml", env={"DATUM_HOME": "/var/lib/datum-server"},
+    ).stdout.strip().splitlines()[-1]
+    assert line.startswith("datum agent enroll --server http://127.0.0.1:") and " --join datum_j_" in line, line
+    host.sh(f"DATUM_HOME=/var/lib/datum {line}")
+    # The shipped unit as it is, configured as an operator would: its environment file, and a
+    # drop-in (here: a umask that would leave everything readable; the state stays private).
+    host.write("/etc/systemd/system/datum-agent.service", UNIT.read_text())
+    host.write("/etc/datum/agent.env", "DATUM_INTERVAL=1s\nDATUM_SPLAY=0s\n")
+    host.write("/etc/systemd/system/datum-agent.service.d/test.conf", "[Service]\nUMask=0000\n")
     host.run("systemctl", "daemon-reload")
     host.run("systemctl", "start", "datum-agent")
 
