@@ -126,6 +126,9 @@ def test_a_session_is_bound_to_its_host_and_ends_with_its_life(tmp_path: Path) -
     bearer = {"Authorization": f"Bearer {got.json()['token']}"}
     assert story.client.get("/v1/hosts/web1/manifest", headers=bearer).status_code == 200
     assert story.client.get("/v1/hosts/web2/manifest", headers=bearer).status_code == 403  # its own host only
+    from datum.api.front.tokens import listed
+
+    assert [t for t in listed(story.store) if t["host"] == "web1"] == []  # datum token list shows no session
     story.clock.now += timedelta(hours=1, seconds=1)
     story.app.state.datum.tokens.revalidate()  # the server's 2 s re-check, run now
     ended = story.client.get("/v1/hosts/web1/manifest", headers=bearer)

@@ -168,7 +168,8 @@ def test_the_printed_systemd_unit_is_the_shipped_one():
     done = subprocess.run([*DATUM, "agent", "--print-systemd-unit"], capture_output=True, text=True, check=False)
     assert done.returncode == 0
     assert done.stdout == (ROOT / "contrib" / "systemd" / "datum-agent.service").read_text()
-    assert "ExecStart=/usr/bin/datum agent --server" in done.stdout
+    # enrollment first: the host's key, the server and the pin it enrolled with; no token file to copy
+    assert "ExecStart=/usr/bin/datum agent --interval ${DATUM_INTERVAL} --splay ${DATUM_SPLAY}\n" in done.stdout
     assert "ExecReload=/bin/kill -HUP $MAINPID" in done.stdout  # systemctl reload: the SIGHUP re-read
     assert (ROOT / "contrib" / "systemd" / "datum-agent.service").is_symlink()  # one file, packaged
 
