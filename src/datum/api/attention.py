@@ -22,9 +22,9 @@ from datum.reconcile.attention import every
 from datum.reconcile.registry import Registry
 from datum.reconcile.report import DriftReport
 from datum.store import Store
-from datum.store.hosts import among
 from datum.store.leases import Leases
 from datum.store.leases import read as read_leases
+from datum.store.scope import among
 from datum.web import view
 
 

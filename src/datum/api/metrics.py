@@ -53,9 +53,10 @@ from datum.fleet.stale import stale
 from datum.fleet.tls import Served
 from datum.reconcile.attention import every
 from datum.reconcile.report import DriftReport
-from datum.store.hosts import FINISHED_AT, UPDATED_AT, among, group_counts, of_groups, stale_hosts
+from datum.store.hosts import FINISHED_AT, UPDATED_AT, group_counts, stale_hosts
 from datum.store.hosts import hosts as hosts_table
 from datum.store.runs import load_runs
+from datum.store.scope import among, of_groups
 from datum.store.status_counts import counts_table
 
 _BACKING_OFF = frozenset({Reason.BACKOFF.value, Reason.APPLY_FAILED.value})

@@ -16,10 +16,11 @@ from typing import Any
 
 from datum.core.vocab import RolloutAct, RolloutState
 from datum.store import Store
-from datum.store.hosts import among, known, unknown_host
+from datum.store.hosts import known, unknown_host
 from datum.store.passes import After, fleet_events, host_passes
 from datum.store.rollouts import Transition
 from datum.store.rollouts import events as rollout_events
+from datum.store.scope import among
 
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000

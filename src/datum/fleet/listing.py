@@ -20,7 +20,8 @@ from typing import Any
 from datum.core.vocab import HostState
 from datum.fleet.stale import stale_reason
 from datum.store import Store
-from datum.store.hosts import Groups, group_counts, host_counts, host_page
+from datum.store.hosts import group_counts, host_counts, host_page
+from datum.store.scope import Groups
 
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000

@@ -47,10 +47,10 @@ from typing import Any
 
 from datum.core.budget import DEFAULT_GROUP, Order
 from datum.core.findings import FieldError, Problem, invalid
+from datum.fleet.nodes_model import GLOB, as_text
 
 NODES = "nodes.yaml"
 ORDER = "reboot_order"
-GLOB = "*?["  # what makes a name a glob (fnmatch): a declared host or a reboot_order entry has none
 _GLOB = frozenset(GLOB)
 # What a rule on facts may not give: each grants something (secrets in vars, a reboot group, a rollout wave,
 # a place in the inventory). ``expected`` has its own finding (it declares one host by name).
@@ -117,14 +117,6 @@ def _fact(facts: dict[str, Any], path: str) -> Any:
             return None
         value = value[part]
     return value
-
-
-def as_text(value: Any) -> str | None:
-    """A fact's or label's value as a match compares it (the host's and the rule's alike): YAML's and JSON's
-    ``true`` is ``"true"``, ``4`` is ``"4"``; None for a structure or nothing, which no glob fits."""
-    if value is None or isinstance(value, dict | list):
-        return None
-    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def _fits(value: Any, want: str) -> bool:

@@ -24,13 +24,21 @@ from pydantic import (
     model_validator,
 )
 
-from datum.fleet.nodes import GLOB, as_text
+GLOB = "*?["  # what makes a name a glob (fnmatch): a declared host or a reboot_order entry has none
+
+
+def as_text(value: Any) -> str | None:
+    """A fact's or label's value as a match compares it (the host's and the rule's alike): YAML's and JSON's
+    ``true`` is ``"true"``, ``4`` is ``"4"``; None for a structure or nothing, which no glob fits."""
+    if value is None or isinstance(value, dict | list):
+        return None
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 NOT_A_GLOB = f"^[^{re.escape(GLOB)}]+$"
 
 
 def _text(value: Any) -> Any:
-    """A fact's or label's value as a match compares it (``datum.fleet.nodes.as_text``); a structure or nothing
+    """A fact's or label's value as a match compares it (``as_text``); a structure or nothing
     is left as it is, for the string check to refuse."""
     text = as_text(value)
     return value if text is None else text

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import logging
 from collections import Counter
-from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -29,6 +28,7 @@ from datum.store.leases import release_rebooted
 from datum.store.passes import PG_ARCHIVE_CTES, pg_archive_params
 from datum.store.runs import store_now
 from datum.store.schema import hosts
+from datum.store.scope import Groups, of_groups
 from datum.store.status_counts import COMPACT_AT, compact, counts_table
 from datum.store.types import ReadableTime, UTCDateTime
 
@@ -446,31 +446,6 @@ def compact_counts(store: Store, counts: str | None = None, by: dict[str, str] |
         compact(store.engine, hosts.name, counts, by or ())
     except sa.exc.SQLAlchemyError as exc:
         log.warning("could not fold the host count log: %s", exc)
-
-
-Groups = frozenset[str] | None  # the host groups a list shows; None: every group
-
-
-def of_groups(groups: Groups) -> Any:
-    """The ``hosts`` rows of ``groups`` (their recorded ``group_name``), None for every host: the one filter every
-    list of a token scoped to host groups adds to its query (``datum.api.front.authz.scope_of``)."""
-    return None if groups is None else hosts.c.group_name.in_(sorted(groups))
-
-
-def hosts_of(column: Any, groups: Groups) -> Any:
-    """``column`` (a host name) names a host of ``groups``, None for every host: for the tables keyed by host."""
-    if groups is None:
-        return None
-    return column.in_(sa.select(hosts.c.host).where(of_groups(groups)))
-
-
-def among(store: Store, names: Iterable[str], groups: Groups) -> set[str]:
-    """Which of ``names`` are hosts of ``groups`` (every one of them for None): for the few hosts a rollout names."""
-    wanted = set(names)
-    if groups is None or not wanted:
-        return wanted if groups is None else set()
-    with store.connect() as conn:
-        return set(conn.execute(sa.select(hosts.c.host).where(hosts.c.host.in_(sorted(wanted)), of_groups(groups))).scalars())
 
 
 def host_page(

@@ -311,7 +311,7 @@ class Leases:
 def read(store: Store, host: str | None = None, groups: frozenset[str] | None = None) -> Leases:
     """The leases (of ``host`` only, when given; of the hosts of ``groups`` only, when given: a token scoped to
     host groups), oldest first; without ``host``, the hosts waiting too."""
-    from datum.store.hosts import hosts_of
+    from datum.store.scope import hosts_of
 
     mine = hosts_of(t.c.host, groups)
     with store.connect() as conn:

@@ -227,7 +227,7 @@ def fleet_events(
 ) -> list[dict[str, Any]]:
     """Up to ``limit`` events across the fleet, newest finish first, after ``after``, each filter exact; only the
     events of ``groups``' hosts when given (a token scoped to host groups)."""
-    from datum.store.hosts import hosts_of
+    from datum.store.scope import hosts_of
 
     query = sa.select(
         ev.c.id, ev.c.host, ev.c.pass_row, ev.c.pass_id, ev.c.finished_at, ev.c.received_at, ev.c.resource,

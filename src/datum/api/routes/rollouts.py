@@ -28,8 +28,8 @@ from datum.fleet.history import rollout_event
 from datum.fleet.rollouts import serve
 from datum.store import rollouts as stored
 from datum.store.engine import Store
-from datum.store.hosts import among
 from datum.store.rollouts import RolloutRow
+from datum.store.scope import among
 from datum.wire import NO_NUL
 
 router = APIRouter(prefix="/v1/rollouts", tags=["fleet"])
