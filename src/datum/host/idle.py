@@ -19,9 +19,9 @@ Anything else (no entry, a read that differs, a reboot on record, a signal)
 hands the lock it holds, and the signal watch, to the engine (``datum.host.lock.Held``),
 which runs the pass as always. No dependency is listed here by hand.
 
-Its cold start imports three of Datum's modules besides the command's (and
-``datum.home``, where the entry lives): this one, the recorder and the pass
-lock (``datum.host.lock``); neither ``json`` nor ``typing``, ``pathlib``,
+Its cold start imports four of Datum's modules besides the command's (and
+``datum.home``, where the entry lives): this one, the recorder, the pass
+lock (``datum.host.lock``) and the state file's owner (``datum.host.statedb``); neither ``json`` nor ``typing``, ``pathlib``,
 ``enum``, ``signal`` nor the pass engine: what it costs is close to a bare
 loop that ``lstat``s the same files. What the engine needs of it (``before``,
 ``remember``) imports what it uses where it is used.
@@ -35,7 +35,7 @@ import sys
 import time
 from zlib import crc32
 
-from datum.host import lock
+from datum.host import lock, statedb
 from datum.providers import reads
 
 TYPE_CHECKING = False  # the cold start's: no typing imported (datum.host.lock says why)
@@ -255,8 +255,8 @@ def run(manifest: str, root: str, mode: str | None, state: str | None, config: s
     held = lock.hold(entry["state_path"], entry["lock_wait"], boot_id)
     try:
         try:
-            previous = lock.last_pass(held.db, entry["host"])
-        except lock.Unreadable:
+            previous = statedb.last_pass(held.db, entry["host"])
+        except statedb.Unreadable:
             previous = None
         if previous is not None and "reboot" in previous:
             return held  # a reboot on record: the engine decides whether it still holds
@@ -283,11 +283,11 @@ def run(manifest: str, root: str, mode: str | None, state: str | None, config: s
 
 
 def _store(held: lock.Held, host: str, finished: str, text: str) -> None:
-    """The idle pass's report stored as the engine stores its own (``datum.host.lock.write_pass``);
+    """The idle pass's report stored as the engine stores its own (``datum.host.statedb.write_pass``);
     ``NotPersisted``, carrying it, when the state file refuses it."""
     try:
-        lock.write_pass(held.db, held.path, host, "converged", finished, text)
-    except lock.Unstored as exc:
+        statedb.write_pass(held.db, held.path, host, "converged", finished, text)
+    except statedb.Unstored as exc:
         import json
 
         from datum.host.statefile import NotPersisted

@@ -1,18 +1,16 @@
-"""What a host pass holds while it runs: the state file, opened as a plain file; its pass lock; the
-signal watch. Kept light: the idle pass (``datum.host.idle``) starts cold with this module.
+"""What a host pass holds while it runs: the state file (opened by ``datum.host.statedb``, which owns
+it); its pass lock; the signal watch. Kept light: the idle pass (``datum.host.idle``) starts cold with
+this module.
 
 One pass at a time: the state file is locked with ``flock`` on ``<state>.host-pass.lock``,
 which the kernel releases with the process however it dies. The lock file holds the running
 pass's record (holder, pid, start): it stays behind when the pass dies before its report is
 persisted, which is how the next pass, and ``datum status``, know (``unfinished``).
 
-Nothing beside the state is followed: the state file and its lock are opened only when they
-are regular files of one link (a symbolic link, a directory or a FIFO planted there is refused
-with a message naming it, and nothing it leads to is read, truncated or written); a new state
-file is made with ``O_EXCL | O_NOFOLLOW``, 0600.
-
-The report rows a pass reads and writes are here too (``last_pass``, ``write_pass``); the reports
-as JSON, the spool's readers and ``datum status`` are ``datum.host.statefile``'s.
+Nothing beside the state is followed: the lock file is opened as the state file is
+(``datum.host.statedb.open_plain``: a regular file of one link, a link planted there refused). The
+state file's schema and every statement run on it are ``datum.host.statedb``'s; the reports as
+JSON and ``datum status`` are ``datum.host.statefile``'s.
 
 Light on purpose, the one place besides the idle pass and the recorder where speed decides how
 the code is written: no ``json``, ``typing``, ``contextlib``, ``signal`` nor ``datetime`` for a
@@ -28,6 +26,8 @@ import os
 import sqlite3
 import time
 
+from datum.host.statedb import open_local, open_plain, problem, wait_for_writers
+
 try:
     from _json import encode_basestring_ascii as _encode
 except ImportError:  # pragma: no cover - an interpreter without CPython's accelerator
@@ -41,216 +41,6 @@ if TYPE_CHECKING:
     from datum.core.findings import Problem
 
 LOCK_NAME = "host-pass"
-# The local file's own schema: one table for the reports, the agent's beside it
-# (datum.agent.state). Made with CREATE TABLE IF NOT EXISTS, so a version is only
-# needed when a column changes.
-LOCAL_SCHEMA = """
-CREATE TABLE IF NOT EXISTS agent_reports (
-    host TEXT PRIMARY KEY,
-    state TEXT NOT NULL,
-    finished_at TEXT,
-    updated_at TEXT NOT NULL,
-    report TEXT NOT NULL
-);
--- datum agent: reports not yet delivered to the server, in sequence order.
-CREATE TABLE IF NOT EXISTS agent_spool (
-    seq INTEGER PRIMARY KEY,
-    pass_id TEXT NOT NULL,
-    report TEXT NOT NULL
-);
--- datum agent: the last manifest the server gave (applied when it cannot be fetched).
-CREATE TABLE IF NOT EXISTS agent_manifest (
-    id INTEGER PRIMARY KEY CHECK (id = 1),
-    digest TEXT NOT NULL,
-    body BLOB NOT NULL,
-    fetched_at TEXT NOT NULL
-);
--- datum agent: counters (the per-host sequence number).
-CREATE TABLE IF NOT EXISTS agent_meta (
-    key TEXT PRIMARY KEY,
-    value TEXT NOT NULL
-);
-"""
-
-
-class Unreadable(Exception):
-    """The persisted report exists and cannot be read: the host state is ``unknown``."""
-
-
-class Unstored(Exception):
-    """The state file refused a report (a full or read-only disk, a lock held past its wait): why."""
-
-
-# -- the state file, opened as a plain file ------------------------------------------------------
-
-
-def open_local(path: str) -> sqlite3.Connection:
-    """The agent's local state file, its tables made when missing (``sqlite3``, autocommit).
-
-    On a first pass the directory it lives in may not exist yet (``$DATUM_HOME``
-    on a fresh host): it is made, readable by its owner only (0700). The file
-    is a regular file of one link, made 0600 when missing (``_plain_state``), and
-    still the same one once SQLite has opened it; anything else is refused.
-    """
-    try:
-        try:
-            return _connect(path)
-        except FileNotFoundError:
-            parent = os.path.dirname(path)
-            if not parent or os.path.lexists(parent):
-                raise
-            os.makedirs(parent, mode=0o700)
-            return _connect(path)
-    except (sqlite3.Error, OSError) as exc:
-        why = _why(exc, path) if isinstance(exc, sqlite3.Error) else f"cannot make {exc.filename}: {exc.strerror}"
-        raise _problem(f"cannot open the state file {path}: {why}") from exc
-
-
-def _connect(path: str) -> sqlite3.Connection:
-    found = _plain_state(path)
-    db = sqlite3.connect(path, timeout=10, isolation_level=None)
-    try:
-        st = os.lstat(path)
-        if (st.st_dev, st.st_ino) != found:  # swapped between the check and SQLite's open
-            raise _refused("the state file", path, "not the file that was checked (replaced while opened)")
-        db.execute("PRAGMA busy_timeout=10000")
-        if not db.execute("SELECT 1 FROM sqlite_master WHERE name='agent_meta'").fetchone():
-            db.executescript(LOCAL_SCHEMA)
-    except BaseException:
-        db.close()
-        raise
-    return db
-
-
-def _plain_state(path: str) -> tuple[int, int]:
-    """The (device, inode) of the state file, a regular file of one link; a missing one is made (0600,
-    ``O_EXCL | O_NOFOLLOW``: never through a link). Anything else there is refused."""
-    what = "the state file"
-    try:
-        fd = _open_plain(path, os.O_RDONLY, what)
-    except FileNotFoundError:
-        try:
-            fd = _open_plain(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, what, 0o600)
-        except FileExistsError:  # made since (by another agent, or a link planted): as it is now
-            fd = _open_plain(path, os.O_RDONLY, what)
-    try:
-        st = os.fstat(fd)
-        if st.st_mode & 0o077:  # it holds every File's content: an older version left it 0644
-            os.fchmod(fd, 0o600)
-        return st.st_dev, st.st_ino
-    finally:
-        os.close(fd)
-
-
-def _open_plain(path: str, flags: int, what: str, mode: int = 0o644) -> int:
-    """``path`` opened without following a link (nor blocking on a FIFO): a descriptor of a regular file
-    with one link, or the ``UNAVAILABLE`` problem naming what is there instead (nothing it leads to is
-    touched). ``FileNotFoundError`` and ``FileExistsError`` (with ``O_EXCL``) as they are."""
-    import errno
-    import stat
-
-    try:
-        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode)
-    except (FileNotFoundError, FileExistsError):
-        raise
-    except OSError as exc:
-        raise _refused(what, path, "a symbolic link" if exc.errno == errno.ELOOP else str(exc.strerror)) from exc
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
-        os.close(fd)
-        raise _refused(what, path, "a file with other hard links" if stat.S_ISREG(st.st_mode) else "not a regular file")
-    return fd
-
-
-def _problem(message: str) -> Problem:
-    """The ``UNAVAILABLE`` problem (``datum.core.findings`` imported once something is wrong)."""
-    from datum.core.findings import Problem
-
-    return Problem.one("UNAVAILABLE", message)
-
-
-def _refused(what: str, path: str, found: str) -> Problem:
-    return _problem(
-        f"{what} {path} is {found}: refused, and nothing it leads to is touched "
-        "(remove it, and the next pass makes its own)"
-    )
-
-
-def _why(exc: BaseException, path: str) -> str:
-    """What SQLite said, plus the real cause when the disk under the store is full (it says 'disk I/O error')."""
-    text = str(exc)
-    try:
-        full = os.statvfs(os.path.dirname(path) or ".").f_bavail == 0
-    except OSError:
-        full = False
-    return f"{text} (no space left on device)" if full and "full" not in text else text
-
-
-# -- the report rows ------------------------------------------------------------------------------
-
-
-def last_pass(db: sqlite3.Connection, host: str) -> dict[str, Any] | None:
-    """What a pass needs of ``host``'s last report: its ``state``, ``finishedAt`` and ``reboot`` (as
-    JSON text), without parsing the whole report (1,000 resources, ~200 KB): the state and the end
-    are columns ``write_pass`` writes with it; the report is searched for ``"reboot"`` (a byte
-    search) and parsed by SQLite's ``json_extract`` only where it is found. ``Unreadable`` when it
-    cannot be read."""
-    try:
-        row = db.execute(
-            "SELECT state, finished_at, CASE WHEN instr(report, '\"reboot\"') > 0"
-            " THEN json(json_extract(report, '$.reboot')) END FROM agent_reports WHERE host = ?",
-            (host,),
-        ).fetchone()
-    except sqlite3.OperationalError as exc:  # malformed JSON
-        raise Unreadable(f"the last pass report of {host} cannot be read: {exc}") from exc
-    if row is None:
-        return None
-    state, finished, reboot = row
-    if not isinstance(state, str):
-        raise Unreadable(f"the last pass report of {host} cannot be read: not a pass report")
-    out: dict[str, Any] = {"state": state}
-    if finished is not None:
-        out["finishedAt"] = finished
-    if reboot is not None:
-        out["reboot"] = reboot
-    return out
-
-
-def write_pass(
-    db: sqlite3.Connection,
-    path: str,
-    host: str,
-    state: str,
-    finished: str | None,
-    text: str,
-    spool: tuple[int, str] | None = None,
-    meta: dict[str, str] | None = None,
-) -> None:
-    """Persist a report already in JSON (``text``) as ``host``'s last pass in the state file
-    ``db`` opened at ``path``, in one transaction; ``spool``: its (seq, passId) when ``datum
-    agent`` delivers it; ``meta``: ``agent_meta`` keys written with it. ``Unstored`` says why
-    SQLite refused it."""
-    import datetime
-
-    try:
-        db.execute("BEGIN IMMEDIATE")
-        try:
-            db.execute(
-                "INSERT OR REPLACE INTO agent_reports (host, state, finished_at, updated_at, report)"
-                " VALUES (?, ?, ?, ?, ?)",
-                (host, state, finished, datetime.datetime.now(datetime.UTC).isoformat(), text),
-            )
-            if spool is not None:  # datum agent's pass: to be delivered, with it
-                db.execute("INSERT OR IGNORE INTO agent_spool (seq, pass_id, report) VALUES (?, ?, ?)", (*spool, text))
-            for key, value in (meta or {}).items():
-                db.execute("INSERT OR REPLACE INTO agent_meta (key, value) VALUES (?, ?)", (key, value))
-            db.execute("COMMIT")
-        except BaseException:
-            if db.in_transaction:  # SQLite already rolled back on a full disk: keep the real error
-                db.execute("ROLLBACK")
-            raise
-    except sqlite3.Error as exc:
-        raise Unstored(_why(exc, path)) from exc
 
 
 # -- the one-pass-at-a-time lock ------------------------------------------------------------------
@@ -290,9 +80,9 @@ class Lease:
 
         path = lock_path(self.path)
         try:
-            fd = _open_plain(path, os.O_RDWR | os.O_CREAT, "the lock file", 0o600)
+            fd = open_plain(path, os.O_RDWR | os.O_CREAT, "the lock file", 0o600)
         except FileNotFoundError as exc:
-            raise _problem(f"cannot open the lock file {path}: {exc.strerror}") from exc
+            raise problem(f"cannot open the lock file {path}: {exc.strerror}") from exc
         try:
             deadline, tries = time.monotonic() + self.wait, 0
             while True:
@@ -306,13 +96,13 @@ class Lease:
                         raise self._busy() from None
                     time.sleep(0.1)
             # a file locked by another process (datum status): waited for lock_wait
-            self.db.execute(f"PRAGMA busy_timeout={max(1, int(self.wait * 1000))}")
+            wait_for_writers(self.db, self.wait)
             self.taken_over = _parse(_read_fd(fd))  # a pass that died holding it
             try:
                 os.ftruncate(fd, 0)
                 os.pwrite(fd, _flat(_record_of(self.holder) or {}).encode(), 0)
             except OSError as exc:  # a full disk: say so before anything is touched
-                raise _problem(
+                raise problem(
                     f"the state file {self.path} is not usable: cannot write {path}: {exc.strerror}"
                 ) from exc
         except BaseException:
@@ -338,7 +128,7 @@ class Lease:
     def _busy(self) -> Problem:
         record = _read_record(lock_path(self.path))
         holder = _describe(record) if record else "another agent"
-        return _problem(
+        return problem(
             f"another pass is running against {self.path} (held by {holder}); "
             f"gave up after waiting {self.wait:g}s"
         )
@@ -372,7 +162,7 @@ def running_record(path: str) -> dict[str, Any] | None:
     import fcntl
 
     try:
-        fd = _open_plain(lock_path(path), os.O_RDONLY, "the lock file")
+        fd = open_plain(lock_path(path), os.O_RDONLY, "the lock file")
     except Exception:  # noqa: BLE001 - none, or not one to read (a link): no pass record
         return None
     try:
@@ -443,7 +233,7 @@ def _read_fd(fd: int) -> bytes:
 
 def _read_record(path: str) -> dict[str, Any] | None:
     try:
-        fd = _open_plain(path, os.O_RDONLY, "the lock file")
+        fd = open_plain(path, os.O_RDONLY, "the lock file")
     except Exception:  # noqa: BLE001 - gone, or not one to read
         return None
     try:

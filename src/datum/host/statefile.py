@@ -1,18 +1,19 @@
 """The host's own state: the last pass report per host, read and written as JSON.
 
 ``--state PATH`` (default ``[host] state``, else ``$DATUM_HOME/agent.db``) is
-the agent's *local* state file, a SQLite file: its tables (``agent_reports``
-here, the spool and the last fetched manifest of ``datum.agent.state``) are
-made and written by the agent alone with the standard library's ``sqlite3``,
-never by the server, and share no table with the server's store. The server
+the agent's *local* state file, a SQLite file: its tables (the reports read
+here, the spool and the last fetched manifest ``datum.agent.state`` reads)
+are made and written by the agent alone with the standard library's
+``sqlite3``, never by the server, and share no table with the server's store. The server
 learns about hosts from their reports only (``--report-to``, ``datum agent``),
 so every table has one writer; a URL given as ``--state`` is refused
 (``state_path``). Importing SQLAlchemy alone costs more than the whole
 idle-pass budget, so this module never imports it.
 
-How the file is opened, its pass lock and the report rows are ``datum.host.lock``'s,
-which the idle pass loads without this module; ``StateStore`` reads and writes
-the reports over them as JSON, and says when one could not be stored
+The file's schema, how it is opened and every statement run on it are
+``datum.host.statedb``'s, its pass lock ``datum.host.lock``'s: the idle pass
+loads those two without this module. ``StateStore`` reads and writes the
+reports over them as JSON, and says when one could not be stored
 (``NotPersisted``).
 """
 
@@ -25,18 +26,9 @@ from datetime import timedelta
 from typing import Any
 
 from datum.core.findings import Finding, Problem
-from datum.host.lock import (
-    Lease,
-    Unreadable,
-    Unstored,
-    last_pass,
-    lock_path,
-    open_local,
-    running_record,
-    unfinished,
-    unfinished_reason,
-    write_pass,
-)
+from datum.host import statedb
+from datum.host.lock import Lease, lock_path, running_record, unfinished, unfinished_reason
+from datum.host.statedb import Unreadable, Unstored, open_local
 
 __all__ = [
     "NotPersisted",
@@ -91,9 +83,9 @@ class StateStore:
 
     def get(self, host: str) -> dict[str, Any] | None:
         """The last persisted pass report of ``host``, or None; ``Unreadable`` when it cannot be read."""
-        row = self._db.execute("SELECT report FROM agent_reports WHERE host = ?", (host,)).fetchone()
+        text = statedb.report_text(self._db, host)
         try:
-            report = json.loads(row[0]) if row else None
+            report = json.loads(text) if text is not None else None
         except ValueError as exc:
             raise Unreadable(f"the last pass report of {host} cannot be read: {exc}") from exc
         if report is not None:
@@ -112,14 +104,14 @@ class StateStore:
 
     def summary(self, host: str) -> dict[str, Any] | None:
         """``get``'s ``state``, ``finishedAt`` and ``reboot`` only, without parsing the whole report
-        (``datum.host.lock.last_pass``); ``Unreadable`` when it cannot be read."""
-        found = last_pass(self._db, host)
+        (``datum.host.statedb.last_pass``); ``Unreadable`` when it cannot be read."""
+        found = statedb.last_pass(self._db, host)
         if found is not None and "reboot" in found:
             found["reboot"] = json.loads(found["reboot"])
         return found
 
     def hosts(self) -> list[str]:
-        return [r[0] for r in self._db.execute("SELECT host FROM agent_reports ORDER BY host")]
+        return statedb.hosts(self._db)
 
     def record(self, host: str, report: dict[str, Any], stale_markers: dict[str, int] | None = None) -> None:
         """Persist ``report`` as ``host``'s latest pass; ``NotPersisted`` (carrying it) when the store
@@ -131,15 +123,15 @@ class StateStore:
         spool = (report["seq"], str(report.get("passId", ""))) if isinstance(report.get("seq"), int) else None
         meta = {self._STALE: json.dumps(stale_markers)} if stale_markers is not None else None
         try:
-            write_pass(self._db, self.path, host, report["state"], report.get("finishedAt"), text, spool, meta)
+            statedb.write_pass(self._db, self.path, host, report["state"], report.get("finishedAt"), text, spool, meta)
         except Unstored as exc:
             raise NotPersisted(self.path, exc, report) from exc
 
     def stale_markers(self) -> dict[str, int]:
         """The reboot markers the last pass that found any found stale; {} when none, or unreadable."""
-        row = self._db.execute("SELECT value FROM agent_meta WHERE key = ?", (self._STALE,)).fetchone()
+        text = statedb.meta(self._db, self._STALE)
         try:
-            kept = json.loads(row[0]) if row else {}
+            kept = json.loads(text) if text is not None else {}
         except ValueError:
             return {}
         ok = isinstance(kept, dict) and all(isinstance(v, int) for v in kept.values())
@@ -147,16 +139,11 @@ class StateStore:
 
     def meta(self, key: str) -> str | None:
         """One ``agent_meta`` value (``datum.host.hooks``: the boot a reboot was made from), or None."""
-        row = self._db.execute("SELECT value FROM agent_meta WHERE key = ?", (key,)).fetchone()
-        return str(row[0]) if row and row[0] is not None else None
+        return statedb.meta(self._db, key)
 
     def set_meta(self, key: str, value: str | None) -> None:
         """Write (None: drop) one ``agent_meta`` value, committed."""
-        with self._db:
-            if value is None:
-                self._db.execute("DELETE FROM agent_meta WHERE key = ?", (key,))
-            else:
-                self._db.execute("INSERT OR REPLACE INTO agent_meta (key, value) VALUES (?, ?)", (key, value))
+        statedb.set_meta(self._db, key, value)
 
     def lease(self, wait: timedelta, boot_id: str = "") -> Lease:
         """This state file's pass lock (``datum.host.lock.Lease``), held while entered; waits at most
