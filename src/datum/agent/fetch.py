@@ -129,11 +129,12 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 def _names(files: dict[str, Any]) -> None:
     """Refuse every served file name that is not a plain relative path inside the manifest, at once."""
     from datum.core.findings import FieldError, invalid
+    from datum.unpack import outside
 
     wrong = []
     for rel in files:
         parts = rel.split("/")
-        if rel.startswith("/") or any(p in ("", ".", "..") for p in parts):
+        if outside(rel):
             wrong.append(FieldError(f"files.{rel[:200]!r}", "names a file outside it"))
         elif _CONTROL.search(rel) or len(rel) > 4096 or any(len(p.encode("utf-8", "replace")) > 255 for p in parts):
             wrong.append(FieldError(f"files.{rel[:200]!r}", "is not a file name (a control character, or too long)"))
@@ -179,28 +180,29 @@ def _is_dir(dir_fd: int, name: str) -> bool:
         return False
 
 
-_NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-
-
 def _unpack(base_fd: int, base: Path, name: str, doc: dict[str, Any], files: dict[str, Any]) -> None:
-    """Write a served manifest's files in ``base/name`` (built aside, renamed in), through directory
-    descriptors opened without following links: nothing is written outside ``base``."""
+    """Write a served manifest's files in ``base/name`` (built aside, renamed in) with the one safe
+    unpacker (``datum.unpack``): nothing is written outside ``base``, no link is followed."""
     from datum.core.findings import Problem
     from datum.safefs import open_dir
+    from datum.unpack import Refused, unpack
 
+    members: list[tuple[str, bytes]] = []
+    for rel, data in files.items():
+        try:
+            members.append((rel, base64.b64decode(data, validate=True)))
+        except (ValueError, TypeError) as exc:
+            raise Problem.one("INVALID_INPUT", f"the server's file {rel} is not base64: {exc}") from exc
+    members.append(("manifest.json", json.dumps(doc).encode()))
     partial = f".{name}.tmp{os.getpid()}"
     try:
         _remove(base_fd, partial)
         os.mkdir(partial, 0o700, dir_fd=base_fd)
         top = open_dir(partial, dir_fd=base_fd)
         try:
-            for rel, data in files.items():
-                try:
-                    content = base64.b64decode(data, validate=True)
-                except (ValueError, TypeError) as exc:
-                    raise Problem.one("INVALID_INPUT", f"the server's file {rel} is not base64: {exc}") from exc
-                _write(top, rel.split("/"), content)
-            _write(top, ["manifest.json"], json.dumps(doc).encode())
+            unpack(top, members, MAX_MANIFEST)
+        except Refused as exc:  # never, the names checked and the body bounded already: said if it were
+            raise Problem.one("INVALID_INPUT", f"the server's manifest cannot be written under {base}: {exc}") from exc
         finally:
             os.close(top)
         if not _is_dir(base_fd, name):
@@ -216,28 +218,6 @@ def _unpack(base_fd: int, base: Path, name: str, doc: dict[str, Any], files: dic
         ) from exc
     finally:
         _remove(base_fd, partial)
-
-
-def _write(top: int, parts: list[str], content: bytes) -> None:
-    """Write ``content`` at ``parts`` below the directory open at ``top``, making the directories on the
-    way; each opened without following a link, the file made new (``O_EXCL``)."""
-    from datum.safefs import open_dir
-
-    fd = os.dup(top)
-    try:
-        for part in parts[:-1]:
-            try:
-                os.mkdir(part, 0o700, dir_fd=fd)
-            except FileExistsError:
-                pass
-            sub = open_dir(part, dir_fd=fd)
-            os.close(fd)
-            fd = sub
-        out = os.open(parts[-1], _NEW, 0o600, dir_fd=fd)
-        with os.fdopen(out, "wb") as f:
-            f.write(content)
-    finally:
-        os.close(fd)
 
 
 def _remove(base_fd: int, name: str) -> None:

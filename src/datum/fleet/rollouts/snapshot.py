@@ -17,9 +17,10 @@ directory inside it as a link to the same place within the copy; any other
 so the copy refuses it exactly as the directory does (``outside the
 manifest's directory``) and no file of the server's ever reaches the store
 or a host. The copy is written into a fresh directory and
-renamed into place, file by file with ``O_NOFOLLOW | O_EXCL`` under directory
-descriptors: a link planted under ``<home>/revisions`` is never followed, and
-a copy half written is never served.
+renamed into place, written by the one safe unpacker (``datum.unpack``, the
+agent's too: ``O_NOFOLLOW | O_EXCL`` under directory descriptors, at most
+``MAX_BYTES``): a link planted under ``<home>/revisions`` is never followed,
+and a copy half written is never served.
 """
 
 from __future__ import annotations
@@ -34,15 +35,13 @@ import threading
 import zlib
 from pathlib import Path
 
+from datum.unpack import Link, outside, unpack
+
 MAX_BYTES = 256 * 1024 * 1024  # the largest fleet directory (uncompressed) a snapshot keeps
 
 
 class TooLarge(Exception):
     """The directory holds more than ``MAX_BYTES``: no snapshot (its rollout cannot hold hosts back)."""
-
-
-class Link(str):
-    """A link kept as a link: its target, as ``readlink`` gave it (never followed by ``capture``)."""
 
 
 def capture(resolved: Path) -> bytes:
@@ -98,8 +97,7 @@ def files_of(blob: bytes) -> list[tuple[str, bytes | Link]]:
     that climbs."""
     out: list[tuple[str, bytes | Link]] = []
     for rel, content, *link in json.loads(zlib.decompress(blob)):
-        parts = rel.split("/")
-        if rel.startswith("/") or "\0" in rel or any(p in ("", ".", "..") for p in parts):
+        if outside(rel):
             raise ValueError(f"a snapshot path that is not plain: {rel!r}")
         out.append((rel, Link(link[0]) if content is None and link else base64.b64decode(content)))
     return out
@@ -170,27 +168,10 @@ def _clear(fd: int, name: str) -> None:
 
 
 def _write(root_fd: int, temp: str, files: list[tuple[str, bytes | Link]]) -> None:
+    """The files written under ``temp`` with the one safe unpacker (``datum.unpack``), at most ``MAX_BYTES``
+    as ``capture`` kept: no path out of it, no link followed (a ``Link`` is made, never written through)."""
     base = os.open(temp, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=root_fd)
     try:
-        for rel, content in files:
-            *dirs, leaf = rel.split("/")
-            fd = os.dup(base)
-            try:
-                for d in dirs:
-                    try:
-                        os.mkdir(d, 0o700, dir_fd=fd)
-                    except FileExistsError:
-                        pass
-                    nxt = os.open(d, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
-                    os.close(fd)
-                    fd = nxt
-                if isinstance(content, Link):  # made, never followed: composition judges it as it did live
-                    os.symlink(content, leaf, dir_fd=fd)
-                    continue
-                out = os.open(leaf, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=fd)
-                with os.fdopen(out, "wb") as f:
-                    f.write(content)
-            finally:
-                os.close(fd)
+        unpack(base, files, MAX_BYTES)
     finally:
         os.close(base)
