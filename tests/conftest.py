@@ -124,3 +124,36 @@ def tmpfs():
     yield mount
     for path in reversed(mounted):
         subprocess.run(["umount", "-l", path], capture_output=True, check=False)
+
+
+# -- ./scripts/test --quick: the inner loop's tests, chosen here alone -----------------------------
+# A test is marked ``quick`` (``pytest -m quick``) when it lives below one of QUICK_DIRS, is in none of
+# NOT_QUICK's files (they start ``datum serve``/``datum reconcile`` processes and wait on them, or run a
+# soak) and needs no service: no PostgreSQL (the ``postgres`` marker, a ``pg_*`` fixture), no browser,
+# no replicas. No servers, no containers, no apt: real SQLite in a temporary directory only.
+QUICK_DIRS = ("tests/core/", "tests/cli/", "tests/reconcile/", "tests/test_unpack.py")
+NOT_QUICK = (
+    "tests/cli/test_help_and_serve.py",
+    "tests/reconcile/test_claims.py",
+    "tests/reconcile/test_soak_smoke.py",
+)
+_SERVICES = {"postgres", "browser", "replicas", "smoke"}
+_SERVICE_FIXTURES = {"pg_database", "pg_module_database"}
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "quick: a unit test of ./scripts/test --quick (chosen in tests/conftest.py)")
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by it
+def pytest_collection_modifyitems(config, items):
+    root = str(config.rootpath) + "/"
+    for item in items:
+        where = str(item.path).removeprefix(root)
+        if (
+            where.startswith(QUICK_DIRS)
+            and not where.startswith(NOT_QUICK)
+            and not any(item.get_closest_marker(m) for m in _SERVICES)
+            and _SERVICE_FIXTURES.isdisjoint(getattr(item, "fixturenames", ()))
+        ):
+            item.add_marker(pytest.mark.quick)
