@@ -324,6 +324,24 @@ def test_with_no_configuration_file_the_host_defaults_are_datum_configs(monkeypa
     assert load_config(None) == HostConfig.without_file()
 
 
+def test_every_host_setting_has_its_field_in_the_agents_view_and_back():
+    """``HostConfig`` goes by its fields (``from_settings``, ``to_json``, ``from_json``): one per
+    ``[host]`` setting but ``state`` (resolved as ``state_path``) and ``lock_ttl`` (unused). A setting
+    added to ``HostSettings`` without its ``HostConfig`` line fails here, and so does a field that
+    does not survive the cache's JSON."""
+    from dataclasses import fields
+    from datetime import timedelta
+
+    from datum.config import HostSettings
+    from datum.core.vocab import Mode, RebootPolicy
+    from datum.host.compiled import HostConfig
+
+    assert set(HostSettings.model_fields) - {"state", "lock_ttl"} == {f.name for f in fields(HostConfig)} - {"state_path"}
+    config = HostConfig(state_path="/s.db", mode=Mode.OBSERVE, reboot_policy=RebootPolicy.AUTOMATIC,
+                        lock_wait=timedelta(seconds=2), hook_timeout=timedelta(seconds=7), hooks_shell=True, token="t")
+    assert HostConfig.from_json(json.loads(json.dumps(config.to_json()))) == config
+
+
 def test_a_first_pass_with_no_configuration_file_does_not_build_the_settings_model(tmp_path):
     manifest = tmp_path / "m.yaml"
     manifest.write_text('resources:\n  - File[/a]:\n      content: "a\\n"\n')

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from datetime import timedelta
 from hashlib import blake2b
 from pathlib import Path
@@ -35,16 +35,24 @@ _MAX_ENTRIES = 64
 
 @dataclass(frozen=True, slots=True)
 class HostConfig:
-    """What the agent needs from the configuration: the ``[host]`` section and where the store is."""
+    """What the agent needs from the configuration: the ``[host]`` section and where the store is.
 
-    name: str | None
-    mode: Mode
-    reboot_policy: RebootPolicy
-    maintenance_window: str | None
-    reboot_command: str
+    One field per ``[host]`` setting of ``datum.config.HostSettings`` (which validates and documents it),
+    of the same name and default, read without pydantic on a cache hit and in the idle pass: but
+    ``state`` (``state_path`` here, resolved) and ``lock_ttl`` (unused). ``from_settings``,
+    ``without_file``, ``to_json`` and ``from_json`` go by these fields, so a new setting is its
+    ``HostSettings`` field and its line here (docs/extending.md); tests/host/test_pass_costs.py holds
+    the two lists and their defaults equal.
+    """
+
     state_path: str
-    boot_id_file: str
-    lock_wait: timedelta
+    name: str | None = None
+    mode: Mode = Mode.ENFORCE
+    reboot_policy: RebootPolicy = RebootPolicy.NEVER
+    maintenance_window: str | None = None
+    reboot_command: str = "systemctl reboot"
+    boot_id_file: str = "/proc/sys/kernel/random/boot_id"
+    lock_wait: timedelta = timedelta(seconds=30)
     report_to: str | None = None
     token: str | None = None
     # Reboots across a fleet (datum agent): hooks and the health check after a reboot (datum.host.hooks).
@@ -58,68 +66,41 @@ class HostConfig:
 
     @classmethod
     def without_file(cls) -> HostConfig:
-        """With no configuration file: ``[host]``'s defaults, as ``datum.config`` gives them
-        (tests/host/test_pass_costs.py holds the two equal), without importing pydantic."""
+        """With no configuration file: ``[host]``'s defaults, without importing pydantic."""
         from datum.home import default_home
         from datum.host.statefile import state_path
 
-        return cls(
-            name=None,
-            mode=Mode.ENFORCE,
-            reboot_policy=RebootPolicy.NEVER,
-            maintenance_window=None,
-            reboot_command="systemctl reboot",
-            state_path=state_path(os.path.join(default_home(), "agent.db"), "[host] state"),
-            boot_id_file="/proc/sys/kernel/random/boot_id",
-            lock_wait=timedelta(seconds=30),
-        )
+        return cls(state_path=state_path(os.path.join(default_home(), "agent.db"), "[host] state"))
 
     @classmethod
     def from_settings(cls, settings: Any) -> HostConfig:
-        """From validated ``datum.config.Settings``."""
+        """From validated ``datum.config.Settings``: every field of ``settings.host`` of the same name."""
         from datum.host.statefile import state_path
 
         h = settings.host
-        return cls(
-            name=h.name,
-            mode=h.mode,
-            reboot_policy=h.reboot_policy,
-            maintenance_window=h.maintenance_window,
-            reboot_command=h.reboot_command,
-            # The agent's own local state file; the server's store is the server's alone.
-            state_path=state_path(h.state or str(Path(settings.home) / "agent.db"), "[host] state"),
-            boot_id_file=h.boot_id_file,
-            lock_wait=h.lock_wait,
-            report_to=h.report_to,
-            token=h.token,
-            pre_reboot=h.pre_reboot,
-            post_reboot=h.post_reboot,
-            health_check=h.health_check,
-            health_url=h.health_url,
-            health_timeout=h.health_timeout,
-            hook_timeout=h.hook_timeout,
-            hooks_shell=h.hooks_shell,
-        )
+        # The agent's own local state file; the server's store is the server's alone.
+        where = state_path(h.state or str(Path(settings.home) / "agent.db"), "[host] state")
+        return cls(state_path=where, **{f.name: getattr(h, f.name) for f in fields(cls) if f.name != "state_path"})
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
-        out.update(mode=self.mode.value, reboot_policy=self.reboot_policy.value)
-        out.update(lock_wait=self.lock_wait.total_seconds())
-        out.update(health_timeout=self.health_timeout.total_seconds(), hook_timeout=self.hook_timeout.total_seconds())
+        for key, value in out.items():
+            if isinstance(value, timedelta):
+                out[key] = value.total_seconds()
+            elif isinstance(value, (Mode, RebootPolicy)):
+                out[key] = value.value
         return out
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> HostConfig:
-        timeouts: dict[str, Any] = {k: timedelta(seconds=data[k]) for k in ("health_timeout", "hook_timeout") if k in data}
-        return cls(
-            **{
-                **data,
-                "mode": Mode(data["mode"]),
-                "reboot_policy": RebootPolicy(data["reboot_policy"]),
-                "lock_wait": timedelta(seconds=data["lock_wait"]),
-                **timeouts,
-            }
-        )
+        kinds = {f.name: f.default for f in fields(cls)}  # a field's kind is its default's
+        values: dict[str, Any] = {}
+        for key, value in data.items():
+            kind = type(kinds.get(key))
+            values[key] = (
+                timedelta(seconds=value) if kind is timedelta else kind(value) if kind in (Mode, RebootPolicy) else value
+            )
+        return cls(**values)
 
 
 def config_file(flag: str | None) -> Path | None:
