@@ -197,6 +197,9 @@ class ServerSettings(_Strict):
     # Refuse agent tokens that are not sessions of an enrolled host's key (datum token create --principal agent,
     # and [server.tokens] agent hashes): 401 saying so (datum.api.front.tokens).
     require_enrolled_agents: bool = False
+    # How long the audit log's rows are kept (datum.store.audit: GET /v1/audit, datum audit); older ones are
+    # dropped by datum serve, off the request path, the chain's anchor moved so datum audit verify still holds.
+    audit_keep: Duration = timedelta(days=400)
     # HTTPS: "auto" (a CA of Datum's own and a certificate it issues, in $DATUM_HOME/tls), or the files given.
     tls: Literal["auto"] | None = None
     tls_cert: Path | None = Field(default=None, description="The server's certificate chain (PEM), its own first.")

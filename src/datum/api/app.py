@@ -28,6 +28,7 @@ from datum.api.metrics import metrics_registry
 from datum.api.plugins import mount_plugins, schema_fragments
 from datum.api.routes import (
     attention,
+    audit,
     enroll,
     history,
     hosts,
@@ -93,7 +94,7 @@ def create_app(
     app.state.datum = state
     app.state.metrics = metrics_registry(state)
     handlers.install(app)
-    for module in (observability, attention, hosts, history, reboots, revisions, rollouts, enroll, meta, ui):
+    for module in (observability, attention, hosts, history, audit, reboots, revisions, rollouts, enroll, meta, ui):
         app.include_router(module.router, responses=errors.error_responses(*errors.EVERYWHERE))
     state.broken_routes = mount_plugins(app, plugins, fragments)
     app.mount("/static", StaticFiles(packages=[("datum.web", "static")]), name="static")

@@ -461,6 +461,39 @@ class EventList(Out):
     )
 
 
+class AuditEntry(Out):
+    """One row of the audit log: an acting request, a refusal, or an act of the CLI on the store."""
+
+    seq: int = Field(description="The row's place in the chain, from 1, no gap.")
+    at: datetime = Field(description="When it was written, by the store's clock.")
+    principal: str | SkipJsonSchema[None] = absent("Who: the token's principal (`cli:<user>` for the CLI); absent "
+                                                   "for a request with no known token.")
+    token_id: str | SkipJsonSchema[None] = absent("The token's id, as `datum token list` names it (never the token).",
+                                                  "tokenId")
+    source: str | SkipJsonSchema[None] = absent("The client's address; the machine's name for the CLI.")
+    action: str | SkipJsonSchema[None] = absent("The Cedar action asked (`token:Create`, `token:Revoke` and "
+                                                "`fleet:ClearRebootLease` for the CLI's acts on the store).")
+    resource: str | SkipJsonSchema[None] = absent('The resource, as Cedar writes it: `Host::"web1"`.')
+    request: str | SkipJsonSchema[None] = absent("The method and path (what looks like a token redacted), or the "
+                                                 "CLI's command.")
+    outcome: Literal["allowed", "denied", "unauthenticated"]
+    status: int | SkipJsonSchema[None] = absent("The HTTP answer's status; absent for the CLI.")
+    policy: str | SkipJsonSchema[None] = absent("The ids of the Cedar policies that decided, comma-separated; absent "
+                                                "when none permits it (a deny) and for the CLI.")
+    detail: str | SkipJsonSchema[None] = absent("More about the act (the principal of a token created).")
+    prev: str = Field(description="The hash of the row before it (64 zeros before the first).")
+    hash: str = Field(description="SHA-256 over the row's fields and `prev` (`datum audit verify` checks it).")
+
+
+class AuditList(Out):
+    """``GET /v1/audit``: one page of the audit log, newest first."""
+
+    entries: list[AuditEntry]
+    next: str | SkipJsonSchema[None] = absent(
+        "The cursor of the next page (`?cursor=`, with the same filters); absent on the last page."
+    )
+
+
 def pass_detail(row: dict[str, Any]) -> PassDetail:
     """The API's view of one archived pass (``store.passes.one_pass``): its report read and redacted. A kept
     report that no longer reads as a ``PassReport`` is absent, with why."""

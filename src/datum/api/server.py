@@ -82,6 +82,22 @@ def retained(store: Store, keep: timedelta) -> None:
         log.info("pass retention: %d passes received more than %s ago dropped", gone, keep)
 
 
+def audit_retained(store: Store, keep: timedelta) -> None:
+    """One run of the audit log's retention (``datum.store.audit.prune``, by the store's clock); a failure is logged."""
+    from datum.store import audit
+    from datum.store.runs import store_now
+
+    try:
+        with store.connect() as conn:
+            now = store_now(conn)
+        gone = audit.prune(store, now - keep)
+    except Exception:  # noqa: BLE001 - the next run tries again; serving goes on
+        log.exception("audit log retention failed")
+        return
+    if gone:
+        log.info("audit log retention: %d rows written more than %s ago dropped (the chain's anchor moved)", gone, keep)
+
+
 def serving_app(settings: Settings, wire: Callable[[], tuple[Registry, Store]]) -> FastAPI:
     """The app with a lifespan that wires ``wire()``'s registry and store, and ticks the reconcilers."""
     app = create_app(settings)
@@ -107,10 +123,13 @@ def serving_app(settings: Settings, wire: Callable[[], tuple[Registry, Store]]) 
         control = store.own_pool(*control_pool(len(ticking(registry, settings))))
         # Every host pass is kept [server] retention long: older ones dropped in batches, here, never at intake.
         retention = Every(lambda: retained(control, settings.server.retention), RETAIN_EVERY, "pass-retention")
+        # The audit log is kept [server] audit_keep long (datum.store.audit.prune).
+        audit_retention = Every(lambda: audit_retained(control, settings.server.audit_keep), RETAIN_EVERY, "audit-retention")
         watch.start()
         recheck.start()
         regroup.start()
         retention.start()
+        audit_retention.start()
         fleet = state.fleet
         if settings.fleet.manifests is not None:
             # each state of the directory is named and recorded as soon as it is seen (datum.fleet.serving)
@@ -146,6 +165,7 @@ def serving_app(settings: Settings, wire: Callable[[], tuple[Registry, Store]]) 
             recheck.stop()
             regroup.stop()
             retention.stop()
+            audit_retention.stop()
             if checks is not None:
                 checks.stop()
             if fleet.changes is not None:

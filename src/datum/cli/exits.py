@@ -72,6 +72,8 @@ CODES: dict[str, list[tuple[str, str]]] = {
                      ("69", "the server could not be reached"), _INTERNAL],
     "enroll approve": [("0", "approved"), ("64", "usage error, or no host of that name has enrolled"),
                        ("65", "the host cannot be approved (revoked: forget it first)"), _UNAVAILABLE, _INTERNAL],
+    "audit verify": [("0", "the chain is whole"), ("1", "the chain is broken: the first row that does not hold is named"),
+                     _USAGE, _INVALID, _UNAVAILABLE, _INTERNAL],
 }
 
 

@@ -147,11 +147,17 @@ def clear_reboot(host: str, force: bool, config: str | None, as_json: bool) -> N
     """Drop HOST's reboot lease, so that its group's reboots go on: for a host that will not come back from its
     reboot (an overdue lease), or came back unhealthy and was looked at. Its next report from a new boot would
     have freed it too. A live lease (a host rebooting now, perhaps since you looked) is kept unless --force."""
+    from datum.api.front.security import cedar_uid
+    from datum.store import audit
     from datum.store.leases import cleared
 
     w = wire(config)
+    # recorded in the audit log with the lease's deletion (none held: nothing done, no row)
+    entry = audit.local(audit.CLEAR_REBOOT_LEASE, cedar_uid("Host", host),
+                        f"datum reboots clear {host}" + (" --force" if force else ""))
     try:
-        dropped = cleared(w.store, host, force=force)
+        with audit.acting(entry):
+            dropped = cleared(w.store, host, force=force)
     finally:
         w.store.dispose()
     if as_json:

@@ -41,6 +41,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "authz": ("datum.cli.authz", "authz", "Ask the server's Cedar policies who may do what: explain."),
     "enroll": ("datum.cli.enroll", "enroll", "Join tokens for hosts to enroll with their own key; approve, deny."),
     "host": ("datum.cli.enroll", "host", "An enrolled host's identity: revoke its sessions, or forget it."),
+    "audit": ("datum.cli.audit", "audit", "Who did what: the audit log, and verifying its hash chain."),
     "agent": ("datum.cli.agent", "agent", "Run as this host's agent: fetch its manifest, converge, report."),
     "explain": ("datum.cli.explain", "explain", "What a drift reason or state means, and what to do."),
 }

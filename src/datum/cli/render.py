@@ -606,3 +606,33 @@ def events(rows: Sequence[Any], out: Console, times: Times) -> None:
             for e in rows
         ],
     )
+
+
+_OUTCOME_STYLE = {"allowed": "", "denied": "bold red", "unauthenticated": "red"}
+
+
+def audit(rows: Sequence[Any], out: Console, times: Times) -> None:
+    """The audit log (``AuditEntry``), newest first: when, who, what on what, and how it ended; under each, the
+    request, where from, the token's id and the policies that decided."""
+    if not rows:
+        out.print("no audit row in that window")
+        return
+    records(
+        out,
+        [Column("seq"), Column("at"), Column("principal", fold=True, most=24), Column("action", fold=True, most=24),
+         Column("resource", fold=True, most=30), Column("outcome")],
+        [
+            (
+                [
+                    text(str(e.seq)), text(times(e.at)), text(e.principal or "(no token)"), text(e.action or "-"),
+                    text(e.resource or "-"),
+                    text(e.outcome + (f" {e.status}" if e.status is not None else ""), _OUTCOME_STYLE.get(e.outcome, "")),
+                ],
+                text("  ".join(p for p in (
+                    e.request, f"from {e.source}" if e.source else None, f"token {e.token_id}" if e.token_id else None,
+                    f"policy {e.policy}" if e.policy else None, e.detail,
+                ) if p), "dim"),
+            )
+            for e in rows
+        ],
+    )

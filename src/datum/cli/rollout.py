@@ -65,12 +65,15 @@ def _command(
     if server is not None and token_file is not None:
         answer = _over_http(server, token_file, action, reason)
     else:
-        import getpass
-
+        from datum.api.front.authz import Action
         from datum.api.routes.rollouts import act
+        from datum.store import audit
 
         w = wire(config)
-        answer = act(w.store, w.settings.fleet, action, f"cli:{getpass.getuser()}", reason).dump()
+        # recorded in the audit log with the change (a command the rollout's state refuses changes nothing: no row)
+        entry = audit.local(Action.MANAGE_ROLLOUT, 'Server::"datum"', f"datum rollout {action}")
+        with audit.acting(entry):
+            answer = act(w.store, w.settings.fleet, action, audit.local_principal(), reason).dump()
     if as_json:
         click.echo(json.dumps(answer, indent=2))
         return

@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from datum.core.vocab import RolloutAct, RolloutState
-from datum.store import Store
+from datum.store import Store, audit
 from datum.store.hosts import known, unknown_host
 from datum.store.passes import After, fleet_events, host_passes
 from datum.store.rollouts import Transition
@@ -77,7 +77,7 @@ class Rows:
     next: str | None
 
 
-def _paged(rows: list[dict[str, Any]], limit: int) -> Rows:
+def _paged(rows: list[dict[str, Any]], limit: int, at: str = "finishedAt", row_id: str = "id") -> Rows:
     more = len(rows) > limit
     rows = rows[:limit]
     last = rows[-1] if rows else None
@@ -85,7 +85,7 @@ def _paged(rows: list[dict[str, Any]], limit: int) -> Rows:
         return Rows(rows, None)
     if last.get("type") == ROLLOUT:
         return Rows(rows, cursor_of(last["at"], last["id"], rollout=True))
-    return Rows(rows, cursor_of(last["finishedAt"], last["id"]))
+    return Rows(rows, cursor_of(last[at], last[row_id]))
 
 
 def passes_page(
@@ -168,3 +168,15 @@ def rollout_event(t: Transition, store: Store | None = None, groups: frozenset[s
     return {"id": t.id, "type": ROLLOUT, "at": t.at, "rollout": t.rollout, "resource": f"Rollout[{t.rollout}]",
             "revision": t.revision, "action": t.act.value, "state": t.state.value, "wave": t.wave, "by": t.by,
             "reason": t.reason, "hosts": hosts}
+
+
+def audit_page(
+    store: Store, window: Window = Window(), *, principal: str | None = None, action: str | None = None,
+    after: After | None = None, limit: int = DEFAULT_LIMIT,
+) -> Rows:
+    """The audit log (``datum.store.audit``), newest first, ``limit`` after ``after`` (the cursor's id is a row's
+    seq), written in ``window``, of ``principal`` and ``action`` when given."""
+    w = window.normal()
+    found = audit.entries(store, since=w.since, until=w.until, principal=principal, action=action, after=after,
+                          limit=limit + 1)
+    return _paged(found, limit, "at", "seq")

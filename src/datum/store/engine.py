@@ -23,6 +23,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from datum.core.findings import Finding, Problem
+from datum.store import audit
 from datum.store.migrate import CORE, Branch, Migrated, exclusive, migrate
 
 DEFAULT_LOCK_WAIT = timedelta(seconds=10)
@@ -162,10 +163,20 @@ class Store:
 
     @contextmanager
     def begin(self) -> Iterator[Connection]:
-        """A transaction; committed when the block ends, rolled back on an exception."""
+        """A transaction; committed when the block ends, rolled back on an exception.
+
+        The first of a request's transactions that commits carries its audit row (``datum.store.audit.due``).
+        """
         self.check_file()
-        with self.faults(), self.engine.begin() as conn:
-            yield conn
+        with self.faults():
+            with self.engine.begin() as conn:
+                try:
+                    yield conn
+                    carried = audit.due(conn)
+                finally:
+                    audit.forget(conn)
+            if carried is not None:
+                carried.written = True
 
     @contextmanager
     def connect(self) -> Iterator[Connection]:
@@ -325,6 +336,7 @@ def _engine(
     if parsed.get_backend_name() == "sqlite":
         pool = {} if size is None else {"pool_size": size, "max_overflow": overflow}
         engine = sa.create_engine(parsed, connect_args={"timeout": wait.total_seconds()}, **pool)
+        sa.event.listen(engine, "after_cursor_execute", audit.wrote)
         sa.event.listen(engine, "connect", _sqlite_pragmas(wait))
         if never_recreate is not None:
             sa.event.listen(engine, "do_connect", never_recreate)
@@ -339,7 +351,9 @@ def _engine(
     # A server's worker threads (40) each may hold a connection: with SQLAlchemy's default pool of 5
     # (+10 overflow) every request past the fifth opened a new PostgreSQL connection and closed it after
     # (a backend forked per report under load). Connections are opened on demand, kept once opened.
-    return sa.create_engine(
+    engine = sa.create_engine(
         parsed, pool_pre_ping=True, pool_size=POOL_SIZE if size is None else size,
         max_overflow=POOL_OVERFLOW if size is None else overflow, connect_args=connect_args,
     )
+    sa.event.listen(engine, "after_cursor_execute", audit.wrote)  # which transaction is a request's change
+    return engine

@@ -15,6 +15,7 @@ from datum.core.budget import DEFAULT_GROUP, back_unhealthy
 from datum.core.findings import Problem
 from datum.core.hostsummary import interval_of, summarize
 from datum.core.vocab import HostState
+from datum.store import audit
 from datum.store import group_counts as by_group
 from datum.store.engine import Store
 from datum.store.history import (
@@ -145,6 +146,7 @@ def take_pass(
         if r is None:  # pragma: no cover - a conflict means the row is there
             raise RuntimeError(f"the pass of {host!r} was neither stored nor found")
         row = _row(r)
+        audit.unchanged(conn)  # not the host's pass (answered 200, Datum-Pass): the audit row goes with the answer
         same = row["passId"] is not None and row["passId"] == report.get("passId")
         outcome = "duplicate" if same or row["seq"] == seq else "older"
         if outcome == "older" and history:

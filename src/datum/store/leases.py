@@ -43,6 +43,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from datum.core.budget import Order, in_order, room
+from datum.store import audit
 from datum.store.engine import Store
 from datum.store.runs import store_now
 from datum.store.schema import reboot_groups as groups
@@ -240,6 +241,7 @@ def clear(store: Store, host: str, *, force: bool = False) -> Lease | None:
             now = store_now(conn)
             found = conn.execute(sa.select(t).where(t.c.host == host)).first()
             if found is None:
+                audit.unchanged(conn)
                 return None
             if force:  # whatever lease the host holds now
                 conn.execute(sa.delete(t).where(t.c.host == host))
@@ -249,6 +251,8 @@ def clear(store: Store, host: str, *, force: bool = False) -> Lease | None:
             gone = conn.execute(
                 sa.delete(t).where(t.c.host == host, t.c.boot_id == found.boot_id, t.c.since == found.since)
             )
+            if not gone.rowcount:
+                audit.unchanged(conn)
         if gone.rowcount:
             return _lease(found)
     raise Live(_lease(found))  # replaced at every look: a host that keeps taking leases is no host to clear

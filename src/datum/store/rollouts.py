@@ -20,6 +20,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from datum.core.vocab import COMMANDS, RolloutAct, RolloutState
+from datum.store import audit
 from datum.store.engine import Store
 from datum.store.hosts import host_state_at, silent
 from datum.store.runs import store_now
@@ -587,6 +588,7 @@ def command(
     with store.begin() as conn:
         row = _latest(conn)
         if row is None or row.state not in act.sources:
+            audit.unchanged(conn)  # answered 404 or 409: the request's audit row goes with that
             return row, None
         now = store_now(conn)
         values: dict[str, Any] = {"state": act.target, "by": by, "updated_at": now}

@@ -1,4 +1,4 @@
-"""The framework's own tables: item memory, reconciler run state, locks, host state and tokens.
+"""The framework's own tables: item memory, reconciler run state, locks, host state, tokens and the audit log.
 
 Changing one means adding an Alembic migration in ``migrations/versions``.
 """
@@ -234,6 +234,40 @@ server_secrets = sa.Table(
     sa.Column("name", sa.String(64), primary_key=True),
     sa.Column("value", sa.String(128), nullable=False),
     sa.Column("created_at", UTCDateTime, nullable=False),
+)
+
+# The audit log (datum.store.audit, migration 0028_audit_log): one row per acting request and per refusal,
+# each holding the hash of the one before (``prev``) and its own over its fields and ``prev`` (``hash``).
+audit_log = sa.Table(
+    "audit_log",
+    metadata,
+    sa.Column("seq", sa.BigInteger, primary_key=True, autoincrement=False),  # the chain's order, from 1, no gap
+    sa.Column("at", UTCDateTime, nullable=False),  # the store's clock
+    sa.Column("principal", sa.String(253)),  # None: no known token (unauthenticated)
+    sa.Column("token", sa.String(12)),  # the token's id (datum token list), never the token
+    sa.Column("source", sa.String(253)),  # the client's address; a CLI act: the machine's name
+    sa.Column("action", sa.String(200)),
+    sa.Column("resource", sa.Text),  # as Cedar writes it: Host::"web1"
+    sa.Column("request", sa.Text),  # POST /v1/rollouts/current/abort; a CLI act: its command
+    sa.Column("outcome", sa.String(20), nullable=False),  # allowed, denied, unauthenticated
+    sa.Column("status", sa.Integer),  # the HTTP answer's status; None for a CLI act
+    sa.Column("policy", sa.Text),  # the ids of the Cedar policies that decided, comma-separated
+    sa.Column("detail", sa.Text),
+    sa.Column("prev", sa.String(64), nullable=False),
+    sa.Column("hash", sa.String(64), nullable=False),
+    sa.Index("ix_audit_log_at", "at"),
+    sa.Index("ix_audit_log_principal", "principal", "seq"),
+)
+
+# The chain's two ends: ``head``, the last row written (its seq and hash; locked by every write, so the chain stays
+# one line across servers), and ``anchor``, the last row pruned (seq 0 and 64 zeros before any), where verify starts.
+audit_chain = sa.Table(
+    "audit_chain",
+    metadata,
+    sa.Column("name", sa.String(16), primary_key=True),
+    sa.Column("seq", sa.BigInteger, nullable=False),
+    sa.Column("hash", sa.String(64), nullable=False),
+    sa.Column("at", UTCDateTime),  # the anchor's: when the last pruned row was written
 )
 
 # The fleet's reboot budget (datum.store.leases, migration 0009_reboot_leases): one row per group, locked by every

@@ -23,7 +23,8 @@ from datum.api.front.authz import Action
 from datum.core.findings import Problem
 
 # The Cedar actions of people's reads: the requests that take a slot.
-READS = frozenset({Action.READ_SUBSTRATE.value, Action.READ_HOST.value, Action.READ_HISTORY.value})
+READS = frozenset({Action.READ_SUBSTRATE.value, Action.READ_HOST.value, Action.READ_HISTORY.value,
+                   Action.READ_AUDIT.value})
 
 
 class ReadGate:

@@ -47,16 +47,21 @@ from fastapi.routing import iter_route_contexts
 from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from datum.api.front.audit import ACTING, Recording, admitted, facts
 from datum.api.front.errors import problem_response
 from datum.api.front.gate import READS
 from datum.api.front.security import (
     ADMISSION,
+    FACTS,
     Admission,
     Asked,
     FastAnswer,
     Need,
     Reply,
+    cedar_uid,
     decide,
+    decided,
+    decision,
     fast_of,
     fast_query,
     header,
@@ -67,6 +72,7 @@ from datum.api.front.security import (
 )
 from datum.api.front.state import ServerState
 from datum.core.findings import Problem
+from datum.store.audit import PENDING, Entry, Pending
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +86,7 @@ class Served:
     answer: FastAnswer | None
     query: frozenset[str] = frozenset()  # the query parameters ``answer`` reads
     own_proof: bool = False  # the route proves its caller itself (security.own_proof): a body without a token
+    status: int = 200  # what it answers when it does what it is asked (an acting route's audit row says it)
 
 
 def served(routes: Sequence[BaseRoute]) -> list[Served]:
@@ -93,6 +100,7 @@ def served(routes: Sequence[BaseRoute]) -> list[Served]:
             fast_of(route.endpoint),
             fast_query(route.endpoint),
             proves_itself(getattr(route, "endpoint", None)),
+            getattr(route, "status_code", None) or 200,
         )
         for route in iter_route_contexts(routes)
     ]
@@ -104,6 +112,7 @@ class RequestGuard:
         self.state = state
         self._routes = routes
         self._served: list[Served] | None = None  # walked at the first request: plugins mount theirs first
+        self.audit = Recording(state)
 
     def route(self, scope: Scope) -> tuple[Served, Scope] | None:
         """The route that serves ``scope`` and its match (path parameters), or None for a path none serves."""
@@ -131,11 +140,40 @@ class RequestGuard:
         found = self.route(scope)
         try:
             admission = await self._admit(scope, found, has_body)
-            if has_body:
-                self._declared(length)
         except Problem as problem:  # the body, if any, is never read: the connection closes
-            await problem_response(problem, close=has_body)(scope, receive, send)
+            refused: Entry | None = scope.get(FACTS)  # a 401 or a 403: one audit row
+            await problem_response(problem, close=has_body)(
+                scope, receive, send if refused is None else self.audit.sending(send, refused, None)
+            )
             return
+        entry: Entry | None = scope.get(FACTS) if admission is not None else None
+        if entry is None or (scope["method"] not in ACTING and admission.allowed is not None):  # type: ignore[union-attr]
+            await self._serve(scope, receive, send, found, admission, length, has_body)
+            return
+        # An acting request, or one its route decides: its audit row is written in its change's transaction
+        # (datum.store.audit.PENDING) or with its answer.
+        pending = None
+        if scope["method"] in ACTING:
+            assert found is not None
+            entry.status = found[0].status
+            pending = Pending(entry)
+        reset = PENDING.set(pending)
+        try:
+            await self._serve(scope, receive, self.audit.sending(send, entry, pending), found, admission, length, has_body)
+        finally:
+            PENDING.reset(reset)
+
+    async def _serve(
+        self, scope: Scope, receive: Receive, send: Send, found: tuple[Served, Scope] | None,
+        admission: Admission | None, length: bytes | None, has_body: bool,
+    ) -> None:
+        """The admitted request: its body read (bounded in size and time), then its fast answer or its route."""
+        if has_body:
+            try:
+                self._declared(length)
+            except Problem as problem:  # the body is never read: the connection closes
+                await problem_response(problem, close=True)(scope, receive, send)
+                return
         body = b""
         if has_body:
             read = await self._body(receive)
@@ -180,18 +218,29 @@ class RequestGuard:
         if need is None:
             if has_body and not (found is not None and found[0].own_proof):  # a body is read only for a known
                 # token, whatever will answer it, but by a route that proves its caller itself
+                facts(scope)  # refused: one audit row
                 await principal(self.state, scope)
+                scope.pop(FACTS)
             return None
-        who = await principal(self.state, scope)
+        entry = facts(scope)
+        entry.action = str(need[0])  # a 401's row says what was asked
         assert found is not None
         try:  # handed the request before its body: path parameters, headers, query
             resource = need[1](Request({**scope, **found[1]}))
         except Exception:  # noqa: BLE001 - a resource not told before the body: the route decides, its one way
+            resource = None
+        else:
+            entry.resource = cedar_uid(*resource)
+        who = await principal(self.state, scope)
+        admitted(scope, entry, who)
+        if resource is None:
             admission = Admission(who, None)
         else:
             await told(self.state, who, resource)
-            decided = decide(self.state, who, need[0], resource)
-            admission = Admission(who, (str(need[0]), resource), decided.policies)
+            cedar = decision(self.state, who, need[0], resource)
+            decided(entry, need[0], resource, cedar)
+            decide(self.state, who, need[0], resource)  # the refusal, worded in one place (memoised: no second call)
+            admission = Admission(who, (str(need[0]), resource), cedar.policies)
         scope[ADMISSION] = admission
         return admission
 

@@ -33,6 +33,7 @@ from starlette.types import Scope
 from datum.api.front.authz import SERVER, Action, Decision, Resource, who
 from datum.api.front.state import ServerState, state_of
 from datum.core.findings import Problem
+from datum.store.audit import Entry
 
 # Only for the OpenAPI document's security scheme: the token is read by ``principal``.
 bearer = HTTPBearer(auto_error=False, description="A token from `datum token create --principal NAME`.")
@@ -44,6 +45,7 @@ Need = tuple[Action | str, ResourceOf]
 Decided = tuple[str, Resource]
 
 ADMISSION = "datum.admission"  # the ASGI scope's key for what the guard found
+FACTS = "datum.audit"  # the ASGI scope's key for the request's audit row (datum.api.front.audit)
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +148,14 @@ def decide(state: ServerState, principal: str, action: Action | str, resource: R
     raise Problem.one("FORBIDDEN", message, action=str(action))
 
 
+def decided(entry: Entry | None, action: Action | str, resource: Resource, found: Decision) -> None:
+    """The request's audit row (when it has one) says what Cedar was asked and which policies decided (none:
+    no policy permits it)."""
+    if entry is not None:
+        entry.action, entry.resource = str(action), cedar_uid(*resource)
+        entry.policy = ",".join(found.policies) or None
+
+
 def _server(_request: Request) -> Resource:
     return SERVER
 
@@ -178,6 +188,7 @@ def needs(action: Action | str, resource: ResourceOf = _server) -> Callable[...,
         asked = (str(action), resource(request))
         if admission is None or admission.allowed != asked:
             await told(state, who, asked[1])
+            decided(request.scope.get(FACTS), *asked, decision(state, who, *asked))
             decide(state, who, *asked)
         return who
 

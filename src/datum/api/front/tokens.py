@@ -36,7 +36,7 @@ import sqlalchemy as sa
 
 from datum.api.front.authz import bound, scoped
 from datum.core.findings import FieldError, Problem, invalid
-from datum.store import Store
+from datum.store import Store, audit
 from datum.store.schema import tokens
 from datum.store.tokens import AGENT, ID_LENGTH, check_host, digest, mint
 
@@ -98,13 +98,27 @@ def create(store: Store, principal: str, host: str | None = None, groups: Sequen
         check_host(host)
     stored = check_groups(principal, host, groups)
     token = mint()
+    # recorded in the audit log, in the same transaction, as the CLI's act (datum.store.audit.local)
+    made = audit.local(audit.CREATE_TOKEN, f'Token::"{token_id(token)}"', "datum token create",
+                       _named(principal, host, groups))
     with store.begin() as conn:
         conn.execute(
             sa.insert(tokens).values(
                 sha256=digest(token), principal=principal, created_at=datetime.now(UTC), host=host, groups=stored
             )
         )
+        audit.record(conn, made)
     return token
+
+
+def token_id(token: str) -> str:
+    """How a token is named where it is shown (``datum token list``, the audit log): its hash's first digits."""
+    return digest(token)[:ID_LENGTH]
+
+
+def _named(principal: str, host: str | None, groups: Sequence[str] | None = ()) -> str:
+    return (f"principal {principal}" + (f", bound to host {host}" if host else "")
+            + (f", groups {', '.join(groups)}" if groups else ""))
 
 
 def listed(store: Store) -> list[dict[str, Any]]:
@@ -142,6 +156,8 @@ def revoke(store: Store, token_id: str) -> dict[str, Any]:
         if len(rows) > 1:
             raise Problem.one("USAGE", f"the id {token_id} names {len(rows)} tokens: give more of it")
         conn.execute(sa.delete(tokens).where(tokens.c.sha256 == rows[0].sha256))
+        audit.record(conn, audit.local(audit.REVOKE_TOKEN, f'Token::"{rows[0].sha256[:ID_LENGTH]}"', "datum token revoke",
+                                       _named(rows[0].principal, rows[0].host, _groups(rows[0].groups))))
     return {"id": rows[0].sha256[:ID_LENGTH], "principal": rows[0].principal, "host": rows[0].host,
             "groups": _groups(rows[0].groups)}
 

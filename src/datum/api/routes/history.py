@@ -92,7 +92,8 @@ PassParam = Path(
 )
 
 
-def _json(model: Any, found: Rows, request: Request) -> Response:
+def paged_json(model: Any, found: Rows, request: Request) -> Response:
+    """A page as JSON, its next page's URL in ``Link`` (``rel=\"next\"``) when there is one."""
     headers = None
     if found.next:
         headers = {"Link": f'<{request.url.include_query_params(cursor=found.next)}>; rel="next"'}
@@ -132,7 +133,7 @@ async def list_passes(
     found = await anyio.to_thread.run_sync(
         lambda: passes_page(store, host, window, state=state.value if state else None, after=after, limit=limit)
     )
-    return _json(PassList.model_validate({"passes": found.rows, "next": found.next}), found, request)
+    return paged_json(PassList.model_validate({"passes": found.rows, "next": found.next}), found, request)
 
 
 @router.get(
@@ -204,5 +205,5 @@ async def list_events(
     found = await anyio.to_thread.run_sync(
         lambda: events_page(store, window, after=after, limit=limit, groups=groups, **exact)
     )
-    return _json(EventList.model_validate({"events": found.rows, "next": found.next}), found, request)
+    return paged_json(EventList.model_validate({"events": found.rows, "next": found.next}), found, request)
 

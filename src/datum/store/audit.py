@@ -1,0 +1,365 @@
+"""The audit log: who did what, when, from where, and what Cedar said; one hash-chained row each.
+
+Every acting request (a pass report, a reboot lease taken or given back, a
+rollout paused, resumed or aborted, a plugin's write), every refusal (401,
+403) and every act of the CLI on the store (a token created or revoked, a
+reboot lease cleared, a rollout commanded) is one row of ``audit_log``.
+
+**In the change's transaction.** The HTTP front door (``datum.api.front.audit``)
+leaves a ``Pending`` row in ``PENDING`` (a context variable: the request's
+worker thread sees it) before the route runs; ``Store.begin`` writes it in the
+first transaction of the request that commits having changed a row (``due``,
+``wrote``), so a change is never stored without its row. Store code whose committed transaction is not the change
+the request asked for (a duplicate pass, a rollout whose state forbids the
+command) says so with ``unchanged(conn)``: the row is then written with the
+answer, after it, as a refusal's is. Anything else that acts on the store (a
+CLI command, another route) writes its row itself with ``record(conn, entry)``
+in its own transaction, as the last statement before the commit (it locks the
+chain's head until then), or wraps its transaction in ``acting(entry)``.
+
+**Hash-chained.** Row ``n`` holds ``prev``, the hash of row ``n - 1``, and
+``hash``, SHA-256 over a canonical JSON array of its fields and ``prev``
+(``digest``). The chain's head (``audit_chain``'s ``head``: the last seq and
+hash) is updated by every write, which locks it until the commit: two servers
+on one PostgreSQL write one line, never a fork; on SQLite the write
+transaction serialises already. ``verify`` walks the chain from its anchor
+(``audit_chain``'s ``anchor``: the last row ``prune`` dropped, 64 zeros
+before any) and names the first row that does not hold: an edited row, a
+missing one, a tail cut off. Pruning (``[server] audit_keep``) drops the
+oldest rows and moves the anchor in the same transaction, so verify still
+passes; what cannot be told from the store alone is a chain rewritten whole
+from some row on (keep the head's hash that verify prints elsewhere to tell).
+
+No secret is ever in a row: a token is named by its id (the first 12 hex
+digits of its SHA-256, as ``datum token list`` names it), and a path is kept
+with whatever looks like a token redacted.
+"""
+
+from __future__ import annotations
+
+import getpass
+import hashlib
+import json
+import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, fields
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from datum.core.redact import redacted
+from datum.store.schema import audit_chain as chain
+from datum.store.schema import audit_log as t
+
+if TYPE_CHECKING:
+    from datum.store.engine import Store
+    from datum.store.passes import After
+
+GENESIS = "0" * 64
+HEAD = "head"
+ANCHOR = "anchor"
+
+ALLOWED = "allowed"
+DENIED = "denied"
+UNAUTHENTICATED = "unauthenticated"
+OUTCOMES = (ALLOWED, DENIED, UNAUTHENTICATED)
+
+# The acts of the CLI on the store: not Cedar's (Cedar decides HTTP requests; whoever may write the store may
+# do these), named in its style.
+CREATE_TOKEN = "token:Create"
+REVOKE_TOKEN = "token:Revoke"
+CLEAR_REBOOT_LEASE = "fleet:ClearRebootLease"
+
+
+@dataclass
+class Entry:
+    """One row's facts, before the store gives it its seq, time and hashes."""
+
+    principal: str | None
+    action: str | None
+    resource: str | None
+    outcome: str = ALLOWED
+    status: int | None = None
+    token: str | None = None
+    source: str | None = None
+    request: str | None = None
+    policy: str | None = None
+    detail: str | None = None
+
+
+_COLUMNS = [f.name for f in fields(Entry)]
+
+
+@dataclass
+class Pending:
+    """A request's row, waiting for the transaction that carries it (or its answer, when none did)."""
+
+    entry: Entry
+    written: bool = False
+
+
+PENDING: ContextVar[Pending | None] = ContextVar("datum_audit_pending", default=None)
+_UNCHANGED = "datum.audit.unchanged"  # in a connection's info while its transaction is not the change
+_WROTE = "datum.audit.wrote"  # in a connection's info once its transaction changed a row (``wrote``)
+
+
+def local_principal() -> str:
+    """Who acts through the CLI on the store: ``cli:<the user running it>`` (as ``by`` of a rollout command)."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # no name for this uid
+        import os
+
+        user = str(os.getuid())
+    return f"cli:{user}"
+
+
+def local(action: str, resource: str | None, request: str, detail: str | None = None) -> Entry:
+    """The row of a CLI act on the store: its principal (``local_principal``), this machine's name for a source."""
+    return Entry(local_principal(), str(action), resource, source=socket.gethostname(), request=redacted(request),
+                 detail=detail)
+
+
+@contextmanager
+def acting(entry: Entry) -> Iterator[Pending]:
+    """The block's first committed transaction (``Store.begin``) carries ``entry``'s row."""
+    pending = Pending(entry)
+    token = PENDING.set(pending)
+    try:
+        yield pending
+    finally:
+        PENDING.reset(token)
+
+
+def unchanged(conn: Connection) -> None:
+    """The transaction open on ``conn`` is not the change the request asked for (nothing to store, or its state
+    forbids it): it does not carry the request's row, which is written with the answer."""
+    if PENDING.get() is not None:
+        conn.info[_UNCHANGED] = True
+
+
+def wrote(conn: Connection, cursor: Any, statement: str, _parameters: Any, context: Any, _many: bool) -> None:
+    """SQLAlchemy's ``after_cursor_execute`` on every store engine (``datum.store.engine``): while a request's row
+    is pending, whether its transaction changed a row (an INSERT, UPDATE or DELETE that touched one; a textual
+    statement that is not a SELECT counts). A transaction that changed none is not the change: a plugin's write
+    that found nothing to do and answers an error after its commit leaves its row with that answer."""
+    if PENDING.get() is None:
+        return
+    if context is not None and (context.isinsert or context.isupdate or context.isdelete):
+        if cursor.rowcount != 0:
+            conn.info[_WROTE] = True
+    elif not statement.lstrip()[:6].upper().startswith("SELECT"):
+        conn.info[_WROTE] = True
+
+
+def due(conn: Connection) -> Pending | None:
+    """In ``Store.begin``, before the commit: write the request's pending row in this transaction when it has not
+    been and this transaction is the change; the ``Pending`` written (mark it ``written`` once committed)."""
+    changed = conn.info.pop(_WROTE, False)
+    if conn.info.pop(_UNCHANGED, False) or not changed:
+        return None
+    pending = PENDING.get()
+    if pending is None or pending.written:
+        return None
+    record(conn, pending.entry)
+    return pending
+
+
+def forget(conn: Connection) -> None:
+    """``Store.begin``, whatever the transaction's end: its ``unchanged`` mark goes with it."""
+    conn.info.pop(_UNCHANGED, None)
+    conn.info.pop(_WROTE, None)
+
+
+def when(at: datetime) -> str:
+    """A row's time as hashed and shown: UTC, to the microsecond."""
+    return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def digest(seq: int, at: datetime, values: dict[str, Any], prev: str) -> str:
+    """The hash of a row: SHA-256 over the JSON array of its seq, time, fields (``Entry``'s order) and ``prev``."""
+    doc = [1, seq, when(at), *(values.get(c) for c in _COLUMNS), prev]
+    return hashlib.sha256(json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode()).hexdigest()
+
+
+def _clock(dialect: str) -> Any:
+    """The store's clock as a column of the head's ``RETURNING`` (``datum.store.runs.store_now``'s)."""
+    if dialect == "postgresql":
+        return sa.func.clock_timestamp()
+    return sa.func.strftime("%Y-%m-%d %H:%M:%f", "now")
+
+
+def _at(value: Any) -> datetime:
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)  # type: ignore[no-any-return]
+
+
+def record(conn: Connection, entry: Entry) -> int:
+    """Write ``entry``'s row in the transaction open on ``conn``, chained to the last one; its seq.
+
+    Locks the chain's head until the transaction ends: call it last, just before the commit (a lock taken after
+    it, waited for by a writer holding one before its own audit row, would deadlock the two).
+    """
+    if entry.outcome not in OUTCOMES:
+        raise ValueError(f"an audit row's outcome is one of {', '.join(OUTCOMES)}, not {entry.outcome!r}")
+    head = conn.execute(
+        sa.update(chain).where(chain.c.name == HEAD).values(seq=chain.c.seq + 1)
+        .returning(chain.c.seq, chain.c.hash, _clock(conn.dialect.name))
+    ).one()
+    seq, prev, at = int(head[0]), str(head[1]), _at(head[2])
+    # whatever looks like a token redacted, in every field: a path or a host name may hold one pasted by mistake
+    values = {c: redacted(v) if isinstance(v, str) else v for c in _COLUMNS for v in [getattr(entry, c)]}
+    own = digest(seq, at, values, prev)
+    conn.execute(sa.insert(t).values(seq=seq, at=at, prev=prev, hash=own, **values))
+    conn.execute(sa.update(chain).where(chain.c.name == HEAD).values(hash=own))
+    return seq
+
+
+def write(store: Store, entry: Entry) -> int:
+    """``entry``'s row in a transaction of its own (a refusal, an act that changed nothing): its seq."""
+    with store.begin() as conn:
+        conn.info[_UNCHANGED] = True  # this is the row: the request's pending one (``entry`` itself) is not due here
+        return record(conn, entry)
+
+
+# -- reading ----------------------------------------------------------------------------------------
+
+
+def _row(r: Any) -> dict[str, Any]:
+    return {
+        "seq": int(r.seq), "at": r.at, "principal": r.principal, "tokenId": r.token, "source": r.source,
+        "action": r.action, "resource": r.resource, "request": r.request, "outcome": r.outcome,
+        "status": r.status, "policy": r.policy, "detail": r.detail, "prev": r.prev, "hash": r.hash,
+    }
+
+
+def entries(
+    store: Store, *, since: datetime | None = None, until: datetime | None = None, principal: str | None = None,
+    action: str | None = None, after: After | None = None, limit: int,
+) -> list[dict[str, Any]]:
+    """Up to ``limit`` rows, newest first (by seq), after the cursor's ``after`` (its id is a seq), each filter exact;
+    ``since``/``until``: written at or after, before."""
+    query = sa.select(t)
+    if after is not None:
+        query = query.where(t.c.seq < after.id)
+    if since is not None:
+        query = query.where(t.c.at >= sa.literal(since, t.c.at.type))
+    if until is not None:
+        query = query.where(t.c.at < sa.literal(until, t.c.at.type))
+    if principal is not None:
+        query = query.where(t.c.principal == principal)
+    if action is not None:
+        query = query.where(t.c.action == action)
+    with store.connect() as conn:
+        return [_row(r) for r in conn.execute(query.order_by(t.c.seq.desc()).limit(limit))]
+
+
+# -- verifying --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class End:
+    """One end of the chain: a row's seq and hash (and, for the anchor, when the last pruned row was written)."""
+
+    seq: int
+    hash: str
+    at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class Verified:
+    """What ``verify`` found: the rows it checked, the chain's ends, and the first row that does not hold."""
+
+    rows: int
+    anchor: End
+    head: End
+    broken: int | None = None  # the seq of the first broken row
+    why: str | None = None
+
+    @property
+    def whole(self) -> bool:
+        return self.broken is None
+
+    def as_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "whole": self.whole, "rows": self.rows,
+            "anchor": {"seq": self.anchor.seq, "hash": self.anchor.hash,
+                       "at": when(self.anchor.at) if self.anchor.at else None},
+            "head": {"seq": self.head.seq, "hash": self.head.hash},
+        }
+        if self.broken is not None:
+            out["broken"] = {"seq": self.broken, "why": self.why}
+        return out
+
+
+def verify(store: Store, *, batch: int = 5000) -> Verified:
+    """Walk the chain from its anchor to its head in one snapshot, recomputing every row's hash; the first row
+    that does not hold (edited, missing, chained to another than the row before it) is ``broken``."""
+    with store.connect() as conn:
+        if conn.dialect.name == "postgresql":  # the ends and every row as of one moment, whatever is written meanwhile
+            conn = conn.execution_options(isolation_level="REPEATABLE READ")
+        with conn.begin():
+            ends = {r.name: r for r in conn.execute(sa.select(chain))}
+            anchor = End(int(ends[ANCHOR].seq), str(ends[ANCHOR].hash), ends[ANCHOR].at)
+            head = End(int(ends[HEAD].seq), str(ends[HEAD].hash))
+            seq, prev, rows = anchor.seq, anchor.hash, 0
+            while True:
+                page = conn.execute(sa.select(t).where(t.c.seq > seq).order_by(t.c.seq).limit(batch)).all()
+                for r in page:
+                    found = _fault(r, seq, prev)
+                    if found is not None:
+                        return Verified(rows, anchor, head, found[0], found[1])
+                    seq, prev, rows = int(r.seq), str(r.hash), rows + 1
+                if len(page) < batch:
+                    break
+    if (seq, prev) != (head.seq, head.hash):
+        return Verified(rows, anchor, head, seq + 1,
+                        f"the chain ends at row {seq} but its head names row {head.seq}: rows after {seq} are missing"
+                        if head.seq > seq else f"the chain's head names row {head.seq}, not its last row {seq}")
+    return Verified(rows, anchor, head)
+
+
+def _fault(r: Any, seq: int, prev: str) -> tuple[int, str] | None:
+    """Why row ``r`` does not follow row ``seq`` (of hash ``prev``), or None."""
+    if int(r.seq) != seq + 1:
+        return seq + 1, f"row {seq + 1} is missing (the row after {seq} is {int(r.seq)})"
+    if r.prev != prev:
+        return int(r.seq), f"row {int(r.seq)} is chained to another row than {seq} (its prev is not that row's hash)"
+    values = {c: getattr(r, c) for c in _COLUMNS}
+    if r.at is None or digest(int(r.seq), r.at, values, str(r.prev)) != r.hash:
+        return int(r.seq), f"row {int(r.seq)} was changed after it was written (its hash does not match its fields)"
+    return None
+
+
+# -- retention --------------------------------------------------------------------------------------
+
+
+def prune(store: Store, before: datetime, *, batch: int = 1000) -> int:
+    """Drop the oldest rows, every one up to the first written at or after ``before`` (the chain's order: a row is
+    never dropped while an older one is kept), ``batch`` per transaction, each moving the anchor to the last row it
+    dropped; how many went."""
+    gone = 0
+    cutoff = sa.literal(before, t.c.at.type)
+    while True:
+        with store.begin() as conn:
+            keep = conn.execute(sa.select(sa.func.min(t.c.seq)).where(t.c.at >= cutoff)).scalar()
+            upto = sa.select(t.c.seq, t.c.hash, t.c.at).order_by(t.c.seq).limit(batch)
+            if keep is not None:
+                upto = upto.where(t.c.seq < keep)
+            rows = conn.execute(upto).all()
+            if rows:
+                last = rows[-1]
+                conn.execute(sa.delete(t).where(t.c.seq <= last.seq))
+                conn.execute(
+                    sa.update(chain).where(chain.c.name == ANCHOR, chain.c.seq < last.seq)
+                    .values(seq=last.seq, hash=last.hash, at=last.at)
+                )
+        gone += len(rows)
+        if len(rows) < batch:
+            return gone
+
