@@ -219,3 +219,33 @@ def test_pruning_keeps_the_chain_verifiable(story):
     with story.store.begin() as conn:  # the oldest row kept deleted by hand: not pruning, a gap after the anchor
         conn.execute(sa.delete(audit_log).where(audit_log.c.seq == old + 1))
     assert audit.verify(story.store).broken == old + 1
+
+
+def test_two_servers_on_one_store_write_one_chain(store_url):
+    """Two engines on one database (two replicas' pools), eight writers each at once: one line, no fork, no gap."""
+    import threading
+
+    from datum.store import open_store
+
+    stores = [open_store(store_url), open_store(store_url)]
+    errors: list[BaseException] = []
+
+    def writer(n: int) -> None:
+        try:
+            for i in range(15):
+                audit.write(stores[n % 2], audit.Entry(f"replica{n % 2}", "fleet:ReportPass", f'Host::"h{n}-{i}"'))
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    try:
+        assert errors == []
+        found = audit.verify(stores[1])
+        assert found.whole and found.rows == 120 and found.head.seq == 120, found
+    finally:
+        for s in stores:
+            s.dispose()

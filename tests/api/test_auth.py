@@ -49,6 +49,7 @@ ENDPOINTS = [
     ("POST", "/v1/hosts/web1/passes", Action.REPORT_PASS, pass_report()),
     ("GET", "/v1/hosts/web1/passes", Action.READ_HISTORY, None),
     ("GET", "/v1/events", Action.READ_HISTORY, None),
+    ("GET", "/v1/audit", Action.READ_AUDIT, None),
     ("GET", "/v1/buckets", BUCKETS_READ, None),
     ("PUT", "/v1/buckets/alpha", BUCKETS_WRITE, None),
     ("DELETE", "/v1/buckets/alpha", BUCKETS_WRITE, None),

@@ -40,6 +40,7 @@ OPERATION_IDS = {
     ("get", "/v1/hosts/{host}/passes"): "listPasses",
     ("get", "/v1/hosts/{host}/passes/{pass}"): "getPass",
     ("get", "/v1/events"): "listEvents",
+    ("get", "/v1/audit"): "listAudit",
     ("get", "/v1/hosts/{host}/manifest"): "getManifest",
     ("post", "/v1/hosts/{host}/reboot-lease"): "takeRebootLease",
     ("delete", "/v1/hosts/{host}/reboot-lease"): "giveBackRebootLease",

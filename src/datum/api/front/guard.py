@@ -239,7 +239,8 @@ class RequestGuard:
             await told(self.state, who, resource)
             cedar = decision(self.state, who, need[0], resource)
             decided(entry, need[0], resource, cedar)
-            decide(self.state, who, need[0], resource)  # the refusal, worded in one place (memoised: no second call)
+            if not cedar.allowed:
+                decide(self.state, who, need[0], resource)  # the refusal, worded in one place
             admission = Admission(who, (str(need[0]), resource), cedar.policies)
         scope[ADMISSION] = admission
         return admission
