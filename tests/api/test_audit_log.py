@@ -133,9 +133,11 @@ def test_every_refusal_leaves_one_row(story):
 
 
 def test_the_row_is_written_in_the_changes_transaction(story):
-    """With the chain's head gone, the row cannot be written: the pass is not stored either."""
+    """A row that cannot be written (its seq taken by hand) takes the change with it: the pass is not stored."""
     with story.store.begin() as conn:
-        conn.execute(sa.delete(audit_chain).where(audit_chain.c.name == "head"))
+        head = conn.execute(sa.select(audit_chain.c.seq).where(audit_chain.c.name == "head")).scalar_one()
+        conn.execute(sa.insert(audit_log).values(seq=head + 1, at=datetime.now(UTC), outcome="allowed", prev="x",
+                                                 hash="y"))
     posted = story.client.post("/v1/hosts/web1/passes", json=pass_report("web1"), headers=story.auth("web1"))
     assert posted.status_code == 500
     with story.store.connect() as conn:

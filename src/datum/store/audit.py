@@ -19,8 +19,9 @@ chain's head until then), or wraps its transaction in ``acting(entry)``.
 
 **Hash-chained.** Row ``n`` holds ``prev``, the hash of row ``n - 1``, and
 ``hash``, SHA-256 over a canonical JSON array of its fields and ``prev``
-(``digest``). The chain's head (``audit_chain``'s ``head``: the last seq and
-hash) is updated by every write, which locks it until the commit: two servers
+(``digest``; on PostgreSQL computed in the statement that writes the row,
+one round trip: ``pg_ctes``). The chain's head (``audit_chain``'s ``head``:
+the last seq and hash) is updated by every write, which locks it until the commit: two servers
 on one PostgreSQL write one line, never a fork; on SQLite the write
 transaction serialises already. ``verify`` walks the chain from its anchor
 (``audit_chain``'s ``anchor``: the last row ``prune`` dropped, 64 zeros
@@ -39,7 +40,6 @@ from __future__ import annotations
 
 import getpass
 import hashlib
-import json
 import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -105,6 +105,7 @@ class Pending:
 PENDING: ContextVar[Pending | None] = ContextVar("datum_audit_pending", default=None)
 _UNCHANGED = "datum.audit.unchanged"  # in a connection's info while its transaction is not the change
 _WROTE = "datum.audit.wrote"  # in a connection's info once its transaction changed a row (``wrote``)
+_CARRIED = "datum.audit.carried"  # in a connection's info once a statement of its transaction wrote the row
 
 
 def local_principal() -> str:
@@ -160,10 +161,14 @@ def due(conn: Connection) -> Pending | None:
     """In ``Store.begin``, before the commit: write the request's pending row in this transaction when it has not
     been and this transaction is the change; the ``Pending`` written (mark it ``written`` once committed)."""
     changed = conn.info.pop(_WROTE, False)
-    if conn.info.pop(_UNCHANGED, False) or not changed:
+    if conn.info.pop(_UNCHANGED, False):
         return None
     pending = PENDING.get()
     if pending is None or pending.written:
+        return None
+    if conn.info.pop(_CARRIED, False):  # written by the change's own statement
+        return pending
+    if not changed:
         return None
     record(conn, pending.entry)
     return pending
@@ -173,6 +178,7 @@ def forget(conn: Connection) -> None:
     """``Store.begin``, whatever the transaction's end: its ``unchanged`` mark goes with it."""
     conn.info.pop(_UNCHANGED, None)
     conn.info.pop(_WROTE, None)
+    conn.info.pop(_CARRIED, None)
 
 
 def when(at: datetime) -> str:
@@ -180,16 +186,81 @@ def when(at: datetime) -> str:
     return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+def _field(value: Any) -> str:
+    return "~" if value is None else f"{len(str(value))}:{value}"
+
+
 def digest(seq: int, at: datetime, values: dict[str, Any], prev: str) -> str:
-    """The hash of a row: SHA-256 over the JSON array of its seq, time, fields (``Entry``'s order) and ``prev``."""
-    doc = [1, seq, when(at), *(values.get(c) for c in _COLUMNS), prev]
-    return hashlib.sha256(json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode()).hexdigest()
+    """The hash of a row: SHA-256 (hex) over its version (1), seq, time (``when``), fields (``Entry``'s order) and
+    ``prev``, each as ``<its length in characters>:<its text>`` (``~`` for none), one after the other. PostgreSQL
+    computes the same in the statement that writes the row (``_pg_hash``); verify computes it here."""
+    text = "".join(_field(v) for v in (1, seq, when(at), *(values.get(c) for c in _COLUMNS), prev))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _pg_field(sql: str) -> str:
+    return f"(CASE WHEN ({sql}) IS NULL THEN '~' ELSE char_length({sql}) || ':' || ({sql}) END)"
+
+
+_PG_AT = "to_char(statement_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')"
+# ``digest`` in SQL, in the head's UPDATE: ``seq`` and ``hash`` there are the head's before it (the last row's).
+_PG_HASH = "encode(sha256(convert_to(" + " || ".join(
+    [_pg_field("'1'"), _pg_field("CAST(seq + 1 AS text)"), _pg_field(_PG_AT),
+     *(_pg_field(f"CAST(:audit_{c} AS text)") for c in _COLUMNS), _pg_field("hash")]
+) + ", 'UTF8')), 'hex')"
+
+
+def pg_ctes(when_sql: str = "TRUE") -> str:
+    """PostgreSQL: the CTEs that write a row in the statement they end (``record``'s one round trip; the intake's
+    own statement, ``datum.store.hosts``): the head moved (locked until the commit, read as its last committed
+    version whatever the statement's snapshot) with the row's hash computed from it, then the row. Written only
+    when ``when_sql`` holds. Its parameters: ``pg_params``."""
+    columns = ", ".join(_COLUMNS)
+    return f"""audit_head AS (
+  UPDATE audit_chain SET seq = seq + 1, prev = hash, at = statement_timestamp(), hash = {_PG_HASH}
+  WHERE name = '{HEAD}' AND ({when_sql})
+  RETURNING seq, prev, hash, at
+), audit_row AS (
+  INSERT INTO audit_log (seq, at, {columns}, prev, hash)
+  SELECT seq, at, {", ".join(f"CAST(:audit_{c} AS {'integer' if c == 'status' else 'text'})" for c in _COLUMNS)},
+    prev, hash FROM audit_head
+  RETURNING seq
+)"""
+
+
+def pg_params(entry: Entry) -> dict[str, Any]:
+    """The parameters of ``pg_ctes``: ``entry``'s fields, whatever looks like a token redacted."""
+    _check(entry)
+    return {f"audit_{c}": v for c, v in _values(entry).items()}
+
+
+_PG_RECORD = sa.text(f"WITH {pg_ctes()} SELECT seq FROM audit_row")
+
+
+def carried(conn: Connection) -> None:
+    """The statement just run on ``conn`` wrote the request's pending row (``pg_ctes``): ``due`` writes no other."""
+    conn.info[_CARRIED] = True
+
+
+def pending_entry() -> Entry | None:
+    """The request's row when one is pending and not written yet (what a statement may carry, ``pg_ctes``)."""
+    pending = PENDING.get()
+    return None if pending is None or pending.written else pending.entry
+
+
+def _check(entry: Entry) -> None:
+    if entry.outcome not in OUTCOMES:
+        raise ValueError(f"an audit row's outcome is one of {', '.join(OUTCOMES)}, not {entry.outcome!r}")
+
+
+def _values(entry: Entry) -> dict[str, Any]:
+    """``entry``'s fields, whatever looks like a token redacted in each: a path or a host name may hold one pasted
+    by mistake."""
+    return {c: redacted(v) if isinstance(v, str) else v for c in _COLUMNS for v in [getattr(entry, c)]}
 
 
 def _clock(dialect: str) -> Any:
     """The store's clock as a column of the head's ``RETURNING`` (``datum.store.runs.store_now``'s)."""
-    if dialect == "postgresql":
-        return sa.func.clock_timestamp()
     return sa.func.strftime("%Y-%m-%d %H:%M:%f", "now")
 
 
@@ -203,20 +274,21 @@ def record(conn: Connection, entry: Entry) -> int:
     """Write ``entry``'s row in the transaction open on ``conn``, chained to the last one; its seq.
 
     Locks the chain's head until the transaction ends: call it last, just before the commit (a lock taken after
-    it, waited for by a writer holding one before its own audit row, would deadlock the two).
+    it, waited for by a writer holding one before its own audit row, would deadlock the two). One statement on
+    PostgreSQL (``pg_ctes``); three on SQLite, where the write transaction holds the file anyway.
     """
-    if entry.outcome not in OUTCOMES:
-        raise ValueError(f"an audit row's outcome is one of {', '.join(OUTCOMES)}, not {entry.outcome!r}")
+    if conn.dialect.name == "postgresql":
+        return int(conn.execute(_PG_RECORD, pg_params(entry)).scalar_one())
+    _check(entry)
     head = conn.execute(
         sa.update(chain).where(chain.c.name == HEAD).values(seq=chain.c.seq + 1)
         .returning(chain.c.seq, chain.c.hash, _clock(conn.dialect.name))
     ).one()
     seq, prev, at = int(head[0]), str(head[1]), _at(head[2])
-    # whatever looks like a token redacted, in every field: a path or a host name may hold one pasted by mistake
-    values = {c: redacted(v) if isinstance(v, str) else v for c in _COLUMNS for v in [getattr(entry, c)]}
+    values = _values(entry)
     own = digest(seq, at, values, prev)
     conn.execute(sa.insert(t).values(seq=seq, at=at, prev=prev, hash=own, **values))
-    conn.execute(sa.update(chain).where(chain.c.name == HEAD).values(hash=own))
+    conn.execute(sa.update(chain).where(chain.c.name == HEAD).values(hash=own, prev=prev, at=at))
     return seq
 
 
@@ -305,6 +377,10 @@ def verify(store: Store, *, batch: int = 5000) -> Verified:
             conn = conn.execution_options(isolation_level="REPEATABLE READ")
         with conn.begin():
             ends = {r.name: r for r in conn.execute(sa.select(chain))}
+            if HEAD not in ends or ANCHOR not in ends:
+                missing = End(0, GENESIS)
+                return Verified(0, missing, missing, 0, f"the chain's {HEAD if HEAD not in ends else ANCHOR} row "
+                                                        "(audit_chain) is missing")
             anchor = End(int(ends[ANCHOR].seq), str(ends[ANCHOR].hash), ends[ANCHOR].at)
             head = End(int(ends[HEAD].seq), str(ends[HEAD].hash))
             seq, prev, rows = anchor.seq, anchor.hash, 0

@@ -267,7 +267,8 @@ audit_chain = sa.Table(
     sa.Column("name", sa.String(16), primary_key=True),
     sa.Column("seq", sa.BigInteger, nullable=False),
     sa.Column("hash", sa.String(64), nullable=False),
-    sa.Column("at", UTCDateTime),  # the anchor's: when the last pruned row was written
+    sa.Column("at", UTCDateTime),  # when that row was written
+    sa.Column("prev", sa.String(64)),  # the head's: the hash of the row before it (what a write's RETURNING reads)
 )
 
 # The fleet's reboot budget (datum.store.leases, migration 0009_reboot_leases): one row per group, locked by every

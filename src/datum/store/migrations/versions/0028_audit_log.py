@@ -49,6 +49,7 @@ def upgrade() -> None:
             sa.Column("seq", sa.BigInteger, nullable=False),
             sa.Column("hash", sa.String(64), nullable=False),
             sa.Column("at", UTCDateTime),
+            sa.Column("prev", sa.String(64)),
         )
     chain = sa.table("audit_chain", sa.column("name"), sa.column("seq"), sa.column("hash"))
     there = set(op.get_bind().execute(sa.select(chain.c.name)).scalars())
