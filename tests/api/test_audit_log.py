@@ -29,6 +29,13 @@ def story(tmp_path, store_url):  # type: ignore[no-untyped-def]
     s.store.dispose()
 
 
+def bound(story: Story, host: str) -> dict[str, str]:
+    """The headers of an agent token bound to ``host`` (made once)."""
+    if host not in story.tokens:
+        story.tokens[host] = create_token(story.store, "agent", host=host)
+    return story.auth(host)
+
+
 def rows(story: Story) -> list[dict]:  # type: ignore[type-arg]
     """Every row, oldest first (the CLI's token rows of the story's set-up included)."""
     with story.store.connect() as conn:
@@ -183,7 +190,7 @@ def test_get_audit_is_the_admins_paged_and_filtered(story):
 
 def test_the_chain_verifies_breaks_at_an_edited_row_and_survives_pruning(story):
     for host in ("web1", "web2"):
-        story.client.post(f"/v1/hosts/{host}/passes", json=pass_report(host), headers=story.auth("agent"))
+        story.client.post(f"/v1/hosts/{host}/passes", json=pass_report(host), headers=bound(story, host))
     found = audit.verify(story.store)
     assert found.whole and found.rows == len(rows(story)) and found.head.seq == found.rows
     with story.store.begin() as conn:
@@ -204,19 +211,19 @@ def test_the_chain_verifies_breaks_at_an_edited_row_and_survives_pruning(story):
 
 
 def test_pruning_keeps_the_chain_verifiable(story):
-    story.client.post("/v1/hosts/web1/passes", json=pass_report("web1"), headers=story.auth("agent"))
+    story.client.post("/v1/hosts/web1/passes", json=pass_report("web1"), headers=bound(story, "web1"))
     old = len(rows(story))
     time.sleep(0.02)
     cut = datetime.now(UTC)
     time.sleep(0.02)
     for host in ("web2", "web3"):
-        story.client.post(f"/v1/hosts/{host}/passes", json=pass_report(host), headers=story.auth("agent"))
+        story.client.post(f"/v1/hosts/{host}/passes", json=pass_report(host), headers=bound(story, host))
     written = len(rows(story))
     assert audit.prune(story.store, cut, batch=2) == old
     kept = audit.verify(story.store)
     assert kept.whole and kept.anchor.seq == old and kept.rows == written - old, kept
     assert rows(story)[0]["seq"] == old + 1
-    story.client.post("/v1/hosts/web4/passes", json=pass_report("web4"), headers=story.auth("agent"))
+    story.client.post("/v1/hosts/web4/passes", json=pass_report("web4"), headers=bound(story, "web4"))
     assert audit.verify(story.store).whole
     with story.store.begin() as conn:  # the oldest row kept deleted by hand: not pruning, a gap after the anchor
         conn.execute(sa.delete(audit_log).where(audit_log.c.seq == old + 1))
