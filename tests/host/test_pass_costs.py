@@ -76,14 +76,17 @@ def test_the_cache_keys_change_with_what_the_default_store_comes_from(tmp_path, 
     assert None not in before and before[0] != after[0] and before[1] != after[1]
 
 
+NO_TRUST = {"ca_file": None, "pin": None}  # --ca-file and --pin (DATUM_CA_FILE, DATUM_PIN) unset: as --token
+
+
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
-        (["m.yaml"], {"manifest": "m.yaml", "token": None}),
+        (["m.yaml"], {"manifest": "m.yaml", "token": None, **NO_TRUST}),
         (["m.yaml", "--root", "/r", "--json", "--mode=observe"],
-         {"manifest": "m.yaml", "root": "/r", "as_json": True, "mode": "observe", "token": None}),
+         {"manifest": "m.yaml", "root": "/r", "as_json": True, "mode": "observe", "token": None, **NO_TRUST}),
         (["--state", "s.db", "m.yaml", "--token", "t", "--allow-source-outside"],
-         {"manifest": "m.yaml", "state": "s.db", "token": "t", "allow_outside": True}),
+         {"manifest": "m.yaml", "state": "s.db", "token": "t", "allow_outside": True, **NO_TRUST}),
         # everything else is click's to answer (help, usage errors, its own messages)
         (["m.yaml", "--help"], None),
         (["m.yaml", "-h"], None),
@@ -108,7 +111,7 @@ def test_parse_apply_leaves_what_click_refuses_to_click(tmp_path, monkeypatch):
     assert parse_apply([str(tmp_path)]) is None  # the manifest is a directory
     assert parse_apply(["m.yaml", "--root", str(tmp_path / "file")]) is None  # --root is a file
     assert parse_apply(["m.yaml", "--config", str(tmp_path)]) is None
-    assert parse_apply(["m.yaml"]) == {"manifest": "m.yaml", "token": "from-env"}
+    assert parse_apply(["m.yaml"]) == {"manifest": "m.yaml", "token": "from-env", **NO_TRUST}
 
 
 def test_a_pass_reads_of_the_last_report_only_what_it_needs(tmp_path):
