@@ -32,18 +32,9 @@ def _duration(_ctx: Any, param: Any, value: str) -> Any:
 
 
 def _token(path: str) -> str:
-    from datum.core.findings import Problem
+    from datum.cli.remote import read_token
 
-    try:
-        with open(path, encoding="utf-8") as f:
-            token = f.read().strip()
-    except OSError as exc:
-        raise Problem.one("INVALID_INPUT", f"cannot read the token file {path}: {exc.strerror}") from exc
-    if not token:
-        raise Problem.one("INVALID_INPUT", f"the token file {path} is empty")
-    if os.stat(path).st_mode & 0o004:
-        click.echo(f"warning: the token file {path} is readable by every user; chmod 600 it", err=True)
-    return token
+    return read_token(path)
 
 
 @click.group(invoke_without_command=True)

@@ -1,7 +1,9 @@
 """Every command's exit codes, in one table, shown at the end of its ``--help``.
 
 ``datum.cli.main`` turns errors into these codes (a finding's code decides: ``USAGE`` and
-``NOT_FOUND`` 64, ``INVALID_INPUT`` 65, ``UNAVAILABLE`` 69, anything else 70); the commands
+``NOT_FOUND`` 64, ``INVALID_INPUT`` and ``CONFLICT`` 65, ``UNAVAILABLE`` 69, ``UNAUTHENTICATED`` and
+``FORBIDDEN`` 77, anything else 70; through ``--server`` the server's answer carries the code, or its
+HTTP status stands for it: ``datum.cli.remote``); the commands
 that say more (the bit flags of ``apply``, ``plan`` and ``status``, ``reconcile``'s 4 and 143,
 ``serve``'s busy port) add their own rows here. ``docs/host.md`` and ``docs/server.md`` show the
 same table.
@@ -30,6 +32,14 @@ _INVALID = ("65", "invalid input or configuration: every finding at once, nothin
 _UNAVAILABLE = ("69", "unavailable: the store is locked past lock_wait, unreachable or full")
 _INTERNAL = ("70", "an unexpected error (DATUM_DEBUG=1 shows where)")
 _COMMON = [("0", "done"), _USAGE, _INVALID, _UNAVAILABLE, _INTERNAL]
+# The fleet commands that take --server: the server's answers map to the same codes, and a refusal is 77.
+_REFUSED = ("77", "--server: the server does not know the token (401), or Cedar does not allow the action (403)")
+_REMOTE_UNAVAILABLE = ("69", "unavailable: the store is locked past lock_wait, unreachable or full; or --server "
+                             "cannot be reached, gave no whole answer in time, or answered past the size bound")
+_FLEET = [("0", "done"), ("64", "usage error, an unknown name (a host the fleet never heard of), or --server "
+                                "answered a redirect (not followed)"),
+          ("65", "invalid input, or the state of the fleet does not allow it"), _REMOTE_UNAVAILABLE, _REFUSED,
+          _INTERNAL]
 
 # command path -> its rows; a command not named here (a plugin's) has the common ones.
 CODES: dict[str, list[tuple[str, str]]] = {
@@ -37,13 +47,15 @@ CODES: dict[str, list[tuple[str, str]]] = {
               ("69", "another pass holds the state file (after lock_wait)"), _INTERNAL],
     "plan": [("0", "nothing would change"), *_BITS, ("", "(bit flags, OR-ed)"), _INVALID, _USAGE, _INTERNAL],
     "status": [*_STATE_BITS, ("", "(the state's bit, OR-ed with the last pass's other bits)"), _USAGE, _INVALID,
-               _INTERNAL],
+               ("69", "--server cannot be reached, or gave no whole answer in time"), _REFUSED, _INTERNAL],
     "validate": [("0", "valid"), ("65", "not valid: every finding at once"), _USAGE, _INTERNAL],
     "reconcile": [("0", "the last pass completed"), ("4", "the last pass could not complete, or lost its claim"),
                   ("69", "skipped: another pass of the reconciler is running"),
                   ("143", "stopped by SIGTERM after the item it was applying"), _USAGE, _INVALID, _INTERNAL],
     "drift": [("0", "the report was printed (whatever the drift)"), ("64", "usage error, or no such reconciler"),
-              _INVALID, _UNAVAILABLE, _INTERNAL],
+              _INVALID, _REMOTE_UNAVAILABLE, _REFUSED, _INTERNAL],
+    **{path: _FLEET for path in ("hosts", "events", "history", "rollout status", "rollout pause", "rollout resume",
+                                 "rollout abort", "reboots list", "reboots clear")},
     "explain": [("0", "explained"), ("64", "usage error, or not a word Datum prints (the known ones are listed)"),
                 _INTERNAL],
     "serve": [("0", "stopped (SIGTERM, SIGINT)"),

@@ -1,14 +1,18 @@
-"""``datum hosts``: the fleet's hosts from the store, worst first as the page lists them, or a page at a time."""
+"""``datum hosts`` and ``datum reboots``: the fleet's hosts, worst first as the page lists them or a page at a time,
+and its reboot leases; from the store, or a server's API (``--server``), the same models either way."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 import click
 
+from datum.api.models import HostList, Reboots, RolloutList
 from datum.cli.common import config_option, json_option, wide_option, wire
+from datum.cli.remote import Server, server_options
 from datum.core.vocab import HostState
 
 
@@ -25,6 +29,42 @@ def _held_back(store: Any, rows: list[Any]) -> list[Any]:
     return [with_held_back(h, stored.held_back(row, waves, h.host, h.revision)) for h in rows]
 
 
+@dataclass(frozen=True)
+class Fleet:
+    """What ``datum hosts`` prints, whichever way it was read: the hosts, the reboot leases, the rollout in force
+    as the attention decision reads it, and why the fleet directory cannot be served from (the store path only)."""
+
+    listing: HostList
+    reboots: Reboots
+    rollout: dict[str, Any] | None
+    fleet_directory: str | None = None
+
+
+def _fleet_from_store(
+    config: str | None, state: str | None, after: str | None, limit: int, worst: bool, now: datetime
+) -> Fleet:
+    from datum.api.answers import host_listing, reboot_list
+    from datum.fleet.effective import unavailable
+    from datum.fleet.rollouts.canaries import attention_of
+
+    with wire(config) as w:
+        fleet = w.settings.fleet
+        listing = host_listing(w.store, fleet, now, state=state, after=after, limit=limit, worst=worst)
+        if fleet.rollout is not None:  # the hosts the staged rollout in force holds back, as the API says
+            listing.hosts = _held_back(w.store, listing.hosts)
+        return Fleet(listing, reboot_list(w.store, fleet, None), attention_of(w.store, fleet.rollout is not None),
+                     unavailable(fleet.manifests))
+
+
+def _fleet_from(
+    remote: Server, state: str | None, cursor: str | None, limit: int, worst: bool
+) -> Fleet:
+    listing = remote.get("/v1/hosts", state=state, cursor=cursor, limit=limit, order="worst" if worst else None)
+    staged = RolloutList.model_validate(remote.get("/v1/rollouts"))
+    in_force = staged.rollouts[0].dump() if staged.configured and staged.rollouts else None
+    return Fleet(HostList.model_validate(listing), Reboots.model_validate(remote.get("/v1/reboots")), in_force)
+
+
 @click.command()
 @click.option("--state", "state", type=click.Choice([s.value for s in HostState]), default=None,
               help="Only the hosts that read this state, by name (a host whose agent fell silent reads unknown).")
@@ -33,10 +73,12 @@ def _held_back(store: Any, rows: list[Any]) -> list[Any]:
 @click.option("--limit", type=click.IntRange(1, 1000), default=100, show_default=True, help="Hosts per page.")
 @click.option("--cursor", default=None, help="The next page: the cursor the previous page printed (by name).")
 @config_option
+@server_options
 @json_option
 @wide_option
 def hosts(
-    state: str | None, by_name: bool, limit: int, cursor: str | None, config: str | None, as_json: bool, wide: bool
+    state: str | None, by_name: bool, limit: int, cursor: str | None, config: str | None, remote: Server | None,
+    as_json: bool, wide: bool,
 ) -> None:
     """List the fleet's hosts, worst first as the page does (failed, unknown, drifted, awaiting-reboot,
     degraded, converged), with every state's count.
@@ -44,42 +86,29 @@ def hosts(
     The first LIMIT hosts in that order; the others are counted, and listed by --state STATE or --by-name,
     a page at a time (--json: the page as GET /v1/hosts answers it, its cursor in `next`).
     """
-    from datum.api.models import host_list
+    from datum.api.answers import host_needs
     from datum.cli import render
     from datum.core.findings import FieldError, invalid
-    from datum.core.order import HOST_ORDER
-    from datum.fleet.listing import host_after, page, worst_first
+    from datum.fleet.listing import host_after
 
     try:
         after = host_after(cursor) if cursor is not None else None
     except ValueError as exc:
         raise invalid([FieldError("--cursor", str(exc))], "the cursor is not one of this listing") from exc
-    w = wire(config)
     now = datetime.now(UTC)
-    silent = w.settings.fleet.stale_after
     paged = state is not None or by_name or after is not None
-    if paged:
-        found = page(w.store, silent, now, state=state, after=after, limit=limit)
+    if remote is not None:
+        found = _fleet_from(remote, state, cursor, limit, not paged)
     else:
-        found = worst_first(w.store, silent, now, [s.value for s in HOST_ORDER], limit)
-    listing = host_list(found)
-    if w.settings.fleet.rollout is not None:  # the hosts the staged rollout in force holds back, as the API says
-        listing.hosts = _held_back(w.store, listing.hosts)
+        found = _fleet_from_store(config, state, after, limit, not paged, now)
+    listing = found.listing
     if as_json:
         click.echo(json.dumps(listing.dump(), indent=2))
         return
-    from datum.core.attention import decide
-    from datum.fleet.effective import unavailable
-    from datum.fleet.rollouts.canaries import attention_of
-    from datum.store.leases import read
-
     out = render.console(wide)
-    overdue = [x.as_json() for x in read(w.store).overdue]
-    lines = decide(hosts=listing.dump()["hosts"], overdue=overdue,
-                   rollout=attention_of(w.store, w.settings.fleet.rollout is not None),
-                   fleet_directory=unavailable(w.settings.fleet.manifests))
+    lines = host_needs(listing.hosts, found.reboots, found.rollout, found.fleet_directory)
     by_host = {n.host: n for n in reversed(lines) if n.host is not None}  # a host's first line, as the page's
-    render.hosts(listing.hosts, found.counts, out, render.Times(now, wide), lambda h: render.host_advice(h, by_host))
+    render.hosts(listing.hosts, listing.counts, out, render.Times(now, wide), lambda h: render.host_advice(h, by_host))
     render.needs_human(lines, out, after=True)
     if listing.next:
         more = f" --state {state}" if state else " --by-name"
@@ -98,69 +127,78 @@ def reboots() -> None:
 
 @reboots.command("list")
 @config_option
+@server_options
 @json_option
-def list_reboots(config: str | None, as_json: bool) -> None:
+def list_reboots(config: str | None, remote: Server | None, as_json: bool) -> None:
     """Every reboot lease, group by group: rebooting, or overdue (not back, or not back healthy, within [fleet]
     reboot_timeout: its group's reboots are halted until it reports from a new boot, converged and healthy, or
     its lease is cleared); the hosts waiting, in their group's reboot_order; and whether [fleet]
-    reboot_block_query blocks every group's reboots."""
-    from datum.fleet.reboots import block, waiting_in_order
-    from datum.store.leases import read
+    reboot_block_query blocks every group's reboots.
 
-    w = wire(config)
-    try:
-        leases = read(w.store)
-    finally:
-        w.store.dispose()
-    fleet = w.settings.fleet
-    blocked, waiting = block(fleet), waiting_in_order(fleet, leases)
-    rows = [{**x.as_json(), "overdue": not x.live(leases.now)} for x in leases.all]
+    --json: as GET /v1/reboots answers it.
+    """
+    if remote is not None:
+        found = Reboots.model_validate(remote.get("/v1/reboots"))
+    else:
+        from datum.api.answers import reboot_list
+        from datum.fleet.reboots import block
+
+        with wire(config) as w:
+            found = reboot_list(w.store, w.settings.fleet, block(w.settings.fleet))
     if as_json:
-        extra = [{"group": g, "host": h, "waiting": True} for g, hosts in sorted(waiting.items()) for h in hosts]
-        click.echo(json.dumps([*rows, *extra], indent=2))
-        if blocked:  # not a row: said beside them (GET /v1/reboots has it as `blocked`)
-            click.echo(f"blocked: no reboot lease is granted in any group: {blocked}", err=True)
+        click.echo(json.dumps(found.dump(), indent=2))
         return
-    if blocked:
-        click.echo(f"blocked: no reboot lease is granted in any group: {blocked}")
-    if not rows:
+    if found.blocked:
+        click.echo(f"blocked: no reboot lease is granted in any group: {found.blocked}")
+    leases = [(x, False) for g in found.groups for x in g.rebooting] + [(x, True) for g in found.groups for x in g.overdue]
+    if not leases:
         click.echo("no host holds a reboot lease")
-    for r in rows:
-        if r["overdue"]:
-            said = (f"overdue, unhealthy ({r['unhealthy']}): its group is halted" if r.get("unhealthy")
+    for x, late in sorted(leases, key=lambda held: (held[0].group, held[0].since, held[0].host)):
+        if late:
+            said = (f"overdue, unhealthy ({x.unhealthy}): its group is halted" if x.unhealthy
                     else "overdue: its group is halted")
-        elif r.get("unhealthy"):
-            said = f"back, not yet healthy ({r['unhealthy']}), until {r['expiresAt']} at the latest"
+        elif x.unhealthy:
+            said = f"back, not yet healthy ({x.unhealthy}), until {x.expires_at.isoformat()} at the latest"
         else:
-            said = f"rebooting until {r['expiresAt']} at the latest"
-        click.echo(f"{r['group']}: {r['host']} since {r['since']}, {said}")
-    for group, hosts in sorted(waiting.items()):
-        click.echo(f"{group}: waiting, in reboot order: {', '.join(hosts)}")
+            said = f"rebooting until {x.expires_at.isoformat()} at the latest"
+        click.echo(f"{x.group}: {x.host} since {x.since.isoformat()}, {said}")
+    for g in found.groups:
+        if g.waiting:
+            click.echo(f"{g.group}: waiting, in reboot order: {', '.join(g.waiting)}")
 
 
 @reboots.command("clear")
 @click.argument("host")
 @click.option("--force", is_flag=True, help="Drop a live lease too (a host that may be rebooting now).")
 @config_option
+@server_options
 @json_option
-def clear_reboot(host: str, force: bool, config: str | None, as_json: bool) -> None:
+def clear_reboot(host: str, force: bool, config: str | None, remote: Server | None, as_json: bool) -> None:
     """Drop HOST's reboot lease, so that its group's reboots go on: for a host that will not come back from its
     reboot (an overdue lease), or came back unhealthy and was looked at. Its next report from a new boot would
-    have freed it too. A live lease (a host rebooting now, perhaps since you looked) is kept unless --force."""
-    from datum.api.front.security import cedar_uid
-    from datum.store import audit
-    from datum.store.leases import cleared
+    have freed it too. A live lease (a host rebooting now, perhaps since you looked) is kept unless --force.
 
-    w = wire(config)
-    # recorded in the audit log with the lease's deletion (none held: nothing done, no row)
-    entry = audit.local(audit.CLEAR_REBOOT_LEASE, cedar_uid("Host", host),
-                        f"datum reboots clear {host}" + (" --force" if force else ""))
-    try:
-        with audit.acting(entry):
-            dropped = cleared(w.store, host, force=force)
-    finally:
-        w.store.dispose()
+    With --server: Cedar fleet:ClearRebootLease (granted to operator); the server's audit log records it.
+    """
+    import urllib.parse
+
+    from datum.api.models import RebootLease
+
+    if remote is not None:
+        answer = remote.call("DELETE", f"/v1/reboots/{urllib.parse.quote(host, safe='')}", {"force": force or None})
+        dropped = RebootLease.model_validate(answer)
+    else:
+        from datum.api.answers import clear_lease
+        from datum.api.front.security import cedar_uid
+        from datum.store import audit
+
+        with wire(config) as w:
+            # recorded in the audit log with the lease's deletion (none held: nothing done, no row)
+            entry = audit.local(audit.CLEAR_REBOOT_LEASE, cedar_uid("Host", host),
+                                f"datum reboots clear {host}" + (" --force" if force else ""))
+            with audit.acting(entry):
+                dropped = clear_lease(w.store, host, force)
     if as_json:
-        click.echo(json.dumps(dropped.as_json()))
+        click.echo(json.dumps(dropped.dump()))
         return
     click.echo(f"cleared the reboot lease of {host} (group {dropped.group}, taken {dropped.since.isoformat()})")

@@ -1,4 +1,4 @@
-"""``datum history HOST`` and ``datum events``: the pass archive from the store, as the API answers it.
+"""``datum history HOST`` and ``datum events``: the pass archive from the store, or a server's API (``--server``).
 
 The same pages as ``GET /v1/hosts/{host}/passes`` and ``GET /v1/events`` (``datum.fleet.history``), the same
 JSON with ``--json`` (the API's models), tables otherwise. ``--since``/``--until`` take a duration back from
@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 import click
 
 from datum.cli.common import config_option, json_option, wide_option, wire
+from datum.cli.remote import Server, server_options
 from datum.core.vocab import Action, HostState, ResourceState
 
 
@@ -66,26 +67,35 @@ _UNTIL = "Only what finished before: a duration back from now or a time."
 @click.option("--limit", type=click.IntRange(1, 1000), default=100, show_default=True, help="Passes per page.")
 @click.option("--cursor", default=None, help="The next page: the cursor the previous page printed.")
 @config_option
+@server_options
 @json_option
 @wide_option
 def history(
     host: str, since: str | None, until: str | None, state: str | None, limit: int, cursor: str | None,
-    config: str | None, as_json: bool, wide: bool,
+    config: str | None, remote: Server | None, as_json: bool, wide: bool,
 ) -> None:
     """A host's kept passes, newest first: when the host finished each, the state it reported, its
     resources, and when the server received it (kept [server] retention long, every pass).
 
     --json: the page as GET /v1/hosts/HOST/passes answers it, its cursor in `next`.
     """
+    import urllib.parse
+
     from datum.api.models import PassList
     from datum.cli import render
     from datum.fleet.history import passes_page
 
     now = datetime.now(UTC)
     window, after = _window(since, until, now), _after(cursor)
-    with wire(config) as w:
-        found = passes_page(w.store, host, window, state=state, after=after, limit=limit)
-    page = PassList.model_validate({"passes": found.rows, "next": found.next})
+    if remote is not None:
+        page = PassList.model_validate(remote.get(
+            f"/v1/hosts/{urllib.parse.quote(host, safe='')}/passes", since=window.since, until=window.until,
+            state=state, limit=limit, cursor=cursor,
+        ))
+    else:
+        with wire(config) as w:
+            found = passes_page(w.store, host, window, state=state, after=after, limit=limit)
+        page = PassList.model_validate({"passes": found.rows, "next": found.next})
     if as_json:
         click.echo(json.dumps(page.dump(), indent=2))
         return
@@ -109,12 +119,13 @@ def history(
 @click.option("--limit", type=click.IntRange(1, 1000), default=100, show_default=True, help="Events per page.")
 @click.option("--cursor", default=None, help="The next page: the cursor the previous page printed.")
 @config_option
+@server_options
 @json_option
 @wide_option
 def events(
     since: str | None, until: str | None, host: str | None, resource: str | None, type_: str | None,
-    action: str | None, state: str | None, limit: int, cursor: str | None, config: str | None, as_json: bool,
-    wide: bool,
+    action: str | None, state: str | None, limit: int, cursor: str | None, config: str | None,
+    remote: Server | None, as_json: bool, wide: bool,
 ) -> None:
     """What changed, failed, drifted or was blocked across the fleet, newest first: one row per resource of
     a kept pass, with its host, action, state and reason.
@@ -127,10 +138,15 @@ def events(
 
     now = datetime.now(UTC)
     window, after = _window(since, until, now), _after(cursor)
-    with wire(config) as w:
-        found = events_page(w.store, window, after=after, limit=limit, host=host, resource=resource, type=type_,
-                            action=action, state=state)
-    page = EventList.model_validate({"events": found.rows, "next": found.next})
+    exact = {"host": host, "resource": resource, "type": type_, "action": action, "state": state}
+    if remote is not None:
+        page = EventList.model_validate(remote.get(
+            "/v1/events", since=window.since, until=window.until, limit=limit, cursor=cursor, **exact
+        ))
+    else:
+        with wire(config) as w:
+            found = events_page(w.store, window, after=after, limit=limit, **exact)
+        page = EventList.model_validate({"events": found.rows, "next": found.next})
     if as_json:
         click.echo(json.dumps(page.dump(), indent=2))
         return

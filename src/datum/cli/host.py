@@ -15,6 +15,7 @@ import click
 
 from datum.cli import passes
 from datum.cli.passes import APPLY_OPTIONS, CONFIG, JSON, OUTSIDE, ROOT, STATE, Option
+from datum.cli.remote import Server, server_options
 from datum.core.vocab import HostState
 from datum.host import verdict
 from datum.host.verdict import unknown
@@ -204,25 +205,33 @@ def _load(
 @_STATE
 @click.option("--host", "host", default=None,
               help="The host whose report to show, when the state file holds several (default: the host it "
-              "holds, else this machine's name).")
+              "holds, else this machine's name); with --server, the host of the fleet to show.")
 @_JSON
 @_CONFIG
+@server_options
 @click.option("--wide", is_flag=True, help="Every resource of the pass, and absolute times (UTC).")
-def status(state: str | None, host: str | None, as_json: bool, config: str | None, wide: bool) -> int:
+def status(state: str | None, host: str | None, as_json: bool, config: str | None, remote: Server | None,
+           wide: bool) -> int:
     """The persisted host state and last pass report, without running a pass.
 
     Reads the host named in the state file (one copied from another machine included); exits with the
-    bits of the state it reads, as datum apply would have.
+    bits of the state it reads, as datum apply would have. With --server: the host's state and last pass as
+    that server holds them (GET /v1/hosts/HOST, Cedar fleet:ReadHost), printed and exiting the same way.
     """
     from datetime import UTC, datetime
 
     from datum.providers.facts import read_boot_id
 
-    host_config, host, store, report = _load(state, config, host, named_in_file=True)
-    boot = read_boot_id(host_config.boot_id_file)
-    if store is not None:
-        report = _unfinished(store, host, report)
-        store.close()
+    if remote is not None:
+        host_config = _config(config)
+        host, boot = host or host_name_of(host_config), None  # the host is elsewhere: no local boot to compare
+        report: dict[str, Any] | None = served(remote, host)
+    else:
+        host_config, host, store, report = _load(state, config, host, named_in_file=True)
+        boot = read_boot_id(host_config.boot_id_file)
+        if store is not None:
+            report = _unfinished(store, host, report)
+            store.close()
     if report is None:
         report = unknown(host, NO_PASS)
     code = status_exit(report)
@@ -245,6 +254,19 @@ def status(state: str | None, host: str | None, as_json: bool, config: str | Non
     render.status(report, out, times, notes, line)
     render.needs_human([line] if line is not None else [], out, after=True)
     return code
+
+
+def served(remote: Server, host: str) -> dict[str, Any]:
+    """``host``'s last report as ``remote`` holds it (``GET /v1/hosts/{host}``), in the shape of the state file's:
+    the report, with the state and reason the server reads (a host whose agent fell silent reads unknown)."""
+    import urllib.parse
+
+    from datum.api.models import HostStatus
+
+    found = HostStatus.model_validate(remote.get(f"/v1/hosts/{urllib.parse.quote(host, safe='')}"))
+    shown = found.report.model_dump(mode="json", by_alias=True, exclude_none=True) if found.report else {}
+    shown.pop("reason", None)
+    return {**shown, "host": found.host, "state": found.state.value, **({"reason": found.reason} if found.reason else {})}
 
 
 def host_name_of(host_config: Any) -> str:

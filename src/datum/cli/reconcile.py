@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import click
 
 from datum.cli.common import config_option, json_option, wide_option, wire
+from datum.cli.remote import Server, server_options
 from datum.core.vocab import Health
 
 if TYPE_CHECKING:
@@ -102,31 +103,43 @@ def _print_ticks(ticks: list[Tick]) -> None:
 @click.command()
 @click.argument("name")
 @config_option
+@server_options
 @json_option
 @wide_option
-def drift(name: str, config: str | None, as_json: bool, wide: bool) -> None:
+def drift(name: str, config: str | None, remote: Server | None, as_json: bool, wide: bool) -> None:
     """Show reconciler NAME's drift report: which items diverged and why.
 
     Items sharing a cause are one row (a tripped breaker's reaps, say), those that need a human first,
     as on the page; then the work-query coverage, stranded statuses flagged.
     """
+    import urllib.parse
+
     from datum.cli import render
-    from datum.reconcile.report import drift_report
+    from datum.reconcile.report import (
+        DriftReport,
+        ReconcilerPolicy,
+        drift_report,
+        reconciler_policy,
+    )
     from datum.reconcile.runner import utcnow
 
-    w = wire(config)
     now = utcnow()
-    report = drift_report(w.registry, w.settings, w.store, name, now)
-    if as_json:
+    if remote is not None:
+        at = f"/v1/observability/admin/reconcilers/{urllib.parse.quote(name, safe='')}"
+        report = DriftReport.model_validate(remote.get(f"{at}/drift"))
+        policy = None if as_json else ReconcilerPolicy.model_validate(remote.get(f"{at}/policy"))
+    else:
+        with wire(config) as w:
+            report = drift_report(w.registry, w.settings, w.store, name, now)
+            policy = reconciler_policy(w.registry, w.settings, name)
+    if as_json or policy is None:
         click.echo(json.dumps(report.dump(), indent=2))
         return
     from datum.core.attention import decide
-    from datum.reconcile.attention import facts
 
-    own = w.registry.settings(w.settings, name).converge_config()
     out = render.console(wide)
-    render.drift(report, out, render.Times(now, wide), own.breaker, own.backoff)
-    render.needs_human(decide([facts(w.registry, w.settings, report)]), out, after=True)
+    render.drift(report, out, render.Times(now, wide), policy.thresholds(), policy.backoff_policy())
+    render.needs_human(decide([policy.facts(report)]), out, after=True)
 
 
 @click.command()

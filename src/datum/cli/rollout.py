@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 import click
 
 from datum.cli.common import config_option, json_option, wide_option, wire
+from datum.cli.remote import Server, server_options
 
 
 @click.group()
@@ -17,33 +18,39 @@ def rollout() -> None:
 
 @rollout.command()
 @config_option
+@server_options
 @json_option
 @wide_option
-def status(config: str | None, as_json: bool, wide: bool) -> None:
+def status(config: str | None, remote: Server | None, as_json: bool, wide: bool) -> None:
     """Per revision of `[fleet] manifests`, newest first: how many hosts run it, converged, failed, other.
 
     A revision is one state of the directory: its git commit (`<commit>+dirty.<hex>` with uncommitted
     changes), else `sha256:` of its files. The current one (marked `*`) is the directory's revision now,
-    as this configuration reads it; first seen is when a server first served it. Then, with staged
-    rollouts ([fleet.rollout]), the rollout in force: its state, its waves, and the hosts that failed on
-    it when it halted. With --json: as GET /v1/revisions answers it, and `rollout` as the first of
-    GET /v1/rollouts.
+    as this configuration reads it (with --server: the one that server serves); first seen is when a server
+    first served it. Then, with staged rollouts ([fleet.rollout]), the rollout in force: its state, its
+    waves, and the hosts that failed on it when it halted. With --json: as GET /v1/revisions answers it,
+    and `rollout` as the first of GET /v1/rollouts.
     """
-    from datum.api.routes.revisions import revision_list
+    from datum.api.models import RevisionList, RolloutList
     from datum.cli import render
-    from datum.fleet.revision import revision
-    from datum.fleet.rollouts.status import status as rollout_status
 
-    w = wire(config)
     now = datetime.now(UTC)
-    directory = w.settings.fleet.manifests
-    current = revision(directory) if directory is not None else None
-    from datum.api.routes.rollouts import rollout_list
-    from datum.store.rollouts import latest
+    if remote is not None:
+        found = RevisionList.model_validate(remote.get("/v1/revisions"))
+        staged = RolloutList.model_validate(remote.get("/v1/rollouts")).rollouts[:1]
+    else:
+        from datum.api.routes.revisions import revision_list
+        from datum.api.routes.rollouts import rollout_list
+        from datum.fleet.revision import revision
+        from datum.fleet.rollouts.status import status as rollout_status
+        from datum.store.rollouts import latest
 
-    ruling = latest(w.store) if w.settings.fleet.rollout is not None else None
-    found = revision_list(rollout_status(w.store, w.settings.fleet.stale_after, now, current, ruling))
-    staged = rollout_list(w.store, w.settings.fleet, limit=1).rollouts
+        with wire(config) as w:
+            directory = w.settings.fleet.manifests
+            current = revision(directory) if directory is not None else None
+            ruling = latest(w.store) if w.settings.fleet.rollout is not None else None
+            found = revision_list(rollout_status(w.store, w.settings.fleet.stale_after, now, current, ruling))
+            staged = rollout_list(w.store, w.settings.fleet, limit=1).rollouts
     if as_json:
         doc = found.dump()
         if staged:
@@ -56,24 +63,25 @@ def status(config: str | None, as_json: bool, wide: bool) -> None:
         render.rollout(staged[0], out, render.Times(now, wide))
 
 
-def _command(
-    action: str, config: str | None, server: str | None, token_file: str | None, as_json: bool, reason: str | None = None,
-) -> None:
+def _command(action: str, config: str | None, remote: Server | None, as_json: bool, reason: str | None = None) -> None:
     """One of pause, resume, abort: through the API (--server, --token-file: Cedar decides) or on the store."""
-    if (server is None) != (token_file is None):
-        raise click.UsageError("--server and --token-file go together")
-    if server is not None and token_file is not None:
-        answer = _over_http(server, token_file, action, reason)
+    from datum.api.models import RolloutCommandAnswer
+
+    if remote is not None:
+        done = RolloutCommandAnswer.model_validate(
+            remote.call("POST", f"/v1/rollouts/current/{action}", {"reason": reason})
+        )
     else:
         from datum.api.front.authz import Action
         from datum.api.routes.rollouts import act
         from datum.store import audit
 
-        w = wire(config)
-        # recorded in the audit log with the change (a command the rollout's state refuses changes nothing: no row)
-        entry = audit.local(Action.MANAGE_ROLLOUT, 'Server::"datum"', f"datum rollout {action}")
-        with audit.acting(entry):
-            answer = act(w.store, w.settings.fleet, action, audit.local_principal(), reason).dump()
+        with wire(config) as w:
+            # recorded in the audit log with the change (a command the rollout's state refuses changes nothing: no row)
+            entry = audit.local(Action.MANAGE_ROLLOUT, 'Server::"datum"', f"datum rollout {action}")
+            with audit.acting(entry):
+                done = act(w.store, w.settings.fleet, action, audit.local_principal(), reason)
+    answer = done.dump()
     if as_json:
         click.echo(json.dumps(answer, indent=2))
         return
@@ -89,38 +97,6 @@ def _command(
                    + (": " + ", ".join(returned) if returned else ""))
 
 
-def _over_http(server: str, token_file: str, action: str, reason: str | None) -> dict:  # type: ignore[type-arg]
-    import urllib.error
-    import urllib.parse
-    import urllib.request
-    from pathlib import Path
-
-    from datum.core.findings import Finding, Problem
-
-    token = Path(token_file).read_text(encoding="utf-8").strip()
-    request = urllib.request.Request(
-        f"{server.rstrip('/')}/v1/rollouts/current/{action}"
-        + (f"?{urllib.parse.urlencode({'reason': reason})}" if reason else ""), method="POST", data=b"",
-        headers={"Authorization": f"Bearer {token}"},
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=30) as answer:  # noqa: S310 - the operator's URL
-            return json.loads(answer.read())  # type: ignore[no-any-return]
-    except urllib.error.HTTPError as exc:
-        try:
-            issues = json.loads(exc.read())["issues"]
-            raise Problem([
-                Finding(i["code"], i["message"] + (f" (Cedar action {i['action']})" if i.get("action") else ""))
-                for i in issues
-            ]) from None
-        except (ValueError, KeyError, TypeError):
-            raise Problem.one("UNAVAILABLE", f"{server} answered {exc.code}") from None
-    except OSError as exc:
-        raise Problem.one("UNAVAILABLE", f"cannot reach {server}: {exc}") from exc
-
-
-_server = click.option("--server", default=None, help="A Datum server's URL: the command goes through its API (Cedar fleet:ManageRollout).")
-_token = click.option("--token-file", "token_file", default=None, help="The file holding the bearer token for --server.")
 _reason = click.option("--reason", default=None, help="Why, in your words: kept with the transition (datum events --type rollout).")
 
 
@@ -133,14 +109,13 @@ _HELP = {
 
 def _steer(action: str) -> click.Command:
     @config_option
-    @_server
-    @_token
+    @server_options
     @_reason
     @json_option
-    def run(config: str | None, server: str | None, token_file: str | None, reason: str | None, as_json: bool) -> None:
-        _command(action, config, server, token_file, as_json, reason)
+    def run(config: str | None, remote: Server | None, reason: str | None, as_json: bool) -> None:
+        _command(action, config, remote, as_json, reason)
 
-    return click.command(action, help=_HELP[action])(run)
+    return click.command(action, help=_HELP[action] + " With --server: Cedar fleet:ManageRollout.")(run)
 
 
 for _action in _HELP:

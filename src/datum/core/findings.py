@@ -79,13 +79,14 @@ class ErrorCode(StrEnum):
         return cls(code).exit_status if code in cls._value2member_map_ else EXIT_SOFTWARE
 
 
-# sysexits.h: the exit statuses a finding can end a command with
-EXIT_USAGE, EXIT_INVALID, EXIT_UNAVAILABLE, EXIT_SOFTWARE = 64, 65, 69, 70
+# sysexits.h: the exit statuses a finding can end a command with (77, EX_NOPERM: a server, asked with --server,
+# refused the token or Cedar the action)
+EXIT_USAGE, EXIT_INVALID, EXIT_UNAVAILABLE, EXIT_SOFTWARE, EXIT_REFUSED = 64, 65, 69, 70, 77
 
 _MEANS: dict[ErrorCode, tuple[int | None, int, str]] = {
     ErrorCode.USAGE: (None, EXIT_USAGE, "a bad option or argument"),
-    ErrorCode.UNAUTHENTICATED: (401, EXIT_SOFTWARE, "no or bad bearer token"),
-    ErrorCode.FORBIDDEN: (403, EXIT_SOFTWARE, "the Cedar policies refuse the action, named in `action`"),
+    ErrorCode.UNAUTHENTICATED: (401, EXIT_REFUSED, "no or bad bearer token"),
+    ErrorCode.FORBIDDEN: (403, EXIT_REFUSED, "the Cedar policies refuse the action, named in `action`"),
     ErrorCode.NOT_FOUND: (404, EXIT_USAGE, "unknown reconciler, host, bucket, rollout or path"),
     ErrorCode.METHOD_NOT_ALLOWED: (405, EXIT_USAGE, "the path does not answer this method"),
     ErrorCode.REQUEST_TIMEOUT: (408, EXIT_UNAVAILABLE, "the request body did not arrive in time"),

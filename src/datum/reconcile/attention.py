@@ -13,18 +13,13 @@ from collections.abc import Iterable
 from datum.config import Settings
 from datum.core.attention import Reconciler
 from datum.reconcile.registry import Registry
-from datum.reconcile.report import DriftReport, enabled
+from datum.reconcile.report import DriftReport, enabled, reconciler_policy
 
 
 def facts(registry: Registry, settings: Settings, report: DriftReport) -> Reconciler:
-    """One registered reconciler as the decision reads it: its report, whether it is on, its backoff and breaker."""
-    own = registry.settings(settings, report.reconciler).converge_config()
-    return Reconciler(
-        report=report.dump(),
-        enabled=enabled(registry, settings, report.reconciler),
-        backoff=own.backoff,
-        breaker=own.breaker,
-    )
+    """One registered reconciler as the decision reads it: its report, whether it is on, its backoff and breaker
+    (``ReconcilerPolicy``: what ``datum drift`` reads through the API too)."""
+    return reconciler_policy(registry, settings, report.reconciler).facts(report)
 
 
 def broken(registry: Registry, settings: Settings) -> list[Reconciler]:

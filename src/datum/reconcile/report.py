@@ -24,7 +24,10 @@ from pydantic import (
 from pydantic.json_schema import SkipJsonSchema
 
 from datum.config import Settings
+from datum.core.attention import Reconciler
+from datum.core.breaker import Threshold
 from datum.core.coverage import CoverageRow
+from datum.core.memory import BackoffPolicy
 from datum.core.rollup import overrun
 from datum.core.vocab import Direction, Health, PluginReason, Reason
 from datum.reconcile.coverage import measure
@@ -185,6 +188,59 @@ class ReconcilerSummary(_Out):
     enabled: bool = Field(
         description="Whether the reconciler is switched on (`[reconcilers.NAME] enabled`). A disabled one runs no "
         "pass; its `health` is what its last pass left (`unknown` when it never ran)."
+    )
+
+
+class BreakerBound(_Out):
+    """One direction's circuit breaker: trip past ``count`` items, or past ``fraction`` of what exists."""
+
+    count: int | SkipJsonSchema[None] = absent("Trip when more items than this would go this way.")
+    fraction: float | SkipJsonSchema[None] = absent("Trip when more than this fraction of what exists would.")
+
+
+class Backoff(_Out):
+    """How many passes a failing item sits out: ``basePasses * 2**(failures-1)``, at most ``capPasses``."""
+
+    base_passes: int = Field(alias="basePasses", ge=1)
+    cap_passes: int = Field(alias="capPasses", ge=1)
+
+
+class ReconcilerPolicy(_Out):
+    """What judges a reconciler's items beside its drift report: whether it is on, its backoff and its breaker.
+
+    The drift report says what diverged; this says which of it needs a human (an item parked at the backoff
+    cap, a group the breaker holds): what ``datum drift`` prints beside the report, through the store or
+    through the API alike.
+    """
+
+    reconciler: str = Field(description="The reconciler's stable name.")
+    enabled: bool = Field(description="Whether it is switched on (`[reconcilers.NAME] enabled`).")
+    backoff: Backoff = Field(description="`[reconcilers.NAME] backoff`.")
+    breaker: dict[Direction, BreakerBound] = Field(
+        description="`[reconcilers.NAME] breaker`, per direction that has one."
+    )
+
+    def thresholds(self) -> dict[Direction, Threshold]:
+        return {d: Threshold(count=b.count, fraction=b.fraction) for d, b in self.breaker.items()}
+
+    def backoff_policy(self) -> BackoffPolicy:
+        return BackoffPolicy(self.backoff.base_passes, self.backoff.cap_passes)
+
+    def facts(self, report: DriftReport) -> Reconciler:
+        """The reconciler as the attention decision reads it (``datum.core.attention.decide``)."""
+        return Reconciler(report=report.dump(), enabled=self.enabled, backoff=self.backoff_policy(),
+                          breaker=self.thresholds())
+
+
+def reconciler_policy(registry: Registry, settings: Settings, name: str) -> ReconcilerPolicy:
+    """Reconciler ``name``'s policy as configured (``NOT_FOUND`` for a name not registered)."""
+    own = registry.settings(settings, name).converge_config()
+    backoff = own.backoff
+    return ReconcilerPolicy(
+        reconciler=name,
+        enabled=enabled(registry, settings, name),
+        backoff=Backoff(base_passes=backoff.base_passes, cap_passes=backoff.cap_passes),
+        breaker={d: BreakerBound(count=t.count, fraction=t.fraction) for d, t in own.breaker.items()},
     )
 
 

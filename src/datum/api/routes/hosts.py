@@ -16,12 +16,13 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import anyio.to_thread
 from fastapi import APIRouter, Body, Depends, Header, Query, Request, Response
 from pydantic import AfterValidator, ValidationError
 
+from datum.api.answers import host_listing, with_lease
 from datum.api.front.authz import Action, scope_of
 from datum.api.front.errors import error_responses
 from datum.api.front.security import Asked, Reply, fast, needs, path_resource, permits
@@ -30,11 +31,10 @@ from datum.api.models import (
     EffectiveManifest,
     HostList,
     HostStatus,
-    host_list,
     host_status,
     with_held_back,
 )
-from datum.api.routes.reboots import OUT, HostParam, host_fits, with_lease
+from datum.api.routes.reboots import OUT, HostParam, host_fits
 from datum.core.findings import FieldError, Problem, invalid
 from datum.core.vocab import HostState
 from datum.fleet import intake
@@ -46,7 +46,6 @@ from datum.fleet.listing import (
     DEFAULT_LIMIT,
     MAX_LIMIT,
     host_after,
-    page,
 )
 from datum.fleet.rollouts import serve as rollouts
 from datum.fleet.serving import chosen, composed, names, serving
@@ -96,21 +95,23 @@ def hosts(
     state: HostState = Query(default=None, description="Only the hosts that read this state."),
     limit: int = Query(default=DEFAULT_LIMIT, ge=1, le=MAX_LIMIT, description="Hosts per page."),
     after: Annotated[str, cursor_query("The `next` of the previous page."), AfterValidator(cursor)] = None,
+    order: Literal["name", "worst"] = Query(
+        default="name", description="`name`: pages by name. `worst`: the first `limit` hosts worst first as the page "
+        "lists them (failed, unknown, drifted, awaiting-reboot, degraded, converged; each state's by name), one page "
+        "only: neither `state` nor `cursor` with it (`datum hosts`)."),
     principal: str = Depends(needs(Action.READ_HOST)),
 ) -> Response:
+    if order == "worst" and (state is not None or after is not None):
+        raise invalid([FieldError("order", "worst is one page of every state: without state or cursor")],
+                      "order=worst takes neither state nor cursor")
     server = state_of(request)
     _registry, store = server.wired()
-    multiple = server.settings.fleet.stale_after
-    groups = scope_of(principal)  # a token scoped to host groups lists their hosts only, in the query
-    found = page(store, multiple, datetime.now(UTC), state=state.value if state else None, after=after, limit=limit,
-                 groups=groups)
-    leases = read_leases(store, groups=groups)
-    listing = host_list(found)
-    listing.hosts = [
-        with_held_back(with_lease(row, leases), rollouts.held_back(server.fleet, row.host, row.revision))
-        for row in listing.hosts
-    ]
-    headers = {"Link": f'<{_next_url(request, found.next)}>; rel="next"'} if found.next else None
+    listing = host_listing(store, server.settings.fleet, datetime.now(UTC), state=state.value if state else None,
+                           after=after, limit=limit, worst=order == "worst",
+                           groups=scope_of(principal))  # a token scoped to host groups lists their hosts only
+    listing.hosts = [with_held_back(row, rollouts.held_back(server.fleet, row.host, row.revision))
+                     for row in listing.hosts]
+    headers = {"Link": f'<{_next_url(request, listing.next)}>; rel="next"'} if listing.next else None
     return Response(
         listing.model_dump_json(by_alias=True, exclude_none=True), media_type="application/json", headers=headers
     )

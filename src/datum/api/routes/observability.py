@@ -16,7 +16,15 @@ from datum.api.front.authz import Action
 from datum.api.front.errors import error_responses
 from datum.api.front.security import Asked, Reply, fast, needs, path_resource
 from datum.api.front.state import state_of
-from datum.reconcile.report import DriftReport, ReconcilerSummary, broken_summary, enabled, summary
+from datum.reconcile.report import (
+    DriftReport,
+    ReconcilerPolicy,
+    ReconcilerSummary,
+    broken_summary,
+    enabled,
+    reconciler_policy,
+    summary,
+)
 
 router = APIRouter(prefix="/v1/observability/admin", tags=["observability"])
 
@@ -72,6 +80,29 @@ async def drift(
     state.known(name)
     # The cached body is the model's own JSON form: serialized once, not per request.
     return Response((await state.reports.get(name)).body, media_type="application/json")
+
+
+@router.get(
+    "/reconcilers/{name}/policy",
+    name="get_reconciler_policy",
+    response_model=ReconcilerPolicy,
+    response_model_by_alias=True,
+    response_model_exclude_none=True,
+    summary="What judges a reconciler's drift items: whether it is on, its backoff and its breaker (datum drift).",
+    description=(
+        "Cedar action `observability:ReadSubstrate` on `Reconciler::\"{name}\"`, as its drift report. Which items "
+        "need a human (one parked at the backoff cap, a group the breaker holds) is read from the report with "
+        "these. 503 before the registry is wired; 404 for an unknown reconciler name."
+    ),
+    responses=error_responses(401, 403, 404, 422, 503),
+)
+async def policy(
+    request: Request,
+    name: str = NameParam,
+    _p: str = Depends(needs(Action.READ_SUBSTRATE, path_resource("Reconciler", "name"))),
+) -> ReconcilerPolicy:
+    state = state_of(request)
+    return reconciler_policy(state.known(name), state.settings, name)
 
 
 @fast(drift)

@@ -3,23 +3,20 @@
 from __future__ import annotations
 
 import re
-from typing import TypeVar
 
 from fastapi import APIRouter, Body, Depends, Path, Query, Request
 
+from datum.api.answers import clear_lease, lease_model, reboot_list
 from datum.api.front.authz import Action, scope_of
 from datum.api.front.errors import error_responses
 from datum.api.front.security import needs, path_resource
 from datum.api.front.state import state_of
 from datum.api.models import (
-    HostSummary,
-    RebootGroup,
     RebootLease,
     RebootLeaseAnswer,
     RebootLeaseRequest,
     Reboots,
 )
-from datum.store.leases import Lease, Leases
 from datum.wire import NO_NUL
 
 router = APIRouter(tags=["fleet"])
@@ -34,17 +31,6 @@ def host_fits(name: str) -> bool:
     asks before it answers (the route answers the others with its 422)."""
     return 1 <= len(name) <= HOST_MAX and re.fullmatch(NO_NUL, name) is not None
 OUT = {"response_model_by_alias": True, "response_model_exclude_none": True}
-S = TypeVar("S", bound=HostSummary)
-
-
-def lease_model(lease: Lease) -> RebootLease:
-    return RebootLease.model_validate(lease.as_json())
-
-
-def with_lease(status: S, leases: Leases) -> S:
-    """``status`` with the reboot lease its host holds, when it holds one (the host listing and detail)."""
-    mine = leases.of(status.host)
-    return status if mine is None else status.model_copy(update={"rebooting": lease_model(mine)})
 
 
 @router.post(
@@ -142,10 +128,8 @@ def clear_reboot_lease(
     force: bool = Query(default=False, description="Drop a live lease too (a host that may be rebooting now)."),
     _p: str = Depends(needs(Action.CLEAR_REBOOT_LEASE, path_resource("Host", "host"))),
 ) -> RebootLease:
-    from datum.store.leases import cleared
-
     _registry, store = state_of(request).wired()
-    return lease_model(cleared(store, host, force=force, forcing="force=true"))
+    return clear_lease(store, host, force, forcing="force=true")
 
 
 @router.get(
@@ -160,27 +144,10 @@ def clear_reboot_lease(
     **OUT,
 )
 def reboots(request: Request, principal: str = Depends(needs(Action.READ_HOST))) -> Reboots:
-    from datum.fleet.reboots import block_shown, groups, waiting_in_order
-    from datum.store.leases import read
+    from datum.fleet.reboots import block_shown
 
     state = state_of(request)
     _registry, store = state.wired()
     fleet = state.settings.fleet
-    scope = scope_of(principal)  # a token scoped to host groups: their hosts' leases, their groups
-    leases = read(store, groups=scope)
-    queued = waiting_in_order(fleet, leases)
-    return Reboots(
-        limit=fleet.reboot_concurrency,
-        timeout_seconds=fleet.reboot_timeout.total_seconds(),
-        blocked=block_shown(fleet),
-        groups=[
-            RebootGroup(
-                group=g,
-                rebooting=[lease_model(x) for x in leases.rebooting if x.group == g],
-                overdue=[lease_model(x) for x in leases.overdue if x.group == g],
-                waiting=queued.get(g, []),
-            )
-            for g in groups(fleet, leases)
-            if scope is None or g in scope
-        ],
-    )
+    # a token scoped to host groups: their hosts' leases, their groups
+    return reboot_list(store, fleet, block_shown(fleet), groups=scope_of(principal))
