@@ -34,6 +34,7 @@ MAPS = {("PassReport", "counts"), ("EffectiveManifest", "files"), ("HostSummary"
 OPERATION_IDS = {
     ("get", "/v1/observability/admin/reconcilers"): "listReconcilers",
     ("get", "/v1/observability/admin/reconcilers/{name}/drift"): "getDriftReport",
+    ("get", "/v1/observability/admin/reconcilers/{name}/policy"): "getReconcilerPolicy",
     ("get", "/v1/hosts"): "listHosts",
     ("get", "/v1/hosts/{host}"): "getHost",
     ("post", "/v1/hosts/{host}/passes"): "reportPass",

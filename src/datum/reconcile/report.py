@@ -198,6 +198,14 @@ class BreakerBound(_Out):
     fraction: float | SkipJsonSchema[None] = absent("Trip when more than this fraction of what exists would.")
 
 
+class Breaker(_Out):
+    """The circuit breaker of each direction that has one (absent: that direction is not held)."""
+
+    restore: BreakerBound | SkipJsonSchema[None] = absent("Items to create again.")
+    reap: BreakerBound | SkipJsonSchema[None] = absent("Items to delete.")
+    align: BreakerBound | SkipJsonSchema[None] = absent("Items to change in place.")
+
+
 class Backoff(_Out):
     """How many passes a failing item sits out: ``basePasses * 2**(failures-1)``, at most ``capPasses``."""
 
@@ -216,12 +224,11 @@ class ReconcilerPolicy(_Out):
     reconciler: str = Field(description="The reconciler's stable name.")
     enabled: bool = Field(description="Whether it is switched on (`[reconcilers.NAME] enabled`).")
     backoff: Backoff = Field(description="`[reconcilers.NAME] backoff`.")
-    breaker: dict[Direction, BreakerBound] = Field(
-        description="`[reconcilers.NAME] breaker`, per direction that has one."
-    )
+    breaker: Breaker = Field(description="`[reconcilers.NAME] breaker`, per direction that has one.")
 
     def thresholds(self) -> dict[Direction, Threshold]:
-        return {d: Threshold(count=b.count, fraction=b.fraction) for d, b in self.breaker.items()}
+        bounds = {d: getattr(self.breaker, d.value) for d in Direction}
+        return {d: Threshold(count=b.count, fraction=b.fraction) for d, b in bounds.items() if b is not None}
 
     def backoff_policy(self) -> BackoffPolicy:
         return BackoffPolicy(self.backoff.base_passes, self.backoff.cap_passes)
@@ -240,7 +247,9 @@ def reconciler_policy(registry: Registry, settings: Settings, name: str) -> Reco
         reconciler=name,
         enabled=enabled(registry, settings, name),
         backoff=Backoff(base_passes=backoff.base_passes, cap_passes=backoff.cap_passes),
-        breaker={d: BreakerBound(count=t.count, fraction=t.fraction) for d, t in own.breaker.items()},
+        breaker=Breaker.model_validate(
+            {d.value: BreakerBound(count=t.count, fraction=t.fraction) for d, t in own.breaker.items()}
+        ),
     )
 
 
