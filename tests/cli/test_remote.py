@@ -249,3 +249,45 @@ def test_the_environment_names_the_server(datum_cli, served: Served, monkeypatch
     monkeypatch.delenv("DATUM_TOKEN_FILE")
     assert through_env == datum_cli("hosts", "--wide", "--json", *served.store)
     assert through_env[0] == 0 and json.loads(through_env[1])["total"] == 7
+
+
+def test_an_answer_past_the_size_bound_is_refused_whole(datum_cli, served: Served, monkeypatch: pytest.MonkeyPatch):
+    import datum.cli.remote as remote
+
+    monkeypatch.setattr(remote, "ANSWER_LIMIT", 200)  # the real server's listing is larger than this
+    code, out, err = datum_cli("hosts", *served.remote)
+    assert code == 69 and "more than the 200 bytes an answer may be" in err, err
+    assert out == ""  # nothing half-read is printed
+    code, out, err = datum_cli("hosts", "--json", *served.remote)  # the error in the contract's shape
+    assert code == 69 and json.loads(out)["issues"][0]["code"] == "UNAVAILABLE"
+
+
+def test_a_redirect_is_not_followed(datum_cli, served: Served, tmp_path: Path):
+    """A fake server (one that redirects: ``datum serve`` never does) answering 307 to the real one: the token
+    is not sent on, the command says where it was sent and exits 64."""
+    import http.server
+    import threading
+
+    asked: list[str | None] = []
+
+    class Redirect(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            asked.append(self.headers.get("Authorization"))
+            self.send_response(307)
+            self.send_header("Location", served.url + self.path)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *_args: object) -> None:
+            pass
+
+    fake = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Redirect)
+    threading.Thread(target=fake.serve_forever, daemon=True).start()
+    try:
+        code, out, err = datum_cli("events", "--server", f"http://127.0.0.1:{fake.server_port}", "--token-file",
+                                   str(served.token_file))
+    finally:
+        fake.shutdown()
+    assert code == 64 and "answered 307" in err and f"a redirect to {served.url}/v1/events" in err, err
+    assert "not followed" in err and served.scene.operator not in out + err
+    assert len(asked) == 1  # asked once, not again at the place it pointed to
