@@ -12,6 +12,7 @@ from datum.cli import exits
 from datum.cli.main import report_problem
 from datum.core.findings import (
     EXIT_INVALID,
+    EXIT_REFUSED,
     EXIT_SOFTWARE,
     EXIT_UNAVAILABLE,
     EXIT_USAGE,
@@ -33,10 +34,10 @@ def test_every_answered_code_has_its_status_and_the_status_its_code():
 @pytest.mark.parametrize("code", list(ErrorCode))
 def test_the_cli_ends_with_the_code_s_exit_status(code: ErrorCode, capsys):  # type: ignore[no-untyped-def]
     assert report_problem(Problem.one(code.value, "x"), as_json=False) == code.exit_status
-    assert code.exit_status in (EXIT_USAGE, EXIT_INVALID, EXIT_UNAVAILABLE, EXIT_SOFTWARE) and code.description
+    assert code.exit_status in (EXIT_USAGE, EXIT_INVALID, EXIT_UNAVAILABLE, EXIT_SOFTWARE, EXIT_REFUSED) and code.description
 
 
 def test_a_code_of_no_member_is_an_internal_error_and_the_help_s_table_says_the_same_numbers():
     assert report_problem(Problem.one("PLUGIN_SPECIFIC", "x"), as_json=False) == EXIT_SOFTWARE
-    assert [int(n) for n, _ in (exits._USAGE, exits._INVALID, exits._UNAVAILABLE, exits._INTERNAL)] == [
-        EXIT_USAGE, EXIT_INVALID, EXIT_UNAVAILABLE, EXIT_SOFTWARE]
+    assert [int(n) for n, _ in (exits._USAGE, exits._INVALID, exits._UNAVAILABLE, exits._INTERNAL, exits._REFUSED)] == [
+        EXIT_USAGE, EXIT_INVALID, EXIT_UNAVAILABLE, EXIT_SOFTWARE, EXIT_REFUSED]
