@@ -87,15 +87,22 @@ def served(scene: Scene, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Ite
     monkeypatch.setenv("COLUMNS", "200")
     with scene.config.open("a") as f:  # a reboot lease that turns overdue at once: web5 halts its group
         f.write('[fleet]\nreboot_timeout = "1s"\n')
+    from datum.api.front.tokens import create
+
+    store = open_store(f"sqlite:///{scene.config.parent / 'datum.db'}")
+    try:  # an agent's token is bound to its host
+        agent = {host: create(store, "agent", host) for host in ("web2", "web5")}
+    finally:
+        store.dispose()
     s = Served(scene, tmp_path)
     s.start()
     try:
         answer = httpx.post(s.url + "/v1/hosts/web5/reboot-lease", json={"bootId": "b00t"},
-                            headers={"Authorization": f"Bearer {scene.tokens['agent']}"}, timeout=30)
+                            headers={"Authorization": f"Bearer {agent['web5']}"}, timeout=30)
         assert answer.json()["granted"], answer.text
         earlier = report("web2", [(C, None)] * 2, finished=datetime.now(UTC) - timedelta(hours=1))
         answer = httpx.post(s.url + "/v1/hosts/web2/passes", json=earlier,  # a second kept pass of web2
-                            headers={"Authorization": f"Bearer {scene.tokens['agent']}"}, timeout=30)
+                            headers={"Authorization": f"Bearer {agent['web2']}"}, timeout=30)
         assert answer.status_code in (200, 201), answer.text
         time.sleep(1.2)
         yield s
