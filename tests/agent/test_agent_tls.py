@@ -241,3 +241,23 @@ def test_plain_http_off_loopback_is_refused_at_start_unless_asked_for(tmp_path: 
     (tmp_path / "server.toml").write_text((tmp_path / "server.toml").read_text() + "insecure_http = true\n")
     configured = fleet.datum("serve", "--config", str(tmp_path / "server.toml"), "--host", "192.0.2.1", "--port", "8443")
     assert configured.code == 69, configured.err
+
+
+def test_an_operator_s_remote_command_trusts_what_it_is_told(tls_fleet: TlsFleet, tmp_path: Path):
+    """``--server`` commands (issue 36, item 6) take the agent's ``--ca-file`` and ``--pin`` (and their
+    environment variables): told nothing about the server's own CA they are refused, saying what was presented;
+    told its CA file or its pin they answer; a wrong pin is refused."""
+    fleet = tls_fleet
+    token_file = tmp_path / "operator.token"
+    token_file.write_text(fleet.token("operator"))
+    token_file.chmod(0o600)
+    common = ["hosts", "--server", fleet.url, "--token-file", str(token_file), "--json"]
+    untrusted = fleet.datum(*common)
+    assert untrusted.code == 69 and "give them to --ca-file or --pin" in untrusted.out, untrusted.out  # --json: on stdout
+    by_ca = fleet.datum(*common, "--ca-file", str(fleet.ca))
+    assert by_ca.code == 0 and "hosts" in json.loads(by_ca.out), by_ca.err
+    pin = fleet.show()["pin"]
+    by_pin = fleet.datum(*common, env={"DATUM_PIN": pin})
+    assert by_pin.code == 0, by_pin.err
+    wrong = fleet.datum(*common, "--pin", "sha256:" + "0" * 64)
+    assert wrong.code == 69 and "sha256:" + "0" * 64 in wrong.out, wrong.out

@@ -54,6 +54,7 @@ class Server:
 
     url: str
     token: str = field(repr=False)
+    trust: Any = None  # ``datum.trust.Trust`` of --ca-file and --pin (None: the system's CAs over https)
 
     def get(self, path: str, **params: Any) -> Any:
         return self.call("GET", path, params)
@@ -67,7 +68,8 @@ class Server:
         url = self.url.rstrip("/") + path + (f"?{query}" if query else "")
         headers = {"Authorization": f"Bearer {self.token}", "Accept": "application/json"}
         try:
-            answer = request(method, url, headers, data=b"" if method == "POST" else None, limit=ANSWER_LIMIT)
+            answer = request(method, url, headers, data=b"" if method == "POST" else None, limit=ANSWER_LIMIT,
+                             trust=self.trust)
         except Unusable as exc:
             raise Problem.one("UNAVAILABLE", str(exc)) from None
         return answered(url, answer.status, answer.reason, answer.headers.get("Location"), answer.body)
@@ -125,21 +127,33 @@ def _issues(body: bytes) -> list[Finding]:
         return []
 
 
-def connect(server: str | None, token_file: str | None) -> Server | None:
-    """The server to ask, when one is named (option or environment); None: the command reads the store."""
+def connect(
+    server: str | None, token_file: str | None, ca_file: str | None = None, pin: str | None = None,
+) -> Server | None:
+    """The server to ask, when one is named (option or environment), trusted as ``--ca-file`` and ``--pin``
+    say (``datum.cli.passes.trusted``, as the agent's); None: the command reads the store."""
     if server is None and token_file is None:
         return None
     if server is None or token_file is None:
         raise click.UsageError("--server and --token-file go together (or DATUM_SERVER and DATUM_TOKEN_FILE)")
-    return Server(server, read_token(token_file))
+    from datum.cli.passes import trusted
+
+    return Server(server, read_token(token_file), trusted(ca_file, pin) if ca_file or pin else None)
 
 
 def server_options(fn: F) -> F:
-    """``--server`` and ``--token-file`` on a fleet command, handed to it as ``remote`` (a ``Server`` or None)."""
+    """``--server`` and ``--token-file`` on a fleet command, and ``--ca-file`` and ``--pin`` (the agent's, what
+    to trust of it over https), handed to it as ``remote`` (a ``Server`` or None)."""
+    from datum.cli.host import option
+    from datum.cli.passes import CA_FILE, PIN
 
     @functools.wraps(fn)
-    def run(*args: Any, server: str | None = None, token_file: str | None = None, **kwargs: Any) -> Any:
-        return fn(*args, remote=connect(server, token_file), **kwargs)
+    def run(*args: Any, server: str | None = None, token_file: str | None = None, ca_file: str | None = None,
+            pin: str | None = None, **kwargs: Any) -> Any:
+        return fn(*args, remote=connect(server, token_file, ca_file, pin), **kwargs)
+
+    run = option(PIN)(run)
+    run = option(CA_FILE)(run)
 
     run = click.option(
         "--token-file", "token_file", envvar="DATUM_TOKEN_FILE", type=click.Path(dir_okay=False), default=None,
