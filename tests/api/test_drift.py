@@ -20,7 +20,7 @@ LIST = "/v1/observability/admin/reconcilers"
 
 REPORT_FIELDS = {
     "reconciler", "asOf", "lastRanAt", "health", "drift", "blocked", "itemsReported",
-    "items", "dropped", "driftCap", "coverageReported", "coverage",
+    "items", "dropped", "driftCap", "coverageReported", "coverage", "enabled",
 }
 ITEM_FIELDS = {"kind", "direction", "id", "streak", "confirmationsNeeded", "reason"}
 OPTIONAL_ITEM_FIELDS = {"lastErr", "desired", "actual", "failures", "retryAfterPasses", "retryAfter"}

@@ -15,7 +15,7 @@ def test_a_malformed_body_with_a_token_is_422_for_the_whole_body(story):
     r = story.client.post(
         "/v1/hosts/h1/passes",
         content=b"{not json",
-        headers={"Content-Type": "application/json", "Authorization": f"Bearer {story.tokens['agent']}"},
+        headers={"Content-Type": "application/json", **story.agent("h1")},
     )
     assert r.status_code == 422
     (finding,) = r.json()["issues"]

@@ -54,12 +54,12 @@ def test_unknown_paths_and_methods_answer_in_the_error_shape(story):
 
 
 def test_an_unexpected_error_is_a_generic_500_without_a_stack_trace(story, monkeypatch):
-    import datum.api.routes.hosts as hosts_route
+    import datum.api.answers as answers
 
     def boom(*_args, **_kwargs):
         raise RuntimeError("secret internals at /srv/x.py line 3")
 
-    monkeypatch.setattr(hosts_route, "page", boom)
+    monkeypatch.setattr(answers, "page", boom)
     r = story.get("/v1/hosts")
     assert r.status_code == 500
     assert r.json() == {

@@ -74,7 +74,7 @@ def test_a_revoked_token_is_refused_by_a_running_server_within_seconds(served, d
     assert token not in out and agent_token not in out and digest(token) not in out  # ids only
     code, text, _ = datum_cli("token", "list", "--config", cfg)
     listed = [line.split() for line in text.splitlines()]
-    assert listed[0] == ["id", "principal", "host", "created"]
+    assert listed[0] == ["id", "principal", "host", "groups", "created"]
     assert listed[2][:3] == [rows[0]["id"], "operator", "any"] and listed[3][:3] == [rows[1]["id"], "agent", "web1"]
 
     auth = {"Authorization": f"Bearer {token}"}
