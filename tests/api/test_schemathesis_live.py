@@ -23,7 +23,11 @@ def test_schemathesis_with_every_check_finds_no_failure(tmp_path):
         done = run(base, token, examples=5, seed=1, cwd=tmp_path)
     out = done.stdout + done.stderr
     assert done.returncode == 0, out
-    assert "No issues found" in out, out
+    # One warning is right: DELETE /v1/reboots/{host} clears a lease once and answers every later ask 404 (no lease
+    # to clear), which schemathesis calls missing test data. Anything else it finds fails.
+    missing = "Missing test data: 1 operation repeatedly returned 404"
+    assert "No issues found" in out or (missing in out and "DELETE /v1/reboots/{host}" in out
+                                        and " failure" not in out and out.count("⚠️") == 1), out
     for phase in ("Coverage", "Fuzzing", "Stateful"):  # every phase ran and passed
         assert f"✅ {phase}" in out, out
     assert f'pass = "{KEPT_PASS}"' in CONFIG.read_text()  # the kept pass the configuration names is the one stored

@@ -48,7 +48,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from datum.core.findings import FieldError, Problem, invalid
+from datum.core.findings import FieldError, Finding, Problem, invalid
 from datum.core.redact import redacted
 from datum.identity import b64, fingerprint, signed, skew_problem, unb64, verified
 from datum.store import Store
@@ -214,8 +214,8 @@ def _checked(store: Store, proof: Proof, now: datetime) -> bytes:
     """The proof's signature bytes, once its name, nonce and clock are good (else the Problem saying which)."""
     check_host(proof.host)
     why = skew_problem(proof.time, now.timestamp())
-    if why is not None:
-        raise invalid([FieldError("time", why)], why)
+    if why is not None:  # a proof made at another time proves nothing: refused as any failed proof is (401)
+        raise Problem([Finding("UNAUTHENTICATED", why, (FieldError("time", why),))])
     _check_nonce(store, proof.nonce, now)
     signature = unb64(proof.signature)
     if signature is None:

@@ -26,7 +26,8 @@ DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000
 # Microseconds from the epoch, signed: any time a host's clock may say (year 1 to 9999) is a position, so a
 # pass finished before 1970 or after 2286 (a host with a wrong clock) pages on instead of repeating or failing.
-CURSOR_PATTERN = r"^-?[0-9]{1,18}-r?[0-9]{1,18}$"
+CURSOR_PATTERN = r"^-?[0-9]{1,18}-r?[0-9]{1,18}$"  # the fleet's events: a pass's event or a rollout's (r)
+PASS_CURSOR_PATTERN = r"^-?[0-9]{1,18}-[0-9]{1,18}$"  # a host's passes: no rollout's position is one
 _CURSOR = re.compile(CURSOR_PATTERN)
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 NOT_A_CURSOR = "not a cursor of this listing: pass the `next` of a previous page as it is"

@@ -17,7 +17,8 @@ from datum.core.redact import NOT_A_HOST_NAME, PREFIX, looks_like_token
 
 AGENT = "agent"  # the principal an agent's tokens speak for (bound to its host), a session's too
 ID_LENGTH = 12  # of the hash's hex digits: names a token in lists, revokes and enrollments
-_HOST = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,252}$")
+HOST_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,252}$"  # a name a token may be bound to, a host may enroll as
+_HOST = re.compile(HOST_NAME)
 
 
 def digest(token: str) -> str:

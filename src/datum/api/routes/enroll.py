@@ -21,6 +21,7 @@ from datum.api.front.state import state_of
 from datum.api.models import Out
 from datum.core.findings import Problem
 from datum.fleet import enroll as enrollment
+from datum.store.tokens import HOST_NAME
 from datum.wire import Text, absent
 
 router = APIRouter(tags=["enroll"])
@@ -36,7 +37,8 @@ class Nonce(Out):
 class _Proof(BaseModel):
     model_config = ConfigDict(populate_by_name=True, extra="forbid")
 
-    host: Text = Field(min_length=1, max_length=253, description="The host's name.")
+    host: str = Field(min_length=1, max_length=253, pattern=HOST_NAME,
+                       description="The host's name: letters, digits and `_.-`, starting with a letter or digit.")
     nonce: Text = Field(min_length=1, max_length=100, description="From `GET /v1/enroll/nonce`.")
     time: int = Field(description="The host's clock, Unix seconds; more than 5 min off the server's is refused.")
     signature: Text = Field(min_length=1, max_length=200, description="Ed25519, URL-safe base64 (`datum.identity.signed`).")

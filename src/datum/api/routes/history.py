@@ -29,6 +29,7 @@ from datum.fleet.history import (
     DEFAULT_LIMIT,
     MAX_LIMIT,
     NOT_A_CURSOR,
+    PASS_CURSOR_PATTERN,
     Rows,
     Window,
     events_page,
@@ -55,17 +56,17 @@ def _pass_after(value: str | None) -> After | None:
     return after
 
 
-def _cursor(validate: Any) -> Any:
+def _cursor(validate: Any, pattern: str) -> Any:
     return Annotated[
         str,
         Query(alias="cursor", max_length=CURSOR_MAX_LENGTH, description="The `next` of the previous page.",
-              json_schema_extra={"pattern": CURSOR_PATTERN}),
+              json_schema_extra={"pattern": pattern}),
         AfterValidator(validate),
     ]
 
 
-Cursor = _cursor(_after)  # the fleet's events
-PassCursor = _cursor(_pass_after)  # a host's passes
+Cursor = _cursor(_after, CURSOR_PATTERN)  # the fleet's events
+PassCursor = _cursor(_pass_after, PASS_CURSOR_PATTERN)  # a host's passes: the pattern says what it takes
 # RFC 3339's date-time, as the document's `format: date-time` says: pydantic alone would also take a number
 # of seconds since the epoch, which the document does not allow.
 _RFC3339 = re.compile(r"^\d{4}-\d\d-\d\d[Tt]\d\d:\d\d:\d\d(?:\.\d+)?(?:[Zz]|[+-]\d\d:\d\d)$")

@@ -98,16 +98,14 @@ def hosts(
     order: Literal["name", "worst"] = Query(
         default="name", description="`name`: pages by name. `worst`: the first `limit` hosts worst first as the page "
         "lists them (failed, unknown, drifted, awaiting-reboot, degraded, converged; each state's by name), one page "
-        "only: neither `state` nor `cursor` with it (`datum hosts`)."),
+        "only (`datum hosts`); with `state` (one state's hosts are by name either way) or `cursor` (a listing by name "
+        "continued), the page by name."),
     principal: str = Depends(needs(Action.READ_HOST)),
 ) -> Response:
-    if order == "worst" and (state is not None or after is not None):
-        raise invalid([FieldError("order", "worst is one page of every state: without state or cursor")],
-                      "order=worst takes neither state nor cursor")
     server = state_of(request)
     _registry, store = server.wired()
     listing = host_listing(store, server.settings.fleet, datetime.now(UTC), state=state.value if state else None,
-                           after=after, limit=limit, worst=order == "worst",
+                           after=after, limit=limit, worst=order == "worst" and state is None and after is None,
                            groups=scope_of(principal))  # a token scoped to host groups lists their hosts only
     listing.hosts = [with_held_back(row, rollouts.held_back(server.fleet, row.host, row.revision))
                      for row in listing.hosts]
