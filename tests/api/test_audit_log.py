@@ -13,7 +13,7 @@ import sqlalchemy as sa
 
 from datum.api.front.tokens import create as create_token
 from datum.api.front.tokens import token_id
-from datum.store import audit
+from datum.store import audit, auditchain
 from datum.store.schema import audit_chain, audit_log, hosts
 
 from .story import Story, pass_report
@@ -191,11 +191,11 @@ def test_get_audit_is_the_admins_paged_and_filtered(story):
 def test_the_chain_verifies_breaks_at_an_edited_row_and_survives_pruning(story):
     for host in ("web1", "web2"):
         story.client.post(f"/v1/hosts/{host}/passes", json=pass_report(host), headers=bound(story, host))
-    found = audit.verify(story.store)
+    found = auditchain.verify(story.store)
     assert found.whole and found.rows == len(rows(story)) and found.head.seq == found.rows
     with story.store.begin() as conn:
         conn.execute(sa.update(audit_log).where(audit_log.c.seq == 3).values(principal="someone"))
-    broken = audit.verify(story.store)
+    broken = auditchain.verify(story.store)
     assert (broken.whole, broken.broken) == (False, 3) and "changed" in (broken.why or "")
     with story.store.begin() as conn:  # its hash made again: the next row names another
         row = conn.execute(sa.select(audit_log).where(audit_log.c.seq == 3)).one()
@@ -203,10 +203,10 @@ def test_the_chain_verifies_breaks_at_an_edited_row_and_survives_pruning(story):
                                                "request", "policy", "detail")}
         conn.execute(sa.update(audit_log).where(audit_log.c.seq == 3).values(
             hash=audit.digest(3, row.at, values, row.prev)))
-    assert audit.verify(story.store).broken == 4
+    assert auditchain.verify(story.store).broken == 4
     with story.store.begin() as conn:
         conn.execute(sa.delete(audit_log).where(audit_log.c.seq >= 3))
-    cut = audit.verify(story.store)
+    cut = auditchain.verify(story.store)
     assert cut.broken == 3 and "missing" in (cut.why or "")
 
 
@@ -219,15 +219,15 @@ def test_pruning_keeps_the_chain_verifiable(story):
     for host in ("web2", "web3"):
         story.client.post(f"/v1/hosts/{host}/passes", json=pass_report(host), headers=bound(story, host))
     written = len(rows(story))
-    assert audit.prune(story.store, cut, batch=2) == old
-    kept = audit.verify(story.store)
+    assert auditchain.prune(story.store, cut, batch=2) == old
+    kept = auditchain.verify(story.store)
     assert kept.whole and kept.anchor.seq == old and kept.rows == written - old, kept
     assert rows(story)[0]["seq"] == old + 1
     story.client.post("/v1/hosts/web4/passes", json=pass_report("web4"), headers=bound(story, "web4"))
-    assert audit.verify(story.store).whole
+    assert auditchain.verify(story.store).whole
     with story.store.begin() as conn:  # the oldest row kept deleted by hand: not pruning, a gap after the anchor
         conn.execute(sa.delete(audit_log).where(audit_log.c.seq == old + 1))
-    assert audit.verify(story.store).broken == old + 1
+    assert auditchain.verify(story.store).broken == old + 1
 
 
 def test_two_servers_on_one_store_write_one_chain(store_url):
@@ -242,7 +242,7 @@ def test_two_servers_on_one_store_write_one_chain(store_url):
     def writer(n: int) -> None:
         try:
             for i in range(15):
-                audit.write(stores[n % 2], audit.Entry(f"replica{n % 2}", "fleet:ReportPass", f'Host::"h{n}-{i}"'))
+                auditchain.write(stores[n % 2], audit.Entry(f"replica{n % 2}", "fleet:ReportPass", f'Host::"h{n}-{i}"'))
         except BaseException as exc:  # noqa: BLE001 - reported below
             errors.append(exc)
 
@@ -253,7 +253,7 @@ def test_two_servers_on_one_store_write_one_chain(store_url):
         t.join()
     try:
         assert errors == []
-        found = audit.verify(stores[1])
+        found = auditchain.verify(stores[1])
         assert found.whole and found.rows == 120 and found.head.seq == 120, found
     finally:
         for s in stores:

@@ -83,14 +83,14 @@ def retained(store: Store, keep: timedelta) -> None:
 
 
 def audit_retained(store: Store, keep: timedelta) -> None:
-    """One run of the audit log's retention (``datum.store.audit.prune``, by the store's clock); a failure is logged."""
-    from datum.store import audit
+    """One run of the audit log's retention (``datum.store.auditchain.prune``, by the store's clock); a failure is logged."""
+    from datum.store import auditchain
     from datum.store.runs import store_now
 
     try:
         with store.connect() as conn:
             now = store_now(conn)
-        gone = audit.prune(store, now - keep)
+        gone = auditchain.prune(store, now - keep)
     except Exception:  # noqa: BLE001 - the next run tries again; serving goes on
         log.exception("audit log retention failed")
         return
@@ -123,7 +123,7 @@ def serving_app(settings: Settings, wire: Callable[[], tuple[Registry, Store]]) 
         control = store.own_pool(*control_pool(len(ticking(registry, settings))))
         # Every host pass is kept [server] retention long: older ones dropped in batches, here, never at intake.
         retention = Every(lambda: retained(control, settings.server.retention), RETAIN_EVERY, "pass-retention")
-        # The audit log is kept [server] audit_keep long (datum.store.audit.prune).
+        # The audit log is kept [server] audit_keep long (datum.store.auditchain.prune).
         audit_retention = Every(lambda: audit_retained(control, settings.server.audit_keep), RETAIN_EVERY, "audit-retention")
         watch.start()
         recheck.start()

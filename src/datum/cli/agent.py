@@ -7,8 +7,7 @@ from typing import Any
 
 import click
 
-from datum.cli.host import option
-from datum.cli.passes import CA_FILE, PIN
+from datum.cli.passes import CA_FILE, PIN, option
 
 
 def _unit() -> str:

@@ -64,7 +64,7 @@ def verify(config: str | None, as_json: bool) -> None:
     """Walk the audit log's hash chain from its anchor (the last row pruned) to its head, recomputing each row's
     hash: exit 0 when the chain is whole, 1 naming the first row that does not hold (edited, missing, or chained
     to another). Prints the head's hash: kept elsewhere, it tells a chain rewritten whole from some row on."""
-    from datum.store import audit as log
+    from datum.store import auditchain as log
 
     with wire(config) as w:
         found = log.verify(w.store)

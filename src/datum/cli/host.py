@@ -14,7 +14,17 @@ from typing import Any, TypeVar
 import click
 
 from datum.cli import passes
-from datum.cli.passes import APPLY_OPTIONS, CONFIG, JSON, OUTSIDE, ROOT, STATE, Option
+from datum.cli.passes import (
+    APPLY_OPTIONS,
+    CONFIG,
+    JSON,
+    OUTSIDE,
+    ROOT,
+    STATE,
+    Option,
+    click_path,
+    option,
+)
 from datum.cli.remote import Server, server_options
 from datum.core.vocab import HostState
 from datum.host import verdict
@@ -23,28 +33,8 @@ from datum.host.verdict import unknown
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def _path(kind: str | None) -> Any:
-    """click's type for a path of ``kind`` (``datum.cli.passes.refused_path`` says the same)."""
-    return click.Path(dir_okay=False) if kind == "file" else click.Path(file_okay=False) if kind == "dir" else None
-
-
-def option(spec: Option) -> Callable[[F], F]:
-    """The click option ``spec`` declares (``datum.cli.passes``)."""
-    if not spec.takes_value:
-        return click.option(spec.flag, spec.keyword, is_flag=True, help=spec.help)
-    return click.option(
-        spec.flag,
-        spec.keyword,
-        type=click.Choice(list(spec.choices)) if spec.choices else _path(spec.path),
-        default=spec.default,
-        show_default=spec.default is not None,
-        envvar=spec.envvar,
-        help=spec.help,
-    )
-
-
 _CONFIG, _JSON, _STATE, _OUTSIDE, _ROOT = (option(o) for o in (CONFIG, JSON, STATE, OUTSIDE, ROOT))
-_MANIFEST = click.argument("manifest", type=_path("file"))
+_MANIFEST = click.argument("manifest", type=click_path("file"))
 
 
 def _config(config: str | None) -> Any:

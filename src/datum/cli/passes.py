@@ -18,6 +18,7 @@ import sys
 
 TYPE_CHECKING = False  # an idle pass imports no typing (datum.host.idle)
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
 
 
@@ -62,6 +63,32 @@ PIN = Option(
     "public key, as datum tls show prints it (or $DATUM_PIN).",
     envvar="DATUM_PIN",
 )
+def click_path(kind: str | None) -> Any:
+    """click's type for a path of ``kind`` (``refused_path`` says the same of a path parsed by hand)."""
+    import click
+
+    return click.Path(dir_okay=False) if kind == "file" else click.Path(file_okay=False) if kind == "dir" else None
+
+
+def option(spec: Option) -> Callable[[Any], Any]:
+    """The click option ``spec`` declares, for the commands that build their options with click (``datum
+    apply``'s own, ``datum agent``'s, every ``--server`` command's trust): click is imported here, never on
+    an idle pass, which parses ``APPLY_OPTIONS`` by hand."""
+    import click
+
+    if not spec.takes_value:
+        return click.option(spec.flag, spec.keyword, is_flag=True, help=spec.help)
+    return click.option(
+        spec.flag,
+        spec.keyword,
+        type=click.Choice(list(spec.choices)) if spec.choices else click_path(spec.path),
+        default=spec.default,
+        show_default=spec.default is not None,
+        envvar=spec.envvar,
+        help=spec.help,
+    )
+
+
 APPLY_OPTIONS = (
     ROOT,
     Option("--mode", "mode", "Default: the host configuration's mode.", choices=("enforce", "observe")),

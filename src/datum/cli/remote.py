@@ -144,8 +144,7 @@ def connect(
 def server_options(fn: F) -> F:
     """``--server`` and ``--token-file`` on a fleet command, and ``--ca-file`` and ``--pin`` (the agent's, what
     to trust of it over https), handed to it as ``remote`` (a ``Server`` or None)."""
-    from datum.cli.host import option
-    from datum.cli.passes import CA_FILE, PIN
+    from datum.cli.passes import CA_FILE, PIN, option
 
     @functools.wraps(fn)
     def run(*args: Any, server: str | None = None, token_file: str | None = None, ca_file: str | None = None,

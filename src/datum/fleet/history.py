@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from datum.core.vocab import RolloutAct, RolloutState
-from datum.store import Store, audit
+from datum.store import Store, auditchain
 from datum.store.hosts import known, unknown_host
 from datum.store.passes import After, fleet_events, host_passes
 from datum.store.rollouts import Transition
@@ -178,6 +178,6 @@ def audit_page(
     """The audit log (``datum.store.audit``), newest first, ``limit`` after ``after`` (the cursor's id is a row's
     seq), written in ``window``, of ``principal`` and ``action`` when given."""
     w = window.normal()
-    found = audit.entries(store, since=w.since, until=w.until, principal=principal, action=action, after=after,
+    found = auditchain.entries(store, since=w.since, until=w.until, principal=principal, action=action, after=after,
                           limit=limit + 1)
     return _paged(found, limit, "at", "seq")

@@ -23,7 +23,7 @@ chain's head until then), or wraps its transaction in ``acting(entry)``.
 one round trip: ``pg_ctes``). The chain's head (``audit_chain``'s ``head``:
 the last seq and hash) is updated by every write, which locks it until the commit: two servers
 on one PostgreSQL write one line, never a fork; on SQLite the write
-transaction serialises already. ``verify`` walks the chain from its anchor
+transaction serialises already. ``datum.store.auditchain.verify`` walks the chain from its anchor
 (``audit_chain``'s ``anchor``: the last row ``prune`` dropped, 64 zeros
 before any) and names the first row that does not hold: an edited row, a
 missing one, a tail cut off. Pruning (``[server] audit_keep``) drops the
@@ -46,7 +46,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, fields
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -54,10 +54,6 @@ from sqlalchemy.engine import Connection
 from datum.core.redact import redacted
 from datum.store.schema import audit_chain as chain
 from datum.store.schema import audit_log as t
-
-if TYPE_CHECKING:
-    from datum.store.engine import Store
-    from datum.store.passes import After
 
 GENESIS = "0" * 64
 HEAD = "head"
@@ -91,7 +87,7 @@ class Entry:
     detail: str | None = None
 
 
-_COLUMNS = [f.name for f in fields(Entry)]
+COLUMNS = [f.name for f in fields(Entry)]
 
 
 @dataclass
@@ -141,6 +137,12 @@ def unchanged(conn: Connection) -> None:
     forbids it): it does not carry the request's row, which is written with the answer."""
     if PENDING.get() is not None:
         conn.info[_UNCHANGED] = True
+
+
+def own_row(conn: Connection) -> None:
+    """The transaction open on ``conn`` writes a row of its own (``datum.store.auditchain.write``): the request's
+    pending row is not due in it."""
+    conn.info[_UNCHANGED] = True
 
 
 def wrote(conn: Connection, cursor: Any, statement: str, _parameters: Any, context: Any, _many: bool) -> None:
@@ -194,7 +196,7 @@ def digest(seq: int, at: datetime, values: dict[str, Any], prev: str) -> str:
     """The hash of a row: SHA-256 (hex) over its version (1), seq, time (``when``), fields (``Entry``'s order) and
     ``prev``, each as ``<its length in characters>:<its text>`` (``~`` for none), one after the other. PostgreSQL
     computes the same in the statement that writes the row (``_pg_hash``); verify computes it here."""
-    text = "".join(_field(v) for v in (1, seq, when(at), *(values.get(c) for c in _COLUMNS), prev))
+    text = "".join(_field(v) for v in (1, seq, when(at), *(values.get(c) for c in COLUMNS), prev))
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
@@ -206,7 +208,7 @@ _PG_AT = "to_char(statement_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24
 # ``digest`` in SQL, in the head's UPDATE: ``seq`` and ``hash`` there are the head's before it (the last row's).
 _PG_HASH = "encode(sha256(convert_to(" + " || ".join(
     [_pg_field("'1'"), _pg_field("CAST(seq + 1 AS text)"), _pg_field(_PG_AT),
-     *(_pg_field(f"CAST(:audit_{c} AS text)") for c in _COLUMNS), _pg_field("hash")]
+     *(_pg_field(f"CAST(:audit_{c} AS text)") for c in COLUMNS), _pg_field("hash")]
 ) + ", 'UTF8')), 'hex')"
 
 
@@ -215,14 +217,14 @@ def pg_ctes(when_sql: str = "TRUE") -> str:
     own statement, ``datum.store.hosts``): the head moved (locked until the commit, read as its last committed
     version whatever the statement's snapshot) with the row's hash computed from it, then the row. Written only
     when ``when_sql`` holds. Its parameters: ``pg_params``."""
-    columns = ", ".join(_COLUMNS)
+    columns = ", ".join(COLUMNS)
     return f"""audit_head AS (
   UPDATE audit_chain SET seq = seq + 1, prev = hash, at = statement_timestamp(), hash = {_PG_HASH}
   WHERE name = '{HEAD}' AND ({when_sql})
   RETURNING seq, prev, hash, at
 ), audit_row AS (
   INSERT INTO audit_log (seq, at, {columns}, prev, hash)
-  SELECT seq, at, {", ".join(f"CAST(:audit_{c} AS {'integer' if c == 'status' else 'text'})" for c in _COLUMNS)},
+  SELECT seq, at, {", ".join(f"CAST(:audit_{c} AS {'integer' if c == 'status' else 'text'})" for c in COLUMNS)},
     prev, hash FROM audit_head
   RETURNING seq
 )"""
@@ -256,7 +258,7 @@ def _check(entry: Entry) -> None:
 def _values(entry: Entry) -> dict[str, Any]:
     """``entry``'s fields, whatever looks like a token redacted in each: a path or a host name may hold one pasted
     by mistake."""
-    return {c: redacted(v) if isinstance(v, str) else v for c in _COLUMNS for v in [getattr(entry, c)]}
+    return {c: redacted(v) if isinstance(v, str) else v for c in COLUMNS for v in [getattr(entry, c)]}
 
 
 def _clock(dialect: str) -> Any:
@@ -290,152 +292,3 @@ def record(conn: Connection, entry: Entry) -> int:
     conn.execute(sa.insert(t).values(seq=seq, at=at, prev=prev, hash=own, **values))
     conn.execute(sa.update(chain).where(chain.c.name == HEAD).values(hash=own, prev=prev, at=at))
     return seq
-
-
-def write(store: Store, entry: Entry) -> int:
-    """``entry``'s row in a transaction of its own (a refusal, an act that changed nothing): its seq."""
-    with store.begin() as conn:
-        conn.info[_UNCHANGED] = True  # this is the row: the request's pending one (``entry`` itself) is not due here
-        return record(conn, entry)
-
-
-# -- reading ----------------------------------------------------------------------------------------
-
-
-def _row(r: Any) -> dict[str, Any]:
-    return {
-        "seq": int(r.seq), "at": r.at, "principal": r.principal, "tokenId": r.token, "source": r.source,
-        "action": r.action, "resource": r.resource, "request": r.request, "outcome": r.outcome,
-        "status": r.status, "policy": r.policy, "detail": r.detail, "prev": r.prev, "hash": r.hash,
-    }
-
-
-def entries(
-    store: Store, *, since: datetime | None = None, until: datetime | None = None, principal: str | None = None,
-    action: str | None = None, after: After | None = None, limit: int,
-) -> list[dict[str, Any]]:
-    """Up to ``limit`` rows, newest first (by seq), after the cursor's ``after`` (its id is a seq), each filter exact;
-    ``since``/``until``: written at or after, before."""
-    query = sa.select(t)
-    if after is not None:
-        query = query.where(t.c.seq < after.id)
-    if since is not None:
-        query = query.where(t.c.at >= sa.literal(since, t.c.at.type))
-    if until is not None:
-        query = query.where(t.c.at < sa.literal(until, t.c.at.type))
-    if principal is not None:
-        query = query.where(t.c.principal == principal)
-    if action is not None:
-        query = query.where(t.c.action == action)
-    with store.connect() as conn:
-        return [_row(r) for r in conn.execute(query.order_by(t.c.seq.desc()).limit(limit))]
-
-
-# -- verifying --------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class End:
-    """One end of the chain: a row's seq and hash (and, for the anchor, when the last pruned row was written)."""
-
-    seq: int
-    hash: str
-    at: datetime | None = None
-
-
-@dataclass(frozen=True)
-class Verified:
-    """What ``verify`` found: the rows it checked, the chain's ends, and the first row that does not hold."""
-
-    rows: int
-    anchor: End
-    head: End
-    broken: int | None = None  # the seq of the first broken row
-    why: str | None = None
-
-    @property
-    def whole(self) -> bool:
-        return self.broken is None
-
-    def as_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "whole": self.whole, "rows": self.rows,
-            "anchor": {"seq": self.anchor.seq, "hash": self.anchor.hash,
-                       "at": when(self.anchor.at) if self.anchor.at else None},
-            "head": {"seq": self.head.seq, "hash": self.head.hash},
-        }
-        if self.broken is not None:
-            out["broken"] = {"seq": self.broken, "why": self.why}
-        return out
-
-
-def verify(store: Store, *, batch: int = 5000) -> Verified:
-    """Walk the chain from its anchor to its head in one snapshot, recomputing every row's hash; the first row
-    that does not hold (edited, missing, chained to another than the row before it) is ``broken``."""
-    with store.connect() as conn:
-        if conn.dialect.name == "postgresql":  # the ends and every row as of one moment, whatever is written meanwhile
-            conn = conn.execution_options(isolation_level="REPEATABLE READ")
-        with conn.begin():
-            ends = {r.name: r for r in conn.execute(sa.select(chain))}
-            if HEAD not in ends or ANCHOR not in ends:
-                missing = End(0, GENESIS)
-                return Verified(0, missing, missing, 0, f"the chain's {HEAD if HEAD not in ends else ANCHOR} row "
-                                                        "(audit_chain) is missing")
-            anchor = End(int(ends[ANCHOR].seq), str(ends[ANCHOR].hash), ends[ANCHOR].at)
-            head = End(int(ends[HEAD].seq), str(ends[HEAD].hash))
-            seq, prev, rows = anchor.seq, anchor.hash, 0
-            while True:
-                page = conn.execute(sa.select(t).where(t.c.seq > seq).order_by(t.c.seq).limit(batch)).all()
-                for r in page:
-                    found = _fault(r, seq, prev)
-                    if found is not None:
-                        return Verified(rows, anchor, head, found[0], found[1])
-                    seq, prev, rows = int(r.seq), str(r.hash), rows + 1
-                if len(page) < batch:
-                    break
-    if (seq, prev) != (head.seq, head.hash):
-        return Verified(rows, anchor, head, seq + 1,
-                        f"the chain ends at row {seq} but its head names row {head.seq}: rows after {seq} are missing"
-                        if head.seq > seq else f"the chain's head names row {head.seq}, not its last row {seq}")
-    return Verified(rows, anchor, head)
-
-
-def _fault(r: Any, seq: int, prev: str) -> tuple[int, str] | None:
-    """Why row ``r`` does not follow row ``seq`` (of hash ``prev``), or None."""
-    if int(r.seq) != seq + 1:
-        return seq + 1, f"row {seq + 1} is missing (the row after {seq} is {int(r.seq)})"
-    if r.prev != prev:
-        return int(r.seq), f"row {int(r.seq)} is chained to another row than {seq} (its prev is not that row's hash)"
-    values = {c: getattr(r, c) for c in _COLUMNS}
-    if r.at is None or digest(int(r.seq), r.at, values, str(r.prev)) != r.hash:
-        return int(r.seq), f"row {int(r.seq)} was changed after it was written (its hash does not match its fields)"
-    return None
-
-
-# -- retention --------------------------------------------------------------------------------------
-
-
-def prune(store: Store, before: datetime, *, batch: int = 1000) -> int:
-    """Drop the oldest rows, every one up to the first written at or after ``before`` (the chain's order: a row is
-    never dropped while an older one is kept), ``batch`` per transaction, each moving the anchor to the last row it
-    dropped; how many went."""
-    gone = 0
-    cutoff = sa.literal(before, t.c.at.type)
-    while True:
-        with store.begin() as conn:
-            keep = conn.execute(sa.select(sa.func.min(t.c.seq)).where(t.c.at >= cutoff)).scalar()
-            upto = sa.select(t.c.seq, t.c.hash, t.c.at).order_by(t.c.seq).limit(batch)
-            if keep is not None:
-                upto = upto.where(t.c.seq < keep)
-            rows = conn.execute(upto).all()
-            if rows:
-                last = rows[-1]
-                conn.execute(sa.delete(t).where(t.c.seq <= last.seq))
-                conn.execute(
-                    sa.update(chain).where(chain.c.name == ANCHOR, chain.c.seq < last.seq)
-                    .values(seq=last.seq, hash=last.hash, at=last.at)
-                )
-        gone += len(rows)
-        if len(rows) < batch:
-            return gone
-

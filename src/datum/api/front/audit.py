@@ -30,7 +30,7 @@ from datum.api.front.security import FACTS, presented
 from datum.api.front.state import ServerState
 from datum.api.front.tokens import token_id
 from datum.core.redact import redacted
-from datum.store import audit
+from datum.store import auditchain
 from datum.store.audit import ALLOWED, DENIED, UNAUTHENTICATED, Entry, Pending
 
 log = logging.getLogger("datum.api")
@@ -96,7 +96,7 @@ class Recording:
             self._dropped = 0
         self._writing += refusal
         try:
-            await anyio.to_thread.run_sync(audit.write, store, entry)
+            await anyio.to_thread.run_sync(auditchain.write, store, entry)
         except Exception:  # noqa: BLE001 - the answer still goes out; the store's fault is logged
             log.exception("the audit row of %s could not be written", entry.request)
         finally:
