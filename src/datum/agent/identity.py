@@ -18,6 +18,7 @@ for a week comes back with its key, and no person.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import random
@@ -49,14 +50,34 @@ def record_path(state_path: str) -> str:
     return f"{state_path}.enrolled"
 
 
+def read_own(path: str, what: str) -> bytes:
+    """The bytes of the file at ``path`` (``what`` names it in a refusal), read from the object checked: opened
+    without following a link, a regular file of this process's user that nobody else may read or write (a key,
+    or the record of whom to trust, planted or swapped by another user is refused, never used)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise Unusable(f"{what} {path} is a link: refused (Datum reads its own files, never through a link)") from exc
+        raise
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise Unusable(f"{what} {path} is not a regular file")
+        if st.st_uid != os.geteuid():
+            raise Unusable(f"{what} {path} belongs to uid {st.st_uid}, not to the user Datum runs as: refused")
+        if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+            raise Unusable(f"{what} {path} may be read or written by others than its owner: chmod 600 it")
+        return f.read()
+
+
 def load_key(path: str) -> Any:
-    """The host's private key at ``path``; ``Unusable`` saying why when it cannot be read."""
+    """The host's private key at ``path`` (``read_own``); ``Unusable`` saying why when it cannot be read."""
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
     from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
     try:
-        with open(path, "rb") as f:
-            key = load_pem_private_key(f.read(), password=None)
+        key = load_pem_private_key(read_own(path, "the host key"), password=None)
     except OSError as exc:
         raise Unusable(f"cannot read the host key {path}: {exc.strerror}") from exc
     except ValueError as exc:
@@ -71,13 +92,12 @@ def key_here(path: str) -> Any:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
     from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
 
-    if os.path.exists(path):
-        if os.stat(path).st_mode & (stat.S_IRWXG | stat.S_IRWXO):
-            raise Unusable(f"the host key {path} may be read by others than its owner: chmod 600 it")
+    if os.path.lexists(path):  # a link is there: load_key refuses it, never follows it
         return load_key(path)
     key = Ed25519PrivateKey.generate()
     pem = key.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption())
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    # made, never replaced: O_EXCL fails on whatever took the name meanwhile, a link included
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     with os.fdopen(fd, "wb") as f:
         f.write(pem)
         f.flush()
@@ -107,8 +127,7 @@ class Enrolled:
     def read(state_path: str) -> Enrolled | None:
         """The enrollment beside ``state_path``, or None when the host has not enrolled."""
         try:
-            with open(record_path(state_path), encoding="utf-8") as f:
-                doc = json.load(f)
+            doc = json.loads(read_own(record_path(state_path), "the enrollment record"))
             return Enrolled(str(doc["server"]), str(doc["host"]), str(doc["fingerprint"]), doc.get("caFile"),
                             doc.get("pin"))
         except FileNotFoundError:
@@ -117,13 +136,13 @@ class Enrolled:
             raise Unusable(f"cannot read {record_path(state_path)}: {exc}") from exc
 
     def write(self, state_path: str) -> None:
-        path = record_path(state_path)
-        temp = f"{path}.tmp"
-        with open(os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w", encoding="utf-8") as f:
-            json.dump({"server": self.server, "host": self.host, "fingerprint": self.fingerprint,
-                       "caFile": self.ca_file, "pin": self.pin}, f)
-            f.write("\n")
-        os.replace(temp, path)
+        """Kept beside the state file, 0600, replaced whole (``write_atomic``: a temporary file made ``O_EXCL |
+        O_NOFOLLOW``, renamed in; a link planted at either name is replaced, never written through)."""
+        from datum.providers.fs import write_atomic
+
+        doc = {"server": self.server, "host": self.host, "fingerprint": self.fingerprint, "caFile": self.ca_file,
+               "pin": self.pin}
+        write_atomic(record_path(state_path), (json.dumps(doc) + "\n").encode(), mode=0o600)
 
 
 def _call(method: str, url: str, body: dict[str, Any] | None, deadline: float, token: str | None = None,
