@@ -322,11 +322,16 @@ def _begin(
         return row
 
 
-def membership(store: Store, rollout: int, only: Iterable[str] | None = None) -> dict[str, int]:
-    """Each planned host's wave in ``rollout`` (hosts not listed wait for the last wave); of ``only`` when given."""
+def membership(
+    store: Store, rollout: int, only: Iterable[str] | None = None, wave: int | None = None,
+) -> dict[str, int]:
+    """Each planned host's wave in ``rollout`` (hosts not listed wait for the last wave); of ``only`` when given,
+    of ``wave`` alone when given (one range of ``ix_rollout_hosts_wave``)."""
     query = sa.select(rollout_hosts.c.host, rollout_hosts.c.wave).where(rollout_hosts.c.rollout == rollout)
     if only is not None:
         query = query.where(rollout_hosts.c.host.in_(list(only)))
+    if wave is not None:
+        query = query.where(rollout_hosts.c.wave == wave)
     with store.connect() as conn:
         return {h: int(w) for h, w in conn.execute(query)}
 

@@ -3,7 +3,7 @@ the canary, which revision it runs and which it is served (``datum.core.attentio
 
 The canaries are the hosts of wave 0 of a rollout under way (rolling, paused or halted: served its revision
 while the others wait on them); once it is done or aborted no host is a canary any more. One read of the rollout
-by its primary key and, while one is under way, one of its wave plan.
+by its primary key and, while one is under way, one of its wave 0 (not the whole plan).
 """
 
 from __future__ import annotations
@@ -22,5 +22,5 @@ def attention_of(store: Store, configured: bool) -> dict[str, Any] | None:
         return None
     row = stored.RolloutRow(**{k: found[k] for k in stored.RolloutRow.__slots__})
     if stored.under_way(row):
-        found["canaries"] = sorted(h for h, wave in stored.membership(store, row.id).items() if wave == 0)
+        found["canaries"] = sorted(stored.membership(store, row.id, wave=0))
     return found

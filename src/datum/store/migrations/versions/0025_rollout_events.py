@@ -17,8 +17,6 @@ down_revision = "0024_snapshots_again"
 branch_labels = None
 depends_on = None
 
-# the act that leaves a rollout in each state (a rolling one: its start alone, or a resume)
-_ACT = {"paused": "paused", "halted": "halted", "aborted": "aborted", "done": "done", "superseded": "superseded"}
 
 
 def upgrade() -> None:
@@ -52,7 +50,8 @@ def upgrade() -> None:
         first = "done" if r["state"] == "done" and r["started_at"] == r["updated_at"] else "rolling"
         made.append(dict(rollout=r["id"], at=r["started_at"], act="started", state=first, revision=r["revision"],
                          wave=0 if first == "rolling" else r["wave"], by="server", reason=None))
-        act = _ACT.get(r["state"])
+        # every state but rolling is entered by the act of its name (a rolling one: its start alone, or a resume)
+        act = None if r["state"] == "rolling" else r["state"]
         if act is not None and not (act == "done" and first == "done"):
             made.append(dict(rollout=r["id"], at=r["updated_at"], act=act, state=r["state"], revision=r["revision"],
                              wave=r["wave"], by=r["by"] or "server", reason=r["reason"]))
