@@ -383,6 +383,26 @@ def test_a_previous_revision_without_a_snapshot_is_never_replaced_by_the_new_one
         assert answer.status_code == 503 and "keeps the manifest it has" in answer.text, (host, answer.text)
 
 
+def test_a_snapshot_the_store_holds_corrupt_is_refused_and_the_host_keeps_what_it_has(story: Story, monkeypatch):
+    """A previous revision's blob edited in the store (a bomb past the bound, here a small one) is answered 503
+    naming the refusal, never a 500 and never the new revision in its place."""
+    import zlib
+
+    import sqlalchemy as sa
+
+    import datum.fleet.rollouts.snapshot as snapshot
+    from datum.store.schema import revision_files
+
+    first, _second = start(story, WEB)
+    monkeypatch.setattr(snapshot, "MAX_BLOB_TEXT", 1024)
+    with story.store.begin() as conn:  # type: ignore[union-attr]
+        conn.execute(sa.update(revision_files).where(revision_files.c.revision == first)
+                     .values(content=zlib.compress(b"[" + b" " * 4096 + b"]")))
+    held = story.client.get("/v1/hosts/web2/manifest", headers=story.agent("web2"))
+    assert held.status_code == 503, held.text
+    assert f"revision {first}'s snapshot in the store is refused" in held.text and "inflates past 1024" in held.text
+
+
 def _without_revision(story: Story, host: str) -> None:
     """A pass of ``host``'s agent on the manifest it cached: no revision (it could not get the one it is told)."""
     body = pass_report(host, "converged")

@@ -137,3 +137,21 @@ def test_a_copy_an_earlier_release_left_on_disk_is_never_reused(tmp_path: Path):
     fleet = _fleet(tmp_path / "fleet")
     copy = materialize(home, "rev1", capture(fleet))
     assert copy != older.resolve() and not (copy / "token").exists() and (copy / "nodes.yaml").is_file()
+
+
+def test_a_blob_that_inflates_past_its_bound_is_refused_before_it_is_inflated(monkeypatch: pytest.MonkeyPatch):
+    """A stored blob no ``capture`` made (a hand edit of the store, a compression bomb) is refused at the bound,
+    never inflated whole in the server: 64 MiB of zeros compress to 64 KiB."""
+    from datum.fleet.rollouts import snapshot
+
+    bomb = zlib.compress(b"0" * (64 * 1024 * 1024), 9)
+    assert len(bomb) < 128 * 1024
+    monkeypatch.setattr(snapshot, "MAX_BLOB_TEXT", 1024 * 1024)
+    with pytest.raises(ValueError, match="inflates past 1048576 bytes"):
+        files_of(bomb)
+
+
+def test_a_blob_cut_short_is_refused():
+    blob = zlib.compress(json.dumps([["nodes.yaml", base64.b64encode(b"nodes: []\n").decode()]]).encode())
+    with pytest.raises(ValueError, match="cut short"):
+        files_of(blob[:-6])

@@ -150,7 +150,13 @@ def _directory(server: FleetServer, revision: str, current: Revision, directory:
     blob = load(server.store, revision)
     if blob is None:
         return None
-    return materialize(server.settings.home, revision, blob)
+    try:
+        return materialize(server.settings.home, revision, blob)
+    except ValueError as e:  # a stored blob capture never made (a hand edit, a bomb): refused, never half served
+        raise Problem.one(
+            "UNAVAILABLE", f"revision {revision}'s snapshot in the store is refused ({e}): the host keeps the "
+            "manifest it has",
+        ) from e
 
 
 @dataclass(frozen=True, slots=True)

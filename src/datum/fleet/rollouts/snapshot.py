@@ -38,6 +38,8 @@ from pathlib import Path
 from datum.unpack import Link, outside, unpack
 
 MAX_BYTES = 256 * 1024 * 1024  # the largest fleet directory (uncompressed) a snapshot keeps
+# The most a blob ``capture`` made can inflate to: MAX_BYTES in base64 (4/3) and each member's JSON around it.
+MAX_BLOB_TEXT = MAX_BYTES * 4 // 3 + 64 * 1024 * 1024
 
 
 class TooLarge(Exception):
@@ -94,13 +96,26 @@ def _content(resolved: Path, path: str) -> bytes | Link:
 
 def files_of(blob: bytes) -> list[tuple[str, bytes | Link]]:
     """The (relative path, content or ``Link``) pairs of a blob ``capture`` made; a ValueError for a path
-    that climbs."""
+    that climbs, or a blob that inflates past ``MAX_BLOB_TEXT`` or is cut short."""
     out: list[tuple[str, bytes | Link]] = []
-    for rel, content, *link in json.loads(zlib.decompress(blob)):
+    for rel, content, *link in json.loads(_inflate(blob, MAX_BLOB_TEXT)):
         if outside(rel):
             raise ValueError(f"a snapshot path that is not plain: {rel!r}")
         out.append((rel, Link(link[0]) if content is None and link else base64.b64decode(content)))
     return out
+
+
+def _inflate(blob: bytes, limit: int) -> bytes:
+    """``blob`` decompressed, refused (a ValueError) past ``limit`` bytes or cut short: a stored row is read
+    as strictly as a directory is captured, so a blob nobody's ``capture`` made (a hand edit of the store, a
+    bomb) never inflates without bound in the server."""
+    inflater = zlib.decompressobj()
+    text = inflater.decompress(blob, limit)
+    if inflater.unconsumed_tail:
+        raise ValueError(f"a snapshot that inflates past {limit} bytes")
+    if not inflater.eof:
+        raise ValueError("a snapshot cut short")
+    return text
 
 
 _LOCK = threading.Lock()
