@@ -5,6 +5,8 @@ resources behind the state, and the pass report every surface reads, held to ``P
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from datum.core.vocab import Action, HostState, ResourceState
 from datum.host import verdict
@@ -156,3 +158,35 @@ def test_every_report_made_here_is_a_pass_report(made):
     assert PassReport.model_validate(report).dump() == report
     states = [r["state"] for r in report["resources"]]
     assert report["counts"] == {s: states.count(s) for s in states}
+
+
+# Host-state precedence is written once (``datum.core.vocab.ROLLUP``, read by ``datum.core.rollup.called_for``):
+# the verdict's state and bits, ``datum status``'s exit code and ``datum explain``'s reading of what a pass
+# printed must agree on every combination, or one of them has its own copy again.
+@settings(max_examples=400, deadline=None)
+@given(
+    states=st.lists(st.sampled_from(list(ResourceState)), max_size=7),
+    changed=st.integers(0, 7),
+    reboot=st.booleans(),
+    sick=st.booleans(),
+)
+def test_the_rollup_the_bits_status_and_explain_agree_on_every_combination(states, changed, reboot, sick):
+    from datum.cli.host import status_exit
+    from datum.core.phrases import HOST_STATE, words
+    from datum.core.rollup import host_state
+    from datum.host.output import pass_lines
+
+    made = outcomes(states, changed)
+    decided = verdict.decide(made, reboot_reason=REBOOT if reboot else None, health=UNHEALTHY if sick else None)
+    state = host_state(states, awaiting_reboot=reboot, unhealthy=sick)
+    assert decided.state is state
+    # its bit is in the pass's code, and no state called for ranks before it
+    assert decided.exit_code & state.exit_bit == state.exit_bit
+    assert all(s.precedence >= state.precedence for s in HostState if set(states) & s.behind)
+    report = verdict.report(decided, made, host="web1", mode="enforce", started="s", finished="f", duration=1)
+    assert status_exit(report) == decided.exit_code & ~verdict.EXIT_CHANGED  # datum status says the pass's bits
+    # what the pass printed for its resources, pasted as one line, reads the state they roll up to
+    printed = "; ".join(line.strip() for line in pass_lines(report) if line.startswith("File["))
+    alone = host_state(states)
+    said = [name for vocabulary, name in words(printed) if vocabulary == HOST_STATE]
+    assert said == ([] if alone is HostState.CONVERGED else [alone.value]), printed

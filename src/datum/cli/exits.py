@@ -13,20 +13,25 @@ from __future__ import annotations
 
 from typing import Any
 
+from datum.core.vocab import HostState
+
+# The bits of the host states (``HostState.exit_bit``), and "changed", the pass's own.
 _BITS = [
     ("2", "something changed"),
-    ("4", "something failed or was blocked"),
-    ("8", "drift found (observe mode)"),
-    ("16", "awaiting reboot"),
-    ("32", "degraded: something was skipped"),
+    *((str(s.exit_bit), words) for s, words in (
+        (HostState.FAILED, "something failed or was blocked"),
+        (HostState.DRIFTED, "drift found (observe mode)"),
+        (HostState.AWAITING_REBOOT, "awaiting reboot"),
+        (HostState.DEGRADED, "degraded: something was skipped"),
+    )),
 ]
-_STATE_BITS = [
-    ("0", "converged"),
-    ("4", "failed, or unknown (no pass has completed, it did not finish, or the report cannot be read)"),
-    ("8", "drifted"),
-    ("16", "awaiting-reboot"),
-    ("32", "degraded"),
-]
+_STATE_BITS = [(str(s.exit_bit), words) for s, words in (
+    (HostState.CONVERGED, "converged"),
+    (HostState.FAILED, "failed, or unknown (no pass has completed, it did not finish, or the report cannot be read)"),
+    (HostState.DRIFTED, "drifted"),
+    (HostState.AWAITING_REBOOT, "awaiting-reboot"),
+    (HostState.DEGRADED, "degraded"),
+)]
 _USAGE = ("64", "usage error: a bad option or argument, an unknown name")
 _INVALID = ("65", "invalid input or configuration: every finding at once, nothing done")
 _UNAVAILABLE = ("69", "unavailable: the store is locked past lock_wait, unreachable or full")

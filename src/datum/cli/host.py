@@ -138,21 +138,13 @@ NO_PASS = "no pass has completed"
 # ``datum status``'s exit code: the contract's bits of ``apply`` for the state the host reads (a pass that
 # is not known to have finished, or none at all, is bit 4 as in the verdict), OR-ed with the last pass's own
 # bits but the one for "changed" (status changes nothing).
-STATE_BITS = {
-    HostState.CONVERGED: 0,
-    HostState.FAILED: verdict.EXIT_FAILED,
-    HostState.UNKNOWN: verdict.EXIT_FAILED,
-    HostState.DRIFTED: verdict.EXIT_DRIFTED,
-    HostState.AWAITING_REBOOT: verdict.EXIT_REBOOT,
-    HostState.DEGRADED: verdict.EXIT_DEGRADED,
-}
-_PASS_BITS = verdict.EXIT_FAILED | verdict.EXIT_DRIFTED | verdict.EXIT_REBOOT | verdict.EXIT_DEGRADED
+_PASS_BITS = verdict.bits(HostState)
 
 
 def status_exit(report: dict[str, Any]) -> int:
     """The exit code of ``datum status`` showing ``report``: its state's bit, and its pass's but "changed"."""
     state = report.get("state")
-    code = STATE_BITS[HostState(state)] if state in HostState._value2member_map_ else verdict.EXIT_FAILED
+    code = HostState(state).exit_bit if state in HostState._value2member_map_ else verdict.EXIT_FAILED
     bits = report.get("exitCode")
     if isinstance(bits, int) and not isinstance(bits, bool) and 0 <= bits < 64:
         code |= bits & _PASS_BITS

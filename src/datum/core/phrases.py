@@ -17,23 +17,18 @@ from __future__ import annotations
 import re
 
 from datum.core import budget
-from datum.core.vocab import HostState, ResourceState, registered
+from datum.core.rollup import called_for
+from datum.core.vocab import Action, HostState, ResourceState, registered
 
 HOST_STATE, RESOURCE_STATE, HOST_REASON = "host state", "resource state", "host reason"
 REASON, ACTION = "drift reason", "plan action"
 
-# A resource id followed by the word a pass line or a host reason gives it: ``File[/etc/motd] failed``.
-_RESOURCE_WORD = re.compile(
-    r"\]\s+(failed|blocked|drifted|skipped|converged|pending|applying|created|updated|deleted|restarted)\b"
-)
+# A resource id followed by the word a pass line or a host reason gives it (``datum.host.output.status_word``):
+# its state, or the past tense of its action (``File[/etc/motd] failed``, ``File[/etc/motd] updated``).
+_STATE_WORDS = frozenset(s.value for s in ResourceState)
+_PAST = frozenset(a.past for a in Action if a is not Action.NONE)
+_RESOURCE_WORD = re.compile(r"\]\s+(" + "|".join(sorted(_STATE_WORDS | _PAST)) + r")\b")
 _SKIPPED_BECAUSE = re.compile(r"\]\s+skipped:\s+([a-z][a-z0-9_]*(?:\.[a-z][a-z0-9_]*)?)\b")
-_PAST = {"created", "updated", "deleted", "restarted"}
-# Resource words -> the host state they roll up to (contract section 2, first rule that matches).
-_ROLLUP = [
-    ({"failed", "blocked"}, HostState.FAILED),
-    ({"drifted"}, HostState.DRIFTED),
-    ({"skipped"}, HostState.DEGRADED),
-]
 
 # Why a host awaits a reboot: a change that needs one, Debian's marker, a newer kernel, a kernel not booted.
 _REBOOT = re.compile(
@@ -111,8 +106,8 @@ def words(text: str) -> list[tuple[str, str]]:
         said.append(ResourceState.BLOCKED.value)
     if not found and _REBOOT.search(line):
         found.append((HOST_STATE, HostState.AWAITING_REBOOT))
-    if not found:
-        found += [(HOST_STATE, state) for states, state in _ROLLUP if states & set(said)][:1]
+    if not found:  # the host state the resources it names roll up to (contract section 2)
+        found += [(HOST_STATE, state) for state in called_for(ResourceState(w) for w in said if w in _STATE_WORDS)[:1]]
     found += [(ACTION if w in _PAST else RESOURCE_STATE, w) for w in said]
     found += [(REASON, m.group(1)) for m in _SKIPPED_BECAUSE.finditer(line) if _registered(m.group(1))]
     found += [(REFUSAL, name) for pattern, name in _REFUSALS if pattern.search(line)]

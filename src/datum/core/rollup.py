@@ -6,7 +6,20 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta
 
 from datum.core.humanize import age
-from datum.core.vocab import Health, HostState, ResourceState
+from datum.core.vocab import ROLLUP, Health, HostState, ResourceState
+
+
+def called_for(
+    states: Iterable[ResourceState], *, awaiting_reboot: bool = False, unhealthy: bool = False
+) -> list[HostState]:
+    """Every host state a pass's resource ``states`` call for, first rule first (``datum.core.vocab.ROLLUP``): the
+    first is the host's state (``host_state``), each one's ``exit_bit`` is in the pass's exit code
+    (``datum.host.verdict``), and ``datum explain`` reads a pasted line's resource words with it
+    (``datum.core.phrases``). ``awaiting_reboot`` calls for ``awaiting-reboot``, ``unhealthy`` for ``degraded``;
+    ``converged`` is called for by nothing: it is what is left."""
+    seen = set(states)
+    flagged = {HostState.AWAITING_REBOOT: awaiting_reboot, HostState.DEGRADED: unhealthy}
+    return [s for s, behind, _bit in ROLLUP if seen & behind or flagged.get(s, False)]
 
 
 def host_state(
@@ -15,7 +28,7 @@ def host_state(
     awaiting_reboot: bool = False,
     unhealthy: bool = False,
 ) -> HostState:
-    """The host state of the contract: the first rule that matches.
+    """The host state of the contract: the first rule that matches (``called_for``).
 
     ``states`` is None when no pass has completed or its report cannot be read. ``unhealthy``: the host is back
     from a reboot made under a fleet's lease and its health check (or ``post_reboot``) has not passed (the
@@ -24,19 +37,8 @@ def host_state(
     """
     if states is None:
         return HostState.UNKNOWN
-    seen = set(states)
-    if ResourceState.FAILED in seen or ResourceState.BLOCKED in seen:
-        return HostState.FAILED
-    if ResourceState.DRIFTED in seen:
-        return HostState.DRIFTED
-    if awaiting_reboot:
-        return HostState.AWAITING_REBOOT
-    if unhealthy or ResourceState.SKIPPED in seen:
-        return HostState.DEGRADED
-    unfinished = {ResourceState.PENDING, ResourceState.APPLYING}
-    if seen & unfinished:
-        return HostState.UNKNOWN
-    return HostState.CONVERGED
+    called = called_for(states, awaiting_reboot=awaiting_reboot, unhealthy=unhealthy)
+    return called[0] if called else HostState.CONVERGED
 
 
 def reconciler_health(*, executed: bool, completed: bool, degrading: bool) -> Health:

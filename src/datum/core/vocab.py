@@ -49,7 +49,14 @@ _PAST = {
 
 
 class HostState(StrEnum):
-    """A host's state across passes."""
+    """A host's state across passes.
+
+    Each member carries its place in the rollup (contract section 2), so no other module restates it:
+    its ``precedence`` (the first state a pass calls for is the host's: ``datum.core.rollup.called_for``),
+    the resource states ``behind`` it, and its ``exit_bit`` in the exit code of ``apply``, ``plan`` and
+    ``status`` (section 4). The roll-up, the verdict's bits, ``datum status``'s exit code and
+    ``datum explain``'s reading of a pasted line all derive from ``ROLLUP``.
+    """
 
     CONVERGED = "converged"
     DRIFTED = "drifted"
@@ -57,6 +64,36 @@ class HostState(StrEnum):
     DEGRADED = "degraded"
     AWAITING_REBOOT = "awaiting-reboot"
     UNKNOWN = "unknown"
+
+    @property
+    def precedence(self) -> int:
+        """Its rule's place in the rollup, first rule that matches: 0 for ``failed``, the last for ``converged``."""
+        return _PRECEDENCE[self]
+
+    @property
+    def behind(self) -> frozenset[ResourceState]:
+        """The resource states that call for it (``failed``: a failed or blocked resource); none for
+        ``awaiting-reboot`` (the host's reboot calls for it) and ``converged`` (what is left)."""
+        return ROLLUP[self.precedence][1]
+
+    @property
+    def exit_bit(self) -> int:
+        """Its bit in the exit code (``failed`` and ``unknown``: 4), 0 for ``converged``."""
+        return ROLLUP[self.precedence][2]
+
+
+# The host state rollup, first rule that matches (contract section 2; ``unknown`` for no pass or a report that
+# cannot be read comes before it): each state, the resource states that call for it, its exit bit (section 4).
+# A host awaiting its reboot calls for ``awaiting-reboot``, one back from a reboot unhealthy for ``degraded``.
+ROLLUP: tuple[tuple[HostState, frozenset[ResourceState], int], ...] = (
+    (HostState.FAILED, frozenset({ResourceState.FAILED, ResourceState.BLOCKED}), 4),
+    (HostState.DRIFTED, frozenset({ResourceState.DRIFTED}), 8),
+    (HostState.AWAITING_REBOOT, frozenset(), 16),
+    (HostState.DEGRADED, frozenset({ResourceState.SKIPPED}), 32),
+    (HostState.UNKNOWN, frozenset({ResourceState.PENDING, ResourceState.APPLYING}), 4),  # a pass that did not finish
+    (HostState.CONVERGED, frozenset(), 0),
+)
+_PRECEDENCE = {state: i for i, (state, _behind, _bit) in enumerate(ROLLUP)}
 
 
 class RolloutState(StrEnum):

@@ -15,23 +15,24 @@ the reboot the host needs, the signal that stopped it, the times).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from datum.core import budget
-from datum.core.rollup import host_state
+from datum.core.rollup import called_for, host_state
 from datum.core.vocab import HostState, ResourceState
 
 if TYPE_CHECKING:
     from datum.host.executor import Outcome
 
-# The contract's exit codes of ``apply`` and ``plan``: bit flags, OR-ed.
+# The contract's exit codes of ``apply`` and ``plan``: bit flags, OR-ed. "Changed" is the pass's; the others are
+# the bits of the host states the pass calls for (``HostState.exit_bit``).
 EXIT_CHANGED = 2
-EXIT_FAILED = 4  # also: the host state is not known (a pass stopped part-way, no manifest to apply)
-EXIT_DRIFTED = 8
-EXIT_REBOOT = 16
-EXIT_DEGRADED = 32
+EXIT_FAILED = HostState.FAILED.exit_bit  # also: the host state is not known (a pass stopped part-way, no manifest)
+EXIT_DRIFTED = HostState.DRIFTED.exit_bit
+EXIT_REBOOT = HostState.AWAITING_REBOOT.exit_bit
+EXIT_DEGRADED = HostState.DEGRADED.exit_bit
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,12 +60,13 @@ def decide(
     ``health``: the report's ``health`` (``datum.host.hooks``: back from a reboot under a lease, the
     health check and ``post_reboot``); one that did not pass makes the host ``degraded``, saying why.
     """
-    awaiting = reboot_reason is not None
     sick = budget.unhealthy(health)
-    code = exit_code(outcomes, awaiting) | (EXIT_DEGRADED if sick else 0)
+    states = [o.state for o in outcomes]
+    found = {"awaiting_reboot": reboot_reason is not None, "unhealthy": sick is not None}
+    code = _changed(outcomes) | bits(called_for(states, **found))
     if stopped_by is not None and incomplete(outcomes, stopped_by):
         return Verdict(HostState.UNKNOWN, stopped_reason(stopped_by, outcomes), code | EXIT_FAILED, True)
-    state = host_state([o.state for o in outcomes], awaiting_reboot=awaiting, unhealthy=sick is not None)
+    state = host_state(states, **found)
     return Verdict(state, reason_for(state, outcomes, reboot_reason, sick), code)
 
 
@@ -78,21 +80,16 @@ def no_pass(why: str) -> Verdict:
     return Verdict(HostState.UNKNOWN, why, EXIT_FAILED, True)
 
 
-def exit_code(outcomes: Sequence[Outcome], awaiting_reboot: bool) -> int:
-    """The contract's bit flags, OR-ed."""
-    states = {o.state for o in outcomes}
+def bits(called: Iterable[HostState]) -> int:
+    """The exit bits of the host states a pass calls for (``datum.core.rollup.called_for``), OR-ed."""
     code = 0
-    if any(o.changed for o in outcomes):
-        code |= EXIT_CHANGED
-    if states & {ResourceState.FAILED, ResourceState.BLOCKED}:
-        code |= EXIT_FAILED
-    if ResourceState.DRIFTED in states:
-        code |= EXIT_DRIFTED
-    if awaiting_reboot:
-        code |= EXIT_REBOOT
-    if ResourceState.SKIPPED in states:
-        code |= EXIT_DEGRADED
+    for state in called:
+        code |= state.exit_bit
     return code
+
+
+def _changed(outcomes: Sequence[Outcome]) -> int:
+    return EXIT_CHANGED if any(o.changed for o in outcomes) else 0
 
 
 def _names(outs: Sequence[Outcome], what: str, limit: int = 3) -> str:
