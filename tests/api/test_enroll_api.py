@@ -32,21 +32,29 @@ def _nonce(story: Story) -> str:
     return str(answer.json()["nonce"])
 
 
-def enroll(story: Story, key: Ed25519PrivateKey, host: str, join: str, *, skew: float = 0, nonce: str | None = None) -> Any:
+def enroll_proof(story: Story, key: Ed25519PrivateKey, host: str, join: str, *, skew: float = 0,
+                 nonce: str | None = None) -> dict[str, Any]:
     nonce = nonce or _nonce(story)
     when = int(story.clock.now.timestamp() + skew)
     public = _public(key)
     signature = key.sign(signed("enroll", nonce, host, when, digest(join)[:ID_LENGTH], public))
-    body = {"host": host, "publicKey": public, "nonce": nonce, "time": when, "signature": b64(signature),
+    return {"host": host, "publicKey": public, "nonce": nonce, "time": when, "signature": b64(signature),
             "facts": {"os": "testos"}}
+
+
+def enroll(story: Story, key: Ed25519PrivateKey, host: str, join: str, *, skew: float = 0, nonce: str | None = None) -> Any:
+    body = enroll_proof(story, key, host, join, skew=skew, nonce=nonce)
     return story.client.post("/v1/enroll", json=body, headers={"Authorization": f"Bearer {join}"})
 
 
-def session(story: Story, key: Ed25519PrivateKey, host: str, *, skew: float = 0) -> Any:
+def session_proof(story: Story, key: Ed25519PrivateKey, host: str, *, skew: float = 0) -> dict[str, Any]:
     nonce = _nonce(story)
     when = int(story.clock.now.timestamp() + skew)
-    body = {"host": host, "nonce": nonce, "time": when, "signature": b64(key.sign(signed("session", nonce, host, when)))}
-    return story.client.post("/v1/enroll/session", json=body)
+    return {"host": host, "nonce": nonce, "time": when, "signature": b64(key.sign(signed("session", nonce, host, when)))}
+
+
+def session(story: Story, key: Ed25519PrivateKey, host: str, *, skew: float = 0) -> Any:
+    return story.client.post("/v1/enroll/session", json=session_proof(story, key, host, skew=skew))
 
 
 def _message(answer: Any) -> str:
@@ -184,3 +192,52 @@ def test_deny_ends_an_active_hosts_sessions_and_approve_lets_it_have_them_again(
     with pytest.raises(Problem) as raised:
         enrollment.approve(story.store, "web1", story.clock.now)
     assert "datum host forget web1" in raised.value.findings[0].message
+
+
+def test_a_captured_proof_sent_again_is_refused_by_every_replica(tmp_path: Path, store_url: str) -> None:
+    """A proof (an enrollment's, a session's) is good for one request: sent again within the nonce's two minutes,
+    to the server that took it or to another replica of the store, it is 401, and gives no session."""
+    one, two = (build_story(tmp_path / name, store=store_url) for name in ("one", "two"))
+    key = Ed25519PrivateKey.generate()
+    join, _ = enrollment.create_join(one.store, one.clock.now, host="web1")
+    joined = {"Authorization": f"Bearer {join}"}
+    proof = enroll_proof(one, key, "web1", join)
+    assert one.client.post("/v1/enroll", json=proof, headers=joined).status_code == 200
+    for story in (one, two):
+        again = story.client.post("/v1/enroll", json=proof, headers=joined)
+        assert again.status_code == 401 and "the nonce was used already" in _message(again), again.text
+    captured = session_proof(one, key, "web1")
+    first = two.client.post("/v1/enroll/session", json=captured)
+    assert first.status_code == 200, first.text
+    for story in (two, one):
+        replayed = story.client.post("/v1/enroll/session", json=captured)
+        assert replayed.status_code == 401 and "the nonce was used already" in _message(replayed), replayed.text
+        assert "token" not in replayed.json()
+    assert session(one, key, "web1").status_code == 200  # a fresh nonce: a session, as always
+
+
+def test_of_one_proof_sent_to_two_replicas_at_once_exactly_one_has_a_session(tmp_path: Path, store_url: str) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    one, two = (build_story(tmp_path / name, store=store_url) for name in ("one", "two"))
+    key = Ed25519PrivateKey.generate()
+    join, _ = enrollment.create_join(one.store, one.clock.now, host="web1")
+    assert enroll(one, key, "web1", join).status_code == 200
+    for _ in range(5):
+        captured = session_proof(one, key, "web1")
+        with ThreadPoolExecutor(4) as pool:
+            sent = [pool.submit(story.client.post, "/v1/enroll/session", json=captured) for story in (one, two, one, two)]
+            codes = sorted(s.result().status_code for s in sent)
+        assert codes == [200, 401, 401, 401]
+
+
+def test_spent_nonces_are_kept_past_their_life_then_purged(tmp_path: Path) -> None:
+    from datum.store import nonces
+
+    story = build_story(tmp_path)
+    key = Ed25519PrivateKey.generate()
+    join, _ = enrollment.create_join(story.store, story.clock.now, host="web1")
+    assert enroll(story, key, "web1", join).status_code == 200
+    life = enrollment.NONCE_LIFE + enrollment.NONCE_KEPT
+    assert nonces.purge(story.store, story.clock.now + timedelta(seconds=life - 2)) == 0
+    assert nonces.purge(story.store, story.clock.now + timedelta(seconds=life + 1)) == 1

@@ -98,6 +98,16 @@ def audit_retained(store: Store, keep: timedelta) -> None:
         log.info("audit log retention: %d rows written more than %s ago dropped (the chain's anchor moved)", gone, keep)
 
 
+def nonces_purged(store: Store) -> None:
+    """Drop the spent nonces no server would take any more (``datum.store.nonces.purge``); a failure is logged."""
+    from datum.store import nonces
+
+    try:
+        nonces.purge(store, datetime.now(UTC))
+    except Exception:  # noqa: BLE001 - the next run tries again; serving goes on
+        log.exception("purging spent nonces failed")
+
+
 def serving_app(settings: Settings, wire: Callable[[], tuple[Registry, Store]]) -> FastAPI:
     """The app with a lifespan that wires ``wire()``'s registry and store, and ticks the reconcilers."""
     app = create_app(settings)
@@ -125,11 +135,14 @@ def serving_app(settings: Settings, wire: Callable[[], tuple[Registry, Store]]) 
         retention = Every(lambda: retained(control, settings.server.retention), RETAIN_EVERY, "pass-retention")
         # The audit log is kept [server] audit_keep long (datum.store.auditchain.prune).
         audit_retention = Every(lambda: audit_retained(control, settings.server.audit_keep), RETAIN_EVERY, "audit-retention")
+        # The nonces hosts signed are kept past their life, then dropped here (datum.store.nonces).
+        spent = Every(lambda: nonces_purged(control), RETAIN_EVERY, "nonce-purge")
         watch.start()
         recheck.start()
         regroup.start()
         retention.start()
         audit_retention.start()
+        spent.start()
         fleet = state.fleet
         if settings.fleet.manifests is not None:
             # each state of the directory is named and recorded as soon as it is seen (datum.fleet.serving)
@@ -166,6 +179,7 @@ def serving_app(settings: Settings, wire: Callable[[], tuple[Registry, Store]]) 
             regroup.stop()
             retention.stop()
             audit_retention.stop()
+            spent.stop()
             if checks is not None:
                 checks.stop()
             if fleet.changes is not None:

@@ -21,9 +21,10 @@
   server they were presented to. ``forget`` removes the identity: the name may
   enroll again, with any key.
 
-A nonce is stateless: its time, random bytes and an HMAC under a secret every
-server of the store shares (``server_secrets``), good for ``NONCE_LIFE``
-seconds on any of them. A host whose clock is more than ``SKEW`` seconds off
+A nonce is its time, random bytes and an HMAC under a secret every server of
+the store shares (``server_secrets``), good for ``NONCE_LIFE`` seconds on any of
+them and for one proof: the first that verifies takes it (``datum.store.nonces``),
+and the same proof sent again is 401. A host whose clock is more than ``SKEW`` seconds off
 the server's is refused, the offset named. Every time is the caller's ``now``
 (the server's clock, which tests inject).
 """
@@ -42,7 +43,7 @@ import signal
 import subprocess
 import weakref
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +52,7 @@ import sqlalchemy as sa
 from datum.core.findings import FieldError, Finding, Problem, invalid
 from datum.core.redact import redacted
 from datum.identity import b64, fingerprint, signed, skew_problem, unb64, verified
-from datum.store import Store
+from datum.store import Store, nonces
 from datum.store.schema import host_identities, join_tokens, server_secrets, tokens
 from datum.store.tokens import AGENT, ID_LENGTH, check_host, digest, mint
 
@@ -65,6 +66,7 @@ JOIN_TTL_MAX = timedelta(days=365)
 USES_MAX = 1_000_000
 NONCE_LIFE = 120  # seconds a nonce is good for
 NONCE_EARLY = 5  # seconds a nonce may seem to come from the future (another server's clock)
+NONCE_KEPT = 300  # seconds a spent nonce is kept past its life: room for the replicas' clocks
 FACTS_MAX = 16 * 1024  # characters of claimed facts kept with an identity
 _PATTERN = re.compile(r"^[A-Za-z0-9_.*?\[\]!-]{1,253}$")
 
@@ -181,6 +183,17 @@ def nonce(store: Store, now: datetime) -> str:
     return f"{text}.{_mac(_secret(store, now), text)}"
 
 
+def _spend(store: Store, given: str) -> None:
+    """Take the nonce of a proof that verified: a proof is good once, on every server of ``store``, and taken before
+    what it asks for is done (a refused proof sent again after the refusal's cause has gone is still refused)."""
+    expires = datetime.fromtimestamp(int(given.partition(".")[0]) + NONCE_LIFE + NONCE_KEPT, UTC)
+    if not nonces.spend(store, given, expires):
+        raise Problem.one(
+            "UNAUTHENTICATED",
+            "the nonce was used already (a proof is good for one request): ask for another (GET /v1/enroll/nonce)",
+        )
+
+
 def _check_nonce(store: Store, given: str, now: datetime) -> None:
     when, _, rest = given.partition(".")
     random, _, mac = rest.partition(".")
@@ -272,6 +285,7 @@ def enroll(store: Store, proof: Proof, join: str, source: str | None, now: datet
     key_text = b64(public)
     if not verified(public, signature, signed("enroll", proof.nonce, proof.host, proof.time, token_id, key_text)):
         raise Problem.one("UNAUTHENTICATED", "the signature does not verify with the public key sent")
+    _spend(store, proof.nonce)
     facts = json.dumps(proof.facts, separators=(",", ":"), default=str)
     with store.begin() as conn:
         row = conn.execute(sa.select(join_tokens).where(join_tokens.c.sha256 == token_hash)).first()
@@ -470,6 +484,7 @@ def session(store: Store, proof: Proof, now: datetime, ttl: timedelta) -> Sessio
     if not verified(public, signature, signed("session", proof.nonce, proof.host, proof.time)):
         raise Problem.one("UNAUTHENTICATED", f"the signature does not verify with the key host {proof.host} "
                           f"enrolled with ({held.fingerprint})")
+    _spend(store, proof.nonce)
     if held.state != ACTIVE:
         raise Problem.one("FORBIDDEN", f"host {proof.host} is {held.state}: {held.reason or 'no session'}")
     token = mint()

@@ -236,6 +236,16 @@ server_secrets = sa.Table(
     sa.Column("created_at", UTCDateTime, nullable=False),
 )
 
+# The nonces hosts have signed (datum.store.nonces, migration 0029_spent_nonces): each is taken once, by one
+# insert every replica's store refuses a second time, and kept until no server could take it anyway.
+spent_nonces = sa.Table(
+    "spent_nonces",
+    metadata,
+    sa.Column("nonce", sa.String(100), primary_key=True),
+    sa.Column("expires_at", UTCDateTime, nullable=False),
+    sa.Index("ix_spent_nonces_expires", "expires_at"),
+)
+
 # The audit log (datum.store.audit, migration 0028_audit_log): one row per acting request and per refusal,
 # each holding the hash of the one before (``prev``) and its own over its fields and ``prev`` (``hash``).
 audit_log = sa.Table(
