@@ -293,3 +293,57 @@ def test_datum_drift_hosts_answers_which_hosts_are_missing(fleet, datum_cli):
     assert [(i["id"], i["reason"]) for i in json.loads(out)["items"]] == [("db1", "hosts.never_reported")]
     code, out, _ = datum_cli("drift", "hosts", "--config", str(cfg))
     assert "db1" in out and "hosts.never_reported" in out
+
+
+def test_every_surface_names_the_host_that_never_reported_and_words_undeclared_hosts_as_what_they_are(
+    fleet, datum_cli, monkeypatch
+):
+    """One declared host never reports and ten undeclared ones report fine: /v1/attention, the page and
+    ``datum drift`` / ``datum status`` at 80 columns name db1, and say the ten report without being declared
+    (not "10 reaps: suppressed_no_reap"); ``datum explain`` reads each line back into its reason."""
+    import html
+    import re
+
+    monkeypatch.setenv("COLUMNS", "80")
+    strays = [f"stray{i}" for i in range(10)]
+    for _ in range(3):
+        fleet.reports("web1", "web2", *strays)
+        fleet.tick()
+    needs = fleet.client.get("/v1/attention", headers=fleet.operator).json()["needs"]
+    assert [(n["reason"], n["text"]) for n in needs] == [
+        ("hosts.never_reported", "host db1 is declared and has never reported (hosts)")
+    ]
+    assert "lastErr" not in needs[0]["do"] and "datum agent" in needs[0]["do"]
+    page = html.unescape(re.sub(r"<[^>]+>|\s+", " ", fleet.client.get("/ui/overview", headers=fleet.operator).text))
+    page = re.sub(r"\s+", " ", page)
+    assert "host db1 is declared and has never reported" in page
+    assert "10 hosts report that nodes.yaml does not declare; left alone (no_reap): stray0, stray1, stray2 and 7 more" in page
+    assert "10 reaps" not in page and "1 restore:" not in page
+    cfg = fleet.dir.parent / "datum.toml"
+    cfg.write_text(
+        f'store = "{fleet.settings.store_url}"\n[fleet]\nmanifests = "{fleet.dir}"\n'
+        '[reconcilers.hosts]\ninventory = "inventory.yaml"\n'
+    )
+    code, out, _ = datum_cli("drift", "hosts", "--config", str(cfg))
+    flat = re.sub(r"\s+", " ", out)
+    assert code == 0 and "10 reaps" not in out and "1 restore" not in out
+    assert "host db1 is declared and has never reported" in flat
+    assert "10 hosts report that nodes.yaml" in out  # its column folds the rest of the phrase
+    assert max(len(line) for line in out.splitlines()) <= 80
+    for text, word in ((needs[0]["text"], "hosts.never_reported"),
+                       ("10 hosts report that nodes.yaml does not declare; left alone (no_reap): stray0, stray1",
+                        "suppressed_no_reap")):
+        code, out, err = datum_cli("explain", text, "--json")
+        assert code == 0, err
+        assert json.loads(out)["explanations"][0]["name"] == word
+
+
+def test_a_plugins_item_phrase_must_name_its_items_and_a_key_it_knows():
+    from datum.sdk import ReconcilerPlugin
+
+    ok = ReconcilerPlugin(name="x", reconciler=object, reasons={"stuck": "d"},
+                          items={"stuck": ("{names} is stuck", "{n} are stuck: {names}"), "reap": ("a {names}", "{names}")})
+    assert ok.problems() == []
+    bad = ReconcilerPlugin(name="x", reconciler=object, items={"stuck": ("{names}", "{names}"),
+                                                              "reap": ("a {host}", "{names}"), "align": ("no names", "{n}")})
+    assert len(bad.problems()) == 3, bad.problems()

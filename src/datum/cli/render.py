@@ -235,7 +235,8 @@ def drift(
             [Column("advice", most=12), Column("items", fold=True, most=60), Column("reason", fold=True)],
             [
                 (
-                    [act(g.act), text(group_label(g.group, g.direction, len(g.items), breaker.get(g.direction)), "bold"),
+                    [act(g.act), text(group_label(g.group, g.direction, len(g.items), breaker.get(g.direction),
+                                            report.reconciler, [f"{i.kind}/{i.id}" for i in g.items]), "bold"),
                      text(", ".join(sorted({i.reason.value for i in g.items})))],
                     _group_detail(g.items, times.wide, backoff),
                 )

@@ -54,6 +54,7 @@ from datum.core.vocab import (
     Reason,
     RebootPolicy,
     RolloutState,
+    item_words,
     plugin_reasons,
 )
 
@@ -230,8 +231,38 @@ def breaker_words(direction: Direction, threshold: Threshold | None) -> str:
     return f"breaker {direction.value} {' or '.join(bound) or 'tripped'}"
 
 
-def group_label(reason: str, direction: Direction, n: int, breaker: Threshold | None = None) -> str:
-    """How a group of ``n`` items that share a line's reason reads (the page's groups say the same)."""
+NAMED = 3  # the items a group's phrase names; the rest are counted
+
+
+def named(ids: Sequence[str]) -> str:
+    """``db1, db2, db3 and 7 more``: a group's items by their ids (``kind/id`` without the kind)."""
+    shown = ", ".join(i.partition("/")[2] or i for i in ids[:NAMED])
+    return shown + (f" and {len(ids) - NAMED} more" if len(ids) > NAMED else "")
+
+
+def _own_words(reconciler: str, reason: str, direction: Direction, n: int, ids: Sequence[str]) -> str | None:
+    """The phrase the reconciler's plugin gave this group (``ReconcilerPlugin.items``): by its reason, else, for a
+    reason with no words of its own here, by its direction; None when it gave none."""
+    phrase = item_words(reconciler, reason) if reconciler else None
+    if phrase is None and reconciler and reason not in _LABELLED:
+        phrase = item_words(reconciler, direction.value)
+    if phrase is None:
+        return None
+    return phrase[n != 1].format(n=n, names=named(ids) or f"{n} items")
+
+
+# The reasons whose groups the framework words itself (a reconciler's phrase for the reason still comes first).
+_LABELLED = {Reason.CIRCUIT_BREAKER.value, BACKOFF_CAP, REPEATED_FAILURES, Reason.BLOCKED_ON_OWNER.value,
+             Reason.AWAITING_CONFIRMATION.value, RETRYING, Reason.BACKOFF.value, Reason.APPLY_FAILED.value}
+
+
+def group_label(reason: str, direction: Direction, n: int, breaker: Threshold | None = None,
+                reconciler: str = "", ids: Sequence[str] = ()) -> str:
+    """How a group of ``n`` items that share a line's reason reads (the page's groups say the same): the phrase
+    ``reconciler``'s plugin gave it, naming ``ids`` (``kind/id``), when it gave one."""
+    own = _own_words(reconciler, reason, direction, n, ids)
+    if own is not None:
+        return own
     if reason == Reason.CIRCUIT_BREAKER.value:
         return f"{_plural(direction, n)} held: {breaker_words(direction, breaker)}"
     if reason == BACKOFF_CAP:
@@ -291,7 +322,7 @@ def _items(r: Reconciler) -> list[Need]:
         groups.setdefault((why, direction), []).append(item)
     for (why, direction), items in groups.items():
         summary, do = _explanation_do(why)
-        label = group_label(why, direction, len(items), r.breaker.get(direction))
+        label = group_label(why, direction, len(items), r.breaker.get(direction), name, [key(i) for i in items])
         detail = summary
         if why == Reason.CIRCUIT_BREAKER.value and items[0].get("lastErr"):
             detail = str(items[0]["lastErr"])

@@ -29,6 +29,7 @@ from datum.core.vocab import (
     HostState,
     Reason,
     ResourceState,
+    plugin_do,
     plugin_reasons,
 )
 
@@ -473,7 +474,7 @@ def plugin_explanations() -> list[Explanation]:
             reason.value,
             description,
             f"A reason of the {reason.namespace} reconciler plugin: {description}.",
-            f"Go and look at the item's lastErr, and at the {reason.namespace} plugin's documentation.",
+            plugin_do(reason) or f"Go and look at the item's lastErr, and at the {reason.namespace} plugin's documentation.",
             Act.LOOK,
         )
         for reason, description in plugin_reasons().items()

@@ -18,10 +18,17 @@ import re
 
 from datum.core import budget
 from datum.core.rollup import called_for
-from datum.core.vocab import Action, HostState, ResourceState, registered
+from datum.core.vocab import (
+    Action,
+    Direction,
+    HostState,
+    ResourceState,
+    every_item_words,
+    registered,
+)
 
 HOST_STATE, RESOURCE_STATE, HOST_REASON = "host state", "resource state", "host reason"
-REASON, ACTION = "drift reason", "plan action"
+REASON, ACTION, DIRECTION = "drift reason", "plan action", "drift direction"
 
 # A resource id followed by the word a pass line or a host reason gives it (``datum.host.output.status_word``):
 # its state, or the past tense of its action (``File[/etc/motd] failed``, ``File[/etc/motd] updated``).
@@ -97,7 +104,7 @@ def words(text: str) -> list[tuple[str, str]]:
     """
     line = bare(text)
     found: list[tuple[str, str]] = []
-    for pattern, pairs in _FAMILIES:
+    for pattern, pairs in [*_FAMILIES, *_item_phrases()]:
         if pattern.search(line):
             found += pairs
             break
@@ -113,6 +120,22 @@ def words(text: str) -> list[tuple[str, str]]:
     found += [(REFUSAL, name) for pattern, name in _REFUSALS if pattern.search(line)]
     found += [(PACKAGE_PROVIDER, name) for pattern, name in _PROVIDERS if pattern.search(line)]
     return [(v, str(n)) for v, n in dict.fromkeys(found)]
+
+
+def _item_phrases() -> list[tuple[re.Pattern[str], list[tuple[str, str]]]]:
+    """The plugins' item phrases (``datum.core.vocab.register_item_words``: ``host db1 is declared and has never
+    reported``) as patterns, each to the word it says: its reason (a plugin's by its whole name), or its
+    direction."""
+    out = []
+    for (namespace, key), phrases in every_item_words().items():
+        if key in {d.value for d in Direction}:
+            word = (DIRECTION, key)
+        else:
+            word = (REASON, key if _registered(key) else f"{namespace}.{key}")
+        for phrase in phrases:
+            pattern = re.escape(phrase).replace(r"\{names\}", ".+").replace(r"\{n\}", r"\d+")
+            out.append((re.compile(pattern), [word]))
+    return out
 
 
 def _registered(reason: str) -> bool:

@@ -9,6 +9,8 @@ loaded (``register_reason``: ``NAMESPACE.NAME``, a ``PluginReason``).
 from __future__ import annotations
 
 import re
+import string
+from collections.abc import Iterable
 from enum import StrEnum
 
 
@@ -326,13 +328,17 @@ AnyReason = Reason | PluginReason
 _NAME = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
 _PLUGIN_REASONS: dict[str, PluginReason] = {}
 _PLUGIN_DESCRIPTIONS: dict[str, str] = {}
+_PLUGIN_DOS: dict[str, str] = {}
+# How a plugin words a group of its items (``ReconcilerPlugin.items``): (namespace, key) -> (one, many).
+_ITEM_WORDS: dict[tuple[str, str], tuple[str, str]] = {}
 
 
-def register_reason(namespace: str, name: str, description: str) -> PluginReason:
+def register_reason(namespace: str, name: str, description: str, do: str = "") -> PluginReason:
     """Register ``namespace.name``; raise ``ValueError`` when it cannot be.
 
     Names are lower-case identifiers; the description is what ``datum explain``
-    says. Registering the same reason again with the same description is
+    says, ``do`` what it tells the operator to do (a generic "go and look" when
+    empty). Registering the same reason again with the same description is
     harmless (a plugin loaded twice); with another one it is refused.
     """
     for part, what in ((namespace, "namespace"), (name, "name")):
@@ -345,14 +351,60 @@ def register_reason(namespace: str, name: str, description: str) -> PluginReason
     if known is not None and known != description:
         raise ValueError(f"reason {key!r} is already registered with another description")
     _PLUGIN_DESCRIPTIONS[key] = description
+    if do.strip():
+        _PLUGIN_DOS[key] = do
     return _PLUGIN_REASONS.setdefault(key, PluginReason(key))
 
 
+def plugin_do(reason: str) -> str:
+    """What a plugin's reason tells the operator to do, as its plugin registered it; "" when it said nothing."""
+    return _PLUGIN_DOS.get(str(reason), "")
+
+
+ITEM_FIELDS = ("n", "names")  # what an item phrase may name: how many items, and which (a few, then "and N more")
+
+
+def item_words_problem(key: str, one: str, many: str, reasons: Iterable[str] = ()) -> str | None:
+    """What is wrong with a plugin's item phrase ``key: (one, many)``, or None: ``key`` is a direction, one of the
+    framework's reasons or one of the plugin's own (``reasons``, short names), and each phrase names
+    ``{names}`` and no field but ``ITEM_FIELDS``."""
+    if key not in {d.value for d in Direction} | {r.value for r in FRAMEWORK_REASONS} | set(reasons):
+        return f"item phrase {key!r}: not a direction, a framework reason or one of the plugin's own reasons"
+    for phrase in (one, many):
+        fields = {f for _text, f, _spec, _conv in string.Formatter().parse(phrase) if f is not None}
+        if "names" not in fields or not fields <= set(ITEM_FIELDS):
+            return f"item phrase {key!r}: {phrase!r} must name {{names}} and may name {{n}}, nothing else"
+    return None
+
+
+def register_item_words(namespace: str, key: str, one: str, many: str) -> None:
+    """How the reconciler ``namespace`` words a group of its items: ``key`` is a direction, a framework reason or
+    one of its own reasons (short name); ``one`` and ``many`` the phrase for one item and for several, with
+    ``{names}`` and ``{n}`` (checked by ``item_words_problem``)."""
+    _ITEM_WORDS[(namespace, key)] = (one, many)
+
+
+def item_words(namespace: str, key: str) -> tuple[str, str] | None:
+    """The phrase the reconciler ``namespace`` registered for ``key`` (a direction, or a reason: a plugin's by
+    its whole name or short name), or None."""
+    if key.startswith(namespace + "."):
+        key = key[len(namespace) + 1:]
+    return _ITEM_WORDS.get((namespace, key))
+
+
+def every_item_words() -> dict[tuple[str, str], tuple[str, str]]:
+    """Every registered item phrase: (namespace, key) -> (one, many)."""
+    return dict(sorted(_ITEM_WORDS.items()))
+
+
 def unregister_namespace(namespace: str) -> None:
-    """Forget every reason of ``namespace`` (a plugin that failed to load after registering)."""
+    """Forget every reason and item phrase of ``namespace`` (a plugin that failed to load after registering)."""
     for key in [k for k in _PLUGIN_REASONS if k.partition(".")[0] == namespace]:
         del _PLUGIN_REASONS[key]
         del _PLUGIN_DESCRIPTIONS[key]
+        _PLUGIN_DOS.pop(key, None)
+    for pair in [p for p in _ITEM_WORDS if p[0] == namespace]:
+        del _ITEM_WORDS[pair]
 
 
 def plugin_reasons() -> dict[PluginReason, str]:

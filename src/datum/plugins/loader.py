@@ -20,7 +20,7 @@ from pathlib import Path
 
 from datum.config import ReconcilerSettings
 from datum.core.owners import Claim, refusals
-from datum.core.vocab import register_reason, unregister_namespace
+from datum.core.vocab import register_item_words, register_reason, unregister_namespace
 from datum.plugins.commands import declared as _declared
 from datum.plugins.commands import discover, name_claims
 from datum.plugins.reasons import sources, unregistered
@@ -91,8 +91,11 @@ def _check(ep: EntryPoint, plugin: ReconcilerPlugin) -> None:
         raise TypeError(f"settings {plugin.settings!r} is not a ReconcilerSettings subclass")
     if not callable(resolve(plugin.reconciler)):
         raise TypeError(f"reconciler {plugin.reconciler!r} is not callable")
-    for short, description in plugin.reasons.items():
-        register_reason(plugin.name, short, description)
+    for short, said in plugin.reasons.items():
+        description, do = (said, "") if isinstance(said, str) else said
+        register_reason(plugin.name, short, description, do)
+    for key, (one, many) in plugin.items.items():
+        register_item_words(plugin.name, key, one, many)
     spec = importlib.util.find_spec(ep.module)
     if spec is not None and spec.origin and spec.origin.endswith(".py"):
         bad = unregistered(sources(Path(spec.origin)), plugin.name)

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from datum.core.vocab import item_words_problem
+
 if TYPE_CHECKING:
     from datum.config import ReconcilerSettings
 
@@ -49,9 +51,16 @@ class ReconcilerPlugin:
       namespace and its configuration in ``[reconcilers.NAME]``;
     - ``reconciler``: its class or factory ``(settings, store) -> Reconciler``
       (or ``"module:attr"``); ``settings``: its ``ReconcilerSettings`` subclass;
-    - ``reasons``: its own reasons, ``{short name: description}``, registered
-      as ``NAME.short``; every reason its code raises must be registered,
+    - ``reasons``: its own reasons, ``{short name: description}`` or
+      ``{short name: (description, what to do)}``, registered as
+      ``NAME.short``; every reason its code raises must be registered,
       which is checked when it loads;
+    - ``items``: how its groups of items read on every surface (*Needs a
+      human*, ``datum drift``, the page), ``{key: (one, many)}``: the key a
+      direction, a framework reason or one of its own reasons (short name),
+      the phrases naming ``{names}`` (and ``{n}``): ``"host {names} is
+      declared and has never reported"``. Without one, a group reads
+      ``3 restores: NAME.reason``;
     - ``migrations``: the versions directory of its own Alembic branch, for
       its own tables (recorded in ``alembic_version_NAME``);
     - ``cedar_schema``: a Cedar schema fragment (its entities and actions),
@@ -65,7 +74,8 @@ class ReconcilerPlugin:
     name: str
     reconciler: Callable[..., Any] | str
     settings: type[ReconcilerSettings] | str = "datum.config:ReconcilerSettings"
-    reasons: Mapping[str, str] = field(default_factory=dict)
+    reasons: Mapping[str, str | tuple[str, str]] = field(default_factory=dict)
+    items: Mapping[str, tuple[str, str]] = field(default_factory=dict)
     migrations: Path | str | None = None
     cedar_schema: str | None = None
     routes: str | None = None
@@ -87,6 +97,10 @@ class ReconcilerPlugin:
                 found.append(f"prefix {self.prefix!r} is not a path under /v1")
             elif any(self.prefix == p or self.prefix.startswith(p + "/") for p in RESERVED_PREFIXES):
                 found.append(f"prefix {self.prefix!r} is Datum's own")
+        for key, (one, many) in self.items.items():
+            wrong = item_words_problem(key, one, many, self.reasons)
+            if wrong is not None:
+                found.append(wrong)
         if self.migrations is not None and not Path(self.migrations).is_dir():
             found.append(f"migrations directory {self.migrations} does not exist")
         return found

@@ -360,7 +360,8 @@ def reconciler_view(
     ):
         reason = g.items[0].item.reason
         failing = reason in (Reason.BACKOFF, Reason.APPLY_FAILED)
-        label = need.group_label(g.group, g.direction, len(g.items), config.breaker.get(g.direction))
+        label = need.group_label(g.group, g.direction, len(g.items), config.breaker.get(g.direction),
+                                 report.reconciler, [v.key for v in g.items])
         groups.append(Group(g.group, g.direction, g.items, label, _explained(Reason.BACKOFF if failing else reason), g.act))
     taken: dict[str, int] = {}
     for g in groups:
