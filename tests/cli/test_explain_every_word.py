@@ -57,6 +57,102 @@ def words() -> list[str]:
     return every
 
 
+RULES = Path(__file__).parents[2] / "contrib" / "prometheus" / "datum-rules.yml"
+# The labels the alerts' annotations print, by where their values come from: a vocabulary, or None for a name
+# (a host's, a reconciler's, a status a reconciler chose). A label not here fails the collection: say which.
+LABEL_VALUES: dict[str, list[str] | None] = {
+    "direction": [d.value for d in Direction],
+    "policy": [p.value for p in vocab.RebootPolicy],
+    "reason": None,  # a line's reason: attention.reasons(), collected with the API's
+    "host": None, "reconciler": None, "kind": None, "status": None, "instance": None, "group": None, "cert": None,
+}
+
+
+def alert_words() -> list[str]:
+    """Every alert's name, and the vocabulary words its annotations can print (``$labels.X``)."""
+    import re
+
+    import yaml
+
+    alerts = [r for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"] if "alert" in r]
+    labels = {label for r in alerts for text in (r.get("annotations") or {}).values()
+              for label in re.findall(r"\$labels\.(\w+)", text)}
+    assert labels <= set(LABEL_VALUES), labels - set(LABEL_VALUES)
+    assert len(alerts) >= 20
+    return [r["alert"] for r in alerts] + [w for label in labels for w in LABEL_VALUES[label] or ()]
+
+
+def _enums(node, seen_refs, schemas):
+    """Every enum value reachable from ``node`` of an OpenAPI document, following $refs once."""
+    if isinstance(node, dict):
+        ref = node.get("$ref")
+        if ref and ref not in seen_refs:
+            seen_refs.add(ref)
+            yield from _enums(schemas[ref.rsplit("/", 1)[1]], seen_refs, schemas)
+        yield from (str(v) for v in node.get("enum") or ())
+        for k, v in node.items():
+            if k != "parameters":  # what a client sends, not what a surface prints
+                yield from _enums(v, seen_refs, schemas)
+    elif isinstance(node, list):
+        for v in node:
+            yield from _enums(v, seen_refs, schemas)
+
+
+def api_words(tmp: Path) -> list[str]:
+    """The words of Datum's own answers: every enum of the OpenAPI document reachable from a path that is not
+    a plugin's (``reason``, ``code``, ``severity``, ``state``, ``outcome``, ...), and every reason a line of
+    ``GET /v1/attention`` can carry (a free string there: ``datum.core.attention.reasons``)."""
+    from datum.api.app import create_app
+    from datum.config import Settings
+    from datum.core import attention
+    from datum.store import open_store
+
+    loaded = load()
+    settings = Settings.model_validate({"home": str(tmp / "home"), "store": f"sqlite:///{tmp / 'api.db'}"})
+    store = open_store(settings.store_url)
+    try:
+        document = create_app(settings, loaded.registry(), store).openapi()
+    finally:
+        store.dispose()
+    plugins = tuple(p.prefix for p in loaded.plugins if p.prefix)
+    schemas = document["components"]["schemas"]
+    own = {path: ops for path, ops in document["paths"].items() if not path.startswith(plugins)}
+    found = list(_enums(own, set(), schemas))
+    assert {"CONFLICT", "look", "denied"} <= set(found)
+    return found + list(attention.reasons()) + list(attention.SEVERITY_LABEL.values())
+
+
+def item_phrases() -> list[str]:
+    """What a plugin's groups of items read on every surface (``ReconcilerPlugin.items``), for one and for many."""
+    load()
+    out = []
+    for (_namespace, _key), (one, many) in vocab.every_item_words().items():
+        out += [one.format(n=1, names="web1"), many.format(n=12, names="web1, web2, web3 and 9 more")]
+    assert out
+    return out
+
+
+def test_every_word_an_api_answer_an_alert_or_a_plugins_phrase_prints_is_explained(datum_cli, tmp_path):
+    """The words collected from where the surfaces take them (the OpenAPI document, the rules file, the
+    plugins' registries), each asked of ``datum explain``: none is refused."""
+    every = sorted(set(api_words(tmp_path) + alert_words() + item_phrases()))
+    refused = []
+    for word in every:
+        code, out, _err = datum_cli("explain", word, "--json")
+        if code != 0 or not json.loads(out)["explanations"]:
+            refused.append(word)
+    assert refused == [], refused
+
+
+def test_an_alerts_explanation_points_at_a_word_explain_knows(datum_cli):
+    from datum.core.terms import _ALERTS
+
+    for name, (*_said, word) in _ALERTS.items():
+        if word:
+            code, _out, err = datum_cli("explain", word)
+            assert code == 0, (name, word, err)
+
+
 def test_the_vocabularies_walked_are_the_contracts():
     names = {cls.__name__ for cls in VOCABULARIES}
     assert {"ResourceState", "Action", "HostState", "Mode", "RebootPolicy", "Direction", "Health", "Reason"} <= names

@@ -24,7 +24,8 @@ from datum.core.findings import Finding, Problem
 def explain(name: str | None, as_json: bool) -> None:
     """What NAME means, and whether to wait or go and look: a drift reason (a plugin's too, with or
     without its namespace), a host, resource or item state, a reconciler's health or state (disabled),
-    stranded, an advice label, a mode or policy, or a host reason pasted as shown.
+    stranded, an advice label, a mode or policy, an API error code, a line's severity, an audit outcome, an
+    alert's name (DatumHostNeverReported), or a line a surface printed, pasted as shown.
 
     Without NAME, every name that can be explained, with its one-line summary.
     An unknown NAME exits 64 and names the nearest three known ones.

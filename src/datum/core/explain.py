@@ -22,6 +22,7 @@ from enum import StrEnum
 from datum.core.glossary import WORDS
 from datum.core.memory import BackoffPolicy
 from datum.core.phrases import bare, words
+from datum.core.terms import WORDS as TERMS
 from datum.core.vocab import (
     DESCRIPTIONS,
     AnyReason,
@@ -74,6 +75,11 @@ class Vocabulary(StrEnum):
     NEED = "needs a human"
     ROLLOUT = "rollout"
     PACKAGE_PROVIDER = "package provider"
+    # datum.core.terms'
+    ERROR_CODE = "error code"
+    SEVERITY = "severity"
+    AUDIT_OUTCOME = "audit outcome"
+    ALERT = "alert"
 
 
 @dataclass(frozen=True)
@@ -452,7 +458,7 @@ def _build() -> list[Explanation]:
     ]
     out += [
         Explanation(Vocabulary(vocabulary), name, summary, means, do, Act(act))
-        for (vocabulary, name), (summary, means, do, act) in WORDS.items()
+        for (vocabulary, name), (summary, means, do, act) in {**WORDS, **TERMS}.items()
     ]
     return out
 
