@@ -1,7 +1,9 @@
 """The audit log (issue 37 item 4), on SQLite and PostgreSQL through the in-process app on a real store: every acting
-route leaves exactly one row with its principal, outcome and status; every refusal (401, 403) one; the row is
-written in the change's transaction (no change without it); no token in it; GET /v1/audit is the admin's, paged
-and filtered; the chain verifies, breaks at an edited row, and survives pruning."""
+route leaves exactly one row with its principal, outcome and status, but a pass report admitted (none); every
+refusal (401, 403) one; the row is written in the change's transaction (no change without it); no token in it;
+GET /v1/audit is the admin's, paged and filtered, rows not sealed yet among them; the rows are sealed into the
+chain after their commit (by any store, a row left unsealed by a process that died included); the chain verifies,
+breaks at an edited row, and survives pruning."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ import sqlalchemy as sa
 from datum.api.front.tokens import create as create_token
 from datum.api.front.tokens import token_id
 from datum.store import audit, auditchain
-from datum.store.schema import audit_chain, audit_log, hosts
+from datum.store.schema import audit_log, reboot_leases
 
 from .story import Story, pass_report
 from .test_rollouts import fleet_story, start
@@ -37,9 +39,9 @@ def bound(story: Story, host: str) -> dict[str, str]:
 
 
 def rows(story: Story) -> list[dict]:  # type: ignore[type-arg]
-    """Every row, oldest first (the CLI's token rows of the story's set-up included)."""
+    """Every row, oldest first, sealed or not (the CLI's token rows of the story's set-up included)."""
     with story.store.connect() as conn:
-        return [dict(r._mapping) for r in conn.execute(sa.select(audit_log).order_by(audit_log.c.seq))]
+        return [dict(r._mapping) for r in conn.execute(sa.select(audit_log).order_by(audit_log.c.id))]
 
 
 def after(story: Story, before: int) -> list[dict]:  # type: ignore[type-arg]
@@ -53,26 +55,15 @@ def one(story: Story, before: int) -> dict:  # type: ignore[type-arg]
 
 
 def test_every_acting_route_leaves_one_row_with_its_principal_outcome_and_status(story):
-    n = len(rows(story))
     web1 = token_id(story.tokens["web1"])
-    report = pass_report("web1") | {"passId": "p1", "seq": 1}
-    posted = story.client.post("/v1/hosts/web1/passes", json=report, headers=story.auth("web1"))
-    assert posted.status_code == 201, posted.text
-    row = one(story, n)
-    assert (row["principal"], row["token"], row["action"], row["resource"], row["outcome"], row["status"]) == (
-        "agent@host:web1", web1, "fleet:ReportPass", 'Host::"web1"', "allowed", 201)
-    assert row["request"] == "POST /v1/hosts/web1/passes" and row["source"] and row["policy"]
-
-    n = len(rows(story))  # the same pass again: nothing stored, still one row, with its answer
-    again = story.client.post("/v1/hosts/web1/passes", json=report, headers=story.auth("web1"))
-    assert again.status_code == 200 and again.headers["datum-pass"] == "duplicate"
-    assert (one(story, n)["status"], one(story, n)["outcome"]) == (200, "allowed")
-
     n = len(rows(story))
     taken = story.client.post("/v1/hosts/web1/reboot-lease", json={"bootId": "b1"}, headers=story.auth("web1"))
     assert taken.status_code == 200 and taken.json()["granted"], taken.text
     row = one(story, n)
-    assert (row["action"], row["status"], row["principal"]) == ("fleet:TakeRebootLease", 200, "agent@host:web1")
+    assert (row["principal"], row["token"], row["action"], row["resource"], row["outcome"], row["status"]) == (
+        "agent@host:web1", web1, "fleet:TakeRebootLease", 'Host::"web1"', "allowed", 200)
+    assert row["request"] == "POST /v1/hosts/web1/reboot-lease" and row["source"] and row["policy"]
+    assert (row["seq"], row["prev"], row["hash"]) == (None, None, None)  # written now, sealed into the chain later
 
     n = len(rows(story))
     back = story.client.delete("/v1/hosts/web1/reboot-lease?bootId=b1", headers=story.auth("web1"))
@@ -92,6 +83,21 @@ def test_every_acting_route_leaves_one_row_with_its_principal_outcome_and_status
     n = len(rows(story))
     assert story.client.delete("/v1/buckets/nothing", headers=story.auth("admin")).status_code == 404
     assert (one(story, n)["status"], one(story, n)["outcome"]) == (404, "allowed")
+
+
+def test_a_pass_report_admitted_leaves_no_row_and_one_refused_leaves_one(story):
+    """A host telling its own state is not an act on the fleet: the pass archive keeps it, the audit log does not."""
+    n = len(rows(story))
+    report = pass_report("web1") | {"passId": "p1", "seq": 1}
+    posted = story.client.post("/v1/hosts/web1/passes", json=report, headers=story.auth("web1"))
+    assert posted.status_code == 201, posted.text
+    again = story.client.post("/v1/hosts/web1/passes", json=report, headers=story.auth("web1"))
+    assert again.status_code == 200 and again.headers["datum-pass"] == "duplicate"
+    assert after(story, n) == []
+    refused = story.client.post("/v1/hosts/web2/passes", json=pass_report("web2"), headers=story.auth("web1"))
+    assert refused.status_code == 403
+    row = one(story, n)
+    assert (row["action"], row["outcome"], row["status"]) == ("fleet:ReportPass", "denied", 403)
 
 
 def test_a_rollout_command_leaves_one_row_with_the_change_and_one_when_refused(story):
@@ -139,16 +145,19 @@ def test_every_refusal_leaves_one_row(story):
     assert after(story, n) == []
 
 
-def test_the_row_is_written_in_the_changes_transaction(story):
-    """A row that cannot be written (its seq taken by hand) takes the change with it: the pass is not stored."""
-    with story.store.begin() as conn:
-        head = conn.execute(sa.select(audit_chain.c.seq).where(audit_chain.c.name == "head")).scalar_one()
-        conn.execute(sa.insert(audit_log).values(seq=head + 1, at=datetime.now(UTC), outcome="allowed", prev="x",
-                                                 hash="y"))
-    posted = story.client.post("/v1/hosts/web1/passes", json=pass_report("web1"), headers=story.auth("web1"))
-    assert posted.status_code == 500
+def test_the_row_is_written_in_the_changes_transaction(story, monkeypatch):
+    """A row that cannot be written takes the change with it: the lease is not granted."""
+    n = len(rows(story))
+
+    def broken(conn, entry):  # type: ignore[no-untyped-def]
+        raise sa.exc.OperationalError("INSERT INTO audit_log", {}, Exception("the disk is full"))
+
+    monkeypatch.setattr(audit, "record", broken)
+    taken = story.client.post("/v1/hosts/web1/reboot-lease", json={"bootId": "b1"}, headers=story.auth("web1"))
+    assert taken.status_code in (500, 503), taken.text
     with story.store.connect() as conn:
-        assert conn.execute(sa.select(hosts.c.host).where(hosts.c.host == "web1")).first() is None
+        assert conn.execute(sa.select(reboot_leases.c.host)).first() is None
+    assert one(story, n)["status"] == taken.status_code  # the request's one row: its answer's, written with it
 
 
 def test_no_token_is_ever_in_the_audit_log(story):
@@ -175,10 +184,14 @@ def test_get_audit_is_the_admins_paged_and_filtered(story):
     assert page.status_code == 200, page.text
     doc = page.json()
     assert [e["principal"] for e in doc["entries"]] == ["operator", "operator"]
-    assert doc["entries"][0]["seq"] > doc["entries"][1]["seq"]  # newest first
-    assert doc["entries"][0]["action"] == "fleet:ReadAudit" and doc["entries"][0]["outcome"] == "denied"
+    assert doc["entries"][0]["action"] == "fleet:ReadAudit" and doc["entries"][0]["outcome"] == "denied"  # newest first
+    assert "seq" not in doc["entries"][0] and "hash" not in doc["entries"][0]  # not sealed yet: listed all the same
     rest = story.get(f"/v1/audit?limit=2&principal=operator&cursor={doc['next']}", "admin").json()
-    assert [e["seq"] for e in rest["entries"]] == [doc["entries"][1]["seq"] - 1, doc["entries"][1]["seq"] - 2]
+    whole = story.get("/v1/audit?limit=100&principal=operator", "admin").json()["entries"]
+    assert len(whole) == 4 and doc["entries"] + rest["entries"] == whole
+    auditchain.seal(story.store)
+    sealed = story.get("/v1/audit?limit=100&principal=operator", "admin").json()["entries"]
+    assert [e["seq"] for e in sealed] == sorted((e["seq"] for e in sealed), reverse=True) and sealed[0]["hash"]
     made = story.get("/v1/audit?action=token:Create", "admin").json()["entries"]
     assert made and {e["principal"] for e in made} == {audit.local_principal()}
     assert "tokenId" not in made[0] and made[0]["detail"].startswith("principal ")
@@ -188,11 +201,20 @@ def test_get_audit_is_the_admins_paged_and_filtered(story):
     assert bad.status_code == 422 and {f["field"] for f in bad.json()["issues"][0]["fields"]} == {"since", "cursor"}
 
 
+def act(story: Story, host: str) -> None:
+    """One audited act by ``host``'s agent: its reboot lease taken."""
+    taken = story.client.post(f"/v1/hosts/{host}/reboot-lease", json={"bootId": "b1"}, headers=bound(story, host))
+    assert taken.status_code == 200, taken.text
+
+
 def test_the_chain_verifies_breaks_at_an_edited_row_and_survives_pruning(story):
     for host in ("web1", "web2"):
-        story.client.post(f"/v1/hosts/{host}/passes", json=pass_report(host), headers=bound(story, host))
+        act(story, host)
+    waiting = auditchain.verify(story.store)
+    assert waiting.whole and waiting.rows == 0 and waiting.unsealed == len(rows(story))
+    assert auditchain.seal(story.store) == len(rows(story))
     found = auditchain.verify(story.store)
-    assert found.whole and found.rows == len(rows(story)) and found.head.seq == found.rows
+    assert found.whole and found.rows == len(rows(story)) and found.head.seq == found.rows and found.unsealed == 0
     with story.store.begin() as conn:
         conn.execute(sa.update(audit_log).where(audit_log.c.seq == 3).values(principal="someone"))
     broken = auditchain.verify(story.store)
@@ -211,50 +233,98 @@ def test_the_chain_verifies_breaks_at_an_edited_row_and_survives_pruning(story):
 
 
 def test_pruning_keeps_the_chain_verifiable(story):
-    story.client.post("/v1/hosts/web1/passes", json=pass_report("web1"), headers=bound(story, "web1"))
+    act(story, "web1")
     old = len(rows(story))
+    auditchain.seal(story.store)
     time.sleep(0.02)
     cut = datetime.now(UTC)
     time.sleep(0.02)
     for host in ("web2", "web3"):
-        story.client.post(f"/v1/hosts/{host}/passes", json=pass_report(host), headers=bound(story, host))
+        act(story, host)
     written = len(rows(story))
+    auditchain.seal(story.store, batch=2)
+    act(story, "web4")  # not sealed yet (its token's row and its lease's)
+    late = len(rows(story)) - written
     assert auditchain.prune(story.store, cut, batch=2) == old
     kept = auditchain.verify(story.store)
-    assert kept.whole and kept.anchor.seq == old and kept.rows == written - old, kept
+    assert kept.whole and kept.anchor.seq == old and kept.rows == written - old and kept.unsealed == late, kept
     assert rows(story)[0]["seq"] == old + 1
-    story.client.post("/v1/hosts/web4/passes", json=pass_report("web4"), headers=bound(story, "web4"))
-    assert auditchain.verify(story.store).whole
+    # a row not sealed yet is never pruned, whatever its time; sealed after, it continues the chain from the anchor
+    assert auditchain.prune(story.store, datetime.now(UTC) + timedelta(days=1), batch=2) == written - old
+    assert [r["seq"] for r in rows(story)] == [None] * late
+    auditchain.seal(story.store)
+    kept = auditchain.verify(story.store)
+    assert kept.whole and kept.anchor.seq == written and kept.rows == late and kept.head.seq == written + late, kept
     with story.store.begin() as conn:  # the oldest row kept deleted by hand: not pruning, a gap after the anchor
-        conn.execute(sa.delete(audit_log).where(audit_log.c.seq == old + 1))
-    assert auditchain.verify(story.store).broken == old + 1
+        conn.execute(sa.delete(audit_log).where(audit_log.c.seq == written + 1))
+    assert auditchain.verify(story.store).broken == written + 1
 
 
 def test_two_servers_on_one_store_write_one_chain(store_url):
-    """Two engines on one database (two replicas' pools), eight writers each at once: one line, no fork, no gap."""
+    """Two engines on one database (two replicas' pools), eight writers each at once and each engine sealing all
+    the while: one line, no fork, no gap, every row in it."""
     import threading
 
     from datum.store import open_store
 
     stores = [open_store(store_url), open_store(store_url)]
     errors: list[BaseException] = []
+    done = threading.Event()
 
     def writer(n: int) -> None:
         try:
             for i in range(15):
-                auditchain.write(stores[n % 2], audit.Entry(f"replica{n % 2}", "fleet:ReportPass", f'Host::"h{n}-{i}"'))
+                auditchain.write(stores[n % 2], audit.Entry(f"replica{n % 2}", "fleet:ClearRebootLease",
+                                                            f'Host::"h{n}-{i}"'))
         except BaseException as exc:  # noqa: BLE001 - reported below
             errors.append(exc)
 
-    threads = [threading.Thread(target=writer, args=(n,)) for n in range(8)]
-    for t in threads:
+    def sealer(store) -> None:  # type: ignore[no-untyped-def]
+        try:
+            while not done.is_set():
+                auditchain.seal(store, batch=7)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    writers = [threading.Thread(target=writer, args=(n,)) for n in range(8)]
+    sealers = [threading.Thread(target=sealer, args=(s,)) for s in stores]
+    for t in [*writers, *sealers]:
         t.start()
-    for t in threads:
+    for t in writers:
+        t.join()
+    done.set()
+    for t in sealers:
         t.join()
     try:
         assert errors == []
+        auditchain.seal(stores[0])
         found = auditchain.verify(stores[1])
-        assert found.whole and found.rows == 120 and found.head.seq == 120, found
+        assert found.whole and found.rows == 120 and found.head.seq == 120 and found.unsealed == 0, found
     finally:
         for s in stores:
             s.dispose()
+
+
+def test_a_row_committed_and_never_sealed_by_its_process_is_sealed_by_the_next(store_url):
+    """A process that died between its commit and the seal (nothing of it left but the store): its rows are there,
+    listed and counted unsealed, and any other process's seal chains them."""
+    import subprocess
+    import sys
+
+    from datum.store import open_store
+
+    code = ("import sys; from datum.store import open_store, audit, auditchain; s = open_store(sys.argv[1]); "
+            "[auditchain.write(s, audit.Entry('cli:gone', 'token:Revoke', f'Token::\"{i}\"')) for i in range(3)]; "
+            "import os; os._exit(0)")
+    subprocess.run([sys.executable, "-c", code, store_url], check=True, timeout=120)
+    store = open_store(store_url)
+    try:
+        listed = auditchain.entries(store, principal="cli:gone", limit=10)
+        assert [e["resource"] for e in listed] == ['Token::"2"', 'Token::"1"', 'Token::"0"']
+        assert all(e["seq"] is None for e in listed)
+        assert auditchain.verify(store).unsealed == 3
+        assert auditchain.seal(store) == 3
+        found = auditchain.verify(store)
+        assert found.whole and found.unsealed == 0 and found.rows == 3, found
+    finally:
+        store.dispose()

@@ -250,3 +250,42 @@ def test_a_new_store_gets_the_buckets_table_from_its_branch_as_declared(store_ur
         diff = compare_metadata(MigrationContext.configure(conn), buckets.metadata)
     assert [d for d in diff if d[0] not in ("modify_type", "remove_table", "remove_index")] == []
     store.dispose()
+
+
+def _chained_at_0028(n: int) -> list[str]:
+    """``n`` rows as 0028 wrote them (each hashed and chained at once) and its head, as INSERT statements."""
+    from datetime import UTC, datetime
+
+    from datum.store.audit import COLUMNS, GENESIS, digest
+
+    statements, prev = [], GENESIS
+    for seq in range(1, n + 1):
+        at = datetime(2026, 12, 6, 23, 0, seq, 123456, tzinfo=UTC)
+        values = {c: None for c in COLUMNS} | {"principal": "operator", "action": "fleet:ManageRollout",
+                                               "outcome": "allowed", "status": 200}
+        own = digest(seq, at, values, prev)
+        statements.append(
+            "INSERT INTO audit_log (seq, at, principal, action, outcome, status, prev, hash) VALUES "
+            f"({seq}, '{at:%Y-%m-%d %H:%M:%S.%f}', 'operator', 'fleet:ManageRollout', 'allowed', 200, '{prev}', '{own}')")
+        prev = own
+    statements.append(f"UPDATE audit_chain SET seq = {n}, hash = '{prev}' WHERE name = 'head'")
+    return statements
+
+
+def test_an_audit_chain_of_0028_verifies_after_0030_and_goes_on(store_url):
+    """0030 keeps every row with its seq, prev and hash (its id its seq): the chain verifies; a row written after
+    gets the next id, and sealed, continues the same chain."""
+    from datum.store import audit, auditchain
+
+    _store_at(store_url, "0028_audit_log", *_chained_at_0028(3))
+    store = open_store(store_url)
+    try:
+        found = auditchain.verify(store)
+        assert found.whole and found.rows == 3 and found.head.seq == 3, found
+        auditchain.write(store, audit.Entry("admin", "token:Revoke", 'Token::"x"'))
+        assert [e["id"] for e in auditchain.entries(store, limit=10)] == [4, 3, 2, 1]
+        assert auditchain.seal(store) == 1
+        found = auditchain.verify(store)
+        assert found.whole and found.rows == 4 and found.head.seq == 4, found
+    finally:
+        store.dispose()

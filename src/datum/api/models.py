@@ -464,7 +464,8 @@ class EventList(Out):
 class AuditEntry(Out):
     """One row of the audit log: an acting request, a refusal, or an act of the CLI on the store."""
 
-    seq: int = Field(description="The row's place in the chain, from 1, no gap.")
+    seq: int | SkipJsonSchema[None] = absent("The row's place in the chain, from 1, no gap; absent until the row is "
+                                             "chained, a second or so after it is written.")
     at: datetime = Field(description="When it was written, by the store's clock.")
     principal: str | SkipJsonSchema[None] = absent("Who: the token's principal (`cli:<user>` for the CLI); absent "
                                                    "for a request with no known token.")
@@ -481,8 +482,10 @@ class AuditEntry(Out):
     policy: str | SkipJsonSchema[None] = absent("The ids of the Cedar policies that decided, comma-separated; absent "
                                                 "when none permits it (a deny) and for the CLI.")
     detail: str | SkipJsonSchema[None] = absent("More about the act (the principal of a token created).")
-    prev: str = Field(description="The hash of the row before it (64 zeros before the first).")
-    hash: str = Field(description="SHA-256 over the row's fields and `prev` (`datum audit verify` checks it).")
+    prev: str | SkipJsonSchema[None] = absent("The hash of the row before it (64 zeros before the first); absent "
+                                              "until the row is chained.")
+    hash: str | SkipJsonSchema[None] = absent("SHA-256 over the row's fields and `prev` (`datum audit verify` checks "
+                                              "it); absent until the row is chained.")
 
 
 class AuditList(Out):

@@ -58,6 +58,7 @@ from datum.store import Store
 log = logging.getLogger("datum.server")
 
 RETAIN_EVERY = 600.0  # seconds between two runs of the pass archive's retention (the first at start)
+SEAL_EVERY = 1.0  # seconds between two seals of the audit log's new rows into its chain (the first at start)
 
 
 def control_pool(reconcilers: int) -> tuple[int, int]:
@@ -108,6 +109,17 @@ def nonces_purged(store: Store) -> None:
         log.exception("purging spent nonces failed")
 
 
+def audit_sealed(store: Store) -> None:
+    """One seal of the audit log's new rows into its chain (``datum.store.auditchain.seal``, any replica's rows and
+    the CLI's too); a failure is logged and the rows wait for the next."""
+    from datum.store import auditchain
+
+    try:
+        auditchain.seal(store)
+    except Exception:  # noqa: BLE001 - the next run tries again; serving goes on
+        log.exception("sealing the audit log's new rows failed")
+
+
 def serving_app(settings: Settings, wire: Callable[[], tuple[Registry, Store]]) -> FastAPI:
     """The app with a lifespan that wires ``wire()``'s registry and store, and ticks the reconcilers."""
     app = create_app(settings)
@@ -137,12 +149,15 @@ def serving_app(settings: Settings, wire: Callable[[], tuple[Registry, Store]]) 
         audit_retention = Every(lambda: audit_retained(control, settings.server.audit_keep), RETAIN_EVERY, "audit-retention")
         # The nonces hosts signed are kept past their life, then dropped here (datum.store.nonces).
         spent = Every(lambda: nonces_purged(control), RETAIN_EVERY, "nonce-purge")
+        # Its rows are written unchained by the acts themselves (no lock) and chained here a second later.
+        audit_seal = Every(lambda: audit_sealed(control), SEAL_EVERY, "audit-seal")
         watch.start()
         recheck.start()
         regroup.start()
         retention.start()
         audit_retention.start()
         spent.start()
+        audit_seal.start()
         fleet = state.fleet
         if settings.fleet.manifests is not None:
             # each state of the directory is named and recorded as soon as it is seen (datum.fleet.serving)
@@ -180,6 +195,8 @@ def serving_app(settings: Settings, wire: Callable[[], tuple[Registry, Store]]) 
             retention.stop()
             audit_retention.stop()
             spent.stop()
+            audit_seal.stop()
+            audit_sealed(control)  # what this server's last requests wrote, chained before it goes
             if checks is not None:
                 checks.stop()
             if fleet.changes is not None:

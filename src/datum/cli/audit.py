@@ -63,10 +63,12 @@ def audit(
 def verify(config: str | None, as_json: bool) -> None:
     """Walk the audit log's hash chain from its anchor (the last row pruned) to its head, recomputing each row's
     hash: exit 0 when the chain is whole, 1 naming the first row that does not hold (edited, missing, or chained
-    to another). Prints the head's hash: kept elsewhere, it tells a chain rewritten whole from some row on."""
+    to another). Prints the head's hash: kept elsewhere, it tells a chain rewritten whole from some row on.
+    Rows written and not chained yet (datum serve chains them a second later) are chained first, then checked."""
     from datum.store import auditchain as log
 
     with wire(config) as w:
+        log.seal(w.store)
         found = log.verify(w.store)
     if as_json:
         click.echo(json.dumps(found.as_json(), indent=2))
@@ -75,7 +77,8 @@ def verify(config: str | None, as_json: bool) -> None:
                  f"{log.when(found.anchor.at)}, pruned by [server] audit_keep)" if found.anchor.seq else "from row 1")
         if found.whole:
             click.echo(f"the audit log's chain is whole: {found.rows} rows {start}; head row {found.head.seq}, "
-                       f"hash {found.head.hash}")
+                       f"hash {found.head.hash}"
+                       + (f"; {found.unsealed} rows written since, not chained yet" if found.unsealed else ""))
         else:
             click.echo(f"the audit log's chain is broken at row {found.broken}: {found.why} "
                        f"({found.rows} rows {start} hold)", err=True)

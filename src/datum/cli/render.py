@@ -625,7 +625,7 @@ def audit(rows: Sequence[Any], out: Console, times: Times) -> None:
         [
             (
                 [
-                    text(str(e.seq)), text(times(e.at)), text(e.principal or "(no token)"), text(e.action or "-"),
+                    text(str(e.seq) if e.seq is not None else "-", "" if e.seq is not None else "dim"), text(times(e.at)), text(e.principal or "(no token)"), text(e.action or "-"),
                     text(e.resource or "-"),
                     text(e.outcome + (f" {e.status}" if e.status is not None else ""), _OUTCOME_STYLE.get(e.outcome, "")),
                 ],

@@ -176,8 +176,9 @@ def audit_page(
     after: After | None = None, limit: int = DEFAULT_LIMIT,
 ) -> Rows:
     """The audit log (``datum.store.audit``), newest first, ``limit`` after ``after`` (the cursor's id is a row's
-    seq), written in ``window``, of ``principal`` and ``action`` when given."""
+    id: its place in the order rows were written, sealed or not), written in ``window``, of ``principal`` and
+    ``action`` when given."""
     w = window.normal()
     found = auditchain.entries(store, since=w.since, until=w.until, principal=principal, action=action, after=after,
                           limit=limit + 1)
-    return _paged(found, limit, "at", "seq")
+    return _paged(found, limit, "at", "id")

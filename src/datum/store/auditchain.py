@@ -1,5 +1,6 @@
-"""The audit log's chain as a whole: a row written in a transaction of its own, the rows read a page at a time,
-the chain verified from its anchor to its head, the oldest rows pruned (``[server] audit_keep``).
+"""The audit log's chain as a whole: a row written in a transaction of its own, the rows written since sealed into
+the chain (``seal``), the rows read a page at a time, the chain verified from its anchor to its head, the oldest
+rows pruned (``[server] audit_keep``).
 
 What a row is and how one is written in the change's transaction is ``datum.store.audit``, which the store's
 engine calls at each commit; this module reads and keeps the chain through the engine, so neither imports the
@@ -14,18 +15,80 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from datum.store.audit import ANCHOR, COLUMNS, GENESIS, HEAD, Entry, digest, own_row, record, when
+from datum.store.audit import (
+    ANCHOR,
+    COLUMNS,
+    GENESIS,
+    HEAD,
+    Entry,
+    as_utc,
+    digest,
+    own_row,
+    record,
+    when,
+)
 from datum.store.engine import Store
 from datum.store.passes import After
 from datum.store.schema import audit_chain as chain
 from datum.store.schema import audit_log as t
 
+SEAL_BATCH = 500  # rows sealed per transaction: the head is held that long, and no longer
 
-def write(store: Store, entry: Entry) -> int:
-    """``entry``'s row in a transaction of its own (a refusal, an act that changed nothing): its seq."""
+
+def write(store: Store, entry: Entry) -> None:
+    """``entry``'s row in a transaction of its own (a refusal, an act that changed nothing), sealed later."""
     with store.begin() as conn:
         own_row(conn)  # this is the row: the request's pending one (``entry`` itself) is not due here
-        return record(conn, entry)
+        record(conn, entry)
+
+
+# -- sealing ----------------------------------------------------------------------------------------
+
+
+def seal(store: Store, *, batch: int = SEAL_BATCH) -> int:
+    """Chain the rows written and not sealed yet, in the order of their id, ``batch`` per transaction: each gets
+    the next seq, the hash of the row before it (``prev``) and its own (``digest``); how many were sealed.
+
+    Each transaction first moves the chain's head (an UPDATE: on PostgreSQL the head's row lock, on SQLite the
+    file's write lock), so two servers sealing at once take turns and the second continues the line the first
+    left; then it reads the rows not sealed that are committed (a row whose transaction commits later is sealed
+    by a later seal, after these). A seal that dies before its commit seals nothing: the rows wait for the next.
+    """
+    sealed = 0
+    while True:
+        with store.begin() as conn:
+            own_row(conn)  # not a request's change: a pending row is not due here
+            head = conn.execute(
+                sa.update(chain).where(chain.c.name == HEAD).values(seq=chain.c.seq)
+                .returning(chain.c.seq, chain.c.hash)
+            ).one()
+            rows = conn.execute(
+                sa.select(t).where(t.c.seq.is_(None)).order_by(t.c.id).limit(batch)
+            ).all()
+            seq, prev = int(head.seq), str(head.hash)
+            chained: list[dict[str, Any]] = []
+            for r in rows:
+                seq += 1
+                own = digest(seq, as_utc(r.at), {c: getattr(r, c) for c in COLUMNS}, prev)
+                chained.append({"row": r.id, "to_seq": seq, "to_prev": prev, "to_hash": own})
+                prev = own
+            if chained:
+                conn.execute(
+                    sa.update(t).where(t.c.id == sa.bindparam("row"), t.c.seq.is_(None))
+                    .values(seq=sa.bindparam("to_seq"), prev=sa.bindparam("to_prev"), hash=sa.bindparam("to_hash")),
+                    chained,
+                )
+                conn.execute(sa.update(chain).where(chain.c.name == HEAD).values(
+                    seq=seq, hash=prev, prev=chained[-1]["to_prev"], at=rows[-1].at))
+        sealed += len(rows)
+        if len(rows) < batch:
+            return sealed
+
+
+def unsealed(store: Store) -> int:
+    """How many rows wait to be sealed."""
+    with store.connect() as conn:
+        return int(conn.execute(sa.select(sa.func.count()).select_from(t).where(t.c.seq.is_(None))).scalar_one())
 
 
 # -- reading ----------------------------------------------------------------------------------------
@@ -33,7 +96,7 @@ def write(store: Store, entry: Entry) -> int:
 
 def _row(r: Any) -> dict[str, Any]:
     return {
-        "seq": int(r.seq), "at": r.at, "principal": r.principal, "tokenId": r.token, "source": r.source,
+        "id": int(r.id), "seq": None if r.seq is None else int(r.seq), "at": r.at, "principal": r.principal, "tokenId": r.token, "source": r.source,
         "action": r.action, "resource": r.resource, "request": r.request, "outcome": r.outcome,
         "status": r.status, "policy": r.policy, "detail": r.detail, "prev": r.prev, "hash": r.hash,
     }
@@ -43,11 +106,11 @@ def entries(
     store: Store, *, since: datetime | None = None, until: datetime | None = None, principal: str | None = None,
     action: str | None = None, after: After | None = None, limit: int,
 ) -> list[dict[str, Any]]:
-    """Up to ``limit`` rows, newest first (by seq), after the cursor's ``after`` (its id is a seq), each filter exact;
-    ``since``/``until``: written at or after, before."""
+    """Up to ``limit`` rows, newest first (by id: the order they were written in, sealed or not yet), after the
+    cursor's ``after`` (its id is a row's), each filter exact; ``since``/``until``: written at or after, before."""
     query = sa.select(t)
     if after is not None:
-        query = query.where(t.c.seq < after.id)
+        query = query.where(t.c.id < after.id)
     if since is not None:
         query = query.where(t.c.at >= sa.literal(since, t.c.at.type))
     if until is not None:
@@ -57,7 +120,7 @@ def entries(
     if action is not None:
         query = query.where(t.c.action == action)
     with store.connect() as conn:
-        return [_row(r) for r in conn.execute(query.order_by(t.c.seq.desc()).limit(limit))]
+        return [_row(r) for r in conn.execute(query.order_by(t.c.id.desc()).limit(limit))]
 
 
 # -- verifying --------------------------------------------------------------------------------------
@@ -74,13 +137,15 @@ class End:
 
 @dataclass(frozen=True)
 class Verified:
-    """What ``verify`` found: the rows it checked, the chain's ends, and the first row that does not hold."""
+    """What ``verify`` found: the rows it checked, the chain's ends, the first row that does not hold, and how many
+    rows were written but not sealed yet (not in the chain: verified once sealed)."""
 
     rows: int
     anchor: End
     head: End
     broken: int | None = None  # the seq of the first broken row
     why: str | None = None
+    unsealed: int = 0
 
     @property
     def whole(self) -> bool:
@@ -92,6 +157,7 @@ class Verified:
             "anchor": {"seq": self.anchor.seq, "hash": self.anchor.hash,
                        "at": when(self.anchor.at) if self.anchor.at else None},
             "head": {"seq": self.head.seq, "hash": self.head.hash},
+            "unsealed": self.unsealed,
         }
         if self.broken is not None:
             out["broken"] = {"seq": self.broken, "why": self.why}
@@ -100,7 +166,8 @@ class Verified:
 
 def verify(store: Store, *, batch: int = 5000) -> Verified:
     """Walk the chain from its anchor to its head in one snapshot, recomputing every row's hash; the first row
-    that does not hold (edited, missing, chained to another than the row before it) is ``broken``."""
+    that does not hold (edited, missing, chained to another than the row before it) is ``broken``. Rows written and
+    not sealed yet are counted (``unsealed``), not checked: ``seal`` them first to check them."""
     with store.connect() as conn:
         if conn.dialect.name == "postgresql":  # the ends and every row as of one moment, whatever is written meanwhile
             conn = conn.execution_options(isolation_level="REPEATABLE READ")
@@ -112,21 +179,23 @@ def verify(store: Store, *, batch: int = 5000) -> Verified:
                                                         "(audit_chain) is missing")
             anchor = End(int(ends[ANCHOR].seq), str(ends[ANCHOR].hash), ends[ANCHOR].at)
             head = End(int(ends[HEAD].seq), str(ends[HEAD].hash))
+            waiting = int(conn.execute(sa.select(sa.func.count()).select_from(t).where(t.c.seq.is_(None))).scalar_one())
             seq, prev, rows = anchor.seq, anchor.hash, 0
             while True:
                 page = conn.execute(sa.select(t).where(t.c.seq > seq).order_by(t.c.seq).limit(batch)).all()
                 for r in page:
                     found = _fault(r, seq, prev)
                     if found is not None:
-                        return Verified(rows, anchor, head, found[0], found[1])
+                        return Verified(rows, anchor, head, found[0], found[1], waiting)
                     seq, prev, rows = int(r.seq), str(r.hash), rows + 1
                 if len(page) < batch:
                     break
     if (seq, prev) != (head.seq, head.hash):
         return Verified(rows, anchor, head, seq + 1,
                         f"the chain ends at row {seq} but its head names row {head.seq}: rows after {seq} are missing"
-                        if head.seq > seq else f"the chain's head names row {head.seq}, not its last row {seq}")
-    return Verified(rows, anchor, head)
+                        if head.seq > seq else f"the chain's head names row {head.seq}, not its last row {seq}",
+                        waiting)
+    return Verified(rows, anchor, head, unsealed=waiting)
 
 
 def _fault(r: Any, seq: int, prev: str) -> tuple[int, str] | None:
@@ -145,15 +214,16 @@ def _fault(r: Any, seq: int, prev: str) -> tuple[int, str] | None:
 
 
 def prune(store: Store, before: datetime, *, batch: int = 1000) -> int:
-    """Drop the oldest rows, every one up to the first written at or after ``before`` (the chain's order: a row is
-    never dropped while an older one is kept), ``batch`` per transaction, each moving the anchor to the last row it
-    dropped; how many went."""
+    """Drop the oldest sealed rows, every one up to the first written at or after ``before`` (the chain's order: a
+    row is never dropped while an older one is kept; one not sealed yet is never dropped), ``batch`` per
+    transaction, each moving the anchor to the last row it dropped; how many went."""
     gone = 0
     cutoff = sa.literal(before, t.c.at.type)
     while True:
         with store.begin() as conn:
             keep = conn.execute(sa.select(sa.func.min(t.c.seq)).where(t.c.at >= cutoff)).scalar()
-            upto = sa.select(t.c.seq, t.c.hash, t.c.at).order_by(t.c.seq).limit(batch)
+            # sealed rows only: a row not sealed yet is newer than the chain, whatever its time
+            upto = sa.select(t.c.seq, t.c.hash, t.c.at).where(t.c.seq.is_not(None)).order_by(t.c.seq).limit(batch)
             if keep is not None:
                 upto = upto.where(t.c.seq < keep)
             rows = conn.execute(upto).all()

@@ -123,13 +123,7 @@ def take_pass(
             params["release"] = (values["boot_id"] or None) if release_lease else None
             params["group_name"] = group
             params["unhealthy"] = unhealthy
-            # the request's audit row (datum.store.audit) in the same statement when the pass is stored: one round trip
-            entry = audit.pending_entry()
-            if entry is not None:
-                params.update(audit.pg_params(entry))
-            now = conn.execute(_PG_TAKE_WITH_HISTORY if entry is None else _PG_TAKE_AUDITED, params).scalar()
-            if entry is not None and now is not None:
-                audit.carried(conn)
+            now = conn.execute(_PG_TAKE_WITH_HISTORY, params).scalar()
         else:
             now = conn.execute(_upsert(store.dialect, host, values, seq, group)).scalar()
             if now is not None and history:
@@ -226,11 +220,6 @@ WITH up AS (
 )
 SELECT now FROM up
 """)
-# The same with the request's audit row written by it when the pass is stored (datum.store.audit.pg_ctes), the
-# chain's head the last row it locks: the head is moved after every CTE the main query reads (``up``).
-_PG_TAKE_AUDITED = sa.text(
-    str(_PG_TAKE_WITH_HISTORY.text).replace("\nSELECT now FROM up", f", {audit.pg_ctes('EXISTS (SELECT 1 FROM up)')}\nSELECT now FROM up")
-)
 
 
 def _pg_params(

@@ -246,12 +246,14 @@ spent_nonces = sa.Table(
     sa.Index("ix_spent_nonces_expires", "expires_at"),
 )
 
-# The audit log (datum.store.audit, migration 0028_audit_log): one row per acting request and per refusal,
-# each holding the hash of the one before (``prev``) and its own over its fields and ``prev`` (``hash``).
+# The audit log (datum.store.audit, migrations 0028_audit_log and 0030_audit_sealed_later): one row per acting
+# request and per refusal, written with ``id`` only (no lock: any number at once); chained afterwards, in ``id``
+# order, by ``datum.store.auditchain.seal``, which gives it ``seq`` and ``hash`` over its fields and ``prev``.
 audit_log = sa.Table(
     "audit_log",
     metadata,
-    sa.Column("seq", sa.BigInteger, primary_key=True, autoincrement=False),  # the chain's order, from 1, no gap
+    sa.Column("id", sa.BigInteger().with_variant(sa.Integer, "sqlite"), primary_key=True, autoincrement=True),
+    sa.Column("seq", sa.BigInteger),  # the chain's order, from 1, no gap; None until sealed
     sa.Column("at", UTCDateTime, nullable=False),  # the store's clock
     sa.Column("principal", sa.String(253)),  # None: no known token (unauthenticated)
     sa.Column("token", sa.String(12)),  # the token's id (datum token list), never the token
@@ -263,13 +265,18 @@ audit_log = sa.Table(
     sa.Column("status", sa.Integer),  # the HTTP answer's status; None for a CLI act
     sa.Column("policy", sa.Text),  # the ids of the Cedar policies that decided, comma-separated
     sa.Column("detail", sa.Text),
-    sa.Column("prev", sa.String(64), nullable=False),
-    sa.Column("hash", sa.String(64), nullable=False),
+    sa.Column("prev", sa.String(64)),  # None until sealed
+    sa.Column("hash", sa.String(64)),  # None until sealed
+    sa.Index("ix_audit_log_seq", "seq", unique=True),
     sa.Index("ix_audit_log_at", "at"),
-    sa.Index("ix_audit_log_principal", "principal", "seq"),
+    sa.Index("ix_audit_log_principal", "principal", "id"),
+    # the rows waiting to be sealed, in the order they are sealed (what ``seal`` reads, and nothing else)
+    sa.Index("ix_audit_log_unsealed", "id", sqlite_where=sa.text("seq IS NULL"),
+             postgresql_where=sa.text("seq IS NULL")),
+    sqlite_autoincrement=True,  # an id is never given twice, even after the newest row is pruned
 )
 
-# The chain's two ends: ``head``, the last row written (its seq and hash; locked by every write, so the chain stays
+# The chain's two ends: ``head``, the last row sealed (its seq and hash; locked by every seal, so the chain stays
 # one line across servers), and ``anchor``, the last row pruned (seq 0 and 64 zeros before any), where verify starts.
 audit_chain = sa.Table(
     "audit_chain",

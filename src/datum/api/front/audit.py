@@ -1,7 +1,7 @@
 """The front door's part of the audit log (``datum.store.audit``): which requests leave a row, with what facts.
 
 - An acting request (``POST``, ``PUT``, ``PATCH``, ``DELETE``) that Cedar
-  admitted: its row waits in ``datum.store.audit.PENDING`` for the transaction
+  admitted, but a pass report (``UNAUDITED``): its row waits in ``datum.store.audit.PENDING`` for the transaction
   of its change, which carries it (outcome ``allowed``, the route's status: a
   pass stored is 201). When no transaction carried it (the route refused:
   404, 409, 422, 503; a duplicate pass), it is written with the answer's
@@ -12,6 +12,13 @@
   written at once per process: a flood of unauthenticated requests costs the
   store that many writes at a time, not one each; the next refusal written
   says how many were not (``detail``).
+
+A pass report (``fleet:ReportPass``) admitted leaves no row: it is a host telling its own state, not a principal
+acting on the fleet, and the pass archive keeps every one already (host, time, boot, the pass; ``datum history``).
+A fleet's agents report many times an hour each: recorded, they would be nearly every row of the log (a thousand
+hosts every 15 minutes, about 35 million rows over ``audit_keep``'s 400 days), burying the acts it is read for
+(tokens, rollouts, reboot leases, refusals) and costing every report a write. A report refused (401, 403) is
+recorded as any refusal.
 
 A row holds the token's id, never the token, and the request's path with
 whatever looks like a token redacted. The client's address is the
@@ -26,6 +33,7 @@ import logging
 import anyio.to_thread
 from starlette.types import Message, Scope, Send
 
+from datum.api.front.authz import Action
 from datum.api.front.security import FACTS, presented
 from datum.api.front.state import ServerState
 from datum.api.front.tokens import token_id
@@ -36,6 +44,7 @@ from datum.store.audit import ALLOWED, DENIED, UNAUTHENTICATED, Entry, Pending
 log = logging.getLogger("datum.api")
 
 ACTING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+UNAUDITED = frozenset({str(Action.REPORT_PASS)})  # acting requests that leave no row when admitted (see above)
 REFUSALS = 4  # refusals written at once per process; past that they are counted, not written
 
 
@@ -55,6 +64,11 @@ def admitted(scope: Scope, entry: Entry, principal: str) -> None:
     entry.principal = principal
     token = presented(scope)
     entry.token = token_id(token) if token else None
+
+
+def audited(method: str, action: str | None) -> bool:
+    """Whether a request admitted is an act that leaves its row (a refusal always does)."""
+    return method in ACTING and action not in UNAUDITED
 
 
 def outcome(status: int) -> str:

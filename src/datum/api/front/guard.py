@@ -47,7 +47,7 @@ from fastapi.routing import iter_route_contexts
 from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from datum.api.front.audit import ACTING, Recording, admitted, facts
+from datum.api.front.audit import Recording, admitted, audited, facts
 from datum.api.front.errors import problem_response
 from datum.api.front.gate import READS
 from datum.api.front.security import (
@@ -147,13 +147,14 @@ class RequestGuard:
             )
             return
         entry: Entry | None = scope.get(FACTS) if admission is not None else None
-        if entry is None or (scope["method"] not in ACTING and admission.allowed is not None):  # type: ignore[union-attr]
+        acting = entry is not None and audited(scope["method"], entry.action)
+        if entry is None or (not acting and admission.allowed is not None):  # type: ignore[union-attr]
             await self._serve(scope, receive, send, found, admission, length, has_body)
             return
-        # An acting request, or one its route decides: its audit row is written in its change's transaction
-        # (datum.store.audit.PENDING) or with its answer.
+        # An audited act, or a request its route decides: its audit row is written in its change's transaction
+        # (datum.store.audit.PENDING) or with its answer (a refusal's).
         pending = None
-        if scope["method"] in ACTING:
+        if acting:
             assert found is not None
             entry.status = found[0].status
             pending = Pending(entry)

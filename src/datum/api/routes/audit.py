@@ -29,11 +29,12 @@ router = APIRouter(tags=["fleet"])
     summary="The audit log, newest first: every acting request, every refusal, every act of the CLI on the store.",
     description=(
         "Cedar action `fleet:ReadAudit` on `Server::\"datum\"` (granted to `admin` only: it is not in the `read` "
-        "group). One row per pass report, reboot lease taken or given back, rollout pause, resume or abort, plugin "
-        "write, refusal (401, 403), and token created or revoked, reboot lease cleared or rollout commanded by the "
-        "CLI: when (the store's clock), who (principal, token id: never the token), from where, the Cedar action and "
-        "resource, the outcome and status, the policies that decided. Each row holds the hash of the one before "
-        "(`datum audit verify` checks the chain). Kept `[server] audit_keep` long (default 400 days). Newest first, "
+        "group). One row per reboot lease taken or given back, rollout pause, resume or abort, plugin write, "
+        "refusal (401, 403; a pass report admitted leaves none: the pass archive keeps it), and token created or "
+        "revoked, reboot lease cleared or rollout commanded by the CLI: when (the store's clock), who (principal, "
+        "token id: never the token), from where, the Cedar action and resource, the outcome and status, the "
+        "policies that decided. A row is chained a second or so after it is written: from then it has its `seq` "
+        "and holds the hash of the one before (`datum audit verify` checks the chain). Kept `[server] audit_keep` long (default 400 days). Newest first, "
         f"`limit` per page (default {DEFAULT_LIMIT}, at most {MAX_LIMIT}); `since`/`until` keep the rows written in "
         "that window, `principal` and `action` those that are exactly that. A bad filter is 422 naming each."
     ),
