@@ -246,3 +246,69 @@ def test_the_drift_of_a_reconciler_switched_off_says_so(tmp_path, datum_cli):
     assert (doc["health"], doc["enabled"]) == ("unknown", False)
     code, out, err = datum_cli("drift", "buckets", "--config", str(cfg), "--json")
     assert json.loads(out)["enabled"] is True
+
+
+def _in_a_pty(*args: str, columns: int = 80) -> str:
+    """``datum ARGS`` run as a process on a terminal of ``columns`` x 24 (no COLUMNS: the width it reads from its
+    terminal), its output without colours."""
+    import fcntl
+    import os
+    import pty
+    import struct
+    import subprocess
+    import sys
+    import termios
+
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, columns, 0, 0))
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    env["TERM"] = "xterm"
+    datum = os.path.join(os.path.dirname(sys.executable), "datum")
+    proc = subprocess.Popen([datum, *args], stdin=follower, stdout=follower, stderr=follower, env=env, close_fds=True)
+    os.close(follower)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # EIO: the process closed its terminal
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    proc.wait(timeout=60)
+    os.close(leader)
+    return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", b"".join(chunks).decode()).replace("\r\n", "\n")
+
+
+def _whole(out: str) -> None:
+    """No state parted from its count, no advice label and no host name cut across lines."""
+    lines = fits(out)
+    head = next(n for n, line in enumerate(lines) if line.startswith("host "))
+    states = {s.value for s in HOST_ORDER}
+    for line in lines[:head]:  # the summary: "state N" phrases, whole on each line
+        for phrase in line.strip().split("  "):
+            assert re.fullmatch(r"\d+ hosts?", phrase) or (phrase.split()[0] in states and phrase.split()[1].isdigit()), line
+    assert SILENT in lines  # too long for its column's share: whole, on a line of its own
+    assert sum("check it is intended" in line for line in lines) == 2  # the host row, its line of Needs a human
+    assert not any(line.rstrip().endswith(("check it is", "check it")) for line in lines)
+
+
+def test_the_state_summary_and_labels_never_wrap_mid_phrase_at_80_columns(scene: Scene, datum_cli, monkeypatch):
+    for width in (80, 72, 64):  # a summary that wraps: between its phrases, never inside one
+        monkeypatch.setenv("COLUMNS", str(width))
+        code, out, err = datum_cli("hosts", "--config", str(scene.config))
+        assert code == 0, err
+        lines = out.splitlines()
+        head = next(n for n, line in enumerate(lines) if line.startswith("host "))
+        said = " ".join(lines[:head]).split()
+        assert said == "7 hosts failed 1 unknown 2 drifted 1 awaiting-reboot 1 degraded 1 converged 1".split()
+        assert all(len(line) <= width for line in lines[:head])
+        assert all(line.split()[-1].isdigit() for line in lines[:head]), lines[:head]
+    monkeypatch.setenv("COLUMNS", "80")
+    _whole(datum_cli("hosts", "--config", str(scene.config))[1])
+
+
+def test_the_state_summary_and_labels_never_wrap_mid_phrase_in_an_80_column_terminal(scene: Scene):
+    out = _in_a_pty("hosts", "--config", str(scene.config))
+    _whole(out)
+    assert "7 hosts  failed 1" in out

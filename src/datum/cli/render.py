@@ -108,11 +108,15 @@ def table(title: str | None = None) -> Table:
 
 @dataclass(frozen=True)
 class Column:
-    """A column of ``records``: its header, whether a long cell folds (else it wraps at words), its widest."""
+    """A column of ``records``: its header, whether a long cell folds (else it wraps at words), its widest, and
+    whether its cells are kept whole (``whole``: a label, or a name an operator copies, is never cut across
+    lines: a label's column is as wide as its longest; a name too long for the room left is printed whole on a
+    line of its own, above its row)."""
 
     header: str
     fold: bool = False
     most: int | None = None
+    whole: bool = False
 
 
 def records(out: Console, columns: Sequence[Column], rows: Sequence[tuple[Sequence[Text], Text | None]]) -> None:
@@ -132,6 +136,17 @@ def records(out: Console, columns: Sequence[Column], rows: Sequence[tuple[Sequen
         n = next((i for i, c in enumerate(columns) if c.fold), 0)
         widths[n] = max(8, widths[n] + spare)
     for i, (cells, detail) in enumerate(rows):
+        cells = list(cells)
+        for n, (c, w) in enumerate(zip(columns, widths, strict=True)):
+            if c.whole and cells[n].cell_len > w:  # a name wider than its room: whole, on a line of its own
+                if i == 0:
+                    heads = table()
+                    for c2, w2 in zip(columns, widths, strict=True):
+                        heads.add_column(c2.header, width=w2)
+                    out.print(heads)
+                out.print(cells[n], overflow="ignore", crop=False, soft_wrap=True)
+                cells[n] = text("")
+                i = max(i, 1)  # the header is printed
         t = table()
         t.show_header = i == 0
         for c, w in zip(columns, widths, strict=True):
@@ -140,6 +155,20 @@ def records(out: Console, columns: Sequence[Column], rows: Sequence[tuple[Sequen
         out.print(t)
         if detail is not None:
             out.print(Padding(detail, (0, 0, 0, 2), expand=False))
+
+
+def summary(out: Console, first: str, phrases: Sequence[str]) -> None:
+    """A line of counts (``7 hosts  failed 1  unknown 2  awaiting-reboot 1``), wrapped between its phrases, never
+    inside one: a state is never parted from its count."""
+    line = first
+    for phrase in phrases:
+        if line and len(line) + 2 + len(phrase) > out.width:
+            out.print(line, overflow="ignore", crop=False, soft_wrap=True)
+            line = phrase
+        else:
+            line = f"{line}  {phrase}" if line else phrase
+    if line:
+        out.print(line, overflow="ignore", crop=False, soft_wrap=True)
 
 
 def act(value: Act) -> Text:
@@ -232,7 +261,7 @@ def drift(
         out.print(text(f"{len(report.items)} items, one row per cause, what needs a human first", "bold"))
         records(
             out,
-            [Column("advice", most=12), Column("items", fold=True, most=60), Column("reason", fold=True)],
+            [Column("advice", whole=True), Column("items", fold=True, most=60), Column("reason", fold=True)],
             [
                 (
                     [act(g.act), text(group_label(g.group, g.direction, len(g.items), breaker.get(g.direction),
@@ -324,7 +353,7 @@ def needs_human(needs: Sequence[Any], out: Console, *, after: bool = False) -> N
     out.print(text("Needs a human", "bold"))
     records(
         out,
-        [Column("severity", most=12), Column("what", fold=True)],
+        [Column("severity", whole=True), Column("what", fold=True)],
         [
             ([text(SEVERITY_LABEL[n.severity], "bold red" if n.severity.value == "look" else "yellow"), text(n.text)],
              lines(text(n.detail, "dim") if n.detail else None, text(n.do)))
@@ -356,16 +385,15 @@ def hosts(
 ) -> None:
     """The fleet's counts, worst first, then a table of ``rows`` (``HostSummary``) in the order given."""
     total = sum(counts.values())
-    out.print(
-        f"{total} host{'s' if total != 1 else ''}"
-        + "".join(f"  {s.value} {counts[s.value]}" for s in HOST_ORDER if counts.get(s.value))
-    )
+    summary(out, f"{total} host{'s' if total != 1 else ''}",
+            [f"{s.value} {counts[s.value]}" for s in HOST_ORDER if counts.get(s.value)])
     if not rows:
         out.print("no host has reported a pass")
         return
     records(
         out,
-        [Column("host", fold=True, most=40), Column("state"), Column("advice", most=12), Column("last pass")],
+        [Column("host", fold=True, most=40, whole=True), Column("state"), Column("advice", whole=True),
+         Column("last pass")],
         [
             (
                 [
