@@ -328,3 +328,20 @@ def test_a_row_committed_and_never_sealed_by_its_process_is_sealed_by_the_next(s
         assert found.whole and found.unsealed == 0 and found.rows == 3, found
     finally:
         store.dispose()
+
+
+def test_a_seal_with_nothing_waiting_writes_nothing(story):
+    """``datum serve`` seals every second: with no row waiting, a seal only reads (no lock, no write on the store)."""
+    act(story, "web1")
+    assert auditchain.seal(story.store) > 0
+    statements: list[str] = []
+
+    def seen(_conn, _cursor, statement, *_args):  # type: ignore[no-untyped-def]
+        statements.append(statement.lstrip().split()[0].upper())
+
+    sa.event.listen(story.store.engine, "before_cursor_execute", seen)
+    try:
+        assert auditchain.seal(story.store) == 0
+    finally:
+        sa.event.remove(story.store.engine, "before_cursor_execute", seen)
+    assert statements == ["SELECT"], statements
