@@ -7,10 +7,20 @@ schemathesis draws as valid would often break one of the two; this hook
 mends the positive cases of ``POST /v1/hosts/{host}/passes`` with Datum's own
 rollup (``datum.core.rollup``). A negative case is left as drawn: it must
 still be refused.
+
+An operator's ``DELETE /v1/reboots/{host}`` clears a lease once; every later
+case would find none (404) and never reach the clearing. Before each case the
+host it names is given a live lease in the served store
+(``DATUM_SCHEMATHESIS_STORE``, ``datum.store.leases.take``), so the case is
+answered by the route's own rules: the lease dropped with ``force=true`` (200),
+kept without it (409).
 """
 
 from __future__ import annotations
 
+import os
+from datetime import timedelta
+from functools import cache
 from typing import Any
 from urllib.parse import unquote
 
@@ -21,11 +31,34 @@ from datum.core.rollup import host_state
 from datum.core.vocab import ResourceState
 
 PASSES = "/v1/hosts/{host}/passes"
+CLEAR = "/v1/reboots/{host}"
+STORE = "DATUM_SCHEMATHESIS_STORE"  # the served store's URL (schemathesis_run.run)
+
+
+@cache
+def _store() -> Any:
+    from datum.store import open_store
+
+    return open_store(os.environ[STORE])
+
+
+def _leased(case: Any) -> None:
+    """The host a positive ``DELETE /v1/reboots/{host}`` names holds a live lease (see above)."""
+    from datum.api.routes.reboots import host_fits
+    from datum.store.leases import take
+
+    host = (case.path_parameters or {}).get("host")
+    if STORE not in os.environ or not isinstance(host, str) or not host_fits(unquote(host)):
+        return
+    take(_store(), unquote(host), "schemathesis", "schemathesis-boot", 1_000_000, timedelta(hours=1))
 
 
 @schemathesis.hook
 def before_call(_context: Any, case: Any, _kwargs: dict[str, Any]) -> None:
     """Just before it is sent, once the stateful phase's links have filled in what they fill (a ``state``)."""
+    if case.operation.path == CLEAR and case.operation.method.upper() == "DELETE":
+        _leased(case)
+        return
     if case.operation.path != PASSES or case.operation.method.upper() != "POST":
         return
     if case.meta is None or not case.meta.generation.mode.is_positive:

@@ -78,12 +78,17 @@ def populated(tmp: Path, store: str | None = None) -> tuple[Path, str]:
 
 
 def run(
-    base: str, token: str, *, examples: int, seed: int, cwd: Path, workers: int = 1, extra: Sequence[str] = ()
+    base: str, token: str, *, examples: int, seed: int, cwd: Path, workers: int = 1, extra: Sequence[str] = (),
+    cfg: Path | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """``schemathesis run --checks all`` against ``base`` (and ``extra`` options); its output and exit code.
 
-    It runs in ``cwd``, where schemathesis leaves its ``.schemathesis`` directory.
+    It runs in ``cwd``, where schemathesis leaves its ``.schemathesis`` directory. With ``cfg`` (what ``base``
+    serves) its hooks reach the served store (``schemathesis_hooks.STORE``).
     """
+    from datum.config import load_settings
+
+    store = {"DATUM_SCHEMATHESIS_STORE": load_settings(cfg).store_url} if cfg is not None else {}
     schemathesis = Path(sys.executable).with_name("schemathesis")
     return subprocess.run(
         [
@@ -97,7 +102,7 @@ def run(
             *extra,
         ],
         capture_output=True, text=True, timeout=1800, cwd=cwd,
-        env={**os.environ, "SCHEMATHESIS_HOOKS": str(HOOKS)},
+        env={**os.environ, "SCHEMATHESIS_HOOKS": str(HOOKS), **store},
     )
 
 
@@ -113,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         with serving(cfg, Path(tmp) / "serve.log") as base:
             done = run(
                 base, token, examples=args.max_examples, seed=args.seed, cwd=Path(tmp), workers=args.workers,
-                extra=extra,
+                extra=extra, cfg=cfg,
             )
     print(done.stdout + done.stderr)
     return done.returncode
