@@ -25,8 +25,8 @@ def manifest(story: Story, host: str = "web1", **headers: str):  # type: ignore[
     return story.client.get(f"/v1/hosts/{host}/manifest", headers={**story.agent(host), **headers})
 
 
-def report(story: Story, host: str, state: str, revision: str | None) -> None:
-    body = pass_report(host, state)
+def report(story: Story, host: str, state: str, revision: str | None, **extra: str) -> None:
+    body = {**pass_report(host, state), **extra}
     if state == "converged":
         body.update(reason=None, exitCode=0, counts={"converged": 1}, resources=body["resources"][:1])  # type: ignore[index]
         body = {k: v for k, v in body.items() if v is not None}
@@ -203,3 +203,25 @@ def test_a_fleet_directory_that_is_a_link_switched_to_another_release_serves_tha
         assert after.status_code == 200, after.text
         assert after.json()["manifest"]["resources"][0]["File[/etc/motd]"]["content"] == "new"
         assert after.headers["Datum-Revision"] == "sha256:" + content_digest(new.resolve())
+
+
+def test_hosts_whose_pass_names_no_revision_are_said_to_be_what_they_are(story: Story, datum_cli, tmp_path):
+    """Issue 40 item 5: a host that reports with datum apply --report-to is said to, not lumped with "the agent's
+    cache, or an older agent": GET /v1/revisions and datum rollout status count them by their report's
+    manifestOrigin (none: datum apply; cached: the agent's kept manifest; server: an agent older than revisions)."""
+    manifest(story)
+    report(story, "web1", "converged", None)  # datum apply --report-to sets no manifestOrigin
+    report(story, "web2", "converged", None)
+    report(story, "web3", "converged", None, manifestOrigin="cached: http://datum:8080 refused; applied the manifest "
+                                                            "fetched at 2026-12-06T10:00:00+00:00")
+    report(story, "web4", "converged", None, manifestOrigin="server")
+    listed = revisions(story)
+    assert listed["without"] == 4 and listed["withoutBy"] == {"apply": 2, "cached": 1, "older": 1}
+    cfg = tmp_path / "cli.toml"
+    cfg.write_text(f'store = "{story.settings.store_url}"\n')
+    code, out, err = datum_cli("rollout", "status", "--config", str(cfg))
+    assert code == 0, err
+    flat = " ".join(out.split())
+    assert ("4 hosts' last pass names no revision: 2 reported with datum apply --report-to (a manifest of its own, "
+            "which no revision of the fleet names); 1 ran the manifest its agent kept (the server was not reached); "
+            "1 reported by an agent older than revisions") in flat

@@ -544,6 +544,14 @@ class RevisionCounts(Out):
     states: dict[HostState, int] = Field(description="Those hosts by the state they read.")
 
 
+class WithoutRevision(Out):
+    """The hosts whose last pass names no revision, by what their report says of its manifest's origin."""
+
+    apply: int = Field(description="Reported with datum apply --report-to: a manifest of its own, no revision of the fleet.")
+    cached: int = Field(description="Ran the manifest its agent kept: the server was not reached.")
+    older: int = Field(description="Served by the server with no revision: an agent older than revisions.")
+
+
 class RevisionList(Out):
     """``GET /v1/revisions``: per revision of the fleet's manifests, how many hosts run it and how they fare."""
 
@@ -553,7 +561,8 @@ class RevisionList(Out):
     revisions: list[RevisionCounts] = Field(
         description="Newest first (by first seen; those no server recorded last), the current one always listed."
     )
-    without: int = Field(description="Hosts whose last pass names no revision (datum apply --report-to, the agent's cached manifest, or an older agent).")
+    without: int = Field(description="Hosts whose last pass names no revision (withoutBy says what they are).")
+    without_by: WithoutRevision = Field(description="The same hosts by what they are.", alias="withoutBy")
 
 
 class ManifestDocument(Out):

@@ -455,7 +455,11 @@ def revisions(found: Any, out: Console, times: Times) -> None:
     if found.current is not None:
         out.print(text(f"current: {found.current}"))
     if found.without:
-        out.print(text(f"{found.without} hosts' last pass names no revision"))
+        from datum.fleet.rollouts.status import without_said
+
+        n = found.without
+        out.print(text(f"{n} {'hosts' if n != 1 else 'host'}' last pass names no revision: ".replace("host'", "host's")
+                       + "; ".join(without_said(found.without_by))))
 
 
 def rollout(found: Any, out: Console, times: Times) -> None:

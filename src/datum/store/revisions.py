@@ -75,3 +75,19 @@ def running(store: Store, multiple: float, now: datetime) -> dict[str | None, Co
     for (revision, state), n in revision_counts(store, multiple, now).items():
         out.setdefault(revision, Counter())[state] += n
     return out
+
+
+def without_origins(store: Store) -> Counter[str]:
+    """The hosts whose last pass names no revision, by what their report says of where its manifest came from
+    (``manifestOrigin``, which only ``datum agent`` sets): ``apply`` (none: ``datum apply --report-to``),
+    ``cached`` (the agent ran the manifest it kept, the server not reached), ``older`` (served by the server,
+    with no revision: an agent older than revisions). Counted by the database, over those hosts only."""
+    origin = hosts.c.report["manifestOrigin"].as_string()
+    kind = sa.case((origin.is_(None), "apply"), (origin.like("cached:%"), "cached"), else_="older")
+    with store.connect() as conn:
+        rows = conn.execute(
+            sa.select(kind, sa.func.count())
+            .where(sa.or_(hosts.c.revision.is_(None), hosts.c.revision == ""))
+            .group_by(kind)
+        )
+        return Counter({str(k): int(n) for k, n in rows})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from datetime import UTC, datetime
 
 import anyio.to_thread
@@ -11,7 +12,7 @@ from datum.api.front.authz import Action
 from datum.api.front.errors import error_responses
 from datum.api.front.security import needs
 from datum.api.front.state import ServerState, state_of
-from datum.api.models import RevisionCounts, RevisionList
+from datum.api.models import RevisionCounts, RevisionList, WithoutRevision
 from datum.api.routes.reboots import OUT
 from datum.fleet.rollouts.serve import in_force
 from datum.fleet.rollouts.status import Rollout, status
@@ -31,6 +32,7 @@ def revision_list(found: Rollout) -> RevisionList:
     return RevisionList(
         current=found.current,
         without=found.without,
+        without_by=WithoutRevision(**asdict(found.without_by)),
         revisions=[
             RevisionCounts(
                 id=r.id, current=r.current, first_seen=r.first_seen, git_commit=r.git_commit, hosts=r.hosts,

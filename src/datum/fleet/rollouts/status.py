@@ -6,8 +6,10 @@ unknown, as in the listing), newest revision first (when a server first saw
 it, ``datum.store.revisions``; a revision no server recorded, reported by a
 host, comes last). The current revision, the one this server serves now, is
 always listed, with no hosts when none ran it yet. Hosts whose pass says no
-revision (an agent older than revisions, ``datum apply --report-to``, a
-manifest from the agent's cache) are counted apart (``without``).
+revision are counted apart (``without``), by what they are (``Unrevisioned``:
+reported with ``datum apply --report-to``, ran the manifest their agent kept,
+or an agent older than revisions), in the words every surface prints
+(``WITHOUT``).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Any
 from datum.core.vocab import HostState
 from datum.fleet.revision import Revision
 from datum.store.engine import Store
-from datum.store.revisions import running, seen
+from datum.store.revisions import running, seen, without_origins
 from datum.store.rollouts import ABORTED, SERVER, RolloutRow
 
 
@@ -38,11 +40,35 @@ class RevisionRow:
     states: dict[str, int] = field(default_factory=dict)
 
 
+# What a host whose last pass names no revision is, by its report's manifestOrigin: the words every surface says.
+WITHOUT = {
+    "apply": "reported with datum apply --report-to (a manifest of its own, which no revision of the fleet names)",
+    "cached": "ran the manifest its agent kept (the server was not reached)",
+    "older": "reported by an agent older than revisions",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Unrevisioned:
+    """The hosts whose last pass names no revision, by what they are (``WITHOUT``'s keys)."""
+
+    apply: int = 0
+    cached: int = 0
+    older: int = 0
+
+
+def without_said(by: Any) -> list[str]:
+    """``5 reported with datum apply --report-to (...)``: one phrase per kind there is, from ``Unrevisioned`` (or
+    the API's ``WithoutRevision``, the same fields)."""
+    return [f"{n} {WITHOUT[k]}" for k in WITHOUT if (n := getattr(by, k, 0))]
+
+
 @dataclass(frozen=True, slots=True)
 class Rollout:
     current: str | None  # the revision served now; None when this server serves no manifests
     revisions: list[RevisionRow]
     without: int  # hosts whose last pass names no revision
+    without_by: Unrevisioned = field(default_factory=Unrevisioned)  # the same hosts, by what they are
 
 
 def _row(rev: str, counts: Counter[str], current: str | None, first: datetime | None, commit: str | None) -> RevisionRow:
@@ -85,7 +111,9 @@ def status(store: Store, multiple: float, now: datetime, current: Revision | Non
                          kept.first_seen if kept else None, commit))
     # newest first; never recorded (no first seen) last, by id so the order is stable
     rows.sort(key=lambda r: (r.first_seen is None, -(r.first_seen.timestamp() if r.first_seen else 0), r.id))
-    return Rollout(current.id if current else None, rows, without)
+    by = without_origins(store) if without else {}
+    return Rollout(current.id if current else None, rows, without,
+                   Unrevisioned(**{k: by.get(k, 0) for k in WITHOUT}))
 
 
 def acted(transitions: Sequence[Any]) -> str | None:
