@@ -25,7 +25,7 @@ from pydantic import (
 
 from datum.core.breaker import Threshold
 from datum.core.converge import ConvergeConfig
-from datum.core.findings import FieldError, Finding, Problem, invalid
+from datum.core.findings import ErrorCode, FieldError, Finding, Problem, invalid
 from datum.core.memory import BackoffPolicy
 from datum.core.vocab import ConvergeMode, Direction, Mode, RebootPolicy
 from datum.home import default_home, url_refused
@@ -572,18 +572,18 @@ def load_settings(path: str | os.PathLike[str] | None = None) -> Settings:
         try:
             raw = tomllib.loads(file.read_text(encoding="utf-8"))
         except FileNotFoundError as exc:
-            raise Problem.one("INVALID_INPUT", f"configuration file {file} does not exist") from exc
+            raise Problem.one(ErrorCode.INVALID_INPUT, f"configuration file {file} does not exist") from exc
         except tomllib.TOMLDecodeError as exc:
             raise Problem(
-                [Finding("INVALID_INPUT", f"configuration file {file} is not valid TOML: {exc}",
+                [Finding(ErrorCode.INVALID_INPUT, f"configuration file {file} is not valid TOML: {exc}",
                          fields=(FieldError("", str(exc)),))]
             ) from exc
         except UnicodeDecodeError as exc:
             raise Problem.one(
-                "INVALID_INPUT", f"configuration file {file} is not UTF-8 (byte {exc.start})"
+                ErrorCode.INVALID_INPUT, f"configuration file {file} is not UTF-8 (byte {exc.start})"
             ) from exc
         except OSError as exc:
-            raise Problem.one("INVALID_INPUT", f"cannot read {file}: {exc.strerror}") from exc
+            raise Problem.one(ErrorCode.INVALID_INPUT, f"cannot read {file}: {exc.strerror}") from exc
     try:
         return Settings.model_validate(raw)
     except ValidationError as exc:

@@ -86,7 +86,7 @@ def materialize(body: bytes, base: Path) -> tuple[Any, str]:
     the state file's pass lock (``datum.agent.loop.cycle``): unpacking removes every other entry
     of ``base``, which only a pass holding that lock reads.
     """
-    from datum.core.findings import Problem
+    from datum.core.findings import ErrorCode, Problem
     from datum.host.manifest import parse_manifest
 
     try:
@@ -97,11 +97,11 @@ def materialize(body: bytes, base: Path) -> tuple[Any, str]:
         if not isinstance(doc, dict) or not isinstance(files, dict):
             raise TypeError("'manifest' and 'files' must be objects")
     except RecursionError as exc:
-        raise Problem.one("INVALID_INPUT", "the server's manifest is not one: it is nested too deeply") from exc
+        raise Problem.one(ErrorCode.INVALID_INPUT, "the server's manifest is not one: it is nested too deeply") from exc
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise Problem.one("INVALID_INPUT", f"the server's manifest is not one: {str(exc)[:200]}") from exc
+        raise Problem.one(ErrorCode.INVALID_INPUT, f"the server's manifest is not one: {str(exc)[:200]}") from exc
     if not _DIGEST.fullmatch(digest):  # it names a directory: never '..', '/' or a dot file
-        raise Problem.one("INVALID_INPUT", f"the server's manifest digest is not one: {digest[:80]!r}")
+        raise Problem.one(ErrorCode.INVALID_INPUT, f"the server's manifest digest is not one: {digest[:80]!r}")
     _names(files)
     where = base / digest.replace(":", "-")
     base_fd = _open_base(base)
@@ -116,7 +116,7 @@ def materialize(body: bytes, base: Path) -> tuple[Any, str]:
     try:
         manifest = parse_manifest(json.dumps(doc), where, f"served manifest {digest}")
     except RecursionError as exc:
-        raise Problem.one("INVALID_INPUT", f"served manifest {digest} is nested too deeply") from exc
+        raise Problem.one(ErrorCode.INVALID_INPUT, f"served manifest {digest} is nested too deeply") from exc
     _complete(doc, where, digest)
     return manifest, digest
 
@@ -151,7 +151,7 @@ def _names(files: dict[str, Any]) -> None:
 def _open_base(base: Path) -> int:
     """``<state>.manifest``, made when missing and opened without following a link: anything that is not
     the agent's own directory there (a link, a file) is refused, and nothing it leads to is touched."""
-    from datum.core.findings import Problem
+    from datum.core.findings import ErrorCode, Problem
     from datum.safefs import open_dir
 
     try:
@@ -165,12 +165,12 @@ def _open_base(base: Path) -> int:
         return fd
     except NotADirectoryError as exc:
         raise Problem.one(
-            "UNAVAILABLE",
+            ErrorCode.UNAVAILABLE,
             f"{base} is not the agent's directory (a link or a file was found there): "
             "refused, and nothing it leads to is read or removed; remove it and the next pass makes its own",
         ) from exc
     except OSError as exc:
-        raise Problem.one("UNAVAILABLE", f"cannot open {base}: {exc.strerror or exc}") from exc
+        raise Problem.one(ErrorCode.UNAVAILABLE, f"cannot open {base}: {exc.strerror or exc}") from exc
 
 
 def _is_dir(dir_fd: int, name: str) -> bool:
@@ -183,7 +183,7 @@ def _is_dir(dir_fd: int, name: str) -> bool:
 def _unpack(base_fd: int, base: Path, name: str, doc: dict[str, Any], files: dict[str, Any]) -> None:
     """Write a served manifest's files in ``base/name`` (built aside, renamed in) with the one safe
     unpacker (``datum.unpack``): nothing is written outside ``base``, no link is followed."""
-    from datum.core.findings import Problem
+    from datum.core.findings import ErrorCode, Problem
     from datum.safefs import open_dir
     from datum.unpack import Refused, unpack
 
@@ -192,7 +192,7 @@ def _unpack(base_fd: int, base: Path, name: str, doc: dict[str, Any], files: dic
         try:
             members.append((rel, base64.b64decode(data, validate=True)))
         except (ValueError, TypeError) as exc:
-            raise Problem.one("INVALID_INPUT", f"the server's file {rel} is not base64: {exc}") from exc
+            raise Problem.one(ErrorCode.INVALID_INPUT, f"the server's file {rel} is not base64: {exc}") from exc
     members.append(("manifest.json", json.dumps(doc).encode()))
     partial = f".{name}.tmp{os.getpid()}"
     try:
@@ -202,7 +202,7 @@ def _unpack(base_fd: int, base: Path, name: str, doc: dict[str, Any], files: dic
         try:
             unpack(top, members, MAX_MANIFEST)
         except Refused as exc:  # never, the names checked and the body bounded already: said if it were
-            raise Problem.one("INVALID_INPUT", f"the server's manifest cannot be written under {base}: {exc}") from exc
+            raise Problem.one(ErrorCode.INVALID_INPUT, f"the server's manifest cannot be written under {base}: {exc}") from exc
         finally:
             os.close(top)
         if not _is_dir(base_fd, name):
@@ -213,7 +213,7 @@ def _unpack(base_fd: int, base: Path, name: str, doc: dict[str, Any], files: dic
             pass
     except OSError as exc:  # a file and a directory of one name, a full disk: said, never a crash
         raise Problem.one(
-            "INVALID_INPUT",
+            ErrorCode.INVALID_INPUT,
             f"the server's manifest cannot be written under {base}: {exc.strerror or exc} ({exc.filename})",
         ) from exc
     finally:

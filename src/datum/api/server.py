@@ -46,7 +46,7 @@ from datum.api.front.hostgroups import FRESH as GROUPS_FRESH
 from datum.api.front.tokens import RECHECK
 from datum.api.watch import Every, RunWatch
 from datum.config import Settings
-from datum.core.findings import Problem
+from datum.core.findings import ErrorCode, Problem
 from datum.fleet.changes import FleetChanges
 from datum.fleet.rollouts import machine, serve
 from datum.fleet.serving import served
@@ -257,7 +257,7 @@ class HeaderDeadline(HttpToolsProtocol):
 
     def _refuse(self, status: int, message: str) -> None:
         self._disarm()
-        _status, body = written(Problem.one("INVALID_INPUT", message), status)
+        _status, body = written(Problem.one(ErrorCode.INVALID_INPUT, message), status)
         self.transport.write(
             b"HTTP/1.1 " + _REASONS[status] + b"\r\ncontent-type: application/json\r\n"
             b"connection: close\r\ncontent-length: " + str(len(body)).encode() + b"\r\n\r\n" + body

@@ -135,7 +135,7 @@ def _session(server: str | None, state: str | None, config: str | None, ca_file:
     from datum.bounded import Unusable
     from datum.cli.passes import trusted
     from datum.config import load_settings
-    from datum.core.findings import Problem
+    from datum.core.findings import ErrorCode, Problem
     from datum.host.agent import host_name, state_file
     from datum.host.compiled import HostConfig
 
@@ -149,10 +149,10 @@ def _session(server: str | None, state: str | None, config: str | None, ca_file:
             )
         key = load_key(key_path(path))
     except Unusable as exc:
-        raise Problem.one("INVALID_INPUT", str(exc)) from exc
+        raise Problem.one(ErrorCode.INVALID_INPUT, str(exc)) from exc
     if host_name(host_config) != enrolled.host:
         raise Problem.one(
-            "INVALID_INPUT",
+            ErrorCode.INVALID_INPUT,
             f"this host enrolled as {enrolled.host}, but its configuration names it {host_name(host_config)}: "
             "enroll it again under that name (datum agent enroll)",
         )
@@ -185,7 +185,7 @@ def enroll(server: str, join: str, root: str, state: str | None, config: str | N
     from datum.bounded import Unusable
     from datum.cli.passes import trusted
     from datum.config import load_settings
-    from datum.core.findings import Problem
+    from datum.core.findings import ErrorCode, Problem
     from datum.host.agent import host_name, state_file
     from datum.host.compiled import HostConfig
     from datum.identity import fingerprint
@@ -199,12 +199,12 @@ def enroll(server: str, join: str, root: str, state: str | None, config: str | N
         key = key_here(key_path(path))
         answer = ask(server, host, join, key, facts(root, host_config), trust=trust)
     except Refused as exc:
-        raise Problem.one("INVALID_INPUT", f"enrolling {host} was refused: {exc}") from exc
+        raise Problem.one(ErrorCode.INVALID_INPUT, f"enrolling {host} was refused: {exc}") from exc
     except Unusable as exc:
-        raise Problem.one("UNAVAILABLE", f"enrolling {host} failed: {exc}") from exc
+        raise Problem.one(ErrorCode.UNAVAILABLE, f"enrolling {host} failed: {exc}") from exc
     state_now, why = str(answer.get("state")), answer.get("reason")
     if state_now == "denied":
-        raise Problem.one("INVALID_INPUT", f"enrolling {host} was denied: {why}")
+        raise Problem.one(ErrorCode.INVALID_INPUT, f"enrolling {host} was denied: {why}")
     print_fp = fingerprint(public_of(key))
     Enrolled(server, host, print_fp, trust.ca_file and os.path.abspath(trust.ca_file), trust.pin).write(path)
     if state_now == "active":

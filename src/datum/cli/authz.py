@@ -21,14 +21,14 @@ _RESOURCE = re.compile(r'^([A-Za-z_][A-Za-z0-9_]*)::("(?:[^"\\]|\\.)*")$')
 def resource_of(text: str) -> tuple[str, str]:
     """``Host::"web1"`` (a Cedar entity as Cedar writes it) as (type, id); ``Server`` alone is ``Server::"datum"``."""
     from datum.api.front.authz import SERVER
-    from datum.core.findings import Problem
+    from datum.core.findings import ErrorCode, Problem
 
     if text == "Server":
         return SERVER
     found = _RESOURCE.match(text.strip())
     if found is None:
         raise Problem.one(
-            "USAGE", f"not a Cedar entity: {text!r} (write it as Cedar does: Host::\"web1\", Server::\"datum\", "
+            ErrorCode.USAGE, f"not a Cedar entity: {text!r} (write it as Cedar does: Host::\"web1\", Server::\"datum\", "
             "Reconciler::\"buckets\")",
         )
     return found.group(1), str(json.loads(found.group(2)))
@@ -59,7 +59,7 @@ def explain(token_file: str, action: str, resource: str, config: str | None, as_
     from datum.api.front.security import cedar_uid, decision, group_of
     from datum.cli.agent import _token
     from datum.config import load_settings
-    from datum.core.findings import Problem
+    from datum.core.findings import ErrorCode, Problem
     from datum.plugins import load
     from datum.store import open_store
 
@@ -68,14 +68,14 @@ def explain(token_file: str, action: str, resource: str, config: str | None, as_
     plugins = load()
     known = set(re.findall(r'action "([^"]+)"', shipped_schema(p.cedar_schema for p in plugins.plugins if p.cedar_schema)))
     if action not in known:
-        raise Problem.one("USAGE", f"no Cedar action {action!r}: one of {', '.join(sorted(known))}")
+        raise Problem.one(ErrorCode.USAGE, f"no Cedar action {action!r}: one of {', '.join(sorted(known))}")
     settings = load_settings(config)
     store = open_store(settings.store_url, lock_wait=settings.host.lock_wait)
     try:
         state = create_app(settings, plugins.registry(), store).state.datum
         principal = state.tokens.principal(token)
         if principal is None:
-            raise Problem.one("NOT_FOUND", f"the token in {token_file} is not known to this server (revoked, or "
+            raise Problem.one(ErrorCode.NOT_FOUND, f"the token in {token_file} is not known to this server (revoked, or "
                                            "made for another store)")
         group = group_of(state, principal, where)
         decided = decision(state, principal, action, where)

@@ -15,7 +15,7 @@ import textwrap
 import click
 
 from datum.cli.common import json_option
-from datum.core.findings import Finding, Problem
+from datum.core.findings import ErrorCode, Finding, Problem
 
 
 @click.command()
@@ -60,7 +60,7 @@ def explain(name: str | None, as_json: bool) -> None:
         raise Problem(
             [
                 Finding(
-                    "NOT_FOUND",
+                    ErrorCode.NOT_FOUND,
                     f"{name!r}: not a word Datum knows; {hint}",
                     details={"known": names, "nearest": near},
                 )

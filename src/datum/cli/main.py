@@ -148,13 +148,13 @@ def unexpected(exc: BaseException) -> Problem:
         from datum.store.engine import fault
 
         return fault(None, exc)
-    from datum.core.findings import Problem
+    from datum.core.findings import ErrorCode, Problem
 
     if isinstance(exc, OSError):
         where = f" ({exc.filename})" if exc.filename else ""
-        return Problem.one("UNAVAILABLE", f"{exc.strerror or exc}{where}")
+        return Problem.one(ErrorCode.UNAVAILABLE, f"{exc.strerror or exc}{where}")
     return Problem.one(
-        "INTERNAL",
+        ErrorCode.INTERNAL,
         f"unexpected {type(exc).__name__}: {exc} (set DATUM_DEBUG=1 to see where)",
     )
 
@@ -203,20 +203,20 @@ def _click(args: list[str], as_json: bool) -> Any:
         return _group().main(args=args, prog_name="datum", standalone_mode=False)
     except click.exceptions.NoArgsIsHelpError as exc:
         click.echo(exc.ctx.get_help() if exc.ctx else str(exc))
-        from datum.core.findings import EXIT_USAGE
+        from datum.core.findings import EXIT_USAGE, ErrorCode
 
         return EXIT_USAGE
     except click.UsageError as exc:
-        from datum.core.findings import Finding, Problem
+        from datum.core.findings import ErrorCode, Finding, Problem
 
         hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx else ""
-        return report_problem(Problem([Finding("USAGE", exc.format_message() + hint)]), as_json)
+        return report_problem(Problem([Finding(ErrorCode.USAGE, exc.format_message() + hint)]), as_json)
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
         return 130
     except click.exceptions.Exit as exc:
         return exc.exit_code
     except click.ClickException as exc:
-        from datum.core.findings import Finding, Problem
+        from datum.core.findings import ErrorCode, Finding, Problem
 
-        return report_problem(Problem([Finding("INVALID_INPUT", exc.format_message())]), as_json)
+        return report_problem(Problem([Finding(ErrorCode.INVALID_INPUT, exc.format_message())]), as_json)

@@ -114,9 +114,9 @@ def trusted(ca_file: str | None, pin: str | None) -> Any:
     try:
         return trust(ca_file, pin)
     except Untrustworthy as exc:
-        from datum.core.findings import FieldError, Finding, Problem
+        from datum.core.findings import ErrorCode, FieldError, Finding, Problem
 
-        raise Problem([Finding("USAGE", str(exc), fields=(FieldError(exc.option, str(exc)),))]) from None
+        raise Problem([Finding(ErrorCode.USAGE, str(exc), fields=(FieldError(exc.option, str(exc)),))]) from None
 
 
 def host_config(config: str | None) -> Any:

@@ -32,17 +32,17 @@ ANSWER_LIMIT = 64 * 2**20  # the largest answer read: a page of 1,000 hosts, one
 def read_token(path: str) -> str:
     """The bearer token in ``path``, stripped; an unreadable or empty file is ``INVALID_INPUT`` (the path said,
     never the content). A file every user may read is warned about."""
-    from datum.core.findings import Problem
+    from datum.core.findings import ErrorCode, Problem
 
     try:
         with open(path, encoding="utf-8") as f:
             token = f.read().strip()
     except OSError as exc:
-        raise Problem.one("INVALID_INPUT", f"cannot read the token file {path}: {exc.strerror}") from exc
+        raise Problem.one(ErrorCode.INVALID_INPUT, f"cannot read the token file {path}: {exc.strerror}") from exc
     except UnicodeDecodeError:
-        raise Problem.one("INVALID_INPUT", f"the token file {path} is not text") from None
+        raise Problem.one(ErrorCode.INVALID_INPUT, f"the token file {path} is not text") from None
     if not token:
-        raise Problem.one("INVALID_INPUT", f"the token file {path} is empty")
+        raise Problem.one(ErrorCode.INVALID_INPUT, f"the token file {path} is empty")
     if os.stat(path).st_mode & 0o004:
         click.echo(f"warning: the token file {path} is readable by every user; chmod 600 it", err=True)
     return token
@@ -62,7 +62,7 @@ class Server:
     def call(self, method: str, path: str, params: dict[str, Any] | None = None) -> Any:
         """``method path?params``, the answer's JSON; any failure a ``Problem`` (``answered``)."""
         from datum.bounded import Unusable, request
-        from datum.core.findings import Problem
+        from datum.core.findings import ErrorCode, Problem
 
         query = urllib.parse.urlencode({k: _param(v) for k, v in (params or {}).items() if v is not None})
         url = self.url.rstrip("/") + path + (f"?{query}" if query else "")
@@ -71,7 +71,7 @@ class Server:
             answer = request(method, url, headers, data=b"" if method == "POST" else None, limit=ANSWER_LIMIT,
                              trust=self.trust)
         except Unusable as exc:
-            raise Problem.one("UNAVAILABLE", str(exc)) from None
+            raise Problem.one(ErrorCode.UNAVAILABLE, str(exc)) from None
         return answered(url, answer.status, answer.reason, answer.headers.get("Location"), answer.body)
 
 
@@ -86,16 +86,16 @@ def _param(value: Any) -> str:
 def answered(url: str, status: int, reason: str, location: str | None, body: bytes) -> Any:
     """A 2xx answer's JSON; else the ``Problem`` it says: its issues as they are (the server's codes, so the
     store path's exit statuses), or, without them, the code its status means."""
-    from datum.core.findings import Problem
+    from datum.core.findings import ErrorCode, Problem
 
     if 200 <= status < 300:
         try:
             return json.loads(body)
         except ValueError:
-            raise Problem.one("UNAVAILABLE", f"{url} answered {status} {reason} with a body that is not JSON") from None
+            raise Problem.one(ErrorCode.UNAVAILABLE, f"{url} answered {status} {reason} with a body that is not JSON") from None
     if 300 <= status < 400:
         raise Problem.one(
-            "USAGE",
+            ErrorCode.USAGE,
             f"{url} answered {status} {reason}, a redirect to {location or 'nowhere'}: not followed (the token goes "
             "only to the URL given); give --server the URL it redirects to",
         )
@@ -104,7 +104,7 @@ def answered(url: str, status: int, reason: str, location: str | None, body: byt
         raise Problem(findings)
     from datum.core.findings import ErrorCode
 
-    code = next((c for c in ErrorCode if c.http_status == status), "UNAVAILABLE" if status >= 500 else "INVALID_INPUT")
+    code = next((c for c in ErrorCode if c.http_status == status), ErrorCode.UNAVAILABLE if status >= 500 else ErrorCode.INVALID_INPUT)
     raise Problem.one(code, f"{url} answered {status} {reason}")
 
 

@@ -65,7 +65,7 @@ def serve(config: str | None, host: str | None, port: int | None, log_format: st
     """Serve the HTTP API and the web page; tick every enabled reconciler at its interval."""
     from datum.api.server import run, serving_app
     from datum.cli.common import wire
-    from datum.core.findings import Problem
+    from datum.core.findings import ErrorCode, Problem
     from datum.fleet import tls
 
     w = wire(config)  # validate the configuration and open the store before listening
@@ -78,7 +78,7 @@ def serve(config: str | None, host: str | None, port: int | None, log_format: st
             raise refused
         busy = can_listen(host, port)
         if busy is not None:
-            raise Problem.one("UNAVAILABLE", busy)
+            raise Problem.one(ErrorCode.UNAVAILABLE, busy)
         served = tls.prepared(w.settings)
         context = tls.context(served) if served is not None else None
     except BaseException:

@@ -27,14 +27,14 @@ def show(config: str | None, as_json: bool) -> None:
     from datetime import UTC, datetime
 
     from datum.config import load_settings
-    from datum.core.findings import Problem
+    from datum.core.findings import ErrorCode, Problem
     from datum.core.humanize import ago, when
     from datum.fleet.tls import described
 
     served = described(load_settings(config))
     if served is None:
         raise Problem.one(
-            "INVALID_INPUT",
+            ErrorCode.INVALID_INPUT,
             'TLS is off in this configuration: set [server] tls = "auto", or tls_cert and tls_key',
         )
     if as_json:

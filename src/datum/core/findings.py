@@ -133,4 +133,4 @@ class Problem(Exception):
 
 def invalid(fields: Iterable[FieldError], message: str = "the input is not valid") -> Problem:
     """An INVALID_INPUT problem listing every field finding at once."""
-    return Problem([Finding("INVALID_INPUT", message, fields=tuple(fields))])
+    return Problem([Finding(ErrorCode.INVALID_INPUT, message, fields=tuple(fields))])

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from datum.core.findings import FieldError, Problem, invalid
+from datum.core.findings import ErrorCode, FieldError, Problem, invalid
 from datum.fleet.nodes import NODES, Rules, classify, load_rules
 
 
@@ -293,7 +293,7 @@ def held_still(resolved: Path, read: Callable[[str], T]) -> tuple[str, T]:
     why = _unavailable(resolved)
     if why is not None:
         raise Problem.one(
-            "UNAVAILABLE", f"{why}: nothing is served from it until it is there; the host keeps the manifest it has",
+            ErrorCode.UNAVAILABLE, f"{why}: nothing is served from it until it is there; the host keeps the manifest it has",
         )
     start = time.monotonic()
     gave_up = _UNSETTLED.get(key)
@@ -314,7 +314,7 @@ def held_still(resolved: Path, read: Callable[[str], T]) -> tuple[str, T]:
             wait = QUIET / 5  # moved while it was read: looked at again shortly, never in a busy loop
         if time.monotonic() + wait > deadline:
             _UNSETTLED[key] = time.monotonic()
-            raise Problem.one("UNAVAILABLE", f"the fleet directory {resolved} did not hold still for {QUIET} s")
+            raise Problem.one(ErrorCode.UNAVAILABLE, f"the fleet directory {resolved} did not hold still for {QUIET} s")
         time.sleep(wait)
 
 
@@ -390,7 +390,7 @@ def _effective(directory: Path, host: str, facts: dict[str, Any], state: str) ->
     rules = rules_now(directory, state)
     manifests, variables, _matched = classify(rules, host, facts)
     if not manifests:
-        raise Problem.one("NOT_FOUND", f"no rule of {NODES} matches host {host!r}")
+        raise Problem.one(ErrorCode.NOT_FOUND, f"no rule of {NODES} matches host {host!r}")
     told = json.dumps(variables, sort_keys=True, default=str)
     key = (where, tuple(manifests), told, state)
     composed = _COMPOSED.get(key)

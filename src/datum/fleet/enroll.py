@@ -49,7 +49,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from datum.core.findings import FieldError, Finding, Problem, invalid
+from datum.core.findings import ErrorCode, FieldError, Finding, Problem, invalid
 from datum.core.redact import redacted
 from datum.identity import b64, fingerprint, signed, skew_problem, unb64, verified
 from datum.store import Store, nonces
@@ -113,7 +113,7 @@ def create_join(
     """A new join token (shown once) and what it is; the ones that ended are purged meanwhile."""
     found: list[FieldError] = []
     if (host is None) == (pattern is None):
-        raise Problem.one("USAGE", "a join token is for one --host NAME or for a --pattern GLOB of names")
+        raise Problem.one(ErrorCode.USAGE, "a join token is for one --host NAME or for a --pattern GLOB of names")
     if host is not None:
         check_host(host)
         if uses != 1:
@@ -189,7 +189,7 @@ def _spend(store: Store, given: str) -> None:
     expires = datetime.fromtimestamp(int(given.partition(".")[0]) + NONCE_LIFE + NONCE_KEPT, UTC)
     if not nonces.spend(store, given, expires):
         raise Problem.one(
-            "UNAUTHENTICATED",
+            ErrorCode.UNAUTHENTICATED,
             "the nonce was used already (a proof is good for one request): ask for another (GET /v1/enroll/nonce)",
         )
 
@@ -202,7 +202,7 @@ def _check_nonce(store: Store, given: str, now: datetime) -> None:
     age = now.timestamp() - int(when) if good else 0
     if not good or not -NONCE_EARLY <= age <= NONCE_LIFE:
         raise Problem.one(
-            "UNAUTHENTICATED",
+            ErrorCode.UNAUTHENTICATED,
             f"the nonce is not one this server gave in the last {NONCE_LIFE} s: ask for another (GET /v1/enroll/nonce)",
         )
 
@@ -228,7 +228,7 @@ def _checked(store: Store, proof: Proof, now: datetime) -> bytes:
     check_host(proof.host)
     why = skew_problem(proof.time, now.timestamp())
     if why is not None:  # a proof made at another time proves nothing: refused as any failed proof is (401)
-        raise Problem([Finding("UNAUTHENTICATED", why, (FieldError("time", why),))])
+        raise Problem([Finding(ErrorCode.UNAUTHENTICATED, why, (FieldError("time", why),))])
     _check_nonce(store, proof.nonce, now)
     signature = unb64(proof.signature)
     if signature is None:
@@ -284,7 +284,7 @@ def enroll(store: Store, proof: Proof, join: str, source: str | None, now: datet
     token_id = token_hash[:ID_LENGTH]
     key_text = b64(public)
     if not verified(public, signature, signed("enroll", proof.nonce, proof.host, proof.time, token_id, key_text)):
-        raise Problem.one("UNAUTHENTICATED", "the signature does not verify with the public key sent")
+        raise Problem.one(ErrorCode.UNAUTHENTICATED, "the signature does not verify with the public key sent")
     _spend(store, proof.nonce)
     facts = json.dumps(proof.facts, separators=(",", ":"), default=str)
     with store.begin() as conn:
@@ -302,7 +302,7 @@ def enroll(store: Store, proof: Proof, join: str, source: str | None, now: datet
             .values(used=join_tokens.c.used + 1)
         ).rowcount
         if used != 1:  # another request took its last use meanwhile
-            raise Problem.one("UNAUTHENTICATED", f"the join token {token_id} has been used ({joined.uses} of {joined.uses} uses)")
+            raise Problem.one(ErrorCode.UNAUTHENTICATED, f"the join token {token_id} has been used ({joined.uses} of {joined.uses} uses)")
         values = {"public_key": key_text, "fingerprint": fingerprint(public), "state": state, "reason": reason,
                   "join_token": token_id, "group_name": joined.group, "source": (source or "")[:100] or None,
                   "facts": facts if len(facts) <= FACTS_MAX else None, "changed_at": now}
@@ -319,19 +319,19 @@ def enroll(store: Store, proof: Proof, join: str, source: str | None, now: datet
 def _usable(row: Any, host: str, now: datetime) -> JoinToken:
     """The join token ``row`` when ``host`` may use it now, else the Problem saying why not."""
     if row is None:
-        raise Problem.one("UNAUTHENTICATED", "the join token is not known to this server (never made here, or it "
+        raise Problem.one(ErrorCode.UNAUTHENTICATED, "the join token is not known to this server (never made here, or it "
                           "ended and was purged): make another (datum enroll create)")
     joined = _join(row)
     if joined.expires_at <= now:
-        raise Problem.one("UNAUTHENTICATED", f"the join token {joined.id} ended at {joined.expires_at.isoformat()}: "
+        raise Problem.one(ErrorCode.UNAUTHENTICATED, f"the join token {joined.id} ended at {joined.expires_at.isoformat()}: "
                           "make another (datum enroll create)")
     if joined.used >= joined.uses:
-        raise Problem.one("UNAUTHENTICATED", f"the join token {joined.id} has been used ({joined.used} of "
+        raise Problem.one(ErrorCode.UNAUTHENTICATED, f"the join token {joined.id} has been used ({joined.used} of "
                           f"{joined.uses} uses): make another (datum enroll create)")
     if joined.host is not None and joined.host != host:
-        raise Problem.one("FORBIDDEN", f"the join token {joined.id} is for host {joined.host}, not {host}")
+        raise Problem.one(ErrorCode.FORBIDDEN, f"the join token {joined.id} is for host {joined.host}, not {host}")
     if joined.pattern is not None and not fnmatch.fnmatchcase(host, joined.pattern):
-        raise Problem.one("FORBIDDEN", f"the name {host} does not match the join token's pattern {joined.pattern!r}")
+        raise Problem.one(ErrorCode.FORBIDDEN, f"the name {host} does not match the join token's pattern {joined.pattern!r}")
     return joined
 
 
@@ -340,13 +340,13 @@ def _decided(held: Any, host: str, key: str, joined: JoinToken) -> tuple[str, st
     name has (None: none yet). A name another key holds is refused unless the token says ``replace``."""
     if held is not None and held.public_key != key and not joined.replace:
         raise Problem.one(
-            "CONFLICT",
+            ErrorCode.CONFLICT,
             f"host {held.host} is enrolled with another key ({held.fingerprint}, {held.state}); the name is not taken "
             f"over: if this host was rebuilt, run datum host forget {held.host} on the server, or enroll with a join "
             "token made with --replace",
         )
     if held is not None and held.public_key == key and held.state == REVOKED:
-        raise Problem.one("FORBIDDEN", f"host {held.host} was revoked: datum host forget {held.host} first, to let it enroll again")
+        raise Problem.one(ErrorCode.FORBIDDEN, f"host {held.host} was revoked: datum host forget {held.host} first, to let it enroll again")
     if joined.host is not None:
         return ACTIVE, f"approved by the join token {joined.id} made for it"
     if held is not None and held.public_key == key and held.state in (ACTIVE, DENIED):
@@ -394,7 +394,7 @@ def identity(store: Store, host: str) -> Identity:
     with store.connect() as conn:
         row = conn.execute(sa.select(host_identities).where(host_identities.c.host == host)).first()
     if row is None:
-        raise Problem.one("NOT_FOUND", f"host {host} has not enrolled (datum enroll list shows who has)")
+        raise Problem.one(ErrorCode.NOT_FOUND, f"host {host} has not enrolled (datum enroll list shows who has)")
     return _identity(row)
 
 
@@ -417,10 +417,10 @@ def _decide(store: Store, host: str, now: datetime, state: str, reason: str, all
     with store.begin() as conn:
         row = conn.execute(sa.select(host_identities).where(host_identities.c.host == host)).first()
         if row is None:
-            raise Problem.one("NOT_FOUND", f"host {host} has not enrolled (datum enroll list shows who has)")
+            raise Problem.one(ErrorCode.NOT_FOUND, f"host {host} has not enrolled (datum enroll list shows who has)")
         if row.state != state:
             if row.state not in allowed:
-                raise Problem.one("CONFLICT", f"host {host} is {row.state}: " + (
+                raise Problem.one(ErrorCode.CONFLICT, f"host {host} is {row.state}: " + (
                     f"datum host forget {host}, then it enrolls again" if row.state == REVOKED else f"it cannot become {state}"))
             conn.execute(sa.update(host_identities).where(host_identities.c.host == host)
                          .values(state=state, reason=reason, changed_at=now))
@@ -447,7 +447,7 @@ def forget(store: Store, host: str) -> tuple[Identity, int]:
     with store.begin() as conn:
         row = conn.execute(sa.select(host_identities).where(host_identities.c.host == host)).first()
         if row is None:
-            raise Problem.one("NOT_FOUND", f"host {host} has not enrolled (datum enroll list shows who has)")
+            raise Problem.one(ErrorCode.NOT_FOUND, f"host {host} has not enrolled (datum enroll list shows who has)")
         conn.execute(sa.delete(host_identities).where(host_identities.c.host == host))
         ended = _end_sessions(conn, host)
     return _identity(row), ended
@@ -478,15 +478,15 @@ def session(store: Store, proof: Proof, now: datetime, ttl: timedelta) -> Sessio
     signature = _checked(store, proof, now)
     held = identity_or_none(store, proof.host)
     if held is None:
-        raise Problem.one("UNAUTHENTICATED", f"host {proof.host} has not enrolled, or was forgotten: enroll it "
+        raise Problem.one(ErrorCode.UNAUTHENTICATED, f"host {proof.host} has not enrolled, or was forgotten: enroll it "
                           "(datum enroll create on the server, datum agent enroll on the host)")
     public = unb64(held.public_key) or b""
     if not verified(public, signature, signed("session", proof.nonce, proof.host, proof.time)):
-        raise Problem.one("UNAUTHENTICATED", f"the signature does not verify with the key host {proof.host} "
+        raise Problem.one(ErrorCode.UNAUTHENTICATED, f"the signature does not verify with the key host {proof.host} "
                           f"enrolled with ({held.fingerprint})")
     _spend(store, proof.nonce)
     if held.state != ACTIVE:
-        raise Problem.one("FORBIDDEN", f"host {proof.host} is {held.state}: {held.reason or 'no session'}")
+        raise Problem.one(ErrorCode.FORBIDDEN, f"host {proof.host} is {held.state}: {held.reason or 'no session'}")
     token = mint()
     expires = now + ttl
     with store.begin() as conn:
@@ -495,7 +495,7 @@ def session(store: Store, proof: Proof, now: datetime, ttl: timedelta) -> Sessio
         state = conn.execute(sa.select(host_identities.c.state).where(
             host_identities.c.host == proof.host, host_identities.c.public_key == held.public_key)).scalar()
         if state != ACTIVE:  # revoked or forgotten meanwhile
-            raise Problem.one("FORBIDDEN", f"host {proof.host} is no longer active")
+            raise Problem.one(ErrorCode.FORBIDDEN, f"host {proof.host} is no longer active")
         conn.execute(sa.insert(tokens).values(sha256=digest(token), principal=AGENT, host=proof.host, session=True,
                                               created_at=now, expires_at=expires))
     return Session(token, expires, ttl)

@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from datum.core.budget import DEFAULT_GROUP, Order
-from datum.core.findings import FieldError, Problem, invalid
+from datum.core.findings import ErrorCode, FieldError, Problem, invalid
 from datum.fleet.nodes_model import GLOB, as_text
 
 NODES = "nodes.yaml"
@@ -145,7 +145,7 @@ def _read(path: Path) -> tuple[Any, list[FieldError], dict[str, int]]:
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise Problem.one("INVALID_INPUT", f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from exc
+        raise Problem.one(ErrorCode.INVALID_INPUT, f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from exc
     lines: dict[str, int] = {}
     doc, parsed = parse(text, str(path), lines)
     return doc, [FieldError(f"{path.name}: {f.field}", f.message) for f in parsed], lines

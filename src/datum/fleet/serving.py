@@ -23,7 +23,7 @@ from typing import Any
 
 import anyio.to_thread
 
-from datum.core.findings import Problem
+from datum.core.findings import ErrorCode, Problem
 from datum.fleet.changes import Unchanged, current, held, held_by
 from datum.fleet.effective import Effective, directory_of
 from datum.fleet.revision import Revision, known, named_for, revision
@@ -86,7 +86,7 @@ def _id(revision: Revision | None) -> str | None:
 
 
 def _keeps_changing() -> Problem:
-    return Problem.one("UNAVAILABLE", "the fleet directory keeps changing: its revision could not be named")
+    return Problem.one(ErrorCode.UNAVAILABLE, "the fleet directory keeps changing: its revision could not be named")
 
 
 async def composed(

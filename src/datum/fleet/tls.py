@@ -27,7 +27,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from datum.core.findings import Problem
+from datum.core.findings import ErrorCode, Problem
 from datum.trust import pin_of
 
 CA_LIFE = timedelta(days=3650)
@@ -103,7 +103,7 @@ def described(settings: Any) -> Served | None:
         where = directory(settings.home)
         if not (where / CERT).exists():
             raise Problem.one(
-                "UNAVAILABLE",
+                ErrorCode.UNAVAILABLE,
                 f"no certificate in {where} yet: datum serve makes its CA and certificate there on its first start",
             )
         return _read("auto", where / CERT, where / KEY, where / CA_CERT)
@@ -144,10 +144,10 @@ def load(ctx: ssl.SSLContext, served: Served) -> None:
         ctx.load_cert_chain(served.cert_file, served.key_file)
     except ssl.SSLError as exc:
         raise Problem.one(
-            "INVALID_INPUT", f"{served.key_file} is not the key of {served.cert_file}'s certificate ({exc.reason or exc})"
+            ErrorCode.INVALID_INPUT, f"{served.key_file} is not the key of {served.cert_file}'s certificate ({exc.reason or exc})"
         ) from exc
     except OSError as exc:
-        raise Problem.one("INVALID_INPUT", f"cannot read {exc.filename or served.key_file}: {exc.strerror or exc}") from exc
+        raise Problem.one(ErrorCode.INVALID_INPUT, f"cannot read {exc.filename or served.key_file}: {exc.strerror or exc}") from exc
 
 
 def loopback(host: str) -> bool:
@@ -162,7 +162,7 @@ def loopback(host: str) -> bool:
 
 def plain_http_refused(host: str, https: bool, insecure: bool) -> Problem | None:
     """Why ``datum serve`` does not serve plain HTTP on ``host``, or None: HTTPS, loopback, or asked for."""
-    from datum.core.findings import FieldError, Finding
+    from datum.core.findings import ErrorCode, FieldError, Finding
 
     if https or insecure or loopback(host):
         return None
@@ -171,7 +171,7 @@ def plain_http_refused(host: str, https: bool, insecure: bool) -> Problem | None
         'readable. Set [server] tls = "auto" (or tls_cert and tls_key) for HTTPS, or serve on 127.0.0.1; '
         "behind a proxy that speaks TLS, say so with --insecure-http or [server] insecure_http = true"
     )
-    return Problem([Finding("INVALID_INPUT", message, fields=(FieldError("server.insecure_http", "false"),))])
+    return Problem([Finding(ErrorCode.INVALID_INPUT, message, fields=(FieldError("server.insecure_http", "false"),))])
 
 
 def banner(served: Served) -> str:
@@ -193,9 +193,9 @@ def _read(mode: str, cert_file: Path, key_file: Path, ca_file: Path | None) -> S
     try:
         chain = x509.load_pem_x509_certificates(cert_file.read_bytes())
     except OSError as exc:
-        raise Problem.one("INVALID_INPUT", f"cannot read the certificate {cert_file}: {exc.strerror or exc}") from exc
+        raise Problem.one(ErrorCode.INVALID_INPUT, f"cannot read the certificate {cert_file}: {exc.strerror or exc}") from exc
     except ValueError as exc:
-        raise Problem.one("INVALID_INPUT", f"{cert_file} holds no PEM certificate: {exc}") from exc
+        raise Problem.one(ErrorCode.INVALID_INPUT, f"{cert_file} holds no PEM certificate: {exc}") from exc
     leaf = chain[0]
     links = tuple(Link(c.subject.rfc4514_string(), pin_of(c), c.not_valid_after_utc) for c in chain)
     pin = links[-1].pin
@@ -203,7 +203,7 @@ def _read(mode: str, cert_file: Path, key_file: Path, ca_file: Path | None) -> S
         try:
             pin = pin_of(x509.load_pem_x509_certificate(ca_file.read_bytes()))
         except (OSError, ValueError) as exc:
-            raise Problem.one("INVALID_INPUT", f"cannot read the CA certificate {ca_file}: {exc}") from exc
+            raise Problem.one(ErrorCode.INVALID_INPUT, f"cannot read the CA certificate {ca_file}: {exc}") from exc
     return Served(mode, cert_file, key_file, ca_file, pin, tuple(_names(leaf)), leaf.not_valid_after_utc, links)
 
 
@@ -231,11 +231,11 @@ def _own_directory(where: Path) -> None:
             pass
         found = os.lstat(where)
         if not stat.S_ISDIR(found.st_mode):
-            raise Problem.one("UNAVAILABLE", f"{where} is not a directory (a link or a file is there): refused")
+            raise Problem.one(ErrorCode.UNAVAILABLE, f"{where} is not a directory (a link or a file is there): refused")
         if found.st_mode & 0o077:
             os.chmod(where, 0o700, follow_symlinks=False)
     except OSError as exc:
-        raise Problem.one("UNAVAILABLE", f"cannot make {where}: {exc.strerror or exc}") from exc
+        raise Problem.one(ErrorCode.UNAVAILABLE, f"cannot make {where}: {exc.strerror or exc}") from exc
 
 
 def _write(path: Path, data: bytes) -> None:
@@ -244,7 +244,7 @@ def _write(path: Path, data: bytes) -> None:
     try:
         write_atomic(path, data, mode=0o600)
     except OSError as exc:
-        raise Problem.one("UNAVAILABLE", f"cannot write {path}: {exc.strerror or exc}") from exc
+        raise Problem.one(ErrorCode.UNAVAILABLE, f"cannot write {path}: {exc.strerror or exc}") from exc
 
 
 def _private(path: Path) -> Any:
@@ -256,15 +256,15 @@ def _private(path: Path) -> Any:
     except FileNotFoundError:
         return None
     except OSError as exc:
-        raise Problem.one("UNAVAILABLE", f"cannot read {path}: {exc.strerror or exc}") from exc
+        raise Problem.one(ErrorCode.UNAVAILABLE, f"cannot read {path}: {exc.strerror or exc}") from exc
     with os.fdopen(fd, "rb") as f:
         if os.fstat(f.fileno()).st_mode & 0o077:
-            raise Problem.one("UNAVAILABLE", f"{path} is readable by others than its owner: chmod 600 it")
+            raise Problem.one(ErrorCode.UNAVAILABLE, f"{path} is readable by others than its owner: chmod 600 it")
         data = f.read()
     try:
         return load_pem_private_key(data, password=None)
     except (ValueError, TypeError) as exc:
-        raise Problem.one("UNAVAILABLE", f"{path} is not a PEM private key without a password: {exc}") from exc
+        raise Problem.one(ErrorCode.UNAVAILABLE, f"{path} is not a PEM private key without a password: {exc}") from exc
 
 
 @dataclass(frozen=True)
@@ -282,7 +282,7 @@ def _ca(where: Path, now: datetime, made: list[str]) -> _Ca:
         cert = x509.load_pem_x509_certificate((where / CA_CERT).read_bytes())
         if _spki(cert.public_key()) != _spki(key.public_key()):
             raise Problem.one(
-                "UNAVAILABLE", f"{where / CA_CERT} is not the certificate of {where / CA_KEY}: restore them, or "
+                ErrorCode.UNAVAILABLE, f"{where / CA_CERT} is not the certificate of {where / CA_KEY}: restore them, or "
                 "move both away to make a new CA (every agent must then trust its new pin)",
             )
         return _Ca(cert, key)

@@ -39,9 +39,9 @@ def real_root(root: str) -> Path:
     when it is not a directory, raised before any lock is taken."""
     found = Path(os.path.realpath(root))
     if not found.is_dir():
-        from datum.core.findings import Problem
+        from datum.core.findings import ErrorCode, Problem
 
-        raise Problem.one("INVALID_INPUT", f"--root {root} is not a directory")
+        raise Problem.one(ErrorCode.INVALID_INPUT, f"--root {root} is not a directory")
     return found
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from datum.core.findings import FieldError, Problem, invalid
+from datum.core.findings import ErrorCode, FieldError, Problem, invalid
 from datum.host.document import parse
 from datum.host.model import MAX_BYTES, Manifest, Resource
 from datum.host.order import cycles, topological
@@ -67,18 +67,18 @@ def load_manifest(
             with file.open("rb") as stream:
                 data = stream.read(MAX_BYTES + 1)
     except FileNotFoundError as exc:
-        raise Problem.one("INVALID_INPUT", f"manifest {file} does not exist") from exc
+        raise Problem.one(ErrorCode.INVALID_INPUT, f"manifest {file} does not exist") from exc
     except OSError as exc:
         raise Problem.one(
-            "INVALID_INPUT", f"cannot read manifest {file}: {exc.strerror or exc}"
+            ErrorCode.INVALID_INPUT, f"cannot read manifest {file}: {exc.strerror or exc}"
         ) from exc
     if len(data) > MAX_BYTES:
-        raise Problem.one("INVALID_INPUT", f"manifest {file} is larger than {MAX_BYTES:,} bytes")
+        raise Problem.one(ErrorCode.INVALID_INPUT, f"manifest {file} is larger than {MAX_BYTES:,} bytes")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise Problem.one(
-            "INVALID_INPUT",
+            ErrorCode.INVALID_INPUT,
             f"cannot read manifest {file}: not UTF-8 ({exc.reason} at byte {exc.start})",
         ) from exc
     resolved = file.resolve()

@@ -151,9 +151,9 @@ def open_plain(path: str, flags: int, what: str, mode: int = 0o644) -> int:
 
 def problem(message: str) -> Problem:
     """The ``UNAVAILABLE`` problem (``datum.core.findings`` imported once something is wrong)."""
-    from datum.core.findings import Problem
+    from datum.core.findings import ErrorCode, Problem
 
-    return Problem.one("UNAVAILABLE", message)
+    return Problem.one(ErrorCode.UNAVAILABLE, message)
 
 
 def _refused(what: str, path: str, found: str) -> Problem:

@@ -25,7 +25,7 @@ import sqlite3
 from datetime import timedelta
 from typing import Any
 
-from datum.core.findings import Finding, Problem
+from datum.core.findings import ErrorCode, Finding, Problem
 from datum.host import statedb
 from datum.host.lock import Lease, lock_path, running_record, unfinished, unfinished_reason
 from datum.host.statedb import Unreadable, Unstored, open_local
@@ -47,7 +47,7 @@ class NotPersisted(Problem):
     ``report`` is what to print before the error."""
 
     def __init__(self, path: str, why: object, report: dict[str, Any]) -> None:
-        super().__init__([Finding("UNAVAILABLE", f"the pass report was not stored in {path}: {why}")])
+        super().__init__([Finding(ErrorCode.UNAVAILABLE, f"the pass report was not stored in {path}: {why}")])
         self.report = report
 
 
@@ -63,7 +63,7 @@ def state_path(state: str, option: str = "--state") -> str:
     from datum.home import url_refused
 
     if why := url_refused(state):
-        raise Problem.one("USAGE", f"{option} {why}. {INSTEAD}")
+        raise Problem.one(ErrorCode.USAGE, f"{option} {why}. {INSTEAD}")
     return os.path.abspath(os.path.expanduser(state))
 
 

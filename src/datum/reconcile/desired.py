@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
-from datum.core.findings import Problem
+from datum.core.findings import ErrorCode, Problem
 from datum.store import Store
 
 if TYPE_CHECKING:
@@ -171,7 +171,7 @@ class DesiredTable:
             if current is None:
                 conn.execute(sa.insert(self.table).values(name=key, status=status, created_at=now, updated_at=now, **values))
             elif not (current in self.terminal and set_status(conn, self.table, key, status, self.terminal, created_at=now, **values)):
-                raise Problem.one("CONFLICT", f"{self.noun} {key!r} already exists (status {current})")
+                raise Problem.one(ErrorCode.CONFLICT, f"{self.noun} {key!r} already exists (status {current})")
         return status
 
     def request(self, store: Store, key: str, status: str, expected: Collection[str]) -> str:
@@ -183,5 +183,5 @@ class DesiredTable:
                 return status
             current = self._status(conn, key)
         if current is None or current in self.terminal:
-            raise Problem.one("NOT_FOUND", f"no {self.noun} named {key!r}")
+            raise Problem.one(ErrorCode.NOT_FOUND, f"no {self.noun} named {key!r}")
         return current

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from datum.config import ReconcilerSettings, Settings
-from datum.core.findings import FieldError, Finding, Problem
+from datum.core.findings import ErrorCode, FieldError, Finding, Problem
 
 if TYPE_CHECKING:
     from datum.reconcile.context import PassContext
@@ -81,7 +81,7 @@ class Registry:
         except KeyError:
             known = ", ".join(sorted(self._entries)) or "none"
             raise Problem.one(
-                "NOT_FOUND", f"no reconciler named {name!r} (registered: {known})"
+                ErrorCode.NOT_FOUND, f"no reconciler named {name!r} (registered: {known})"
             ) from None
 
     def settings(self, settings: Settings, name: str) -> ReconcilerSettings:
@@ -103,7 +103,7 @@ class Registry:
             if name not in self._entries:
                 findings.append(
                     Finding(
-                        "INVALID_INPUT",
+                        ErrorCode.INVALID_INPUT,
                         f"configuration names reconciler {name!r}, which is not registered",
                         fields=(FieldError(f"reconcilers.{name}", "no such reconciler"),),
                     )

@@ -28,7 +28,7 @@ Storage
 Removing what may hold data (count first, never through a symlink)
     ``remove_empty``, ``count_objects``, ``Occupied``.
 Findings
-    ``Problem``, ``Finding``, ``FieldError``, ``invalid``.
+    ``Problem``, ``Finding``, ``FieldError``, ``invalid``; ``ErrorCode`` (the codes a finding carries).
 Resource types
     ``Provider``, ``PathProvider`` (one whose name is a path under ``--root``),
     ``Spec`` (the spec base), ``HostPath`` (a path attribute), ``HostContext``,
@@ -83,6 +83,7 @@ _WHERE: dict[str, str] = {
     "Branch": "datum.store.migrate",
     "UTCDateTime": "datum.store.types",
     "Problem": "datum.core.findings",
+    "ErrorCode": "datum.core.findings",
     "Finding": "datum.core.findings",
     "FieldError": "datum.core.findings",
     "invalid": "datum.core.findings",
@@ -112,6 +113,7 @@ __all__ = [
     "CoverageRow",
     "CoverageSpec",
     "Direction",
+    "ErrorCode",
     "FieldError",
     "Finding",
     "Health",
@@ -168,7 +170,7 @@ if TYPE_CHECKING:
     from datum.core.converge import Converge, ConvergeConfig
     from datum.core.coverage import CoverageDecl, CoverageRow
     from datum.core.errors import BlockedOnOwner, PermanentError, TemporaryError, Waiting
-    from datum.core.findings import FieldError, Finding, Problem, invalid
+    from datum.core.findings import ErrorCode, FieldError, Finding, Problem, invalid
     from datum.core.humanize import age, when
     from datum.core.vocab import (
         Action,

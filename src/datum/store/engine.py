@@ -22,7 +22,7 @@ from urllib.parse import quote
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from datum.core.findings import Finding, Problem
+from datum.core.findings import ErrorCode, Finding, Problem
 from datum.store import audit
 from datum.store.migrate import CORE, Branch, Migrated, exclusive, migrate
 
@@ -71,7 +71,7 @@ def fault(
         message = f"the store {name} cannot grow, the disk is full: {cause}"
     else:
         message = f"the store {name} failed: {cause}"
-    return StoreFault([Finding("UNAVAILABLE", message)])
+    return StoreFault([Finding(ErrorCode.UNAVAILABLE, message)])
 
 
 _FAULTS: tuple[type[BaseException], ...] = (sa.exc.DBAPIError, sa.exc.OperationalError, sqlite3.Error)
@@ -127,7 +127,7 @@ class Store:
         """Refuse when the SQLite file this store opened was deleted or replaced since."""
         if self._identity is not None and _identity(self._path) != self._identity:
             raise StoreFault.one(
-                "UNAVAILABLE",
+                ErrorCode.UNAVAILABLE,
                 f"the store {self.name} is gone: its file {self._path} was deleted or replaced "
                 "while this process had it open; restart to use a new one",
             )
@@ -287,14 +287,14 @@ def open_store(
         parsed = sa.engine.make_url(url)
     except (sa.exc.ArgumentError, ValueError) as exc:
         shown = url.split("://", 1)[0] + "://..." if "://" in url else "(not a URL)"
-        raise Problem.one("INVALID_INPUT", f"store URL {shown} is not a database URL") from exc
+        raise Problem.one(ErrorCode.INVALID_INPUT, f"store URL {shown} is not a database URL") from exc
     if parsed.drivername not in _DRIVERS:
         raise Problem.one(
-            "INVALID_INPUT",
+            ErrorCode.INVALID_INPUT,
             f"store {parsed.drivername!r} is not supported: use sqlite:/// or postgresql://",
         )
     if "\x00" in (parsed.database or ""):
-        raise Problem.one("INVALID_INPUT", "the store's database name holds a NUL byte")
+        raise Problem.one(ErrorCode.INVALID_INPUT, "the store's database name holds a NUL byte")
     path: str | None = None
     if parsed.get_backend_name() == "sqlite":
         database = parsed.database
@@ -304,7 +304,7 @@ def open_store(
                 folder.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
                 raise Problem.one(
-                    "UNAVAILABLE", f"cannot create the store's folder {folder}: {exc.strerror}"
+                    ErrorCode.UNAVAILABLE, f"cannot create the store's folder {folder}: {exc.strerror}"
                 ) from exc
             path = str(Path(database).expanduser())
     elif parsed.drivername in ("postgresql", "postgres"):  # PostgreSQL: the only other backend _DRIVERS lets through

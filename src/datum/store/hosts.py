@@ -12,7 +12,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from datum.core.budget import DEFAULT_GROUP, back_unhealthy
-from datum.core.findings import Problem
+from datum.core.findings import ErrorCode, Problem
 from datum.core.hostsummary import interval_of, summarize
 from datum.core.vocab import HostState
 from datum.store import audit
@@ -310,7 +310,7 @@ def _row(r: Any) -> dict[str, Any]:
 
 def unknown_host(host: str) -> Problem:
     """``NOT_FOUND`` for a host the store has never heard of: what every read of one host answers."""
-    return Problem.one("NOT_FOUND", f"no host named {host!r} has reported a pass")
+    return Problem.one(ErrorCode.NOT_FOUND, f"no host named {host!r} has reported a pass")
 
 
 def known(store: Store, host: str) -> bool:

@@ -262,20 +262,20 @@ def cleared(store: Store, host: str, *, force: bool = False, forcing: str = "--f
     """``clear``, said as ``datum reboots clear`` and ``DELETE /v1/reboots/{host}`` say it: the lease dropped;
     ``CONFLICT`` for a live one kept (naming it, and ``forcing``: how to drop it anyway), ``NOT_FOUND`` when
     the host holds none."""
-    from datum.core.findings import Problem
+    from datum.core.findings import ErrorCode, Problem
 
     try:
         dropped = clear(store, host, force=force)
     except Live as live:
         lease = live.lease
         raise Problem.one(
-            "CONFLICT",
+            ErrorCode.CONFLICT,
             f"{host} holds a live reboot lease (group {lease.group}, boot {lease.boot_id}, taken "
             f"{lease.since.isoformat()}, until {lease.expires_at.isoformat()}): it may be rebooting now, and "
             f"dropping it lets the next host of its group go down; kept ({forcing} drops it anyway)",
         ) from None
     if dropped is None:
-        raise Problem.one("NOT_FOUND", f"host {host!r} holds no reboot lease")
+        raise Problem.one(ErrorCode.NOT_FOUND, f"host {host!r} holds no reboot lease")
     return dropped
 
 

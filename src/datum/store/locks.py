@@ -26,7 +26,7 @@ from typing import Protocol
 
 import sqlalchemy as sa
 
-from datum.core.findings import Problem
+from datum.core.findings import ErrorCode, Problem
 from datum.store.engine import Store
 from datum.store.schema import locks as t
 
@@ -140,7 +140,7 @@ class _FileLock:
                 fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
         except OSError as exc:
             raise Problem.one(
-                "UNAVAILABLE", f"cannot open the lock file {self.path}: {exc.strerror}"
+                ErrorCode.UNAVAILABLE, f"cannot open the lock file {self.path}: {exc.strerror}"
             ) from exc
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -19,6 +19,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from datum.core.findings import ErrorCode
 from datum.core.vocab import COMMANDS, RolloutAct, RolloutState
 from datum.store import audit
 from datum.store.engine import Store
@@ -41,7 +42,7 @@ _ACCEPTED = sa.and_(rollout_hosts.c.accepted_at.is_not(None), hosts.c.updated_at
 # A released host the rollout's revision could not be served to (``unserved``): its manifest of the revision does
 # not validate (failed, as a failed pass on it), or the revision has none for it (not waited for, as silent).
 # A resume accepts the first (``UNSERVED_ACCEPTED``): then counted neither failed nor waited for.
-UNSERVED_FAILED, UNSERVED_LEFT, UNSERVED_ACCEPTED = "INVALID_INPUT", "NOT_FOUND", "ACCEPTED"
+UNSERVED_FAILED, UNSERVED_LEFT, UNSERVED_ACCEPTED = ErrorCode.INVALID_INPUT.value, ErrorCode.NOT_FOUND.value, "ACCEPTED"
 _BAD = sa.func.coalesce(rollout_hosts.c.unserved_code == UNSERVED_FAILED, sa.false())
 _LEFT = sa.func.coalesce(rollout_hosts.c.unserved_code == UNSERVED_LEFT, sa.false())
 _UNSERVED_ACCEPTED = sa.func.coalesce(rollout_hosts.c.unserved_code == UNSERVED_ACCEPTED, sa.false())

@@ -41,7 +41,7 @@ from pathlib import Path
 
 import cedarpy
 
-from datum.core.findings import FieldError, Finding, Problem
+from datum.core.findings import ErrorCode, FieldError, Finding, Problem
 
 
 class Action(StrEnum):
@@ -171,7 +171,7 @@ def check_policies(policies: str, schema: cedarpy.Schema, origin: str) -> None:
     try:
         result = cedarpy.validate_policies(policies, schema)
     except ValueError as exc:
-        raise Problem.one("INVALID_INPUT", f"Cedar policies in {origin} do not parse: {exc}", statement=-1) from exc
+        raise Problem.one(ErrorCode.INVALID_INPUT, f"Cedar policies in {origin} do not parse: {exc}", statement=-1) from exc
     if not result.validation_passed:
         by_policy: dict[str, list[FieldError]] = {}
         for e in result.errors:
@@ -179,7 +179,7 @@ def check_policies(policies: str, schema: cedarpy.Schema, origin: str) -> None:
         raise Problem(
             [
                 Finding(
-                    "INVALID_INPUT",
+                    ErrorCode.INVALID_INPUT,
                     f"Cedar policies in {origin} do not validate against Datum's schema: {policy_id or 'the document'}",
                     statement=_index(policy_id),
                     fields=tuple(errors),
@@ -263,7 +263,7 @@ class Authorizer:
         try:
             text = Path(policy).read_text(encoding="utf-8")
         except OSError as exc:
-            raise Problem.one("INVALID_INPUT", f"cannot read the policy file {policy}: {exc.strerror}") from exc
+            raise Problem.one(ErrorCode.INVALID_INPUT, f"cannot read the policy file {policy}: {exc.strerror}") from exc
         return cls(text, schema, str(policy))
 
     def needs_group(self, principal: str, resource: Resource) -> bool:

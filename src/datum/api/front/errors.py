@@ -113,7 +113,7 @@ def written(problem: Problem, status: int | None = None) -> tuple[int, bytes]:
     if known is None:
         log.error("a refusal with the unpublished code %s: %s", problem.code, problem)
         known, status = 500, None
-        body = {"issues": [{**f, "code": "INTERNAL"} for f in body["issues"]]}
+        body = {"issues": [{**f, "code": CoreCode.INTERNAL} for f in body["issues"]]}
     return status or known, json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
 
 
@@ -131,7 +131,7 @@ def problem_response(
     return Response(body, code, extra or None, media_type="application/json")
 
 
-INTERNAL = Problem.one("INTERNAL", "the server could not answer this request; see its log")
+INTERNAL = Problem.one(CoreCode.INTERNAL, "the server could not answer this request; see its log")
 
 
 _ALLOW = {"Allow": {"description": "Every method the path answers, HEAD included where GET is.", "schema": {"type": "string"}}}

@@ -20,7 +20,7 @@ import asyncio
 import math
 
 from datum.api.front.authz import Action
-from datum.core.findings import Problem
+from datum.core.findings import ErrorCode, Problem
 
 # The Cedar actions of people's reads: the requests that take a slot.
 READS = frozenset({Action.READ_SUBSTRATE.value, Action.READ_HOST.value, Action.READ_HISTORY.value,
@@ -54,7 +54,7 @@ def busy(slots: int, wait: float) -> Problem:
     """The answer to a read shed by the gate: ``UNAVAILABLE``, when to come back in ``details.retryAfter``."""
     retry = max(1, math.ceil(wait))
     return Problem.one(
-        "UNAVAILABLE",
+        ErrorCode.UNAVAILABLE,
         f"the server is answering {slots} reads at once ([server] read_slots) and this one waited {wait:g}s "
         f"([server] read_wait): try again in {retry}s",
         details={"retryAfter": retry},

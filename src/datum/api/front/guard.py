@@ -71,7 +71,7 @@ from datum.api.front.security import (
     told,
 )
 from datum.api.front.state import ServerState
-from datum.core.findings import Problem
+from datum.core.findings import ErrorCode, Problem
 from datum.store.audit import PENDING, Entry, Pending
 
 
@@ -252,7 +252,7 @@ class RequestGuard:
         try:
             declared = int(length)
         except ValueError:
-            raise Problem.one("INVALID_INPUT", "the Content-Length header is not a number") from None
+            raise Problem.one(ErrorCode.INVALID_INPUT, "the Content-Length header is not a number") from None
         if declared > self.limit:
             raise self._too_large()
 
@@ -262,7 +262,7 @@ class RequestGuard:
 
     def _too_large(self) -> Problem:
         return Problem.one(
-            "PAYLOAD_TOO_LARGE",
+            ErrorCode.PAYLOAD_TOO_LARGE,
             f"the request body is larger than this server accepts ({self.limit} bytes, [server] max_body_bytes)",
             details={"maxBodyBytes": self.limit},
         )
@@ -285,7 +285,7 @@ class RequestGuard:
                     return b"".join(chunks)
         assert scope.cancelled_caught
         return Problem.one(
-            "REQUEST_TIMEOUT",
+            ErrorCode.REQUEST_TIMEOUT,
             f"the request body did not arrive within {timeout:g}s ([server] body_timeout)",
         )
 

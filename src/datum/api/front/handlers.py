@@ -65,7 +65,7 @@ def _validation_problem(exc: RequestValidationError) -> Problem:
             continue
         message = "unknown field" if err.get("type") == "extra_forbidden" else str(err.get("msg", "invalid"))
         fields.append(FieldError(field_path(loc), message))
-    return Problem([Finding("INVALID_INPUT", "the request is not valid", fields=tuple(fields))])
+    return Problem([Finding(ErrorCode.INVALID_INPUT, "the request is not valid", fields=tuple(fields))])
 
 
 def install(app: FastAPI) -> None:
@@ -83,7 +83,7 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> Response:
-        code = _CODE_BY_STATUS.get(exc.status_code, "INVALID_INPUT" if exc.status_code < 500 else "INTERNAL")
+        code = _CODE_BY_STATUS.get(exc.status_code, ErrorCode.INVALID_INPUT if exc.status_code < 500 else ErrorCode.INTERNAL)
         message = exc.detail if isinstance(exc.detail, str) else "the request cannot be served"
         headers = dict(getattr(exc, "headers", None) or {})
         path = request.url.path[:200]

@@ -32,7 +32,7 @@ from starlette.types import Scope
 
 from datum.api.front.authz import SERVER, Action, Decision, Resource, who
 from datum.api.front.state import ServerState, state_of
-from datum.core.findings import Problem
+from datum.core.findings import ErrorCode, Problem
 from datum.store.audit import Entry
 
 # Only for the OpenAPI document's security scheme: the token is read by ``principal``.
@@ -86,12 +86,12 @@ async def principal(state: ServerState, scope: Scope) -> str:
     """
     token = presented(scope)
     if token is None:
-        raise Problem.one("UNAUTHENTICATED", "this request needs an 'Authorization: Bearer <token>' header")
+        raise Problem.one(ErrorCode.UNAUTHENTICATED, "this request needs an 'Authorization: Bearer <token>' header")
     found = state.tokens.known(token)
     if found is None:
         found = await anyio.to_thread.run_sync(state.tokens.principal, token)
     if found is None:
-        raise Problem.one("UNAUTHENTICATED", "the bearer token is not known to this server")
+        raise Problem.one(ErrorCode.UNAUTHENTICATED, "the bearer token is not known to this server")
     return found
 
 
@@ -145,7 +145,7 @@ def decide(state: ServerState, principal: str, action: Action | str, resource: R
         message += f" (forbidden by policy {', '.join(found.policies)})"
     if said.name == "agent" and said.host is None and said.groups is None and resource[0] == "Host":
         message += f": {UNBOUND_AGENT}"
-    raise Problem.one("FORBIDDEN", message, action=str(action))
+    raise Problem.one(ErrorCode.FORBIDDEN, message, action=str(action))
 
 
 def decided(entry: Entry | None, action: Action | str, resource: Resource, found: Decision) -> None:

@@ -14,7 +14,7 @@ from datum.api.front.hostgroups import HostGroups
 from datum.api.front.tokens import TokenBook
 from datum.api.reports import ReportCache
 from datum.config import Settings
-from datum.core.findings import Problem
+from datum.core.findings import ErrorCode, Problem
 from datum.fleet.server import FleetServer
 from datum.fleet.tls import Served
 from datum.reconcile.registry import Registry
@@ -79,7 +79,7 @@ class ServerState:
     def wired(self) -> tuple[Registry, Store]:
         """The registry and the store, or ``503 UNAVAILABLE`` before they are wired."""
         if self.registry is None or self.store is None:
-            raise Problem.one("UNAVAILABLE", "the server is starting: the reconciler registry is not wired yet")
+            raise Problem.one(ErrorCode.UNAVAILABLE, "the server is starting: the reconciler registry is not wired yet")
         return self.registry, self.store
 
     def known(self, name: str) -> Registry:

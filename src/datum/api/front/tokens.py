@@ -35,7 +35,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from datum.api.front.authz import bound, scoped
-from datum.core.findings import FieldError, Problem, invalid
+from datum.core.findings import ErrorCode, FieldError, Problem, invalid
 from datum.store import Store, audit
 from datum.store.schema import tokens
 from datum.store.tokens import AGENT, ID_LENGTH, check_host, digest, mint
@@ -78,7 +78,7 @@ def check_groups(principal: str, host: str | None, groups: Sequence[str]) -> str
         return None
     if host is not None or principal == "agent":
         raise Problem.one(
-            "USAGE", "an agent token speaks for one host (--host), never for groups: --group is for the tokens of "
+            ErrorCode.USAGE, "an agent token speaks for one host (--host), never for groups: --group is for the tokens of "
             "people and dashboards (operator, viewer)",
         )
     bad = [g for g in groups if not _NAME.match(g)]
@@ -148,13 +148,13 @@ def revoke(store: Store, token_id: str) -> dict[str, Any]:
     """
     wanted = token_id.lower()
     if not re.fullmatch(rf"[0-9a-f]{{{ID_LENGTH},64}}", wanted):
-        raise Problem.one("USAGE", f"a token id is {ID_LENGTH} to 64 hex digits (datum token list shows them): {token_id!r}")
+        raise Problem.one(ErrorCode.USAGE, f"a token id is {ID_LENGTH} to 64 hex digits (datum token list shows them): {token_id!r}")
     with store.begin() as conn:
         rows = conn.execute(_HOLDERS.where(tokens.c.sha256.startswith(wanted))).all()
         if not rows:
-            raise Problem.one("NOT_FOUND", f"no token has the id {token_id}")
+            raise Problem.one(ErrorCode.NOT_FOUND, f"no token has the id {token_id}")
         if len(rows) > 1:
-            raise Problem.one("USAGE", f"the id {token_id} names {len(rows)} tokens: give more of it")
+            raise Problem.one(ErrorCode.USAGE, f"the id {token_id} names {len(rows)} tokens: give more of it")
         conn.execute(sa.delete(tokens).where(tokens.c.sha256 == rows[0].sha256))
         audit.record(conn, audit.local(audit.REVOKE_TOKEN, f'Token::"{rows[0].sha256[:ID_LENGTH]}"', "datum token revoke",
                                        _named(rows[0].principal, rows[0].host, _groups(rows[0].groups))))
@@ -241,7 +241,7 @@ class TokenBook:
         if self._enrolled_only and any(
             principal == AGENT and hmac.compare_digest(known, h) for known, principal in self._configured
         ):
-            raise Problem.one("UNAUTHENTICATED", NOT_ENROLLED)
+            raise Problem.one(ErrorCode.UNAUTHENTICATED, NOT_ENROLLED)
         now = self._clock()
         found = self._lookup(h)
         if found is not None:
@@ -300,7 +300,7 @@ class TokenBook:
             return None
         found, why = self._holder(row, self._wall())
         if why is not None:
-            raise Problem.one("UNAUTHENTICATED", why)
+            raise Problem.one(ErrorCode.UNAUTHENTICATED, why)
         return found
 
     def _holder(self, row: Any, now: datetime) -> tuple[str | None, str | None]:

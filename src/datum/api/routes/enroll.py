@@ -19,7 +19,7 @@ from datum.api.front.errors import error_responses
 from datum.api.front.security import own_proof, presented
 from datum.api.front.state import state_of
 from datum.api.models import Out
-from datum.core.findings import Problem
+from datum.core.findings import ErrorCode, Problem
 from datum.fleet import enroll as enrollment
 from datum.store.tokens import HOST_NAME
 from datum.wire import Text, absent
@@ -103,7 +103,7 @@ def enroll_host(request: Request, body: EnrollRequest) -> Enrolled:
     _registry, store = state.wired()
     join = presented(request.scope)
     if join is None:
-        raise Problem.one("UNAUTHENTICATED", "enrolling needs the join token: 'Authorization: Bearer datum_j_...'")
+        raise Problem.one(ErrorCode.UNAUTHENTICATED, "enrolling needs the join token: 'Authorization: Bearer datum_j_...'")
     settings = state.settings.enroll
     done = enrollment.enroll(
         store, _proof(body, body.public_key, body.facts), join, request.client.host if request.client else None,

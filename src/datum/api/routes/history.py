@@ -22,7 +22,7 @@ from datum.api.front.security import needs, path_resource
 from datum.api.front.state import state_of
 from datum.api.models import EventList, PassDetail, PassList, pass_detail
 from datum.api.routes.reboots import OUT, HostParam
-from datum.core.findings import Problem
+from datum.core.findings import ErrorCode, Problem
 from datum.core.vocab import Action, HostState, ResourceState, RolloutAct, RolloutState
 from datum.fleet.history import (
     CURSOR_PATTERN,
@@ -159,7 +159,7 @@ async def get_pass(
     _registry, store = state_of(request).wired()
     row = await anyio.to_thread.run_sync(one_pass, store, host, pass_)
     if row is None:
-        raise Problem.one("NOT_FOUND", f"no pass {pass_!r} of host {host!r} is kept")
+        raise Problem.one(ErrorCode.NOT_FOUND, f"no pass {pass_!r} of host {host!r} is kept")
     return pass_detail(row)
 
 

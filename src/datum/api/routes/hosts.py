@@ -35,7 +35,7 @@ from datum.api.models import (
     with_held_back,
 )
 from datum.api.routes.reboots import OUT, HostParam, host_fits
-from datum.core.findings import FieldError, Problem, invalid
+from datum.core.findings import ErrorCode, FieldError, Problem, invalid
 from datum.core.vocab import HostState
 from datum.fleet import intake
 from datum.fleet.changes import Unchanged
@@ -289,7 +289,7 @@ async def manifest(
     state = state_of(request)
     directory = state.settings.fleet.manifests
     if directory is None:
-        raise Problem.one("NOT_FOUND", "this server serves no manifests ([fleet] manifests is not set)")
+        raise Problem.one(ErrorCode.NOT_FOUND, "this server serves no manifests ([fleet] manifests is not set)")
     told = facts_of(facts)
     fleet = state.fleet
     if rollouts.configured(fleet):  # which revision this host is served: the rollout's decision

@@ -22,7 +22,7 @@ from datum.api.models import (
 )
 from datum.api.routes.reboots import OUT
 from datum.config import FleetSettings
-from datum.core.findings import Problem
+from datum.core.findings import ErrorCode, Problem
 from datum.core.vocab import COMMANDS, RolloutAct
 from datum.fleet.history import rollout_event
 from datum.fleet.rollouts import serve
@@ -122,9 +122,9 @@ def act(store: Store, fleet: FleetSettings, action: str, who: str, reason: str |
     the route's and ``datum rollout pause|resume|abort``'s one way; ``reason`` is stored with the transition."""
     before, after = stored.command(store, action, who, fleet.stale_after, reason)
     if before is None:
-        raise Problem.one("NOT_FOUND", "no rollout has started on this store")
+        raise Problem.one(ErrorCode.NOT_FOUND, "no rollout has started on this store")
     if after is None:
-        raise Problem.one("CONFLICT", f"rollout {before.id} of revision {before.revision} is {before.state}: "
+        raise Problem.one(ErrorCode.CONFLICT, f"rollout {before.id} of revision {before.revision} is {before.state}: "
                                       f"it cannot be {DONE_WORDS[action]}")
     returned = stored.hosts_on(store, after.revision) if action == "abort" else None
     return RolloutCommandAnswer(rollout=rollout_status(store, fleet, after, True), hosts_returned=returned)

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from datum.core.findings import Problem
+from datum.core.findings import ErrorCode, Problem
 from datum.fleet.changes import Wake
 from datum.fleet.effective import Effective, directory_of, effective
 from datum.fleet.revision import Revision
@@ -154,7 +154,7 @@ def _directory(server: FleetServer, revision: str, current: Revision, directory:
         return materialize(server.settings.home, revision, blob)
     except ValueError as e:  # a stored blob capture never made (a hand edit, a bomb): refused, never half served
         raise Problem.one(
-            "UNAVAILABLE", f"revision {revision}'s snapshot in the store is refused ({e}): the host keeps the "
+            ErrorCode.UNAVAILABLE, f"revision {revision}'s snapshot in the store is refused ({e}): the host keeps the "
             "manifest it has",
         ) from e
 
@@ -251,7 +251,7 @@ def _from(server: FleetServer, revision: str, current: Revision, directory: Path
         why = "this server's fleet directory is behind it" if server.rollouts.behind is not None else (
             f"this server's fleet directory holds revision {current.id}")
         raise Problem.one(
-            "UNAVAILABLE", f"revision {revision} has no snapshot (its files were not kept: too large), and {why}: "
+            ErrorCode.UNAVAILABLE, f"revision {revision} has no snapshot (its files were not kept: too large), and {why}: "
             "the host keeps the manifest it has",
         )
     return Served(effective(where, host, facts), revision)

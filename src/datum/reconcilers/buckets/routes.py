@@ -10,7 +10,7 @@ from pydantic import Field
 from pydantic.json_schema import SkipJsonSchema
 
 from datum.reconcilers.buckets import reconciler as buckets
-from datum.sdk import Problem, Store
+from datum.sdk import ErrorCode, Problem, Store
 from datum.sdk.http import Out, absent, changed, error_responses, needs, path_resource, store_of
 
 router = APIRouter(tags=["buckets"])
@@ -71,7 +71,7 @@ def put_bucket(
         status = buckets.create(store, name)
     except Problem as problem:
         current = _status(store, name)
-        if problem.code != "CONFLICT" or current not in (buckets.CREATING, buckets.ACTIVE):
+        if problem.code != ErrorCode.CONFLICT or current not in (buckets.CREATING, buckets.ACTIVE):
             raise
         response.status_code = 200
         status = current
