@@ -326,3 +326,31 @@ def test_the_database_file_deleted_under_the_server_fails_readyz_and_refuses_wri
         assert report.status_code == 503, report.text
         assert_shape(report.json(), "UNAVAILABLE")
         assert httpx.get(base + "healthz").status_code == 200  # alive, not ready
+
+
+def test_the_api_edges_of_issue_40_through_a_real_server(server):
+    """Over real HTTP to a real ``datum serve`` (issue 40, item 6): a pass id of non-ASCII digits is a 404, not a
+    500; a pass time a wrong clock gave is a 422 at its field, nothing stored; a stored report holding Infinity
+    (a hand edit, another writer) is served as unknown saying why, not converged with durationSeconds null."""
+    import sqlite3
+
+    base, _port, tokens, log = server
+    agent = {"Authorization": f"Bearer {tokens['agent']}"}
+    operator = {"Authorization": f"Bearer {tokens['operator']}"}
+    assert httpx.post(base + "v1/hosts/web1/passes", json=pass_report("web1"), headers=agent).status_code == 201
+    for digits in ("²", "①"):
+        r = httpx.get(base + f"v1/hosts/web1/passes/{digits}", headers=operator)
+        assert r.status_code == 404 and r.json()["issues"][0]["code"] == "NOT_FOUND", r.text
+    wrong = pass_report("web1") | {"passId": "from-2400", "finishedAt": "2400-06-01T00:00:00+00:00"}
+    r = httpx.post(base + "v1/hosts/web1/passes", json=wrong, headers=agent)
+    assert r.status_code == 422, r.text
+    assert [f["field"] for f in r.json()["issues"][0]["fields"]] == ["finishedAt"]
+    assert httpx.get(base + "v1/hosts/web1/passes/from-2400", headers=operator).status_code == 404
+    stored = json.dumps(pass_report("web1") | {"state": "converged", "durationSeconds": float("inf")})
+    assert "Infinity" in stored
+    db = sqlite3.connect(log.parent / "datum.db")
+    with db:
+        db.execute("UPDATE hosts SET report = ? WHERE host = 'web1'", (stored,))
+    db.close()
+    host = httpx.get(base + "v1/hosts/web1", headers=operator).json()
+    assert host["state"] == "unknown" and "Infinity is not a JSON value" in host["reason"], host

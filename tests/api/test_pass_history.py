@@ -382,11 +382,14 @@ def test_the_server_keeps_passes_as_long_as_server_retention_says(tmp_path, stor
 def test_pages_go_on_past_the_ends_of_the_epoch(story, year):
     """Issue 40: a host with a wrong clock (a pass finished in 2400, or before 1970) broke the cursor: the
     server refused its own ``next`` after a year-2400 row, and pages before 1970 repeated for ever."""
+    from datum.store.hosts import take_pass
+
     far = datetime(year, 6, 1, tzinfo=UTC)
-    for seq in range(1, 6):
+    for seq in range(1, 6):  # intake refuses such times (below): stored by another writer, or before the bound
         started = far + timedelta(minutes=seq)
-        post(story, a_pass(seq) | {"startedAt": started.isoformat(),
-                                   "finishedAt": (started + timedelta(seconds=2)).isoformat()})
+        assert take_pass(story.store, "web1", a_pass(seq) | {
+            "startedAt": started.isoformat(), "finishedAt": (started + timedelta(seconds=2)).isoformat()
+        }, history=True).outcome == "stored"
     seen, url = [], "/v1/hosts/web1/passes?limit=2"
     for _ in range(10):
         r = story.get(url)
@@ -396,3 +399,19 @@ def test_pages_go_on_past_the_ends_of_the_epoch(story, year):
             break
         url = f"/v1/hosts/web1/passes?limit=2&cursor={r.json()['next']}"
     assert sorted(seen) == [1, 2, 3, 4, 5] and len(seen) == 5, seen
+
+
+@pytest.mark.parametrize(("field", "when"), [("finishedAt", "1969-12-31T23:59:59+00:00"),
+                                             ("finishedAt", "2400-06-01T00:00:00+00:00"),
+                                             ("startedAt", "1900-01-01T00:00:00+00:00"),
+                                             ("finishedAt", "2200-01-01T00:00:00+00:00")])
+def test_intake_refuses_a_pass_time_a_wrong_clock_gave_at_its_field(story, field, when):
+    """Issue 40: a host with a wrong clock is told at the field (422), not stored and sorted by a year-2400 time."""
+    r = post(story, a_pass(1) | {field: when}, expect=422)
+    [problem] = r.json()["issues"]
+    [at] = problem["fields"]
+    assert problem["code"] == "INVALID_INPUT" and at["field"] == field, problem
+    assert "1970-01-01 and 2200-01-01 (UTC): the host's clock is wrong" in at["message"]
+    assert story.get("/v1/hosts/web1").status_code == 404  # nothing stored
+    post(story, a_pass(1) | {field: "1970-01-01T00:00:00+00:00", "startedAt": "1970-01-01T00:00:00+00:00",
+                             "finishedAt": "1970-01-01T00:00:02+00:00"})  # the bound itself is a time

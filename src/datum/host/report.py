@@ -10,15 +10,30 @@ optional field is typed as its value with ``absent`` as its default
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
-from typing import Any
+from datetime import UTC, datetime, timedelta
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from datum.core.vocab import Action, HostState, Mode, RebootPolicy, ResourceState
 from datum.wire import Text, absent
 
 MAX_INTERVAL = timedelta.max.total_seconds()
+# The times a pass may say it started and finished at: a clock outside them is wrong (a host with no RTC back at
+# 1970, a typo'd date), and the server refuses the report at the field rather than sort its history by it.
+EARLIEST, LATEST = datetime(1970, 1, 1, tzinfo=UTC), datetime(2200, 1, 1, tzinfo=UTC)
+
+
+def _plausible(t: datetime) -> datetime:
+    if not EARLIEST <= (t if t.tzinfo else t.replace(tzinfo=UTC)) < LATEST:
+        raise ValueError(
+            f"{t.isoformat()} is not between {EARLIEST:%Y-%m-%d} and {LATEST:%Y-%m-%d} (UTC): the host's clock is "
+            "wrong; set it (NTP) and its next pass reports"
+        )
+    return t
+
+
+PassTime = Annotated[datetime, AfterValidator(_plausible)]
 
 
 class _Model(BaseModel):
@@ -85,8 +100,8 @@ class PassReport(_Model):
     mode: Mode
     state: HostState
     reason: str = absent("The resources behind a state that is not converged.")
-    started_at: datetime = Field(alias="startedAt")
-    finished_at: datetime = Field(alias="finishedAt")
+    started_at: PassTime = Field(alias="startedAt", description="When the pass started: 1970 to 2199 (UTC).")
+    finished_at: PassTime = Field(alias="finishedAt", description="When the pass finished: 1970 to 2199 (UTC).")
     duration_seconds: float = Field(alias="durationSeconds", ge=0)
     boot_id: str = absent("The boot id the pass ran under.", "bootId")
     manifest: str = absent("The manifest file the pass ran (datum apply).")
