@@ -54,6 +54,7 @@ from datum.agent.post import Flushed, flush
 from datum.agent.push import JITTER, Waiter
 from datum.agent.state import AgentState
 from datum.bounded import DEADLINE, Unusable
+from datum.core import hostreasons
 from datum.core.findings import Problem
 from datum.core.vocab import Mode
 from datum.host.compiled import HostConfig
@@ -120,13 +121,13 @@ def _manifest(state: AgentState, got: Any, last: tuple[str, bytes, str] | None, 
             manifest, digest = materialize(last[1], base)
             return manifest, digest, "server"
         except Problem as problem:
-            why = _brief(f"the kept manifest does not validate: {problem.findings[0].message}")
+            why = _brief(hostreasons.kept_invalid(problem.findings[0].message))
     if last is None:
-        return None, None, f"no manifest has ever been fetched: {why}"
+        return None, None, hostreasons.no_manifest(why)
     try:
         manifest, digest = materialize(last[1], base)
     except Problem as problem:
-        return None, None, f"{why}; and the kept manifest does not validate: {_brief(problem.findings[0].message)}"
+        return None, None, f"{why}; and {hostreasons.kept_invalid(_brief(problem.findings[0].message))}"
     return manifest, digest, f"cached: {why}; applied the manifest fetched at {last[2]}"
 
 

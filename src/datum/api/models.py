@@ -11,6 +11,7 @@ from typing import Any, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.json_schema import SkipJsonSchema
 
+from datum.core import hostreasons
 from datum.core.attention import Severity
 from datum.core.hostsummary import count_states
 from datum.core.vocab import Action, Direction, HostState, ResourceState, RolloutAct, RolloutState
@@ -264,7 +265,7 @@ def _unreadable_why(exc: ValidationError) -> str:
     first = exc.errors()[0]
     where = ".".join(str(part) for part in first.get("loc", ())) or "(document)"
     more = f" and {exc.error_count() - 1} more" if exc.error_count() > 1 else ""
-    return f"the last pass report cannot be read: {where}: {first.get('msg', 'invalid')}{more}"
+    return hostreasons.unreadable("the last pass report", f"{where}: {first.get('msg', 'invalid')}{more}")
 
 
 def host_status(row: dict[str, Any], parsed: PassReport | None = None) -> HostStatus:
@@ -280,7 +281,7 @@ def host_status(row: dict[str, Any], parsed: PassReport | None = None) -> HostSt
     values = _common(row)
     report: PassReport | None = None
     if row.get("unreadable"):
-        values.update(state=HostState.UNKNOWN, reason=f"the last pass report cannot be read: {row['unreadable']}")
+        values.update(state=HostState.UNKNOWN, reason=hostreasons.unreadable("the last pass report", row["unreadable"]))
     elif parsed is not None:
         report = parsed
     else:
@@ -289,7 +290,7 @@ def host_status(row: dict[str, Any], parsed: PassReport | None = None) -> HostSt
         except ValidationError as exc:
             values.update(state=HostState.UNKNOWN, reason=_unreadable_why(exc))
     if values["state"] not in HostState._value2member_map_:
-        values.update(state=HostState.UNKNOWN, reason=f"the stored host state {str(values['state'])[:40]!r} is not a host state")
+        values.update(state=HostState.UNKNOWN, reason=hostreasons.not_a_state(values["state"]))
     if report is not None:
         report = redacted(report)
         values["attention"] = [r for r in report.resources if r.state != ResourceState.CONVERGED]
@@ -352,9 +353,9 @@ def host_summary(row: dict[str, Any]) -> HostSummary:
     values["revision"] = summary.get("revision")
     values["reboot"] = summary.get("reboot")
     if row.get("unreadable"):
-        values.update(state=HostState.UNKNOWN, reason=f"the summary of the last pass cannot be read: {row['unreadable']}")
+        values.update(state=HostState.UNKNOWN, reason=hostreasons.unreadable("the summary of the last pass", row["unreadable"]))
     elif row.get("reported") not in HostState._value2member_map_ and not row.get("stale"):
-        values["reason"] = f"the stored host state {str(row.get('reported'))[:40]!r} is not a host state"
+        values["reason"] = hostreasons.not_a_state(row.get("reported"))
     return _validated(HostSummary, values)
 
 

@@ -26,6 +26,7 @@ from datum.cli.passes import (
     option,
 )
 from datum.cli.remote import Server, server_options
+from datum.core import hostreasons
 from datum.core.vocab import HostState
 from datum.host import verdict
 from datum.host.verdict import unknown
@@ -133,7 +134,7 @@ def _warn(message: str) -> None:
     passes.warn(message)
 
 
-NO_PASS = "no pass has completed"
+NO_PASS = hostreasons.NO_PASS
 
 # ``datum status``'s exit code: the contract's bits of ``apply`` for the state the host reads (a pass that
 # is not known to have finished, or none at all, is bit 4 as in the verdict), OR-ed with the last pass's own

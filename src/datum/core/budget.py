@@ -68,11 +68,12 @@ def back_unhealthy(report: Mapping[str, Any]) -> str | None:
     sick = unhealthy(report.get("health"))
     if state != "converged" and not (state == "degraded" and sick):  # degraded by the check: said as unhealthy
         reason = report.get("reason")
-        return (f"came back {state}" + (f": {reason}" if reason else ""))[:1000]
+        return (f"{CAME_BACK} {state}" + (f": {reason}" if reason else ""))[:1000]
     return sick
 
 
-UNHEALTHY = "came back unhealthy"
+CAME_BACK = "came back"  # from a reboot under a lease, not converged and healthy: ``came back failed: ...``
+UNHEALTHY = f"{CAME_BACK} unhealthy"
 
 
 def unhealthy(health: Any) -> str | None:

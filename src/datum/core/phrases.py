@@ -7,16 +7,18 @@ report is 2h05m old, ...``, ``/run/reboot-required present (linux-image-amd64)``
 12 failures``). ``words`` names the (vocabulary, name) pairs that explain it, the host state it
 reads first.
 
-The shapes are the producers' (``datum.host.verdict``, ``datum.host.reboot``, ``datum.fleet.stale``,
-``datum.host.statefile``, ``datum.agent.loop``, ``datum.core.budget``, the API's host rows); a test
-pastes what each of them makes and checks it is read. Pure: strings in, pairs out.
+A host's reason is matched by the words its producer makes it from (``datum.core.hostreasons`` for the verdict,
+the reboot detection, the stale rule, the state file, the agent, the API's host rows and the fleet directory;
+``datum.core.budget`` for the reboot budget), never by a copy of them; ``tests/core/test_phrases.py`` makes
+each kind and reads it back, ``tests/cli/test_explain_every_word.py`` pastes what the producers make. Pure:
+strings in, pairs out.
 """
 
 from __future__ import annotations
 
 import re
 
-from datum.core import budget
+from datum.core import budget, hostreasons
 from datum.core.rollup import called_for
 from datum.core.vocab import (
     Action,
@@ -39,33 +41,47 @@ _SKIPPED_BECAUSE = re.compile(r"\]\s+skipped:\s+([a-z][a-z0-9_]*(?:\.[a-z][a-z0-
 
 # Why a host awaits a reboot: a change that needs one, Debian's marker, a newer kernel, a kernel not booted.
 _REBOOT = re.compile(
-    r"\]\s+(?:created|updated|deleted|restarted),\s"  # Package[linux-image] updated, running kernel differs
-    r"|reboot-required present"  # /run/reboot-required present (pkgs)
-    r"|(?:^|;\s)kernel \S+ in /boot, running "  # kernel 6.2 in /boot, running 6.1
-    r"|newer kernel \S+ is not the default boot entry"
+    r"\]\s+(?:" + "|".join(sorted(_PAST)) + r"),\s"  # Package[linux-image] updated, running kernel differs
+    + "|" + "|".join(re.escape(hostreasons.present(m)) for m in hostreasons.MARKERS)  # /run/reboot-required present
+    + r"|(?:^|;\s)kernel \S+ " + re.escape(hostreasons.KERNEL_IN_BOOT) + " "  # kernel 6.2 in /boot, running 6.1
+    + r"|newer kernel \S+ " + re.escape(hostreasons.NOT_DEFAULT)
+)
+
+
+def _starts(*said: str) -> re.Pattern[str]:
+    """A reason that begins with one of ``said`` (its producer's words: ``datum.core.hostreasons``, ``budget``)."""
+    return re.compile("^(?:" + "|".join(re.escape(s) for s in said) + ")")
+
+
+_UNKNOWN = (HOST_STATE, HostState.UNKNOWN)
+_CAME_BACK = (budget.UNHEALTHY, *(f"{budget.CAME_BACK} {s.value}" for s in HostState if s is not HostState.CONVERGED))
+_FLEET_DIRECTORY = (
+    "^" + re.escape(hostreasons.FLEET_DIRECTORY) + " .* (?:"
+    + "|".join(re.escape(p) for p in (hostreasons.NOT_THERE, hostreasons.NOT_A_DIRECTORY, hostreasons.NOT_READABLE))
+    + ") " + re.escape(hostreasons.FLEET_SETTING)
 )
 
 # Host reasons of a host that reads unknown (or waits on its reboot budget): pattern -> words.
 _FAMILIES: list[tuple[re.Pattern[str], list[tuple[str, str]]]] = [
-    (re.compile(r"^stale: the last report is "), [(HOST_STATE, HostState.UNKNOWN), (HOST_REASON, "stale")]),
-    (re.compile(r"^the pass was stopped by "), [(HOST_STATE, HostState.UNKNOWN), (HOST_REASON, "stopped")]),
-    (re.compile(r"^the pass started at .* did not finish"), [(HOST_STATE, HostState.UNKNOWN), (HOST_REASON, "unfinished")]),
-    (re.compile(r"cannot be read|is not a host state$"), [(HOST_STATE, HostState.UNKNOWN), (HOST_REASON, "unreadable")]),
-    (re.compile(r"^no pass has completed"), [(HOST_STATE, HostState.UNKNOWN)]),
-    (
-        re.compile(r"^no manifest has ever been fetched|; and the kept manifest does not validate"),
-        [(HOST_STATE, HostState.UNKNOWN), (HOST_REASON, "no_manifest")],
-    ),
-    (re.compile("^" + re.escape(budget.WAITING)), [(HOST_REASON, "reboot_budget")]),
-    (re.compile("^" + re.escape(budget.HALTED)), [(HOST_REASON, "reboot_halted")]),
-    (re.compile("^" + re.escape(budget.NO_LEASE)), [(HOST_REASON, "no_reboot_lease")]),
-    (re.compile("^" + re.escape(budget.TURN)), [(HOST_REASON, "reboot_turn")]),
-    (re.compile("^" + re.escape(budget.BLOCKED)), [(HOST_REASON, "reboot_blocked")]),
-    (re.compile("^" + re.escape(budget.PRE_REBOOT_FAILED)), [(HOST_REASON, "pre_reboot_failed")]),
-    (re.compile("^came back (unhealthy|failed|drifted|degraded|awaiting-reboot|unknown)"), [(HOST_REASON, "reboot_unhealthy")]),
+    # before the unreadable report: a directory that "cannot be read by the server" is no host's
+    (re.compile(_FLEET_DIRECTORY), [("needs a human", "fleet_directory_unavailable")]),
+    (_starts(hostreasons.STALE + " "), [_UNKNOWN, (HOST_REASON, "stale")]),
+    (_starts(hostreasons.STOPPED + " "), [_UNKNOWN, (HOST_REASON, "stopped")]),
+    (re.compile("^" + re.escape(hostreasons.UNFINISHED) + " .* " + re.escape(hostreasons.UNFINISHED_END)),
+     [_UNKNOWN, (HOST_REASON, "unfinished")]),
+    (re.compile(re.escape(hostreasons.UNREADABLE) + "|" + re.escape(hostreasons.NOT_A_STATE) + "$"),
+     [_UNKNOWN, (HOST_REASON, "unreadable")]),
+    (_starts(hostreasons.NO_PASS), [_UNKNOWN]),
+    (re.compile("^" + re.escape(hostreasons.NO_MANIFEST) + "|; and " + re.escape(hostreasons.KEPT_INVALID)),
+     [_UNKNOWN, (HOST_REASON, "no_manifest")]),
+    (_starts(budget.WAITING), [(HOST_REASON, "reboot_budget")]),
+    (_starts(budget.HALTED), [(HOST_REASON, "reboot_halted")]),
+    (_starts(budget.NO_LEASE), [(HOST_REASON, "no_reboot_lease")]),
+    (_starts(budget.TURN), [(HOST_REASON, "reboot_turn")]),
+    (_starts(budget.BLOCKED), [(HOST_REASON, "reboot_blocked")]),
+    (_starts(budget.PRE_REBOOT_FAILED), [(HOST_REASON, "pre_reboot_failed")]),
+    (_starts(*_CAME_BACK), [(HOST_REASON, "reboot_unhealthy")]),
     # "Needs a human" on the page.
-    (re.compile(r"^the fleet directory .* (?:is not there|is not a directory|cannot be read by the server) "
-                r"\(\[fleet\] manifests\)"), [("needs a human", "fleet_directory_unavailable")]),
     (re.compile(r"^host \S+ came back from its reboot unhealthy"), [("needs a human", "host_unhealthy")]),
     (re.compile(r"\bat the backoff cap\b"), [("item state", "at_backoff_cap"), (REASON, "backoff")]),
     (re.compile(r"\bheld back\b"), [("rollout", "held_back")]),
@@ -109,7 +125,7 @@ def words(text: str) -> list[tuple[str, str]]:
             found += pairs
             break
     said = [m.group(1) for m in _RESOURCE_WORD.finditer(line)]
-    if "; blocked: " in line:
+    if hostreasons.BLOCKED in line:
         said.append(ResourceState.BLOCKED.value)
     if not found and _REBOOT.search(line):
         found.append((HOST_STATE, HostState.AWAITING_REBOOT))

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from datum.core import hostreasons
 from datum.core.findings import ErrorCode, FieldError, Problem, invalid
 from datum.fleet.nodes import NODES, Rules, classify, load_rules
 
@@ -264,11 +265,11 @@ def _unavailable(resolved: Path) -> str | None:
     """Why nothing can be read from the fleet directory ``resolved`` now, or None: not there (not made yet, removed
     to be cloned again, a link to nowhere), not a directory, or not readable by the server."""
     if not os.path.exists(resolved):
-        return f"the fleet directory {resolved} is not there ([fleet] manifests)"
+        return hostreasons.fleet_directory(resolved, hostreasons.NOT_THERE)
     if not os.path.isdir(resolved):
-        return f"the fleet directory {resolved} is not a directory ([fleet] manifests)"
+        return hostreasons.fleet_directory(resolved, hostreasons.NOT_A_DIRECTORY)
     if not os.access(resolved, os.R_OK | os.X_OK):
-        return f"the fleet directory {resolved} cannot be read by the server ([fleet] manifests)"
+        return hostreasons.fleet_directory(resolved, hostreasons.NOT_READABLE)
     return None
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from datum.core import hostreasons
+
 
 def stale(row: dict[str, Any], multiple: float, now: datetime | None = None) -> dict[str, Any]:
     """``row`` (a stored host) as ``unknown``, ``stale`` and with how stale, when its agent's report is overdue.
@@ -32,10 +34,7 @@ def stale(row: dict[str, Any], multiple: float, now: datetime | None = None) -> 
 
 def stale_reason(age: float, multiple: float, interval: float, said: object) -> str:
     """Why a host reads ``unknown``: its last report, ``age`` seconds old, is overdue."""
-    return (
-        f"stale: the last report is {_span(age)} old, more than {multiple:g} x its "
-        f"{_span(interval)} interval (it said {said})"
-    )
+    return hostreasons.stale(_span(age), multiple, _span(interval), said)
 
 
 def _span(seconds: float) -> str:

@@ -26,6 +26,7 @@ import os
 import sqlite3
 import time
 
+from datum.core import hostreasons
 from datum.host.statedb import open_local, open_plain, problem, wait_for_writers
 
 try:
@@ -153,7 +154,7 @@ def unfinished(record: dict[str, Any] | None, last: dict[str, Any] | None) -> bo
 
 def unfinished_reason(record: dict[str, Any]) -> str:
     """What ``datum status`` says of a pass that started and never persisted its report."""
-    return f"the pass started at {record.get('startedAt')} did not finish (pid {record.get('pid')})"
+    return hostreasons.unfinished(record.get("startedAt"), record.get("pid"))
 
 
 def running_record(path: str) -> dict[str, Any] | None:

@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from datum.core import hostreasons
 from datum.core.vocab import Mode, RebootPolicy, ResourceState
 from datum.providers import fs, reads
 from datum.providers.base import ProviderError
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
     from datum.host.compiled import HostConfig
     from datum.host.executor import Outcome
 
-MARKERS = ("/run/reboot-required", "/var/run/reboot-required")
+MARKERS = hostreasons.MARKERS
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,17 +95,17 @@ def _marker(root: Path, marker: str) -> tuple[str, int, str | None]:
         return marker, 0, None  # absent (a parent that is a file included)
     except (OSError, ProviderError) as exc:
         where, mtime = _link_itself(root, marker)
-        return where, mtime, f"{marker} present but could not be read ({_why(exc, root)})"
+        return where, mtime, hostreasons.present(marker, f"but could not be read ({_why(exc, root)})")
     try:
         pkgs = fs.read_bytes(reads.real_path(str(root), f"{marker}.pkgs")) or b""
     except (OSError, ProviderError) as exc:
         return (
             real,
             st.st_mtime_ns,
-            f"{marker} present ({marker}.pkgs could not be read: {_why(exc, root)})",
+            hostreasons.present(marker, f"({marker}.pkgs could not be read: {_why(exc, root)})"),
         )
     names = sorted(set(pkgs.decode("utf-8", "replace").split()))
-    return real, st.st_mtime_ns, f"{marker} present" + (f" ({', '.join(names)})" if names else "")
+    return real, st.st_mtime_ns, hostreasons.present(marker, f"({', '.join(names)})" if names else "")
 
 
 def _link_itself(root: Path, marker: str) -> tuple[str, int]:
@@ -128,7 +129,7 @@ def _why(exc: BaseException, root: Path) -> str:
 
 
 def kernel_reason(kernel: str, running: str) -> str:
-    return f"kernel {kernel} in /boot, running {running}"
+    return hostreasons.kernel(kernel, running)
 
 
 def not_booted(
@@ -152,7 +153,7 @@ def not_booted(
             attempted = {"kernel": kernel, "requestedAt": str(requested), "bootId": str(found_in)}
     if attempted is None:
         return reasons, None
-    said = f"rebooted into {running}, newer kernel {kernel} is not the default boot entry"
+    said = hostreasons.not_default(running, kernel)
     others = [r for r in reasons if r not in (kernel_reason(kernel, running), said)]
     return [*others, said], attempted
 
@@ -281,7 +282,7 @@ def status(
     pass decides.
     """
     changes = [
-        f"{o.id} {o.action.past}, {o.reboot_required}"
+        hostreasons.changed(o.id, o.action.past, o.reboot_required)
         for o in outcomes
         if o.changed and o.reboot_required and o.state is ResourceState.CONVERGED
     ]

@@ -25,6 +25,7 @@ import sqlite3
 from datetime import timedelta
 from typing import Any
 
+from datum.core import hostreasons
 from datum.core.findings import ErrorCode, Finding, Problem
 from datum.host import statedb
 from datum.host.lock import Lease, lock_path, running_record, unfinished, unfinished_reason
@@ -87,7 +88,7 @@ class StateStore:
         try:
             report = json.loads(text) if text is not None else None
         except ValueError as exc:
-            raise Unreadable(f"the last pass report of {host} cannot be read: {exc}") from exc
+            raise Unreadable(hostreasons.unreadable(f"the last pass report of {host}", exc)) from exc
         if report is not None:
             from pydantic import ValidationError
 
@@ -99,7 +100,7 @@ class StateStore:
                 wrong = "; ".join(
                     f"{'.'.join(map(str, e['loc'])) or 'report'}: {e['msg']}" for e in exc.errors()[:3]
                 )
-                raise Unreadable(f"the last pass report of {host} cannot be read: not a pass report ({wrong})") from exc
+                raise Unreadable(hostreasons.unreadable(f"the last pass report of {host}", f"not a pass report ({wrong})")) from exc
         return report
 
     def summary(self, host: str) -> dict[str, Any] | None:

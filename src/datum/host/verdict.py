@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from datum.core import budget
+from datum.core import budget, hostreasons
 from datum.core.rollup import called_for, host_state
 from datum.core.vocab import HostState, ResourceState
 
@@ -114,7 +114,7 @@ def reason_for(
             ids = ", ".join(o.id for o in blocked[:3]) + (
                 f" and {len(blocked) - 3} more" if len(blocked) > 3 else ""
             )
-            failed += f"; blocked: {ids}"
+            failed += f"{hostreasons.BLOCKED}{ids}"
         return failed
     if state is HostState.DRIFTED:
         return _names(by(ResourceState.DRIFTED), "drifted")
@@ -130,8 +130,7 @@ def stopped_reason(signal: str, outcomes: Sequence[Outcome]) -> str:
     """Why a pass stopped part-way is ``unknown``: the signal, how far it came, what failed."""
     pending = [o for o in outcomes if o.state is ResourceState.PENDING]
     done = len(outcomes) - len(pending)
-    why = f"the pass was stopped by {signal} after {done} of {len(outcomes)} resources; "
-    why += f"{len(pending)} not reached (pending)"
+    why = hostreasons.stopped(signal, done, len(outcomes))
     for state in (ResourceState.FAILED, ResourceState.BLOCKED):
         bad = [o for o in outcomes if o.state is state]
         why += f"; {_names(bad, state.value)}" if bad else ""

@@ -1,0 +1,64 @@
+"""Every host reason is made from the words its producer exports and read back by ``datum explain`` from the
+same words (``datum.core.hostreasons``, ``datum.core.budget``; issue 39 item 2): each kind, made, is read as the
+word that explains it, and every producer of ``hostreasons`` has its round trip here."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+
+from datum.core import budget, hostreasons
+from datum.core.phrases import words
+
+UNKNOWN = ("host state", "unknown")
+AWAITING = ("host state", "awaiting-reboot")
+
+# producer -> (what it made, the first word datum explain reads from it)
+MADE: dict[str, tuple[str, tuple[str, str]]] = {
+    "stale": (hostreasons.stale("2h05m", 3, "60s", "converged"), UNKNOWN),
+    "stopped": (hostreasons.stopped("SIGTERM", 2, 5) + "; File[/a] failed: x", UNKNOWN),
+    "unfinished": (hostreasons.unfinished("2026-12-07T02:00:00+00:00", 4242), UNKNOWN),
+    "no_manifest": (hostreasons.no_manifest("http://datum:8080 answered 403"), UNKNOWN),
+    "kept_invalid": ("the server is away; and " + hostreasons.kept_invalid("resources: not a list"), UNKNOWN),
+    "unreadable": (hostreasons.unreadable("the last pass report of web1", "Expecting value"), UNKNOWN),
+    "not_a_state": (hostreasons.not_a_state("happy"), UNKNOWN),
+    "present": (hostreasons.present("/var/run/reboot-required", "(linux-image-amd64)"), AWAITING),
+    "kernel": ("File[/a] skipped: y; " + hostreasons.kernel("6.1.0-21-amd64", "6.1.0-18-amd64"), AWAITING),
+    "not_default": (hostreasons.not_default("6.1.0-18-amd64", "6.1.0-21-amd64"), AWAITING),
+    "changed": (hostreasons.changed("Package[linux-image-amd64]", "updated", hostreasons.RUNNING_KERNEL_DIFFERS),
+                AWAITING),
+    "fleet_directory": (hostreasons.fleet_directory("/srv/fleet", hostreasons.NOT_READABLE),
+                        ("needs a human", "fleet_directory_unavailable")),
+}
+
+
+@pytest.mark.parametrize("producer", sorted(MADE))
+def test_each_host_reason_made_is_read_back_as_its_word(producer):
+    text, first = MADE[producer]
+    assert words(text)[:1] == [first], text
+    assert words(f"reason: {text}")[:1] == [first]  # as datum status prints it
+
+
+def test_every_producer_of_host_reasons_has_its_round_trip():
+    made = {n for n, f in inspect.getmembers(hostreasons, inspect.isfunction) if f.__module__ == hostreasons.__name__}
+    assert made == set(MADE)
+
+
+@pytest.mark.parametrize(
+    ("text", "first"),
+    [
+        (hostreasons.NO_PASS, UNKNOWN),
+        ("File[/a] failed: denied" + hostreasons.BLOCKED + "File[/b]", ("host state", "failed")),
+        (budget.waiting(2, 2), ("host reason", "reboot_budget")),
+        (budget.halted(["web3"]), ("host reason", "reboot_halted")),
+        (budget.no_lease("refused"), ("host reason", "no_reboot_lease")),
+        (budget.turn(["web1"]), ("host reason", "reboot_turn")),
+        (budget.blocked("up == 0"), ("host reason", "reboot_blocked")),
+        (budget.pre_reboot_failed("drain exited 2"), ("host reason", "pre_reboot_failed")),
+        (budget.unhealthy({"ok": False}), ("host reason", "reboot_unhealthy")),
+        (budget.back_unhealthy({"state": "awaiting-reboot", "reason": "x"}), ("host reason", "reboot_unhealthy")),
+    ],
+)
+def test_the_constants_and_the_budget_s_reasons_are_read_back(text, first):
+    assert words(text)[:1] == [first], text
