@@ -225,7 +225,7 @@ def test_the_page_in_a_browser_names_what_the_api_names(tmp_path, browser_contex
         assert page.locator("table.hosts tr#host-web-maint .act-wait").count() == 1
         for name in ("steady", "idle", "pg_roles"):
             assert page.locator(f"#reconciler-{name} .act-look").count() == 0
-        assert page.locator("#reconciler-buckets > .explain .act-look").count() == 1
+        assert page.locator("#reconciler-buckets > details > .explain .act-look").count() == 1
 
         # disabled: its own word, counted apart, no advice to wait
         assert page.locator("#reconcilers tr", has_text="pg_roles").locator(".health.disabled").count() == 1

@@ -1,5 +1,7 @@
 // Datum's page: ask for a bearer token once (kept in sessionStorage, this tab only),
 // then fetch the server-rendered overview (or a host's page) with it and refresh it every few seconds.
+// Each section folds (a <details class="fold">): open where the screen is wide, closed on a phone, so its
+// first screen is what needs a human and the rest a tap away; whatever the viewer opens or closes stays so.
 // When the server cannot be reached the page greys out and says since when; what is
 // shown is then what the server last said, and the banner says when that was.
 (() => {
@@ -11,11 +13,32 @@
   const forget = document.getElementById("forget");
   const banner = document.getElementById("stale");
   const every = Math.max(1, Number(document.body.dataset.refresh) || 10) * 1000;
-  const opened = new Map(); // group id -> open, as the viewer left it (survives refreshes)
+  const opened = new Map(); // details id -> open, where the viewer left it other than by default (survives refreshes)
   let lastGood = null; // when the shown data arrived
   let failingSince = null; // first failed refresh since then
 
   const view = document.body.dataset.view || "/ui/overview"; // the fragment this shell shows
+  // A phone, as the stylesheet decides it (one breakpoint: its --narrow), not a second width written here.
+  const narrow = () => getComputedStyle(document.documentElement).getPropertyValue("--narrow").trim() === "1";
+
+  // The server renders a section open; a fold is closed by default on a phone. The viewer's choice wins.
+  function unfold() {
+    const small = narrow();
+    for (const d of app.querySelectorAll("details[id]")) {
+      const byDefault = d.open && !(small && d.classList.contains("fold"));
+      d.dataset.byDefault = byDefault ? "open" : "closed";
+      d.open = opened.has(d.id) ? opened.get(d.id) : byDefault;
+    }
+  }
+
+  // A link's target shown: its section's fold and every details around it opened (the toggles are recorded).
+  function reveal(target) {
+    const own = target.matches("details") ? target : target.querySelector(":scope > details.fold");
+    for (let d = own || target.closest("details"); d; d = d.parentElement && d.parentElement.closest("details")) {
+      d.open = true;
+    }
+  }
+
   // One time format on the page, the server's: UTC, with its zone.
   const clock = (d) => d.toISOString().slice(11, 19) + " UTC";
 
@@ -59,13 +82,11 @@
     }
     const html = await r.text(); // server-rendered and escaped by Jinja2
     app.innerHTML = html;
-    for (const d of app.querySelectorAll("details[id]")) {
-      if (opened.has(d.id)) d.open = opened.get(d.id);
-    }
+    unfold();
     if (location.hash && !app.dataset.jumped) { // a link to a detail, opened before the data came
       app.dataset.jumped = "1";
       const target = document.getElementById(decodeURIComponent(location.hash.slice(1)));
-      if (target) target.scrollIntoView();
+      if (target) { reveal(target); target.scrollIntoView(); }
     }
     form.hidden = true;
     forget.hidden = false;
@@ -73,15 +94,17 @@
   }
 
   app.addEventListener("toggle", (ev) => {
-    if (ev.target.id) opened.set(ev.target.id, ev.target.open);
+    const d = ev.target;
+    if (!d.id) return;
+    if (d.open === (d.dataset.byDefault === "open")) opened.delete(d.id);
+    else opened.set(d.id, d.open);
   }, true);
-  // a link to an item inside a closed group opens the group
+  // a link to a section or an item inside closed ones opens them (before the browser scrolls there)
   app.addEventListener("click", (ev) => {
     const a = ev.target.closest("a[href^='#']");
     if (!a) return;
     const target = document.getElementById(decodeURIComponent(a.getAttribute("href").slice(1)));
-    const group = target && target.closest("details");
-    if (group && !group.open) { group.open = true; opened.set(group.id, true); }
+    if (target) reveal(target);
   });
   form.addEventListener("submit", (ev) => {
     ev.preventDefault();
