@@ -22,9 +22,10 @@ import threading
 import urllib.parse
 from dataclasses import dataclass
 
+from datum.core.bounds import ANSWER_DEADLINE
 from datum.trust import Refused, Trust, untrusted_words
 
-DEADLINE = 60.0  # seconds for a whole answer: request sent, headers and body read
+DEADLINE = ANSWER_DEADLINE  # seconds for a whole answer ([agent] answer_deadline): request sent, headers and body read
 MIB = 2**20
 ERROR_BODY = 64 * 1024  # of an error answer, what is read for its message; the rest is left unread
 _CHUNK = 64 * 1024

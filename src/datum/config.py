@@ -23,6 +23,7 @@ from pydantic import (
     model_validator,
 )
 
+from datum.core.bounds import ANSWER_DEADLINE, MAX_ANSWER
 from datum.core.breaker import Threshold
 from datum.core.converge import ConvergeConfig
 from datum.core.findings import ErrorCode, FieldError, Finding, Problem, invalid
@@ -498,6 +499,31 @@ class MetricsSettings(_Strict):
     )
 
 
+class AgentSettings(_Strict):
+    """The ``[agent]`` section: how long ``datum agent`` (and ``datum apply --report-to``) waits for a server's
+    whole answer, and how large a manifest's answer it takes. A server that trickles its answer, or sends more,
+    is given up on (the agent keeps its manifest and its reports, and says why); the defaults are
+    ``datum.core.bounds``'."""
+
+    answer_deadline: Duration = Field(
+        default=timedelta(seconds=ANSWER_DEADLINE),
+        description="The whole of each answer of the server (the request sent, its headers and body read), "
+        "however slowly it comes: from 1s to 1h.",
+    )
+    max_answer_bytes: int = Field(
+        default=MAX_ANSWER, ge=2**20, le=2**30,
+        description="The largest manifest answer taken (files included), from 1 MiB to 1 GiB; past it the agent "
+        "keeps the manifest it has. The server serves at most 16 MiB.",
+    )
+
+    @field_validator("answer_deadline")
+    @classmethod
+    def _deadline(cls, value: timedelta) -> timedelta:
+        if not timedelta(seconds=1) <= value <= timedelta(hours=1):
+            raise ValueError("from 1s to 1h")
+        return value
+
+
 class EnrollSettings(_Strict):
     """The ``[enroll]`` section: how hosts join the fleet with their own key (``docs/fleet.md``, ``datum.fleet.enroll``).
 
@@ -533,6 +559,7 @@ class Settings(_Strict):
     store: str | None = None
     reconcilers: dict[str, dict[str, Any]] = Field(default_factory=dict)
     host: HostSettings = HostSettings()
+    agent: AgentSettings = AgentSettings()
     server: ServerSettings = ServerSettings()
     fleet: FleetSettings = FleetSettings()
     metrics: MetricsSettings = MetricsSettings()

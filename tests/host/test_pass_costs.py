@@ -335,13 +335,17 @@ def test_every_host_setting_has_its_field_in_the_agents_view_and_back():
     from dataclasses import fields
     from datetime import timedelta
 
-    from datum.config import HostSettings
+    from datum.config import AgentSettings, HostSettings
     from datum.core.vocab import Mode, RebootPolicy
-    from datum.host.compiled import HostConfig
+    from datum.host.compiled import AGENT, HostConfig
 
-    assert set(HostSettings.model_fields) - {"state", "lock_ttl"} == {f.name for f in fields(HostConfig)} - {"state_path"}
+    assert set(HostSettings.model_fields) - {"state", "lock_ttl"} == {f.name for f in fields(HostConfig)} - {
+        "state_path", *AGENT}
+    assert set(AgentSettings.model_fields) == set(AGENT)  # and every [agent] setting, of the same defaults
+    assert all(getattr(AgentSettings(), f) == getattr(HostConfig("/s.db"), f) for f in AGENT)
     config = HostConfig(state_path="/s.db", mode=Mode.OBSERVE, reboot_policy=RebootPolicy.AUTOMATIC,
-                        lock_wait=timedelta(seconds=2), hook_timeout=timedelta(seconds=7), hooks_shell=True, token="t")
+                        lock_wait=timedelta(seconds=2), hook_timeout=timedelta(seconds=7), hooks_shell=True, token="t",
+                        answer_deadline=timedelta(seconds=5), max_answer_bytes=2**21)
     assert HostConfig.from_json(json.loads(json.dumps(config.to_json()))) == config
 
 

@@ -20,11 +20,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from datum.bounded import DEADLINE, MIB, Unusable, request
+from datum.bounded import DEADLINE, Unusable, request
+from datum.core.bounds import MAX_ANSWER
 from datum.host.remote import issues_in
 from datum.trust import Trust
 
-MAX_MANIFEST = 16 * MIB  # a served manifest, files included, is at most this (the server's own bound)
+MAX_MANIFEST = MAX_ANSWER  # a served manifest, files included, is at most this by default ([agent] max_answer_bytes)
 
 
 @dataclass(frozen=True)
@@ -48,9 +49,9 @@ def revision_of(value: str | None) -> str | None:
 
 def fetch(
     server: str, host: str, token: str, etag: str | None, facts: dict[str, Any], deadline: float = DEADLINE,
-    wait: int | None = None, trust: Trust | None = None,
+    wait: int | None = None, trust: Trust | None = None, limit: int = MAX_MANIFEST,
 ) -> Fetched:
-    """``GET`` this host's manifest: its body within ``deadline`` seconds and ``MAX_MANIFEST`` bytes, or why not.
+    """``GET`` this host's manifest: its body within ``deadline`` seconds and ``limit`` bytes, or why not.
 
     With ``wait`` (seconds), a long poll: the server answers when the manifest no longer matches ``etag``,
     else 304 after ``wait`` seconds (``datum.agent.push``); ``deadline`` then counts from the end of the wait.
@@ -66,7 +67,7 @@ def fetch(
     if etag:
         headers["If-None-Match"] = f'"{etag}"'
     try:
-        answer = request("GET", path, headers, deadline=deadline + (wait or 0), limit=MAX_MANIFEST, trust=trust)
+        answer = request("GET", path, headers, deadline=deadline + (wait or 0), limit=limit, trust=trust)
     except Unusable as exc:
         return Fetched(None, None, str(exc))
     held = wait is not None and answer.headers.get(WAIT_HEADER) is not None

@@ -49,7 +49,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from datum.agent.fetch import Fetched, fetch, materialize
+from datum.agent.fetch import MAX_MANIFEST, Fetched, fetch, materialize
 from datum.agent.post import Flushed, flush
 from datum.agent.push import JITTER, Waiter
 from datum.agent.state import AgentState
@@ -73,7 +73,8 @@ class Options:
     mode: Mode
     interval: timedelta
     splay: timedelta
-    deadline: float = DEADLINE  # seconds for each of the server's answers, whole
+    deadline: float = DEADLINE  # seconds for each of the server's answers, whole ([agent] answer_deadline)
+    limit: int = MAX_MANIFEST  # bytes of a manifest's answer ([agent] max_answer_bytes)
     trust: Trust = Trust()  # what the server's certificate must be (--ca-file, --pin; datum.trust)
     session: Any = None  # the host's session from its key (datum.agent.identity.Session): ``token`` is unused then
 
@@ -209,7 +210,8 @@ def cycle(opts: Options, pushed: Any = None) -> Cycle:
         told = facts(opts.root, opts.config)  # for the manifest: its claims, which rules on facts match
         opts, unsigned = _signed_in(opts)
         got = pushed or (
-            fetch(opts.server, host, opts.token, last[0] if last else None, told, opts.deadline, trust=opts.trust)
+            fetch(opts.server, host, opts.token, last[0] if last else None, told, opts.deadline, trust=opts.trust,
+                  limit=opts.limit)
             if unsigned is None else Fetched(None, None, unsigned)
         )
         root = agent.real_root(opts.root)  # a root that is not a directory: said before the lock is taken
@@ -326,7 +328,8 @@ def _waiter(opts: Options, until: float, wake: threading.Event) -> Waiter | None
         signed, unsigned = _signed_in(opts)  # each wait with a live session: a wait may outlast one
         if unsigned is not None:
             return Fetched(None, None, unsigned)
-        return fetch(signed.server, host, signed.token, last[0], told, signed.deadline, wait=seconds, trust=signed.trust)
+        return fetch(signed.server, host, signed.token, last[0], told, signed.deadline, wait=seconds, trust=signed.trust,
+                     limit=signed.limit)
 
     return Waiter(ask, last[0], until, wake).start()
 

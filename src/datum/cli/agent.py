@@ -117,6 +117,8 @@ def agent(
             interval=interval,
             splay=splay,
             trust=trust,
+            deadline=host_config.answer_deadline.total_seconds(),
+            limit=host_config.max_answer_bytes,
         )
 
     opts = options()

@@ -203,7 +203,9 @@ def deliver(result: Any, as_json: bool, report_to: str | None = None, token: str
 
         report = result.report
         chosen_token = token or (chosen.token if chosen is not None else None)
-        if why := post_report(target, report["host"], report, chosen_token, trust=trust):
+        deadline = chosen.answer_deadline.total_seconds() if chosen is not None else None  # [agent] answer_deadline
+        if why := post_report(target, report["host"], report, chosen_token, trust=trust,
+                              **({"deadline": deadline} if deadline else {})):
             warn(f"the pass report was not delivered: {why}")
     if result.reboot_now:
         reboot(chosen, str(result.state_path), result.report)

@@ -21,6 +21,7 @@ from hashlib import blake2b
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from datum.core.bounds import ANSWER_DEADLINE, MAX_ANSWER
 from datum.core.vocab import Mode, RebootPolicy
 from datum.host.model import MAX_BYTES, Manifest, Resource
 from datum.providers.base import Attributes
@@ -29,7 +30,8 @@ if TYPE_CHECKING:  # validation's: imported when a manifest is validated, never 
     from datum.host.manifest import SpecMemory
 
 
-FORMAT = 3  # 3: the included files' digests
+FORMAT = 4  # 3: the included files' digests; 4: [agent]'s bounds
+AGENT = ("answer_deadline", "max_answer_bytes")  # HostConfig's fields read from [agent], not [host]
 _MAX_ENTRIES = 64
 
 
@@ -63,6 +65,9 @@ class HostConfig:
     health_timeout: timedelta = timedelta(seconds=30)
     hook_timeout: timedelta = timedelta(minutes=5)
     hooks_shell: bool = False
+    # From [agent] (datum.config.AgentSettings): a server's answer, bounded in time and in size.
+    answer_deadline: timedelta = timedelta(seconds=ANSWER_DEADLINE)
+    max_answer_bytes: int = MAX_ANSWER
 
     @classmethod
     def without_file(cls) -> HostConfig:
@@ -80,7 +85,9 @@ class HostConfig:
         h = settings.host
         # The agent's own local state file; the server's store is the server's alone.
         where = state_path(h.state or str(Path(settings.home) / "agent.db"), "[host] state")
-        return cls(state_path=where, **{f.name: getattr(h, f.name) for f in fields(cls) if f.name != "state_path"})
+        return cls(state_path=where, **{
+            f.name: getattr(settings.agent if f.name in AGENT else h, f.name) for f in fields(cls) if f.name != "state_path"
+        })
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
