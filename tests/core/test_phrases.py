@@ -62,3 +62,18 @@ def test_every_producer_of_host_reasons_has_its_round_trip():
 )
 def test_the_constants_and_the_budget_s_reasons_are_read_back(text, first):
     assert words(text)[:1] == [first], text
+
+
+def test_each_refusal_a_provider_says_is_read_back_as_its_name():
+    from datum.core.phrases import REFUSAL
+    from datum.providers import held, links
+
+    said = {
+        "link_rule": f"File[/etc/x] failed: /etc/x: {links.RULE}",
+        "changed_since_observed": f"File[/etc/x] failed: {held.changed('/etc/x', 'its content')}",
+        "appeared_since_observed": f"File[/etc/x] failed: {held.appeared('/etc/x', 'a file')}",
+        "hard_links": f"File[/etc/x] failed: /etc/x has 2 {hostreasons.HARD_LINKS}; refusing to change its owner",
+        "accounts_locked": f"User[app] failed: /etc/.pwd.lock is held: waited 5 s {hostreasons.ACCOUNTS_LOCKED}",
+    }
+    for name, text in said.items():
+        assert (REFUSAL, name) in words(text), text

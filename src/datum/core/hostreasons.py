@@ -35,6 +35,12 @@ RUNNING_KERNEL_DIFFERS = "running kernel differs"  # why a kernel package's chan
 FLEET_DIRECTORY = "the fleet directory"
 NOT_THERE, NOT_A_DIRECTORY, NOT_READABLE = "is not there", "is not a directory", "cannot be read by the server"
 FLEET_SETTING = "([fleet] manifests)"
+# Why a resource refused to act as root (``datum.providers``): words a failed resource's reason carries.
+LINK_RULE = "(the link rule)"
+CHANGED_SINCE = "changed since it was observed"
+APPEARED_SINCE = "appeared since it was observed"
+HARD_LINKS = "hard links and fs.protected_hardlinks is off"
+ACCOUNTS_LOCKED = "to lock the account databases; nothing was written"
 
 
 def stale(age: str, multiple: float, interval: str, said: object) -> str:

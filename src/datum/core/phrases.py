@@ -91,11 +91,13 @@ _FAMILIES: list[tuple[re.Pattern[str], list[tuple[str, str]]]] = [
 # Why a resource refused to act as root, wherever in the line: pattern -> the refusal's name.
 REFUSAL = "refusal"
 _REFUSALS: list[tuple[re.Pattern[str], str]] = [
-    (re.compile(r"\(the link rule\)"), "link_rule"),
-    (re.compile(r"changed since it was observed"), "changed_since_observed"),
-    (re.compile(r"appeared since it was observed"), "appeared_since_observed"),
-    (re.compile(r"hard links and fs\.protected_hardlinks is off"), "hard_links"),
-    (re.compile(r"to lock the account databases; nothing was written"), "accounts_locked"),
+    (re.compile(re.escape(said)), name) for said, name in (
+        (hostreasons.LINK_RULE, "link_rule"),
+        (hostreasons.CHANGED_SINCE, "changed_since_observed"),
+        (hostreasons.APPEARED_SINCE, "appeared_since_observed"),
+        (hostreasons.HARD_LINKS, "hard_links"),
+        (hostreasons.ACCOUNTS_LOCKED, "accounts_locked"),
+    )
 ]
 
 # Which package manager a Package failure came from, by the program its reason names.

@@ -47,6 +47,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from datum.core import hostreasons
 from datum.providers import reads
 from datum.providers.base import HostContext, ProviderError
 from datum.providers.fs import read_bytes, write_at
@@ -307,8 +308,7 @@ def _wait(
             pid = holder()
             by = f" by pid {pid}" if pid else ""
             raise ProviderError(
-                f"{lock} is held{by}: waited {LOCK_WAIT:g} s to lock the account databases; "
-                "nothing was written"
+                f"{lock} is held{by}: waited {LOCK_WAIT:g} s {hostreasons.ACCOUNTS_LOCKED}"
             )
         time.sleep(_POLL)
 

@@ -23,6 +23,7 @@ import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from datum.core import hostreasons
 from datum.providers.errors import ProviderError
 
 DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -40,12 +41,12 @@ class Appeared(ProviderError):
 
 
 def changed(host_path: str, what: str) -> Changed:
-    return Changed(f"{host_path}: {what} changed since it was observed; nothing was changed")
+    return Changed(f"{host_path}: {what} {hostreasons.CHANGED_SINCE}; nothing was changed")
 
 
 def appeared(host_path: str, kind: str = "something") -> Appeared:
     return Appeared(
-        f"{host_path}: {kind} appeared since it was observed; left alone (the next pass looks again)"
+        f"{host_path}: {kind} {hostreasons.APPEARED_SINCE}; left alone (the next pass looks again)"
     )
 
 
@@ -148,7 +149,7 @@ def refuse_hardlinked(host_path: str, st: os.stat_result) -> None:
     systemd-tmpfiles refuses it."""
     if stat.S_ISREG(st.st_mode) and st.st_nlink > 1 and not protected_hardlinks():
         raise ProviderError(
-            f"{host_path} has {st.st_nlink} hard links and fs.protected_hardlinks is off;"
+            f"{host_path} has {st.st_nlink} {hostreasons.HARD_LINKS};"
             " refusing to change its owner or mode"
         )
 

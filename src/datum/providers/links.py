@@ -26,6 +26,8 @@ from __future__ import annotations
 import os
 from typing import Protocol
 
+from datum.core import hostreasons
+
 
 class Owned(Protocol):
     """What the rule reads of a path: an ``os.stat_result``, or the recorder's ``reads.Owner``."""
@@ -37,7 +39,7 @@ class Owned(Protocol):
     @property
     def st_gid(self) -> int: ...
 
-RULE = "root follows a link only when root owns it and only root can replace it (the link rule)"
+RULE = f"root follows a link only when root owns it and only root can replace it {hostreasons.LINK_RULE}"
 _S_ISVTX, _S_IWGRP, _S_IWOTH = 0o1000, 0o020, 0o002
 
 
