@@ -528,9 +528,9 @@ class EnrollSettings(_Strict):
     """The ``[enroll]`` section: how hosts join the fleet with their own key (``docs/fleet.md``, ``datum.fleet.enroll``).
 
     ``url`` is the server's URL as hosts reach it, for the line ``datum enroll create`` prints. ``approve``
-    is an executable asked about each request made with a pattern's join token (JSON on stdin; exit 0
-    approves, any other exit denies); one that does not answer within ``approve_timeout`` leaves the
-    request pending for ``datum enroll approve``. ``session_ttl`` is how long a session from a host's key
+    is an executable asked about each request made with a pattern's join token, after the request was answered
+    ``pending`` (``datum.fleet.approvals``: JSON on stdin; exit 0 approves, any other exit denies); one that does
+    not answer within ``approve_timeout`` leaves the request pending for ``datum enroll approve``. ``session_ttl`` is how long a session from a host's key
     lasts (at most 24 h); the agent renews it between 50% and 80% of that.
     """
 

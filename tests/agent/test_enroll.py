@@ -47,9 +47,9 @@ class Host:
     def files(self) -> list[str]:
         return ["--state", str(self.state), "--config", str(self.base / "agent.toml")]
 
-    def enroll(self, join: str, replica: int = 0) -> Run:
+    def enroll(self, join: str, *extra: str, replica: int = 0) -> Run:
         return self.fleet.datum("agent", "enroll", "--server", self.fleet.url_of(replica), "--join", join,
-                                "--root", str(self.base / "root"), *self.files(), env=self.env)
+                                "--root", str(self.base / "root"), *self.files(), *extra, env=self.env)
 
     def once(self) -> Run:
         """``datum agent --once`` with no --server and no --token-file: the enrollment's server, the key's sessions."""
@@ -132,8 +132,9 @@ def test_a_name_another_key_holds_is_refused_until_it_is_forgotten(sqlite_fleet:
 HOOK = """#!/bin/sh
 input=$(cat)
 printf '%s\\n' "$input" >> "{seen}"
+echo $$ > "{seen}.pid"
 case "$input" in
-  *'"host": "web-ok"'*) echo "found in the inventory"; exit 0 ;;
+  *'"host": "web-ok"'*) sleep 3; echo "found in the inventory"; exit 0 ;;
   *'"host": "web-slow"'*) sleep 30; exit 0 ;;
   *) echo "not in the inventory" >&2; exit 3 ;;
 esac
@@ -147,28 +148,44 @@ def hooked(tmp_path: Path) -> Iterator[Fleet]:
         hook.write_text(HOOK.format(seen=tmp_path / "seen.jsonl"))
         hook.chmod(0o755)
         with fleet.server_config.open("a") as f:
-            f.write(f'[enroll]\napprove = "{hook}"\napprove_timeout = "1s"\n')
+            f.write(f'[enroll]\napprove = "{hook}"\napprove_timeout = "6s"\n')
         fleet.start()
         yield fleet
 
 
-def test_the_approval_hook_approves_denies_or_leaves_a_request_pending(hooked: Fleet, tmp_path: Path) -> None:
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+
+
+def test_the_approval_hook_is_asked_after_the_answer_and_the_agent_waits_for_its_decision(hooked: Fleet, tmp_path: Path) -> None:
+    from datum.agent.identity import enroll as ask
+    from datum.agent.identity import key_here, key_path
+
     token = join(hooked, "--pattern", "web-*", "--uses", "3")
     ok, no, slow = (host(hooked, name) for name in ("web-ok", "web-no", "web-slow"))
-    approved = ok.enroll(token)
-    assert approved.code == 0 and "approved by the approval hook" in approved.out and "found in the inventory" in approved.out
+    began = time.monotonic()  # the hook takes 3 s to approve web-ok: the request does not wait for it
+    first = ask(hooked.url, "web-ok", token, key_here(key_path(str(ok.state))), {"os": "testos"})
+    assert time.monotonic() - began < 2 and first["state"] == "pending", first
+    assert "waiting for the approval hook ([enroll] approve), else datum enroll approve web-ok" in first["reason"]
+    approved = ok.enroll(token)  # the same key and token: asks again until the hook has answered
+    assert approved.code == 0 and "web-ok is pending: " in approved.err, approved.err
+    assert "approved by the approval hook" in approved.out and "found in the inventory" in approved.out, approved.out
     assert "delivered 1" in ok.once().err
     denied = no.enroll(token)
     assert denied.code == 65 and "denied (exit 3) by the approval hook" in denied.err and "not in the inventory" in denied.err
-    began = time.monotonic()
-    waiting = slow.enroll(token)
-    assert time.monotonic() - began < 15  # the hook was killed at its timeout, not waited for
-    assert waiting.code == 0 and "pending" in waiting.out and "did not answer within 1 s" in waiting.out, waiting.err
+    waiting = slow.enroll(token, "--wait", "9s")  # the hook is killed at its 6 s; the request stays for a person
+    assert waiting.code == 0 and "not decided within --wait 9 s" in waiting.out, waiting.err
+    assert "did not answer within 6 s: waiting for datum enroll approve web-slow" in waiting.out, waiting.out
+    assert not _alive(int((tmp_path / "seen.jsonl.pid").read_text()))
     assert "is pending" in slow.once().err  # no session yet: the cached manifest (none), the report kept
     seen = [json.loads(line) for line in (tmp_path / "seen.jsonl").read_text().splitlines()]
-    assert [s["host"] for s in seen] == ["web-ok", "web-no", "web-slow"]
+    assert [s["host"] for s in seen] == ["web-ok", "web-no", "web-slow"]  # asked once each, however often polled
     assert seen[0]["fingerprint"].startswith("sha256:") and seen[0]["source"] == "127.0.0.1"
-    assert seen[0]["facts"] and len(seen[0]["joinToken"]) == 12
+    assert seen[0]["facts"] == {"os": "testos"} and len(seen[0]["joinToken"]) == 12
     listed = json.loads(admin(hooked, "enroll", "list", "--json").out)["hosts"]
     assert [(h["host"], h["state"]) for h in listed] == [("web-slow", "pending"), ("web-ok", "active"), ("web-no", "denied")]
     assert admin(hooked, "enroll", "approve", "web-slow").code == 0
@@ -264,3 +281,48 @@ def test_over_tls_the_printed_line_pins_the_server_and_the_agent_keeps_trusting_
         assert done.code == 0, done.err
         ran = web1.once()  # no --server, no --pin: as it enrolled
         assert "(server)" in ran.err and "delivered 1" in ran.err, ran.err
+
+
+def test_labels_set_at_enrollment_classify_the_host_as_nodes_yaml_labels_do_and_facts_never(tmp_path: Path) -> None:
+    """``datum enroll create --label role=db``: the hosts enrolled with that token get the db role's manifests,
+    vars, sensitive file and group, as nodes.yaml's own labels give them; a host enrolled without the label,
+    claiming role=db every way it can (facts, the request's header, the lease body), gets none of it."""
+    import httpx
+
+    from datum.agent.identity import Session, key_path, load_key
+
+    from .test_agent_serve import DB, ROLES, _fleet_hosts
+
+    with _fleet(tmp_path, f"sqlite:///{tmp_path / 'datum.db'}") as fleet:
+        (fleet.manifests / "nodes.yaml").write_text(ROLES.replace("  db1: {role: db}\n", "  nobody: {role: db}\n"))
+        (fleet.manifests / "db.yaml").write_text(DB)
+        fleet.start()
+        made = admin(fleet, "enroll", "create", "--pattern", "node-*", "--uses", "2", "--label", "role=db", "--server", fleet.url)
+        assert made.code == 0 and "labelled role=db" in made.err, made.err
+        node1 = host(fleet, "node-1")
+        pending = node1.enroll(made.out.split()[6], "--wait", "0")
+        assert pending.code == 0 and "pending" in pending.out, pending.err
+        assert admin(fleet, "enroll", "approve", "node-1").code == 0
+        ran = node1.once()
+        assert ran.code in (0, 2) and "delivered" in ran.err, ran.err
+        assert (node1.base / "root" / "etc" / "db.key").read_text() == "the db key\n"
+        assert (node1.base / "root" / "srv" / "db.txt").read_text().startswith("db-only-greeting")
+        listed = json.loads(admin(fleet, "enroll", "list", "--json").out)
+        assert listed["hosts"][0]["labels"] == {"role": "db"} and listed["joinTokens"][0]["labels"] == {"role": "db"}
+
+        node2 = host(fleet, "node-2")  # its own token, no label: it claims the role instead
+        assert node2.enroll(join(fleet, "--host", "node-2")).code == 0
+        token = Session(fleet.url, "node-2", load_key(key_path(str(node2.state)))).bearer()
+        claims = json.dumps({"role": "db", "labels": {"role": "db"}, "group": "db"})
+        bearer = {"Authorization": f"Bearer {token}"}
+        served = httpx.get(fleet.url + "/v1/hosts/node-2/manifest", headers=bearer | {"X-Datum-Facts": claims}, timeout=10)
+        assert served.status_code == 404 and "db-only-greeting" not in served.text, served.text
+        lease = httpx.post(fleet.url + "/v1/hosts/node-2/reboot-lease", json={"bootId": "b1", "facts": json.loads(claims)},
+                           headers=bearer, timeout=10)
+        assert lease.status_code == 200 and lease.json()["group"] == "default", lease.text
+        httpx.delete(fleet.url + "/v1/hosts/node-2/reboot-lease", headers=bearer, timeout=10)
+        token1 = Session(fleet.url, "node-1", load_key(key_path(str(node1.state)))).bearer()
+        lease1 = httpx.post(fleet.url + "/v1/hosts/node-1/reboot-lease", json={"bootId": "b1"},
+                            headers={"Authorization": f"Bearer {token1}"}, timeout=10)
+        assert lease1.status_code == 200 and lease1.json()["group"] == "db", lease1.text
+        assert _fleet_hosts(fleet)["db"] == 1  # the group its intake recorded: its label's

@@ -123,8 +123,8 @@ def test_the_revision_named_is_the_one_of_the_files_the_manifest_was_composed_fr
     fleet: Path = story.fleet  # type: ignore[attr-defined]
     real, calls = serving.current, []
 
-    async def edited_right_after(resolved, host, facts):  # type: ignore[no-untyped-def]
-        found = await real(resolved, host, facts)
+    async def edited_right_after(resolved, host, facts, labels):  # type: ignore[no-untyped-def]
+        found = await real(resolved, host, facts, labels)
         calls.append(found.digest)
         if len(calls) == 1:
             (fleet / "web.yaml").write_text("resources:\n  - File[/etc/motd]:\n      content: edited\n")

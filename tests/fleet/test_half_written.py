@@ -65,9 +65,9 @@ def test_a_file_that_moves_while_it_is_read_is_read_again_and_the_older_read_not
     real = eff._effective
     reads: list[str] = []
 
-    def read_during_a_write(directory, host, facts, state):  # type: ignore[no-untyped-def]
+    def read_during_a_write(directory, host, facts, state, labels):  # type: ignore[no-untyped-def]
         reads.append(state)
-        found = real(directory, host, facts, state)
+        found = real(directory, host, facts, state, labels)
         if len(reads) == 1:  # the edit lands while the first composition is being made
             (fleet / "web.yaml").write_text(HALF)
         return found
@@ -142,9 +142,9 @@ def test_a_dangling_link_in_the_directory_is_a_file_like_any_other(tmp_path: Pat
     composed: list[str] = []
     real = eff._effective
 
-    def counted(directory, host, facts, state):  # type: ignore[no-untyped-def]
+    def counted(directory, host, facts, state, labels):  # type: ignore[no-untyped-def]
         composed.append(state)
-        return real(directory, host, facts, state)
+        return real(directory, host, facts, state, labels)
 
     monkeypatch.setattr(eff, "_effective", counted)
     assert eff.signature(fleet) == eff.signature(fleet)
@@ -174,12 +174,12 @@ def test_a_read_that_fails_while_the_files_move_is_made_again(tmp_path: Path, mo
     real = eff._effective
     reads: list[str] = []
 
-    def cut_mid_line(directory, host, facts, state):  # type: ignore[no-untyped-def]
+    def cut_mid_line(directory, host, facts, state, labels):  # type: ignore[no-untyped-def]
         reads.append(state)
         if len(reads) == 1:
             (fleet / "web.yaml").write_text(WHOLE)  # the write that ends the cut file
             raise Problem.one("INVALID_INPUT", "web.yaml: mapping values are not allowed here")
-        return real(directory, host, facts, state)
+        return real(directory, host, facts, state, labels)
 
     monkeypatch.setattr(eff, "_effective", cut_mid_line)
     assert _files_in(eff.effective(fleet, "web1", {})) == ["File[/etc/motd]", "File[/etc/issue]"]

@@ -184,6 +184,25 @@ def enroll(server: str, host: str, join: str, key: Any, facts: dict[str, Any], d
     return _call("POST", f"{server.rstrip('/')}/v1/enroll", body, deadline, token=join, trust=trust)
 
 
+def decided(ask: Callable[[], dict[str, Any]], host: str, wait: float, say: Callable[[str], None],
+            clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> dict[str, Any]:
+    """The answer of ``ask()`` (an enrollment request) once it is not ``pending``, asked again (each time a fresh
+    nonce: a proof is good once) every 1 s growing to 10 s for up to ``wait`` seconds; the last answer after that.
+    ``say`` is told what the request waits for, once and whenever that changes."""
+    answer = ask()
+    ends = clock() + wait
+    every, told = 1.0, None
+    while answer.get("state") == "pending" and clock() < ends:
+        why = str(answer.get("reason") or "waiting for approval")
+        if why != told:
+            say(f"{host} is pending: {why}; asking again for up to {max(0.0, ends - clock()):.0f} s (--wait)")
+            told = why
+        sleep(min(every, max(0.0, ends - clock())))
+        every = min(every * 1.5, 10.0)
+        answer = ask()
+    return answer
+
+
 class Session:
     """The host's session with its server, renewed from its key (``bearer``)."""
 

@@ -47,6 +47,8 @@ from datum.api.front.tokens import RECHECK
 from datum.api.watch import Every, RunWatch
 from datum.config import Settings
 from datum.core.findings import ErrorCode, Problem
+from datum.fleet.approvals import PERIOD as APPROVALS_EVERY
+from datum.fleet.approvals import Asker
 from datum.fleet.changes import FleetChanges
 from datum.fleet.rollouts import machine, serve
 from datum.fleet.serving import served
@@ -151,6 +153,12 @@ def serving_app(settings: Settings, wire: Callable[[], tuple[Registry, Store]]) 
         spent = Every(lambda: nonces_purged(control), RETAIN_EVERY, "nonce-purge")
         # Its rows are written unchained by the acts themselves (no lock) and chained here a second later.
         audit_seal = Every(lambda: audit_sealed(control), SEAL_EVERY, "audit-seal")
+        # Pending enrollments are taken to the approval hook here, never inside their request (datum.fleet.approvals).
+        asker = approvals = None
+        if settings.enroll.approve is not None:
+            asker = Asker(control, settings.enroll.approve, settings.enroll.approve_timeout, state.clock)
+            approvals = Every(asker.poll, APPROVALS_EVERY, "enroll-approvals")
+            state.ask_approval = approvals.wake
         watch.start()
         recheck.start()
         regroup.start()
@@ -158,6 +166,8 @@ def serving_app(settings: Settings, wire: Callable[[], tuple[Registry, Store]]) 
         audit_retention.start()
         spent.start()
         audit_seal.start()
+        if approvals is not None:
+            approvals.start()
         fleet = state.fleet
         if settings.fleet.manifests is not None:
             # each state of the directory is named and recorded as soon as it is seen (datum.fleet.serving)
@@ -197,6 +207,10 @@ def serving_app(settings: Settings, wire: Callable[[], tuple[Registry, Store]]) 
             spent.stop()
             audit_seal.stop()
             audit_sealed(control)  # what this server's last requests wrote, chained before it goes
+            if approvals is not None and asker is not None:
+                state.ask_approval = None
+                approvals.stop()
+                asker.close()
             if checks is not None:
                 checks.stop()
             if fleet.changes is not None:

@@ -22,8 +22,8 @@ def _duration(_ctx: Any, param: Any, value: str) -> Any:
 
     from datum.config import parse_duration
 
-    if param.name == "splay" and value.strip() in ("0", "0s"):
-        return timedelta(0)  # no splay: every host on the interval exactly
+    if param.name in ("splay", "wait") and value.strip() in ("0", "0s"):
+        return timedelta(0)  # no splay: every host on the interval exactly; no wait: the first answer
     try:
         return parse_duration(value)
     except ValueError as exc:
@@ -172,16 +172,21 @@ def _session(server: str | None, state: str | None, config: str | None, ca_file:
 @click.option("--config", type=click.Path(dir_okay=False), default=None, help="TOML configuration ([host] name).")
 @option(CA_FILE)
 @option(PIN)
+@click.option("--wait", default="2m", show_default=True, callback=_duration,
+              help="How long to wait for a pending request's decision (the approval hook, datum enroll approve), "
+              "asking again now and then; 0: answer with the first state.")
 def enroll(server: str, join: str, root: str, state: str | None, config: str | None, ca_file: str | None,
-           pin: str | None) -> int:
+           pin: str | None, wait: Any) -> int:
     """Make this host's key (once; it never leaves the host) and enroll with it through a join token.
 
-    Afterwards datum agent needs neither --server nor --token-file: it has sessions from the key, and trusts
-    the server as --ca-file and --pin say here (kept with the enrollment).
+    A request the join token does not approve by itself (one made for a --pattern) is pending until the approval
+    hook or a person decides: this waits up to --wait for that, saying what it waits for. Afterwards datum agent
+    needs neither --server nor --token-file: it has sessions from the key, and trusts the server as --ca-file and
+    --pin say here (kept with the enrollment).
     """
     if not server.startswith(("http://", "https://")):
         raise click.UsageError(f"--server {server!r} is not an http:// or https:// URL")
-    from datum.agent.identity import Enrolled, Refused, key_here, key_path, public_of
+    from datum.agent.identity import Enrolled, Refused, decided, key_here, key_path, public_of
     from datum.agent.identity import enroll as ask
     from datum.agent.loop import facts
     from datum.bounded import Unusable
@@ -199,7 +204,9 @@ def enroll(server: str, join: str, root: str, state: str | None, config: str | N
     trust = trusted(ca_file, pin)
     try:
         key = key_here(key_path(path))
-        answer = ask(server, host, join, key, facts(root, host_config), trust=trust)
+        claimed = facts(root, host_config)
+        answer = decided(lambda: ask(server, host, join, key, claimed, trust=trust), host, wait.total_seconds(),
+                         lambda said: click.echo(said, err=True))
     except Refused as exc:
         raise Problem.one(ErrorCode.INVALID_INPUT, f"enrolling {host} was refused: {exc}") from exc
     except Unusable as exc:
@@ -213,6 +220,7 @@ def enroll(server: str, join: str, root: str, state: str | None, config: str | N
         click.echo(f"enrolled {host} with key {print_fp} ({why}); start the agent: datum agent "
                    "(systemctl enable --now datum-agent)")
     else:
-        click.echo(f"{host} asked to enroll with key {print_fp}: {state_now} ({why}); the agent may start now "
-                   "(datum agent): it has sessions once the request is approved")
+        click.echo(f"{host} asked to enroll with key {print_fp}: {state_now} ({why}); not decided within --wait "
+                   f"{wait.total_seconds():g} s: the agent may start now (datum agent), it has sessions once the "
+                   "request is approved")
     return 0

@@ -61,6 +61,19 @@ def _pin(settings: Any, url: str) -> str | None:
     return None if served is None else str(served.pin)
 
 
+def _labels(_ctx: Any, _param: Any, given: tuple[str, ...]) -> dict[str, str]:
+    """``--label KEY=VALUE`` (again for more) as a mapping; a repeated key is refused."""
+    labels: dict[str, str] = {}
+    for item in given:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{item!r} is not KEY=VALUE")
+        if key in labels:
+            raise click.BadParameter(f"label {key!r} is given twice")
+        labels[key] = value
+    return labels
+
+
 @click.group()
 def enroll() -> None:
     """Join tokens for hosts to enroll with their own key, and the requests waiting for a decision."""
@@ -75,12 +88,15 @@ def enroll() -> None:
 @click.option("--group", default=None, help="The group the hosts enrolled with it are recorded in.")
 @click.option("--replace", is_flag=True, help="A host enrolling with it takes over its name from another key "
               "(a rebuilt host).")
+@click.option("--label", "labels", multiple=True, callback=_labels, metavar="KEY=VALUE",
+              help="A label given to each host enrolled with it (again for more): nodes.yaml matches on it as on its "
+              "own labels:, which win; never the host's to say.")
 @click.option("--server", default=None, help="The server's URL as hosts reach it (default: [enroll] url, else "
               "where this server listens).")
 @config_option
 @json_option
 def create(host: str | None, pattern: str | None, uses: int, ttl: Any, group: str | None, replace: bool,
-           server: str | None, config: str | None, as_json: bool) -> None:
+           labels: dict[str, str], server: str | None, config: str | None, as_json: bool) -> None:
     """Make a join token, shown once: the last line is the command to run on the host."""
     from datum.fleet.enroll import create_join
 
@@ -88,12 +104,14 @@ def create(host: str | None, pattern: str | None, uses: int, ttl: Any, group: st
         url = _server_url(settings, server)
         pin = _pin(settings, url)  # before the token: one made and never shown would be no use
         token, made = create_join(store, datetime.now(UTC), host=host, pattern=pattern, uses=uses, ttl=ttl,
-                                  group=group, replace=replace)
+                                  group=group, replace=replace, labels=labels)
     line = f"datum agent enroll --server {url} --join {token}" + (f" --pin {pin}" if pin else "")
     if as_json:
         click.echo(json.dumps({**made.as_json(), "token": token, "command": line}, indent=2))
         return
     names = f"host {host}" if host else f"hosts named {pattern!r}, {uses} at most"
+    if labels:
+        names += " labelled " + ", ".join(f"{k}={v}" for k, v in sorted(labels.items()))
     approval = "" if host else " (each request waits for the approval hook or datum enroll approve)"
     click.echo(f"join token {made.id} for {names}{approval}, until {made.expires_at.isoformat(timespec='seconds')} "
                "(stored as a SHA-256 hash; it is not shown again). On the host, run:", err=True)

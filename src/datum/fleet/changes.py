@@ -32,7 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 
 import anyio.to_thread
@@ -204,23 +204,25 @@ class FleetChanges:
             self._task = None
 
 
-async def current(resolved: Path, host: str, facts: dict[str, object]) -> Effective:
-    """The host's effective manifest: remembered (on the loop, a ``stat`` per file) or composed in a worker
-    thread. A Problem when there is none (404) or it does not validate (422)."""
-    found = remembered(resolved, host, facts)
+async def current(resolved: Path, host: str, facts: dict[str, object], labels: Mapping[str, str] | None = None) -> Effective:
+    """The host's effective manifest (``labels``: those it was given at enrollment): remembered (on the loop, a
+    ``stat`` per file) or composed in a worker thread. A Problem when there is none (404) or it does not validate
+    (422)."""
+    found = remembered(resolved, host, facts, labels)
     if found is None:
-        found = await anyio.to_thread.run_sync(composing.effective, resolved, host, facts)
+        found = await anyio.to_thread.run_sync(composing.effective, resolved, host, facts, labels)
     return found
 
 
 async def held(
-    changes: FleetChanges, directory: Path, host: str, facts: dict[str, object], unchanged: Unchanged, wait: float
+    changes: FleetChanges, directory: Path, host: str, facts: dict[str, object], unchanged: Unchanged, wait: float,
+    labels: Mapping[str, str] | None = None,
 ) -> Effective:
     """The host's manifest as soon as it is no longer ``unchanged`` (what its agent has), else as it is
     when ``wait`` seconds have passed (or the server closes). Each change of the directory asks again, from
     the directory resolved anew (``directory_of``: a link switched to another release); a Problem (the
     directory now composes to nothing valid for the host) is raised at once."""
-    return await held_by(changes, lambda: current(directory_of(directory), host, facts), unchanged, wait)
+    return await held_by(changes, lambda: current(directory_of(directory), host, facts, labels), unchanged, wait)
 
 
 async def held_by(

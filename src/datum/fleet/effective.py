@@ -20,7 +20,7 @@ import hashlib
 import json
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -240,9 +240,10 @@ def last_signature(resolved: Path) -> str | None:
     return None if seen is None else seen[2]
 
 
-def _key(directory: Path, host: str, facts: dict[str, Any]) -> tuple[str, str, str, str]:
-    """What an effective manifest is remembered by: ``directory`` (resolved) and its files' state, the host, its facts."""
-    told = json.dumps(facts, sort_keys=True, default=str) if facts else "{}"
+def _key(directory: Path, host: str, facts: dict[str, Any], labels: Mapping[str, str]) -> tuple[str, str, str, str]:
+    """What an effective manifest is remembered by: ``directory`` (resolved) and its files' state, the host, its facts
+    and the labels it was given at enrollment."""
+    told = json.dumps([facts, labels], sort_keys=True, default=str) if facts or labels else "{}"
     return (str(directory), host, told, signature(directory))
 
 
@@ -319,19 +320,21 @@ def held_still(resolved: Path, read: Callable[[str], T]) -> tuple[str, T]:
         time.sleep(wait)
 
 
-def effective(directory: Path, host: str, facts: dict[str, Any]) -> Effective:
-    """``host``'s effective manifest; NOT_FOUND when no rule matches it, INVALID_INPUT with every finding.
+def effective(directory: Path, host: str, facts: dict[str, Any], labels: Mapping[str, str] | None = None) -> Effective:
+    """``host``'s effective manifest (``labels``: those it was given at enrollment); NOT_FOUND when no rule matches
+    it, INVALID_INPUT with every finding.
 
-    Remembered per (directory, host, facts) until a file of the directory changes (size or mtime); composed
-    through ``held_still``.
+    Remembered per (directory, host, facts, labels) until a file of the directory changes (size or mtime);
+    composed through ``held_still``.
     """
     directory = directory.resolve()
-    key = _key(directory, host, facts)
+    labels = labels or {}
+    key = _key(directory, host, facts, labels)
     hit = _CACHE.get(key)
     if hit is not None:
         return hit
     state, found = held_still(
-        directory, lambda state: _CACHE.get((*key[:3], state)) or _effective(directory, host, facts, state)
+        directory, lambda state: _CACHE.get((*key[:3], state)) or _effective(directory, host, facts, state, labels)
     )
     if len(_CACHE) >= _CACHE_MAX:
         _CACHE.clear()
@@ -339,11 +342,11 @@ def effective(directory: Path, host: str, facts: dict[str, Any]) -> Effective:
     return found
 
 
-def remembered(resolved: Path, host: str, facts: dict[str, Any]) -> Effective | None:
+def remembered(resolved: Path, host: str, facts: dict[str, Any], labels: Mapping[str, str] | None = None) -> Effective | None:
     """``effective`` when it is remembered for the directory's files as they are now, else None; never
     composes. ``resolved`` is the fleet directory already resolved. Costs a ``stat`` per file of the
     directory (a handful), no read: the manifest fast path calls it on the event loop."""
-    return _CACHE.get(_key(resolved, host, facts))
+    return _CACHE.get(_key(resolved, host, facts, labels or {}))
 
 
 def forget_all_but(resolved: Path, now: str) -> None:
@@ -386,10 +389,10 @@ def rules_now(directory: Path, state: str | None = None) -> Rules:
     return rules
 
 
-def _effective(directory: Path, host: str, facts: dict[str, Any], state: str) -> Effective:
+def _effective(directory: Path, host: str, facts: dict[str, Any], state: str, labels: Mapping[str, str]) -> Effective:
     where = str(directory)
     rules = rules_now(directory, state)
-    manifests, variables, _matched = classify(rules, host, facts)
+    manifests, variables, _matched = classify(rules, host, facts, labels)
     if not manifests:
         raise Problem.one(ErrorCode.NOT_FOUND, f"no rule of {NODES} matches host {host!r}")
     told = json.dumps(variables, sort_keys=True, default=str)

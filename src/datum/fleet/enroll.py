@@ -9,7 +9,8 @@
   facts and its signature over a nonce of the server's (``nonce``), its clock and
   the join token's id. The server keeps the host's identity: name, key, state
   (``pending``, ``active``, ``denied``, ``revoked``), when, through which join
-  token, from where. A name that already has another key is refused (409), never
+  token, from where. A pending request is answered at once; the approval hook
+  is asked about it off the request (``datum.fleet.approvals``). A name that already has another key is refused (409), never
   taken over: ``forget`` the name, or enroll with a join token made with
   ``--replace`` (a rebuilt host).
 - ``session`` takes an active host's signature over a fresh nonce, its name and
@@ -36,21 +37,16 @@ import hashlib
 import hmac
 import json
 import logging
-import os
 import re
 import secrets
-import signal
-import subprocess
 import weakref
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
 
 from datum.core.findings import ErrorCode, FieldError, Finding, Problem, invalid
-from datum.core.redact import redacted
 from datum.identity import b64, fingerprint, signed, skew_problem, unb64, verified
 from datum.store import Store, nonces
 from datum.store.schema import host_identities, join_tokens, server_secrets, tokens
@@ -69,6 +65,9 @@ NONCE_EARLY = 5  # seconds a nonce may seem to come from the future (another ser
 NONCE_KEPT = 300  # seconds a spent nonce is kept past its life: room for the replicas' clocks
 FACTS_MAX = 16 * 1024  # characters of claimed facts kept with an identity
 _PATTERN = re.compile(r"^[A-Za-z0-9_.*?\[\]!-]{1,253}$")
+LABEL_KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_./-]{0,62}$")
+LABEL_VALUE = re.compile(r"^[A-Za-z0-9_.:/@-]{0,253}$")
+LABELS_MAX = 32
 
 
 @dataclass(frozen=True)
@@ -84,6 +83,7 @@ class JoinToken:
     replace: bool
     created_at: datetime
     expires_at: datetime
+    labels: dict[str, str] = field(default_factory=dict)
 
     def as_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"id": self.id, "uses": self.uses, "used": self.used, "replace": self.replace,
@@ -91,12 +91,36 @@ class JoinToken:
         for key, value in (("host", self.host), ("pattern", self.pattern), ("group", self.group)):
             if value is not None:
                 out[key] = value
+        if self.labels:
+            out["labels"] = self.labels
         return out
+
+
+def labels_in(text: str | None) -> dict[str, str]:
+    """The labels kept as ``text`` (a JSON object of strings; None or anything else: none)."""
+    try:
+        found = json.loads(text) if text else {}
+    except ValueError:
+        return {}
+    return {str(k): str(v) for k, v in found.items()} if isinstance(found, dict) else {}
 
 
 def _join(row: Any) -> JoinToken:
     return JoinToken(row.sha256[:ID_LENGTH], row.host, row.pattern, row.group_name, row.uses, row.used,
-                     bool(row.replace), row.created_at, row.expires_at)
+                     bool(row.replace), row.created_at, row.expires_at, labels_in(row.labels))
+
+
+def _labels_problems(labels: dict[str, str]) -> list[FieldError]:
+    """What is wrong with ``labels`` given at enrollment (each label named)."""
+    found = []
+    if len(labels) > LABELS_MAX:
+        found.append(FieldError("label", f"at most {LABELS_MAX} labels"))
+    for key, value in labels.items():
+        if not LABEL_KEY.match(key):
+            found.append(FieldError(f"label.{key}", "a label's name: 1-63 of letters, digits and '_./-', from a letter or digit"))
+        elif not LABEL_VALUE.match(value):
+            found.append(FieldError(f"label.{key}", "a label's value: up to 253 of letters, digits and '_.:/@-'"))
+    return found
 
 
 def create_join(
@@ -109,9 +133,12 @@ def create_join(
     ttl: timedelta = JOIN_TTL,
     group: str | None = None,
     replace: bool = False,
+    labels: dict[str, str] | None = None,
 ) -> tuple[str, JoinToken]:
-    """A new join token (shown once) and what it is; the ones that ended are purged meanwhile."""
-    found: list[FieldError] = []
+    """A new join token (shown once) and what it is; the ones that ended are purged meanwhile. ``labels`` are given
+    to every host enrolled with it (the server's word, as nodes.yaml's ``labels:``; never the host's)."""
+    labels = dict(labels or {})
+    found: list[FieldError] = _labels_problems(labels)
     if (host is None) == (pattern is None):
         raise Problem.one(ErrorCode.USAGE, "a join token is for one --host NAME or for a --pattern GLOB of names")
     if host is not None:
@@ -130,11 +157,12 @@ def create_join(
         raise invalid(found, "the join token cannot be made")
     token = mint(JOIN_KIND)
     row: dict[str, Any] = {"sha256": digest(token), "host": host, "pattern": pattern, "group_name": group, "uses": uses,
-           "used": 0, "replace": replace, "created_at": now, "expires_at": now + ttl}
+           "used": 0, "replace": replace, "created_at": now, "expires_at": now + ttl,
+           "labels": json.dumps(labels, sort_keys=True) if labels else None}
     with store.begin() as conn:
         conn.execute(sa.delete(join_tokens).where(join_tokens.c.expires_at <= now))
         conn.execute(sa.insert(join_tokens).values(**row))
-    return token, JoinToken(digest(token)[:ID_LENGTH], host, pattern, group, uses, 0, replace, now, now + ttl)
+    return token, JoinToken(digest(token)[:ID_LENGTH], host, pattern, group, uses, 0, replace, now, now + ttl, labels)
 
 
 def join_tokens_open(store: Store, now: datetime) -> list[JoinToken]:
@@ -255,6 +283,7 @@ class Identity:
     source: str | None
     created_at: datetime
     changed_at: datetime
+    labels: dict[str, str] = field(default_factory=dict)
 
     def as_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"host": self.host, "fingerprint": self.fingerprint, "state": self.state,
@@ -263,20 +292,22 @@ class Identity:
                            ("source", self.source)):
             if value is not None:
                 out[key] = value
+        if self.labels:
+            out["labels"] = self.labels
         return out
 
 
 def _identity(row: Any) -> Identity:
     return Identity(row.host, row.fingerprint, row.state, row.reason, row.join_token, row.group_name, row.source,
-                    row.created_at, row.changed_at)
+                    row.created_at, row.changed_at, labels_in(row.labels))
 
 
-def enroll(store: Store, proof: Proof, join: str, source: str | None, now: datetime,
-           hook: Path | None = None, hook_timeout: float = 10.0) -> Identity:
+def enroll(store: Store, proof: Proof, join: str, source: str | None, now: datetime, hooked: bool = False) -> Identity:
     """Take a host's request to enroll with the join token ``join``; its identity as it stands after it.
 
-    A request made again with the same key and join token (an answer lost on the way) is answered as the
-    first was, using nothing more of the token.
+    A request left pending is due for the approval hook when ``hooked`` (``datum.fleet.approvals`` asks it, off
+    this request). A request made again with the same key and join token (an answer lost on the way, an agent
+    waiting for the decision) is answered with the identity as it stands, using nothing more of the token.
     """
     signature = _checked(store, proof, now)
     public = _public(proof)
@@ -293,7 +324,7 @@ def enroll(store: Store, proof: Proof, join: str, source: str | None, now: datet
         if row is not None and held is not None and held.public_key == key_text and held.join_token == token_id:
             return _identity(held)  # asked again: as it stands
         joined = _usable(row, proof.host, now)
-        state, reason = _decided(held, proof.host, key_text, joined)
+        state, reason = _decided(held, proof.host, key_text, joined, hooked)
         if held is not None and held.public_key != key_text:  # a rebuilt host, with a token made with --replace
             _end_sessions(conn, proof.host)
         used = conn.execute(
@@ -305,14 +336,14 @@ def enroll(store: Store, proof: Proof, join: str, source: str | None, now: datet
             raise Problem.one(ErrorCode.UNAUTHENTICATED, f"the join token {token_id} has been used ({joined.uses} of {joined.uses} uses)")
         values = {"public_key": key_text, "fingerprint": fingerprint(public), "state": state, "reason": reason,
                   "join_token": token_id, "group_name": joined.group, "source": (source or "")[:100] or None,
-                  "facts": facts if len(facts) <= FACTS_MAX else None, "changed_at": now}
+                  "facts": facts if len(facts) <= FACTS_MAX else None, "changed_at": now,
+                  "hook_due": now if state == PENDING and hooked else None,
+                  "labels": json.dumps(joined.labels, sort_keys=True) if joined.labels else None}
         if held is None:
             conn.execute(sa.insert(host_identities).values(host=proof.host, created_at=now, **values))
         else:
             conn.execute(sa.update(host_identities).where(host_identities.c.host == proof.host).values(**values))
     log.info("host %s enrolled with key %s through join token %s: %s", proof.host, values["fingerprint"], token_id, state)
-    if state == PENDING and hook is not None:
-        _ask_hook(store, hook, hook_timeout, proof, values, now)
     return identity(store, proof.host)
 
 
@@ -335,7 +366,7 @@ def _usable(row: Any, host: str, now: datetime) -> JoinToken:
     return joined
 
 
-def _decided(held: Any, host: str, key: str, joined: JoinToken) -> tuple[str, str]:
+def _decided(held: Any, host: str, key: str, joined: JoinToken, hooked: bool) -> tuple[str, str]:
     """The identity's state and why, for a request through ``joined`` with ``key``; ``held`` the identity the
     name has (None: none yet). A name another key holds is refused unless the token says ``replace``."""
     if held is not None and held.public_key != key and not joined.replace:
@@ -351,42 +382,8 @@ def _decided(held: Any, host: str, key: str, joined: JoinToken) -> tuple[str, st
         return ACTIVE, f"approved by the join token {joined.id} made for it"
     if held is not None and held.public_key == key and held.state in (ACTIVE, DENIED):
         return held.state, held.reason or held.state  # a pattern's token decides nothing about a name decided
-    return PENDING, f"through the join token {joined.id} for {joined.pattern!r}: waiting for datum enroll approve {host}"
-
-
-def _ask_hook(store: Store, hook: Path, timeout: float, proof: Proof, values: dict[str, Any], now: datetime) -> None:
-    """Ask ``[enroll] approve`` about a pending request: exit 0 approves, any other exit denies; one that does not
-    answer within ``timeout`` seconds (or cannot run) leaves it pending, for a person (datum enroll approve)."""
-    asked = json.dumps({"host": proof.host, "fingerprint": values["fingerprint"], "source": values["source"],
-                        "facts": proof.facts, "joinToken": values["join_token"], "group": values["group_name"]},
-                       default=str)
-    state, why = PENDING, ""
-    try:  # a session of its own: at the timeout the hook and whatever it started are killed, pipes and all
-        proc = subprocess.Popen([str(hook)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True, start_new_session=True)
-    except OSError as exc:
-        why = f"the approval hook {hook} could not run ({exc.strerror}): waiting for datum enroll approve {proof.host}"
-    else:
-        try:
-            out, err = proc.communicate(asked, timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
-            why = (f"the approval hook {hook} did not answer within {timeout:g} s: waiting for datum enroll approve "
-                   f"{proof.host}")
-        else:
-            said = (out.strip() or err.strip()).splitlines()
-            state = ACTIVE if proc.returncode == 0 else DENIED
-            verb = "approved" if state == ACTIVE else f"denied (exit {proc.returncode})"
-            why = f"{verb} by the approval hook {hook}" + (f": {redacted(said[0][:200])}" if said else "")
-    log.info("host %s: %s", proof.host, why)
-    with store.begin() as conn:
-        conn.execute(
-            sa.update(host_identities)
-            .where(host_identities.c.host == proof.host, host_identities.c.public_key == values["public_key"],
-                   host_identities.c.state == PENDING)
-            .values(state=state, reason=why, changed_at=now)
-        )
+    asker = "the approval hook ([enroll] approve), else " if hooked else ""
+    return PENDING, f"through the join token {joined.id} for {joined.pattern!r}: waiting for {asker}datum enroll approve {host}"
 
 
 def identity(store: Store, host: str) -> Identity:
@@ -504,3 +501,12 @@ def session(store: Store, proof: Proof, now: datetime, ttl: timedelta) -> Sessio
 def identity_or_none(store: Store, host: str) -> Any:
     with store.connect() as conn:
         return conn.execute(sa.select(host_identities).where(host_identities.c.host == host)).first()
+
+
+def enrolled_labels(store: Store, host: str) -> dict[str, str]:
+    """The labels ``host`` was given at enrollment, while it is active (none for a name that is pending, denied,
+    revoked or never enrolled): ``datum.fleet.labels`` remembers them for the server."""
+    with store.connect() as conn:
+        text = conn.execute(sa.select(host_identities.c.labels).where(
+            host_identities.c.host == host, host_identities.c.state == ACTIVE)).scalar_one_or_none()
+    return labels_in(text)

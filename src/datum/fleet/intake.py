@@ -193,7 +193,7 @@ def take(server: FleetServer, host: str, report: PassReport) -> Received:
         store, host, doc, history=True, text=text,
         # back from a reboot: its lease frees the group's slot, in the same transaction (statement, on PostgreSQL)
         release_lease=True,
-        group=intake_group(server.settings.fleet.manifests, host),
+        group=intake_group(server.settings.fleet.manifests, host, server.labels.of(host)),
     )
     server.intake.took(taken.outcome, time.perf_counter() - started)
     if taken.outcome == "stored":

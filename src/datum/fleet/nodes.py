@@ -19,7 +19,7 @@ reboot_order:                                   # optional: per group, the order
 ```
 
 **Facts are claims.** A host's name is the server's (the name its token is bound to) and so are its labels
-(``labels:``, by name); its facts are what its agent says of itself, so a rule that matches on facts adds
+(``labels:``, by name, and those given at enrollment: ``datum enroll create --label``, ``datum.fleet.labels``); its facts are what its agent says of itself, so a rule that matches on facts adds
 manifests only, and none whose resources are marked ``sensitive``: ``vars``, ``group`` (reboot budget,
 rollout waves) and ``expected`` come from name and labels alone. ``nodes.yaml`` refuses a facts rule that
 gives more, naming the rule and its line (Puppet's ``trusted`` facts, Kubernetes' node-restriction labels).
@@ -40,7 +40,7 @@ with its line.
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -100,10 +100,11 @@ class Rules:
     def __len__(self) -> int:
         return len(self.rules)
 
-    def labels_of(self, host: str) -> dict[str, str]:
-        """The labels the server gives ``host``: every pattern of ``labels:`` its name fits, a later one's
-        value winning."""
-        given: dict[str, str] = {}
+    def labels_of(self, host: str, enrolled: Mapping[str, str] | None = None) -> dict[str, str]:
+        """The labels the server gives ``host``: those it was given at enrollment (``enrolled``: ``datum enroll
+        create --label``), then every pattern of ``labels:`` its name fits, a later one's value winning (the
+        fleet directory, reviewed where it is kept, has the last word)."""
+        given: dict[str, str] = dict(enrolled or {})
         for pattern, labels in self.labels:
             if fnmatch.fnmatchcase(host, pattern):
                 given.update(labels)
@@ -305,12 +306,13 @@ def expected_hosts(rules: Rules) -> dict[str, int]:
 
 
 
-def classify(rules: Rules, host: str, facts: dict[str, Any]) -> tuple[list[str], dict[str, Any], list[int]]:
+def classify(rules: Rules, host: str, facts: dict[str, Any],
+             enrolled: Mapping[str, str] | None = None) -> tuple[list[str], dict[str, Any], list[int]]:
     """The manifests (each once, in order), the merged ``vars`` and the indexes of the rules that matched.
 
     ``vars`` come from the rules on the host's name and labels only (a rule on facts gives none: the loader
-    refuses one that would)."""
-    labels = rules.labels_of(host)
+    refuses one that would); ``enrolled`` are the labels the host was given at enrollment."""
+    labels = rules.labels_of(host, enrolled)
     manifests: list[str] = []
     variables: dict[str, Any] = {}
     matched: list[int] = []
@@ -323,11 +325,11 @@ def classify(rules: Rules, host: str, facts: dict[str, Any]) -> tuple[list[str],
     return manifests, variables, matched
 
 
-def group_of(rules: Rules, host: str) -> str | None:
-    """``host``'s group: the ``group`` of the last rule that fits its name and labels and gives one; None when
-    none does. Never from its facts (what it claims): the reboot budget, the rollout waves and what the
-    intake records read it."""
-    labels = rules.labels_of(host)
+def group_of(rules: Rules, host: str, enrolled: Mapping[str, str] | None = None) -> str | None:
+    """``host``'s group: the ``group`` of the last rule that fits its name and labels (``enrolled``: those given
+    at enrollment, with nodes.yaml's) and gives one; None when none does. Never from its facts (what it claims):
+    the reboot budget, the rollout waves and what the intake records read it."""
+    labels = rules.labels_of(host, enrolled)
     found = None
     for rule in rules:
         if rule.group is not None and not rule.on_facts and rule.matches(host, labels, {}):

@@ -16,6 +16,7 @@ that no lock is held while Prometheus answers.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
 
@@ -26,29 +27,29 @@ from datum.store.engine import Store
 from datum.store.leases import REQUEST_TTL, Grant, Leases, take
 
 
-def placed(directory: Path | None, host: str) -> tuple[str, Order | None]:
-    """``host``'s group and that group's ``reboot_order`` (None: first come, first served); a ``nodes.yaml``
-    that does not validate is a Problem (no lease without a group)."""
+def placed(directory: Path | None, host: str, labels: Mapping[str, str] | None = None) -> tuple[str, Order | None]:
+    """``host``'s group (``labels``: those it was given at enrollment) and that group's ``reboot_order`` (None:
+    first come, first served); a ``nodes.yaml`` that does not validate is a Problem (no lease without a group)."""
     rules = _rules(directory) if directory is not None else None
     if rules is None:
         return DEFAULT_GROUP, None
-    group = group_of(rules, host) or DEFAULT_GROUP
+    group = group_of(rules, host, labels) or DEFAULT_GROUP
     return group, rules.order.get(group)
 
 
-def group_for(directory: Path | None, host: str) -> str:
+def group_for(directory: Path | None, host: str, labels: Mapping[str, str] | None = None) -> str:
     """``host``'s group; a ``nodes.yaml`` that does not validate is a Problem (no lease without a group)."""
-    return placed(directory, host)[0]
+    return placed(directory, host, labels)[0]
 
 
-def intake_group(directory: Path | None, host: str) -> str | None:
+def intake_group(directory: Path | None, host: str, labels: Mapping[str, str] | None = None) -> str | None:
     """The group a report's intake records for ``host`` (``hosts.group_name``): by its name and labels, never
     the facts its agent sends (``group_of``), by ``nodes.yaml``'s rules as last read (a ``stat`` of it per
     report; read again when it changed); None (keep the stored one) when ``nodes.yaml`` does not validate."""
     from datum.core.findings import Problem
 
     try:
-        return group_for(directory, host)
+        return group_for(directory, host, labels)
     except Problem:
         return None
 
@@ -92,7 +93,9 @@ def block_shown(fleet: FleetSettings) -> str | None:
 def ask(store: Store, fleet: FleetSettings, host: str, boot_id: str, interval: float | None = None) -> Grant:
     """Grant ``host`` a reboot lease in its group (by its name and labels, whatever facts it sends), or say why
     not (full, halted, out of turn, blocked)."""
-    group, order = placed(fleet.manifests, host)
+    from datum.fleet.enroll import enrolled_labels
+
+    group, order = placed(fleet.manifests, host, enrolled_labels(store, host))
     blocked = block(fleet)
     grant = take(
         store, host, group, boot_id, fleet.reboot_concurrency, fleet.reboot_timeout,

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from datum.config import Settings
 from datum.fleet.changes import FleetChanges
 from datum.fleet.counters import IntakeCounters
+from datum.fleet.labels import EnrolledLabels
 from datum.store import Store
 from datum.store.rollouts import RolloutRow
 
@@ -62,3 +63,8 @@ class FleetServer:
     changes: FleetChanges | None = None
     # The reports this process took and how long each took (datum.fleet.counters), on /metrics.
     intake: IntakeCounters = field(default_factory=IntakeCounters)
+    # The labels hosts were given at enrollment, as last read (datum.fleet.labels).
+    labels: EnrolledLabels = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.labels = EnrolledLabels(lambda: self.store)

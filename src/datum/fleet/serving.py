@@ -18,6 +18,7 @@ when an edit landed between the composition and the naming.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -91,7 +92,7 @@ def _keeps_changing() -> Problem:
 
 async def composed(
     server: FleetServer, directory: Path, host: str, facts: dict[str, Any], unchanged: Unchanged | None,
-    wait: int | None,
+    wait: int | None, labels: Mapping[str, str] | None = None,
 ) -> Served:
     """The host's manifest from the directory as it is now (no staged rollout), named by the revision of the
     files it was composed from: when an edit landed between the composition and the naming, both again (no
@@ -101,9 +102,9 @@ async def composed(
     waiting = bool(wait and unchanged is not None and changes is not None)
     for _ in range(ATTEMPTS):
         if waiting and changes is not None and unchanged is not None:
-            found = await held(changes, directory, host, facts, unchanged, wait)
+            found = await held(changes, directory, host, facts, unchanged, wait, labels)
         else:
-            found = await current(directory_of(directory), host, facts)
+            found = await current(directory_of(directory), host, facts, labels)
         resolved = directory_of(directory)  # a link switched meanwhile: another directory, which names tells
         now = await serving(server, resolved)
         if names(resolved, found, now):
@@ -112,14 +113,15 @@ async def composed(
     raise _keeps_changing()
 
 
-def choose(server: FleetServer, resolved: Path, host: str, facts: dict[str, Any], its_own: bool) -> Served:
+def choose(server: FleetServer, resolved: Path, host: str, facts: dict[str, Any], its_own: bool,
+           labels: Mapping[str, str] | None = None) -> Served:
     """Which revision ``host`` is served, from the directory's revision now (blocking). Named and composed
     from the same files: when an edit landed between the two reads, both are made again (the agent reports
     the revision it is told, and a rollout counts its pass on it). ``its_own``: the host's own agent asks
     (what it cannot be served is then recorded, ``serve.revision_for``)."""
     for _ in range(ATTEMPTS):
         now = served(server, resolved)
-        got = serve.revision_for(server, host, facts, now, resolved, record=its_own)
+        got = serve.revision_for(server, host, facts, now, resolved, record=its_own, labels=labels)
         if now is None or got.revision != now.id or names(resolved, got.effective, now):
             return got
     raise _keeps_changing()
@@ -127,7 +129,7 @@ def choose(server: FleetServer, resolved: Path, host: str, facts: dict[str, Any]
 
 async def chosen(
     server: FleetServer, directory: Path, host: str, facts: dict[str, Any], its_own: bool,
-    unchanged: Unchanged | None, wait: int | None,
+    unchanged: Unchanged | None, wait: int | None, labels: Mapping[str, str] | None = None,
 ) -> Served:
     """``choose`` in a worker thread, from the directory resolved at each ask (a link switched is a change);
     with ``wait``, ``unchanged`` and a watch of the directory, a long poll that asks again at each change of
@@ -135,7 +137,7 @@ async def chosen(
     named: list[str | None] = [None]
 
     async def find() -> Effective:
-        got = await anyio.to_thread.run_sync(choose, server, directory_of(directory), host, facts, its_own)
+        got = await anyio.to_thread.run_sync(choose, server, directory_of(directory), host, facts, its_own, labels)
         named[0] = got.revision
         return got.effective
 

@@ -206,6 +206,8 @@ join_tokens = sa.Table(
     sa.Column("replace", sa.Boolean, nullable=False, default=False, server_default=sa.false()),
     sa.Column("created_at", UTCDateTime, nullable=False),
     sa.Column("expires_at", UTCDateTime, nullable=False),
+    # The labels (a JSON object) the hosts enrolled with it are given (migration 0032_enroll_labels).
+    sa.Column("labels", sa.Text),
 )
 
 # A host's identity: its name, its public key, and whether it may have sessions (active) or not (pending,
@@ -224,6 +226,12 @@ host_identities = sa.Table(
     sa.Column("facts", sa.Text),
     sa.Column("created_at", UTCDateTime, nullable=False),
     sa.Column("changed_at", UTCDateTime, nullable=False),
+    # A pending request the approval hook is to be asked about from then on (datum.fleet.approvals, migration
+    # 0031_enroll_hook_due); a server asking moves it past the hook's timeout; None: not the hook's.
+    sa.Column("hook_due", UTCDateTime),
+    # The labels it was given at enrollment, its join token's (a JSON object): nodes.yaml matches on them as on
+    # its own `labels:` (datum.fleet.labels, migration 0032_enroll_labels).
+    sa.Column("labels", sa.Text),
     sa.Index("ix_host_identities_state", "state", "host"),
 )
 

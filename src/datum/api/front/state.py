@@ -46,6 +46,8 @@ class ServerState:
     tls: Served | None = None
     # Each host's recorded group, for the decisions of tokens scoped to host groups.
     host_groups: HostGroups = field(init=False)
+    # Wakes the thread that asks the approval hook about pending enrollments (datum.fleet.approvals); None: no hook.
+    ask_approval: Callable[[], None] | None = None
 
     @property
     def settings(self) -> Settings:

@@ -94,7 +94,8 @@ def get_nonce(request: Request) -> Nonce:
     summary="A host enrolls with a join token (`Authorization: Bearer datum_j_...`) and its own key (datum agent enroll).",
     description=(
         "A join token made for the host approves it (`active`); one made for a pattern leaves it `pending` until the "
-        "approval hook (`[enroll] approve`) or `datum enroll approve` decides. A name another key holds is 409."
+        "approval hook (`[enroll] approve`, asked after this answer) or `datum enroll approve` decides: the host asks "
+        "again (a fresh nonce, the same key and join token) to learn the decision. A name another key holds is 409."
     ),
     responses=error_responses(401, 403, 409, 422, 503),
 )
@@ -104,11 +105,12 @@ def enroll_host(request: Request, body: EnrollRequest) -> Enrolled:
     join = presented(request.scope)
     if join is None:
         raise Problem.one(ErrorCode.UNAUTHENTICATED, "enrolling needs the join token: 'Authorization: Bearer datum_j_...'")
-    settings = state.settings.enroll
     done = enrollment.enroll(
         store, _proof(body, body.public_key, body.facts), join, request.client.host if request.client else None,
-        state.clock(), settings.approve, settings.approve_timeout.total_seconds(),
+        state.clock(), hooked=state.settings.enroll.approve is not None,
     )
+    if done.state == enrollment.PENDING and state.ask_approval is not None:
+        state.ask_approval()  # the hook is asked on a thread of its own: this answer does not wait for it
     return Enrolled(host=done.host, state=done.state, fingerprint=done.fingerprint, reason=done.reason)
 
 

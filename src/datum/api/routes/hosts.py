@@ -292,13 +292,16 @@ async def manifest(
         raise Problem.one(ErrorCode.NOT_FOUND, "this server serves no manifests ([fleet] manifests is not set)")
     told = facts_of(facts)
     fleet = state.fleet
+    labels = fleet.labels.remembered(host)  # given at enrollment: the server's say, read once per request
+    if labels is None:
+        labels = await anyio.to_thread.run_sync(fleet.labels.of, host)
     if rollouts.configured(fleet):  # which revision this host is served: the rollout's decision
         # what it cannot be served counts in its wave when the host's own agent asked (one who may report its
         # passes, and could report a failed one as well): never on another caller's word, or facts
         its_own = permits(state, principal, Action.REPORT_PASS, ("Host", host))
-        found = await chosen(fleet, directory, host, told, its_own, _unchanged(if_none_match), wait)
+        found = await chosen(fleet, directory, host, told, its_own, _unchanged(if_none_match), wait, labels)
     else:
-        found = await composed(fleet, directory, host, told, _unchanged(if_none_match), wait)
+        found = await composed(fleet, directory, host, told, _unchanged(if_none_match), wait, labels)
     reply = _reply(found.effective, if_none_match, wait if fleet.changes is not None else None, found.revision)
     headers = {k.decode(): v.decode() for k, v in reply.headers}
     if reply.status == 304:
@@ -326,11 +329,14 @@ async def manifest_now(asked: Asked) -> Reply | None:
         wait = wait_of(asked.query.get("wait"))
     except (Problem, ValueError):
         return None
+    labels = fleet.labels.remembered(asked.params["host"])
+    if labels is None:  # not read lately: the route reads them, in a worker thread
+        return None
     resolved = directory_of(directory)
     header = asked.header(b"if-none-match")
     wanted = None if header is None else header.decode("latin-1")
     if wait is None or fleet.changes is None:
-        found = remembered(resolved, asked.params["host"], facts)
+        found = remembered(resolved, asked.params["host"], facts, labels)
         if found is None:
             return None
         now = await serving(fleet, resolved)  # the revision of the signature ``remembered`` just took
@@ -340,7 +346,7 @@ async def manifest_now(asked: Asked) -> Reply | None:
             return None  # an edit between the two looks: the route names and composes again
         return _reply(found, wanted, None, None if now is None else now.id)
     try:  # the route's own answer, run here: a wait is held once, never again by the route after it
-        served = await composed(fleet, directory, asked.params["host"], facts, _unchanged(wanted), wait)
+        served = await composed(fleet, directory, asked.params["host"], facts, _unchanged(wanted), wait, labels)
     except Problem:
         return None  # the route says what is wrong, its one way
     return _reply(served.effective, wanted, wait, served.revision)

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -169,26 +170,26 @@ class Served:
 
 def revision_for(
     server: FleetServer, host: str, facts: dict[str, Any], current: Revision | None, directory: Path | None = None,
-    *, record: bool = False,
+    *, record: bool = False, labels: Mapping[str, str] | None = None,
 ) -> Served:
     """The revision ``host`` is served, and its effective manifest composed from it (blocking: it may
     compose, read a snapshot and write it out); ``current`` is the directory's revision now
     (``datum.fleet.serving.served``). A Problem when there is none (404) or it is not valid (422)."""
     directory = directory or directory_of(str(server.settings.fleet.manifests))
     if current is None or not configured(server):
-        return Served(effective(directory, host, facts), current.id if current else None)
+        return Served(effective(directory, host, facts, labels), current.id if current else None)
     row = in_force(server)
     if _as_it_is(row, current.id):
-        return Served(effective(directory, host, facts), current.id)
+        return Served(effective(directory, host, facts, labels), current.id)
     if row.state == DONE or row.previous is None:
-        return _from(server, row.revision, current, directory, host, facts)
+        return _from(server, row.revision, current, directory, host, facts, labels)
     if row.state == ABORTED:
-        return _from(server, row.previous, current, directory, host, facts)
+        return _from(server, row.previous, current, directory, host, facts, labels)
     if row.state == stored.SUPERSEDED:  # a newer rollout is being started this moment: the directory as it is
-        return Served(effective(directory, host, facts), current.id)
+        return Served(effective(directory, host, facts, labels), current.id)
     if released(server, row, host):
         try:
-            return _from(server, row.revision, current, directory, host, facts)
+            return _from(server, row.revision, current, directory, host, facts, labels)
         except Problem as exc:
             if record:  # the host's own agent asked, with its own facts
                 _unserved(server, row, host, exc, current, directory)
@@ -197,15 +198,15 @@ def revision_for(
     assert server.store is not None
     ran = floor(server.store, host, row.previous)
     if ran == row.revision:  # it runs the new revision already: nothing to hold it back from
-        return _from(server, row.revision, current, directory, host, facts)
+        return _from(server, row.revision, current, directory, host, facts, labels)
     try:
-        old = _from(server, ran or row.previous, current, directory, host, facts)
+        old = _from(server, ran or row.previous, current, directory, host, facts, labels)
     except Problem as exc:  # nothing (valid) for it in the previous revision: it is not held back from anything
         if not _nothing_for(exc):  # the previous revision cannot be served: never the new one instead
             raise
-        return _from(server, row.revision, current, directory, host, facts)
+        return _from(server, row.revision, current, directory, host, facts, labels)
     try:
-        new = _from(server, row.revision, current, directory, host, facts)
+        new = _from(server, row.revision, current, directory, host, facts, labels)
     except Problem as exc:  # the new revision has nothing valid for it: it keeps the previous until released
         if not _nothing_for(exc):
             raise
@@ -243,7 +244,8 @@ def _unserved(server: FleetServer, row: RolloutRow, host: str, exc: Problem, cur
     server.rollouts.unserved.add((row.id, host))
 
 
-def _from(server: FleetServer, revision: str, current: Revision, directory: Path, host: str, facts: dict[str, Any]) -> Served:
+def _from(server: FleetServer, revision: str, current: Revision, directory: Path, host: str, facts: dict[str, Any],
+          labels: Mapping[str, str] | None = None) -> Served:
     where = _directory(server, revision, current, directory)
     if where is None:  # no snapshot kept (too large to keep)
         # Never another revision instead: the directory's would undo a hold-back or an abort without a word,
@@ -254,7 +256,7 @@ def _from(server: FleetServer, revision: str, current: Revision, directory: Path
             ErrorCode.UNAVAILABLE, f"revision {revision} has no snapshot (its files were not kept: too large), and {why}: "
             "the host keeps the manifest it has",
         )
-    return Served(effective(where, host, facts), revision)
+    return Served(effective(where, host, facts, labels), revision)
 
 
 def held_back(server: FleetServer, host: str, ran: str | None) -> stored.HeldBack | None:
