@@ -1,4 +1,5 @@
-"""The agent under systemd: the shipped unit starts, runs passes on its interval, stops cleanly."""
+"""The agent under systemd: the host enrolls with the one line the server printed (over TLS, the server pinned),
+then the shipped unit starts, runs passes on its interval, stops cleanly."""
 
 from __future__ import annotations
 
@@ -42,7 +43,7 @@ def test_the_shipped_unit_runs_passes_on_its_interval_and_stops_cleanly(host):
     host.write(
         "/etc/datum-test/server.toml",
         'store = "sqlite:////var/lib/datum-server/datum.db"\n'
-        "[server]\nscheduler = false\n[fleet]\nmanifests = \"/srv/fleet\"\n",
+        '[server]\nscheduler = false\ntls = "auto"\ntls_names = ["127.0.0.1"]\n[fleet]\nmanifests = "/srv/fleet"\n',
     )
     host.run("mkdir", "-p", "/var/lib/datum-server")
     host.run(
@@ -63,13 +64,15 @@ def test_the_shipped_unit_runs_passes_on_its_interval_and_stops_cleanly(host):
     host.run("chmod", "0755", "/var/lib/datum")  # as the package before, or StateDirectory= alone, left it
     host.run("ln", "-sf", DATUM, "/usr/bin/datum")
     # The host enrolls with the one line the server prints (its key made in the unit's DATUM_HOME): no token
-    # file, no server to configure.
+    # file, no server to configure, no CA file to copy: the line pins the server's own CA (tls = "auto").
     line = host.run(
-        DATUM, "enroll", "create", "--host", name, "--server", f"http://127.0.0.1:{port}",
+        DATUM, "enroll", "create", "--host", name, "--server", f"https://127.0.0.1:{port}",
         "--config", "/etc/datum-test/server.toml", env={"DATUM_HOME": "/var/lib/datum-server"},
     ).stdout.strip().splitlines()[-1]
-    assert line.startswith("datum agent enroll --server http://127.0.0.1:") and " --join datum_j_" in line, line
-    host.sh(f"DATUM_HOME=/var/lib/datum {line}")
+    assert line.startswith("datum agent enroll --server https://127.0.0.1:") and " --join datum_j_" in line, line
+    assert " --pin sha256:" in line, line
+    enrolled = host.sh(f"DATUM_HOME=/var/lib/datum {line}")
+    assert f"enrolled {name} with key sha256:" in enrolled.stdout, enrolled
     # The shipped unit as it is, configured as an operator would: its environment file, and a
     # drop-in (here: a umask that would leave everything readable; the state stays private).
     host.write("/etc/systemd/system/datum-agent.service", UNIT.read_text())
