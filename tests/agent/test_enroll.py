@@ -47,9 +47,12 @@ class Host:
     def files(self) -> list[str]:
         return ["--state", str(self.state), "--config", str(self.base / "agent.toml")]
 
+    def enrolling(self, join: str, *extra: str, replica: int = 0) -> list[str]:
+        return ["agent", "enroll", "--server", self.fleet.url_of(replica), "--join", join, "--root",
+                str(self.base / "root"), *self.files(), *extra]
+
     def enroll(self, join: str, *extra: str, replica: int = 0) -> Run:
-        return self.fleet.datum("agent", "enroll", "--server", self.fleet.url_of(replica), "--join", join,
-                                "--root", str(self.base / "root"), *self.files(), *extra, env=self.env)
+        return self.fleet.datum(*self.enrolling(join, *extra, replica=replica), env=self.env)
 
     def once(self) -> Run:
         """``datum agent --once`` with no --server and no --token-file: the enrollment's server, the key's sessions."""
@@ -134,8 +137,8 @@ input=$(cat)
 printf '%s\\n' "$input" >> "{seen}"
 echo $$ > "{seen}.pid"
 case "$input" in
-  *'"host": "web-ok"'*) sleep 3; echo "found in the inventory"; exit 0 ;;
-  *'"host": "web-slow"'*) sleep 30; exit 0 ;;
+  *'"host": "web-ok"'*) while [ ! -e "{seen}.go" ]; do sleep 0.1; done; echo "found in the inventory"; exit 0 ;;
+  *'"host": "web-slow"'*) sleep 60; exit 0 ;;
   *) echo "not in the inventory" >&2; exit 3 ;;
 esac
 """
@@ -148,7 +151,7 @@ def hooked(tmp_path: Path) -> Iterator[Fleet]:
         hook.write_text(HOOK.format(seen=tmp_path / "seen.jsonl"))
         hook.chmod(0o755)
         with fleet.server_config.open("a") as f:
-            f.write(f'[enroll]\napprove = "{hook}"\napprove_timeout = "6s"\n')
+            f.write(f'[enroll]\napprove = "{hook}"\napprove_timeout = "15s"\n')
         fleet.start()
         yield fleet
 
@@ -167,19 +170,25 @@ def test_the_approval_hook_is_asked_after_the_answer_and_the_agent_waits_for_its
 
     token = join(hooked, "--pattern", "web-*", "--uses", "3")
     ok, no, slow = (host(hooked, name) for name in ("web-ok", "web-no", "web-slow"))
-    began = time.monotonic()  # the hook takes 3 s to approve web-ok: the request does not wait for it
+    began = time.monotonic()  # the hook answers for web-ok once the test says so: the request does not wait for it
     first = ask(hooked.url, "web-ok", token, key_here(key_path(str(ok.state))), {"os": "testos"})
     assert time.monotonic() - began < 2 and first["state"] == "pending", first
     assert "waiting for the approval hook ([enroll] approve), else datum enroll approve web-ok" in first["reason"]
-    approved = ok.enroll(token)  # the same key and token: asks again until the hook has answered
-    assert approved.code == 0 and "web-ok is pending: " in approved.err, approved.err
-    assert "approved by the approval hook" in approved.out and "found in the inventory" in approved.out, approved.out
+    # the same key and token: the agent asks again until the hook has answered, saying what it waits for
+    waits = subprocess.Popen([*DATUM, *ok.enrolling(token)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, env={**os.environ, **ok.env})
+    assert waits.stderr is not None
+    said = waits.stderr.readline()
+    assert said.startswith("web-ok is pending: through the join token") and "(--wait)" in said, said
+    (tmp_path / "seen.jsonl.go").touch()  # the hook approves now
+    out, err = waits.communicate(timeout=60)
+    assert waits.returncode == 0 and "approved by the approval hook" in out and "found in the inventory" in out, err
     assert "delivered 1" in ok.once().err
     denied = no.enroll(token)
     assert denied.code == 65 and "denied (exit 3) by the approval hook" in denied.err and "not in the inventory" in denied.err
-    waiting = slow.enroll(token, "--wait", "9s")  # the hook is killed at its 6 s; the request stays for a person
-    assert waiting.code == 0 and "not decided within --wait 9 s" in waiting.out, waiting.err
-    assert "did not answer within 6 s: waiting for datum enroll approve web-slow" in waiting.out, waiting.out
+    waiting = slow.enroll(token, "--wait", "22s")  # the hook is killed at its 15 s; the request stays for a person
+    assert waiting.code == 0 and "not decided within --wait 22 s" in waiting.out, waiting.err
+    assert "did not answer within 15 s: waiting for datum enroll approve web-slow" in waiting.out, waiting.out
     assert not _alive(int((tmp_path / "seen.jsonl.pid").read_text()))
     assert "is pending" in slow.once().err  # no session yet: the cached manifest (none), the report kept
     seen = [json.loads(line) for line in (tmp_path / "seen.jsonl").read_text().splitlines()]
