@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -81,13 +82,16 @@ def without_origins(store: Store) -> Counter[str]:
     """The hosts whose last pass names no revision, by what their report says of where its manifest came from
     (``manifestOrigin``, which only ``datum agent`` sets): ``apply`` (none: ``datum apply --report-to``),
     ``cached`` (the agent ran the manifest it kept, the server not reached), ``older`` (served by the server,
-    with no revision: an agent older than revisions). Counted by the database, over those hosts only."""
-    origin = hosts.c.report["manifestOrigin"].as_string()
+    with no revision: an agent older than revisions). Counted by the database, over those hosts only; a stored
+    report that is not JSON (SQLite holds text: a hand edit, a torn write) is in none of them, never an error."""
+    unnamed = sa.or_(hosts.c.revision.is_(None), hosts.c.revision == "")
+    if store.dialect == "sqlite":
+        raw = sa.type_coerce(hosts.c.report, sa.Text)
+        origin: Any = sa.func.json_extract(raw, "$.manifestOrigin")
+        unnamed = sa.and_(unnamed, sa.case((sa.func.json_valid(raw) == 1, sa.func.json_type(raw)), else_=None) == "object")  # CASE: in order
+    else:
+        origin = hosts.c.report["manifestOrigin"].as_string()
     kind = sa.case((origin.is_(None), "apply"), (origin.like("cached:%"), "cached"), else_="older")
     with store.connect() as conn:
-        rows = conn.execute(
-            sa.select(kind, sa.func.count())
-            .where(sa.or_(hosts.c.revision.is_(None), hosts.c.revision == ""))
-            .group_by(kind)
-        )
+        rows = conn.execute(sa.select(kind, sa.func.count()).where(unnamed).group_by(kind))
         return Counter({str(k): int(n) for k, n in rows})
