@@ -183,6 +183,21 @@ def test_fleet_benchmark_over_tls_on_two_replicas_sharing_one_ca():
 
 
 @pytest.mark.postgres
+def test_renewals_benchmark_renews_sessions_over_tls_and_scales_the_storm():
+    """Ten identities renew twice each through the agent's own Session over TLS; the server's CPU is read and the
+    storm's peak minute counted."""
+    out = bench_script("renewals", "--identities", "10", "--rounds", "2", "--concurrency", "2", "--fleet", "1000")
+    assert out["tls"] is True and out["renewals"] == 20 and out["server_cpu_ms_per_renewal"] > 0
+    assert 1000 / 18 <= out["peak_minute_renewals"] < 1000  # 30-48 min: 18 minutes of renewals, never one
+
+
+def test_the_storms_peak_minute_is_counted_over_the_agents_own_renewal_window():
+    bench = load("bench_renewals")
+    peak = bench.peak_minute(100_000, 3600)  # the agent's 50-80% of 1 h: 18 minutes
+    assert 100_000 / 18 <= peak <= 100_000 / 18 * 1.1
+
+
+@pytest.mark.postgres
 def test_archive_benchmark_fills_reads_and_drops_a_day():
     """50 hosts x 3 days filled in SQL, read through a real ``datum serve``, the oldest day dropped whole."""
     bench = load("bench_archive")
