@@ -312,3 +312,17 @@ def test_the_state_summary_and_labels_never_wrap_mid_phrase_in_an_80_column_term
     out = _in_a_pty("hosts", "--config", str(scene.config))
     _whole(out)
     assert "7 hosts  failed 1" in out
+
+
+def test_history_in_an_80_column_terminal_keeps_each_pass_number_whole(scene: Scene, datum_cli):
+    """Issue 40 item 3, in a real terminal: ``datum history`` fits 80 columns and each row ends with its pass's
+    archive number, whole (what ``GET /v1/hosts/{host}/passes/{pass}`` takes)."""
+    import json
+
+    out = _in_a_pty("history", "web1", "--config", str(scene.config))
+    lines = fits(out)
+    assert lines[0].split() == ["finished", "state", "resources", "received", "pass"], out
+    listed = json.loads(datum_cli("history", "web1", "--config", str(scene.config), "--json")[1])["passes"]
+    assert listed
+    for p in listed:
+        assert any(line.rstrip().endswith(f" {p['id']}") for line in lines), (p["id"], out)
