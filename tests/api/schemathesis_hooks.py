@@ -5,7 +5,10 @@ A pass report is taken only for the host of its path, and only when its
 cannot tie a body to its path nor one field to the others, so a case
 schemathesis draws as valid would often break one of the two; this hook
 mends the positive cases of ``POST /v1/hosts/{host}/passes`` with Datum's own
-rollup (``datum.core.rollup``). A negative case is left as drawn: it must
+rollup (``datum.core.rollup``), and moves a ``startedAt`` or ``finishedAt``
+outside the times a host's clock can hold (``datum.host.report.EARLIEST`` to
+``LATEST``: 422, the clock is wrong; a ``date-time`` format has no bounds to
+say it) to ``EARLIEST``. A negative case is left as drawn: it must
 still be refused.
 
 An operator's ``DELETE /v1/reboots/{host}`` clears a lease once; every later
@@ -29,6 +32,7 @@ import schemathesis
 from datum.core.budget import unhealthy
 from datum.core.rollup import host_state
 from datum.core.vocab import ResourceState
+from datum.host.report import EARLIEST, LATEST
 
 PASSES = "/v1/hosts/{host}/passes"
 CLEAR = "/v1/reboots/{host}"
@@ -73,4 +77,22 @@ def before_call(_context: Any, case: Any, _kwargs: dict[str, Any]) -> None:
         # is held percent-encoded, as it is sent
         sick = unhealthy(body.get("health")) is not None  # back from a reboot, its health check failing: degraded
         state = host_state(states, awaiting_reboot=awaiting, unhealthy=sick)
-        case.body = {**body, "host": unquote(host), "state": state.value}
+        case.body = {**body, "host": unquote(host), "state": state.value, **_clock_bounded(body)}
+
+
+def _clock_bounded(body: dict[str, Any]) -> dict[str, Any]:
+    """``startedAt`` and ``finishedAt`` that a host's clock could hold: each outside the bounds made ``EARLIEST``."""
+    from datetime import UTC, datetime
+
+    mended = {}
+    for name in ("startedAt", "finishedAt"):
+        value = body.get(name)
+        if not isinstance(value, str):
+            continue
+        try:
+            at = datetime.fromisoformat(value.replace("Z", "+00:00").replace("z", "+00:00"))
+        except ValueError:
+            continue
+        if not EARLIEST <= (at if at.tzinfo else at.replace(tzinfo=UTC)) < LATEST:
+            mended[name] = EARLIEST.isoformat().replace("+00:00", "Z")
+    return mended
