@@ -20,6 +20,10 @@ each host's wave from the store. Then a second change, and its rollout aborted
 through the API once the canary has it: the time to the canary answered with the
 previous revision again.
 
+Each transition's figures: ``at_s`` (from the change on disk), its hosts answered (p50, p99, max) and
+``reported_s``, from it to the last of its hosts' reports taken (their rows' ``updated_at``); ``server_cpu_s``,
+the server's CPU from the change on disk to ``done``.
+
 Run as ``./scripts/bench rollout [--hosts N]``: one JSON line of figures, then the verdict.
 """
 
@@ -37,7 +41,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import database, header, load, verdict  # noqa: E402
+from _common import cpu_seconds, database, header, load, verdict  # noqa: E402
 from bench_api import free_port, wait_ready  # noqa: E402
 from bench_propagation import _more_files, manifest  # noqa: E402
 
@@ -220,15 +224,17 @@ def main(hosts: int = 1000, store: str = "sqlite", wait: int = 300) -> dict[str,
             assert client.stdin is not None and client.stdout is not None
             ready = json.loads(client.stdout.readline())
             time.sleep(1)
-            t0 = time.time()
+            t0, cpu0 = time.time(), cpu_seconds(server.pid)
             (home / "fleet" / "web.yaml").write_text(manifest(3, 1))
             first = lambda: api(base, operator, "/v1/rollouts")["rollouts"][0]  # noqa: E731
             until(lambda: first()["id"] >= 2 and first()["state"] in ("done", "halted"), 120)
             rolled = first()
+            server_cpu_s = cpu_seconds(server.pid) - cpu0  # and a few reads of /v1/rollouts (this loop's)
             rollout_s = max(_at(t["at"]) for t in rolled["transitions"]) - t0
             opened = open_store(_store_url(cfg))
             try:
                 waves = membership(opened, rolled["id"])
+                stored_at = _stored_at(opened)  # before the second rollout: the canary reports again then
             finally:
                 opened.dispose()
             # the second rollout: aborted once the canary has its revision
@@ -257,7 +263,9 @@ def main(hosts: int = 1000, store: str = "sqlite", wait: int = 300) -> dict[str,
         concerned = [h for h, w in waves.items() if w == wave] or ([CANARY] if act == "started" else [])
         lags = [min(t for t, rev in got.get(h, []) if rev == rolled["revision"]) - at
                 for h in concerned if any(rev == rolled["revision"] for _t, rev in got.get(h, []))]
-        per_transition.append({"act": act, "wave": wave, "hosts": len(concerned), "answered": len(lags),
+        reported = [stored_at[h] for h in concerned if h in stored_at]
+        per_transition.append({"act": act, "wave": wave, "at_s": round(at - t0, 2), "hosts": len(concerned),
+                               "reported_s": round(max(reported, default=at) - at, 2), "answered": len(lags),
                                "p50_s": round(percentile(lags, 0.5), 3), "p99_s": round(percentile(lags, 0.99), 3),
                                "max_s": round(max(lags, default=float("nan")), 3)})
     abort_at = next((at for (r, act, _w), at in moved.items() if act == "aborted"), None)
@@ -273,10 +281,20 @@ def main(hosts: int = 1000, store: str = "sqlite", wait: int = 300) -> dict[str,
         "first_errors": client_view["errors"][:3] or ready["errors"][:3],
         "rollout_state": rolled["state"],
         "rollout_s": round(rollout_s, 2),
+        "server_cpu_s": round(server_cpu_s, 2),
         "transitions": per_transition,
         "abort_to_canary_s": abort_s,
         "load_average": load(),
     }
+
+
+def _stored_at(store) -> dict[str, float]:  # type: ignore[no-untyped-def]
+    """When each host's last pass was stored (its row's ``updated_at``, this machine's clock)."""
+    from datum.store.schema import hosts
+
+    with store.connect() as conn:
+        return {h: at.replace(tzinfo=UTC).timestamp() if at.tzinfo is None else at.timestamp()
+                for h, at in conn.execute(hosts.select().with_only_columns(hosts.c.host, hosts.c.updated_at))}
 
 
 def _store_url(cfg: Path) -> str:

@@ -59,3 +59,33 @@ def test_after_the_store_failed_to_answer_every_report_is_forgotten(store_url):
         assert seen == [None, None]  # a tick may have been missed meanwhile
     finally:
         store.dispose()
+
+
+def test_a_wake_within_a_time_polls_by_then_not_at_the_end_of_the_period():
+    """``Every.wake(within)``: the pass of a rollout's last host came within ``INTAKE_GAP`` of the last check, so
+    none ran on it, and the check loop slept its whole period (2 s) before releasing the next wave."""
+    import threading
+    import time
+
+    from datum.api.watch import Every
+
+    polled: list[float] = []
+    seen = threading.Event()
+
+    def poll() -> None:
+        polled.append(time.monotonic())
+        if len(polled) > 1:
+            seen.set()
+
+    every = Every(poll, 60.0, "test-every")
+    every.start()
+    try:
+        while not polled:
+            time.sleep(0.01)
+        asked = time.monotonic()
+        every.wake(0.2)
+        every.wake(30)  # a later ask never puts the earlier one off
+        assert seen.wait(5), "polled again by the time asked, not at the end of the period"
+        assert 0.15 <= polled[1] - asked < 2
+    finally:
+        every.stop()

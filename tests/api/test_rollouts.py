@@ -1065,9 +1065,78 @@ def test_a_transition_another_caller_read_first_is_still_announced_to_the_waits(
     answer = story.client.post("/v1/rollouts/current/pause", headers=story.auth("operator"))
     assert answer.status_code == 200, answer.text  # the route reads the row too, for its answer
     assert serve.announce(fleet) is False, "a pause changes what nobody is served: no waiter asks again"
-    assert fleet.rollouts.announced == (in_force(story)["id"], "paused", 1)  # yet it is announced
+    assert fleet.rollouts.announced.version == (in_force(story)["id"], "paused", 1)  # yet it is announced
     answer = story.client.post("/v1/rollouts/current/abort", headers=story.auth("operator"))
     assert serve.announce(fleet) == frozenset({"web1"}) | wave1, "an abort: the released hosts get the previous back"
+
+
+def test_a_change_of_the_files_and_each_wave_wake_only_the_hosts_whose_answer_moves(story: Story):
+    """docs/performance.md, bench rollout at 1,000 hosts: a change of the files woke all 1,000 held polls and the
+    canary's answer waited its turn among them (2.3 s); the last wave and ``done`` woke all 1,000 again. What a
+    change wakes is its rollout's canaries (every other host is held on the ``done`` revision it was served);
+    the last wave, every host but those of the waves before it (it also releases the hosts no wave planned);
+    ``done`` after it, nobody."""
+    from datum.fleet.changes import AllBut
+    from datum.fleet.serving import served as told
+
+    fleet = story.app.state.datum.fleet
+    first, _content = served(story, "web1")
+    for host in WEB:
+        report(story, host, "converged", first)
+    assert serve.announce(fleet) is True  # the first look: everyone
+    (story.fleet / "web.yaml").write_text(NEW)  # type: ignore[attr-defined]
+    current = told(fleet)  # what the watch does first at a change: the revision named, its rollout begun
+    assert current is not None and in_force(story)["revision"] == current.id
+    assert serve.moved(fleet, current) == frozenset({"web1"}), "the canary alone asks again"
+    assert serve.moved(fleet, None) is True, "a change no rollout explains: everyone"
+    second = current.id
+    report(story, "web1", "converged", second)
+    tick(story)
+    wave1 = frozenset(h for h, w in stored.membership(story.store, in_force(story)["id"]).items() if w == 1)
+    assert serve.announce(fleet) == wave1 and "web1" not in wave1
+    for host in wave1:
+        report(story, host, "converged", second)
+    tick(story)  # the wave complete: its soak (1 ms) starts
+    tick(story)
+    assert in_force(story)["wave"] == 2
+    last = serve.announce(fleet)
+    assert isinstance(last, AllBut) and last == {"web1"} | wave1, "the last wave: all but the waves before it"
+    for host in WEB:
+        report(story, host, "converged", second)
+    tick(story)
+    assert in_force(story)["state"] == "done"
+    assert serve.announce(fleet) is False, "done after the last wave changes what nobody is served"
+
+
+def test_a_pass_too_soon_after_a_check_has_the_check_loop_run_when_the_gap_is_over(story: Story):
+    """A wave's last pass stored within ``INTAKE_GAP`` of the last check was checked by nobody until the loop's
+    next period (up to 2 s per wave of a rollout with no soak): it now has the loop woken for the gap's end."""
+    import time as clock
+
+    fleet = story.app.state.datum.fleet
+    _first, second = start(story, WEB)
+    asked: list[float] = []
+    fleet.rollouts.wake_check = lambda within=0.0: asked.append(within)
+    fleet.rollouts.checked_at = clock.monotonic()
+    machine.after_pass(fleet, second)
+    assert asked and 0 < asked[0] <= machine.INTAKE_GAP
+
+
+def test_all_but_wakes_every_waiter_but_the_waits_of_the_hosts_named():
+    import asyncio
+
+    from datum.fleet.changes import AllBut, FleetChanges
+
+    async def run() -> None:
+        changes = FleetChanges(Path("/nonexistent"))
+        a, b, anyone = changes.waiter("a"), changes.waiter("b"), changes.waiter()
+        changes._wake(AllBut({"a"}))
+        assert (a.done(), b.done(), anyone.done()) == (False, True, True)
+        assert changes.waiting == 1
+        changes._wake(True)
+        assert a.done() and changes.waiting == 0
+
+    asyncio.run(run())
 
 
 def test_a_transition_wakes_only_the_waits_of_the_hosts_it_concerns():

@@ -277,3 +277,47 @@ def test_a_database_error_no_store_boundary_caught_is_69_without_its_sql():
         assert problem.code == "UNAVAILABLE" and "read-only" in str(problem)
         assert "INSERT" not in str(problem) and "[SQL" not in str(problem)
         assert report_problem(problem, as_json=True) == EXIT_UNAVAILABLE
+
+
+def test_the_intake_of_one_process_writes_a_sqlite_file_one_report_at_a_time(tmp_path):
+    """A rollout's wave reports hundreds of passes at once: threads refused SQLite's lock slept in its busy
+    handler (up to 100 ms at a time) with the file free again (docs/performance.md, bench rollout). The
+    intake's writers of one process take turns (``Store.one_writer``): a report waits for the writer before
+    it, at most ``lock_wait``, then is ``UNAVAILABLE`` naming the store; on PostgreSQL nothing is taken."""
+    import threading
+    from datetime import timedelta
+
+    from datum.store import open_store
+    from datum.store.engine import StoreFault
+    from datum.store.hosts import take_pass
+
+    store = open_store(f"sqlite:///{tmp_path / 'datum.db'}", lock_wait=timedelta(seconds=0.3))
+    other = store.own_pool(2)  # another engine of this process on the same file: the same turn
+    report = {"host": "web1", "mode": "enforce", "state": "converged", "startedAt": "2026-12-07T00:00:00+00:00",
+              "finishedAt": "2026-12-07T00:00:01+00:00", "durationSeconds": 1.0, "exitCode": 0,
+              "counts": {"converged": 0}, "resources": []}
+    try:
+        stored: list[str] = []
+        with store.one_writer():
+            late = threading.Thread(target=lambda: stored.append(take_pass(other, "web1", dict(report)).outcome))
+            late.start()
+            late.join(0.1)
+            assert late.is_alive() and not stored, "the second writer waits for the first"
+        late.join(5)
+        assert stored == ["stored"]
+        with store.one_writer():
+            failed: list[BaseException] = []
+
+            def refused() -> None:
+                try:
+                    take_pass(other, "web1", dict(report))
+                except StoreFault as exc:
+                    failed.append(exc)
+
+            late = threading.Thread(target=refused)
+            late.start()
+            late.join(5)
+        assert failed and "is locked" in str(failed[0]) and str(tmp_path / "datum.db") in str(failed[0])
+    finally:
+        other.dispose()
+        store.dispose()

@@ -172,8 +172,11 @@ def serving_app(settings: Settings, wire: Callable[[], tuple[Registry, Store]]) 
         if settings.fleet.manifests is not None:
             # each state of the directory is named and recorded as soon as it is seen (datum.fleet.serving)
             # with staged rollouts, the rollout in force is read each period too: a wave released wakes the waits
-            probe = partial(serve.announce, fleet) if settings.fleet.rollout is not None else None
-            fleet.changes = FleetChanges(settings.fleet.manifests, seen=partial(served, fleet), probe=probe)
+            # and a change of the files wakes the waiters of the hosts its rollout serves anew (its canaries)
+            rolled = settings.fleet.rollout is not None
+            probe = partial(serve.announce, fleet) if rolled else None
+            moved = partial(serve.moved, fleet) if rolled else None
+            fleet.changes = FleetChanges(settings.fleet.manifests, seen=partial(served, fleet), probe=probe, moved=moved)
             fleet.changes.start()
         # a rollout's waves move on a pass's intake and here, so a soak ends without a report
         # (datum.fleet.rollouts.machine)

@@ -17,7 +17,9 @@ Both start and stop with the app's lifespan (``datum.api.server``).
 from __future__ import annotations
 
 import logging
+import math
 import threading
+import time
 from collections.abc import Callable
 
 from datum.store import Store
@@ -31,7 +33,8 @@ PERIOD = 0.2
 
 class Every:
     """Calls ``poll()`` on a daemon thread of its own every ``period`` seconds, the first time at once; a
-    callable ``period`` says before each wait how long the next one is; ``wake()`` ends the wait at once."""
+    callable ``period`` says before each wait how long the next one is; ``wake()`` ends the wait at once,
+    ``wake(within)`` at the latest ``within`` seconds from now."""
 
     def __init__(self, poll: Callable[[], None], period: float | Callable[[], float], name: str) -> None:
         self.poll = poll
@@ -39,6 +42,8 @@ class Every:
         self.name = name
         self._stop = threading.Event()
         self._wake = threading.Event()
+        self._due = math.inf  # the monotonic time ``wake(within)`` asked the next poll by
+        self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
@@ -49,14 +54,23 @@ class Every:
     def _loop(self) -> None:
         self.poll()
         while not self._stop.is_set():
-            self._wake.wait(self.period() if callable(self.period) else self.period)
-            self._wake.clear()
+            until = time.monotonic() + (self.period() if callable(self.period) else self.period)
+            while not self._stop.is_set():
+                with self._lock:
+                    left = min(until, self._due) - time.monotonic()
+                    if left <= 0:
+                        self._due = math.inf  # asked again during the poll: polled again after it
+                        break
+                self._wake.wait(left)
+                self._wake.clear()
             if self._stop.is_set():
                 break
             self.poll()
 
-    def wake(self) -> None:
-        """Poll now, not at the end of the wait."""
+    def wake(self, within: float = 0.0) -> None:
+        """Poll now (or at the latest ``within`` seconds from now), not at the end of the wait."""
+        with self._lock:
+            self._due = min(self._due, time.monotonic() + within)
         self._wake.set()
 
     def stop(self) -> None:

@@ -14,7 +14,9 @@ files. One task per process (``FleetChanges``) reads the directory's
 seconds; when it moved and then held still for a period, every waiter wakes
 and asks for its host's manifest again (a composition is made once for all the hosts that share it), answers
 when its digest moved, and waits again for the rest of its time when it did
-not. A waiter is a coroutine parked on a future of its own, kept in one set
+not. With staged rollouts a change wakes only the waiters its rollout serves anew (``moved``: the canaries,
+not the 1,000 hosts it holds back, whose answer it does not change), and each transition of the rollout
+the waiters of the hosts it concerns (``probe``). A waiter is a coroutine parked on a future of its own, kept in one set
 that a change completes at once, and a timer: no thread, a few KiB with its
 connection. Not one ``asyncio.Event`` shared by all: a waiter that times out
 leaves an Event's deque by ``remove``, a scan of every other waiter (70 us
@@ -47,8 +49,15 @@ SETTLE = 8  # periods a change may keep moving before it is told all the same (a
 
 # Whether what a host would be served now is still what its agent has (the route: its If-None-Match matches).
 Unchanged = Callable[[Effective], bool]
-# Which waiters a transition of the rollout in force wakes: all, none, or the waits of these hosts.
-Wake = bool | frozenset[str]
+
+
+class AllBut(frozenset[str]):
+    """Every waiter but the waits of these hosts (a rollout's last wave: it releases its hosts and every host no
+    wave planned, not the hosts of the waves released before it)."""
+
+
+# Which waiters a transition of the rollout in force wakes: all, none, the waits of these hosts, or all but theirs.
+Wake = bool | frozenset[str] | AllBut
 
 
 class FleetChanges:
@@ -65,7 +74,7 @@ class FleetChanges:
 
     def __init__(
         self, directory: Path, period: float = PERIOD, seen: Callable[[], object] | None = None,
-        probe: Callable[[], Wake] | None = None,
+        probe: Callable[[], Wake] | None = None, moved: Callable[[object], Wake] | None = None,
     ) -> None:
         self.configured = directory
         self.directory = directory_of(directory)  # as last looked at
@@ -75,6 +84,11 @@ class FleetChanges:
         # rollout in force (``Wake``): True, every waiter asks again, as at a change; the hosts whose answer the
         # transition changed (a wave released, an abort), their waiters only; False, none.
         self._probe = probe
+        # With staged rollouts: run in a worker thread after a change was told, with what ``seen`` returned
+        # (None when it failed); which waiters the change wakes (``Wake``). Without it, every waiter: the files
+        # are what every host is served from. With a rollout, what each host is served moves only as the
+        # rollout of the new files says (its canary first), not with the files.
+        self._moved = moved
         self._waiters: set[asyncio.Future[None]] = set()
         self._of: dict[str, set[asyncio.Future[None]]] = {}  # the waiters of each host that said which
         self._closed = False
@@ -129,8 +143,8 @@ class FleetChanges:
             if left != self.directory:  # a link switched to another release: nothing of the one left holds
                 forget_all_but(left, "")
             forget_all_but(self.directory, seen[1])
-            await self._tell()  # first: the woken waiters find the new revision named and recorded
-            self._wake()
+            told = await self._tell()  # first: the woken waiters find the new revision named and recorded
+            self._wake(await self._after_change(told))
 
     async def _settled(self, moved: tuple[Path, str]) -> tuple[Path, str]:
         """The signature once the directory holds still for a period (at most ``SETTLE`` periods): an edit
@@ -146,13 +160,25 @@ class FleetChanges:
             moved = again
         return moved
 
-    async def _tell(self) -> None:
+    async def _tell(self) -> object:
+        """What ``seen`` says of the directory now (None: nothing, or it failed)."""
         if self._seen is None:
-            return
+            return None
         try:
-            await anyio.to_thread.run_sync(self._seen)
+            return await anyio.to_thread.run_sync(self._seen)
         except Exception as exc:  # noqa: BLE001 - told again at the next change; a manifest request names it too
             log.warning("naming the fleet directory's revision failed: %s", exc)
+            return None
+
+    async def _after_change(self, told: object) -> Wake:
+        """Which waiters a change of the files wakes: every one, unless ``moved`` says (staged rollouts)."""
+        if self._moved is None:
+            return True
+        try:
+            return await anyio.to_thread.run_sync(self._moved, told)
+        except Exception as exc:  # noqa: BLE001 - every waiter asks again, as without rollouts
+            log.debug("reading what a change of the fleet directory wakes failed: %s", exc)
+            return True
 
     async def _probed(self) -> Wake:
         if self._probe is None:
@@ -176,11 +202,15 @@ class FleetChanges:
         return resolved, signature(resolved)
 
     def _wake(self, which: Wake = True) -> None:
-        """Complete the waiters ``which`` says: all (True), none (False), or those of these hosts."""
+        """Complete the waiters ``which`` says: all (True), none (False), those of these hosts, or all but theirs."""
         if which is False:
             return
         if which is True:
             waiters, self._waiters, self._of = self._waiters, set(), {}
+        elif isinstance(which, AllBut):
+            self._of = {host: mine for host, mine in self._of.items() if host in which}
+            kept = set().union(*self._of.values())
+            waiters, self._waiters = self._waiters - kept, kept
         else:
             waiters = {f for host in which for f in self._of.pop(host, ())}
             self._waiters -= waiters

@@ -41,11 +41,12 @@ class Remembered:
     unserved: set[tuple[int, str]] = field(default_factory=set)  # (rollout, host) recorded as not served
     checked_at: float = -math.inf
     lock: threading.RLock = field(default_factory=threading.RLock)  # started() refreshes under it
-    # What the held long polls were last told of the rollout in force (``serve.announce``, the watch's
-    # probe, alone writes it): a transition is announced whoever read the row first.
-    announced: tuple[int, str, int] | None | bool = False
-    # Wakes the check loop of ``datum serve`` at once (``machine.next_check``): set by the server when it runs one.
-    wake_check: Callable[[], None] = field(default=lambda: None)
+    # The rollout in force as the held long polls were last told of it (``serve.announce``, the watch's
+    # probe, alone writes it; False: never told): a transition is announced whoever read the row first.
+    announced: RolloutRow | None | bool = False
+    # Wakes the check loop of ``datum serve`` at once, or at the latest the seconds given from now
+    # (``machine.next_check``, ``machine.after_pass``): set by the server when it runs one.
+    wake_check: Callable[..., None] = field(default=lambda within=0.0: None)
 
 
 @dataclass

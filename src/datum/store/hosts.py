@@ -117,7 +117,7 @@ def take_pass(
     """
     values, seq = _values(report)
     unhealthy = back_unhealthy(report) if release_lease else None
-    with store.begin() as conn:
+    with store.one_writer(), store.begin() as conn:
         if history and store.dialect == "postgresql":
             params = _pg_params(host, values, report, text)
             params["release"] = (values["boot_id"] or None) if release_lease else None

@@ -7,7 +7,8 @@ its rollout with its wave plan (``plan``), once per revision per process.
 are the store's conditional updates (``datum.store.rollouts.begin``,
 ``check``), so replicas deciding at once change a rollout once. It runs after
 the pass of a host on the rolling revision (``after_pass``, from
-``datum.fleet.intake``; at most every ``INTAKE_GAP`` seconds per process) and
+``datum.fleet.intake``; at most every ``INTAKE_GAP`` seconds per process, the check loop
+then woken for the end of the gap) and
 every ``CHECK_EVERY`` seconds in ``datum serve``, so a soak ends without a
 report. What moved is read back into this process's memory at once
 (``serve.refresh``).
@@ -154,12 +155,16 @@ def next_check(server: FleetServer) -> float:
 
 
 def after_pass(server: FleetServer, revision: str | None) -> None:
-    """A pass was stored: check the rollout when the pass ran its revision (at most every ``INTAKE_GAP``)."""
+    """A pass was stored: check the rollout when the pass ran its revision (at most every ``INTAKE_GAP``). One
+    that comes sooner has the check loop run once the gap is over: the last pass of a wave is never left for
+    the loop's next period (``CHECK_EVERY``), which held each wave of a rollout with no soak up to 2 s more."""
     if revision is None or not configured(server):
         return
     row = in_force(server)
     if row is None or row.state != stored.ROLLING or row.revision != revision:
         return
-    if time.monotonic() - server.rollouts.checked_at < INTAKE_GAP:
+    since = time.monotonic() - server.rollouts.checked_at
+    if since < INTAKE_GAP:
+        server.rollouts.wake_check(INTAKE_GAP - since)
         return
     tick(server)

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from datum.core.findings import ErrorCode, Problem
-from datum.fleet.changes import Wake
+from datum.fleet.changes import AllBut, Wake
 from datum.fleet.effective import Effective, directory_of, effective
 from datum.fleet.revision import Revision
 from datum.fleet.server import FleetServer
@@ -69,38 +69,69 @@ def refresh(server: FleetServer) -> RolloutRow | None:
 
 def announce(server: FleetServer) -> Wake:
     """The one place a transition of the rollout in force is announced: the directory watch's probe
-    (``datum.fleet.changes``), every period on every replica. Which held long polls ask again when the row
-    read now is not the one they were last told of, whoever made the transition (this process's tick, the
-    API, the CLI through the store, another replica) and whoever read the row first (``concerned``)."""
+    (``datum.fleet.changes``), every period on every replica, and after a change of the files (``moved``).
+    Which held long polls ask again when the row read now is not the one they were last told of, whoever made
+    the transition (this process's tick, the API, the CLI through the store, another replica) and whoever read
+    the row first (``concerned``)."""
     if not configured(server):
         return False
     row = refresh(server)
-    version = row.version if row else None
     with server.rollouts.lock:
         before = server.rollouts.announced
-        if before == version:
+        if before is not False and _version(before) == _version(row):
             return False
-        server.rollouts.announced = version
+        server.rollouts.announced = row
     if row is not None and row.state == stored.ROLLING:
         server.rollouts.wake_check()  # a resume (from anywhere) may release a wave now: checked at once
     return concerned(server, before, row)
 
 
-def concerned(server: FleetServer, before: object, row: RolloutRow | None) -> Wake:
-    """Whose answer the move from ``before`` (the version last announced) to ``row`` changes, so that a
-    transition of a rollout of 100,000 hosts asks again for the hosts it concerns, not for all: a wave
-    released, its hosts (they get the new revision); an abort, the released hosts (the previous one again);
-    a halt, a pause or a resume, nobody (what each host is served is the same). Every waiter for anything
-    else: another rollout, the first look, the last wave (it releases the hosts no wave planned), done."""
-    if row is None or not isinstance(before, tuple) or before[0] != row.id or row.wave >= row.last_wave:
+def moved(server: FleetServer, current: object) -> Wake:
+    """Which held long polls a change of the fleet directory's files wakes, once the watch told it
+    (``current``: the revision ``datum.fleet.serving.served`` named, None when it could not). What a host is
+    served moves with the files only through the rollout of their revision: when that rollout is the one in
+    force, the waiters it concerns (``announce``: a rollout begun, its canaries, not the 1,000 hosts it holds
+    back); else (no rollout of it: behind the store, not recorded, the directory unreadable) every waiter."""
+    if not configured(server) or not isinstance(current, Revision):
         return True
-    _id, _state, wave = before
-    members = _members(server, row)
+    row = in_force(server)
+    if row is None or row.revision != current.id:
+        return True
+    return announce(server)
+
+
+def _version(row: RolloutRow | None | bool) -> object:
+    return row.version if isinstance(row, RolloutRow) else None
+
+
+def concerned(server: FleetServer, before: RolloutRow | None | bool, row: RolloutRow | None) -> Wake:
+    """Whose answer the move from ``before`` (the row last announced) to ``row`` changes, so that a
+    transition of a rollout of 100,000 hosts asks again for the hosts it concerns, not for all: a wave
+    released, its hosts (they get the new revision; the last wave, every host but those of the waves before:
+    it releases the hosts no wave planned too); an abort, the released hosts (the previous one again); a
+    halt, a pause, a resume, and ``done`` after the last wave, nobody (what each host is served is the same).
+    A rollout begun from the ``done`` one last announced: its released hosts (the canaries; every other host
+    is held on that ``done`` revision, as it was served it, or on the newer one it ran, which it was served
+    too). Every waiter for anything else: another rollout, the first look."""
+    if row is None or not isinstance(before, RolloutRow):
+        return True
+    if before.id != row.id:
+        begun = before.state == DONE and row.previous == before.revision and row.state in (*stored.OPEN, ABORTED)
+        return _released(server, row, -1) if begun else True
     if row.state == ABORTED:
-        return frozenset(h for h, w in members.items() if w <= row.wave)
-    if row.wave > wave:
-        return frozenset(h for h, w in members.items() if wave < w <= row.wave)
-    return row.state == DONE
+        return True if row.wave >= row.last_wave else _released(server, row, -1)
+    if row.wave > before.wave:
+        return _released(server, row, before.wave)
+    return False
+
+
+def _released(server: FleetServer, row: RolloutRow, since: int) -> Wake:
+    """The hosts of ``row``'s waves after ``since`` up to the one it has released; from the last wave on, every
+    host but those of the waves up to ``since`` (a host no wave planned waits for the last)."""
+    members = _members(server, row)
+    if row.wave >= row.last_wave:
+        return AllBut(h for h, w in members.items() if w <= since)
+    return frozenset(h for h, w in members.items() if since < w <= row.wave)
 
 
 def in_force(server: FleetServer) -> RolloutRow | None:
