@@ -299,6 +299,7 @@ def test_labels_set_at_enrollment_classify_the_host_as_nodes_yaml_labels_do_and_
     import httpx
 
     from datum.agent.identity import Session, key_path, load_key
+    from datum.fleet.labels import FRESH
 
     from .test_agent_serve import DB, ROLES, _fleet_hosts
 
@@ -312,6 +313,7 @@ def test_labels_set_at_enrollment_classify_the_host_as_nodes_yaml_labels_do_and_
         pending = node1.enroll(made.out.split()[6], "--wait", "0")
         assert pending.code == 0 and "pending" in pending.out, pending.err
         assert admin(fleet, "enroll", "approve", "node-1").code == 0
+        time.sleep(FRESH + 0.5)  # each server reads the identities changed lately every FRESH seconds
         ran = node1.once()
         assert ran.code in (0, 2) and "delivered" in ran.err, ran.err
         assert (node1.base / "root" / "etc" / "db.key").read_text() == "the db key\n"

@@ -241,3 +241,36 @@ def test_spent_nonces_are_kept_past_their_life_then_purged(tmp_path: Path) -> No
     life = enrollment.NONCE_LIFE + enrollment.NONCE_KEPT
     assert nonces.purge(story.store, story.clock.now + timedelta(seconds=life - 2)) == 0
     assert nonces.purge(story.store, story.clock.now + timedelta(seconds=life + 1)) == 1
+
+
+def test_a_server_holds_enrolled_labels_in_memory_and_reads_what_changed(tmp_path: Path) -> None:
+    """``datum.fleet.labels``: the labels of active identities only, read whole at first; an approval and a revoke
+    seen at the next refresh (identities changed lately), a forget at the next whole read."""
+    from datum.fleet.labels import WHOLE, EnrolledLabels
+
+    story = build_story(tmp_path)
+    now = [0.0]
+    labels = EnrolledLabels(lambda: story.store, clock=lambda: now[0])
+    key, other = Ed25519PrivateKey.generate(), Ed25519PrivateKey.generate()
+    join, _ = enrollment.create_join(story.store, story.clock.now, pattern="db-*", uses=2, labels={"role": "db"})
+    assert enroll(story, key, "db-1", join).json()["state"] == "pending"
+    assert enroll(story, other, "db-2", join).status_code == 200
+    assert labels.of("db-1") == {} and labels.remembered("db-1") == {}  # pending: not yet the server's word
+    enrollment.approve(story.store, "db-1", story.clock.now)
+    assert labels.remembered("db-1") == {}  # memory only: read at the next refresh
+    labels.refresh()
+    assert labels.of("db-1") == {"role": "db"} and labels.of("db-2") == {}
+    enrollment.revoke(story.store, "db-1", story.clock.now)
+    labels.refresh()
+    assert labels.of("db-1") == {}
+    enrollment.forget(story.store, "db-1")
+    assert enroll(story, key, "db-1", enrollment.create_join(story.store, story.clock.now, host="db-1",
+                                                              labels={"role": "web"})[0]).status_code == 200
+    labels.refresh()
+    assert labels.of("db-1") == {"role": "web"}
+    enrollment.forget(story.store, "db-1")
+    labels.refresh()
+    assert labels.of("db-1") == {"role": "web"}  # a delete is not a change: seen at the whole read
+    now[0] += WHOLE
+    labels.refresh()
+    assert labels.of("db-1") == {}

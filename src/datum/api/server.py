@@ -50,6 +50,7 @@ from datum.core.findings import ErrorCode, Problem
 from datum.fleet.approvals import PERIOD as APPROVALS_EVERY
 from datum.fleet.approvals import Asker
 from datum.fleet.changes import FleetChanges
+from datum.fleet.labels import FRESH as LABELS_FRESH
 from datum.fleet.rollouts import machine, serve
 from datum.fleet.serving import served
 from datum.reconcile.registry import Registry
@@ -153,6 +154,8 @@ def serving_app(settings: Settings, wire: Callable[[], tuple[Registry, Store]]) 
         spent = Every(lambda: nonces_purged(control), RETAIN_EVERY, "nonce-purge")
         # Its rows are written unchained by the acts themselves (no lock) and chained here a second later.
         audit_seal = Every(lambda: audit_sealed(control), SEAL_EVERY, "audit-seal")
+        # The labels hosts were given at enrollment, read whole every few seconds (datum.fleet.labels).
+        relabel = Every(state.fleet.labels.refresh, LABELS_FRESH, "enrolled-labels")
         # Pending enrollments are taken to the approval hook here, never inside their request (datum.fleet.approvals).
         asker = approvals = None
         if settings.enroll.approve is not None:
@@ -166,6 +169,7 @@ def serving_app(settings: Settings, wire: Callable[[], tuple[Registry, Store]]) 
         audit_retention.start()
         spent.start()
         audit_seal.start()
+        relabel.start()
         if approvals is not None:
             approvals.start()
         fleet = state.fleet
@@ -209,6 +213,7 @@ def serving_app(settings: Settings, wire: Callable[[], tuple[Registry, Store]]) 
             audit_retention.stop()
             spent.stop()
             audit_seal.stop()
+            relabel.stop()
             audit_sealed(control)  # what this server's last requests wrote, chained before it goes
             if approvals is not None and asker is not None:
                 state.ask_approval = None
