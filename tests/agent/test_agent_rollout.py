@@ -248,3 +248,59 @@ def test_a_bad_revision_fails_on_the_canaries_halts_and_abort_returns_them(rolli
     assert set(ran.values()) == {first}, ran
     # the abort serves the previous revision, which does not declare the File: what the canaries applied stays
     assert all((hosts.agents[h].root / "srv" / "part.txt").read_text() == "of the bad revision\n" for h in CANARIES)
+
+
+def test_a_replica_killed_mid_rollout_the_other_goes_on_and_no_host_is_taken_back(rolling: Fleet):
+    """Issue 36, Done when (replica failover): the replica the agents talk to is killed (SIGKILL) with a rollout
+    under way, the canaries and wave 1 on its revision; a fix is pushed meanwhile. The agents go to the other
+    replica: it starts the fix's rollout from the last ``done`` revision and releases every wave of it by its own
+    checks, and no host is ever served a revision older than the one its last pass ran (the per-host floor:
+    wave 1's hosts, held back, keep the killed rollout's revision, never the last ``done`` one)."""
+    if rolling.replicas < 2:
+        pytest.skip("a failover needs two replicas")
+    fleet, [operator] = rolling, rolling.minted("operator")
+    hosts = Hosts.of(fleet)
+    hosts.run(replica=0)
+    first = hosts.agreed(operator)["revision"]
+    (fleet.manifests / "common.yaml").write_text("resources:\n  - Directory[/srv]:\n      mode: '0750'\n")
+    hosts.run(CANARIES, replica=0)
+    ro = hosts.until(operator, "wave", 1, replica=0)  # the canaries converged, the soak (1 s) over
+    second, plan = ro["revision"], planned(fleet, ro["id"])
+    wave1 = [h for h in HOSTS if plan[h] == 1]
+    hosts.run(wave1, replica=0)
+
+    def ran() -> dict[str, str]:  # each host's last pass's revision, as the replica left says
+        out = {}
+        for h in HOSTS:
+            answer = fleet.get(f"/v1/hosts/{h}", operator, replica=1)
+            assert answer.status_code == 200, answer.text
+            out[h] = answer.json()["report"]["revision"]
+        return out
+
+    assert ran() == {h: second if plan[h] <= 1 else first for h in HOSTS}
+    killed = fleet.procs[0]
+    assert killed is not None
+    killed.kill()  # no shutdown: its held polls, its checks and its connections to the store end at once
+    killed.wait(15)
+    fleet.procs[0] = None
+    (fleet.manifests / "common.yaml").write_text("resources:\n  - Directory[/srv]:\n      mode: '0700'\n")
+    third = hosts.until(operator, "id", ro["id"] + 1, replica=1)  # the replica left saw the fix
+    assert third["previous"] == first and third["state"] == "rolling", third
+    order = {first: 0, second: 1, third["revision"]: 2}
+    floor = ran()
+    for cycle in range(12):
+        hosts.run(replica=1)
+        now = ran()
+        went_back = {h: (floor[h], now[h]) for h in HOSTS if order[now[h]] < order[floor[h]]}
+        assert not went_back, f"cycle {cycle}: hosts served a revision older than they ran: {went_back}"
+        if cycle == 0:  # held back by the fix's rollout (from the last done): on what they ran, never on that
+            assert {h: now[h] for h in wave1} == dict.fromkeys(wave1, second), now
+        floor = now
+        if hosts.rollout(operator, replica=1)["state"] == "done":
+            break
+        time.sleep(1.2)  # the soak (1 s): the replica left releases the next wave by its own check
+    done = hosts.rollout(operator, replica=1)
+    assert done["state"] == "done" and done["revision"] == third["revision"], done
+    assert ran() == dict.fromkeys(HOSTS, third["revision"])
+    released = [line for line in fleet.log_of(1).read_text().splitlines() if DECIDED.search(line)]
+    assert any(f"rollout {third['id']} of" in line and "wave 2 of 2" in line for line in released), released
