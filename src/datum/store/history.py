@@ -28,9 +28,11 @@ receipt of a host pass), so rows of one subject are in order of arrival.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from functools import cache
 from typing import Any
 
 import sqlalchemy as sa
@@ -39,9 +41,10 @@ from sqlalchemy.engine import Connection
 from datum.core.hostsummary import count_states, needs_attention, resources_of
 from datum.core.passcontent import content_digest
 from datum.store.engine import Store
-from datum.store.passes import HOST, archive
+from datum.store.passes import HOST, added_events, archive_params, kept_report
 from datum.store.runs import store_now
 from datum.store.schema import pass_history as t
+from datum.store.types import json_value, param, same_json
 
 RECONCILER = "reconciler"
 STRIP = 50  # passes per strip on the page
@@ -74,20 +77,24 @@ def grouped(items: Iterable[tuple[str, str]]) -> dict[str, list[str]]:
     return {reason: sorted(ids) for reason, ids in sorted(out.items())}
 
 
-def _items_to_store(conn: Connection, subject: str, name: str, items: dict[str, list[str]]) -> dict[str, list[str]] | None:
-    """``items``, or None when the last stored map is the same and fewer than ``KEYFRAME`` rows back."""
-    last = conn.execute(
-        sa.select(t.c.id, t.c.at, ITEMS)
-        .where(_subject(subject, name), ITEMS.is_not(None))
-        .order_by(t.c.at.desc(), t.c.id.desc())
-        .limit(1)
-    ).first()
-    if last is None or last.items != items:
-        return items
-    since = conn.execute(
-        sa.select(sa.func.count()).select_from(t).where(_subject(subject, name), t.c.at >= last.at, t.c.id != last.id)
-    ).scalar_one()
-    return items if since >= KEYFRAME - 1 else None
+def items_kept(subject: Any, name: Any, items: Any, dialect: str) -> Any:
+    """The keyframe rule as SQL, one expression both stores run (``record``; the intake's statement,
+    ``datum.store.hosts``): ``items`` (JSON text; NULL for a pass that saw none), or NULL when the last map
+    ``subject``/``name`` stored is the same and fewer than ``KEYFRAME`` rows back (the row being written is the
+    ``KEYFRAME``th)."""
+    # short names: psycopg parses the intake's whole statement again on every call once it is over 4 KiB
+    h, p = t.alias("h"), t.alias("p")
+    last = (
+        sa.select(h.c.id, h.c.at, h.c["items"]).where(h.c.subject == subject, h.c.name == name, h.c["items"].is_not(None))
+        .order_by(h.c.at.desc(), h.c.id.desc()).limit(sa.literal_column("1")).cte("last")
+    )
+    since = (
+        sa.select(sa.func.count()).select_from(p).join(last, sa.true())
+        .where(p.c.subject == subject, p.c.name == name, p.c.at >= last.c.at, p.c.id != last.c.id)
+        .scalar_subquery()
+    )
+    same = same_json(sa.select(last.c["items"]).scalar_subquery(), items, dialect)
+    return sa.case((sa.or_(sa.not_(same), since >= sa.literal_column(str(KEYFRAME - 1))), json_value(items, dialect)))  # NULL stays NULL
 
 
 def record(
@@ -111,7 +118,8 @@ def record(
     ``items`` (see ``grouped``) only for a completed pass; None for one that could not complete. ``extra``:
     more columns (a host pass's times, seq, reason and digest). The new row's id.
     """
-    stored = _items_to_store(conn, subject, name, items) if completed and items is not None else None
+    given = json.dumps(items) if completed and items is not None else None
+    dialect = conn.dialect.name
     row_id = conn.execute(
         sa.insert(t).values(
             subject=subject,
@@ -122,11 +130,11 @@ def record(
             drift=drift,
             blocked=blocked,
             counts=dict(counts or {}),
-            items=stored,
+            items=items_kept(sa.literal(subject), sa.literal(name), sa.literal(given, sa.Text), dialect),
             pass_id=pass_id,
             **dict(extra or {}),
-        )
-    ).inserted_primary_key[0]
+        ).returning(t.c.id)
+    ).scalar_one()
     if keep is not None:
         prune(conn, subject, name, at - keep)
     return int(row_id)
@@ -293,18 +301,88 @@ def _pass_id(report: Mapping[str, Any]) -> str | None:
     return pass_id[:64] if isinstance(pass_id, str) else None
 
 
+def host_pass_params(host: str, report: Mapping[str, Any], *, text: str | None = None, older: bool = False) -> dict[str, Any]:
+    """The bound values of a host pass's history row (``host_pass_row``) and of what the archive keeps beside it
+    (``datum.store.passes.kept_report``, ``added_events``): one truth for both stores. ``text`` is ``report`` as
+    JSON text when the caller has it already."""
+    passed = host_pass_values(report)
+    extra = passed["extra"]
+    return {
+        "p_host": host,
+        "p_outcome": passed["outcome"],
+        "p_completed": passed["completed"],
+        "p_drift": passed["drift"],
+        "p_counts": json.dumps(passed["counts"]),
+        "p_items": json.dumps(passed["items"]) if passed["completed"] else None,
+        "p_pass_id": passed["pass_id"],
+        **{f"p_{c}": extra[c] for c in _HOST_PASS_EXTRA},
+        "p_older": older,
+        **archive_params(report, text),
+    }
+
+
+_HOST_PASS_EXTRA = ("started_at", "finished_at", "duration_seconds", "seq", "reason", "digest")
+
+
+def host_pass_row(dialect: str, at: Any) -> Any:
+    """The ``pass_history`` row of one host pass received at ``at`` (the store's clock: a bound value, or the
+    intake statement's ``up.now``), as one INSERT both stores run, returning its id and ``at``: its items under the keyframe
+    rule (``items_kept``), its finish time the receipt when the report says none. Its values: ``host_pass_params``."""
+    host = param("host", t.c.name.type)
+    subject = sa.literal_column(f"'{HOST}'", t.c.subject.type)
+    values = {
+        "subject": subject,
+        "name": host,
+        "at": at,
+        "outcome": param("outcome", t.c.outcome.type),
+        "completed": param("completed", t.c.completed.type),
+        "drift": param("drift", t.c.drift.type),
+        "blocked": sa.literal_column("0", t.c.blocked.type),
+        "counts": json_value(param("counts", sa.Text), dialect),
+        "items": items_kept(subject, host, param("items", sa.Text), dialect),
+        "pass_id": param("pass_id", t.c.pass_id.type),
+        **{c: param(c, t.c[c].type) for c in _HOST_PASS_EXTRA if c != "finished_at"},
+        "finished_at": sa.func.coalesce(param("finished_at", t.c.finished_at.type), at),
+        "older": param("older", t.c.older.type),
+    }
+    chosen = sa.select(*(v.label(c) for c, v in values.items()))
+    return sa.insert(t).from_select(list(values), chosen).returning(t.c.id, t.c.at)
+
+
+@dataclass(frozen=True)
+class HostPassSteps:
+    """The statements that record a host pass, run in turn (SQLite; an older pass on either store): its row, its
+    report kept once, its events. The intake's statement on PostgreSQL composes the same (``datum.store.hosts``)."""
+
+    row: Any
+    report: Any
+    events: Any
+
+
+@cache
+def host_pass_steps(dialect: str) -> HostPassSteps:
+    at = param("at", t.c.at.type)
+    return HostPassSteps(host_pass_row(dialect, at), kept_report(dialect, at), added_events(dialect, param("row"), at))
+
+
+def record_steps(conn: Connection, params: Mapping[str, Any]) -> int:
+    """Run ``host_pass_steps`` with ``params`` (``host_pass_params`` and ``p_at``) in the caller's transaction: the
+    row's id."""
+    steps = host_pass_steps(conn.dialect.name)
+    row_id = int(conn.execute(steps.row, params).one()[0])
+    conn.execute(steps.report, params)
+    if params["p_events"] != "[]":  # nothing to insert: spare the statement
+        conn.execute(steps.events, {**params, "p_row": row_id})
+    return row_id
+
+
 def record_host_pass(
     conn: Connection, host: str, report: Mapping[str, Any], at: datetime, *, older: bool = False
 ) -> None:
     """The history row of one host pass (a ``PassReport`` in its JSON form), received at ``at``, with its
     report kept once by digest and its events (``datum.store.passes``). Host rows are not pruned here: the
     archive's retention drops them in bulk (``datum.store.passes.prune_passes``)."""
-    values = host_pass_values(report)
-    values["extra"] = {**values["extra"], "older": older}
-    if values["extra"]["finished_at"] is None:
-        values["extra"]["finished_at"] = at
-    row_id = record(conn, HOST, host, at, **values)
-    archive(conn, host, row_id, report, values["extra"], at)
+    record_steps(conn, {**host_pass_params(host, report, older=older), "p_at": at})
 
 
 def record_older_host_pass(conn: Connection, host: str, report: Mapping[str, Any], at: datetime) -> bool:

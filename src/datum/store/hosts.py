@@ -7,6 +7,7 @@ import logging
 from collections import Counter
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from functools import cache
 from typing import Any
 
 import sqlalchemy as sa
@@ -19,19 +20,18 @@ from datum.store import audit
 from datum.store import group_counts as by_group
 from datum.store.engine import Store
 from datum.store.history import (
-    HOST,
-    KEYFRAME,
-    host_pass_values,
-    record_host_pass,
+    host_pass_params,
+    host_pass_row,
     record_older_host_pass,
+    record_steps,
 )
-from datum.store.leases import release_rebooted
-from datum.store.passes import PG_ARCHIVE_CTES, pg_archive_params
+from datum.store.leases import on_return, on_return_params, returned
+from datum.store.passes import added_events, kept_report
 from datum.store.runs import store_now
 from datum.store.schema import hosts
 from datum.store.scope import Groups, of_groups
 from datum.store.status_counts import COMPACT_AT, compact, counts_table
-from datum.store.types import ReadableTime, UTCDateTime
+from datum.store.types import ReadableTime, UTCDateTime, insert_for, json_value, param
 
 log = logging.getLogger(__name__)
 
@@ -116,20 +116,22 @@ def take_pass(
     with the pass; None keeps the stored one (``default`` for a new host).
     """
     values, seq = _values(report)
-    unhealthy = back_unhealthy(report) if release_lease else None
+    params = _params(host, values, group, text if text is not None else json.dumps(report))
+    if history:
+        params.update(host_pass_params(host, report, text=params["p_h_report"]))
+    if release_lease:
+        params.update(on_return_params(host, values["boot_id"], back_unhealthy(report)))
     with store.one_writer(), store.begin() as conn:
         if history and store.dialect == "postgresql":
-            params = _pg_params(host, values, report, text)
-            params["release"] = (values["boot_id"] or None) if release_lease else None
-            params["group_name"] = group
-            params["unhealthy"] = unhealthy
-            now = conn.execute(_PG_TAKE_WITH_HISTORY, params).scalar()
-        else:
-            now = conn.execute(_upsert(store.dialect, host, values, seq, group)).scalar()
+            if not release_lease:
+                params.update(on_return_params(host, None, None))
+            now = conn.execute(_at_once(), params).scalar()
+        else:  # the same rules in turn, each after the host row only when it was written
+            now = conn.execute(_host_row(store.dialect), params).scalar()
             if now is not None and history:
-                record_host_pass(conn, host, report, _as_utc(now))
+                record_steps(conn, {**params, "p_at": _as_utc(now)})
             if now is not None and release_lease:
-                release_rebooted(conn, host, values["boot_id"], unhealthy)
+                returned(conn, params)
         if now is not None:
             return Taken("stored", {
                 "host": host,
@@ -154,102 +156,62 @@ def take_pass(
     return Taken(outcome, row)
 
 
-def _upsert(dialect: str, host: str, values: dict[str, Any], seq: int | None, group: str | None = None) -> Any:
-    """The host row's INSERT ... ON CONFLICT DO UPDATE under the sequence rule, returning the store's clock;
-    the group written only when known (else the stored one kept, ``default`` for a new host)."""
-    if dialect == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert
-    else:
-        from sqlalchemy.dialects.sqlite import insert
-    stmt = insert(hosts).values(host=host, group_name=group or DEFAULT_GROUP, **values)
-    newer = None if seq is None else sa.or_(hosts.c.seq.is_(None), hosts.c.seq < seq)
-    written = [*values, *(["group_name"] if group is not None else [])]
-    return stmt.on_conflict_do_update(
-        index_elements=[hosts.c.host], set_={k: stmt.excluded[k] for k in written}, where=newer
-    ).returning(_clock(dialect).label("now"))
-
-
-# PostgreSQL, report intake: the host row under the sequence rule and, when it was stored, its history row
-# (items only when they differ from the last row that stored them, or that row is KEYFRAME rows back, as
-# store.history.record decides) with what the pass archive keeps beside it (store.passes: its report once by
-# digest, its events) and, with :release (the report's boot id, when the caller frees a reboot lease), the
-# host's lease from another boot: dropped when :unhealthy is NULL (back converged and healthy), else marked with
-# it (datum.store.leases.release_rebooted): one statement, one round trip. Host history rows are not pruned here:
-# the archive's retention drops them in bulk (store.passes.prune_passes).
+# Taking a pass is four rules, each one statement both stores run, written once as SQLAlchemy Core: the host row
+# under the sequence rule (``host_row``, here), the pass's history row with its items under the keyframe rule
+# (``datum.store.history.host_pass_row``), what the archive keeps beside it (``datum.store.passes.kept_report``,
+# ``added_events``) and the host's reboot lease on its return (``datum.store.leases.on_return``). SQLite runs them
+# in turn in one transaction (``take_pass``), each after the host row only when it was written; PostgreSQL runs
+# them as one statement (``_at_once``), each a CTE reading ``up`` (the host row written, and the store's clock):
+# one round trip. Their bound values, the same on both: ``_params`` and the modules' own.
 _HOST_COLUMNS = (
-    "host", "state", "reason", "boot_id", "finished_at", "updated_at", "report", "pass_id", "seq", "summary",
+    "state", "reason", "boot_id", "finished_at", "updated_at", "report", "pass_id", "seq", "summary",
     "interval_seconds", "revision",
 )
 _JSON_COLUMNS = {"report", "summary"}
-_PG_TAKE_WITH_HISTORY = sa.text(f"""
-WITH up AS (
-  INSERT INTO hosts AS h ({", ".join(_HOST_COLUMNS)}, group_name)
-  VALUES ({", ".join(f"CAST(:{c} AS json)" if c in _JSON_COLUMNS else f":{c}" for c in _HOST_COLUMNS)},
-          COALESCE(CAST(:group_name AS text), '{DEFAULT_GROUP}'))
-  ON CONFLICT (host) DO UPDATE SET {", ".join(f"{c} = excluded.{c}" for c in _HOST_COLUMNS[1:])},
-    group_name = COALESCE(CAST(:group_name AS text), h.group_name)
-  WHERE CAST(:seq AS bigint) IS NULL OR h.seq IS NULL OR h.seq < CAST(:seq AS bigint)
-  RETURNING clock_timestamp() AS now
-), last AS (
-  SELECT id, at, items FROM pass_history
-  WHERE subject = :subject AND name = :host AND items IS NOT NULL ORDER BY at DESC, id DESC LIMIT 1
-), since AS (
-  SELECT count(*) AS n FROM pass_history p, last
-  WHERE p.subject = :subject AND p.name = :host AND p.at >= last.at AND p.id <> last.id
-), recorded AS (
-  INSERT INTO pass_history (subject, name, at, outcome, completed, drift, blocked, counts, items, pass_id,
-                            started_at, finished_at, duration_seconds, seq, reason, digest, older)
-  SELECT :subject, :host, up.now, :outcome, :completed, :drift, 0, CAST(:counts AS json),
-    CASE WHEN CAST(:items AS jsonb) IS NULL THEN NULL
-         WHEN NOT EXISTS (SELECT 1 FROM last) THEN CAST(:items AS json)
-         WHEN (SELECT CAST(items AS jsonb) FROM last) IS DISTINCT FROM CAST(:items AS jsonb) THEN CAST(:items AS json)
-         WHEN (SELECT n FROM since) >= :keyframe THEN CAST(:items AS json)
-    END,
-    :pass_id, CAST(:started_at AS timestamptz), COALESCE(CAST(:finished_at AS timestamptz), up.now),
-    CAST(:duration_seconds AS double precision), CAST(:seq AS bigint), :reason, :digest, false
-  FROM up
-  RETURNING id
-),{PG_ARCHIVE_CTES}, released AS (
-  DELETE FROM reboot_leases
-  WHERE host = :host AND boot_id <> CAST(:release AS text) AND CAST(:unhealthy AS text) IS NULL
-    AND EXISTS (SELECT 1 FROM up)
-), marked AS (
-  UPDATE reboot_leases SET unhealthy = CAST(:unhealthy AS text)
-  WHERE host = :host AND boot_id <> CAST(:release AS text) AND CAST(:unhealthy AS text) IS NOT NULL
-    AND EXISTS (SELECT 1 FROM up)
-)
-SELECT now FROM up
-""")
 
 
-def _pg_params(
-    host: str, values: dict[str, Any], report: dict[str, Any], text: str | None
-) -> dict[str, Any]:
-    given = {"report": text} if text is not None else {}
-    row = {
-        c: given.get(c) or json.dumps(values[c]) if c in _JSON_COLUMNS else values[c] for c in _HOST_COLUMNS[1:]
-    }
-    passed = host_pass_values(report)
-    items = passed["items"] if passed["completed"] else None
-    extra = passed["extra"]
-    return {
-        **row,
-        **pg_archive_params(report),
-        "started_at": extra["started_at"],
-        "duration_seconds": extra["duration_seconds"],
-        "digest": extra["digest"],
-        "host": host,
-        "subject": HOST,
-        "outcome": passed["outcome"],
-        "completed": passed["completed"],
-        "drift": passed["drift"],
-        "counts": json.dumps(passed["counts"]),
-        "items": None if items is None else json.dumps(items),
-        "keyframe": KEYFRAME - 1,
-        "release": None,
-        "unhealthy": None,
-        "pass_id": passed["pass_id"],
-    }
+def host_row(dialect: str) -> Any:
+    """The host row's INSERT ... ON CONFLICT DO UPDATE under the sequence rule, returning the store's clock
+    (``now``; no row when the pass was not newer): a report with a ``seq`` replaces the stored one only when the
+    stored one has none or a lower one. The group is written only when known (``p_group``; else the stored one
+    kept, ``default`` for a new host)."""
+    given = {c: json_value(param(f"h_{c}", sa.Text), dialect) if c in _JSON_COLUMNS else param(f"h_{c}", hosts.c[c].type)
+             for c in _HOST_COLUMNS}
+    group = param("group", hosts.c.group_name.type)
+    stmt = insert_for(dialect)(hosts).values(
+        host=param("host", hosts.c.host.type), group_name=sa.func.coalesce(group, sa.literal_column(f"'{DEFAULT_GROUP}'")), **given
+    )
+    seq = param("h_seq", hosts.c.seq.type)
+    return stmt.on_conflict_do_update(
+        index_elements=[hosts.c.host],
+        set_={**{c: stmt.excluded[c] for c in _HOST_COLUMNS}, "group_name": sa.func.coalesce(group, hosts.c.group_name)},
+        where=sa.or_(seq.is_(None), hosts.c.seq.is_(None), hosts.c.seq < seq),
+    ).returning(_clock(dialect).label("now"))
+
+
+def _params(host: str, values: dict[str, Any], group: str | None, text: str) -> dict[str, Any]:
+    """``host_row``'s bound values: the host, its row's columns (``_values``; the report as ``text``), its group."""
+    row = {f"p_h_{c}": json.dumps(values[c]) if c in _JSON_COLUMNS else values[c] for c in _HOST_COLUMNS if c != "report"}
+    return {"p_host": host, **row, "p_h_report": text, "p_group": group}
+
+
+_host_row = cache(host_row)
+
+
+@cache
+def _at_once() -> Any:
+    """PostgreSQL: the four rules as one statement, each after the host row only when it was written (``up``)."""
+    dialect = "postgresql"
+    up = host_row(dialect).cte("up")
+    recorded = host_pass_row(dialect, up.c.now).cte("recorded")
+    released, marked = on_return(sa.exists(sa.select(up.c.now)))
+    return sa.select(up.c.now).add_cte(
+        recorded,
+        kept_report(dialect, up.c.now).cte("kept"),
+        added_events(dialect, recorded.c.id, recorded.c.at, recorded).cte("evented"),
+        released.cte("released"),
+        marked.cte("marked"),
+    )
 
 
 def record_pass(store: Store, host: str, report: dict[str, Any]) -> str:

@@ -49,6 +49,7 @@ from datum.store.runs import store_now
 from datum.store.schema import reboot_groups as groups
 from datum.store.schema import reboot_leases as t
 from datum.store.schema import reboot_requests as asks
+from datum.store.types import param
 
 # How long a host's ask stays in the queue when its agent does not say its interval.
 REQUEST_TTL = timedelta(hours=1)
@@ -279,17 +280,39 @@ def cleared(store: Store, host: str, *, force: bool = False, forcing: str = "--f
     return dropped
 
 
+def on_return(stored: Any = None) -> tuple[Any, Any]:
+    """What a host's report from a boot (``p_release``) does to its lease from another boot (it rebooted since),
+    as the two statements both stores run (in turn here, as CTEs of the intake's statement on PostgreSQL,
+    ``datum.store.hosts``): dropped when the host is back converged and healthy (``p_unhealthy`` NULL), else
+    kept, marked with why not (``p_unhealthy``). Only when ``stored`` holds (the intake's: the pass was stored).
+    A report without a boot id (``p_release`` NULL) touches no lease."""
+    host, why = param("host", t.c.host.type), param("unhealthy", t.c.unhealthy.type)
+    other = sa.and_(t.c.host == host, t.c.boot_id != param("release", t.c.boot_id.type), *(() if stored is None else (stored,)))
+    return sa.delete(t).where(other, why.is_(None)), sa.update(t).where(other, why.is_not(None)).values(unhealthy=why)
+
+
+def on_return_params(host: str, boot_id: str | None, unhealthy: str | None) -> dict[str, Any]:
+    """The bound values of ``on_return``: the host, its report's boot, why it is not back healthy."""
+    return {"p_host": host, "p_release": boot_id or None, "p_unhealthy": None if unhealthy is None else unhealthy[:1000]}
+
+
+_ON_RETURN = on_return()
+
+
 def release_rebooted(conn: Connection, host: str, boot_id: str | None, unhealthy: str | None = None) -> bool:
     """In the caller's transaction: drop ``host``'s lease when ``boot_id`` is another boot (it rebooted) and the
     host is back converged and healthy; with ``unhealthy`` (``datum.core.budget.back_unhealthy``: why it is not)
-    keep the lease and record why on it. Whether the lease was dropped."""
-    if not boot_id:
-        return False
-    if unhealthy is not None:
-        conn.execute(sa.update(t).where(t.c.host == host, t.c.boot_id != boot_id).values(unhealthy=unhealthy[:1000]))
-        return False
-    gone = conn.execute(sa.delete(t).where(t.c.host == host, t.c.boot_id != boot_id))
-    return gone.rowcount > 0
+    keep the lease and record why on it (``on_return``). Whether the lease was dropped."""
+    return returned(conn, on_return_params(host, boot_id, unhealthy))
+
+
+def returned(conn: Connection, params: dict[str, Any]) -> bool:
+    """``on_return`` run in turn with ``params`` (``on_return_params``' and any others): whether the lease was
+    dropped."""
+    dropped, marked = _ON_RETURN
+    gone = conn.execute(dropped, params).rowcount
+    conn.execute(marked, params)
+    return bool(gone)
 
 
 @dataclass(frozen=True)

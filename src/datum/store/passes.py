@@ -31,7 +31,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Connection
 
 from datum.core.passcontent import events_of, restored
 from datum.store.engine import Store
@@ -40,58 +39,63 @@ from datum.store.runs import store_now
 from datum.store.schema import pass_events as ev
 from datum.store.schema import pass_history as ph
 from datum.store.schema import pass_reports as pr
+from datum.store.types import insert_for, json_value, param
 
 HOST = "host"  # pass_history's subject of a host pass (datum.store.history.HOST)
 BATCH = 1000  # rows a retention batch drops in one transaction
 
 
-def _upsert_report(dialect: str) -> Any:
-    if dialect == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert
-    else:
-        from sqlalchemy.dialects.sqlite import insert
-    stmt = insert(pr)
+# What the archive keeps of one host pass beside its ``pass_history`` row, as statements both stores run: in turn
+# on SQLite (``datum.store.history.record_steps``), as CTEs of the intake's one statement on PostgreSQL
+# (``datum.store.hosts``). Their bound values: ``archive_params`` and ``datum.store.history.host_pass_params``.
+
+def kept_report(dialect: str, at: Any) -> Any:
+    """The pass's report kept once by its digest, received at ``at``: written unless one with its digest is kept
+    already, whose ``last_seen`` then moves to ``at``."""
+    chosen = sa.select(
+        param("digest", pr.c.digest.type).label("digest"), param("host", pr.c.host.type).label("host"),
+        json_value(param("report", sa.Text), dialect).label("report"), at.label("last_seen"),
+    ).where(sa.true())  # SQLite reads ON CONFLICT after a SELECT without WHERE as a join's ON
+    stmt = insert_for(dialect)(pr).from_select(["digest", "host", "report", "last_seen"], chosen)
     return stmt.on_conflict_do_update(index_elements=[pr.c.digest], set_={"last_seen": stmt.excluded.last_seen})
 
 
-def archive(
-    conn: Connection, host: str, row_id: int, report: Mapping[str, Any], columns: Mapping[str, Any], at: datetime
-) -> None:
-    """What the archive keeps of one host pass beside its ``pass_history`` row ``row_id``: its report, unless
-    one with its digest is kept already (then only that one's ``last_seen`` moves), and its events."""
-    conn.execute(
-        _upsert_report(conn.dialect.name).values(digest=columns["digest"], host=host, report=dict(report), last_seen=at)
-    )
-    events = events_of(report)
-    if events:
-        pass_id = report.get("passId")
-        conn.execute(sa.insert(ev), [
-            {**e, "pass_row": row_id, "host": host, "pass_id": pass_id[:64] if isinstance(pass_id, str) else None,
-             "finished_at": columns["finished_at"] or at, "received_at": at}
-            for e in events
-        ])
+_EVENT_COLUMNS = ("resource", "type", "action", "state", "changed", "reason")
 
 
-# PostgreSQL: the same, as CTEs of datum.store.hosts' one intake statement (``recorded`` is the new row).
-PG_ARCHIVE_CTES = """
-kept AS (
-  INSERT INTO pass_reports (digest, host, report, last_seen)
-  SELECT :digest, :host, CAST(:report AS json), up.now FROM up
-  ON CONFLICT (digest) DO UPDATE SET last_seen = excluded.last_seen
-), evented AS (
-  INSERT INTO pass_events (pass_row, host, pass_id, finished_at, received_at, resource, type, action, state,
-                           changed, reason)
-  SELECT recorded.id, :host, :pass_id, COALESCE(CAST(:finished_at AS timestamptz), up.now), up.now,
-         e.resource, e.type, e.action, e.state, e.changed, e.reason
-  FROM recorded, up,
-       json_to_recordset(CAST(:events AS json)) AS e(resource text, type text, action text, state text,
-                                                    changed boolean, reason text)
-)"""
+def _events(dialect: str) -> tuple[Any, list[Any]]:
+    """The pass's events (``p_events``: ``datum.core.passcontent.events_of`` as JSON text) as rows: the table
+    and its columns in ``_EVENT_COLUMNS``' order."""
+    given = param("events", sa.Text)
+    if dialect == "postgresql":
+        rows = sa.func.json_to_recordset(sa.cast(given, sa.JSON)).table_valued(
+            *(sa.column(c, sa.Boolean if c == "changed" else sa.Text) for c in _EVENT_COLUMNS)
+        ).render_derived(name="e", with_types=True)
+        return rows, [rows.c[c] for c in _EVENT_COLUMNS]
+    rows = sa.func.json_each(given).table_valued("value").alias("e")
+    return rows, [sa.type_coerce(sa.func.json_extract(rows.c.value, f"$.{c}"), ev.c[c].type) for c in _EVENT_COLUMNS]
 
 
-def pg_archive_params(report: Mapping[str, Any]) -> dict[str, Any]:
-    """The parameters ``PG_ARCHIVE_CTES`` adds to the intake statement's."""
-    return {"events": json.dumps(events_of(report))}
+def added_events(dialect: str, row: Any, at: Any, source: Any = None) -> Any:
+    """One ``pass_events`` row per event of the pass (``row``: its ``pass_history`` row's id), with the host's
+    finish time (the receipt, ``at``, when the report says none); ``source`` is what ``row`` and ``at`` are read
+    from, when not bound values (the intake's ``recorded``)."""
+    rows, columns = _events(dialect)
+    if source is not None:
+        rows = rows.join(source, sa.true())
+    chosen = sa.select(
+        row.label("pass_row"), param("host", ev.c.host.type).label("host"),
+        param("pass_id", ev.c.pass_id.type).label("pass_id"),
+        sa.func.coalesce(param("finished_at", ev.c.finished_at.type), at).label("finished_at"),
+        at.label("received_at"), *(c.label(n) for c, n in zip(columns, _EVENT_COLUMNS, strict=True)),
+    ).select_from(rows)
+    return sa.insert(ev).from_select(["pass_row", "host", "pass_id", "finished_at", "received_at", *_EVENT_COLUMNS], chosen)
+
+
+def archive_params(report: Mapping[str, Any], text: str | None = None) -> dict[str, Any]:
+    """The bound values ``kept_report`` and ``added_events`` add to the history row's: the report as JSON text
+    (``text`` when the caller has it) and its events."""
+    return {"p_report": text if text is not None else json.dumps(report), "p_events": json.dumps(events_of(report))}
 
 
 # Reads.

@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import JSONB
 
 
 class UTCDateTime(sa.types.TypeDecorator[datetime]):
@@ -52,3 +53,37 @@ class ReadableTime(UTCDateTime):
                 return None
 
         return readable
+
+
+def insert_for(dialect: str) -> Any:
+    """The dialect's ``insert`` (the one with ``on_conflict_do_update``): a statement both stores run is built
+    once for each."""
+    if dialect == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert
+    else:
+        from sqlalchemy.dialects.sqlite import insert
+    return insert
+
+
+def param(name: str, type_: Any = None) -> Any:
+    """A bound value of a statement both stores run (``datum.store.hosts``' intake), named ``p_<name>``: apart from
+    every column, since an INSERT or UPDATE run with a parameter named as a column would also write that column."""
+    return sa.bindparam(f"p_{name}", type_=type_)
+
+
+# JSON written from text the caller serialised once (a report is JSON text already when it arrives), and compared
+# as JSON: what a statement both stores run says where the two dialects differ.
+
+def json_value(text: Any, dialect: str) -> Any:
+    """``text`` (JSON text, a bound value or a column) as the store's JSON: cast to ``json`` on PostgreSQL, the
+    text itself on SQLite (where JSON is text; a ``CAST`` there would take it for a number)."""
+    return sa.cast(text, sa.JSON) if dialect == "postgresql" else text
+
+
+def same_json(stored: Any, text: Any, dialect: str) -> Any:
+    """Whether a stored JSON value and JSON text are the same value, NULL the same as NULL: ``jsonb`` equality on
+    PostgreSQL; on SQLite the two texts minified by ``json()`` (keys in the order written: the writers of a
+    compared value write it from a sorted map, ``datum.store.history.grouped``)."""
+    if dialect == "postgresql":
+        return sa.cast(stored, JSONB).is_not_distinct_from(sa.cast(text, JSONB))
+    return sa.func.json(stored).is_not_distinct_from(sa.func.json(text))
