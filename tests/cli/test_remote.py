@@ -298,3 +298,46 @@ def test_a_redirect_is_not_followed(datum_cli, served: Served, tmp_path: Path):
     assert code == 64 and "answered 307" in err and f"a redirect to {served.url}/v1/events" in err, err
     assert "not followed" in err and served.scene.operator not in out + err
     assert len(asked) == 1  # asked once, not again at the place it pointed to
+
+
+def test_hosts_says_what_needs_a_human_of_the_fleet_directory_and_the_canary_through_both(
+    datum_cli, scene: Scene, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+):
+    """``datum hosts --server`` printed no line for a fleet directory the server cannot serve from, and did not
+    say which host is a rollout's canary: no route answered those inputs, which the store path reads itself.
+    It now prints the server's lines (``GET /v1/attention``): the same output both ways."""
+    import shutil
+
+    monkeypatch.delenv("DATUM_SERVER", raising=False)
+    monkeypatch.delenv("DATUM_TOKEN_FILE", raising=False)
+    monkeypatch.setenv("COLUMNS", "200")
+    fleet = tmp_path / "fleet"
+    fleet.mkdir()
+    (fleet / "nodes.yaml").write_text("nodes:\n  - match: {name: 'web*'}\n    manifests: [web.yaml]\n")
+    (fleet / "web.yaml").write_text("resources:\n  - File[/etc/motd]:\n      content: one\n")
+    with scene.config.open("a") as f:
+        f.write(f'[fleet]\nmanifests = "{fleet}"\n[fleet.rollout]\ncanary = ["web1"]\nwaves = ["100%"]\n')
+    s = Served(scene, tmp_path)
+    s.start()
+    try:
+        def in_force() -> dict:  # type: ignore[type-arg]
+            answer = httpx.get(s.url + "/v1/rollouts", headers={"Authorization": f"Bearer {scene.operator}"}, timeout=30)
+            return answer.json()["rollouts"][0] if answer.json()["rollouts"] else {}  # type: ignore[no-any-return]
+
+        deadline = time.monotonic() + 30
+        while in_force().get("state") != "done":  # the first revision: stable at once
+            assert time.monotonic() < deadline, in_force()
+            time.sleep(0.1)
+        (fleet / "web.yaml").write_text("resources:\n  - File[/etc/motd]:\n      content: two\n")
+        while in_force().get("id") != 2:  # its rollout: web1 (failed) its canary
+            assert time.monotonic() < deadline, in_force()
+            time.sleep(0.1)
+        shutil.rmtree(fleet)
+        time.sleep(1.5)  # the server sees it gone within a second
+        here, there = both(datum_cli, s, "hosts", "--wide")
+        assert here[0] == there[0] == 0, (here, there)
+        shown = " ".join(there[1].split())
+        assert "(the canary of rollout 2)" in shown and str(fleet) in shown and "Put the directory back" in shown, shown
+        assert there[1] == here[1], f"--- store\n{here[1]}\n--- server\n{there[1]}"
+    finally:
+        s.stop()

@@ -22,7 +22,7 @@ from datum.api.models import (
     host_list,
 )
 from datum.config import FleetSettings
-from datum.core.attention import Need, decide
+from datum.core.attention import REBOOT_OVERDUE, Need, decide, host_need, ordered
 from datum.core.order import HOST_ORDER
 from datum.fleet.listing import DEFAULT_LIMIT, page, worst_first
 from datum.store import Store
@@ -105,3 +105,19 @@ def host_needs(
     and ``GET /v1/attention`` decide)."""
     return decide(hosts=[h.dump() for h in hosts], overdue=[x.dump() for x in overdue(reboots)], rollout=rollout,
                   fleet_directory=fleet_directory)
+
+
+def host_needs_served(served: Sequence[Need], hosts: Sequence[HostSummary], reboots: Reboots) -> list[Need]:
+    """``host_needs`` through a server's API (``datum hosts --server``), as the server decided it: the lines of
+    ``GET /v1/attention`` (``served``) that are not a reconciler's, its fleet directory's and its rollout's (no
+    route answers their inputs), and its line of each host listed (a canary's saying so); a host listed beyond
+    the ones it considered (its worst ``datum.web.view.MAX_HOSTS``), decided here from its row; overdue reboots
+    from ``reboots``, as the store path. The same lines, in the same order, as ``host_needs`` through the store."""
+    fleet_wide = [n for n in served if n.host is None and n.reconciler is None]
+    theirs: dict[str, Need] = {}
+    for n in served:
+        if n.host is not None and n.reconciler is None and n.reason != REBOOT_OVERDUE:
+            theirs.setdefault(n.host, n)
+    rows = [h.dump() for h in hosts]
+    lines = [line for row in rows if (line := theirs.get(str(row["host"])) or host_need(row)) is not None]
+    return ordered([*fleet_wide, *lines, *decide(overdue=[x.dump() for x in overdue(reboots)])])

@@ -6,14 +6,17 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from datum.api.models import HostList, Reboots, RolloutList
+from datum.api.models import HostList, Reboots
 from datum.cli.common import config_option, json_option, wide_option, wire
 from datum.cli.remote import Server, server_options
 from datum.core.vocab import HostState
+
+if TYPE_CHECKING:
+    from datum.core.attention import Need
 
 
 def _held_back(store: Any, rows: list[Any]) -> list[Any]:
@@ -31,19 +34,19 @@ def _held_back(store: Any, rows: list[Any]) -> list[Any]:
 
 @dataclass(frozen=True)
 class Fleet:
-    """What ``datum hosts`` prints, whichever way it was read: the hosts, the reboot leases, the rollout in force
-    as the attention decision reads it, and why the fleet directory cannot be served from (the store path only)."""
+    """What ``datum hosts`` prints, whichever way it was read: the hosts, the reboot leases, and its *Needs a
+    human* lines (``datum.api.answers.host_needs`` through the store, ``host_needs_served`` from the server's
+    ``GET /v1/attention``)."""
 
     listing: HostList
     reboots: Reboots
-    rollout: dict[str, Any] | None
-    fleet_directory: str | None = None
+    needs: list[Need]
 
 
 def _fleet_from_store(
     config: str | None, state: str | None, after: str | None, limit: int, worst: bool, now: datetime
 ) -> Fleet:
-    from datum.api.answers import host_listing, reboot_list
+    from datum.api.answers import host_listing, host_needs, reboot_list
     from datum.fleet.effective import unavailable
     from datum.fleet.rollouts.canaries import attention_of
 
@@ -52,17 +55,22 @@ def _fleet_from_store(
         listing = host_listing(w.store, fleet, now, state=state, after=after, limit=limit, worst=worst)
         if fleet.rollout is not None:  # the hosts the staged rollout in force holds back, as the API says
             listing.hosts = _held_back(w.store, listing.hosts)
-        return Fleet(listing, reboot_list(w.store, fleet, None), attention_of(w.store, fleet.rollout is not None),
-                     unavailable(fleet.manifests))
+        reboots = reboot_list(w.store, fleet, None)
+        rollout = attention_of(w.store, fleet.rollout is not None)
+        return Fleet(listing, reboots, host_needs(listing.hosts, reboots, rollout, unavailable(fleet.manifests)))
 
 
 def _fleet_from(
     remote: Server, state: str | None, cursor: str | None, limit: int, worst: bool
 ) -> Fleet:
-    listing = remote.get("/v1/hosts", state=state, cursor=cursor, limit=limit, order="worst" if worst else None)
-    staged = RolloutList.model_validate(remote.get("/v1/rollouts"))
-    in_force = staged.rollouts[0].dump() if staged.configured and staged.rollouts else None
-    return Fleet(HostList.model_validate(listing), Reboots.model_validate(remote.get("/v1/reboots")), in_force)
+    from datum.api.answers import host_needs_served
+    from datum.core.attention import Need
+
+    listing = HostList.model_validate(
+        remote.get("/v1/hosts", state=state, cursor=cursor, limit=limit, order="worst" if worst else None))
+    reboots = Reboots.model_validate(remote.get("/v1/reboots"))
+    served = [Need.from_json(n) for n in remote.get("/v1/attention")["needs"]]
+    return Fleet(listing, reboots, host_needs_served(served, listing.hosts, reboots))
 
 
 @click.command()
@@ -86,7 +94,6 @@ def hosts(
     The first LIMIT hosts in that order; the others are counted, and listed by --state STATE or --by-name,
     a page at a time (--json: the page as GET /v1/hosts answers it, its cursor in `next`).
     """
-    from datum.api.answers import host_needs
     from datum.cli import render
     from datum.core.findings import FieldError, invalid
     from datum.fleet.listing import host_after
@@ -106,7 +113,7 @@ def hosts(
         click.echo(json.dumps(listing.dump(), indent=2))
         return
     out = render.console(wide)
-    lines = host_needs(listing.hosts, found.reboots, found.rollout, found.fleet_directory)
+    lines = found.needs
     by_host = {n.host: n for n in reversed(lines) if n.host is not None}  # a host's first line, as the page's
     render.hosts(listing.hosts, listing.counts, out, render.Times(now, wide), lambda h: render.host_advice(h, by_host))
     render.needs_human(lines, out, after=True)

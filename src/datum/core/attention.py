@@ -141,6 +141,16 @@ class Need:
     direction: Direction | None = None
     detail: str = ""
 
+    @classmethod
+    def from_json(cls, line: Mapping[str, Any]) -> Need:
+        """A line in the API's form (``to_json``) back, as a client of ``GET /v1/attention`` reads it."""
+        direction = line.get("direction")
+        return cls(
+            Severity(line["severity"]), str(line["reason"]), str(line["text"]), str(line["do"]),
+            reconciler=line.get("reconciler"), host=line.get("host"), ids=tuple(line.get("ids") or ()),
+            direction=Direction(direction) if direction is not None else None, detail=str(line.get("detail") or ""),
+        )
+
     def to_json(self) -> dict[str, Any]:
         """The API's form (``GET /v1/attention``): fields that do not apply are absent."""
         out: dict[str, Any] = {"severity": self.severity.value, "reason": self.reason}
@@ -568,6 +578,11 @@ def decide(
         if line is not None:
             lines.append(_as_canary(line, h, rollout))
     lines += [_overdue(lease) for lease in overdue]
+    return ordered(lines)
+
+
+def ordered(lines: Iterable[Need]) -> list[Need]:
+    """``lines`` in reading order: ``look`` first, then by reason (``reasons``), then as given."""
     order = {reason: n for n, reason in enumerate(reasons())}
     return sorted(lines, key=lambda n: (n.severity is not Severity.LOOK, order.get(n.reason, len(order))))
 
