@@ -134,6 +134,8 @@ def tmpfs():
 QUICK_DIRS = ("tests/core/", "tests/cli/", "tests/reconcile/", "tests/test_unpack.py")
 NOT_QUICK = (
     "tests/cli/test_help_and_serve.py",
+    # a real datum serve per test (fixture served): 4-9 s of setup each, ~2 of the quick set's ~6 worker-minutes
+    "tests/cli/test_remote.py",
     "tests/reconcile/test_claims.py",
     "tests/reconcile/test_soak_smoke.py",
 )
