@@ -19,12 +19,32 @@ def _isolated_home(tmp_path, monkeypatch):
     monkeypatch.delenv("DATUM_CONFIG", raising=False)
 
 
-def _pg_database():
-    """A fresh PostgreSQL database; dropped afterwards."""
+@pytest.fixture(scope="session", autouse=True)
+def _stores_from_a_template(tmp_path_factory):
+    """A store a test opens is a copy of one migrated in this process (tests/store_templates.py says why)."""
+    import datum.store.engine as engine
+    import store_templates as templates
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(engine, "migrate", templates.migrate_from_template(engine.migrate, tmp_path_factory.mktemp("template")))
+        yield
+    if templates._PG:
+        admin = sa.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
+        templates.drop_pg_template(admin)
+        admin.dispose()
+
+
+def _pg_database(empty: bool = False):
+    """A fresh PostgreSQL database, migrated (a copy of the template) unless ``empty``; dropped afterwards."""
+    import store_templates as templates
+
     name = f"datum_test_{uuid.uuid4().hex[:12]}"
     admin = sa.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    if empty:
+        with admin.connect() as conn:
+            conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    else:
+        templates.clone_pg(admin, PG_ADMIN_URL, name)
     url = sa.engine.make_url(PG_ADMIN_URL).set(database=name)
     try:
         yield url.render_as_string(hide_password=False)
@@ -46,19 +66,24 @@ def store_url(request, tmp_path):
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'datum.db'}"
     else:
-        yield from _pg_database()
+        yield from _pg_database(_empty(request))
+
+
+def _empty(request) -> bool:
+    """Whether the test is marked ``empty_store``: its PostgreSQL database is made empty, not migrated."""
+    return request.node.get_closest_marker("empty_store") is not None
 
 
 @pytest.fixture
-def pg_database():
+def pg_database(request):
     """The URL of a fresh PostgreSQL database of its own; dropped afterwards."""
-    yield from _pg_database()
+    yield from _pg_database(_empty(request))
 
 
 @pytest.fixture(scope="module")
-def pg_module_database():
+def pg_module_database(request):
     """The URL of a fresh PostgreSQL database shared by one module's tests; dropped afterwards."""
-    yield from _pg_database()
+    yield from _pg_database(_empty(request))
 
 
 @pytest.fixture
@@ -145,6 +170,8 @@ _SERVICE_FIXTURES = {"pg_database", "pg_module_database"}
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "quick: a unit test of ./scripts/test --quick (chosen in tests/conftest.py)")
+    config.addinivalue_line("markers", "empty_store: its PostgreSQL databases are made empty, not copied migrated "
+                            "(tests/store_templates.py)")
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m deselects by it

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import sqlalchemy as sa
 from alembic.autogenerate import compare_metadata
 from alembic.config import Config
@@ -21,6 +22,8 @@ from datum.store.migrate import (
 )
 from datum.store.partitions import is_partition
 from datum.store.schema import metadata
+
+pytestmark = pytest.mark.empty_store  # migrations run from nothing here, not from a copy of the migrated template
 
 
 def _alembic_heads(versions) -> set[str]:
