@@ -91,7 +91,7 @@ def test_a_directory_that_never_holds_still_is_unavailable_not_composed(tmp_path
             n += 1
             (fleet / "web.yaml").write_text(WHOLE + f"# {n}\n")
             writing.set()
-            time.sleep(0.05)
+            stop.wait(0.05)  # not time.sleep: the test replaces it below, for every thread of the process
 
     writer = threading.Thread(target=keep_writing)
     writer.start()
