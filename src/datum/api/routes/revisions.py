@@ -21,11 +21,13 @@ from datum.fleet.serving import served
 router = APIRouter(prefix="/v1/revisions", tags=["fleet"])
 
 
-def rollout(state: ServerState, now: datetime | None = None) -> Rollout:
-    """The fleet's hosts per revision as this server sees them now (blocking: names the current revision)."""
+def rollout(state: ServerState, now: datetime | None = None, *, origins: bool = True) -> Rollout:
+    """The fleet's hosts per revision as this server sees them now (blocking: names the current revision);
+    ``origins``: with the hosts without a revision counted by what they are (``status`` says what it reads)."""
     _registry, store = state.wired()
     current = served(state.fleet)
-    return status(store, state.settings.fleet.stale_after, now or datetime.now(UTC), current, in_force(state.fleet))
+    return status(store, state.settings.fleet.stale_after, now or datetime.now(UTC), current, in_force(state.fleet),
+                  origins=origins)
 
 
 def revision_list(found: Rollout) -> RevisionList:

@@ -249,7 +249,7 @@ async def overview(
     readable = may(request, principal, Action.READ_HOST)
     shown = HostsShown(hosts.value if hosts else None, after, groups) if readable else None
     window = changes if may(request, principal, Action.READ_HISTORY) else None  # the timeline, or left out
-    by_revision = partial(rollout, state) if shown is not None else None  # the hosts per revision
+    by_revision = partial(rollout, state, origins=False) if shown is not None else None  # the hosts per revision
     view = await anyio.to_thread.run_sync(
         _view, reports, registry, state.settings, store, shown, window, by_revision, groups
     )

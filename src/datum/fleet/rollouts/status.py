@@ -91,9 +91,14 @@ def serving(directory: str | None, in_force: RolloutRow | None) -> str | None:
 
 
 def status(store: Store, multiple: float, now: datetime, current: Revision | None,
-           in_force: RolloutRow | None = None) -> Rollout:
+           in_force: RolloutRow | None = None, *, origins: bool = True) -> Rollout:
     """The fleet's hosts per revision, newest first, the current one (``serving``: what the server serves
-    now, ``current`` the directory's revision and ``in_force`` the rollout in force) always among them."""
+    now, ``current`` the directory's revision and ``in_force`` the rollout in force) always among them.
+
+    The counts come from the database's counts, no read of every host. ``origins`` also counts the hosts
+    whose pass names no revision by what they are (``without_by``): that reads those hosts' rows (a fleet
+    reporting through ``datum apply --report-to`` is all of them), so only the surfaces that print it ask
+    (``GET /v1/revisions``, ``datum rollout status``), not the page every viewer refreshes each second."""
     served = serving(current.id if current else None, in_force)
     if served is not None and current is not None and served != current.id:
         current = Revision(served, None)
@@ -111,7 +116,7 @@ def status(store: Store, multiple: float, now: datetime, current: Revision | Non
                          kept.first_seen if kept else None, commit))
     # newest first; never recorded (no first seen) last, by id so the order is stable
     rows.sort(key=lambda r: (r.first_seen is None, -(r.first_seen.timestamp() if r.first_seen else 0), r.id))
-    by = without_origins(store) if without else {}
+    by = without_origins(store) if without and origins else {}
     return Rollout(current.id if current else None, rows, without,
                    Unrevisioned(**{k: by.get(k, 0) for k in WITHOUT}))
 
