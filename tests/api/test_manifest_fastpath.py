@@ -20,9 +20,9 @@ def fleet_story(tmp_path, monkeypatch):  # type: ignore[no-untyped-def]
     composed: list[str] = []  # the route's compositions (the fast path never composes)
     real = eff.effective
 
-    def spy(directory, host, facts):  # type: ignore[no-untyped-def]
+    def spy(directory, host, facts, labels=None):  # type: ignore[no-untyped-def]
         composed.append(host)
-        return real(directory, host, facts)
+        return real(directory, host, facts, labels)
 
     monkeypatch.setattr(eff, "effective", spy)
     story.composed = composed  # type: ignore[attr-defined]

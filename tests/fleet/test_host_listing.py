@@ -207,6 +207,7 @@ def test_a_cursor_round_trips_and_a_foreign_one_is_refused():
             host_after(bad)
 
 
+@pytest.mark.empty_store  # a store left at an older migration: made empty, not a copy of the migrated one
 def test_the_migration_fills_in_the_summaries_of_hosts_already_there(store_url):
     with at_revision(store_url, "0005") as conn:
         for host, doc in (("web1", report("web1", 1, failed=1, interval=60)), ("bad", None)):
