@@ -78,7 +78,7 @@ def test_a_change_to_a_manifest_is_a_new_revision_and_hosts_are_counted_per_revi
     page = story.get("/ui/overview").text
     assert 'id="revisions"' in page and two in page and one in page
     # issue 40: a host that reports with datum apply --report-to is said to, not only "an older agent"
-    assert "1 host ran a pass that names no revision (reported with datum apply --report-to" in page
+    assert "1 host ran a pass that names no revision: 1 reported with datum apply --report-to" in page
     assert story.get("/v1/revisions", "stranger").status_code == 403
 
 
@@ -225,3 +225,7 @@ def test_hosts_whose_pass_names_no_revision_are_said_to_be_what_they_are(story: 
     assert ("4 hosts' last pass names no revision: 2 reported with datum apply --report-to (a manifest of its own, "
             "which no revision of the fleet names); 1 ran the manifest its agent kept (the server was not reached); "
             "1 reported by an agent older than revisions") in flat
+    page = " ".join(story.get("/ui/overview").text.split())  # the page says the same, in the same words
+    assert ("4 hosts ran a pass that names no revision: 2 reported with datum apply --report-to (a manifest of its "
+            "own, which no revision of the fleet names); 1 ran the manifest its agent kept (the server was not "
+            "reached); 1 reported by an agent older than revisions.") in page

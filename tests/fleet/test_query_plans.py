@@ -223,13 +223,13 @@ def test_the_pages_overview_reads_through_an_index_end_to_end(fleet, shown, chan
     their history strips, the fleet's counts, the leases, the timeline and the hosts per revision."""
     from datum.api.routes.ui import HostsShown, _view
     from datum.config import Settings
-    from datum.fleet.rollouts.status import status
+    from datum.fleet.rollouts.status import ORIGINS_ON_PAGE, status
     from datum.reconcile.registry import Registry
 
     settings = Settings.model_validate({"server": {"scheduler": False}})
     found = plans(fleet, lambda: _view(
         [], Registry(), settings, fleet, HostsShown(*shown), changes,
-        lambda: status(fleet, settings.fleet.stale_after, datetime.now(UTC), None, origins=False),  # as ui.py asks
+        lambda: status(fleet, settings.fleet.stale_after, datetime.now(UTC), None, origins=ORIGINS_ON_PAGE),  # as ui.py
     ))
     assert read_whole(found) == set()
 

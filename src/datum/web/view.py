@@ -34,7 +34,7 @@ from datum.core.memory import BackoffPolicy
 from datum.core.order import HEALTH_ORDER as _HEALTH_ORDER
 from datum.core.order import HOST_ORDER, Cause, by_cause
 from datum.core.vocab import Action, Direction, Health, HostState, Reason
-from datum.fleet.rollouts.status import Rollout
+from datum.fleet.rollouts.status import Rollout, without_said
 from datum.reconcile.report import DriftItem, DriftReport
 from datum.store.history import STRIP, PassRow
 
@@ -318,6 +318,12 @@ class Overview:
     changes: Changes | None = None  # the fleet's timeline, when the token may read its history
     revisions: Rollout | None = None  # hosts per revision of the fleet's manifests (datum.fleet.rollouts.status), with hosts
     staged: Any = None  # the staged rollout in force ([fleet.rollout]; a RolloutStatus), with hosts
+
+    @property
+    def without_said(self) -> list[str]:
+        """What the hosts whose pass names no revision are, in ``datum rollout status``'s words (none when the
+        page did not count them: more than ``ORIGINS_ON_PAGE``)."""
+        return without_said(self.revisions.without_by) if self.revisions is not None else []
 
 
 def _since_text(first: datetime | None, count: int, before: bool, word: str) -> str:

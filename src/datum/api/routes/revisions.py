@@ -21,7 +21,7 @@ from datum.fleet.serving import served
 router = APIRouter(prefix="/v1/revisions", tags=["fleet"])
 
 
-def rollout(state: ServerState, now: datetime | None = None, *, origins: bool = True) -> Rollout:
+def rollout(state: ServerState, now: datetime | None = None, *, origins: int | None = None) -> Rollout:
     """The fleet's hosts per revision as this server sees them now (blocking: names the current revision);
     ``origins``: with the hosts without a revision counted by what they are (``status`` says what it reads)."""
     _registry, store = state.wired()

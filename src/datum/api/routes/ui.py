@@ -40,7 +40,7 @@ from datum.core.vocab import HostState
 from datum.fleet import listing
 from datum.fleet.history import Window, events_page, passes_page
 from datum.fleet.rollouts import canaries
-from datum.fleet.rollouts.status import Rollout, acted
+from datum.fleet.rollouts.status import ORIGINS_ON_PAGE, Rollout, acted
 from datum.reconcile.registry import Registry
 from datum.reconcile.report import DriftReport, enabled
 from datum.store import Store
@@ -249,7 +249,7 @@ async def overview(
     readable = may(request, principal, Action.READ_HOST)
     shown = HostsShown(hosts.value if hosts else None, after, groups) if readable else None
     window = changes if may(request, principal, Action.READ_HISTORY) else None  # the timeline, or left out
-    by_revision = partial(rollout, state, origins=False) if shown is not None else None  # the hosts per revision
+    by_revision = partial(rollout, state, origins=ORIGINS_ON_PAGE) if shown is not None else None  # hosts per revision
     view = await anyio.to_thread.run_sync(
         _view, reports, registry, state.settings, store, shown, window, by_revision, groups
     )

@@ -48,6 +48,9 @@ WITHOUT = {
 }
 
 
+ORIGINS_ON_PAGE = 1000  # the most hosts without a revision whose rows the page reads to say what each is
+
+
 @dataclass(frozen=True, slots=True)
 class Unrevisioned:
     """The hosts whose last pass names no revision, by what they are (``WITHOUT``'s keys)."""
@@ -91,14 +94,15 @@ def serving(directory: str | None, in_force: RolloutRow | None) -> str | None:
 
 
 def status(store: Store, multiple: float, now: datetime, current: Revision | None,
-           in_force: RolloutRow | None = None, *, origins: bool = True) -> Rollout:
+           in_force: RolloutRow | None = None, *, origins: int | None = None) -> Rollout:
     """The fleet's hosts per revision, newest first, the current one (``serving``: what the server serves
     now, ``current`` the directory's revision and ``in_force`` the rollout in force) always among them.
 
-    The counts come from the database's counts, no read of every host. ``origins`` also counts the hosts
-    whose pass names no revision by what they are (``without_by``): that reads those hosts' rows (a fleet
-    reporting through ``datum apply --report-to`` is all of them), so only the surfaces that print it ask
-    (``GET /v1/revisions``, ``datum rollout status``), not the page every viewer refreshes each second."""
+    The counts come from the database's counts, no read of every host. The hosts whose pass names no
+    revision are also counted by what they are (``without_by``), which reads those hosts' rows (a fleet
+    reporting through ``datum apply --report-to`` is all of them): only while they are at most ``origins``
+    (None: however many; ``GET /v1/revisions`` and ``datum rollout status`` ask for them), so the page every
+    viewer refreshes each second (``ORIGINS_ON_PAGE``) never reads a whole fleet's rows for one line."""
     served = serving(current.id if current else None, in_force)
     if served is not None and current is not None and served != current.id:
         current = Revision(served, None)
@@ -116,7 +120,7 @@ def status(store: Store, multiple: float, now: datetime, current: Revision | Non
                          kept.first_seen if kept else None, commit))
     # newest first; never recorded (no first seen) last, by id so the order is stable
     rows.sort(key=lambda r: (r.first_seen is None, -(r.first_seen.timestamp() if r.first_seen else 0), r.id))
-    by = without_origins(store) if without and origins else {}
+    by = without_origins(store) if without and (origins is None or without <= origins) else {}
     return Rollout(current.id if current else None, rows, without,
                    Unrevisioned(**{k: by.get(k, 0) for k in WITHOUT}))
 
