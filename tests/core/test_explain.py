@@ -113,6 +113,7 @@ def test_every_explanation_fits_80_columns(datum_cli):
         ("canary", "rollout", "canary"),
         ("wave", "rollout", "wave"),
         ("soak", "rollout", "soak"),
+        ("pg_roles disabled · no pass runs", "reconciler state", "disabled"),  # the page's fold of a reconciler off
     ],
 )
 def test_the_words_the_surfaces_print_are_explained(said, vocabulary, name):

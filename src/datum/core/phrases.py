@@ -86,6 +86,8 @@ _FAMILIES: list[tuple[re.Pattern[str], list[tuple[str, str]]]] = [
     (re.compile(r"\bat the backoff cap\b"), [("item state", "at_backoff_cap"), (REASON, "backoff")]),
     (re.compile(r"\bheld back\b"), [("rollout", "held_back")]),
     (re.compile(r"\bstranded in\b"), [("coverage", "stranded")]),
+    # A reconciler switched off, as the page's fold and datum drift say it ("pg_roles disabled · no pass runs").
+    (re.compile(r"\bno pass runs\b"), [("reconciler state", "disabled")]),
 ]
 
 # Why a resource refused to act as root, wherever in the line: pattern -> the refusal's name.
