@@ -78,6 +78,23 @@ def test_history_items_are_stored_only_when_they_change_or_a_keyframe_is_due(sto
     assert all(r.items == {"File[/f0]": "failed"} for r in rows[2:-1])
 
 
+def test_the_keyframe_counts_the_rows_after_the_last_map_though_they_share_its_millisecond(store):
+    """Passes taken faster than the store's clock moves (SQLite's is in milliseconds) share a receipt time: the
+    rows counted since the last map are those after it in the order that picks it (time, then id), so a row of
+    the same millisecond before it does not bring the next map early (it did: a flaky [0, 2, 51])."""
+    same = datetime(2026, 12, 7, 4, 20, tzinfo=UTC)
+    for seq in range(1, KEYFRAME + 4):
+        take_pass(store, "web1", report("web1", seq, failed=1 if seq >= 3 else 0), history=True)
+        with store.begin() as conn:  # every row received in the one millisecond
+            conn.execute(sa.text("UPDATE pass_history SET at = :at WHERE subject = 'host' AND name = 'web1'"),
+                         {"at": same.replace(tzinfo=None) if store.dialect == "sqlite" else same})
+    with store.connect() as conn:
+        stored = conn.execute(
+            sa.text("SELECT items FROM pass_history WHERE subject = 'host' ORDER BY id")
+        ).scalars().all()
+    assert [i for i, items in enumerate(stored) if items is not None] == [0, 2, 2 + KEYFRAME]
+
+
 def test_the_pages_strips_read_at_once_are_each_hosts_own(store):
     """``recent_many`` (the page's hosts in two statements on PostgreSQL) says what ``recent`` says of each:
     a strip that starts after its last keyframe reads its items back from an older row, a host with no pass

@@ -90,7 +90,9 @@ def items_kept(subject: Any, name: Any, items: Any, dialect: str) -> Any:
     )
     since = (
         sa.select(sa.func.count()).select_from(p).join(last, sa.true())
-        .where(p.c.subject == subject, p.c.name == name, p.c.at >= last.c.at, p.c.id != last.c.id)
+        # after the last map in the order that picks it (at, then id): a row of the same millisecond before it is not
+        .where(p.c.subject == subject, p.c.name == name,
+               sa.or_(p.c.at > last.c.at, sa.and_(p.c.at == last.c.at, p.c.id > last.c.id)))
         .scalar_subquery()
     )
     same = same_json(sa.select(last.c["items"]).scalar_subquery(), items, dialect)
