@@ -7,6 +7,7 @@ at once) or drops them leaves the agent on its interval, never in a loop of requ
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import signal
@@ -62,6 +63,7 @@ def looping(agent: Agent, *extra: str) -> Iterator[subprocess.Popen[str]]:
     finally:
         proc.send_signal(signal.SIGTERM)
         _, log = proc.communicate(timeout=30)  # read while it stops: a full stderr pipe would hold its exit
+        proc.stderr = io.StringIO(log)  # what it said, for the test to read after
         assert proc.returncode == 0, log
 
 
