@@ -7,7 +7,9 @@ document to each rule, and the one definition behind each published pattern to w
 
 from __future__ import annotations
 
+import json
 import re
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -234,3 +236,41 @@ def test_the_manifest_answer_is_typed_for_a_generated_client(story):
 
     parsed = EffectiveManifest.model_validate(got.json())
     assert parsed.host == "web1" and parsed.digest == got.headers["ETag"].strip('"') and parsed.manifest.resources
+
+
+def test_a_client_generated_from_the_document_reads_the_manifest_and_the_host_listing(story, tmp_path):
+    """Issue 40's Done when: the OpenAPI document read by a generated client. datamodel-code-generator makes
+    pydantic models of every schema the document publishes (as a client generator does); the models of
+    getManifest's and listHosts' answers exist, are no ``Any``, and real answers of the server validate in them."""
+    import importlib.util
+    import subprocess
+    import sys
+
+    codegen = Path(sys.executable).parent / "datamodel-codegen"
+    document = tmp_path / "openapi.json"
+    document.write_text(json.dumps(story.app.openapi()))
+    made = tmp_path / "client_models.py"
+    run = subprocess.run(
+        [str(codegen), "--input", str(document), "--input-file-type", "openapi", "--output", str(made),
+         "--output-model-type", "pydantic_v2.BaseModel", "--use-annotated"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert run.returncode == 0, run.stderr
+    spec = importlib.util.spec_from_file_location("client_models", made)
+    assert spec and spec.loader
+    models = importlib.util.module_from_spec(spec)
+    sys.modules["client_models"] = models
+    try:
+        spec.loader.exec_module(models)
+        manifest_model, listing_model = models.EffectiveManifest, models.HostList
+        assert manifest_model.model_fields["manifest"].annotation is not Any
+        serve_fleet(story, story.root.parent / "fleet-generated")
+        got = story.client.get("/v1/hosts/web1/manifest", headers=story.agent("web1"))
+        assert got.status_code == 200, got.text
+        parsed = manifest_model.model_validate(got.json())
+        assert parsed.host == "web1" and parsed.digest == got.headers["ETag"].strip('"')
+        story.client.post("/v1/hosts/web1/passes", json=pass_report(), headers=story.agent("web1"))
+        listed = listing_model.model_validate(story.get("/v1/hosts").json())
+        assert [h.host for h in listed.hosts] == ["web1"]
+    finally:
+        sys.modules.pop("client_models", None)
