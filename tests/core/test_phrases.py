@@ -8,7 +8,7 @@ import inspect
 
 import pytest
 
-from datum.core import budget, hostreasons
+from datum.core import budget, hostreasons, needwords
 from datum.core.phrases import words
 
 UNKNOWN = ("host state", "unknown")
@@ -77,3 +77,22 @@ def test_each_refusal_a_provider_says_is_read_back_as_its_name():
     }
     for name, text in said.items():
         assert (REFUSAL, name) in words(text), text
+
+
+NEED_LINES = {  # each producer of datum.core.needwords, and the word its line reads back as
+    "parked": (lambda: needwords.parked("bucket/delta (buckets) is") + " after 12 failures", ("item state", "at_backoff_cap")),
+    "stranded": (lambda: needwords.stranded(3, "bucket", "archiving", "buckets"), ("coverage", "stranded")),
+    "came_back_unhealthy": (lambda: needwords.came_back_unhealthy("web1"), ("needs a human", "host_unhealthy")),
+    "held_back": (lambda: needwords.held_back(2, 7, 1), ("rollout", "held_back")),
+}
+
+
+@pytest.mark.parametrize("name", sorted(NEED_LINES))
+def test_each_needs_a_human_line_made_is_read_back_as_its_word(name):
+    make, word = NEED_LINES[name]
+    assert word in words(make())
+
+
+def test_every_producer_of_needs_a_human_words_has_its_round_trip():
+    made = {n for n, f in inspect.getmembers(needwords, inspect.isfunction) if f.__module__ == needwords.__name__}
+    assert made == set(NEED_LINES)

@@ -14,6 +14,7 @@ from pydantic.json_schema import SkipJsonSchema
 from datum.core import hostreasons
 from datum.core.attention import Severity
 from datum.core.hostsummary import count_states
+from datum.core.needwords import held_back
 from datum.core.vocab import Action, Direction, HostState, ResourceState, RolloutAct, RolloutState
 from datum.fleet.intake import redacted
 from datum.fleet.listing import Page
@@ -43,8 +44,7 @@ class HeldBack(Out):
     @property
     def said(self) -> str:
         """The words every surface shows (``datum hosts``, the host's page)."""
-        return (f"held back on the previous revision until its wave {self.wave} is released "
-                f"(rollout {self.rollout} is at wave {self.released})")
+        return held_back(self.wave, self.rollout, self.released)
 
 
 class RebootLease(Out):

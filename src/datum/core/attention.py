@@ -47,6 +47,7 @@ from datum.core.explain import (
 from datum.core.handreboot import awaits_hand
 from datum.core.humanize import age, when
 from datum.core.memory import BackoffPolicy
+from datum.core.needwords import came_back_unhealthy, parked, stranded
 from datum.core.vocab import (
     Direction,
     Health,
@@ -276,7 +277,7 @@ def group_label(reason: str, direction: Direction, n: int, breaker: Threshold | 
     if reason == Reason.CIRCUIT_BREAKER.value:
         return f"{_plural(direction, n)} held: {breaker_words(direction, breaker)}"
     if reason == BACKOFF_CAP:
-        return f"{_plural(direction, n)} parked at the backoff cap"
+        return parked(_plural(direction, n))
     if reason == REPEATED_FAILURES:
         return f"{_plural(direction, n)} failing again and again"
     if reason == Reason.BLOCKED_ON_OWNER.value:
@@ -317,7 +318,7 @@ def _items(r: Reconciler) -> list[Need]:
         if why in (BACKOFF_CAP, REPEATED_FAILURES):  # one line per item: each has its own error and count
             n = _failures(item)
             text = (
-                f"{key(item)} ({name}) is parked at the backoff cap after {n} failures"
+                parked(f"{key(item)} ({name}) is") + f" after {n} failures"
                 if why == BACKOFF_CAP
                 else f"{key(item)} ({name}) has failed {_times(n)} in a row"
             )
@@ -365,7 +366,7 @@ def _reconciler(r: Reconciler) -> list[Need]:
             n = int(c.get("count") or 0)
             out.append(Need(
                 Severity.LOOK, STRANDED,
-                f"{n} {c.get('kind')} row{'s' if n != 1 else ''} stranded in {c.get('status')} ({name})",
+                stranded(n, c.get("kind"), c.get("status"), name),
                 "No work query selects this status and nothing owns it: nothing will move these rows. Move them "
                 "to a status something selects, or teach the reconciler this status.",
                 reconciler=name, ids=(f"{c.get('kind')}/{c.get('status')}",),
@@ -408,7 +409,7 @@ def _host(h: Mapping[str, Any]) -> Need | None:
         return Need(Severity.LOOK, HOST_DRIFTED, f"host {name} drifted (observe mode)",
                     explain(Vocabulary.HOST_STATE, HostState.DRIFTED).do, host=name, detail=reason)
     if state == HostState.DEGRADED.value and reason.startswith(budget.UNHEALTHY):
-        return Need(Severity.LOOK, HOST_UNHEALTHY, f"host {name} came back from its reboot unhealthy",
+        return Need(Severity.LOOK, HOST_UNHEALTHY, came_back_unhealthy(name),
                     f"Go and look at the host's service: its health check (or post_reboot) has failed at every pass "
                     f"since its reboot, and it reads degraded until one passes. Its group's next reboot waits on "
                     f"it meanwhile (datum reboots clear {name} lets the group go on; the host stays here until "
@@ -478,7 +479,7 @@ def _overdue(lease: Mapping[str, Any]) -> Need:
     name, group = str(lease.get("host")), lease.get("group")
     unhealthy = lease.get("unhealthy")
     if unhealthy:
-        title, how = (f"group {group}'s reboots are halted: host {name} came back from its reboot unhealthy",
+        title, how = (f"group {group}'s reboots are halted: {came_back_unhealthy(name)}",
                       "it reported from its new boot, but not converged with its health check and post_reboot passed")
         what = f"; it {unhealthy}"
     else:

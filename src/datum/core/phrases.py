@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 
-from datum.core import budget, hostreasons
+from datum.core import budget, hostreasons, needwords
 from datum.core.rollup import called_for
 from datum.core.vocab import (
     Action,
@@ -82,10 +82,10 @@ _FAMILIES: list[tuple[re.Pattern[str], list[tuple[str, str]]]] = [
     (_starts(budget.PRE_REBOOT_FAILED), [(HOST_REASON, "pre_reboot_failed")]),
     (_starts(*_CAME_BACK), [(HOST_REASON, "reboot_unhealthy")]),
     # "Needs a human" on the page.
-    (re.compile(r"^host \S+ came back from its reboot unhealthy"), [("needs a human", "host_unhealthy")]),
-    (re.compile(r"\bat the backoff cap\b"), [("item state", "at_backoff_cap"), (REASON, "backoff")]),
-    (re.compile(r"\bheld back\b"), [("rollout", "held_back")]),
-    (re.compile(r"\bstranded in\b"), [("coverage", "stranded")]),
+    (re.compile(r"^host \S+ " + re.escape(needwords.CAME_BACK_UNHEALTHY)), [("needs a human", "host_unhealthy")]),
+    (re.compile(rf"\b{re.escape(needwords.AT_BACKOFF_CAP)}\b"), [("item state", "at_backoff_cap"), (REASON, "backoff")]),
+    (re.compile(rf"\b{re.escape(needwords.HELD_BACK)}\b"), [("rollout", "held_back")]),
+    (re.compile(rf"\b{re.escape(needwords.STRANDED_IN)}\b"), [("coverage", "stranded")]),
     # A reconciler switched off, as the page's fold and datum drift say it ("pg_roles disabled · no pass runs").
     (re.compile(r"\bno pass runs\b"), [("reconciler state", "disabled")]),
 ]
