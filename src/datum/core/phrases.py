@@ -144,15 +144,14 @@ def words(text: str) -> list[tuple[str, str]]:
 
 def _item_phrases() -> list[tuple[re.Pattern[str], list[tuple[str, str]]]]:
     """The plugins' item phrases (``datum.core.vocab.register_item_words``: ``host db1 is declared and has never
-    reported``) as patterns, each to the word it says: its reason (a plugin's by its whole name, also where the
-    plugin words a framework reason its own way: ``hosts.suppressed_no_reap``), or its direction."""
+    reported``) as patterns, each to the word it says: its reason (a plugin's by its whole name), or its
+    direction."""
     out = []
     for (namespace, key), phrases in every_item_words().items():
         if key in {d.value for d in Direction}:
             word = (DIRECTION, key)
         else:
-            own = f"{namespace}.{key}"
-            word = (REASON, own if _registered(own) or not _registered(key) else key)
+            word = (REASON, key if _registered(key) else f"{namespace}.{key}")
         for phrase in phrases:
             pattern = re.escape(phrase).replace(r"\{names\}", ".+").replace(r"\{n\}", r"\d+")
             out.append((re.compile(pattern), [word]))

@@ -24,14 +24,6 @@ plugin = ReconcilerPlugin(
             "and the name it reports under (datum hosts); or stop declaring it (nodes.yaml expected, the "
             "inventory). The line clears at its first report.",
         ),
-        "suppressed_no_reap": (
-            "a host that reports and nodes.yaml does not declare (a stray, or a typo in a name), left alone because "
-            "no_reap is on (the default): for the hosts reconciler reaping would revoke the agent tokens bound to "
-            "it, never delete anything on the host",
-            "If the host is yours, declare it (nodes.yaml expected: true, or [reconcilers.hosts] inventory) or fix "
-            "the name it is declared under; if it is not, revoke it (datum host revoke NAME, datum token revoke). "
-            "[reconcilers.hosts] no_reap = false has Datum revoke the tokens of every host it does not declare.",
-        ),
         "silent": (
             "a declared host whose agent reported before and has been silent for more than "
             "[fleet] stale_after of its intervals: the host is down or unreachable, or its agent stopped",
