@@ -336,6 +336,8 @@ def test_every_surface_names_the_host_that_never_reported_and_words_undeclared_h
         code, out, err = datum_cli("explain", text, "--json")
         assert code == 0, err
         assert json.loads(out)["explanations"][0]["name"] == word
+    means = json.loads(out)["explanations"][0]["means"]  # the undeclared hosts' line: what a reap is here
+    assert "agent tokens bound to an undeclared host revoked" in means and "nothing on the host" in means
 
 
 def test_a_plugins_item_phrase_must_name_its_items_and_a_key_it_knows():

@@ -158,9 +158,13 @@ _REASONS: dict[Reason, tuple[str, str, Act]] = {
         Act.NONE,
     ),
     Reason.SUPPRESSED_NO_REAP: (
-        "A reap deliberately not performed: an operator switched reaping off for this reconciler (safe-mode).",
-        "Nothing to fix if safe-mode is meant. Turn reaping back on to let Datum delete these, or remove "
-        "them by hand.",
+        "A reap deliberately not performed: reaping is switched off for this reconciler (no_reap, safe-mode). "
+        "A reap is the reconciler's own removal of what is there and not desired: a bucket deleted, a role "
+        "dropped; for the hosts reconciler, the agent tokens bound to an undeclared host revoked (nothing on "
+        "the host is touched).",
+        "Nothing to fix if safe-mode is meant. If the item should be there, declare it (its desired state: for "
+        "a host, nodes.yaml expected: true); if not, turn reaping back on to let Datum reap it, or remove it "
+        "by hand (datum host revoke NAME for a host).",
         Act.NONE,
     ),
     Reason.SUPPRESSED_UNCONFIGURED: (
