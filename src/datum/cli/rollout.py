@@ -86,11 +86,12 @@ def _command(action: str, config: str | None, remote: Server | None, as_json: bo
         click.echo(json.dumps(answer, indent=2))
         return
     from datum.api.routes.rollouts import DONE_WORDS
+    from datum.core.vocab import COMMANDS, RolloutAct
 
     ro = answer["rollout"]
     click.echo(f"rollout {ro['id']} of revision {ro['revision']} {DONE_WORDS[action]}: now {ro['state']}"
                f" (wave {ro['wave']} of {ro['lastWave']})")
-    if action == "abort":
+    if COMMANDS[action] is RolloutAct.ABORTED:
         returned = answer.get("hostsReturned") or []
         click.echo(f"previous revision {ro.get('previous')} is served to everyone again; "
                    f"{len(returned)} hosts had taken {ro['revision']} and get it back"

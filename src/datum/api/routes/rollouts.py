@@ -115,6 +115,7 @@ async def list_rollouts(request: Request, principal: str = Depends(needs(Action.
 
 
 DONE_WORDS = {command: act.value for command, act in COMMANDS.items()}  # pause: paused, ...
+Command = Literal[tuple(COMMANDS)]  # type: ignore[valid-type]  # the path's words: COMMANDS' keys, in their order
 
 
 def act(store: Store, fleet: FleetSettings, action: str, who: str, reason: str | None = None) -> RolloutCommandAnswer:
@@ -126,7 +127,7 @@ def act(store: Store, fleet: FleetSettings, action: str, who: str, reason: str |
     if after is None:
         raise Problem.one(ErrorCode.CONFLICT, f"rollout {before.id} of revision {before.revision} is {before.state}: "
                                       f"it cannot be {DONE_WORDS[action]}")
-    returned = stored.hosts_on(store, after.revision) if action == "abort" else None
+    returned = stored.hosts_on(store, after.revision) if COMMANDS[action] is RolloutAct.ABORTED else None
     return RolloutCommandAnswer(rollout=rollout_status(store, fleet, after, True), hosts_returned=returned)
 
 
@@ -155,7 +156,7 @@ def _act_here(state: ServerState, action: str, who: str, reason: str | None) -> 
 )
 async def manage_rollout(
     request: Request,
-    action: Literal["pause", "resume", "abort"] = Path(description="pause, resume or abort."),
+    action: Command = Path(description="pause, resume or abort."),
     reason: str = Query(default=None, min_length=1, max_length=1000, pattern=NO_NUL,
                                description="Why, in the operator's words: kept with the transition."),
     principal: str = Depends(needs(Action.MANAGE_ROLLOUT)),
