@@ -49,7 +49,7 @@ from datum.store.runs import store_now
 from datum.store.schema import reboot_groups as groups
 from datum.store.schema import reboot_leases as t
 from datum.store.schema import reboot_requests as asks
-from datum.store.types import param
+from datum.store.types import insert_for, param
 
 # How long a host's ask stays in the queue when its agent does not say its interval.
 REQUEST_TTL = timedelta(hours=1)
@@ -110,17 +110,9 @@ def _lease(r: Any) -> Lease:
     return Lease(r.host, r.group_name, r.boot_id, r.since, r.expires_at, r.unhealthy)
 
 
-def _insert(conn: Connection) -> Any:
-    if conn.dialect.name == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert
-    else:
-        from sqlalchemy.dialects.sqlite import insert
-    return insert
-
-
 def _lock_group(conn: Connection, group: str) -> None:
     """Write the group's row first thing in the transaction: the lock every grant in the group waits on."""
-    stmt = _insert(conn)(groups).values(group_name=group, grants=1)
+    stmt = insert_for(conn.dialect.name)(groups).values(group_name=group, grants=1)
     conn.execute(
         stmt.on_conflict_do_update(index_elements=[groups.c.group_name], set_={"grants": groups.c.grants + 1})
     )
@@ -142,7 +134,7 @@ def _overdue(conn: Connection, group: str, now: datetime) -> list[Lease]:
 
 def _ask(conn: Connection, host: str, group: str, boot_id: str, now: datetime, ttl: timedelta) -> None:
     """Write ``host``'s request (under the group's lock): live until ``now + ttl``, first asked kept while live."""
-    stmt = _insert(conn)(asks).values(host=host, group_name=group, boot_id=boot_id, asked_at=now, expires_at=now + ttl)
+    stmt = insert_for(conn.dialect.name)(asks).values(host=host, group_name=group, boot_id=boot_id, asked_at=now, expires_at=now + ttl)
     conn.execute(stmt.on_conflict_do_update(index_elements=[asks.c.host], set_={
         "group_name": stmt.excluded.group_name,
         "boot_id": stmt.excluded.boot_id,

@@ -17,14 +17,12 @@ import sqlalchemy as sa
 
 from datum.store.engine import Store
 from datum.store.schema import spent_nonces
+from datum.store.types import insert_for
 
 
 def spend(store: Store, nonce: str, expires_at: datetime) -> bool:
     """Take ``nonce`` (kept until ``expires_at``): True the first time, on any server of ``store``; False after."""
-    if store.dialect == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert
-    else:
-        from sqlalchemy.dialects.sqlite import insert
+    insert = insert_for(store.dialect)
     stmt = insert(spent_nonces).values(nonce=nonce, expires_at=expires_at)
     with store.begin() as conn:  # RETURNING, not rowcount: psycopg says -1 for an INSERT ... ON CONFLICT
         taken = conn.execute(stmt.on_conflict_do_nothing(index_elements=[spent_nonces.c.nonce])

@@ -20,6 +20,7 @@ from datum.store.engine import Store
 from datum.store.hosts import revision_counts
 from datum.store.runs import store_now
 from datum.store.schema import hosts, revisions
+from datum.store.types import insert_for
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,10 +32,7 @@ class Seen:
 
 def record(store: Store, revision: str, git_commit: str | None) -> None:
     """Record ``revision`` as seen now (the store's clock) unless it was seen before; any replica may race."""
-    if store.dialect == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert
-    else:
-        from sqlalchemy.dialects.sqlite import insert
+    insert = insert_for(store.dialect)
     with store.begin() as conn:
         stmt = insert(revisions).values(id=revision, first_seen=store_now(conn), git_commit=git_commit)
         conn.execute(stmt.on_conflict_do_nothing(index_elements=[revisions.c.id]))

@@ -26,6 +26,7 @@ from datum.store.engine import Store
 from datum.store.hosts import host_state_at, silent
 from datum.store.runs import store_now
 from datum.store.schema import hosts, revisions, rollout_events, rollout_hosts, rollouts
+from datum.store.types import insert_for
 
 ROLLING, PAUSED, HALTED = RolloutState.ROLLING, RolloutState.PAUSED, RolloutState.HALTED
 ABORTED, DONE, SUPERSEDED = RolloutState.ABORTED, RolloutState.DONE, RolloutState.SUPERSEDED
@@ -168,14 +169,6 @@ def recent(store: Store, limit: int = 10) -> list[RolloutRow]:
     return [_row(r) for r in rows]
 
 
-def _insert(store: Store) -> Any:
-    if store.dialect == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert
-    else:
-        from sqlalchemy.dialects.sqlite import insert
-    return insert
-
-
 # (revision, the known hosts with the group intake recorded for each) -> each host's (wave, group)
 Planner = Callable[[str, Mapping[str, str]], dict[str, tuple[int, str]]]
 
@@ -277,7 +270,7 @@ RACES = 5  # times ``begin`` reads the store again after another replica took th
 def _begin(
     store: Store, revision: str, last_wave: int, planner: Planner, stale_after: float, after: str | None
 ) -> RolloutRow | None:
-    insert = _insert(store)
+    insert = insert_for(store.dialect)
     with store.begin() as conn:
         current = _latest(conn)
         if current is not None and current.revision == revision:

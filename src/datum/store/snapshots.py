@@ -6,14 +6,12 @@ import sqlalchemy as sa
 
 from datum.store.engine import Store
 from datum.store.schema import revision_files
+from datum.store.types import insert_for
 
 
 def keep(store: Store, revision: str, blob: bytes) -> None:
     """Keep ``blob`` as ``revision``'s files unless a snapshot of it is already kept (any replica may race)."""
-    if store.dialect == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert
-    else:
-        from sqlalchemy.dialects.sqlite import insert
+    insert = insert_for(store.dialect)
     with store.begin() as conn:
         stmt = insert(revision_files).values(revision=revision, content=blob, size=len(blob))
         conn.execute(stmt.on_conflict_do_nothing(index_elements=[revision_files.c.revision]))
