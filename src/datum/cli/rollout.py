@@ -73,20 +73,22 @@ def _command(action: str, config: str | None, remote: Server | None, as_json: bo
         )
     else:
         from datum.api.front.authz import Action
-        from datum.api.routes.rollouts import act
+        from datum.api.routes.rollouts import answered
+        from datum.fleet.rollouts.command import act
         from datum.store import audit
 
         with wire(config) as w:
             # recorded in the audit log with the change (a command the rollout's state refuses changes nothing: no row)
             entry = audit.local(Action.MANAGE_ROLLOUT, 'Server::"datum"', f"datum rollout {action}")
             with audit.acting(entry):
-                done = act(w.store, w.settings.fleet, action, audit.local_principal(), reason)
+                done = answered(w.store, w.settings.fleet,
+                                act(w.store, w.settings.fleet, action, audit.local_principal(), reason))
     answer = done.dump()
     if as_json:
         click.echo(json.dumps(answer, indent=2))
         return
-    from datum.api.routes.rollouts import DONE_WORDS
     from datum.core.vocab import COMMANDS, RolloutAct
+    from datum.fleet.rollouts.command import DONE_WORDS
 
     ro = answer["rollout"]
     click.echo(f"rollout {ro['id']} of revision {ro['revision']} {DONE_WORDS[action]}: now {ro['state']}"

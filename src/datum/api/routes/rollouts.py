@@ -22,10 +22,9 @@ from datum.api.models import (
 )
 from datum.api.routes.reboots import OUT
 from datum.config import FleetSettings
-from datum.core.findings import ErrorCode, Problem
 from datum.core.vocab import COMMANDS, RolloutAct
 from datum.fleet.history import rollout_event
-from datum.fleet.rollouts import serve
+from datum.fleet.rollouts.command import Commanded, act
 from datum.store import rollouts as stored
 from datum.store.engine import Store
 from datum.store.rollouts import RolloutRow
@@ -114,28 +113,19 @@ async def list_rollouts(request: Request, principal: str = Depends(needs(Action.
     return await anyio.to_thread.run_sync(rollout_list, store, state.settings.fleet, 10, scope_of(principal))
 
 
-DONE_WORDS = {command: act.value for command, act in COMMANDS.items()}  # pause: paused, ...
 Command = Literal[tuple(COMMANDS)]  # type: ignore[valid-type]  # the path's words: COMMANDS' keys, in their order
 
 
-def act(store: Store, fleet: FleetSettings, action: str, who: str, reason: str | None = None) -> RolloutCommandAnswer:
-    """Pause, resume or abort the rollout in force (404 when there is none, 409 when its state forbids it):
-    the route's and ``datum rollout pause|resume|abort``'s one way; ``reason`` is stored with the transition."""
-    before, after = stored.command(store, action, who, fleet.stale_after, reason)
-    if before is None:
-        raise Problem.one(ErrorCode.NOT_FOUND, "no rollout has started on this store")
-    if after is None:
-        raise Problem.one(ErrorCode.CONFLICT, f"rollout {before.id} of revision {before.revision} is {before.state}: "
-                                      f"it cannot be {DONE_WORDS[action]}")
-    returned = stored.hosts_on(store, after.revision) if COMMANDS[action] is RolloutAct.ABORTED else None
-    return RolloutCommandAnswer(rollout=rollout_status(store, fleet, after, True), hosts_returned=returned)
+def answered(store: Store, fleet: FleetSettings, done: Commanded) -> RolloutCommandAnswer:
+    """A command's answer (``datum.fleet.rollouts.command.act``'s) as the API says it: the route's, and
+    ``datum rollout pause|resume|abort``'s on the store."""
+    return RolloutCommandAnswer(rollout=rollout_status(store, fleet, done.row, True), hosts_returned=done.returned)
 
 
 def _act_here(state: ServerState, action: str, who: str, reason: str | None) -> RolloutCommandAnswer:
     _registry, store = state.wired()
-    answer = act(store, state.settings.fleet, action, who, reason)
-    serve.refresh(state.fleet)  # this server serves what it did at once; every replica's waits wake at its watch's next period (serve.announce)
-    return answer
+    fleet = state.settings.fleet
+    return answered(store, fleet, act(store, fleet, action, who, reason, server=state.fleet))
 
 
 @router.post(
