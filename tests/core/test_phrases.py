@@ -96,3 +96,23 @@ def test_each_needs_a_human_line_made_is_read_back_as_its_word(name):
 def test_every_producer_of_needs_a_human_words_has_its_round_trip():
     made = {n for n, f in inspect.getmembers(needwords, inspect.isfunction) if f.__module__ == needwords.__name__}
     assert made == set(NEED_LINES)
+
+
+def test_each_package_program_s_failure_and_each_refusal_is_read_back_as_its_provider():
+    """``datum.core.packagewords``: what the Package providers say when a program they run fails (made by
+    ``Completed.why``, as a pass says it) or a named provider cannot work, read back as that provider; and
+    every provider ``choose`` offers has its words there."""
+    from datum.core.packagewords import PROGRAMS, refused
+    from datum.core.phrases import PACKAGE_PROVIDER
+    from datum.providers.base import Completed
+    from datum.providers.package.choose import PROVIDERS
+
+    assert set(PROVIDERS) == set(PROGRAMS)
+    for provider, programs in PROGRAMS.items():
+        others = {(PACKAGE_PROVIDER, p) for p in PROGRAMS if p != provider}
+        for program in programs:
+            failed = Completed((program, "-y", "install", "x"), 100, "", "E: Unable to locate package x")
+            said = words(f"Package[x] failed: {failed.why()}")
+            assert (PACKAGE_PROVIDER, provider) in said and not others & set(said), (program, said)
+        said = words(f"Package[x] failed: {refused(provider, 'not on this host')}")
+        assert (PACKAGE_PROVIDER, provider) in said and not others & set(said), said

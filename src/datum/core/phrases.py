@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 
-from datum.core import budget, hostreasons, needwords
+from datum.core import budget, hostreasons, needwords, packagewords
 from datum.core.rollup import called_for
 from datum.core.vocab import (
     Action,
@@ -102,11 +102,12 @@ _REFUSALS: list[tuple[re.Pattern[str], str]] = [
     )
 ]
 
-# Which package manager a Package failure came from, by the program its reason names.
+# Which package manager a Package failure came from, by the program its reason names (``datum.core.packagewords``).
 PACKAGE_PROVIDER = "package provider"
 _PROVIDERS: list[tuple[re.Pattern[str], str]] = [
-    (re.compile(r"\b(?:dnf|rpm) exited \d|\bprovider dnf: "), "dnf"),
-    (re.compile(r"\b(?:apt-get|dpkg|dpkg-query) exited \d|\bprovider apt: "), "apt"),
+    (re.compile(r"\b(?:" + "|".join(re.escape(p) for p in programs) + ") " + re.escape(packagewords.EXITED)
+                + r" \d|\b" + re.escape(packagewords.refused(name, ""))), name)
+    for name, programs in packagewords.PROGRAMS.items()
 ]
 
 _LABEL = re.compile(r"^(?:reason|host state)\s*:\s*", re.IGNORECASE)

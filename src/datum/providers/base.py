@@ -18,6 +18,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
+from datum.core.packagewords import exited
 from datum.core.vocab import Action, Mode
 from datum.providers.errors import ProviderError as ProviderError  # raised by every provider
 
@@ -75,7 +76,7 @@ class Completed:
     def why(self, name: str | None = None) -> str:
         """The failure as one line: ``NAME exited N: <tail>`` (``tail``); NAME is the program's."""
         tail = self.tail()
-        return f"{name or self.argv[0]} exited {self.returncode}" + (f": {tail}" if tail else "")
+        return exited(name or self.argv[0], self.returncode) + (f": {tail}" if tail else "")
 
     def tail(self) -> str:
         """The lines that explain a failure, as one line joined by `` | ``: the last lines of its

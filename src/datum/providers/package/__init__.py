@@ -20,6 +20,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from datum.core.packagewords import APT_GET, DPKG, DPKG_QUERY
 from datum.core.vocab import Action
 from datum.providers.base import Attributes, Beside, Change, HostContext, Provider, ProviderError
 
@@ -65,7 +66,7 @@ def apt_update(ctx: HostContext) -> None:
     """``apt-get update``, at most once per pass (recorded in the context's cache)."""
     if ctx.cache.get("apt:updated"):
         return
-    done = ctx.runner(["apt-get", "update", "-q"], env=_ENV)
+    done = ctx.runner([APT_GET, "update", "-q"], env=_ENV)
     if done.returncode != 0:
         raise ProviderError(done.why())
     ctx.cache["apt:updated"] = True
@@ -91,7 +92,7 @@ def deb_fields(ctx: HostContext, deb: Path) -> dict[str, str]:
 def dpkg(ctx: HostContext, *args: str) -> list[str]:
     """A dpkg command line for this root."""
     root = [] if ctx.is_real_root else [f"--root={ctx.root}", "--log=/dev/null"]
-    return ["dpkg", *root, *CONF_POLICY, *args]
+    return [DPKG, *root, *CONF_POLICY, *args]
 
 
 def audit(ctx: HostContext, name: str, status: str) -> str:
@@ -114,7 +115,7 @@ class PackageProvider(Provider[Attributes, PkgWant, PkgHave]):
         return [Beside("source", spec.source)] if spec.source else []
 
     def supported(self, ctx: HostContext) -> str | None:
-        if shutil.which("dpkg") is None:
+        if shutil.which(DPKG) is None:
             return "dpkg is not installed on this host"
         if not (admindir(ctx) / "status").exists():
             return f"no dpkg database at {ADMINDIR}"
@@ -143,7 +144,7 @@ class PackageProvider(Provider[Attributes, PkgWant, PkgHave]):
     def observe(self, want: PkgWant, ctx: HostContext) -> PkgHave:
         done = ctx.runner(
             [
-                "dpkg-query",
+                DPKG_QUERY,
                 f"--admindir={admindir(ctx)}",
                 "-W",
                 "-f=${Status}\t${Version}\n",
@@ -233,7 +234,7 @@ class PackageProvider(Provider[Attributes, PkgWant, PkgHave]):
     @staticmethod
     def _apt() -> list[str]:
         """``apt-get install`` that never asks: yes to apt, dpkg's configuration-file policy to dpkg."""
-        return ["apt-get", "install", "-y", "-q", "--no-install-recommends", *_APT_CONF_POLICY]
+        return [APT_GET, "install", "-y", "-q", "--no-install-recommends", *_APT_CONF_POLICY]
 
     def _reboot(self, want: PkgWant) -> str | None:
         if not want.reboot:

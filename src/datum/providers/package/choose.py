@@ -20,6 +20,7 @@ import stat
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from datum.core.packagewords import refused
 from datum.providers import reads
 from datum.providers.base import Attributes, Beside, Change, HostContext, Provider, ProviderError
 from datum.providers.package import ADMINDIR, VERSION
@@ -78,7 +79,7 @@ class PackageChooser(Provider[Attributes, Chosen, Any]):
         chosen = named or default(ctx) or "apt"
         provider = PROVIDERS[chosen]
         if named and (why := provider.supported(ctx)):
-            raise ProviderError(f"provider {named}: {why}")
+            raise ProviderError(refused(named, why))
         if chosen == "apt":  # what dpkg and apt take, which validation (for either) did not hold it to
             if not _DEBIAN_NAME.match(spec.name):
                 raise ProviderError(f"{spec.name!r} is not a Debian package name (lower case, digits, + . -)")

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from datum.core.packagewords import DNF, RPM
 from datum.core.vocab import Action
 from datum.providers import reads
 from datum.providers.base import (
@@ -121,14 +122,14 @@ def rpm(ctx: HostContext, *args: str) -> list[str]:
     """An rpm command line for this root and its database."""
     found = dbpath(ctx)
     where = [] if ctx.is_real_root else ["--root", str(ctx.root)]
-    return ["rpm", *where, *(["--dbpath", found[0]] if found else []), *args]
+    return [RPM, *where, *(["--dbpath", found[0]] if found else []), *args]
 
 
 def dnf(ctx: HostContext, *args: str) -> list[str]:
     """A dnf command line for this root: never a prompt, and no transaction but the whole one asked for
     (``strict``: a package it cannot find fails it; ``best``: the newest or a failure, not an older one)."""
     root = [] if ctx.is_real_root else ["--installroot", str(ctx.root)]
-    return ["dnf", "-y", *root, "--setopt=strict=True", "--setopt=best=True", *args]
+    return [DNF, "-y", *root, "--setopt=strict=True", "--setopt=best=True", *args]
 
 
 def installed(ctx: HostContext) -> dict[str, tuple[str, ...]]:
@@ -208,7 +209,7 @@ class DnfProvider(Provider[Attributes, RpmWant, RpmHave]):
         return [Beside("source", spec.source)] if spec.source else []
 
     def supported(self, ctx: HostContext) -> str | None:
-        if which("rpm") is None:
+        if which(RPM) is None:
             return "rpm is not installed on this host"
         if dbpath(ctx) is None:
             return f"no rpm database at {' or '.join(DBPATHS)}"
@@ -300,7 +301,7 @@ class DnfProvider(Provider[Attributes, RpmWant, RpmHave]):
         """dnf writes the database at rpm's ``%_dbpath`` under the root: refused unless that is the
         database observe read (Debian's rpm says ``~/.rpmdb``; an RPM host's, its own)."""
         found = dbpath(ctx)
-        done = ctx.runner(["rpm", "--eval", "%{_dbpath}"], env=_env())
+        done = ctx.runner([RPM, "--eval", "%{_dbpath}"], env=_env())
         said = done.stdout.strip()
         try:
             same = found is not None and said.startswith("/") and ctx.real(said) == found[1]
