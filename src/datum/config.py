@@ -201,6 +201,10 @@ class ServerSettings(_Strict):
     # How long the audit log's rows are kept (datum.store.audit: GET /v1/audit, datum audit); older ones are
     # dropped by datum serve, off the request path, the chain's anchor moved so datum audit verify still holds.
     audit_keep: Duration = timedelta(days=400)
+    # Whether an admitted pass report leaves its audit row (fleet:ReportPass, written with the pass): the most
+    # frequent act by far (a thousand hosts every 15 minutes: 96,000 rows a day). false leaves them out (the pass
+    # archive keeps every report); refused reports are recorded either way.
+    audit_reports: bool = True
     # HTTPS: "auto" (a CA of Datum's own and a certificate it issues, in $DATUM_HOME/tls), or the files given.
     tls: Literal["auto"] | None = None
     tls_cert: Path | None = Field(default=None, description="The server's certificate chain (PEM), its own first.")

@@ -1,5 +1,5 @@
 """The audit log (issue 37 item 4), on SQLite and PostgreSQL through the in-process app on a real store: every acting
-route leaves exactly one row with its principal, outcome and status, but a pass report admitted (none); every
+route leaves exactly one row with its principal, outcome and status, a pass report's written with the pass; every
 refusal (401, 403) one; the row is written in the change's transaction (no change without it); no token in it;
 GET /v1/audit is the admin's, paged and filtered, rows not sealed yet among them; the rows are sealed into the
 chain after their commit (by any store, a row left unsealed by a process that died included); the chain verifies,
@@ -85,19 +85,90 @@ def test_every_acting_route_leaves_one_row_with_its_principal_outcome_and_status
     assert (one(story, n)["status"], one(story, n)["outcome"]) == (404, "allowed")
 
 
-def test_a_pass_report_admitted_leaves_no_row_and_one_refused_leaves_one(story):
-    """A host telling its own state is not an act on the fleet: the pass archive keeps it, the audit log does not."""
+def statements(story: Story) -> list[str]:
+    """The statements the story's store runs from now on (a list that fills as they run)."""
+    seen: list[str] = []
+
+    def spy(_conn, _cursor, statement, *_args):  # type: ignore[no-untyped-def]
+        seen.append(" ".join(statement.split()))
+
+    sa.event.listen(story.store.engine, "before_cursor_execute", spy)
+    return seen
+
+
+def test_an_admitted_pass_report_leaves_one_row_written_with_the_pass(story):
+    """Every state-changing request leaves its row, a pass report too: written with the pass, in its transaction
+    (on PostgreSQL in the intake's one statement, no round trip more); its principal, token id, action, resource."""
+    web1 = token_id(story.tokens["web1"])
     n = len(rows(story))
     report = pass_report("web1") | {"passId": "p1", "seq": 1}
+    seen = statements(story)
     posted = story.client.post("/v1/hosts/web1/passes", json=report, headers=story.auth("web1"))
     assert posted.status_code == 201, posted.text
+    row = one(story, n)
+    assert (row["principal"], row["token"], row["action"], row["resource"], row["outcome"], row["status"]) == (
+        "agent@host:web1", web1, "fleet:ReportPass", 'Host::"web1"', "allowed", 201)
+    assert row["request"] == "POST /v1/hosts/web1/passes" and row["source"] and row["policy"]
+    assert (row["seq"], row["hash"]) == (None, None)  # sealed into the chain later
+    into = [s for s in seen if "audit_log" in s and not s.startswith("SELECT")]  # the test's own reads left out
+    if story.store.dialect == "postgresql":  # the intake's own statement carried it: one statement, one round trip
+        assert len(into) == 1 and into[0].startswith("WITH") and "INSERT INTO hosts" in into[0], into
+    else:
+        assert len(into) == 1 and into[0].startswith("INSERT INTO audit_log"), into
+
+    n = len(rows(story))  # the same pass again: nothing stored, its row written with the answer
     again = story.client.post("/v1/hosts/web1/passes", json=report, headers=story.auth("web1"))
     assert again.status_code == 200 and again.headers["datum-pass"] == "duplicate"
-    assert after(story, n) == []
+    row = one(story, n)
+    assert (row["action"], row["outcome"], row["status"]) == ("fleet:ReportPass", "allowed", 200)
+    n = len(rows(story))  # a report the intake refuses (for another host than its path's): one row, its answer
+    bad = story.client.post("/v1/hosts/web1/passes", json=pass_report("web2"), headers=story.auth("web1"))
+    assert bad.status_code == 422
+    assert (one(story, n)["status"], one(story, n)["action"]) == (422, "fleet:ReportPass")
+    n = len(rows(story))
     refused = story.client.post("/v1/hosts/web2/passes", json=pass_report("web2"), headers=story.auth("web1"))
     assert refused.status_code == 403
     row = one(story, n)
     assert (row["action"], row["outcome"], row["status"]) == ("fleet:ReportPass", "denied", 403)
+    assert story.client.get("/v1/hosts/web1/passes", headers=story.auth("operator")).status_code == 200
+
+
+def test_audit_reports_false_leaves_admitted_reports_out(story):
+    """``[server] audit_reports = false``: an admitted report leaves no row; one refused still does."""
+    state = story.app.state.datum
+    state.settings = state.settings.model_copy(
+        update={"server": state.settings.server.model_copy(update={"audit_reports": False})})
+    n = len(rows(story))
+    posted = story.client.post("/v1/hosts/web1/passes", json=pass_report("web1"), headers=story.auth("web1"))
+    assert posted.status_code == 201, posted.text
+    assert after(story, n) == []
+    refused = story.client.post("/v1/hosts/web2/passes", json=pass_report("web2"), headers=story.auth("web1"))
+    assert refused.status_code == 403
+    assert one(story, n)["outcome"] == "denied"
+
+
+def test_a_report_whose_transaction_rolls_back_leaves_no_row_saying_it_was_stored(story):
+    """A fault injected in the store after the pass's and its row's writes (on PostgreSQL at the commit itself):
+    the pass is not stored, and no row says it was; the request's one row says what it was answered."""
+    fired = "NEW.action = 'fleet:ReportPass' AND NEW.status = 201"
+    with story.store.begin() as conn:
+        if story.store.dialect == "postgresql":
+            conn.execute(sa.text("CREATE FUNCTION injected_fault() RETURNS trigger LANGUAGE plpgsql AS "
+                                 "$$ BEGIN RAISE EXCEPTION 'the disk is full' USING ERRCODE = 'disk_full'; END $$"))
+            conn.execute(sa.text("CREATE CONSTRAINT TRIGGER injected_fault AFTER INSERT ON audit_log DEFERRABLE "
+                                 f"INITIALLY DEFERRED FOR EACH ROW WHEN ({fired}) EXECUTE FUNCTION injected_fault()"))
+        else:  # SQLite has no trigger at the commit: the row's INSERT, the transaction's last statement, fails
+            conn.execute(sa.text(f"CREATE TRIGGER injected_fault AFTER INSERT ON audit_log WHEN {fired} "
+                                 "BEGIN SELECT json('the disk is full'); END"))
+    n = len(rows(story))
+    posted = story.client.post("/v1/hosts/web1/passes", json=pass_report("web1") | {"passId": "p1", "seq": 1},
+                               headers=story.auth("web1"))
+    assert posted.status_code == 503, posted.text
+    with story.store.connect() as conn:
+        for table in ("hosts", "pass_history", "pass_events"):
+            assert conn.execute(sa.text(f"SELECT count(*) FROM {table}")).scalar_one() == 0, table
+    row = one(story, n)  # not the pass stored (201): the answer the host got
+    assert (row["action"], row["status"], row["principal"]) == ("fleet:ReportPass", 503, "agent@host:web1")
 
 
 def test_a_rollout_command_leaves_one_row_with_the_change_and_one_when_refused(story):
@@ -232,6 +303,23 @@ def test_the_chain_verifies_breaks_at_an_edited_row_and_survives_pruning(story):
     assert cut.broken == 3 and "missing" in (cut.why or "")
 
 
+def test_the_chain_verifies_with_report_rows_and_breaks_at_an_edited_one(story):
+    for seq, host in enumerate(("web1", "web2", "web1"), 1):
+        posted = story.client.post(f"/v1/hosts/{host}/passes", json=pass_report(host) | {"seq": seq},
+                                   headers=bound(story, host))
+        assert posted.status_code == 201, posted.text
+    act(story, "web3")
+    assert auditchain.seal(story.store) == len(rows(story))
+    found = auditchain.verify(story.store)
+    assert found.whole and found.rows == len(rows(story)), found
+    reports = [r for r in rows(story) if r["action"] == "fleet:ReportPass"]
+    assert len(reports) == 3 and all(r["seq"] and r["hash"] for r in reports)
+    with story.store.begin() as conn:  # a report's row edited: another host said to have reported
+        conn.execute(sa.update(audit_log).where(audit_log.c.seq == reports[1]["seq"]).values(resource='Host::"db1"'))
+    broken = auditchain.verify(story.store)
+    assert (broken.whole, broken.broken) == (False, reports[1]["seq"]) and "changed" in (broken.why or "")
+
+
 def test_pruning_keeps_the_chain_verifiable(story):
     act(story, "web1")
     old = len(rows(story))
@@ -345,3 +433,18 @@ def test_a_seal_with_nothing_waiting_writes_nothing(story):
     finally:
         sa.event.remove(story.store.engine, "before_cursor_execute", seen)
     assert statements == ["SELECT"], statements
+
+
+def test_a_seal_chains_a_batch_of_rows_in_one_update(story):
+    """A fleet's reports are hundreds of rows a second: a seal gives a batch their seq and hashes in one UPDATE
+    (PostgreSQL: one statement, whatever the batch's size; SQLite: one statement run over the batch), and the
+    chain verifies."""
+    with story.store.begin() as conn:
+        for i in range(1200):
+            audit.record(conn, audit.Entry(f"agent@host:h{i}", "fleet:ReportPass", f'Host::"h{i}"', status=201))
+    seen = statements(story)
+    assert auditchain.seal(story.store, batch=500) == len(rows(story))
+    updates = [s for s in seen if s.startswith("UPDATE audit_log ")]
+    assert len(updates) == 3, updates  # 500, 500, the rest
+    found = auditchain.verify(story.store)
+    assert found.whole and found.rows == len(rows(story)) and found.unsealed == 0, found

@@ -1,5 +1,5 @@
 """Two real ``datum serve`` on one PostgreSQL database acting at once (issue 37 item 4, across replicas): every act
-each takes is one audit row, both servers seal the rows into one chain as they come (neither waits for the other to
+each takes is one audit row (an operator's, and an agent's pass report written with the pass), both servers seal the rows into one chain as they come (neither waits for the other to
 write), and ``datum audit verify`` finds it whole, every row in it."""
 
 from __future__ import annotations
@@ -8,9 +8,14 @@ import subprocess
 import sys
 import threading
 
+import httpx
 import pytest
 import sqlalchemy as sa
 from replica_harness import SLOW, wait_for
+
+from api.story import pass_report
+from datum.api.front.tokens import create as create_token
+from datum.store import open_store
 
 pytestmark = pytest.mark.parametrize(
     "store_url", [pytest.param("postgresql", marks=pytest.mark.postgres)], indirect=True
@@ -26,8 +31,14 @@ def _count(fleet, where: str) -> int:
 
 
 @pytest.mark.replicas
-def test_two_servers_acting_at_once_keep_one_chain_that_verifies(fleet):
+def test_two_servers_acting_at_once_keep_one_chain_that_verifies(fleet, store_url):
     f = fleet(2, [])
+    store = open_store(store_url)
+    try:  # an agent token bound to each worker's host
+        agents = {(r.port, w): create_token(store, "agent", host=f"h{r.port}-{w}") for r in f.replicas
+                  for w in range(WORKERS)}
+    finally:
+        store.dispose()
     errors: list[str] = []
     start = threading.Barrier(2 * WORKERS)
 
@@ -38,6 +49,12 @@ def test_two_servers_acting_at_once_keep_one_chain_that_verifies(fleet):
             r = replica.client.delete(f"/v1/reboots/r{replica.port}-w{worker}-{i}")
             if r.status_code != 404:
                 errors.append(f"{r.status_code} {r.text}")
+            # ... and an agent's pass report (stored: 201, its row in the intake's statement)
+            host = f"h{replica.port}-{worker}"
+            r = httpx.post(f"{replica.client.base_url}/v1/hosts/{host}/passes", json=pass_report(host) | {"seq": i + 1},
+                           headers={"Authorization": f"Bearer {agents[(replica.port, worker)]}"}, timeout=10)
+            if r.status_code != 201:
+                errors.append(f"{r.status_code} {r.text}")
 
     threads = [threading.Thread(target=act, args=(r, w)) for r in f.replicas for w in range(WORKERS)]
     for t in threads:
@@ -47,6 +64,8 @@ def test_two_servers_acting_at_once_keep_one_chain_that_verifies(fleet):
     assert errors == []
     acts = "action = 'fleet:ClearRebootLease' AND principal = 'operator' AND status = 404"
     assert _count(f, acts) == 2 * WORKERS * ACTS
+    reports = "action = 'fleet:ReportPass' AND principal LIKE 'agent@host:h%' AND status = 201"
+    assert _count(f, reports) == 2 * WORKERS * ACTS
     # the servers seal them (every second), not verify: none is left waiting
     wait_for(lambda: _count(f, "seq IS NULL") == 0, 30, "the servers to seal every row")
     with f.engine.connect() as conn:

@@ -1,8 +1,7 @@
 """The audit log: who did what, when, from where, and what Cedar said; one hash-chained row each.
 
 Every audited act (a reboot lease taken or given back, a rollout paused,
-resumed or aborted, a plugin's write; a pass report is not one:
-``datum.api.front.audit.UNAUDITED``), every refusal (401,
+resumed or aborted, a plugin's write, an agent's pass report), every refusal (401,
 403) and every act of the CLI on the store (a token created or revoked, a
 reboot lease cleared, a rollout commanded) is one row of ``audit_log``.
 
@@ -14,7 +13,9 @@ first transaction of the request that commits having changed a row (``due``,
 the request asked for (a rollout whose state forbids the command) says so with ``unchanged(conn)``: the row is
 then written with the answer, after it, as a refusal's is. Anything else that acts on the store (a CLI command,
 another route) writes its row itself with ``record(conn, entry)`` in its own transaction, or wraps its
-transaction in ``acting(entry)``.
+transaction in ``acting(entry)``. A statement that writes the change in one round trip (the intake's on PostgreSQL) carries the row itself: it
+takes the row's values from ``carrying(conn)`` and composes ``carried`` (the same row, an INSERT ... SELECT that
+writes it only when the change was made).
 
 **Written now, chained a moment later.** ``record`` is one INSERT of the row's facts and the store's clock, with
 no ``seq`` and no hash: it locks nothing, so acting requests commit together as any inserts do, on one server or
@@ -102,6 +103,7 @@ class Pending:
 PENDING: ContextVar[Pending | None] = ContextVar("datum_audit_pending", default=None)
 _UNCHANGED = "datum.audit.unchanged"  # in a connection's info while its transaction is not the change
 _WROTE = "datum.audit.wrote"  # in a connection's info once its transaction changed a row (``wrote``)
+_CARRIED = "datum.audit.carried"  # in a connection's info while a statement of its transaction carries the row
 
 
 def local_principal() -> str:
@@ -161,13 +163,17 @@ def wrote(conn: Connection, cursor: Any, statement: str, _parameters: Any, conte
 
 def due(conn: Connection) -> Pending | None:
     """In ``Store.begin``, before the commit: write the request's pending row in this transaction when it has not
-    been and this transaction is the change; the ``Pending`` written (mark it ``written`` once committed)."""
+    been and this transaction is the change; the ``Pending`` written (mark it ``written`` once committed). A row a
+    statement of the transaction carried already (``carrying``) is not written again."""
     changed = conn.info.pop(_WROTE, False)
+    carried = conn.info.pop(_CARRIED, False)
     if conn.info.pop(_UNCHANGED, False):
         return None
     pending = PENDING.get()
     if pending is None or pending.written:
         return None
+    if carried:
+        return pending
     if not changed:
         return None
     record(conn, pending.entry)
@@ -175,9 +181,25 @@ def due(conn: Connection) -> Pending | None:
 
 
 def forget(conn: Connection) -> None:
-    """``Store.begin``, whatever the transaction's end: its ``unchanged`` mark goes with it."""
+    """``Store.begin``, whatever the transaction's end: its ``unchanged`` and ``carrying`` marks go with it."""
     conn.info.pop(_UNCHANGED, None)
     conn.info.pop(_WROTE, None)
+    conn.info.pop(_CARRIED, None)
+
+
+def carrying(conn: Connection) -> dict[str, Any] | None:
+    """The bound values of the request's pending row (``carried``'s parameters), when one is due and a statement
+    of the transaction open on ``conn`` is to write it itself (the intake's one statement on PostgreSQL,
+    ``datum.store.hosts``); the transaction is then marked as carrying it: ``due`` does not write it again, and
+    marks it written at the commit. None when no row is pending (nothing to carry). When the statement wrote no
+    row after all (its condition did not hold: the pass was not stored), the store code says ``unchanged(conn)``
+    and the row goes with the answer, as any other's."""
+    pending = PENDING.get()
+    if pending is None or pending.written:
+        return None
+    _check(pending.entry)
+    conn.info[_CARRIED] = True
+    return {f"p_audit_{c}": v for c, v in _values(pending.entry).items()}
 
 
 def when(at: datetime) -> str:
@@ -225,6 +247,15 @@ def as_utc(value: Any) -> datetime:
 # One statement per dialect, built once: its clock in SQL, the row's fields its parameters (building an INSERT of
 # thirteen columns each time cost more than the insert itself).
 _RECORD = {dialect: sa.insert(t).values(at=_clock(dialect)) for dialect in ("postgresql", "sqlite")}
+
+
+def carried(dialect: str, when: Any) -> Any:
+    """The request's row as a statement another composes (a CTE of the intake's statement on PostgreSQL): the
+    same row ``record`` writes (its fields bound as ``carrying`` gives them, the store's clock), written only when
+    ``when`` holds (the pass was stored). An INSERT ... SELECT, each value cast to its column's type (a bound
+    value in a SELECT has none of its own)."""
+    values = [sa.cast(sa.bindparam(f"p_audit_{c}", type_=t.c[c].type), t.c[c].type) for c in COLUMNS]
+    return sa.insert(t).from_select(["at", *COLUMNS], sa.select(_clock(dialect), *values).where(when))
 
 
 def record(conn: Connection, entry: Entry) -> None:

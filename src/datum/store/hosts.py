@@ -114,6 +114,9 @@ def take_pass(
     PostgreSQL with ``history`` in the same statement, so the intake's one
     round trip stays one. ``group`` is the host's group (``datum.fleet.reboots.intake_group``), written
     with the pass; None keeps the stored one (``default`` for a new host).
+    A request's audit row (``datum.store.audit.PENDING``: the report's ``fleet:ReportPass``) is written with a
+    stored pass in the same transaction: on PostgreSQL with ``history`` in the same statement (a CTE), on SQLite
+    by ``Store.begin`` before the commit. A pass not stored leaves it to the answer (``audit.unchanged``).
     """
     values, seq = _values(report)
     params = _params(host, values, group, text if text is not None else json.dumps(report))
@@ -125,7 +128,10 @@ def take_pass(
         if history and store.dialect == "postgresql":
             if not release_lease:
                 params.update(on_return_params(host, None, None))
-            now = conn.execute(_at_once(), params).scalar()
+            row = audit.carrying(conn)  # the request's audit row, when one is due: in the same statement
+            if row is not None:
+                params.update(row)
+            now = conn.execute(_at_once(row is not None), params).scalar()
         else:  # the same rules in turn, each after the host row only when it was written
             now = conn.execute(_host_row(store.dialect), params).scalar()
             if now is not None and history:
@@ -199,19 +205,25 @@ _host_row = cache(host_row)
 
 
 @cache
-def _at_once() -> Any:
-    """PostgreSQL: the four rules as one statement, each after the host row only when it was written (``up``)."""
+def _at_once(audited: bool = False) -> Any:
+    """PostgreSQL: the four rules as one statement, each after the host row only when it was written (``up``);
+    ``audited``: with the request's audit row too (``datum.store.audit.carried``, its values ``carrying``'s),
+    written only with the pass, so the report and its row commit together or not at all, in one round trip."""
     dialect = "postgresql"
     up = host_row(dialect).cte("up")
+    stored = sa.exists(sa.select(up.c.now))
     recorded = host_pass_row(dialect, up.c.now).cte("recorded")
-    released, marked = on_return(sa.exists(sa.select(up.c.now)))
-    return sa.select(up.c.now).add_cte(
+    released, marked = on_return(stored)
+    ctes = [
         recorded,
         kept_report(dialect, up.c.now).cte("kept"),
         added_events(dialect, recorded.c.id, recorded.c.at, recorded).cte("evented"),
         released.cte("released"),
         marked.cte("marked"),
-    )
+    ]
+    if audited:
+        ctes.append(audit.carried(dialect, stored).cte("audited"))
+    return sa.select(up.c.now).add_cte(*ctes)
 
 
 def record_pass(store: Store, host: str, report: dict[str, Any]) -> str:

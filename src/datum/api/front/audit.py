@@ -1,11 +1,12 @@
 """The front door's part of the audit log (``datum.store.audit``): which requests leave a row, with what facts.
 
 - An acting request (``POST``, ``PUT``, ``PATCH``, ``DELETE``) that Cedar
-  admitted, but a pass report (``UNAUDITED``): its row waits in ``datum.store.audit.PENDING`` for the transaction
+  admitted: its row waits in ``datum.store.audit.PENDING`` for the transaction
   of its change, which carries it (outcome ``allowed``, the route's status: a
-  pass stored is 201). When no transaction carried it (the route refused:
-  404, 409, 422, 503; a duplicate pass), it is written with the answer's
-  status before the answer goes out.
+  pass stored is 201; the pass report's row is written by the intake's own
+  statement on PostgreSQL, ``datum.store.hosts.take_pass``). When no
+  transaction carried it (the route refused: 404, 409, 422, 503; a duplicate
+  pass), it is written with the answer's status before the answer goes out.
 - A refusal, whatever the method: ``401`` (outcome ``unauthenticated``, no
   principal) and ``403`` (``denied``, with the principal and the action
   refused), written before the answer goes out. At most ``REFUSALS`` are
@@ -13,12 +14,10 @@
   store that many writes at a time, not one each; the next refusal written
   says how many were not (``detail``).
 
-A pass report (``fleet:ReportPass``) admitted leaves no row: it is a host telling its own state, not a principal
-acting on the fleet, and the pass archive keeps every one already (host, time, boot, the pass; ``datum history``).
-A fleet's agents report many times an hour each: recorded, they would be nearly every row of the log (a thousand
-hosts every 15 minutes, about 35 million rows over ``audit_keep``'s 400 days), burying the acts it is read for
-(tokens, rollouts, reboot leases, refusals) and costing every report a write. A report refused (401, 403) is
-recorded as any refusal.
+A pass report admitted (``fleet:ReportPass``) is an act like any other: a thousand hosts reporting every 15 minutes
+write about 96,000 rows a day (docs/server.md, "The audit log", has their size). ``[server] audit_reports = false``
+leaves the admitted ones out (``REPORTS``: the pass archive keeps every report anyway); a report refused (401, 403)
+is recorded whatever it says, as any refusal.
 
 A row holds the token's id, never the token, and the request's path with
 whatever looks like a token redacted. The client's address is the
@@ -44,7 +43,7 @@ from datum.store.audit import ALLOWED, DENIED, UNAUTHENTICATED, Entry, Pending
 log = logging.getLogger("datum.api")
 
 ACTING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
-UNAUDITED = frozenset({str(Action.REPORT_PASS)})  # acting requests that leave no row when admitted (see above)
+REPORTS = str(Action.REPORT_PASS)  # the act [server] audit_reports = false leaves unrecorded when admitted
 REFUSALS = 4  # refusals written at once per process; past that they are counted, not written
 
 
@@ -66,9 +65,10 @@ def admitted(scope: Scope, entry: Entry, principal: str) -> None:
     entry.token = token_id(token) if token else None
 
 
-def audited(method: str, action: str | None) -> bool:
-    """Whether a request admitted is an act that leaves its row (a refusal always does)."""
-    return method in ACTING and action not in UNAUDITED
+def audited(method: str, action: str | None, reports: bool = True) -> bool:
+    """Whether a request admitted is an act that leaves its row (a refusal always does); ``reports``: ``[server]
+    audit_reports``, whether an admitted pass report does."""
+    return method in ACTING and (reports or action != REPORTS)
 
 
 def outcome(status: int) -> str:

@@ -147,7 +147,7 @@ class RequestGuard:
             )
             return
         entry: Entry | None = scope.get(FACTS) if admission is not None else None
-        acting = entry is not None and audited(scope["method"], entry.action)
+        acting = entry is not None and audited(scope["method"], entry.action, self.state.settings.server.audit_reports)
         if entry is None or (not acting and admission.allowed is not None):  # type: ignore[union-attr]
             await self._serve(scope, receive, send, found, admission, length, has_body)
             return
