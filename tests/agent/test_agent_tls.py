@@ -10,6 +10,7 @@ import sqlite3
 import ssl
 import threading
 import time
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -119,6 +120,44 @@ def test_auto_tls_serves_what_tls_show_says_and_agents_trusting_it_converge(tls_
     not_after = datetime.fromisoformat(shown["notAfter"].replace("Z", "+00:00")).timestamp()
     assert scraped[("datum_tls_cert_expiry_timestamp_seconds", "server")] == not_after
     assert scraped[("datum_tls_cert_expiry_timestamp_seconds", "ca")] > not_after
+
+
+def _handshake_and_answer(port: int, ca: Path, version: ssl.TLSVersion) -> ssl.SSLSession:
+    """One request on a connection of ``version`` trusting ``ca``: the session the client holds after reading
+    the answer (TLS 1.3 session tickets arrive after the handshake, read with the first data)."""
+    context = ssl.create_default_context(cafile=ca)
+    context.minimum_version = context.maximum_version = version
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as raw, \
+            context.wrap_socket(raw, server_hostname="127.0.0.1") as sock:
+        assert sock.version() == version.name.replace("v1_", "v1.") and sock.compression() is None
+        sock.sendall(b"GET /v1/hosts/web1/manifest HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+        assert answer.startswith(b"HTTP/1.1 401 "), answer[:200]  # no token: the front door's answer
+        session = sock.session
+        assert session is not None
+        return session
+
+
+def test_the_server_issues_no_tls13_session_tickets_and_refuses_tls11(tls_fleet: TlsFleet):
+    """No agent resumes a session (datum.fleet.tls.context): the tickets OpenSSL would send after each
+    handshake are not sent. TLS 1.2 still serves; TLS 1.1 is refused."""
+    fleet = tls_fleet
+    assert not _handshake_and_answer(fleet.port, fleet.ca, ssl.TLSVersion.TLSv1_3).has_ticket
+    _handshake_and_answer(fleet.port, fleet.ca, ssl.TLSVersion.TLSv1_2)
+    old = ssl.create_default_context(cafile=fleet.ca)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # TLS 1.1 is: that is the point
+        old.minimum_version = ssl.TLSVersion.MINIMUM_SUPPORTED
+        old.maximum_version = ssl.TLSVersion.TLSv1_1
+    old.set_ciphers("DEFAULT:@SECLEVEL=0")
+    with socket.create_connection(("127.0.0.1", fleet.port), timeout=10) as raw, \
+            pytest.raises(ssl.SSLError) as refused:
+        old.wrap_socket(raw, server_hostname="127.0.0.1")
+    # The server's refusal: its alert, or its close once it read the hello (uvloop may not flush the alert);
+    # a client refusing by itself would say NO_PROTOCOLS_AVAILABLE before sending anything.
+    assert refused.value.reason in ("TLSV1_ALERT_PROTOCOL_VERSION", "UNEXPECTED_EOF_WHILE_READING"), refused.value
 
 
 def test_an_agent_not_told_what_to_trust_or_told_a_wrong_pin_is_refused_and_keeps_its_manifest_and_reports(
