@@ -33,11 +33,11 @@ import sqlalchemy as sa
 
 from datum.core.redact import redacted
 from datum.store import Store
+from datum.store.identities import ACTIVE, DENIED, PENDING
 from datum.store.schema import host_identities
 
 log = logging.getLogger("datum.fleet")
 
-PENDING, ACTIVE, DENIED = "pending", "active", "denied"  # datum.fleet.enroll's states
 WORKERS = 4  # hooks running at once on one server
 SLACK = timedelta(seconds=30)  # past the timeout, before another server asks about a request taken
 PERIOD = 2.0  # seconds between two looks for due requests (an enrollment on this server wakes it at once)

@@ -49,14 +49,13 @@ import sqlalchemy as sa
 from datum.core.findings import ErrorCode, FieldError, Finding, Problem, invalid
 from datum.identity import b64, fingerprint, signed, skew_problem, unb64, verified
 from datum.store import Store, nonces
+from datum.store.identities import ACTIVE, DENIED, PENDING, REVOKED, STATES, labels_in
 from datum.store.schema import host_identities, join_tokens, server_secrets, tokens
 from datum.store.tokens import AGENT, ID_LENGTH, check_host, digest, mint
 
 log = logging.getLogger("datum.fleet")
 
 JOIN_KIND = "j_"  # a join token is datum_j_...
-PENDING, ACTIVE, DENIED, REVOKED = "pending", "active", "denied", "revoked"
-STATES = (PENDING, ACTIVE, DENIED, REVOKED)
 JOIN_TTL = timedelta(hours=24)
 JOIN_TTL_MAX = timedelta(days=365)
 USES_MAX = 1_000_000
@@ -94,15 +93,6 @@ class JoinToken:
         if self.labels:
             out["labels"] = self.labels
         return out
-
-
-def labels_in(text: str | None) -> dict[str, str]:
-    """The labels kept as ``text`` (a JSON object of strings; None or anything else: none)."""
-    try:
-        found = json.loads(text) if text else {}
-    except ValueError:
-        return {}
-    return {str(k): str(v) for k, v in found.items()} if isinstance(found, dict) else {}
 
 
 def _join(row: Any) -> JoinToken:
@@ -501,12 +491,3 @@ def session(store: Store, proof: Proof, now: datetime, ttl: timedelta) -> Sessio
 def identity_or_none(store: Store, host: str) -> Any:
     with store.connect() as conn:
         return conn.execute(sa.select(host_identities).where(host_identities.c.host == host)).first()
-
-
-def enrolled_labels(store: Store, host: str) -> dict[str, str]:
-    """The labels ``host`` was given at enrollment, while it is active (none for a name that is pending, denied,
-    revoked or never enrolled): ``datum.fleet.labels`` remembers them for the server."""
-    with store.connect() as conn:
-        text = conn.execute(sa.select(host_identities.c.labels).where(
-            host_identities.c.host == host, host_identities.c.state == ACTIVE)).scalar_one_or_none()
-    return labels_in(text)

@@ -93,9 +93,9 @@ def block_shown(fleet: FleetSettings) -> str | None:
 def ask(store: Store, fleet: FleetSettings, host: str, boot_id: str, interval: float | None = None) -> Grant:
     """Grant ``host`` a reboot lease in its group (by its name and labels, whatever facts it sends), or say why
     not (full, halted, out of turn, blocked)."""
-    from datum.fleet.enroll import enrolled_labels
+    from datum.store.identities import labels_of
 
-    group, order = placed(fleet.manifests, host, enrolled_labels(store, host))
+    group, order = placed(fleet.manifests, host, labels_of(store, host))
     blocked = block(fleet)
     grant = take(
         store, host, group, boot_id, fleet.reboot_concurrency, fleet.reboot_timeout,
