@@ -58,6 +58,16 @@ def test_a_source_of_another_package_is_refused(ctx):
         PACKAGE.desired("x", PackageSpec(name="datum-hello", source="other_1.0_all.deb"), ctx)
 
 
+def test_a_source_that_is_no_deb_fails_with_dpkg_debs_words_which_datum_explain_reads_as_apt(ctx):
+    from datum.core.phrases import PACKAGE_PROVIDER, words
+
+    dpkg_root(ctx.root)
+    (ctx.manifest_dir / "broken.deb").write_text("not an archive\n")
+    with pytest.raises(ProviderError, match="dpkg-deb exited") as refused:
+        PACKAGE.desired("x", PackageSpec(name="datum-hello", source="broken.deb"), ctx)
+    assert (PACKAGE_PROVIDER, "apt") in words(f"Package[datum-hello] failed: {refused.value}")
+
+
 def test_no_dpkg_database_is_unsupported(ctx):
     assert PACKAGE.supported(ctx) == "no dpkg database at /var/lib/dpkg"
 

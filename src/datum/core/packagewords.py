@@ -10,10 +10,10 @@ the words from here (the ``datum.core.hostreasons`` pattern). Pure: strings in, 
 
 from __future__ import annotations
 
-APT_GET, DPKG, DPKG_QUERY = "apt-get", "dpkg", "dpkg-query"
+APT_GET, APT_CACHE, DPKG, DPKG_QUERY, DPKG_DEB = "apt-get", "apt-cache", "dpkg", "dpkg-query", "dpkg-deb"
 DNF, RPM = "dnf", "rpm"
-# provider -> the programs whose failure names it (a Package resource's ``provider:``)
-PROGRAMS: dict[str, tuple[str, ...]] = {"dnf": (DNF, RPM), "apt": (APT_GET, DPKG, DPKG_QUERY)}
+# provider -> every program it runs, whose failure names it (a Package resource's ``provider:``)
+PROGRAMS: dict[str, tuple[str, ...]] = {"dnf": (DNF, RPM), "apt": (APT_GET, APT_CACHE, DPKG, DPKG_QUERY, DPKG_DEB)}
 EXITED = "exited"
 REFUSED = "provider"
 

@@ -20,7 +20,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from datum.core.packagewords import APT_GET, DPKG, DPKG_QUERY
+from datum.core.packagewords import APT_CACHE, APT_GET, DPKG, DPKG_DEB, DPKG_QUERY
 from datum.core.vocab import Action
 from datum.providers.base import Attributes, Beside, Change, HostContext, Provider, ProviderError
 
@@ -74,7 +74,7 @@ def apt_update(ctx: HostContext) -> None:
 
 def apt_candidate(ctx: HostContext, name: str) -> str | None:
     """The version ``apt-get install`` would pick, from ``apt-cache policy``; None when unknown."""
-    done = ctx.runner(["apt-cache", "policy", name], env=_ENV)
+    done = ctx.runner([APT_CACHE, "policy", name], env=_ENV)
     for line in done.stdout.splitlines():
         key, _, value = line.strip().partition(": ")
         if key == "Candidate" and value and value != "(none)":
@@ -83,7 +83,7 @@ def apt_candidate(ctx: HostContext, name: str) -> str | None:
 
 
 def deb_fields(ctx: HostContext, deb: Path) -> dict[str, str]:
-    done = ctx.runner(["dpkg-deb", "-f", str(deb), "Package", "Version"])
+    done = ctx.runner([DPKG_DEB, "-f", str(deb), "Package", "Version"])
     if done.returncode != 0:
         raise ProviderError(f"cannot read {deb}: {done.why()}")
     return dict(line.split(": ", 1) for line in done.stdout.splitlines() if ": " in line)
