@@ -17,6 +17,7 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from datum.core.findings import Problem
 from datum.fleet import enroll as enrollment
 from datum.identity import b64, signed
+from datum.store import nonces
 from datum.store.tokens import ID_LENGTH, digest
 
 from .story import Story, build_story, serve_fleet
@@ -231,9 +232,48 @@ def test_of_one_proof_sent_to_two_replicas_at_once_exactly_one_has_a_session(tmp
         assert codes == [200, 401, 401, 401]
 
 
-def test_spent_nonces_are_kept_past_their_life_then_purged(tmp_path: Path) -> None:
-    from datum.store import nonces
+def test_a_session_renewal_is_one_write_transaction_that_takes_its_nonce(
+    tmp_path: Path, store_url: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The proof's nonce is taken in the session's own transaction (``datum.store.nonces.take``): one commit per
+    renewal, and a proof whose session was not stored (the host revoked meanwhile) is spent all the same."""
+    from sqlalchemy import event
 
+    story = build_story(tmp_path, store=store_url)
+    key = Ed25519PrivateKey.generate()
+    join, _ = enrollment.create_join(story.store, story.clock.now, host="web1")
+    assert enroll(story, key, "web1", join).status_code == 200
+    commits: list[object] = []
+
+    def committed(conn: object) -> None:
+        commits.append(conn)
+
+    proof = session_proof(story, key, "web1")  # the nonce asked for before counting
+    event.listen(story.store.engine, "commit", committed)
+    try:
+        first = story.client.post("/v1/enroll/session", json=proof)
+    finally:
+        event.remove(story.store.engine, "commit", committed)
+    assert first.status_code == 200, first.text
+    assert len(commits) == 1
+    again = story.client.post("/v1/enroll/session", json=proof)
+    assert again.status_code == 401 and "the nonce was used already" in _message(again)
+    # revoked between the look at the host and the session's transaction: no session, the nonce spent
+    proof = session_proof(story, key, "web1")
+    real = enrollment.identity_or_none
+
+    def looked_before_the_revocation(store: Any, host: str) -> Any:
+        held = real(store, host)
+        enrollment.revoke(store, host, story.clock.now)
+        return held
+
+    monkeypatch.setattr(enrollment, "identity_or_none", looked_before_the_revocation)
+    late = story.client.post("/v1/enroll/session", json=proof)
+    assert late.status_code == 403 and "host web1 is no longer active" in _message(late), late.text
+    assert not nonces.spend(story.store, proof["nonce"], story.clock.now + timedelta(minutes=10))  # taken already
+
+
+def test_spent_nonces_are_kept_past_their_life_then_purged(tmp_path: Path) -> None:
     story = build_story(tmp_path)
     key = Ed25519PrivateKey.generate()
     join, _ = enrollment.create_join(story.store, story.clock.now, host="web1")

@@ -204,12 +204,21 @@ def nonce(store: Store, now: datetime) -> str:
 def _spend(store: Store, given: str) -> None:
     """Take the nonce of a proof that verified: a proof is good once, on every server of ``store``, and taken before
     what it asks for is done (a refused proof sent again after the refusal's cause has gone is still refused)."""
-    expires = datetime.fromtimestamp(int(given.partition(".")[0]) + NONCE_LIFE + NONCE_KEPT, UTC)
-    if not nonces.spend(store, given, expires):
-        raise Problem.one(
-            ErrorCode.UNAUTHENTICATED,
-            "the nonce was used already (a proof is good for one request): ask for another (GET /v1/enroll/nonce)",
-        )
+    if not nonces.spend(store, given, _kept_until(given)):
+        raise _used()
+
+
+def _kept_until(given: str) -> datetime:
+    """Until when the spent nonce ``given`` (checked: ``_check_nonce``) is kept: past its life, with room for the
+    replicas' clocks."""
+    return datetime.fromtimestamp(int(given.partition(".")[0]) + NONCE_LIFE + NONCE_KEPT, UTC)
+
+
+def _used() -> Problem:
+    return Problem.one(
+        ErrorCode.UNAUTHENTICATED,
+        "the nonce was used already (a proof is good for one request): ask for another (GET /v1/enroll/nonce)",
+    )
 
 
 def _check_nonce(store: Store, given: str, now: datetime) -> None:
@@ -461,7 +470,12 @@ class Session:
 
 def session(store: Store, proof: Proof, now: datetime, ttl: timedelta) -> Session:
     """A bearer token bound to ``proof.host`` for ``ttl``, once its signature verifies with the host's key and the
-    host is active; the host's sessions that ended are deleted meanwhile."""
+    host is active; the host's sessions that ended are deleted meanwhile.
+
+    The proof's nonce is taken in the session's own transaction (``nonces.take``), not in one before it: a
+    renewal is one write transaction, and a proof is spent exactly when its session is stored. A proof
+    refused for the host's state spends its nonce all the same (sent again once the host is active, it is
+    still refused), as ``_spend`` says."""
     signature = _checked(store, proof, now)
     held = identity_or_none(store, proof.host)
     if held is None:
@@ -471,20 +485,23 @@ def session(store: Store, proof: Proof, now: datetime, ttl: timedelta) -> Sessio
     if not verified(public, signature, signed("session", proof.nonce, proof.host, proof.time)):
         raise Problem.one(ErrorCode.UNAUTHENTICATED, f"the signature does not verify with the key host {proof.host} "
                           f"enrolled with ({held.fingerprint})")
-    _spend(store, proof.nonce)
     if held.state != ACTIVE:
+        _spend(store, proof.nonce)
         raise Problem.one(ErrorCode.FORBIDDEN, f"host {proof.host} is {held.state}: {held.reason or 'no session'}")
     token = mint()
     expires = now + ttl
     with store.begin() as conn:
+        if not nonces.take(conn, proof.nonce, _kept_until(proof.nonce)):
+            raise _used()  # nothing written
         conn.execute(sa.delete(tokens).where(tokens.c.host == proof.host, tokens.c.session == sa.true(),
                                              tokens.c.expires_at <= now))
         state = conn.execute(sa.select(host_identities.c.state).where(
             host_identities.c.host == proof.host, host_identities.c.public_key == held.public_key)).scalar()
-        if state != ACTIVE:  # revoked or forgotten meanwhile
-            raise Problem.one(ErrorCode.FORBIDDEN, f"host {proof.host} is no longer active")
-        conn.execute(sa.insert(tokens).values(sha256=digest(token), principal=AGENT, host=proof.host, session=True,
-                                              created_at=now, expires_at=expires))
+        if state == ACTIVE:
+            conn.execute(sa.insert(tokens).values(sha256=digest(token), principal=AGENT, host=proof.host,
+                                                  session=True, created_at=now, expires_at=expires))
+    if state != ACTIVE:  # revoked or forgotten meanwhile: committed without a session, the nonce spent
+        raise Problem.one(ErrorCode.FORBIDDEN, f"host {proof.host} is no longer active")
     return Session(token, expires, ttl)
 
 

@@ -22,11 +22,19 @@ from datum.store.types import insert_for
 
 def spend(store: Store, nonce: str, expires_at: datetime) -> bool:
     """Take ``nonce`` (kept until ``expires_at``): True the first time, on any server of ``store``; False after."""
-    insert = insert_for(store.dialect)
+    with store.begin() as conn:
+        return take(conn, nonce, expires_at)
+
+
+def take(conn: sa.Connection, nonce: str, expires_at: datetime) -> bool:
+    """``spend`` in the caller's transaction (``conn``, of ``store.begin()``): the nonce is spent when, and only
+    if, that transaction commits (what the proof asked for stored with it); of two transactions taking one
+    nonce the second waits for the first and takes it only if the first rolled back."""
+    insert = insert_for(conn.dialect.name)
     stmt = insert(spent_nonces).values(nonce=nonce, expires_at=expires_at)
-    with store.begin() as conn:  # RETURNING, not rowcount: psycopg says -1 for an INSERT ... ON CONFLICT
-        taken = conn.execute(stmt.on_conflict_do_nothing(index_elements=[spent_nonces.c.nonce])
-                             .returning(spent_nonces.c.nonce)).first()
+    # RETURNING, not rowcount: psycopg says -1 for an INSERT ... ON CONFLICT
+    taken = conn.execute(stmt.on_conflict_do_nothing(index_elements=[spent_nonces.c.nonce])
+                         .returning(spent_nonces.c.nonce)).first()
     return taken is not None
 
 
