@@ -144,7 +144,10 @@ def test_on_a_phone_and_when_the_server_goes_away(tmp_path, browser_context):
         )
         assert label == '"item"'
         # the coverage histogram stays readable: its bars use the card's width
-        width = page.eval_on_selector("table.coverage tr.stranded td.bar span", "e => e.getBoundingClientRect().width")
+        width = page.evaluate(
+            "() => { document.querySelectorAll('details').forEach(d => d.open = true);"
+            " return document.querySelector('table.coverage tr.stranded td.bar span').getBoundingClientRect().width }"
+        )
         assert width > 250
         assert page.locator("table.coverage tr.stranded").inner_text().count("archiving") == 1
         shot = tmp_path / "page-phone.png"
