@@ -17,13 +17,23 @@ from datum.core.explain import (
     lookup,
 )
 from datum.core.memory import BackoffPolicy
-from datum.core.vocab import DESCRIPTIONS, Health, HostState, Reason, ResourceState
+from datum.core.vocab import (
+    DESCRIPTIONS,
+    Health,
+    HostState,
+    IdentityState,
+    Reason,
+    ResourceState,
+    RolloutState,
+)
 
 VOCABULARIES = [
     (Vocabulary.REASON, Reason),
     (Vocabulary.HOST_STATE, HostState),
     (Vocabulary.RESOURCE_STATE, ResourceState),
     (Vocabulary.HEALTH, Health),
+    (Vocabulary.ROLLOUT_STATE, RolloutState),
+    (Vocabulary.IDENTITY_STATE, IdentityState),
 ]
 
 
@@ -61,6 +71,7 @@ def test_the_seed_s_wait_versus_look():
 
 def test_lookup_normalises_and_finds_every_meaning():
     assert [e.vocabulary for e in lookup("FAILED")] == [Vocabulary.HOST_STATE, Vocabulary.RESOURCE_STATE]
+    assert [e.vocabulary for e in lookup("pending")] == [Vocabulary.RESOURCE_STATE, Vocabulary.IDENTITY_STATE]
     assert lookup("awaiting_reboot")[0].name == "awaiting-reboot"
     assert lookup("blocked-on-owner")[0].name == "blocked_on_owner"
     assert lookup("nope") == []

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from datum.bounded import DEADLINE, Unusable, request
+from datum.core.vocab import IdentityState
 from datum.host.remote import issues_in
 from datum.identity import b64, fingerprint, signed
 from datum.trust import Trust
@@ -192,7 +193,7 @@ def decided(ask: Callable[[], dict[str, Any]], host: str, wait: float, say: Call
     answer = ask()
     ends = clock() + wait
     every, told = 1.0, None
-    while answer.get("state") == "pending" and clock() < ends:
+    while answer.get("state") == IdentityState.PENDING and clock() < ends:
         why = str(answer.get("reason") or "waiting for approval")
         if why != told:
             say(f"{host} is pending: {why}; asking again for up to {max(0.0, ends - clock()):.0f} s (--wait)")

@@ -193,6 +193,7 @@ def enroll(server: str, join: str, root: str, state: str | None, config: str | N
     from datum.cli.passes import trusted
     from datum.config import load_settings
     from datum.core.findings import ErrorCode, Problem
+    from datum.core.vocab import IdentityState
     from datum.host.agent import host_name, state_file
     from datum.host.compiled import HostConfig
     from datum.identity import fingerprint
@@ -212,11 +213,11 @@ def enroll(server: str, join: str, root: str, state: str | None, config: str | N
     except Unusable as exc:
         raise Problem.one(ErrorCode.UNAVAILABLE, f"enrolling {host} failed: {exc}") from exc
     state_now, why = str(answer.get("state")), answer.get("reason")
-    if state_now == "denied":
+    if state_now == IdentityState.DENIED:
         raise Problem.one(ErrorCode.INVALID_INPUT, f"enrolling {host} was denied: {why}")
     print_fp = fingerprint(public_of(key))
     Enrolled(server, host, print_fp, trust.ca_file and os.path.abspath(trust.ca_file), trust.pin).write(path)
-    if state_now == "active":
+    if state_now == IdentityState.ACTIVE:
         click.echo(f"enrolled {host} with key {print_fp} ({why}); start the agent: datum agent "
                    "(systemctl enable --now datum-agent)")
     else:

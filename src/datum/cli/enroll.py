@@ -15,6 +15,7 @@ from typing import Any
 import click
 
 from datum.cli.common import config_option, json_option, wide_option
+from datum.core.vocab import IdentityState
 
 
 @contextmanager
@@ -119,19 +120,19 @@ def create(host: str | None, pattern: str | None, uses: int, ttl: Any, group: st
 
 
 @enroll.command(name="list")
-@click.option("--state", "states", multiple=True, type=click.Choice(["pending", "active", "denied", "revoked"]),
-              help="Only hosts in this state (again for more).")
+@click.option("--state", "states", multiple=True, type=click.Choice([s.value for s in IdentityState]),
+              help="Only hosts in this state (again for more; datum explain STATE says what each means).")
 @config_option
 @json_option
 @wide_option
 def list_enrolled(states: tuple[str, ...], config: str | None, as_json: bool, wide: bool) -> None:
-    """Hosts that enrolled, pending first (then active, denied, revoked), and the join tokens still open."""
+    """Hosts that enrolled, in the order of --state's choices (pending first), and the join tokens still open."""
     from datum.cli import render
-    from datum.fleet.enroll import STATES, identities, join_tokens_open
+    from datum.fleet.enroll import identities, join_tokens_open
 
     now = datetime.now(UTC)
     with _store(config) as (_settings, store):
-        found = identities(store, states or STATES)
+        found = identities(store, states or tuple(IdentityState))
         open_tokens = join_tokens_open(store, now)
     if as_json:
         click.echo(json.dumps({"hosts": [i.as_json() for i in found],

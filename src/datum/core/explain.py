@@ -71,6 +71,7 @@ class Vocabulary(StrEnum):
     ITEM_STATE = "item state"
     RECONCILER_STATE = "reconciler state"
     ROLLOUT_STATE = "rollout state"
+    IDENTITY_STATE = "identity state"
     REFUSAL = "refusal"
     NEED = "needs a human"
     ROLLOUT = "rollout"
@@ -461,7 +462,7 @@ def _build() -> list[Explanation]:
         for name, (summary, means, do, act) in _HOST_REASONS.items()
     ]
     out += [
-        Explanation(Vocabulary(vocabulary), name, summary, means, do, Act(act))
+        Explanation(Vocabulary(vocabulary), str(name), summary, means, do, Act(act))
         for (vocabulary, name), (summary, means, do, act) in {**WORDS, **TERMS}.items()
     ]
     return out

@@ -14,7 +14,7 @@ Plain data: (vocabulary, name) -> (summary, means, do, act), the vocabulary and 
 
 from __future__ import annotations
 
-from datum.core.vocab import RolloutState
+from datum.core.vocab import IdentityState, RolloutState
 
 _NOTHING_ALONE = "Nothing by itself: the item's reason says whether it waits or needs a human (datum explain REASON)."
 
@@ -383,6 +383,46 @@ WORDS: dict[tuple[str, str], tuple[str, str, str, str]] = {
         "out instead, from the last done revision (not from this one).",
         "Nothing to do: datum rollout status shows the newer rollout.",
         RolloutState.SUPERSEDED.severity,
+    ),
+    # An enrolled host's identity (datum.core.vocab.IdentityState; datum enroll list, POST /v1/enroll). Homonyms:
+    # pending is a resource state too, denied an audit outcome; datum explain says each meaning.
+    ("identity state", IdentityState.PENDING): (
+        "a host asked to enroll and waits for a decision",
+        "The host enrolled through a join token made for a pattern of names (datum enroll create --pattern): it "
+        "is given no session until the approval hook ([enroll] approve, asked after the request is answered) or a "
+        "person decides. A hook that does not answer within [enroll] approve_timeout leaves it pending, for a "
+        "person. datum agent enroll asks again until its --wait ends, saying what it waits for.",
+        "Decide: datum enroll approve NAME (it is given sessions) or datum enroll deny NAME; datum enroll list "
+        "says who asked, from where and through which join token.",
+        IdentityState.PENDING.severity,
+    ),
+    ("identity state", IdentityState.ACTIVE): (
+        "an enrolled host that is given sessions from its key",
+        "Its join token was made for it (datum enroll create --host), or the approval hook or datum enroll approve "
+        "approved it: datum agent signs for a short session ([enroll] session_ttl) and renews it, and the labels it "
+        "was given at enrollment count in nodes.yaml.",
+        "Nothing. datum enroll deny NAME or datum host revoke NAME ends its sessions.",
+        IdentityState.ACTIVE.severity,
+    ),
+    ("identity state", IdentityState.DENIED): (
+        "a host's request to enroll was refused",
+        "The approval hook exited non-zero, or someone ran datum enroll deny NAME (a pending host's, or an active "
+        "one's: its sessions ended). It is given no session; asking again with the same key through a pattern's "
+        "join token leaves it denied (datum agent enroll exits 65 with the reason). Not a name another key holds: "
+        "that request is refused outright (409), and nothing is recorded.",
+        "Nothing if it is meant. To let it in: datum enroll approve NAME, or a join token made for it (datum "
+        "enroll create --host NAME). A host rebuilt with a new key: datum host forget NAME first, or a join token "
+        "made with --replace.",
+        IdentityState.DENIED.severity,
+    ),
+    ("identity state", IdentityState.REVOKED): (
+        "an enrolled host whose sessions were ended for good",
+        "Someone ran datum host revoke NAME: every session of the host and every agent token bound to it were "
+        "deleted, and every server refuses them within 2 s. It is given no session, and enrolling again with its "
+        "key is refused (403) until its identity is forgotten.",
+        "Nothing if it is meant. To let the host back: datum host forget NAME, then enroll it again with a new "
+        "join token (datum enroll create).",
+        IdentityState.REVOKED.severity,
     ),
     ("rollout", "held_back"): (
         "this host is served the previous revision until its wave is released",

@@ -177,6 +177,54 @@ TRANSITIONS: dict[RolloutAct, tuple[tuple[RolloutState, ...], RolloutState]] = {
 COMMANDS: dict[str, RolloutAct] = {"pause": RolloutAct.PAUSED, "resume": RolloutAct.RESUMED, "abort": RolloutAct.ABORTED}
 
 
+class IdentityState(StrEnum):
+    """An enrolled host's identity as the server keeps it (``host_identities.state``): what ``datum enroll list``
+    shows and ``POST /v1/enroll`` answers; what each means is ``datum explain STATE``'s (``("identity state",
+    NAME)`` in ``datum.core.glossary``). Listed in this order (pending first: they wait for someone).
+
+    Each member carries its consequences, so no other module spells them: whether the host is given sessions
+    (``sessions``: only while active; its enrollment labels count only then), the states a person's decision
+    moves it from (``entered_from``: ``datum enroll approve`` and ``deny``, ``datum host revoke``; pending is
+    entered only by a request), whether it ends every agent token bound to the host as well as its sessions
+    (``ends_bound_tokens``: revoked), and what it asks of a person (``severity``: ``look`` while pending).
+    """
+
+    PENDING = "pending"
+    ACTIVE = "active"
+    DENIED = "denied"
+    REVOKED = "revoked"
+
+    @property
+    def sessions(self) -> bool:
+        """Active: the host is given sessions from its key (``POST /v1/enroll/session``); in any other state it is
+        refused one, and entering it ends the sessions it has."""
+        return self is IdentityState.ACTIVE
+
+    @property
+    def entered_from(self) -> tuple[IdentityState, ...]:
+        """The states a person's decision moves an identity from into this one (none for pending: a request)."""
+        return _ENTERED_FROM[self]
+
+    @property
+    def ends_bound_tokens(self) -> bool:
+        """Revoked: every agent token bound to the host ends too, not only its sessions."""
+        return self is IdentityState.REVOKED
+
+    @property
+    def severity(self) -> str:
+        """What it asks of a person, as ``datum explain`` grades it: ``look`` while pending (the approval hook or
+        ``datum enroll approve`` decides), else ``none``."""
+        return "look" if self is IdentityState.PENDING else "none"
+
+
+_ENTERED_FROM: dict[IdentityState, tuple[IdentityState, ...]] = {
+    IdentityState.PENDING: (),
+    IdentityState.ACTIVE: (IdentityState.PENDING, IdentityState.DENIED),  # datum enroll approve
+    IdentityState.DENIED: (IdentityState.PENDING, IdentityState.ACTIVE),  # datum enroll deny
+    IdentityState.REVOKED: (IdentityState.PENDING, IdentityState.ACTIVE, IdentityState.DENIED),  # datum host revoke
+}
+
+
 class Mode(StrEnum):
     """Host reconciliation mode: host configuration, never desired state."""
 

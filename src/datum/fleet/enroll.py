@@ -8,7 +8,7 @@
 - ``enroll`` takes a host's request: its name, its Ed25519 public key, its claimed
   facts and its signature over a nonce of the server's (``nonce``), its clock and
   the join token's id. The server keeps the host's identity: name, key, state
-  (``pending``, ``active``, ``denied``, ``revoked``), when, through which join
+  (``datum.core.vocab.IdentityState``), when, through which join
   token, from where. A pending request is answered at once; the approval hook
   is asked about it off the request (``datum.fleet.approvals``). A name that already has another key is refused (409), never
   taken over: ``forget`` the name, or enroll with a join token made with
@@ -47,6 +47,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from datum.core.findings import ErrorCode, FieldError, Finding, Problem, invalid
+from datum.core.vocab import IdentityState
 from datum.identity import b64, fingerprint, signed, skew_problem, unb64, verified
 from datum.store import Store, nonces
 from datum.store.identities import ACTIVE, DENIED, PENDING, REVOKED, STATES, labels_in
@@ -275,7 +276,7 @@ def _public(proof: Proof) -> bytes:
 class Identity:
     host: str
     fingerprint: str
-    state: str
+    state: IdentityState
     reason: str | None
     join_token: str | None
     group: str | None
@@ -297,8 +298,8 @@ class Identity:
 
 
 def _identity(row: Any) -> Identity:
-    return Identity(row.host, row.fingerprint, row.state, row.reason, row.join_token, row.group_name, row.source,
-                    row.created_at, row.changed_at, labels_in(row.labels))
+    return Identity(row.host, row.fingerprint, IdentityState(row.state), row.reason, row.join_token, row.group_name,
+                    row.source, row.created_at, row.changed_at, labels_in(row.labels))
 
 
 def enroll(store: Store, proof: Proof, join: str, source: str | None, now: datetime, hooked: bool = False) -> Identity:
@@ -365,7 +366,7 @@ def _usable(row: Any, host: str, now: datetime) -> JoinToken:
     return joined
 
 
-def _decided(held: Any, host: str, key: str, joined: JoinToken, hooked: bool) -> tuple[str, str]:
+def _decided(held: Any, host: str, key: str, joined: JoinToken, hooked: bool) -> tuple[IdentityState, str]:
     """The identity's state and why, for a request through ``joined`` with ``key``; ``held`` the identity the
     name has (None: none yet). A name another key holds is refused unless the token says ``replace``."""
     if held is not None and held.public_key != key and not joined.replace:
@@ -380,7 +381,7 @@ def _decided(held: Any, host: str, key: str, joined: JoinToken, hooked: bool) ->
     if joined.host is not None:
         return ACTIVE, f"approved by the join token {joined.id} made for it"
     if held is not None and held.public_key == key and held.state in (ACTIVE, DENIED):
-        return held.state, held.reason or held.state  # a pattern's token decides nothing about a name decided
+        return IdentityState(held.state), held.reason or held.state  # a pattern's token decides nothing about a name decided
     asker = "the approval hook ([enroll] approve), else " if hooked else ""
     return PENDING, f"through the join token {joined.id} for {joined.pattern!r}: waiting for {asker}datum enroll approve {host}"
 
@@ -395,7 +396,7 @@ def identity(store: Store, host: str) -> Identity:
 
 
 def identities(store: Store, states: tuple[str, ...] = STATES) -> list[Identity]:
-    """The identities in ``states``, pending first, then by name."""
+    """The identities in ``states``, in the order of ``IdentityState`` (pending first), then by name."""
     order = sa.case({s: i for i, s in enumerate(STATES)}, value=host_identities.c.state, else_=len(STATES))
     with store.connect() as conn:
         rows = conn.execute(
@@ -407,35 +408,37 @@ def identities(store: Store, states: tuple[str, ...] = STATES) -> list[Identity]
 # -- a person's decisions -------------------------------------------------------------------------
 
 
-def _decide(store: Store, host: str, now: datetime, state: str, reason: str, allowed: tuple[str, ...]) -> tuple[Identity, int]:
-    """Move ``host``'s identity to ``state`` from one of ``allowed``; (it after, how many tokens ended)."""
+def _decide(store: Store, host: str, now: datetime, state: IdentityState, reason: str) -> tuple[Identity, int]:
+    """Move ``host``'s identity to ``state`` from one of the states it is entered from (``IdentityState.entered_from``);
+    (it after, how many tokens ended: all its sessions unless ``state`` has them, and every agent token bound to the
+    host too when ``state`` ends those)."""
     ended = 0
     with store.begin() as conn:
         row = conn.execute(sa.select(host_identities).where(host_identities.c.host == host)).first()
         if row is None:
             raise Problem.one(ErrorCode.NOT_FOUND, f"host {host} has not enrolled (datum enroll list shows who has)")
         if row.state != state:
-            if row.state not in allowed:
+            if row.state not in state.entered_from:
                 raise Problem.one(ErrorCode.CONFLICT, f"host {host} is {row.state}: " + (
                     f"datum host forget {host}, then it enrolls again" if row.state == REVOKED else f"it cannot become {state}"))
             conn.execute(sa.update(host_identities).where(host_identities.c.host == host)
                          .values(state=state, reason=reason, changed_at=now))
-        if state != ACTIVE:
-            ended = _end_sessions(conn, host, bound_too=state == REVOKED)
+        if not state.sessions:
+            ended = _end_sessions(conn, host, bound_too=state.ends_bound_tokens)
     return identity(store, host), ended
 
 
 def approve(store: Store, host: str, now: datetime, by: str = "datum enroll approve") -> Identity:
-    return _decide(store, host, now, ACTIVE, f"approved by {by}", (PENDING, DENIED))[0]
+    return _decide(store, host, now, ACTIVE, f"approved by {by}")[0]
 
 
 def deny(store: Store, host: str, now: datetime, by: str = "datum enroll deny") -> tuple[Identity, int]:
-    return _decide(store, host, now, DENIED, f"denied by {by}", (PENDING, ACTIVE))
+    return _decide(store, host, now, DENIED, f"denied by {by}")
 
 
 def revoke(store: Store, host: str, now: datetime, by: str = "datum host revoke") -> tuple[Identity, int]:
     """End every session of ``host`` and every agent token bound to it; it has no other until forgotten."""
-    return _decide(store, host, now, REVOKED, f"revoked by {by}", (PENDING, ACTIVE, DENIED))
+    return _decide(store, host, now, REVOKED, f"revoked by {by}")
 
 
 def forget(store: Store, host: str) -> tuple[Identity, int]:

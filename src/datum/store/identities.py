@@ -1,5 +1,6 @@
-"""The states of a host's identity as the store keeps them, and every query on the labels it was given at
-enrollment (``host_identities.labels``, a JSON object of strings; migration ``0032_enroll_labels``).
+"""The states of a host's identity as the store keeps them (the members of ``datum.core.vocab.IdentityState``, by
+short names), and every query on the labels it was given at enrollment (``host_identities.labels``, a JSON object
+of strings; migration ``0032_enroll_labels``).
 
 ``datum.fleet.enroll`` decides enrollment (and still runs the rest of its SQL); ``datum.fleet.labels`` holds
 the labels in a server's memory, read here: every active identity that has some (``labelled``), or every
@@ -16,11 +17,13 @@ from datetime import datetime
 
 import sqlalchemy as sa
 
+from datum.core.vocab import IdentityState
 from datum.store.engine import Store
 from datum.store.schema import host_identities
 
-PENDING, ACTIVE, DENIED, REVOKED = "pending", "active", "denied", "revoked"
-STATES = (PENDING, ACTIVE, DENIED, REVOKED)
+PENDING, ACTIVE = IdentityState.PENDING, IdentityState.ACTIVE
+DENIED, REVOKED = IdentityState.DENIED, IdentityState.REVOKED
+STATES = tuple(IdentityState)  # the order datum enroll list shows them in: pending first
 
 
 def labels_in(text: str | None) -> dict[str, str]:

@@ -9,7 +9,7 @@ a session (the host's signature alone). Each proves its caller itself
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
@@ -20,6 +20,7 @@ from datum.api.front.security import own_proof, presented
 from datum.api.front.state import state_of
 from datum.api.models import Out
 from datum.core.findings import ErrorCode, Problem
+from datum.core.vocab import IdentityState
 from datum.fleet import enroll as enrollment
 from datum.store.tokens import HOST_NAME
 from datum.wire import Text, absent
@@ -61,7 +62,8 @@ class Enrolled(Out):
     `denied`."""
 
     host: str
-    state: str
+    state: Literal[IdentityState.ACTIVE, IdentityState.PENDING, IdentityState.DENIED] = Field(
+        description="`datum explain STATE` says what each means; a revoked host is refused (403).")
     fingerprint: str = Field(description="`sha256:` of the public key.")
     reason: str | SkipJsonSchema[None] = absent("Why it is in that state.")
 
@@ -109,9 +111,13 @@ def enroll_host(request: Request, body: EnrollRequest) -> Enrolled:
         store, _proof(body, body.public_key, body.facts), join, request.client.host if request.client else None,
         state.clock(), hooked=state.settings.enroll.approve is not None,
     )
-    if done.state == enrollment.PENDING and state.ask_approval is not None:
+    if done.state is IdentityState.PENDING and state.ask_approval is not None:
         state.ask_approval()  # the hook is asked on a thread of its own: this answer does not wait for it
-    return Enrolled(host=done.host, state=done.state, fingerprint=done.fingerprint, reason=done.reason)
+    answered = done.state
+    if answered is IdentityState.REVOKED:  # revoked by someone after the request was taken, before this answer
+        raise Problem.one(ErrorCode.FORBIDDEN, f"host {done.host} was revoked: datum host forget {done.host} first, "
+                          "to let it enroll again")
+    return Enrolled(host=done.host, state=answered, fingerprint=done.fingerprint, reason=done.reason)
 
 
 @router.post(
