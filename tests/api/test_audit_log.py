@@ -448,3 +448,27 @@ def test_a_seal_chains_a_batch_of_rows_in_one_update(story):
     assert len(updates) == 3, updates  # 500, 500, the rest
     found = auditchain.verify(story.store)
     assert found.whole and found.rows == len(rows(story)) and found.unsealed == 0, found
+
+
+def test_the_intakes_statement_with_its_audit_row_is_parsed_once(story, monkeypatch):
+    """PostgreSQL: psycopg keeps its parse of a statement (placeholders to $n) only up to a length the intake's
+    statement with its audit row passes (datum.store.engine.CACHED_STATEMENT raises it): a report's statement is
+    taken from that cache, not parsed again each time (0.3-0.4 ms of a report's 2 ms)."""
+    if story.store.dialect != "postgresql":
+        pytest.skip("psycopg's cache: PostgreSQL only")
+    from psycopg import _queries
+
+    parsed: list[bytes] = []
+    nocache = _queries._query2pg_nocache
+
+    def spied(query, encoding):  # type: ignore[no-untyped-def]
+        parsed.append(query)
+        return nocache(query, encoding)
+
+    monkeypatch.setattr(_queries, "_query2pg_nocache", spied)
+    for seq in (1, 2, 3):
+        posted = story.client.post("/v1/hosts/web1/passes", json=pass_report("web1") | {"seq": seq},
+                                   headers=story.auth("web1"))
+        assert posted.status_code == 201, posted.text
+    assert rows(story)[-1]["action"] == "fleet:ReportPass"
+    assert [q for q in parsed if b"INSERT INTO hosts" in q] == []

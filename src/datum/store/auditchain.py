@@ -62,7 +62,9 @@ def seal(store: Store, *, batch: int = SEAL_BATCH) -> int:
             return 0
     sealed = 0
     while True:
-        with store.begin() as conn:
+        # one_writer: on SQLite the intake's writers in this process queue behind the seal's batch and are woken as
+        # it commits, instead of sleeping in SQLite's busy handler while it holds the file (nothing on PostgreSQL)
+        with store.one_writer(), store.begin() as conn:
             own_row(conn)  # not a request's change: a pending row is not due here
             head = conn.execute(
                 sa.update(chain).where(chain.c.name == HEAD).values(seq=chain.c.seq)
