@@ -49,7 +49,7 @@ import sqlalchemy as sa
 from datum.core.findings import ErrorCode, FieldError, Finding, Problem, invalid
 from datum.core.vocab import IdentityState
 from datum.identity import b64, fingerprint, signed, skew_problem, unb64, verified
-from datum.store import Store, nonces
+from datum.store import Store, audit, nonces
 from datum.store.identities import ACTIVE, DENIED, PENDING, REVOKED, STATES, labels_in
 from datum.store.schema import host_identities, join_tokens, server_secrets, tokens
 from datum.store.tokens import AGENT, ID_LENGTH, check_host, digest, mint
@@ -147,13 +147,26 @@ def create_join(
     if found:
         raise invalid(found, "the join token cannot be made")
     token = mint(JOIN_KIND)
+    made = JoinToken(digest(token)[:ID_LENGTH], host, pattern, group, uses, 0, replace, now, now + ttl, labels)
     row: dict[str, Any] = {"sha256": digest(token), "host": host, "pattern": pattern, "group_name": group, "uses": uses,
            "used": 0, "replace": replace, "created_at": now, "expires_at": now + ttl,
            "labels": json.dumps(labels, sort_keys=True) if labels else None}
     with store.begin() as conn:
         conn.execute(sa.delete(join_tokens).where(join_tokens.c.expires_at <= now))
         conn.execute(sa.insert(join_tokens).values(**row))
-    return token, JoinToken(digest(token)[:ID_LENGTH], host, pattern, group, uses, 0, replace, now, now + ttl, labels)
+        # recorded in the audit log with it, as datum token create's (never the token: its id)
+        audit.record(conn, audit.local(audit.CREATE_JOIN_TOKEN, f'JoinToken::"{made.id}"', "datum enroll create",
+                                       _described(made)))
+    return token, made
+
+
+def _described(made: JoinToken) -> str:
+    """What a join token enrolls, as its audit row's ``detail`` says it."""
+    said = f"host {made.host}" if made.host else f"pattern {made.pattern!r}, {made.uses} uses"
+    for word, value in (("group", made.group), ("labels", ",".join(f"{k}={v}" for k, v in sorted(made.labels.items())))):
+        if value:
+            said += f", {word} {value}"
+    return said + (", --replace" if made.replace else "") + f", until {made.expires_at.isoformat()}"
 
 
 def join_tokens_open(store: Store, now: datetime) -> list[JoinToken]:
@@ -183,6 +196,7 @@ def _secret(store: Store, now: datetime) -> bytes:
     if value is None:
         try:
             with store.begin() as conn:
+                audit.unchanged(conn)  # not what the request asked for: its audit row is not this transaction's
                 conn.execute(sa.insert(server_secrets).values(name="nonce", value=secrets.token_hex(32), created_at=now))
         except Problem:  # another server made it first: read theirs
             pass
@@ -322,6 +336,7 @@ def enroll(store: Store, proof: Proof, join: str, source: str | None, now: datet
         row = conn.execute(sa.select(join_tokens).where(join_tokens.c.sha256 == token_hash)).first()
         held = conn.execute(sa.select(host_identities).where(host_identities.c.host == proof.host)).first()
         if row is not None and held is not None and held.public_key == key_text and held.join_token == token_id:
+            audit.fill(principal=f"join:{token_id}", token=token_id, detail=f"asked again: {held.state}")
             return _identity(held)  # asked again: as it stands
         joined = _usable(row, proof.host, now)
         state, reason = _decided(held, proof.host, key_text, joined, hooked)
@@ -334,6 +349,7 @@ def enroll(store: Store, proof: Proof, join: str, source: str | None, now: datet
         ).rowcount
         if used != 1:  # another request took its last use meanwhile
             raise Problem.one(ErrorCode.UNAUTHENTICATED, f"the join token {token_id} has been used ({joined.uses} of {joined.uses} uses)")
+        audit.fill(detail=f"{state}: {reason}")  # its row is written with this transaction (Store.begin)
         values = {"public_key": key_text, "fingerprint": fingerprint(public), "state": state, "reason": reason,
                   "join_token": token_id, "group_name": joined.group, "source": (source or "")[:100] or None,
                   "facts": facts if len(facts) <= FACTS_MAX else None, "changed_at": now,
@@ -359,6 +375,7 @@ def _usable(row: Any, host: str, now: datetime) -> JoinToken:
     if joined.used >= joined.uses:
         raise Problem.one(ErrorCode.UNAUTHENTICATED, f"the join token {joined.id} has been used ({joined.used} of "
                           f"{joined.uses} uses): make another (datum enroll create)")
+    audit.fill(principal=f"join:{joined.id}", token=joined.id)  # who asks, in the request's audit row: a usable token
     if joined.host is not None and joined.host != host:
         raise Problem.one(ErrorCode.FORBIDDEN, f"the join token {joined.id} is for host {joined.host}, not {host}")
     if joined.pattern is not None and not fnmatch.fnmatchcase(host, joined.pattern):
@@ -425,6 +442,7 @@ def _decide(store: Store, host: str, now: datetime, state: IdentityState, reason
                          .values(state=state, reason=reason, changed_at=now))
         if not state.sessions:
             ended = _end_sessions(conn, host, bound_too=state.ends_bound_tokens)
+            audit.fill(detail=f"{ended} tokens ended" if ended else None)
     return identity(store, host), ended
 
 
@@ -449,6 +467,7 @@ def forget(store: Store, host: str) -> tuple[Identity, int]:
             raise Problem.one(ErrorCode.NOT_FOUND, f"host {host} has not enrolled (datum enroll list shows who has)")
         conn.execute(sa.delete(host_identities).where(host_identities.c.host == host))
         ended = _end_sessions(conn, host)
+        audit.fill(detail=f"it was {row.state}" + (f"; {ended} tokens ended" if ended else ""))
     return _identity(row), ended
 
 
@@ -488,11 +507,13 @@ def session(store: Store, proof: Proof, now: datetime, ttl: timedelta) -> Sessio
     if not verified(public, signature, signed("session", proof.nonce, proof.host, proof.time)):
         raise Problem.one(ErrorCode.UNAUTHENTICATED, f"the signature does not verify with the key host {proof.host} "
                           f"enrolled with ({held.fingerprint})")
+    audit.fill(principal=f"host:{proof.host}")  # proved by its key: who asks, in the request's audit row
     if held.state != ACTIVE:
         _spend(store, proof.nonce)
         raise Problem.one(ErrorCode.FORBIDDEN, f"host {proof.host} is {held.state}: {held.reason or 'no session'}")
     token = mint()
     expires = now + ttl
+    audit.fill(detail=f"session {digest(token)[:ID_LENGTH]} until {expires.isoformat()}")  # its id, never the token
     with store.begin() as conn:
         if not nonces.take(conn, proof.nonce, _kept_until(proof.nonce)):
             raise _used()  # nothing written
@@ -500,7 +521,9 @@ def session(store: Store, proof: Proof, now: datetime, ttl: timedelta) -> Sessio
                                              tokens.c.expires_at <= now))
         state = conn.execute(sa.select(host_identities.c.state).where(
             host_identities.c.host == proof.host, host_identities.c.public_key == held.public_key)).scalar()
-        if state == ACTIVE:
+        if state != ACTIVE:  # the nonce is spent, but no session: the request's row goes with its 403
+            audit.unchanged(conn)
+        else:
             conn.execute(sa.insert(tokens).values(sha256=digest(token), principal=AGENT, host=proof.host,
                                                   session=True, created_at=now, expires_at=expires))
     if state != ACTIVE:  # revoked or forgotten meanwhile: committed without a session, the nonce spent

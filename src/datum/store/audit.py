@@ -1,9 +1,12 @@
 """The audit log: who did what, when, from where, and what Cedar said; one hash-chained row each.
 
 Every audited act (a reboot lease taken or given back, a rollout paused,
-resumed or aborted, a plugin's write, an agent's pass report), every refusal (401,
-403) and every act of the CLI on the store (a token created or revoked, a
-reboot lease cleared, a rollout commanded) is one row of ``audit_log``.
+resumed or aborted, a plugin's write, an agent's pass report, a host's enrollment
+and session), every refusal (401, 403) and every act of the CLI on the store (a
+token or a join token created, a token revoked, a reboot lease cleared, a rollout
+commanded, a host approved, denied, revoked or forgotten) is one row of ``audit_log``.
+A request that proves its caller itself (a host's key, a join token: no Cedar decision) has its row left pending
+all the same, and the code that checks the proof says who it proved with ``fill`` (``join:<id>``, ``host:<name>``).
 
 **In the change's transaction.** The HTTP front door (``datum.api.front.audit``)
 leaves a ``Pending`` row in ``PENDING`` (a context variable: the request's
@@ -71,6 +74,15 @@ OUTCOMES = (ALLOWED, DENIED, UNAUTHENTICATED)
 CREATE_TOKEN = "token:Create"
 REVOKE_TOKEN = "token:Revoke"
 CLEAR_REBOOT_LEASE = "fleet:ClearRebootLease"
+CREATE_JOIN_TOKEN = "enroll:CreateJoinToken"
+APPROVE_HOST = "enroll:Approve"
+DENY_HOST = "enroll:Deny"
+REVOKE_HOST = "host:Revoke"
+FORGET_HOST = "host:Forget"
+# The requests that prove their caller themselves (no bearer token, no Cedar decision: a host's key, a join token):
+# their principal is what they proved, ``join:<the join token's id>`` and ``host:<name>``.
+ENROLL = "enroll:Enroll"
+OPEN_SESSION = "enroll:OpenSession"
 
 
 @dataclass
@@ -132,6 +144,19 @@ def acting(entry: Entry) -> Iterator[Pending]:
         yield pending
     finally:
         PENDING.reset(token)
+
+
+def fill(**known: str | None) -> None:
+    """Facts of the pending row (``Entry``'s fields) the code acting learns as it goes: the principal an enrolling
+    host proved (``join:<id>``), the id of the join token just made, how many tokens a decision ended. Set
+    before the commit of the transaction that carries the row; nothing when no row is pending."""
+    pending = PENDING.get()
+    if pending is None or pending.written:
+        return
+    for name, value in known.items():
+        if name not in COLUMNS:
+            raise TypeError(f"an audit row has no field {name!r}")
+        setattr(pending.entry, name, value)
 
 
 def unchanged(conn: Connection) -> None:

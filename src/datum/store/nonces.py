@@ -15,6 +15,7 @@ from datetime import datetime
 
 import sqlalchemy as sa
 
+from datum.store import audit
 from datum.store.engine import Store
 from datum.store.schema import spent_nonces
 from datum.store.types import insert_for
@@ -23,6 +24,7 @@ from datum.store.types import insert_for
 def spend(store: Store, nonce: str, expires_at: datetime) -> bool:
     """Take ``nonce`` (kept until ``expires_at``): True the first time, on any server of ``store``; False after."""
     with store.begin() as conn:
+        audit.unchanged(conn)  # a proof spent is not what its request asked for: the request's row is not this one's
         return take(conn, nonce, expires_at)
 
 

@@ -12,6 +12,10 @@ action:
 - leaves both in the ASGI scope (``security.Admission``), where the route's
   ``needs`` dependency and its fast answer read them: nothing is decided twice.
 
+A route that proves its caller itself (``security.own_proof``: a host enrolling, or asking for a session) needs
+no action; an acting request to it that names one for the audit log has its row left pending as an admitted
+act's (``datum.api.front.audit``), the route saying whom it proved.
+
 A decision never depends on the body, and comes before it: a request that
 carries one (``Content-Length`` above zero, or ``Transfer-Encoding``) is
 refused before a byte of it is read, and must present a known token whatever
@@ -47,7 +51,7 @@ from fastapi.routing import iter_route_contexts
 from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from datum.api.front.audit import Recording, admitted, audited, facts
+from datum.api.front.audit import ACTING, Recording, admitted, audited, facts
 from datum.api.front.errors import problem_response
 from datum.api.front.gate import READS
 from datum.api.front.security import (
@@ -66,6 +70,7 @@ from datum.api.front.security import (
     fast_query,
     header,
     need_of,
+    own_action,
     principal,
     proves_itself,
     told,
@@ -87,6 +92,7 @@ class Served:
     query: frozenset[str] = frozenset()  # the query parameters ``answer`` reads
     own_proof: bool = False  # the route proves its caller itself (security.own_proof): a body without a token
     status: int = 200  # what it answers when it does what it is asked (an acting route's audit row says it)
+    own_action: str | None = None  # the audit log's action of an own_proof route's acting request
 
 
 def served(routes: Sequence[BaseRoute]) -> list[Served]:
@@ -101,6 +107,7 @@ def served(routes: Sequence[BaseRoute]) -> list[Served]:
             fast_query(route.endpoint),
             proves_itself(getattr(route, "endpoint", None)),
             getattr(route, "status_code", None) or 200,
+            own_action(getattr(route, "endpoint", None)),
         )
         for route in iter_route_contexts(routes)
     ]
@@ -146,9 +153,9 @@ class RequestGuard:
                 scope, receive, send if refused is None else self.audit.sending(send, refused, None)
             )
             return
-        entry: Entry | None = scope.get(FACTS) if admission is not None else None
+        entry: Entry | None = scope.get(FACTS)  # an admitted request's, or an acting one that proves its caller
         acting = entry is not None and audited(scope["method"], entry.action, self.state.settings.server.audit_reports)
-        if entry is None or (not acting and admission.allowed is not None):  # type: ignore[union-attr]
+        if entry is None or (not acting and admission is not None and admission.allowed is not None):
             await self._serve(scope, receive, send, found, admission, length, has_body)
             return
         # An audited act, or a request its route decides: its audit row is written in its change's transaction
@@ -216,6 +223,9 @@ class RequestGuard:
     async def _admit(self, scope: Scope, found: tuple[Served, Scope] | None, has_body: bool) -> Admission | None:
         """The request's principal and decision, left in the scope; None when its route needs none."""
         need = found[0].need if found is not None else None
+        if need is None and found is not None and found[0].own_action is not None and scope["method"] in ACTING:
+            facts(scope).action = found[0].own_action  # an act like any other: its route fills in whom it proved
+            return None
         if need is None:
             if has_body and not (found is not None and found[0].own_proof):  # a body is read only for a known
                 # token, whatever will answer it, but by a route that proves its caller itself

@@ -219,19 +219,26 @@ def may(request: Request, principal: str, action: Action | str, resource: Resour
 
 # -- routes that prove their caller themselves -----------------------------------------------------
 
-_OWN_PROOF: set[Callable[..., Any]] = set()
+_OWN_PROOF: dict[Callable[..., Any], str | None] = {}
 
 
-def own_proof(endpoint: Callable[..., Any]) -> Callable[..., Any]:
+def own_proof(endpoint: Callable[..., Any], action: str | None = None) -> Callable[..., Any]:
     """Mark a route that needs no bearer token because it proves its caller itself (a host enrolling shows a
     join token and signs with its key, ``datum.api.routes.enroll``): the guard reads its body without a
-    known token, within the same bounds (``[server] max_body_bytes``, ``body_timeout``)."""
-    _OWN_PROOF.add(endpoint)
+    known token, within the same bounds (``[server] max_body_bytes``, ``body_timeout``). ``action``: what an
+    acting request to it is in the audit log (``datum.store.audit.ENROLL``): the guard leaves its row pending as
+    for an act Cedar admitted, and the route fills in the principal it proved (``datum.store.audit.fill``)."""
+    _OWN_PROOF[endpoint] = action
     return endpoint
 
 
 def proves_itself(endpoint: object) -> bool:
     return callable(endpoint) and endpoint in _OWN_PROOF
+
+
+def own_action(endpoint: object) -> str | None:
+    """The audit log's action of a route that proves its caller itself (``own_proof``), else None."""
+    return _OWN_PROOF.get(endpoint) if callable(endpoint) else None
 
 
 # -- fast answers ---------------------------------------------------------------------------------

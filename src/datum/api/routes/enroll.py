@@ -3,7 +3,10 @@
 Three routes that need no bearer token: a nonce to sign, an enrollment (the join
 token in ``Authorization``, the host's public key and signature in the body) and
 a session (the host's signature alone). Each proves its caller itself
-(``security.own_proof``); the work is ``datum.fleet.enroll``'s.
+(``security.own_proof``); the work is ``datum.fleet.enroll``'s. An enrollment and a session are acts
+like any other in the audit log (``enroll:Enroll``, ``enroll:OpenSession`` on ``Host::"<name>"``): one row
+each, written with the change (a refusal's with its answer), its principal what the request proved
+(``join:<the join token's id>``, ``host:<name>``), never the join token, the proof or the session's token.
 """
 
 from __future__ import annotations
@@ -16,12 +19,13 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.json_schema import SkipJsonSchema
 
 from datum.api.front.errors import error_responses
-from datum.api.front.security import own_proof, presented
+from datum.api.front.security import cedar_uid, own_proof, presented
 from datum.api.front.state import state_of
 from datum.api.models import Out
 from datum.core.findings import ErrorCode, Problem
 from datum.core.vocab import IdentityState
 from datum.fleet import enroll as enrollment
+from datum.store import audit
 from datum.store.tokens import HOST_NAME
 from datum.wire import Text, absent
 
@@ -104,6 +108,7 @@ def get_nonce(request: Request) -> Nonce:
 def enroll_host(request: Request, body: EnrollRequest) -> Enrolled:
     state = state_of(request)
     _registry, store = state.wired()
+    audit.fill(resource=cedar_uid("Host", body.host))
     join = presented(request.scope)
     if join is None:
         raise Problem.one(ErrorCode.UNAUTHENTICATED, "enrolling needs the join token: 'Authorization: Bearer datum_j_...'")
@@ -128,9 +133,11 @@ def enroll_host(request: Request, body: EnrollRequest) -> Enrolled:
 def open_session(request: Request, body: SessionRequest) -> SessionAnswer:
     state = state_of(request)
     _registry, store = state.wired()
+    audit.fill(resource=cedar_uid("Host", body.host))
     made = enrollment.session(store, _proof(body), state.clock(), state.settings.enroll.session_ttl)
     return SessionAnswer(token=made.token, expiresAt=made.expires_at, ttlSeconds=made.ttl.total_seconds())
 
 
-for _endpoint in (get_nonce, enroll_host, open_session):
-    own_proof(_endpoint)
+own_proof(get_nonce)
+own_proof(enroll_host, audit.ENROLL)
+own_proof(open_session, audit.OPEN_SESSION)
