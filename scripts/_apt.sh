@@ -9,3 +9,13 @@
 apt_get() {
   DEBIAN_FRONTEND=noninteractive apt-get -o APT::Sandbox::User=root -o DPkg::Lock::Timeout=120 "$@"
 }
+
+# apt_install PACKAGE...: install without prompts or recommends, reading the package lists again only when
+# the install fails without it (no lists yet, or lists so old a mirror no longer has what they name): the
+# setup scripts of one run share one `apt-get update` instead of each making its own.
+apt_install() {
+  if ! apt_get install -y -qq --no-install-recommends "$@" >/dev/null 2>&1; then
+    apt_get update -qq
+    apt_get install -y -qq --no-install-recommends "$@" >/dev/null
+  fi
+}
