@@ -38,8 +38,18 @@ def pytest_collection_modifyitems(config, items):
                 )
 
 
+def _built_meanwhile() -> None:
+    """Wait for a build of the Debian root under way: ``./scripts/test`` starts one in the background (its
+    lock taken before pytest starts) and does not wait for it; these tests, collected late in the suite, do."""
+    lock = REPO / ".cache" / "debian-root.lock"
+    if lock.exists():
+        with open(lock) as held:
+            fcntl.flock(held, fcntl.LOCK_EX)  # released at once: the build is done, or was never under way
+
+
 @pytest.fixture(scope="session")
 def host():
+    _built_meanwhile()
     why = unavailable()
     if why:
         pytest.skip(why)

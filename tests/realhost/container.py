@@ -39,7 +39,9 @@ def unavailable() -> str | None:
         if shutil.which(tool) is None:
             return f"{tool} is not installed: run scripts/test-host build"
     if not (ROOTFS / ".datum-root-ok").exists():
-        return f"no Debian root at {ROOTFS}: run scripts/test-host build (about a minute, once)"
+        built = REPO / ".cache" / "test-host-build.log"  # ./scripts/test's build in the background, when it failed
+        return f"no Debian root at {ROOTFS}: run scripts/test-host build (about a minute, once)" + (
+            f"; the last build's log is {built}" if built.exists() else "")
     if not (WHEELS / ".stamp").exists() or not (WHEELS / ".deps").exists():
         return f"no wheelhouse at {WHEELS}: run scripts/test-host build"
     return None
