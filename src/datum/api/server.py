@@ -260,16 +260,26 @@ class HeaderDeadline(HttpToolsProtocol):
     when the headers are complete; past it the connection is closed. A request's
     deadline is armed only when a chunk leaves its headers incomplete, so a
     request that arrives in one piece costs no timer.
+
+    Its own state is in slots, not in the instance's dict: uvicorn's protocol sets
+    28 attributes, and four more would pass the 30 that CPython keeps in a
+    dict's shared keys, which makes every connection's dict a table of its own
+    (1.5 KiB more per connection, held poll or not; docs/performance.md).
     """
+
+    __slots__ = ("_header_timer", "_header_bytes", "_parsed_bytes", "_heading", "_refusal")
 
     header_timeout: float = 10.0
     max_header_bytes: int = 64 * 1024
     max_url_bytes: int = 8 * 1024
-    _header_timer: asyncio.TimerHandle | None = None
-    _header_bytes: int = 0  # of the chunks that left this request's headers incomplete
-    _parsed_bytes: int = 0  # of the headers the parser completed
-    _heading = False  # in a request line and headers
-    _refusal: tuple[int, str] | None = None
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._header_timer: asyncio.TimerHandle | None = None
+        self._header_bytes = 0  # of the chunks that left this request's headers incomplete
+        self._parsed_bytes = 0  # of the headers the parser completed
+        self._heading = False  # in a request line and headers
+        self._refusal: tuple[int, str] | None = None
 
     def send_400_response(self, msg: str) -> None:
         """uvicorn's answer to a request it cannot parse, in the contract's error shape (it says plain text)."""
