@@ -89,16 +89,16 @@ class FleetChanges:
         # are what every host is served from. With a rollout, what each host is served moves only as the
         # rollout of the new files says (its canary first), not with the files.
         self._moved = moved
-        self._waiters: set[asyncio.Future[None]] = set()
-        self._of: dict[str, set[asyncio.Future[None]]] = {}  # the waiters of each host that said which
+        self._waiters: set[asyncio.Future[str | None]] = set()
+        self._of: dict[str, set[asyncio.Future[str | None]]] = {}  # the waiters of each host that said which
         self._closed = False
         self._task: asyncio.Task[None] | None = None
         self.changes = 0  # how many changes were seen (for tests and metrics)
 
-    def waiter(self, host: str | None = None) -> asyncio.Future[None]:
+    def waiter(self, host: str | None = None) -> asyncio.Future[str | None]:
         """A future the next change of the directory (or ``close``) completes, and a transition of the rollout
         that changes what ``host`` is served; ``forget`` it when done."""
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
         if self._closed:
             future.set_result(None)
         else:
@@ -107,7 +107,7 @@ class FleetChanges:
                 self._of.setdefault(host, set()).add(future)
         return future
 
-    def forget(self, future: asyncio.Future[None], host: str | None = None) -> None:
+    def forget(self, future: asyncio.Future[str | None], host: str | None = None) -> None:
         """``future`` no longer waits (answered, timed out, its client gone)."""
         self._waiters.discard(future)
         if host is not None and (mine := self._of.get(host)) is not None:
@@ -244,15 +244,16 @@ async def current(resolved: Path, host: str, facts: dict[str, object], labels: M
     return found
 
 
-async def held(
+def held(
     changes: FleetChanges, directory: Path, host: str, facts: dict[str, object], unchanged: Unchanged, wait: float,
     labels: Mapping[str, str] | None = None,
-) -> Effective:
+) -> Awaitable[Effective]:
     """The host's manifest as soon as it is no longer ``unchanged`` (what its agent has), else as it is
     when ``wait`` seconds have passed (or the server closes). Each change of the directory asks again, from
     the directory resolved anew (``directory_of``: a link switched to another release); a Problem (the
-    directory now composes to nothing valid for the host) is raised at once."""
-    return await held_by(changes, lambda: current(directory_of(directory), host, facts, labels), unchanged, wait)
+    directory now composes to nothing valid for the host) is raised at once. ``held_by`` itself, with no
+    coroutine of its own around it (a frame held for the whole wait)."""
+    return held_by(changes, lambda: current(directory_of(directory), host, facts, labels), unchanged, wait)
 
 
 async def held_by(
@@ -260,20 +261,31 @@ async def held_by(
     host: str | None = None,
 ) -> Effective:
     """``held`` with what the host is served found by ``find`` (a staged rollout's choice,
-    ``datum.fleet.rollouts.serve``); ``host``: the waits a transition of the rollout concerning it wakes."""
+    ``datum.fleet.rollouts.serve``); ``host``: the waits a transition of the rollout concerning it wakes.
+
+    Its time runs out on its own future (a timer that completes it with ``EXPIRED``), not in an
+    ``asyncio.timeout`` around the await: one timer and no scope object held per wait."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait
     while True:
         change = changes.waiter(host)  # taken before asking: a change while asking is not missed
         try:
             found = await find()
-            left = deadline - loop.time()
-            if not unchanged(found) or changes.closed or left <= 0:
+            if not unchanged(found) or changes.closed or loop.time() >= deadline:
                 return found
+            timer = loop.call_at(deadline, _expire, change)
             try:
-                async with asyncio.timeout(left):
-                    await change
-            except TimeoutError:
-                return found
+                if await change is EXPIRED:
+                    return found
+            finally:
+                timer.cancel()
         finally:
             changes.forget(change, host)
+
+
+EXPIRED = "expired"  # what a waiter's future is completed with when its wait's time ran out (a change: None)
+
+
+def _expire(future: asyncio.Future[str | None]) -> None:
+    if not future.done():
+        future.set_result(EXPIRED)

@@ -155,70 +155,66 @@ class RequestGuard:
             return
         entry: Entry | None = scope.get(FACTS)  # an admitted request's, or an acting one that proves its caller
         acting = entry is not None and audited(scope["method"], entry.action, self.state.settings.server.audit_reports)
-        if entry is None or (not acting and admission is not None and admission.allowed is not None):
-            await self._serve(scope, receive, send, found, admission, length, has_body)
-            return
-        # An audited act, or a request its route decides: its audit row is written in its change's transaction
-        # (datum.store.audit.PENDING) or with its answer (a refusal's).
-        pending = None
-        if acting:
-            assert found is not None
-            entry.status = found[0].status
-            pending = Pending(entry)
-        reset = PENDING.set(pending)
+        reset = None
+        if entry is not None and (acting or admission is None or admission.allowed is None):
+            # An audited act, or a request its route decides: its audit row is written in its change's
+            # transaction (datum.store.audit.PENDING) or with its answer (a refusal's).
+            pending = None
+            if acting:
+                assert found is not None
+                entry.status = found[0].status
+                pending = Pending(entry)
+            send = self.audit.sending(send, entry, pending)
+            reset = PENDING.set(pending)
+        # The admitted request: its body read (bounded in size and time), then its fast answer or its route,
+        # here in this one coroutine: a long poll a fast answer holds waits under it, and each coroutine more
+        # in the chain would be a frame held for the whole wait (docs/performance.md).
         try:
-            await self._serve(scope, receive, self.audit.sending(send, entry, pending), found, admission, length, has_body)
-        finally:
-            PENDING.reset(reset)
-
-    async def _serve(
-        self, scope: Scope, receive: Receive, send: Send, found: tuple[Served, Scope] | None,
-        admission: Admission | None, length: bytes | None, has_body: bool,
-    ) -> None:
-        """The admitted request: its body read (bounded in size and time), then its fast answer or its route."""
-        if has_body:
-            try:
-                self._declared(length)
-            except Problem as problem:  # the body is never read: the connection closes
-                await problem_response(problem, close=True)(scope, receive, send)
-                return
-        body = b""
-        if has_body:
-            read = await self._body(receive)
-            if isinstance(read, Problem):
-                await problem_response(read, close=True)(scope, receive, send)
-                return
-            if read is None:  # the client left
-                return
-            body = read
-            receive = replayed(body, receive)
-        if found is not None and found[0].answer is not None and admission is not None and admission.allowed:
-            query = offered(scope.get("query_string") or b"", found[0].query)
-            if query is not None:
-                asked = Asked(self.state, scope, found[1].get("path_params", {}), body, query)
+            if has_body:
                 try:
-                    reply = await found[0].answer(asked)
-                except Problem as problem:  # e.g. a report that does not hold together (422), a store fault (503)
-                    await problem_response(problem)(scope, receive, send)
+                    self._declared(length)
+                except Problem as problem:  # the body is never read: the connection closes
+                    await problem_response(problem, close=True)(scope, receive, send)
                     return
-                if reply is not None:
-                    await _send(send, reply)
+                read = await self._body(receive)
+                if isinstance(read, Problem):
+                    await problem_response(read, close=True)(scope, receive, send)
                     return
-        if admission is None or admission.allowed is None or admission.allowed[0] not in READS:
-            await self.app(scope, receive, send)
-            return
-        # A person's read that goes to its route (a fast answer needs no thread and no connection): one of
-        # [server] read_slots, or shed (datum.api.front.gate).
-        try:
-            await self.state.reads.acquire()
-        except Problem as shed:
-            retry = str(shed.findings[0].details["retryAfter"])
-            await problem_response(shed, {"Retry-After": retry})(scope, receive, send)
-            return
-        try:
-            await self.app(scope, receive, send)
+                if read is None:  # the client left
+                    return
+                receive = replayed(read, receive)
+            else:
+                read = b""
+            if found is not None and found[0].answer is not None and admission is not None and admission.allowed:
+                query = offered(scope.get("query_string") or b"", found[0].query)
+                if query is not None:
+                    answer = found[0].answer(Asked(self.state, scope, found[1].get("path_params", {}), read, query))
+                    try:
+                        reply = await answer
+                    except Problem as problem:  # e.g. a report that does not hold together (422), a store fault
+                        await problem_response(problem)(scope, receive, send)
+                        return
+                    if reply is not None:
+                        await _send(send, reply)
+                        return
+            if admission is None or admission.allowed is None or admission.allowed[0] not in READS:
+                await self.app(scope, receive, send)
+                return
+            # A person's read that goes to its route (a fast answer needs no thread and no connection): one of
+            # [server] read_slots, or shed (datum.api.front.gate).
+            try:
+                await self.state.reads.acquire()
+            except Problem as shed:
+                retry = str(shed.findings[0].details["retryAfter"])
+                await problem_response(shed, {"Retry-After": retry})(scope, receive, send)
+                return
+            try:
+                await self.app(scope, receive, send)
+            finally:
+                self.state.reads.release()
         finally:
-            self.state.reads.release()
+            if reset is not None:
+                PENDING.reset(reset)
 
     async def _admit(self, scope: Scope, found: tuple[Served, Scope] | None, has_body: bool) -> Admission | None:
         """The request's principal and decision, left in the scope; None when its route needs none."""
