@@ -248,6 +248,7 @@ def main(agents: int = 10_000, resources: int = 20, replicas: int = 1, store: st
             cpu = sum(cpu_seconds(s.pid) for s in servers)
             time.sleep(idle)
             idle_cpu = (sum(cpu_seconds(s.pid) for s in servers) - cpu) / idle
+            settled = sum(rss_kib(s.pid) for s in servers)  # after the idle time: a trim of the C heap since
             rounds = []
             for version in range(1, changes + 1):
                 t0 = time.time()
@@ -292,6 +293,7 @@ def main(agents: int = 10_000, resources: int = 20, replicas: int = 1, store: st
         "server_rss_mib_before": round(before / 1024, 1),
         "server_rss_mib_holding": round(holding / 1024, 1),
         "kib_per_agent": round((holding - before) / max(1, agents), 1),
+        "kib_per_agent_after_idle": round((settled - before) / max(1, agents), 1),
         "idle_cpu_core_fraction": round(idle_cpu, 4),
         "load_average": load(),
     }
