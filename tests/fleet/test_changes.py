@@ -37,13 +37,39 @@ def test_waits_that_time_out_leave_no_waiter_behind(tmp_path: Path) -> None:
             answers = await asyncio.gather(
                 *(held(changes, directory, f"web{i}", {}, has(digest), 0.2) for i in range(1, 51))
             )
-            return [a.digest for a in answers], changes.waiting
+            return [a.digest for a in answers], changes.waiting + changes.timed
         finally:
             await changes.stop()
 
     digests, waiting = asyncio.run(run())
     assert digests == [digest] * 50  # each as it was: the route answers 304
-    assert waiting == 0
+    assert waiting == 0  # no waiter, and no wait timed or timer left
+
+
+def test_waits_ended_by_a_change_leave_no_timer_behind(tmp_path: Path) -> None:
+    """A wait's time runs on one timer shared by the waits due at the same time: the waits a change answers
+    take themselves out of it, and the last one out cancels it."""
+    directory = fleet(tmp_path / "fleet")
+    digest = effective(directory, "web1", {}).digest
+
+    async def run() -> tuple[int, int, int]:
+        changes = FleetChanges(directory, period=0.05)
+        changes.start()
+        try:
+            waits = [asyncio.create_task(held(changes, directory, f"web{i}", {}, has(digest), 60 + i % 3))
+                     for i in range(1, 31)]
+            while changes.waiting < 30:
+                await asyncio.sleep(0.01)
+            held_timed = changes.timed
+            (directory / "web.yaml").write_text("resources:\n  - File[/etc/motd]:\n      content: changed\n")
+            await asyncio.wait_for(asyncio.gather(*waits), 30)
+            return held_timed, changes.waiting, changes.timed
+        finally:
+            await changes.stop()
+
+    held_timed, waiting, timed = asyncio.run(run())
+    assert 30 < held_timed <= 30 + 6  # 30 waits timed, on a few timers (three deadlines, each at most two ticks)
+    assert waiting == 0 and timed == 0
 
 
 def test_a_change_answers_every_wait_with_the_new_manifest_and_a_close_every_other(tmp_path: Path) -> None:

@@ -16,9 +16,10 @@ and asks for its host's manifest again (a composition is made once for all the h
 when its digest moved, and waits again for the rest of its time when it did
 not. With staged rollouts a change wakes only the waiters its rollout serves anew (``moved``: the canaries,
 not the 1,000 hosts it holds back, whose answer it does not change), and each transition of the rollout
-the waiters of the hosts it concerns (``probe``). A waiter is a coroutine parked on a future of its own, kept in one set
-that a change completes at once, and a timer: no thread, a few KiB with its
-connection. Not one ``asyncio.Event`` shared by all: a waiter that times out
+the waiters of the hosts it concerns (``probe``). A wait is a ``Poll``: a future of its own, kept in one set
+that a change completes at once and in the set of the waits whose time runs out in the same ``GRAIN`` (one
+timer for them all); the front door holds it between two looks with no coroutine of the answer's
+(``datum.api.front.security.Later``): no thread, a few KiB with its connection. Not one ``asyncio.Event`` shared by all: a waiter that times out
 leaves an Event's deque by ``remove``, a scan of every other waiter (70 us
 each at 10,000 waiters, measured; docs/performance.md), where it leaves the
 set in constant time. Replicas on one store
@@ -34,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 
@@ -45,6 +47,9 @@ from datum.fleet.effective import Effective, directory_of, forget_all_but, remem
 log = logging.getLogger("datum.api")
 
 PERIOD = 0.25  # seconds between two reads of the fleet directory's signature
+# Seconds: a wait's time runs out at the first multiple of GRAIN from its deadline on (at most that late), with
+# every other wait due then, on one timer (10,000 waits of 300 s: about 300 timers, not 10,000 of 0.5 KiB each).
+GRAIN = 1.0
 SETTLE = 8  # periods a change may keep moving before it is told all the same (a directory never still)
 
 # Whether what a host would be served now is still what its agent has (the route: its If-None-Match matches).
@@ -91,6 +96,9 @@ class FleetChanges:
         self._moved = moved
         self._waiters: set[asyncio.Future[str | None]] = set()
         self._of: dict[str, set[asyncio.Future[str | None]]] = {}  # the waiters of each host that said which
+        # The waits whose time runs out at each multiple of GRAIN, and the one timer that completes them then.
+        self._due: dict[int, set[asyncio.Future[str | None]]] = {}
+        self._timers: dict[int, asyncio.TimerHandle] = {}
         self._closed = False
         self._task: asyncio.Task[None] | None = None
         self.changes = 0  # how many changes were seen (for tests and metrics)
@@ -115,10 +123,42 @@ class FleetChanges:
             if not mine:
                 del self._of[host]
 
+    def expires(self, future: asyncio.Future[str | None], deadline: float) -> int:
+        """``future`` completed with ``EXPIRED`` at ``deadline`` (the loop's time; at most ``GRAIN`` later), with
+        every other wait due then: one timer for them all, not one per wait (a uvloop timer is 0.5 KiB). The
+        tick to hand ``unexpires`` when it no longer waits."""
+        tick = math.ceil(deadline / GRAIN)
+        due = self._due.get(tick)
+        if due is None:
+            due = self._due[tick] = set()
+            self._timers[tick] = asyncio.get_running_loop().call_at(tick * GRAIN, self._expire, tick)
+        due.add(future)
+        return tick
+
+    def unexpires(self, future: asyncio.Future[str | None], tick: int) -> None:
+        due = self._due.get(tick)
+        if due is None:
+            return
+        due.discard(future)
+        if not due:
+            del self._due[tick]
+            self._timers.pop(tick).cancel()
+
+    def _expire(self, tick: int) -> None:
+        self._timers.pop(tick, None)
+        for future in self._due.pop(tick, ()):
+            if not future.done():
+                future.set_result(EXPIRED)
+
     @property
     def waiting(self) -> int:
         """How many waits are held now (for tests and metrics)."""
         return len(self._waiters)
+
+    @property
+    def timed(self) -> int:
+        """How many waits have their time running, and how many timers run it (for tests)."""
+        return sum(len(due) for due in self._due.values()) + len(self._timers)
 
     @property
     def closed(self) -> bool:
@@ -262,30 +302,68 @@ async def held_by(
 ) -> Effective:
     """``held`` with what the host is served found by ``find`` (a staged rollout's choice,
     ``datum.fleet.rollouts.serve``); ``host``: the waits a transition of the rollout concerning it wakes.
-
-    Its time runs out on its own future (a timer that completes it with ``EXPIRED``), not in an
-    ``asyncio.timeout`` around the await: one timer and no scope object held per wait."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + wait
-    while True:
-        change = changes.waiter(host)  # taken before asking: a change while asking is not missed
-        try:
+    A ``Poll`` driven by a coroutine; the manifest's fast answer drives one from the front door instead."""
+    poll = Poll(changes, wait, host)
+    try:
+        while True:
+            poll.watch()
             found = await find()
-            if not unchanged(found) or changes.closed or loop.time() >= deadline:
+            if not poll.parks(found, unchanged(found)) or poll.ready is None:
                 return found
-            timer = loop.call_at(deadline, _expire, change)
-            try:
-                if await change is EXPIRED:
-                    return found
-            finally:
-                timer.cancel()
-        finally:
-            changes.forget(change, host)
+            await poll.ready
+            if (expired := poll.woken()) is not None:
+                return expired
+    finally:
+        poll.leave()
+
+
+class Poll:
+    """One long poll between its looks at what its host is served: a future in the watch's sets.
+
+    ``watch()`` before each look (a change while looking is not missed), then ``parks(found, unchanged)``:
+    False when ``found`` is the answer (it moved from what the agent has, the server closes, or the time is
+    up); True when it waits, until ``ready`` completes, at the next change (or ``close``) or when its time
+    runs out. Then ``woken()``: the manifest to answer as it was when the time ran out, or None to look
+    again. ``leave()`` lets go of the future (idempotent). No coroutine of its own: whoever
+    drives it (``held_by``, or the front door for a fast answer) is the only frame held while it waits.
+    """
+
+    __slots__ = ("changes", "host", "deadline", "ready", "tick", "found")
+
+    def __init__(self, changes: FleetChanges, wait: float, host: str | None = None) -> None:
+        self.changes = changes
+        self.host = host
+        self.deadline = asyncio.get_running_loop().time() + wait
+        self.ready: asyncio.Future[str | None] | None = None
+        self.tick: int | None = None  # when its time runs out (FleetChanges.expires)
+        self.found: Effective | None = None  # what the last look found, answered as it is when the time runs out
+
+    def watch(self) -> None:
+        self.leave()
+        self.ready = self.changes.waiter(self.host)
+
+    def parks(self, found: Effective, unchanged: bool) -> bool:
+        loop = asyncio.get_running_loop()
+        if not unchanged or self.changes.closed or loop.time() >= self.deadline or self.ready is None:
+            self.leave()
+            return False
+        self.found = found
+        self.tick = self.changes.expires(self.ready, self.deadline)
+        return True
+
+    def woken(self) -> Effective | None:
+        expired = self.ready is not None and self.ready.done() and self.ready.result() is EXPIRED
+        self.leave()
+        return self.found if expired else None
+
+    def leave(self) -> None:
+        if self.ready is None:
+            return
+        if self.tick is not None:
+            self.changes.unexpires(self.ready, self.tick)
+            self.tick = None
+        self.changes.forget(self.ready, self.host)
+        self.ready = None
 
 
 EXPIRED = "expired"  # what a waiter's future is completed with when its wait's time ran out (a change: None)
-
-
-def _expire(future: asyncio.Future[str | None]) -> None:
-    if not future.done():
-        future.set_result(EXPIRED)

@@ -95,21 +95,30 @@ async def composed(
     wait: int | None, labels: Mapping[str, str] | None = None,
 ) -> Served:
     """The host's manifest from the directory as it is now (no staged rollout), named by the revision of the
-    files it was composed from: when an edit landed between the composition and the naming, both again (no
-    second wait: the edit is the change a wait was for). With ``wait`` and ``unchanged`` (what the agent has)
-    and a watch of the directory, a long poll."""
+    files it was composed from (``named``). With ``wait`` and ``unchanged`` (what the agent has) and a watch of
+    the directory, a long poll."""
     changes = server.changes
-    waiting = bool(wait and unchanged is not None and changes is not None)
-    for _ in range(ATTEMPTS):
-        if waiting and changes is not None and unchanged is not None:
-            found = await held(changes, directory, host, facts, unchanged, wait, labels)
-        else:
+    if wait and unchanged is not None and changes is not None:
+        found = await held(changes, directory, host, facts, unchanged, wait, labels)
+    else:
+        found = await current(directory_of(directory), host, facts, labels)
+    return await named(server, directory, host, facts, found, labels)
+
+
+async def named(
+    server: FleetServer, directory: Path, host: str, facts: dict[str, Any], found: Effective,
+    labels: Mapping[str, str] | None = None,
+) -> Served:
+    """``found`` (the host's manifest, just composed or found) named by the revision of the files it was composed
+    from: when an edit landed between the composition and the naming, both again (no wait: the edit is the change
+    a wait was for), at most ``ATTEMPTS`` times in all."""
+    for attempt in range(ATTEMPTS):
+        if attempt:
             found = await current(directory_of(directory), host, facts, labels)
         resolved = directory_of(directory)  # a link switched meanwhile: another directory, which names tells
         now = await serving(server, resolved)
         if names(resolved, found, now):
             return Served(found, _id(now))
-        waiting = False
     raise _keeps_changing()
 
 

@@ -60,6 +60,7 @@ from datum.api.front.security import (
     Admission,
     Asked,
     FastAnswer,
+    Later,
     Need,
     Reply,
     cedar_uid,
@@ -188,9 +189,16 @@ class RequestGuard:
             if found is not None and found[0].answer is not None and admission is not None and admission.allowed:
                 query = offered(scope.get("query_string") or b"", found[0].query)
                 if query is not None:
-                    answer = found[0].answer(Asked(self.state, scope, found[1].get("path_params", {}), read, query))
-                    try:
-                        reply = await answer
+                    try:  # the answer's coroutine is awaited where it is made: nothing holds it once it is done
+                        reply = await found[0].answer(Asked(self.state, scope, found[1].get("path_params", {}), read, query))
+                        while isinstance(reply, Later):  # a long poll: only it is held while it waits
+                            try:
+                                if reply.ready is not None:
+                                    await reply.ready
+                            except BaseException:
+                                reply.leave()
+                                raise
+                            reply = await reply.again()
                     except Problem as problem:  # e.g. a report that does not hold together (422), a store fault
                         await problem_response(problem)(scope, receive, send)
                         return

@@ -20,6 +20,7 @@ action and resource. The token itself is never logged and never echoed.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -267,7 +268,28 @@ class Reply:
     headers: list[tuple[bytes, bytes]] = field(default_factory=list)
 
 
-FastAnswer = Callable[[Asked], Awaitable[Reply | None]]
+class Later:
+    """A fast answer not ready yet: a long poll between two looks (``datum.api.routes.hosts``).
+
+    The guard awaits ``ready`` (a future) in its own coroutine, then asks
+    ``again()``: a ``Reply``, None (the route answers), or itself again to wait
+    once more. Meanwhile the request holds this object and what it names, and
+    no coroutine of the answer's: each would be a frame held for the whole wait
+    (docs/performance.md, "Held polls over TLS"). ``leave()`` lets go what it
+    holds when the guard stops waiting otherwise (its task cancelled).
+    """
+
+    __slots__ = ()
+    ready: asyncio.Future[Any] | None  # None: nothing to wait for, ask again at once
+
+    async def again(self) -> Reply | Later | None:
+        raise NotImplementedError
+
+    def leave(self) -> None:
+        raise NotImplementedError
+
+
+FastAnswer = Callable[[Asked], Awaitable[Reply | Later | None]]
 _FAST: dict[Callable[..., Any], FastAnswer] = {}
 _QUERY: dict[Callable[..., Any], frozenset[str]] = {}
 
@@ -279,7 +301,8 @@ def fast(endpoint: Callable[..., Any], query: tuple[str, ...] = ()) -> Callable[
     parameters are among ``query``, each once: ``Asked.query``), only once the
     request is admitted under that route's ``needs`` (the principal known,
     Cedar's decision Allow for the route's action and resource). It answers a
-    ``Reply`` when everything is known and good, or None to let the route
+    ``Reply`` when everything is known and good, a ``Later`` when it waits
+    (a long poll), or None to let the route
     answer (and say what is wrong, its one way). It runs on the event loop:
     anything that blocks goes to a worker thread.
     """

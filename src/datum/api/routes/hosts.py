@@ -14,8 +14,10 @@ here it is said in HTTP: statuses, ``ETag`` and ``If-None-Match``, ``wait``,
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import anyio.to_thread
@@ -25,7 +27,7 @@ from pydantic import AfterValidator, ValidationError
 from datum.api.answers import host_listing, with_lease
 from datum.api.front.authz import Action, scope_of
 from datum.api.front.errors import error_responses
-from datum.api.front.security import Asked, Reply, fast, needs, path_resource, permits
+from datum.api.front.security import Asked, Later, Reply, fast, needs, path_resource, permits
 from datum.api.front.state import ServerState, state_of
 from datum.api.models import (
     EffectiveManifest,
@@ -38,7 +40,7 @@ from datum.api.routes.reboots import OUT, HostParam, host_fits
 from datum.core.findings import ErrorCode, FieldError, Problem, invalid
 from datum.core.vocab import HostState
 from datum.fleet import intake
-from datum.fleet.changes import Unchanged
+from datum.fleet.changes import Poll, Unchanged, current
 from datum.fleet.effective import Effective, directory_of, remembered
 from datum.fleet.listing import (
     CURSOR_MAX_LENGTH,
@@ -48,7 +50,8 @@ from datum.fleet.listing import (
     host_after,
 )
 from datum.fleet.rollouts import serve as rollouts
-from datum.fleet.serving import chosen, composed, names, serving
+from datum.fleet.server import FleetServer
+from datum.fleet.serving import chosen, composed, named, names, serving
 from datum.fleet.stale import stale
 from datum.host.report import PassReport
 from datum.store.hosts import get_host, unknown_host
@@ -310,9 +313,10 @@ async def manifest(
 
 
 @fast(manifest, query=("wait",))
-async def manifest_now(asked: Asked) -> Reply | None:
+async def manifest_now(asked: Asked) -> Reply | Later | None:
     """The manifest already composed for the directory's files as they are now (a ``stat`` per file, no read);
-    with ``wait``, the long poll (``datum.fleet.changes``), composing in a worker thread when it must.
+    with ``wait``, the long poll (``datum.fleet.changes``), composing in a worker thread when it must: held
+    by the front door as one ``_Held`` between its looks.
 
     A first request without ``wait``, an edited directory, facts that do not parse, a ``wait`` that is not
     one, a composition that fails: the route, which composes in a worker thread and says what is wrong.
@@ -345,11 +349,62 @@ async def manifest_now(asked: Asked) -> Reply | None:
         if not names(resolved, found, now):
             return None  # an edit between the two looks: the route names and composes again
         return _reply(found, wanted, None, None if now is None else now.id)
-    try:  # the route's own answer, run here: a wait is held once, never again by the route after it
-        served = await composed(fleet, directory, asked.params["host"], facts, _unchanged(wanted), wait, labels)
-    except Problem:
-        return None  # the route says what is wrong, its one way
-    return _reply(served.effective, wanted, wait, served.revision)
+    # the route's own answer, run here: a wait is held once, never again by the route after it
+    held = _Held(fleet, directory, asked.params["host"], facts, labels, wanted, wait)
+    if wanted is None or not wait:
+        return await held.answer(None)  # nothing to wait for: composed and named
+    return await held.look()
+
+
+class _Held(Poll, Later):
+    """The manifest's long poll, as the front door holds it between two looks (``Later``): the request's
+    few values and the poll (``datum.fleet.changes.Poll``: a future in the watch's set and a timer), in one
+    object. ``look()`` composes (or finds) what the host is served now and answers, or waits; the route's
+    ``composed`` does the same in a coroutine."""
+
+    __slots__ = ("fleet", "directory", "name", "facts", "labels", "wanted", "wait")
+
+    def __init__(
+        self, fleet: FleetServer, directory: Path, host: str, facts: dict[str, Any], labels: Mapping[str, str],
+        wanted: str | None, wait: int,
+    ) -> None:
+        assert fleet.changes is not None
+        super().__init__(fleet.changes, wait)
+        self.fleet = fleet
+        self.directory = directory
+        self.name = host
+        self.facts = facts
+        self.labels = labels
+        self.wanted = wanted
+        self.wait = wait
+
+    async def look(self) -> Reply | Later | None:
+        self.watch()  # before looking: a change while looking is not missed
+        try:
+            found = await current(directory_of(self.directory), self.name, self.facts, self.labels)
+        except Problem:
+            self.leave()
+            return None  # the route says what is wrong, its one way
+        except BaseException:
+            self.leave()
+            raise
+        if self.wanted is not None and self.parks(found, matches(self.wanted, etag_of(found))):
+            return self
+        return await self.answer(found)
+
+    async def again(self) -> Reply | Later | None:
+        expired = self.woken()
+        return await (self.look() if expired is None else self.answer(expired))
+
+    async def answer(self, found: Effective | None) -> Reply | None:
+        """``found`` (None: composed now) named by its revision (``datum.fleet.serving.named``), as a reply."""
+        try:
+            if found is None:
+                found = await current(directory_of(self.directory), self.name, self.facts, self.labels)
+            served = await named(self.fleet, self.directory, self.name, self.facts, found, self.labels)
+        except Problem:
+            return None  # the route says what is wrong, its one way
+        return _reply(served.effective, self.wanted, self.wait, served.revision)
 
 
 def etag_of(found: Effective) -> str:
