@@ -34,7 +34,10 @@ body read here is handed on as one message. A route that registered a fast
 answer (``security.fast``) is offered an admitted request without a query
 string (or with only the query parameters it reads, each once) first: what
 it answers goes out without FastAPI's routing and dependencies; when it
-answers None the request goes on to the route. Every refusal is written by
+answers None the request goes on to the route. A fast answer that waits (a
+long poll) answers a ``security.Later``: the guard awaits its future in its
+own coroutine and asks it again, so a held request keeps no coroutine of the
+answer's. Every refusal is written by
 ``datum.api.front.errors.written``.
 """
 
