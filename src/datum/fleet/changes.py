@@ -157,8 +157,13 @@ class FleetChanges:
 
     @property
     def timed(self) -> int:
-        """How many waits have their time running, and how many timers run it (for tests)."""
-        return sum(len(due) for due in self._due.values()) + len(self._timers)
+        """How many waits have their time running (for tests)."""
+        return sum(len(due) for due in self._due.values())
+
+    @property
+    def timers(self) -> int:
+        """How many timers run the waits' time (for tests)."""
+        return len(self._timers)
 
     @property
     def closed(self) -> bool:
