@@ -248,7 +248,7 @@ def main(agents: int = 10_000, resources: int = 20, replicas: int = 1, store: st
             cpu = sum(cpu_seconds(s.pid) for s in servers)
             time.sleep(idle)
             idle_cpu = (sum(cpu_seconds(s.pid) for s in servers) - cpu) / idle
-            settled = sum(rss_kib(s.pid) for s in servers)  # after the idle time: a trim of the C heap since
+            settled = sum(rss_kib(s.pid) for s in servers)  # again after the idle time: what settled meanwhile
             rounds = []
             for version in range(1, changes + 1):
                 t0 = time.time()

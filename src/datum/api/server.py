@@ -44,7 +44,6 @@ from datum.api.corked import Corked
 from datum.api.front.errors import redacted, written
 from datum.api.front.hostgroups import FRESH as GROUPS_FRESH
 from datum.api.front.tokens import RECHECK
-from datum.api.trim import TRIM_EVERY, Trim, malloc_trim
 from datum.api.watch import Every, RunWatch
 from datum.config import Settings
 from datum.core.findings import ErrorCode, Problem
@@ -157,8 +156,6 @@ def serving_app(settings: Settings, wire: Callable[[], tuple[Registry, Store]]) 
         audit_seal = Every(lambda: audit_sealed(control), SEAL_EVERY, "audit-seal")
         # The labels hosts were given at enrollment, read whole every few seconds (datum.fleet.labels).
         relabel = Every(state.fleet.labels.refresh, LABELS_FRESH, "enrolled-labels")
-        # The C heap's memory freed by connections come and gone (TLS handshakes) given back (datum.api.trim).
-        trim = Every(Trim(lambda: HeaderDeadline.opened, malloc_trim()).poll, TRIM_EVERY, "malloc-trim")
         # Pending enrollments are taken to the approval hook here, never inside their request (datum.fleet.approvals).
         asker = approvals = None
         if settings.enroll.approve is not None:
@@ -173,7 +170,6 @@ def serving_app(settings: Settings, wire: Callable[[], tuple[Registry, Store]]) 
         spent.start()
         audit_seal.start()
         relabel.start()
-        trim.start()
         if approvals is not None:
             approvals.start()
         fleet = state.fleet
@@ -218,7 +214,6 @@ def serving_app(settings: Settings, wire: Callable[[], tuple[Registry, Store]]) 
             spent.stop()
             audit_seal.stop()
             relabel.stop()
-            trim.stop()
             audit_sealed(control)  # what this server's last requests wrote, chained before it goes
             if approvals is not None and asker is not None:
                 state.ask_approval = None
@@ -277,7 +272,6 @@ class HeaderDeadline(HttpToolsProtocol):
     header_timeout: float = 10.0
     max_header_bytes: int = 64 * 1024
     max_url_bytes: int = 8 * 1024
-    opened = 0  # connections opened by this process so far, of every class made from this one (datum.api.trim)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -325,7 +319,6 @@ class HeaderDeadline(HttpToolsProtocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         # a response's head and body in one send (datum.api.corked)
         super().connection_made(Corked(transport, self.loop))  # type: ignore[arg-type]
-        HeaderDeadline.opened += 1
         self._arm()
 
     def data_received(self, data: bytes) -> None:
