@@ -145,3 +145,41 @@ def test_no_join_token_session_token_or_proof_is_ever_in_the_audit_log(tmp_path:
     for secret in (join, bearer, proof["signature"], asked["signature"]):
         assert secret not in dump  # ...never themselves, nor any 20 characters of them
         assert all(secret[i:i + 20] not in dump for i in range(len(secret) - 19))
+
+
+def test_the_approval_hooks_decision_is_one_row_in_its_transaction_and_no_answer_is_none(
+        tmp_path: Path, store_url: str) -> None:
+    """The hook decides off any request (``datum.fleet.approvals.Asker``): its approval and its denial each leave
+    one row, principal ``hook:<its path>``, the action a person's ``datum enroll approve|deny`` has; a hook that
+    does not answer in time decides nothing and leaves none."""
+    from datetime import timedelta
+
+    from datum.fleet.approvals import Asker
+
+    story = build_story(tmp_path, store=store_url)
+    pattern, _made = enrollment.create_join(story.store, story.clock.now, pattern="web-*", uses=3)
+    for name in ("web-1", "web-2", "web-3"):
+        assert enroll(story, Ed25519PrivateKey.generate(), name, pattern).json()["state"] == "pending"
+    hooks = {}
+    for name, body in (("yes", "exit 0"), ("no", "echo 'not in the inventory'; exit 3"), ("slow", "sleep 30")):
+        hooks[name] = tmp_path / f"approve-{name}"
+        hooks[name].write_text(f"#!/bin/sh\ncat >/dev/null\n{body}\n")
+        hooks[name].chmod(0o755)
+    for host, hook in (("web-1", "yes"), ("web-2", "no"), ("web-3", "slow")):
+        with story.store.begin() as conn:  # this one due now, the others not
+            conn.execute(sa.update(host_identities).values(hook_due=sa.case(
+                (host_identities.c.host == host, story.clock.now), else_=story.clock.now + timedelta(days=1))))
+        n = len(rows(story))
+        asker = Asker(story.store, hooks[hook], timedelta(seconds=1), lambda: story.clock.now)
+        asker.poll()
+        asker.close()
+        with story.store.connect() as conn:
+            state = conn.execute(sa.select(host_identities.c.state).where(host_identities.c.host == host)).scalar()
+        if hook == "slow":
+            assert state == "pending" and rows(story)[n:] == []
+            continue
+        row = one(story, n)
+        action = "enroll:Approve" if hook == "yes" else "enroll:Deny"
+        assert facts(row) == (f"hook:{hooks[hook]}", None, action, f'Host::"{host}"', "allowed", None)
+        assert row["detail"].startswith(f"{state}: ") and row["request"] == f"[enroll] approve {hooks[hook]}"
+    assert "not in the inventory" in one(story, len(rows(story)) - 1)["detail"]

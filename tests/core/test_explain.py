@@ -19,6 +19,7 @@ from datum.core.explain import (
 from datum.core.memory import BackoffPolicy
 from datum.core.vocab import (
     DESCRIPTIONS,
+    AuditOutcome,
     Health,
     HostState,
     IdentityState,
@@ -34,6 +35,7 @@ VOCABULARIES = [
     (Vocabulary.HEALTH, Health),
     (Vocabulary.ROLLOUT_STATE, RolloutState),
     (Vocabulary.IDENTITY_STATE, IdentityState),
+    (Vocabulary.AUDIT_OUTCOME, AuditOutcome),
 ]
 
 
@@ -178,3 +180,10 @@ def test_the_reboot_budget_s_host_reasons_are_explained_as_the_host_shows_them(d
     rc, out, _err = datum_cli("explain", waiting(1, 1))
     assert rc == 0 and out.startswith("reboot_budget (host reason): ")
     assert "reboot_concurrency" in out
+
+
+def test_an_audit_outcome_is_the_outcome_of_its_status_and_only_a_refusal_is_one():
+    assert [AuditOutcome.of(s) for s in (401, 403, 200, 201, 404, 409, 503, None)] == [
+        AuditOutcome.UNAUTHENTICATED, AuditOutcome.DENIED, *[AuditOutcome.ALLOWED] * 6]
+    assert {o for o in AuditOutcome if o.refusal} == {AuditOutcome.DENIED, AuditOutcome.UNAUTHENTICATED}
+    assert all(AuditOutcome.of(o.status) is o for o in AuditOutcome if o.refusal)

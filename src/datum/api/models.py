@@ -15,7 +15,15 @@ from datum.core import hostreasons
 from datum.core.attention import Severity
 from datum.core.hostsummary import count_states
 from datum.core.needwords import held_back
-from datum.core.vocab import Action, Direction, HostState, ResourceState, RolloutAct, RolloutState
+from datum.core.vocab import (
+    Action,
+    AuditOutcome,
+    Direction,
+    HostState,
+    ResourceState,
+    RolloutAct,
+    RolloutState,
+)
 from datum.fleet.intake import redacted
 from datum.fleet.listing import Page
 from datum.host.report import PassReport, RebootStatus, ResourceReport
@@ -478,7 +486,8 @@ class AuditEntry(Out):
     resource: str | SkipJsonSchema[None] = absent('The resource, as Cedar writes it: `Host::"web1"`.')
     request: str | SkipJsonSchema[None] = absent("The method and path (what looks like a token redacted), or the "
                                                  "CLI's command.")
-    outcome: Literal["allowed", "denied", "unauthenticated"]
+    outcome: AuditOutcome = Field(description="How it ended: `allowed` (done, whatever the route answered), "
+                                  "`denied` (403) or `unauthenticated` (401); `datum explain OUTCOME`.")
     status: int | SkipJsonSchema[None] = absent("The HTTP answer's status; absent for the CLI.")
     policy: str | SkipJsonSchema[None] = absent("The ids of the Cedar policies that decided, comma-separated; absent "
                                                 "when none permits it (a deny) and for the CLI.")

@@ -641,12 +641,13 @@ def events(rows: Sequence[Any], out: Console, times: Times) -> None:
     )
 
 
-_OUTCOME_STYLE = {"allowed": "", "denied": "bold red", "unauthenticated": "red"}
 
 
 def audit(rows: Sequence[Any], out: Console, times: Times) -> None:
     """The audit log (``AuditEntry``), newest first: when, who, what on what, and how it ended; under each, the
     request, where from, the token's id and the policies that decided."""
+    from datum.core.vocab import AuditOutcome
+
     if not rows:
         out.print("no audit row in that window")
         return
@@ -659,7 +660,7 @@ def audit(rows: Sequence[Any], out: Console, times: Times) -> None:
                 [
                     text(str(e.seq) if e.seq is not None else "-", "" if e.seq is not None else "dim"), text(times(e.at)), text(e.principal or "(no token)"), text(e.action or "-"),
                     text(e.resource or "-"),
-                    text(e.outcome + (f" {e.status}" if e.status is not None else ""), _OUTCOME_STYLE.get(e.outcome, "")),
+                    text(e.outcome + (f" {e.status}" if e.status is not None else ""), "bold red" if AuditOutcome(e.outcome).refusal else ""),
                 ],
                 text("  ".join(p for p in (
                     e.request, f"from {e.source}" if e.source else None, f"token {e.token_id}" if e.token_id else None,

@@ -13,6 +13,7 @@ Plain data, as ``datum.core.glossary``: (vocabulary, name) -> (summary, means, d
 from __future__ import annotations
 
 from datum.core.findings import ErrorCode
+from datum.core.vocab import AuditOutcome
 
 ERROR_CODE, SEVERITY, AUDIT_OUTCOME, ALERT = "error code", "severity", "audit outcome", "alert"
 
@@ -64,19 +65,19 @@ _OTHERS: dict[tuple[str, str], tuple[str, str, str, str]] = {
         "Check it is intended; if so, nothing to do.",
         "look",
     ),
-    (AUDIT_OUTCOME, "allowed"): (
+    (AUDIT_OUTCOME, AuditOutcome.ALLOWED): (
         "the request was authorised and done",
         "An acting request that the Cedar policies allowed; the row names the deciding policies.",
         "Nothing.",
         "none",
     ),
-    (AUDIT_OUTCOME, "denied"): (
+    (AUDIT_OUTCOME, AuditOutcome.DENIED): (
         "the request was refused by the Cedar policies",
         "A token was recognised but its principal may not do this (403); the row names who and what.",
         "Nothing unless it is unexpected: then look at who asked (datum token list) and why.",
         "none",
     ),
-    (AUDIT_OUTCOME, "unauthenticated"): (
+    (AUDIT_OUTCOME, AuditOutcome.UNAUTHENTICATED): (
         "the request came with no token, or one not known",
         "A request with a missing, unknown or revoked token (401).",
         "Nothing unless they repeat: then look at where they come from (a revoked agent, a probe).",

@@ -225,6 +225,38 @@ _ENTERED_FROM: dict[IdentityState, tuple[IdentityState, ...]] = {
 }
 
 
+class AuditOutcome(StrEnum):
+    """How an act recorded in the audit log ended (``audit_log.outcome``; ``GET /v1/audit``, ``datum audit``); what
+    each means is ``datum explain OUTCOME``'s (``("audit outcome", NAME)`` in ``datum.core.terms``).
+
+    Each member carries its consequences, so no other module spells them: the HTTP status it is the outcome of
+    (``status``: 401 unauthenticated, 403 denied; ``of`` reads a status back), and whether it is a refusal
+    (``refusal``: a row written whatever the method, and printed as bad).
+    """
+
+    ALLOWED = "allowed"
+    DENIED = "denied"
+    UNAUTHENTICATED = "unauthenticated"
+
+    @property
+    def status(self) -> int | None:
+        """The HTTP status that makes this outcome (None for allowed: whatever the route answered)."""
+        return _OUTCOME_STATUS.get(self)
+
+    @property
+    def refusal(self) -> bool:
+        """Denied or unauthenticated: the request was refused before it reached its route."""
+        return self.status is not None
+
+    @classmethod
+    def of(cls, status: int | None) -> AuditOutcome:
+        """The outcome of an answer with HTTP ``status`` (None: an act of the CLI or the server's own)."""
+        return next((o for o, s in _OUTCOME_STATUS.items() if s == status), cls.ALLOWED)
+
+
+_OUTCOME_STATUS: dict[AuditOutcome, int] = {AuditOutcome.UNAUTHENTICATED: 401, AuditOutcome.DENIED: 403}
+
+
 class Mode(StrEnum):
     """Host reconciliation mode: host configuration, never desired state."""
 

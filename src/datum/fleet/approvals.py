@@ -10,7 +10,8 @@ on each server with a hook, takes the due requests (a compare-and-set on
 ``WORKERS`` of them at a time, each in a session of its own killed at
 ``[enroll] approve_timeout``, and records what it said: exit 0 ``active``, any
 other exit ``denied``, no answer in time ``pending`` for ``datum enroll
-approve``. A taking lasts the timeout plus ``SLACK``: a server that stopped
+approve``; a decision leaves its row in the audit log, in its transaction (principal ``hook:<path>``, action
+``enroll:Approve`` or ``enroll:Deny``, as a person's would). A taking lasts the timeout plus ``SLACK``: a server that stopped
 while asking leaves the request to the next poll of any server. The agent
 (``datum agent enroll``) asks again until the request is decided.
 """
@@ -21,6 +22,7 @@ import json
 import logging
 import os
 import signal
+import socket
 import subprocess
 import threading
 from collections.abc import Callable
@@ -32,7 +34,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from datum.core.redact import redacted
-from datum.store import Store
+from datum.store import Store, audit
 from datum.store.identities import ACTIVE, DENIED, PENDING
 from datum.store.schema import host_identities
 
@@ -127,17 +129,26 @@ class Asker:
             state, why = answer(self.hook, self.timeout.total_seconds(), _asked(row))
             log.info("host %s: %s", row.host, why)
             with self.store.begin() as conn:  # still the request asked about: not decided, forgotten or re-keyed
-                conn.execute(
+                decided = conn.execute(
                     sa.update(host_identities)
                     .where(host_identities.c.host == row.host, host_identities.c.public_key == row.public_key,
                            host_identities.c.state == PENDING)
                     .values(state=state, reason=why, hook_due=None, changed_at=self.clock())
-                )
+                ).rowcount
+                if decided and state != PENDING:  # a decision: its audit row, with it
+                    audit.record(conn, self._row(row.host, state, why))
         except Exception:  # noqa: BLE001 - the request stays taken until SLACK passes, then is asked again
             log.exception("asking the approval hook about host %s failed", row.host)
         finally:
             with self._lock:
                 self._busy -= 1
+
+    def _row(self, host: str, state: str, why: str) -> audit.Entry:
+        """The audit row of the hook's decision about ``host``: its principal ``hook:<the hook's path>``, the action
+        a person's ``datum enroll approve`` or ``deny`` would have, this server's machine its source."""
+        action = audit.APPROVE_HOST if state == ACTIVE else audit.DENY_HOST
+        return audit.Entry(f"hook:{self.hook}", action, f'Host::"{host}"', source=socket.gethostname(),
+                           request=f"[enroll] approve {self.hook}", detail=f"{state}: {why}")
 
     def close(self) -> None:
         """Wait for the hooks running (each ends by its timeout)."""

@@ -58,16 +58,15 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from datum.core.redact import redacted
+from datum.core.vocab import AuditOutcome
 from datum.store.schema import audit_log as t
 
 GENESIS = "0" * 64
 HEAD = "head"
 ANCHOR = "anchor"
 
-ALLOWED = "allowed"
-DENIED = "denied"
-UNAUTHENTICATED = "unauthenticated"
-OUTCOMES = (ALLOWED, DENIED, UNAUTHENTICATED)
+ALLOWED, DENIED, UNAUTHENTICATED = AuditOutcome.ALLOWED, AuditOutcome.DENIED, AuditOutcome.UNAUTHENTICATED
+_OUTCOMES = frozenset(AuditOutcome)
 
 # The acts of the CLI on the store: not Cedar's (Cedar decides HTTP requests; whoever may write the store may
 # do these), named in its style.
@@ -92,7 +91,7 @@ class Entry:
     principal: str | None
     action: str | None
     resource: str | None
-    outcome: str = ALLOWED
+    outcome: AuditOutcome = ALLOWED
     status: int | None = None
     token: str | None = None
     source: str | None = None
@@ -245,8 +244,8 @@ def digest(seq: int, at: datetime, values: dict[str, Any], prev: str) -> str:
 
 
 def _check(entry: Entry) -> None:
-    if entry.outcome not in OUTCOMES:
-        raise ValueError(f"an audit row's outcome is one of {', '.join(OUTCOMES)}, not {entry.outcome!r}")
+    if entry.outcome not in _OUTCOMES:
+        raise ValueError(f"an audit row's outcome is one of {', '.join(AuditOutcome)}, not {entry.outcome!r}")
 
 
 def _values(entry: Entry) -> dict[str, Any]:

@@ -37,8 +37,9 @@ from datum.api.front.security import FACTS, presented
 from datum.api.front.state import ServerState
 from datum.api.front.tokens import token_id
 from datum.core.redact import redacted
+from datum.core.vocab import AuditOutcome
 from datum.store import auditchain
-from datum.store.audit import ALLOWED, DENIED, UNAUTHENTICATED, Entry, Pending
+from datum.store.audit import Entry, Pending
 
 log = logging.getLogger("datum.api")
 
@@ -71,10 +72,6 @@ def audited(method: str, action: str | None, reports: bool = True) -> bool:
     return method in ACTING and (reports or action != REPORTS)
 
 
-def outcome(status: int) -> str:
-    return UNAUTHENTICATED if status == 401 else DENIED if status == 403 else ALLOWED
-
-
 class Recording:
     """Writes the rows no transaction carried, as the answer goes out; bounds the refusals written at once."""
 
@@ -89,7 +86,7 @@ class Recording:
         async def recorded(message: Message) -> None:
             if message["type"] == "http.response.start":
                 status = int(message["status"])
-                if (pending is not None and not pending.written) or (pending is None and status in (401, 403)):
+                if (pending is not None and not pending.written) or (pending is None and AuditOutcome.of(status).refusal):
                     await self.write(entry, status)
             await send(message)
 
@@ -99,8 +96,8 @@ class Recording:
         store = self.state.store
         if store is None:  # not wired: nothing was done, and there is nowhere to write
             return
-        entry.status, entry.outcome = status, outcome(status)
-        refusal = status in (401, 403)
+        entry.status, entry.outcome = status, AuditOutcome.of(status)
+        refusal = entry.outcome.refusal
         if refusal and self._writing >= REFUSALS:
             self._dropped += 1
             return
