@@ -121,7 +121,8 @@ def test_a_host_named_like_a_token_is_refused(sqlite_fleet: Fleet):
 def test_the_agent_re_reads_its_token_and_configuration_on_change_and_on_sighup(tmp_path: Path):
     with faulty() as server:
         argv, env = _argv(tmp_path, server.url, "--interval", "1s", "--splay", "0s")
-        proc = subprocess.Popen(argv, env=env, stderr=subprocess.PIPE, text=True)
+        logged = (tmp_path / "agent.log").open("w")  # a file, not a pipe: a loop's lines never fill it and stop it
+        proc = subprocess.Popen(argv, env=env, stderr=logged, text=True)
         try:
             _wait(lambda: len(server.received) >= 1)
             (tmp_path / "token").write_text("rotated-token\n")  # rotated: used from the next cycle on
@@ -135,7 +136,8 @@ def test_the_agent_re_reads_its_token_and_configuration_on_change_and_on_sighup(
         finally:
             proc.send_signal(signal.SIGTERM)
             code = proc.wait(60)
-        log = proc.stderr.read() if proc.stderr else ""
+            logged.close()
+        log = (tmp_path / "agent.log").read_text()
     assert code == 0, log
     assert "configuration re-read (token changed)" in log
     assert "the configuration was not re-read, the last good one is kept" in log
