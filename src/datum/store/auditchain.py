@@ -70,23 +70,26 @@ def seal(store: Store, *, batch: int = SEAL_BATCH) -> int:
                 sa.update(chain).where(chain.c.name == HEAD).values(seq=chain.c.seq)
                 .returning(chain.c.seq, chain.c.hash)
             ).one()
-            rows = conn.execute(
-                sa.select(t).where(t.c.seq.is_(None)).order_by(t.c.id).limit(batch)
-            ).all()
+            rows = conn.execute(_UNSEALED, {"most": batch}).all()
             seq, prev = int(head.seq), str(head.hash)
             chained: list[dict[str, Any]] = []
-            for r in rows:
+            for row, at, *fields in rows:
                 seq += 1
-                own = digest(seq, as_utc(r.at), {c: getattr(r, c) for c in COLUMNS}, prev)
-                chained.append({"row": r.id, "to_seq": seq, "to_prev": prev, "to_hash": own})
+                own = digest(seq, as_utc(at), dict(zip(COLUMNS, fields, strict=True)), prev)
+                chained.append({"row": row, "to_seq": seq, "to_prev": prev, "to_hash": own})
                 prev = own
             if chained:
                 _sealed(conn, chained)
                 conn.execute(sa.update(chain).where(chain.c.name == HEAD).values(
-                    seq=seq, hash=prev, prev=chained[-1]["to_prev"], at=rows[-1].at))
+                    seq=seq, hash=prev, prev=chained[-1]["to_prev"], at=rows[-1][1]))
         sealed += len(rows)
         if len(rows) < batch:
             return sealed
+
+
+# The rows waiting to be sealed, oldest first: their id, time and fields (what the hash covers), as plain tuples.
+_UNSEALED = (sa.select(t.c.id, t.c.at, *(t.c[c] for c in COLUMNS)).where(t.c.seq.is_(None)).order_by(t.c.id)
+             .limit(sa.bindparam("most")))
 
 
 # The rows of a batch given their seq and hashes by one statement: on PostgreSQL one UPDATE ... FROM unnest() of

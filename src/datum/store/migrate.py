@@ -97,7 +97,7 @@ def heads(branch: Branch) -> frozenset[str]:
 # Every head of the framework's own branch: a store at exactly these is current without Alembic.
 # Under the lock, the scripts' own heads decide (a test checks the two agree).
 HEADS = heads(CORE)
-HEAD = "0032_enroll_labels"
+HEAD = "0033_audit_seq_partial"
 
 
 def current_revisions(conn: Connection, branch: Branch = CORE) -> frozenset[str]:

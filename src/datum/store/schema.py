@@ -275,7 +275,9 @@ audit_log = sa.Table(
     sa.Column("detail", sa.Text),
     sa.Column("prev", sa.String(64)),  # None until sealed
     sa.Column("hash", sa.String(64)),  # None until sealed
-    sa.Index("ix_audit_log_seq", "seq", unique=True),
+    # the sealed rows only: a row's entry is made by its seal (0033), not by its write
+    sa.Index("ix_audit_log_seq", "seq", unique=True, sqlite_where=sa.text("seq IS NOT NULL"),
+             postgresql_where=sa.text("seq IS NOT NULL")),
     sa.Index("ix_audit_log_at", "at"),
     sa.Index("ix_audit_log_principal", "principal", "id"),
     # the rows waiting to be sealed, in the order they are sealed (what ``seal`` reads, and nothing else)
