@@ -169,9 +169,11 @@ asyncio.run(main())
     return json.loads(out)
 
 
-def wait_ready(url: str, token: str, server: subprocess.Popen[bytes], ca: Path | None = None) -> httpx.Response:
-    """The first 200 of ``url``; over https, trusting the CA file ``ca`` once the server has made it."""
-    deadline = time.monotonic() + 60
+def wait_ready(url: str, token: str, server: subprocess.Popen[bytes], ca: Path | None = None,
+               timeout: float = 60) -> httpx.Response:
+    """The first 200 of ``url`` within ``timeout`` seconds; over https, trusting the CA file ``ca`` once the server
+    has made it."""
+    deadline = time.monotonic() + timeout
     while True:
         try:
             verify = ssl.create_default_context(cafile=ca) if ca is not None else True

@@ -4,6 +4,7 @@ import ast
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -206,3 +207,19 @@ def test_archive_benchmark_fills_reads_and_drops_a_day():
     assert out["events"] == out["reports"] - 50 and 0 < out["events"] < out["passes"] // 50
     assert out["page_rows"] == 100 and out["page_ms_median"] > 0 and out["events_ms_median"] > 0
     assert out["drop_day_passes"] == 50 * 48 and out["extrapolated"] is True  # a whole day's, at once
+
+
+def test_audit_benchmark_counts_a_row_per_report_as_shipped_and_none_without():
+    """Both variants of ``datum serve`` take their reports; the shipped one's chain is verified whole with a row for
+    each (``run`` asserts it), the baseline's has none."""
+    bench = load("bench_audit")
+    out = bench.main("sqlite", hosts=20, resources=5, concurrency=4, runs=1, pin=False)
+    assert out["errors"] == 0 and len(out["cpu_increase per pair"]) == 1
+    assert all(v > 0 for v in out["cpu_ms median (none / shipped)"])
+
+
+@pytest.mark.skipif(not shutil.which("valgrind"), reason="valgrind is not installed (./scripts/bench installs it)")
+def test_audit_benchmark_counts_the_servers_instructions_per_report_under_callgrind():
+    bench = load("bench_audit")
+    none, shipped = (bench.counted("sqlite", variant, hosts=3, resources=5) for variant in (bench.NONE, bench.SHIPPED))
+    assert 1e6 < none < shipped < 2 * none  # millions per report; the row costs something, far from a report
