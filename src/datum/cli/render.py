@@ -641,8 +641,6 @@ def events(rows: Sequence[Any], out: Console, times: Times) -> None:
     )
 
 
-
-
 def audit(rows: Sequence[Any], out: Console, times: Times) -> None:
     """The audit log (``AuditEntry``), newest first: when, who, what on what, and how it ended; under each, the
     request, where from, the token's id and the policies that decided."""
