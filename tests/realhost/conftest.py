@@ -17,7 +17,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-from container import REPO, Container, unavailable  # noqa: E402
+from container import REPO, ROOTFS, Container, unavailable  # noqa: E402
 
 ALL = os.environ.get("DATUM_REALHOST") == "all"
 
@@ -41,7 +41,7 @@ def pytest_collection_modifyitems(config, items):
 def _built_meanwhile() -> None:
     """Wait for a build of the Debian root under way: ``./scripts/test`` starts one in the background (its
     lock taken before pytest starts) and does not wait for it; these tests, collected late in the suite, do."""
-    lock = REPO / ".cache" / "debian-root.lock"
+    lock = ROOTFS.with_name(ROOTFS.name + ".lock")
     if lock.exists():
         with open(lock) as held:
             fcntl.flock(held, fcntl.LOCK_EX)  # released at once: the build is done, or was never under way

@@ -1,7 +1,8 @@
 """A booted Debian under test: systemd-nspawn with systemd as PID 1, entered with nsenter.
 
-``scripts/test-host build`` makes the root (debootstrap, cached under
-``.cache/debian-root``) and the wheelhouse (``.cache/wheelhouse``). A boot uses
+``scripts/test-host build`` makes the root (debootstrap, cached for the machine
+under ``/var/cache/datum-test/debian-root``, or ``.cache/debian-root`` for a
+user other than root) and the wheelhouse (``.cache/wheelhouse``). A boot uses
 ``--volatile=overlay``: whatever a test does inside is gone at shutdown and the
 cached root never changes. The container shares the host's network, so apt
 reaches the mirror; nothing started inside may bind a port the machine's own
@@ -21,7 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-ROOTFS = Path(os.environ.get("DATUM_TEST_ROOT", REPO / ".cache" / "debian-root"))
+# scripts/test-host's default: the machine's, shared by every checkout, for root (who alone boots it)
+ROOTFS = Path(os.environ.get("DATUM_TEST_ROOT") or (
+    "/var/cache/datum-test/debian-root" if os.geteuid() == 0 else REPO / ".cache" / "debian-root"))
 WHEELS = REPO / ".cache" / "wheelhouse"
 WORK = REPO / ".cache" / "realhost-work"
 # Datum's virtualenv, made inside a container by its own python3 from the wheelhouse, kept
