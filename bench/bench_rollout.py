@@ -16,7 +16,8 @@ was served (``Datum-Revision``), then holds ``wait=`` with ``If-None-Match``; ea
 new answer is noted (time, revision) and reported as a converged pass at once, as
 an agent whose pass takes no time would. The transitions are read from
 ``GET /v1/events?type=rollout`` (their ``at`` is the store's clock: this machine's);
-each host's wave from the store. Then a second change, and its rollout aborted
+each host's wave from the store. Then a second change, its rollout paused as it
+starts (with no soak it could otherwise be done before the abort) and aborted
 through the API once the canary has it: the time to the canary answered with the
 previous revision again.
 
@@ -240,6 +241,10 @@ def main(hosts: int = 1000, store: str = "sqlite", wait: int = 300) -> dict[str,
             # the second rollout: aborted once the canary has its revision
             (home / "fleet" / "web.yaml").write_text(manifest(3, 2))
             until(lambda: first()["id"] >= 3, 60)
+            # paused at once: with no soak, 20 agents can take a rollout to done within the 2 s below, and a done
+            # rollout refuses its abort (409, 2026-12-07 14:30); paused, the canary keeps what it took and no wave
+            # is released until the abort
+            api(base, operator, "/v1/rollouts/current/pause", "POST")
             second = first()["revision"]
             time.sleep(2)  # the canary has had time to take it
             until(lambda: api(base, operator, "/v1/rollouts/current/abort", "POST") is not None, 120)
