@@ -215,4 +215,3 @@ def test_audit_benchmark_counts_a_row_per_report_as_shipped_and_none_without():
     out = bench.main("sqlite", hosts=20, resources=5, concurrency=4, runs=1, pin=False)
     assert out["errors"] == 0 and len(out["cpu_increase per pair"]) == 1
     assert all(v > 0 for v in out["cpu_ms median (none / shipped)"])
-

@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-# scripts/test-host's default: the machine's, shared by every checkout, for root (who alone boots it)
-ROOTFS = Path(os.environ.get("DATUM_TEST_ROOT") or (
-    "/var/cache/datum-test/debian-root" if os.geteuid() == 0 else REPO / ".cache" / "debian-root"))
+# where scripts/test-host keeps it (its default for root is the machine's; DATUM_TEST_ROOT moves it): asked there
+ROOTFS = Path(subprocess.run([str(REPO / "scripts" / "test-host"), "root"], capture_output=True, text=True,
+                             check=True).stdout.strip())
 WHEELS = REPO / ".cache" / "wheelhouse"
 WORK = REPO / ".cache" / "realhost-work"
 # Datum's virtualenv, made inside a container by its own python3 from the wheelhouse, kept

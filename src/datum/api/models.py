@@ -486,8 +486,8 @@ class AuditEntry(Out):
     resource: str | SkipJsonSchema[None] = absent('The resource, as Cedar writes it: `Host::"web1"`.')
     request: str | SkipJsonSchema[None] = absent("The method and path (what looks like a token redacted), or the "
                                                  "CLI's command.")
-    outcome: AuditOutcome = Field(description="How it ended: `allowed` (done, whatever the route answered), "
-                                  "`denied` (403) or `unauthenticated` (401); `datum explain OUTCOME`.")
+    outcome: AuditOutcome = Field(description="How it ended: `allowed` (done, whatever the route answered), " + ", ".join(
+        f"`{o}` ({o.status})" for o in AuditOutcome if o.refusal) + "; `datum explain OUTCOME`.")
     status: int | SkipJsonSchema[None] = absent("The HTTP answer's status; absent for the CLI.")
     policy: str | SkipJsonSchema[None] = absent("The ids of the Cedar policies that decided, comma-separated; absent "
                                                 "when none permits it (a deny) and for the CLI.")

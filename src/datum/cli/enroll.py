@@ -160,7 +160,6 @@ def _decision(name: str, act: Callable[..., Any], verb: str, doc: str) -> click.
     @config_option
     @json_option
     def command(host: str, config: str | None, as_json: bool) -> None:
-        from datum.api.front.security import cedar_uid
         from datum.api.front.tokens import RECHECK
         from datum.store import audit
 
@@ -169,7 +168,7 @@ def _decision(name: str, act: Callable[..., Any], verb: str, doc: str) -> click.
         said = f"datum {'host' if name in ('revoke', 'forget') else 'enroll'} {name} {host}"
         with _store(config) as (_settings, store):
             # recorded in the audit log with the change (a decision that changes nothing: no row)
-            with audit.acting(audit.local(action, cedar_uid("Host", host), said)):
+            with audit.acting(audit.local(action, audit.cedar_uid("Host", host), said)):
                 done = act(store, host, datetime.now(UTC))
         found, ended = done if isinstance(done, tuple) else (done, 0)
         if as_json:

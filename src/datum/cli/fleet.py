@@ -196,12 +196,11 @@ def clear_reboot(host: str, force: bool, config: str | None, remote: Server | No
         dropped = RebootLease.model_validate(answer)
     else:
         from datum.api.answers import clear_lease
-        from datum.api.front.security import cedar_uid
         from datum.store import audit
 
         with wire(config) as w:
             # recorded in the audit log with the lease's deletion (none held: nothing done, no row)
-            entry = audit.local(audit.CLEAR_REBOOT_LEASE, cedar_uid("Host", host),
+            entry = audit.local(audit.CLEAR_REBOOT_LEASE, audit.cedar_uid("Host", host),
                                 f"datum reboots clear {host}" + (" --force" if force else ""))
             with audit.acting(entry):
                 dropped = clear_lease(w.store, host, force)

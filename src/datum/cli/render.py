@@ -642,10 +642,8 @@ def events(rows: Sequence[Any], out: Console, times: Times) -> None:
 
 
 def audit(rows: Sequence[Any], out: Console, times: Times) -> None:
-    """The audit log (``AuditEntry``), newest first: when, who, what on what, and how it ended; under each, the
+    """The audit log (``AuditEntry``: its outcome an ``AuditOutcome``), newest first: when, who, what on what, and how it ended; under each, the
     request, where from, the token's id and the policies that decided."""
-    from datum.core.vocab import AuditOutcome
-
     if not rows:
         out.print("no audit row in that window")
         return
@@ -658,7 +656,7 @@ def audit(rows: Sequence[Any], out: Console, times: Times) -> None:
                 [
                     text(str(e.seq) if e.seq is not None else "-", "" if e.seq is not None else "dim"), text(times(e.at)), text(e.principal or "(no token)"), text(e.action or "-"),
                     text(e.resource or "-"),
-                    text(e.outcome + (f" {e.status}" if e.status is not None else ""), "bold red" if AuditOutcome(e.outcome).refusal else ""),
+                    text(e.outcome + (f" {e.status}" if e.status is not None else ""), "bold red" if e.outcome.refusal else ""),
                 ],
                 text("  ".join(p for p in (
                     e.request, f"from {e.source}" if e.source else None, f"token {e.token_id}" if e.token_id else None,

@@ -73,13 +73,14 @@ _OTHERS: dict[tuple[str, str], tuple[str, str, str, str]] = {
     ),
     (AUDIT_OUTCOME, AuditOutcome.DENIED): (
         "the request was refused by the Cedar policies",
-        "A token was recognised but its principal may not do this (403); the row names who and what.",
+        f"A token was recognised but its principal may not do this ({AuditOutcome.DENIED.status}); the row names "
+        "who and what.",
         "Nothing unless it is unexpected: then look at who asked (datum token list) and why.",
         "none",
     ),
     (AUDIT_OUTCOME, AuditOutcome.UNAUTHENTICATED): (
         "the request came with no token, or one not known",
-        "A request with a missing, unknown or revoked token (401).",
+        f"A request with a missing, unknown or revoked token ({AuditOutcome.UNAUTHENTICATED.status}).",
         "Nothing unless they repeat: then look at where they come from (a revoked agent, a probe).",
         "none",
     ),

@@ -147,7 +147,7 @@ class Asker:
         """The audit row of the hook's decision about ``host``: its principal ``hook:<the hook's path>``, the action
         a person's ``datum enroll approve`` or ``deny`` would have, this server's machine its source."""
         action = audit.APPROVE_HOST if state == ACTIVE else audit.DENY_HOST
-        return audit.Entry(f"hook:{self.hook}", action, f'Host::"{host}"', source=socket.gethostname(),
+        return audit.Entry(f"hook:{self.hook}", action, audit.cedar_uid("Host", host), source=socket.gethostname(),
                            request=f"[enroll] approve {self.hook}", detail=f"{state}: {why}")
 
     def close(self) -> None:

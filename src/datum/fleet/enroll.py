@@ -155,7 +155,7 @@ def create_join(
         conn.execute(sa.delete(join_tokens).where(join_tokens.c.expires_at <= now))
         conn.execute(sa.insert(join_tokens).values(**row))
         # recorded in the audit log with it, as datum token create's (never the token: its id)
-        audit.record(conn, audit.local(audit.CREATE_JOIN_TOKEN, f'JoinToken::"{made.id}"', "datum enroll create",
+        audit.record(conn, audit.local(audit.CREATE_JOIN_TOKEN, audit.cedar_uid("JoinToken", made.id), "datum enroll create",
                                        _described(made)))
     return token, made
 

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import getpass
 import hashlib
+import json
 import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -116,6 +117,12 @@ PENDING: ContextVar[Pending | None] = ContextVar("datum_audit_pending", default=
 _UNCHANGED = "datum.audit.unchanged"  # in a connection's info while its transaction is not the change
 _WROTE = "datum.audit.wrote"  # in a connection's info once its transaction changed a row (``wrote``)
 _CARRIED = "datum.audit.carried"  # in a connection's info while a statement of its transaction carries the row
+
+
+def cedar_uid(kind: str, eid: str) -> str:
+    """An entity id as Cedar writes it, and as a row names its resource: ``Host::"web1"`` (the id a Cedar string
+    literal). The front door's decisions and every row's ``resource`` spell it here."""
+    return f"{kind}::{json.dumps(eid, ensure_ascii=False)}"
 
 
 def local_principal() -> str:

@@ -21,7 +21,6 @@ action and resource. The token itself is never logged and never echoed.
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,7 +33,7 @@ from starlette.types import Scope
 from datum.api.front.authz import SERVER, Action, Decision, Resource, who
 from datum.api.front.state import ServerState, state_of
 from datum.core.findings import ErrorCode, Problem
-from datum.store.audit import Entry
+from datum.store.audit import Entry, cedar_uid
 
 # Only for the OpenAPI document's security scheme: the token is read by ``principal``.
 bearer = HTTPBearer(auto_error=False, description="A token from `datum token create --principal NAME`.")
@@ -94,11 +93,6 @@ async def principal(state: ServerState, scope: Scope) -> str:
     if found is None:
         raise Problem.one(ErrorCode.UNAUTHENTICATED, "the bearer token is not known to this server")
     return found
-
-
-def cedar_uid(kind: str, eid: str) -> str:
-    """An entity id as Cedar writes it: ``Server::"datum"`` (the id a Cedar string literal)."""
-    return f"{kind}::{json.dumps(eid, ensure_ascii=False)}"
 
 
 def group_of(state: ServerState, principal: str, resource: Resource) -> str | None:

@@ -99,7 +99,7 @@ def create(store: Store, principal: str, host: str | None = None, groups: Sequen
     stored = check_groups(principal, host, groups)
     token = mint()
     # recorded in the audit log, in the same transaction, as the CLI's act (datum.store.audit.local)
-    made = audit.local(audit.CREATE_TOKEN, f'Token::"{token_id(token)}"', "datum token create",
+    made = audit.local(audit.CREATE_TOKEN, audit.cedar_uid("Token", token_id(token)), "datum token create",
                        _named(principal, host, groups))
     with store.begin() as conn:
         conn.execute(
@@ -156,7 +156,7 @@ def revoke(store: Store, token_id: str) -> dict[str, Any]:
         if len(rows) > 1:
             raise Problem.one(ErrorCode.USAGE, f"the id {token_id} names {len(rows)} tokens: give more of it")
         conn.execute(sa.delete(tokens).where(tokens.c.sha256 == rows[0].sha256))
-        audit.record(conn, audit.local(audit.REVOKE_TOKEN, f'Token::"{rows[0].sha256[:ID_LENGTH]}"', "datum token revoke",
+        audit.record(conn, audit.local(audit.REVOKE_TOKEN, audit.cedar_uid("Token", rows[0].sha256[:ID_LENGTH]), "datum token revoke",
                                        _named(rows[0].principal, rows[0].host, _groups(rows[0].groups))))
     return {"id": rows[0].sha256[:ID_LENGTH], "principal": rows[0].principal, "host": rows[0].host,
             "groups": _groups(rows[0].groups)}
